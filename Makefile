@@ -1,0 +1,36 @@
+# claudeq — one command per job. `make test` is what CI runs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test lint types pytest bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/python -m producer.demo
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+types: venv
+	$(BIN)/mypy
+
+pytest: venv
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test: lint types pytest
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,46 @@
+"""Celery configuration derived from Settings (DESIGN.md: the settings that matter for long runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.settings import Settings
+
+TASK_RUN = "claudeq.run"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings for producer and worker alike."""
+    visibility = {"visibility_timeout": settings.visibility_timeout_s}
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_default_queue": settings.queue,
+        "task_routes": {TASK_RUN: {"queue": settings.queue}},
+        # A started run is not lost with its worker; a worker holds only what it runs.
+        "task_acks_late": True,
+        "worker_prefetch_multiplier": 1,
+        "task_reject_on_worker_lost": True,
+        # Above the longest task, in every place Celery reads it, so Redis never redelivers a live run.
+        "broker_transport_options": {**visibility, "queue_order_strategy": "priority"},
+        "result_backend_transport_options": visibility,
+        "visibility_timeout": settings.visibility_timeout_s,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "broker_connection_retry_on_startup": True,
+        "task_track_started": True,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_hijack_root_logger": False,
+    }
+
+
+def make_celery(settings: Settings, main: str = "claudeq") -> Any:
+    """A Celery app configured from `settings` (not set as current, so several can live in one process)."""
+    from celery import Celery
+
+    app = Celery(main, set_as_current=False)
+    app.conf.update(celery_config(settings))
+    return app

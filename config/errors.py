@@ -1,0 +1,76 @@
+"""The one error tree of claudeq. Each error names what happened and carries the facts as fields."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+class ClaudeqError(Exception):
+    """Root of every error claudeq raises on purpose."""
+
+
+class ConfigError(ClaudeqError):
+    """Configuration is invalid; the message says which setting and how to fix it."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+class JobSpecError(ClaudeqError):
+    """A job spec was refused at submit; nothing was written or enqueued."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{field}: {reason}" for field, reason in errors))
+
+    @property
+    def field(self) -> str:
+        """The first offending field."""
+        return self.errors[0][0] if self.errors else ""
+
+
+class JobNotFound(ClaudeqError):
+    """No job with this id exists (never did, or its retention expired)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job {job_id!r}")
+
+
+class RecordUnreadable(ClaudeqError):
+    """A stored record could not be parsed (written by another version, or damaged)."""
+
+    def __init__(self, job_id: str, detail: str) -> None:
+        self.job_id = job_id
+        self.detail = detail
+        super().__init__(f"job {job_id!r}: record cannot be read: {detail}")
+
+
+class JobTimeout(ClaudeqError):
+    """Waiting for a job ran out of time; the job itself goes on."""
+
+    def __init__(self, job_id: str, timeout_s: float) -> None:
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        super().__init__(f"job {job_id!r} not finished after {timeout_s:g} s")
+
+
+class UnknownAccount(ClaudeqError):
+    """An account name that is not in the pool."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no account named {name!r}")
+
+
+class RateLimited(ClaudeqError):
+    """An account was rejected by the service's rate limit."""
+
+    def __init__(self, account: str, resets_at: datetime | None, window: str | None) -> None:
+        self.account = account
+        self.resets_at = resets_at
+        self.window = window
+        when = resets_at.isoformat() if resets_at else "unknown"
+        super().__init__(f"account {account!r} rate limited (window {window or '?'}, resets {when})")

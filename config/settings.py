@@ -1,0 +1,162 @@
+"""Settings: one typed object read from `CLAUDEQ_*` environment variables (and an optional `.env`)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from config.accounts import AccountPool
+from config.errors import ConfigError
+
+#: Built-in tool sets a job may ask for by name. `none` is the default: a plain LLM run with no tools at all.
+TOOL_PROFILES: dict[str, list[str]] = {
+    "none": [],
+    "read-only": ["Read", "Glob", "Grep"],
+    "web": ["WebFetch", "WebSearch"],
+    "edit": ["Read", "Glob", "Grep", "Edit", "Write"],
+    "shell": ["Read", "Glob", "Grep", "Edit", "Write", "Bash"],
+}
+
+#: Built-in tools that read or write files; their paths are held to the workspace roots by a PreToolUse hook.
+FILE_TOOLS: frozenset[str] = frozenset({"Read", "Write", "Edit", "Glob", "Grep", "NotebookEdit"})
+
+PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
+
+
+class WorkerPolicy(BaseModel):
+    """What any job may get on this fleet, whatever its spec asks for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed_tools: list[str] = Field(
+        default_factory=lambda: list(TOOL_PROFILES["read-only"]) + list(TOOL_PROFILES["web"]),
+        description="Built-in tools a job may be given; Bash and file writes only when listed here.",
+    )
+    workspace_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories a job's cwd/add_dirs and file tools must stay under; empty = jobs get no cwd.",
+    )
+    permission_modes: list[PermissionMode] = Field(
+        default_factory=lambda: list[PermissionMode](["default", "dontAsk"]),
+        description="Permission modes a job may ask for; bypassPermissions only if listed.",
+    )
+    mcp_tools_module: str | None = Field(
+        default=None,
+        description="Import path of a module exposing `TOOLS` (SDK @tool functions) that jobs may use by name.",
+    )
+
+    def tools_for(self, request: str | list[str]) -> list[str]:
+        """Resolve a profile name or a tool list to built-in tool names (unchecked against the policy)."""
+        if isinstance(request, str):
+            return list(TOOL_PROFILES[request])
+        return list(request)
+
+    def forbidden_tools(self, tools: list[str]) -> list[str]:
+        """The tools in `tools` this policy does not allow."""
+        return [t for t in tools if t not in self.allowed_tools]
+
+    def path_allowed(self, path: str) -> bool:
+        """Whether `path` (absolute) lies under one of the workspace roots."""
+        target = Path(path).resolve()
+        return any(target == root.resolve() or root.resolve() in target.parents for root in self.workspace_roots)
+
+
+class Settings(BaseSettings):
+    """Everything configurable in claudeq: env prefix `CLAUDEQ_`, nested fields with `__` (`CLAUDEQ_POLICY__...`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLAUDEQ_", env_file=".env", env_nested_delimiter="__", extra="ignore", frozen=True
+    )
+
+    # Redis and Celery
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="Redis for state and as the Celery broker; `redis://:password@host:port/db` or `rediss://`.",
+    )
+    key_prefix: str = Field(default="claudeq:", description="Prefix of every Redis key claudeq writes.")
+    queue: str = Field(default="claudeq.runs", description="Default Celery queue for agent runs.")
+    queues: list[str] = Field(default_factory=lambda: ["claudeq.runs"], description="Queues a worker consumes.")
+
+    # Retention and limits
+    result_ttl_s: int = Field(default=7 * 86400, ge=60, description="How long finished jobs and events are kept.")
+    events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
+    max_prompt_bytes: int = Field(default=1_000_000, ge=1, description="Largest prompt accepted at submit.")
+    max_spec_bytes: int = Field(default=2_000_000, ge=1, description="Largest whole spec (JSON) accepted at submit.")
+
+    # Run defaults and caps
+    deadline_s: float = Field(default=3600, gt=0, description="Default hard deadline of one attempt.")
+    max_deadline_s: float = Field(default=4 * 3600, gt=0, description="Largest deadline a job may ask for.")
+    idle_timeout_s: float = Field(default=300, gt=0, description="Default idle watchdog (no stream progress).")
+    first_byte_timeout_s: float = Field(default=120, gt=0, description="Default time to the first streamed byte.")
+    max_attempts: int = Field(default=3, ge=1, le=20, description="Default attempts for a job (rate limits excluded).")
+
+    # Worker
+    concurrency: int = Field(default=4, ge=1, le=256, description="Runs in flight per worker process.")
+    lease_ttl_s: float = Field(default=15, gt=0, description="A run lease expires this long after its last heartbeat.")
+    heartbeat_s: float = Field(default=3, gt=0, description="Lease and worker heartbeat interval.")
+    loop_interval_s: float = Field(default=1.0, gt=0, description="Period of the promoter and reconciler loops.")
+    unclaimed_resend_s: float = Field(default=120, gt=0, description="Re-send a queued job nobody claimed this long.")
+    retry_base_s: float = Field(default=1.0, gt=0, description="Transient retry backoff base (full jitter).")
+    retry_max_s: float = Field(default=60.0, gt=0, description="Transient retry backoff cap.")
+    retry_in_place_max_s: float = Field(default=5.0, ge=0, description="Longest wait in place; longer re-enqueues.")
+    rate_limit_cooldown_s: float = Field(default=60, gt=0, description="Cooldown when a rejection has no reset.")
+    cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
+    shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
+    run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
+    cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
+    worker_id: str | None = Field(default=None, description="Worker identity (default: host:pid).")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="Worker /metrics port; 0 = off.")
+
+    # Accounts and policy
+    accounts_file: Path | None = Field(default=None, description="TOML file with `[[accounts]]` tables.")
+    policy: WorkerPolicy = Field(default_factory=WorkerPolicy, description="What jobs may get on this fleet.")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("must be non-empty and without spaces, e.g. 'claudeq:'")
+        return value
+
+    @cached_property
+    def accounts(self) -> AccountPool:
+        """The account pool: from `accounts_file`, else one account from a token in the environment."""
+        if self.accounts_file is not None:
+            return AccountPool.from_toml(self.accounts_file)
+        return AccountPool.from_environment()
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Broker visibility timeout: above the longest a task can run, so Redis never redelivers a live run."""
+        return int(self.max_deadline_s * 2 + 3600)
+
+    def redacted_redis_url(self) -> str:
+        """The Redis URL without its password, for logs and `config check`."""
+        parts = urlsplit(self.redis_url)
+        if parts.password is None:
+            return self.redis_url
+        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; invalid values raise ConfigError naming the variable and the fix."""
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = "__".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(f"CLAUDEQ_{loc}", first["msg"]) from None
+    return settings

@@ -1,0 +1,208 @@
+"""The producer API: submit jobs, read them, follow their events, cancel them, wait for them."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import redis
+
+from config.celery import TASK_RUN, make_celery
+from config.errors import JobTimeout, RecordUnreadable
+from config.settings import Settings, load_settings
+from producer.keys import Keys
+from producer.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
+from producer.store import JobStore
+from producer.validation import validate_spec
+
+
+def new_job_id() -> str:
+    """A new job id: sortable by time, unique across producers."""
+    return f"{time.time_ns() // 1000:014x}{uuid.uuid4().hex[:12]}"
+
+
+def make_store(settings: Settings, client: redis.Redis | None = None) -> JobStore:
+    """A JobStore on `settings`' Redis."""
+    return JobStore(
+        client or redis.Redis.from_url(settings.redis_url),
+        Keys(settings.key_prefix),
+        result_ttl_s=settings.result_ttl_s,
+        events_maxlen=settings.events_maxlen,
+    )
+
+
+def send_run(celery_app: Any, settings: Settings, job_id: str, spec: JobSpec) -> None:
+    """Send the `claudeq.run` task for a job by name, so a producer needs no worker code."""
+    celery_app.send_task(
+        TASK_RUN,
+        args=[job_id],
+        queue=spec.queue or settings.queue,
+        priority=spec.priority,
+        task_id=f"{job_id}-{uuid.uuid4().hex[:8]}",
+    )
+
+
+class JobHandle:
+    """A submitted job: its id, plus ways to read it and wait for it."""
+
+    def __init__(self, client: Client, job_id: str, created: bool = True) -> None:
+        self.client = client
+        self.id = job_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.id!r})"
+
+    def record(self) -> JobRecord:
+        """The job's current record."""
+        return self.client.get(self.id)
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
+        """Block until the job is finished; JobTimeout after `timeout` seconds (the job goes on)."""
+        return self.client.wait(self.id, timeout=timeout, poll_s=poll_s)
+
+    def cancel(self) -> str:
+        """Cancel the job (see Client.cancel)."""
+        return self.client.cancel(self.id)
+
+    def events(self, follow: bool = False) -> Iterator[Event]:
+        """The job's events (see Client.events)."""
+        return self.client.events(self.id, follow=follow)
+
+    def __await__(self) -> Any:
+        return asyncio.to_thread(self.wait).__await__()
+
+
+class Client:
+    """Synchronous producer client. Thread-safe; one per process is enough."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        redis_client: redis.Redis | None = None,
+        celery_app: Any = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        self.store = make_store(self.settings, redis_client)
+        self.celery = celery_app or make_celery(self.settings, main="claudeq-producer")
+
+    def validate(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobSpec:
+        """Check a spec without submitting it; JobSpecError names the field and the reason."""
+        return validate_spec(spec if spec is not None else fields, self.settings)
+
+    def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+        """Validate, write the record (`queued`) and enqueue `claudeq.run`. Same idempotency key -> same job."""
+        checked = self.validate(spec, **fields)
+        record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
+        job_id, created = self.store.create(record)
+        if created:
+            self.store.append_event(
+                job_id, Event(type="submitted", data={"queue": checked.queue or self.settings.queue})
+            )
+            # If this process dies right here the reconciler re-sends the job: the record is the truth.
+            send_run(self.celery, self.settings, job_id, checked)
+        return JobHandle(self, job_id, created)
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job's record; JobNotFound / RecordUnreadable when it cannot be had."""
+        return self.store.get(job_id)
+
+    def handle(self, job_id: str) -> JobHandle:
+        """A handle for an existing job id."""
+        return JobHandle(self, job_id, created=False)
+
+    def list(self, status: str | None = None, limit: int = 50) -> list[JobRecord | RecordUnreadable]:
+        """Recent jobs, newest first, optionally of one status."""
+        return self.store.list_jobs(status=status, limit=limit)
+
+    def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
+        """Cancel a job. -> `cancelled` (was waiting), `running` (the worker stops it within a second), or the
+        terminal status it already had. JobNotFound when there is no such job."""
+        result = self.store.cancel(job_id, reason)
+        if result == "missing":
+            from config.errors import JobNotFound
+
+            raise JobNotFound(job_id)
+        return result
+
+    def events(self, job_id: str, follow: bool = False) -> Iterator[Event]:
+        """The job's events; with `follow`, keep yielding until the job is finished."""
+        if follow:
+            yield from self.store.follow_events(job_id)
+        else:
+            for _, event in self.store.read_events(job_id):
+                yield event
+
+    def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
+        """Block until the job is finished and return its record."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.store.status(job_id)
+            if status is None or status in TERMINAL:
+                return self.get(job_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(job_id, timeout or 0)
+            time.sleep(poll_s)
+
+    def close(self) -> None:
+        """Release connections."""
+        self.store.redis.close()
+
+
+class AsyncClient:
+    """The same API for asyncio code. Redis calls run in a thread; they take well under a millisecond."""
+
+    def __init__(self, settings: Settings | None = None, *, client: Client | None = None) -> None:
+        self.sync = client or Client(settings)
+
+    async def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+        """See Client.submit."""
+        return await asyncio.to_thread(self.sync.submit, spec, **fields)
+
+    async def get(self, job_id: str) -> JobRecord:
+        """See Client.get."""
+        return await asyncio.to_thread(self.sync.get, job_id)
+
+    async def list(self, status: str | None = None, limit: int = 50) -> builtins.list[JobRecord | RecordUnreadable]:
+        """See Client.list."""
+        return await asyncio.to_thread(self.sync.list, status, limit)
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
+        """See Client.cancel."""
+        return await asyncio.to_thread(self.sync.cancel, job_id, reason)
+
+    async def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
+        """See Client.wait, without blocking the loop."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = await asyncio.to_thread(self.sync.store.status, job_id)
+            if status is None or status in TERMINAL:
+                return await self.get(job_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(job_id, timeout or 0)
+            await asyncio.sleep(poll_s)
+
+    async def events(self, job_id: str, follow: bool = False) -> AsyncIterator[Event]:
+        """See Client.events."""
+        after = "0-0"
+        store = self.sync.store
+        while True:
+            batch = await asyncio.to_thread(store.read_events, job_id, after)
+            for entry_id, event in batch:
+                after = entry_id
+                yield event
+            if not follow:
+                return
+            if not batch:
+                status = await asyncio.to_thread(store.status, job_id)
+                if status is None or status in TERMINAL:
+                    tail = await asyncio.to_thread(store.read_events, job_id, after)
+                    for _, event in tail:
+                        yield event
+                    return
+                await asyncio.sleep(0.2)

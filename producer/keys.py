@@ -1,0 +1,82 @@
+"""Every Redis key claudeq uses, in one place (DESIGN.md, "Redis keys")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key shapes under one prefix (default `claudeq:`)."""
+
+    prefix: str = "claudeq:"
+
+    def job(self, job_id: str) -> str:
+        """Hash: spec, status, attempts, account, worker, session id, timestamps, result, error, fence."""
+        return f"{self.prefix}job:{job_id}"
+
+    def events(self, job_id: str) -> str:
+        """Stream: the job's progress events, trimmed with MAXLEN ~."""
+        return f"{self.prefix}job:{job_id}:events"
+
+    def lease(self, job_id: str) -> str:
+        """String `worker|fence`, expiring a few heartbeats after the last one."""
+        return f"{self.prefix}job:{job_id}:lease"
+
+    def cancel(self, job_id: str) -> str:
+        """String: cancel requested (the flag survives a missed pub/sub wake-up)."""
+        return f"{self.prefix}job:{job_id}:cancel"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: a job id published here wakes the worker running it."""
+        return f"{self.prefix}cancel"
+
+    @property
+    def jobs(self) -> str:
+        """Sorted set: job ids by creation time (ms)."""
+        return f"{self.prefix}jobs"
+
+    @property
+    def deferred(self) -> str:
+        """Sorted set: deferred job id -> ready time (epoch s)."""
+        return f"{self.prefix}deferred"
+
+    @property
+    def queued(self) -> str:
+        """Sorted set: queued job id -> time its message was last sent (epoch s), for the reconciler."""
+        return f"{self.prefix}queued"
+
+    @property
+    def running(self) -> str:
+        """Set: ids of running jobs, for the reconciler's lease check."""
+        return f"{self.prefix}running"
+
+    def idem(self, key: str) -> str:
+        """String: the job id created for an idempotency key (SET NX)."""
+        return f"{self.prefix}idem:{key}"
+
+    def conversation(self, name: str) -> str:
+        """String: the conversation's latest session id."""
+        return f"{self.prefix}conv:{name}"
+
+    def account(self, name: str) -> str:
+        """Hash: account state, reason, cooldown, last rate-limit info per window, counters."""
+        return f"{self.prefix}acct:{name}"
+
+    def account_slots(self, name: str) -> str:
+        """Sorted set: job id -> slot lease expiry (epoch s); the per-account semaphore."""
+        return f"{self.prefix}acct:{name}:slots"
+
+    def worker(self, worker_id: str) -> str:
+        """Hash: heartbeat, host, pid, runs in flight; expires a few heartbeats after the last one."""
+        return f"{self.prefix}worker:{worker_id}"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set: worker id -> last heartbeat (epoch s)."""
+        return f"{self.prefix}workers"
+
+    def session(self, *parts: str) -> str:
+        """Transcripts mirrored through the SDK's SessionStore."""
+        return f"{self.prefix}session:" + ":".join(parts)

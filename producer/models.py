@@ -1,0 +1,272 @@
+"""The job contract: what a job is, what is stored about it and about accounts, in one public JSON form."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
+
+from config.settings import TOOL_PROFILES, PermissionMode
+
+JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+ACTIVE: frozenset[str] = frozenset({"queued", "deferred", "running"})
+
+Outcome = Literal[
+    "success",
+    "rate_limited",
+    "transient_error",
+    "timeout",
+    "auth_failed",
+    "cancelled",
+    "failed",
+    "worker_lost",
+    "requeued",
+]
+#: Outcomes that do not count against a job's max attempts.
+FREE_OUTCOMES: frozenset[str] = frozenset({"rate_limited", "worker_lost", "requeued"})
+
+ErrorKind = Literal[
+    "input",  # the spec or the policy refused it
+    "configuration",  # the fleet cannot run it (no account, CLI missing)
+    "job",  # max turns, budget, schema: the run itself ended badly
+    "transient",  # attempts exhausted on transient errors
+    "timeout",  # attempts exhausted on watchdog timeouts
+    "account",  # no usable account (all disabled)
+    "cancelled",
+    "internal",
+]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+#: A UTC timestamp that serialises as ISO 8601 with a `Z`.
+Timestamp = Annotated[datetime, PlainSerializer(_iso, return_type=str, when_used="json")]
+
+JsonScalar = str | int | float | bool | None
+
+
+class JobSpec(BaseModel):
+    """What a producer asks for. Unknown fields are refused, so a typo never silently does nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field(min_length=1, description="The user prompt.")
+    system_prompt: str | None = Field(default=None, description="Replaces the default system prompt.")
+    append_system_prompt: str | None = Field(default=None, description="Appended to the default system prompt.")
+    model: str | None = Field(default=None, description="Model alias or id (default: the CLI's default).")
+    fallback_model: str | None = None
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    thinking: Literal["adaptive", "enabled", "disabled"] | None = None
+    thinking_budget_tokens: int | None = Field(default=None, ge=1024)
+    tools: str | list[str] = Field(default="none", description="A tool profile name or a list of built-in tools.")
+    mcp_tools: list[str] = Field(default_factory=list, description="Worker-registered MCP tools, by name.")
+    permission_mode: PermissionMode | None = None
+    cwd: str | None = Field(default=None, description="Working directory; must be under a workspace root.")
+    add_dirs: list[str] = Field(default_factory=list)
+    output_schema: dict[str, Any] | None = Field(default=None, description="JSON schema of a structured result.")
+    conversation: str | None = Field(default=None, min_length=1, max_length=200)
+    resume: str | None = Field(default=None, description="Explicit session id to resume.")
+    fork: bool = False
+    on_missing_session: Literal["fail", "restart"] = "fail"
+    account: str | None = Field(default=None, description="Pin the job to this account.")
+    queue: str | None = None
+    priority: int = Field(default=0, ge=0, le=9, description="0 (first) .. 9 (last), as Celery's Redis transport.")
+    deadline_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=None, gt=0)
+    first_byte_timeout_s: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1, le=20)
+    metadata: dict[str, JsonScalar] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _known_profile(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, str) and value not in TOOL_PROFILES:
+            raise ValueError(f"unknown tool profile {value!r}; one of {', '.join(TOOL_PROFILES)} or a list of tools")
+        return value
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return value
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a valid JSON schema: {exc.message}") from None
+        if value.get("type", "object") != "object":
+            raise ValueError("the top level of an output schema must be an object")
+        return value
+
+    @field_validator("cwd", "add_dirs")
+    @classmethod
+    def _absolute(cls, value: str | list[str] | None) -> str | list[str] | None:
+        paths = [value] if isinstance(value, str) else (value or [])
+        for path in paths:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} must be an absolute path")
+        return value
+
+    @model_validator(mode="after")
+    def _session_options(self) -> JobSpec:
+        if self.fork and not (self.conversation or self.resume):
+            raise ValueError("fork needs a conversation or a resume session id")
+        if self.resume and self.conversation:
+            raise ValueError("give either conversation or resume, not both")
+        return self
+
+
+class Attempt(BaseModel):
+    """One try at running a job."""
+
+    number: int
+    account: str | None = None
+    worker: str | None = None
+    outcome: Outcome | None = None
+    detail: str | None = None
+    started_at: Timestamp
+    finished_at: Timestamp | None = None
+
+
+class Usage(BaseModel):
+    """Tokens and dollars of a run (all models, subagents included)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cost_usd: float = 0.0
+    model_usage: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def __add__(self, other: Usage) -> Usage:
+        models = dict(self.model_usage)
+        for model, usage in other.model_usage.items():
+            mine = dict(models.get(model, {}))
+            for key, value in usage.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    mine[key] = mine.get(key, 0) + value
+                else:
+                    mine.setdefault(key, value)
+            models[model] = mine
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens=self.cache_creation_tokens + other.cache_creation_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            model_usage=models,
+        )
+
+
+class JobResult(BaseModel):
+    """What a run produced (also kept, partially, for failed and cancelled runs)."""
+
+    text: str | None = None
+    structured_output: Any = None
+    stop_reason: str | None = None
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+
+class JobError(BaseModel):
+    """Why a job failed or was cancelled."""
+
+    kind: ErrorKind
+    message: str
+    retryable: bool = False
+
+
+class JobRecord(BaseModel):
+    """Everything stored about a job; `public()` is the one JSON form scripts rely on."""
+
+    id: str
+    spec: JobSpec
+    status: JobStatus
+    attempts: list[Attempt] = Field(default_factory=list)
+    account: str | None = None
+    worker: str | None = None
+    session_id: str | None = None
+    result: JobResult | None = None
+    error: JobError | None = None
+    created_at: Timestamp
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+    ready_at: Timestamp | None = None
+    fence: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job reached a terminal state."""
+        return self.status in TERMINAL
+
+    @property
+    def counted_attempts(self) -> int:
+        """Attempts that count against max attempts (rate limits, lost workers and requeues do not)."""
+        return sum(1 for a in self.attempts if a.outcome is not None and a.outcome not in FREE_OUTCOMES)
+
+    def public(self) -> dict[str, Any]:
+        """The public JSON form (used by `--json`, the client and the MCP server)."""
+        data = self.model_dump(mode="json", exclude={"fence"})
+        data["spec"] = self.spec.model_dump(mode="json", exclude_defaults=True)
+        return data
+
+
+class Event(BaseModel):
+    """One progress event on a job's stream."""
+
+    type: str
+    at: Timestamp = Field(default_factory=utcnow)
+    attempt: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+AccountStateName = Literal["ok", "warning", "cooling", "disabled"]
+
+
+class WindowInfo(BaseModel):
+    """The last rate-limit information seen for one window of an account."""
+
+    status: str
+    utilization: float | None = None
+    resets_at: Timestamp | None = None
+    type: str | None = None
+    seen_at: Timestamp | None = None
+
+
+class AccountState(BaseModel):
+    """What Redis holds about an account (no secret ever)."""
+
+    name: str
+    state: AccountStateName = "ok"
+    reason: str | None = None
+    cooldown_until: Timestamp | None = None
+    windows: dict[str, WindowInfo] = Field(default_factory=dict)
+    slots_in_use: int = 0
+    max_concurrency: int = 1
+    counters: dict[str, int] = Field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """The JSON form of `claudeq accounts --json`."""
+        data = self.model_dump(mode="json")
+        data["utilization"] = {name: w.utilization for name, w in self.windows.items()}
+        return data

@@ -1,0 +1,66 @@
+"""Submit-time validation: a bad spec is refused with the field and the reason, and nothing is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from config.errors import JobSpecError
+from config.settings import Settings
+from producer.models import JobSpec
+
+
+def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec:
+    """Parse and check a spec against the fleet's limits and policy; JobSpecError lists every problem."""
+    if isinstance(spec, dict):
+        try:
+            spec = JobSpec.model_validate(spec)
+        except ValidationError as exc:
+            raise JobSpecError(
+                [(".".join(str(p) for p in err["loc"]) or "spec", _reason(err)) for err in exc.errors()]
+            ) from None
+    problems = policy_problems(spec, settings)
+    if problems:
+        raise JobSpecError(problems)
+    return spec
+
+
+def policy_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """What in `spec` the limits or the worker policy refuse, as (field, reason) pairs."""
+    problems: list[tuple[str, str]] = []
+    size = len(spec.prompt.encode())
+    if size > settings.max_prompt_bytes:
+        problems.append(
+            (
+                "prompt",
+                f"is {size} bytes; the limit is {settings.max_prompt_bytes} (CLAUDEQ_MAX_PROMPT_BYTES)",
+            )
+        )
+    spec_size = len(spec.model_dump_json().encode())
+    if spec_size > settings.max_spec_bytes and size <= settings.max_prompt_bytes:
+        problems.append(("spec", f"is {spec_size} bytes; the limit is {settings.max_spec_bytes}"))
+    policy = settings.policy
+    forbidden = policy.forbidden_tools(policy.tools_for(spec.tools))
+    if forbidden:
+        problems.append(("tools", f"{', '.join(forbidden)} not allowed by the worker policy"))
+    for field, paths in (("cwd", [spec.cwd] if spec.cwd else []), ("add_dirs", spec.add_dirs)):
+        for path in paths:
+            if not policy.path_allowed(path):
+                roots = ", ".join(str(r) for r in policy.workspace_roots) or "none configured"
+                problems.append((field, f"{path} is outside the workspace roots ({roots})"))
+    if spec.permission_mode and spec.permission_mode not in policy.permission_modes:
+        problems.append(("permission_mode", f"{spec.permission_mode} is not allowed by the worker policy"))
+    if spec.deadline_s and spec.deadline_s > settings.max_deadline_s:
+        problems.append(("deadline_s", f"above the fleet's maximum of {settings.max_deadline_s:g} s"))
+    names = settings.accounts.names
+    if spec.account and names and spec.account not in names:
+        problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
+    return problems
+
+
+def _reason(err: Any) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")

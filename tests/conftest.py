@@ -1,0 +1,98 @@
+"""Fixtures shared by every test: a real Redis, isolated settings per test, stores and clients.
+
+Tests run concurrently with other suites against the same Redis, so each test gets its own key prefix and its own
+Celery queue name instead of flushing the database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+
+from config.settings import Settings
+from producer.client import Client, make_store
+from producer.store import JobStore
+from tests.support.redis_server import PrivateRedis, redis_url_for_tests
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a real Redis server (the machine's, or a private one started for this session)."""
+    url, server = redis_url_for_tests()
+    yield url
+    if server is not None:
+        server.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique token for names in this test."""
+    return uuid.uuid4().hex[:10]
+
+
+def make_settings(redis_url: str, unique: str, **overrides: Any) -> Settings:
+    """Settings isolated to one test: own key prefix and own queue."""
+    queue = f"claudeq-test-{unique}"
+    values: dict[str, Any] = {
+        "redis_url": redis_url,
+        "key_prefix": f"cqt-{unique}:",
+        "queue": queue,
+        "queues": [queue],
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def settings(redis_url: str, unique: str) -> Settings:
+    """Settings on the real Redis, isolated to this test."""
+    return make_settings(redis_url, unique)
+
+
+@pytest.fixture
+def redis_client(redis_url: str, settings: Settings) -> Iterator[redis.Redis]:
+    """A client on the real Redis; this test's keys are deleted afterwards."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    for key in client.scan_iter(match=f"{settings.key_prefix}*", count=1000):
+        client.delete(key)
+    client.delete(settings.queue)
+    client.close()
+
+
+@pytest.fixture
+def store(settings: Settings, redis_client: redis.Redis) -> JobStore:
+    """A JobStore on the real Redis."""
+    return make_store(settings, redis_client)
+
+
+@pytest.fixture
+def client(settings: Settings, redis_client: redis.Redis) -> Client:
+    """A producer Client on the real Redis and broker."""
+    return Client(settings, redis_client=redis_client)
+
+
+@pytest.fixture
+def fake_redis() -> fakeredis.FakeRedis:
+    """An in-memory Redis (with Lua) for fast unit tests of Redis logic."""
+    return fakeredis.FakeRedis()
+
+
+@pytest.fixture
+def fake_settings(unique: str) -> Settings:
+    """Settings for unit tests (no server behind the URL)."""
+    return make_settings("redis://127.0.0.1:1/0", unique)
+
+
+@pytest.fixture
+def fake_store(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> JobStore:
+    """A JobStore on fakeredis."""
+    return make_store(fake_settings, fake_redis)
+
+
+__all__ = ["PrivateRedis", "make_settings"]

