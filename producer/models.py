@@ -143,6 +143,8 @@ class Attempt(BaseModel):
     worker: str | None = None
     outcome: Outcome | None = None
     detail: str | None = None
+    session_id: str | None = None
+    usage: Usage | None = None  # what this attempt consumed (the record's result.usage is the sum)
     started_at: Timestamp
     finished_at: Timestamp | None = None
 
