@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
+    secret_env: list[str] = Field(
+        default_factory=list,
+        description="More environment variables holding secrets that a run's CLI must not see (blanked for it).",
+    )
     worker_id: str | None = Field(default=None, description="Worker identity (default: host:pid).")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Worker /metrics port; 0 = off.")
 
