@@ -74,3 +74,12 @@ class RateLimited(ClaudeqError):
         self.window = window
         when = resets_at.isoformat() if resets_at else "unknown"
         super().__init__(f"account {account!r} rate limited (window {window or '?'}, resets {when})")
+
+
+class PolicyViolation(ClaudeqError):
+    """A job asks for something the worker policy forbids (a tool, a cwd, a permission mode, an unknown MCP tool)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
