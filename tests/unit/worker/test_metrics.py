@@ -1,0 +1,219 @@
+"""WorkerMetrics: samples on a private registry, bounded labels, thread safety, the /metrics HTTP server."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from config.errors import ConfigError
+from producer.models import Usage
+from worker.metrics import WorkerMetrics, canonical_model, model_label, token_label, tool_label
+from worker.outcome import RateLimitSignal
+
+
+@pytest.fixture
+def metrics() -> WorkerMetrics:
+    return WorkerMetrics(CollectorRegistry())
+
+
+def value(m: WorkerMetrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def test_two_instances_have_separate_registries() -> None:
+    first, second = WorkerMetrics(), WorkerMetrics()
+    first.job_finished("q", "succeeded")
+    assert value(first, "claudeq_jobs_finished_total", queue="q", status="succeeded") == 1
+    assert value(second, "claudeq_jobs_finished_total", queue="q", status="succeeded") is None
+
+
+def test_usage_counts_tokens_per_type_and_cost_per_canonical_model(metrics: WorkerMetrics) -> None:
+    usage = Usage(
+        model_usage={
+            "claude-sonnet-5-5": {
+                "inputTokens": 12,
+                "outputTokens": 5,
+                "cacheReadInputTokens": 100,
+                "cacheCreationInputTokens": 7,
+                "costUSD": 0.000074,
+                "canonicalModel": "claude-sonnet-5-5",
+            },
+            # an alias key that the CLI maps to a canonical id
+            "opus": {"inputTokens": 3, "outputTokens": 1, "costUSD": 0.5, "canonicalModel": "claude-opus-5-5"},
+        }
+    )
+    metrics.usage("acct-a", usage)
+    metrics.usage("acct-a", usage)
+    tokens = "claudeq_tokens_total"
+    assert value(metrics, tokens, account="acct-a", model="claude-sonnet-5-5", type="input") == 24
+    assert value(metrics, tokens, account="acct-a", model="claude-sonnet-5-5", type="output") == 10
+    assert value(metrics, tokens, account="acct-a", model="claude-sonnet-5-5", type="cacheRead") == 200
+    assert value(metrics, tokens, account="acct-a", model="claude-sonnet-5-5", type="cacheCreation") == 14
+    assert value(metrics, tokens, account="acct-a", model="claude-opus-5-5", type="input") == 6
+    assert value(metrics, tokens, account="acct-a", model="claude-opus-5-5", type="cacheRead") == 0
+    assert value(metrics, tokens, account="acct-a", model="opus", type="input") is None
+    cost = value(metrics, "claudeq_cost_usd_total", account="acct-a", model="claude-sonnet-5-5")
+    assert cost == pytest.approx(2 * 0.000074)
+    assert value(metrics, "claudeq_cost_usd_total", account="acct-a", model="claude-opus-5-5") == pytest.approx(1.0)
+
+
+def test_usage_without_model_usage_counts_totals_as_other(metrics: WorkerMetrics) -> None:
+    metrics.usage("a", Usage(input_tokens=40, output_tokens=2, cost_usd=0.01))
+    assert value(metrics, "claudeq_tokens_total", account="a", model="other", type="input") == 40
+    assert value(metrics, "claudeq_cost_usd_total", account="a", model="other") == pytest.approx(0.01)
+
+
+def test_usage_ignores_negative_and_non_numeric_fields(metrics: WorkerMetrics) -> None:
+    bad = {"inputTokens": -5, "outputTokens": "many", "costUSD": True}
+    metrics.usage("a", Usage(model_usage={"claude-haiku-5-5": bad}))
+    assert value(metrics, "claudeq_tokens_total", account="a", model="claude-haiku-5-5", type="input") == 0
+    assert value(metrics, "claudeq_tokens_total", account="a", model="claude-haiku-5-5", type="output") == 0
+    assert value(metrics, "claudeq_cost_usd_total", account="a", model="claude-haiku-5-5") == 0
+
+
+def test_job_attempt_retry_tool_and_mirror_counters(metrics: WorkerMetrics) -> None:
+    metrics.job_finished("claudeq.runs", "failed")
+    metrics.attempt("a", "transient_error")
+    metrics.attempt("a", "transient_error")
+    metrics.retry("server_error")
+    metrics.tool_call("mcp__calc__add")
+    metrics.tool_call("Read")
+    metrics.tool_call("rm -rf /")
+    metrics.mirror_error()
+    assert value(metrics, "claudeq_jobs_finished_total", queue="claudeq.runs", status="failed") == 1
+    assert value(metrics, "claudeq_attempts_total", account="a", outcome="transient_error") == 2
+    assert value(metrics, "claudeq_retries_total", reason="server_error") == 1
+    assert value(metrics, "claudeq_tool_calls_total", tool="mcp__calc__add") == 1
+    assert value(metrics, "claudeq_tool_calls_total", tool="Read") == 1
+    assert value(metrics, "claudeq_tool_calls_total", tool="other") == 1
+    assert value(metrics, "claudeq_session_mirror_errors_total") == 1
+
+
+def test_rate_limit_event_counts_and_sets_utilization(metrics: WorkerMetrics) -> None:
+    metrics.rate_limit_event("a", RateLimitSignal("allowed_warning", window="five_hour", utilization=0.91))
+    metrics.rate_limit_event("a", RateLimitSignal("rejected", window="five_hour"))
+    metrics.rate_limit_event("a", RateLimitSignal("weird", window=None))
+    events = "claudeq_rate_limit_events_total"
+    assert value(metrics, events, account="a", status="allowed_warning", window="five_hour") == 1
+    assert value(metrics, events, account="a", status="rejected", window="five_hour") == 1
+    assert value(metrics, events, account="a", status="other", window="unknown") == 1
+    # a signal without utilization leaves the last known value
+    assert value(metrics, "claudeq_account_utilization_ratio", account="a", window="five_hour") == pytest.approx(0.91)
+
+
+def test_durations_and_in_progress(metrics: WorkerMetrics) -> None:
+    metrics.run_started("a")
+    metrics.run_started("a")
+    metrics.run_ended("a")
+    metrics.run_duration("a", "claude-sonnet-5-5", 42.0)
+    metrics.run_duration("a", "sonnet", 7200.0)
+    metrics.queue_wait(0.3)
+    metrics.queue_wait(-1.0)  # clock skew between hosts: counted as 0, never raises
+    assert value(metrics, "claudeq_runs_in_progress", account="a") == 1
+    duration = "claudeq_run_duration_seconds_bucket"
+    assert value(metrics, duration, account="a", model="claude-sonnet-5-5", le="60.0") == 1
+    assert value(metrics, duration, account="a", model="other", le="7200.0") == 1
+    assert value(metrics, "claudeq_queue_wait_seconds_count") == 2
+    assert value(metrics, "claudeq_queue_wait_seconds_bucket", le="0.05") == 1
+
+
+def test_methods_never_raise(metrics: WorkerMetrics) -> None:
+    metrics.usage("a", None)  # type: ignore[arg-type]
+    metrics.rate_limit_event("a", None)  # type: ignore[arg-type]
+    metrics.run_duration("a", "claude-x", "slow")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "label"),
+    [
+        ("claude-sonnet-5-5", "claude-sonnet-5-5"),
+        ("claude-3-5-haiku-20241022", "claude-3-5-haiku-20241022"),
+        ("sonnet", "other"),
+        ("Claude-Sonnet", "other"),
+        ("claude-" + "x" * 100, "other"),
+        ("claude-sonnet-5-5[1m]", "other"),
+        (None, "other"),
+    ],
+)
+def test_model_label_is_bounded(raw: str | None, label: str) -> None:
+    assert model_label(raw) == label
+
+
+def test_canonical_model_prefers_the_cli_canonical_id() -> None:
+    assert canonical_model("claude-opus-4-1", {"canonicalModel": "claude-opus-5-5"}) == "claude-opus-5-5"
+    assert canonical_model("claude-opus-4-1", {}) == "claude-opus-4-1"
+    assert canonical_model("fable", {"canonicalModel": 3}) == "other"
+
+
+@pytest.mark.parametrize(
+    ("raw", "label"),
+    [
+        ("Bash", "Bash"),
+        ("StructuredOutput", "StructuredOutput"),
+        ("mcp__calc__add", "mcp__calc__add"),
+        ("mcp__calc", "other"),
+        ("mcp__a b__c", "other"),
+        ("Frobnicate", "other"),
+        ("", "other"),
+    ],
+)
+def test_tool_label_is_bounded(raw: str, label: str) -> None:
+    assert tool_label(raw) == label
+
+
+def test_free_form_labels_are_bounded() -> None:
+    assert token_label("acct-1") == "acct-1"
+    assert token_label("") == "unknown"
+    assert token_label("has space") == "other"
+    assert token_label("x" * 65) == "other"
+
+
+def test_concurrent_updates_are_not_lost(metrics: WorkerMetrics) -> None:
+    usage = Usage(model_usage={"claude-haiku-5-5": {"inputTokens": 1, "costUSD": 0.25}})
+
+    def work() -> None:
+        for _ in range(500):
+            metrics.usage("a", usage)
+            metrics.run_started("a")
+            metrics.run_ended("a")
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert value(metrics, "claudeq_tokens_total", account="a", model="claude-haiku-5-5", type="input") == 4000
+    assert value(metrics, "claudeq_cost_usd_total", account="a", model="claude-haiku-5-5") == 1000
+    assert value(metrics, "claudeq_runs_in_progress", account="a") == 0
+
+
+def test_serve_on_port_zero_returns_a_port_serving_this_registry(metrics: WorkerMetrics) -> None:
+    metrics.job_finished("q", "succeeded")
+    port = metrics.serve(0, addr="127.0.0.1")
+    try:
+        assert port > 0
+        assert metrics.serve(0, addr="127.0.0.1") == port  # idempotent
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body)
+            for s in family.samples
+        }
+        assert samples[("claudeq_jobs_finished_total", (("queue", "q"), ("status", "succeeded")))] == 1
+    finally:
+        metrics.close()
+
+
+def test_serve_on_a_taken_port_is_a_config_error(metrics: WorkerMetrics) -> None:
+    other = WorkerMetrics(CollectorRegistry())
+    port = other.serve(0, addr="127.0.0.1")
+    try:
+        with pytest.raises(ConfigError) as info:
+            metrics.serve(port, addr="127.0.0.1")
+        assert info.value.field == "CLAUDEQ_METRICS_PORT"
+    finally:
+        other.close()
