@@ -1,0 +1,381 @@
+"""`claudeq`: submit, follow and operate jobs from the shell. Every command has `--json` for scripts.
+
+Exit codes: 0 ok, 1 runtime error (Redis unreachable, …), 2 bad input (the spec was refused: nothing written),
+3 the job finished but did not succeed, 4 waiting timed out (the job goes on), 5 no such job.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import redis
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from config.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
+from config.settings import Settings, load_settings
+from producer.client import Client
+from producer.models import TERMINAL, Event, JobRecord
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+EXIT_JOB_FAILED = 3
+EXIT_TIMEOUT = 4
+EXIT_NOT_FOUND = 5
+
+app = typer.Typer(
+    name="claudeq",
+    help="Run Claude agent jobs in the background: submit, follow, cancel, operate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"configuration: {exc}")
+
+
+def _client() -> Client:
+    return Client(_settings())
+
+
+def _fail(code: int, message: str, as_json: bool = False, **extra: Any) -> NoReturn:
+    if as_json:
+        print(json.dumps({"error": message, **extra}))
+    else:
+        err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _guard(fn: Any) -> Any:
+    """Map claudeq errors to exit codes with one clear line (no tracebacks for expected failures)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            return fn(*args, **kwargs)
+        except JobSpecError as exc:
+            _fail(EXIT_BAD_INPUT, str(exc), as_json, fields=[{"field": f, "reason": r} for f, r in exc.errors])
+        except JobNotFound as exc:
+            _fail(EXIT_NOT_FOUND, str(exc), as_json)
+        except JobTimeout as exc:
+            _fail(EXIT_TIMEOUT, str(exc), as_json)
+        except RecordUnreadable as exc:
+            _fail(EXIT_ERROR, str(exc), as_json)
+        except ConfigError as exc:
+            _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
+        except redis.RedisError as exc:
+            _fail(EXIT_ERROR, f"Redis: {exc.__class__.__name__}: {exc}", as_json)
+        except ClaudeqError as exc:
+            _fail(EXIT_ERROR, str(exc), as_json)
+
+    return functools.wraps(fn)(wrapper)
+
+
+def _read_text_arg(value: str) -> str:
+    """`-` reads stdin, `@path` reads a file, anything else is taken as is."""
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@"):
+        return Path(value[1:]).read_text()
+    return value
+
+
+def _print_record(record: JobRecord, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(record.public()))
+        return
+    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(record.status, "cyan")
+    out.print(f"[bold]{record.id}[/bold]  [{colour}]{record.status}[/{colour}]", highlight=False)
+    rows: list[tuple[str, str]] = [
+        ("account", record.account or "-"),
+        ("session", record.session_id or "-"),
+        ("attempts", ", ".join(f"{a.number}:{a.account or '-'}:{a.outcome or 'running'}" for a in record.attempts)),
+        ("created", record.created_at.isoformat()),
+    ]
+    if record.ready_at:
+        rows.append(("ready at", record.ready_at.isoformat()))
+    if record.result:
+        usage = record.result.usage
+        rows.append(
+            (
+                "usage",
+                f"in {usage.input_tokens} / out {usage.output_tokens} / cache read {usage.cache_read_tokens}"
+                f" / cache write {usage.cache_creation_tokens} · ${usage.cost_usd:.6f}",
+            )
+        )
+    if record.error:
+        rows.append(("error", f"{record.error.kind}: {record.error.message}"))
+    for key, value in rows:
+        out.print(f"  {key:<9} {value}", highlight=False)
+    if record.result and record.result.structured_output is not None:
+        out.print_json(data=record.result.structured_output)
+    elif record.result and record.result.text:
+        out.print(record.result.text, highlight=False, markup=False)
+
+
+def _metadata(pairs: list[str]) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise JobSpecError([("metadata", f"{pair!r} is not KEY=VALUE")])
+        data[key] = value
+    return data
+
+
+@app.command()
+@_guard
+def submit(
+    prompt: Annotated[str, typer.Argument(help="The prompt; '-' reads stdin, '@file' reads a file.")],
+    model: Annotated[str | None, typer.Option(help="Model alias or id.")] = None,
+    system_prompt: Annotated[str | None, typer.Option(help="Replace the system prompt.")] = None,
+    append_system_prompt: Annotated[str | None, typer.Option(help="Append to the system prompt.")] = None,
+    tools: Annotated[str | None, typer.Option(help="Tool profile, or a comma-separated list of tools.")] = None,
+    mcp_tool: Annotated[list[str] | None, typer.Option(help="Worker-registered MCP tool (repeatable).")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="Maximum agent turns.")] = None,
+    max_budget_usd: Annotated[float | None, typer.Option(help="Budget cap in USD.")] = None,
+    output_schema: Annotated[str | None, typer.Option(help="JSON schema (JSON text or @file).")] = None,
+    conversation: Annotated[str | None, typer.Option(help="Continue (or start) this conversation.")] = None,
+    resume: Annotated[str | None, typer.Option(help="Resume this session id.")] = None,
+    fork: Annotated[bool, typer.Option(help="Branch the conversation/session instead of continuing it.")] = False,
+    account: Annotated[str | None, typer.Option(help="Pin the job to this account.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Celery queue.")] = None,
+    priority: Annotated[int, typer.Option(help="0 (first) .. 9 (last).")] = 0,
+    deadline_s: Annotated[float | None, typer.Option("--deadline", help="Hard deadline per attempt (s).")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
+    cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    metadata: Annotated[list[str] | None, typer.Option("--meta", help="KEY=VALUE (repeatable).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    timeout: Annotated[float | None, typer.Option(help="With --wait: give up waiting after this many s.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a job. Prints its id (or, with --wait, its final record)."""
+    fields: dict[str, Any] = {"prompt": _read_text_arg(prompt), "priority": priority, "fork": fork}
+    optional: dict[str, Any] = {
+        "model": model,
+        "system_prompt": system_prompt,
+        "append_system_prompt": append_system_prompt,
+        "max_turns": max_turns,
+        "max_budget_usd": max_budget_usd,
+        "conversation": conversation,
+        "resume": resume,
+        "account": account,
+        "queue": queue,
+        "deadline_s": deadline_s,
+        "max_attempts": max_attempts,
+        "cwd": cwd,
+        "idempotency_key": idempotency_key,
+    }
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    if tools is not None:
+        fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
+    if mcp_tool:
+        fields["mcp_tools"] = mcp_tool
+    if metadata:
+        fields["metadata"] = _metadata(metadata)
+    if output_schema is not None:
+        try:
+            fields["output_schema"] = json.loads(_read_text_arg(output_schema))
+        except json.JSONDecodeError as exc:
+            raise JobSpecError([("output_schema", f"not JSON: {exc}")]) from None
+    client = _client()
+    handle = client.submit(fields)
+    if not wait:
+        if as_json:
+            print(json.dumps({"id": handle.id, "created": handle.created}))
+        else:
+            out.print(handle.id, highlight=False)
+        return
+    record = _wait_with_spinner(client, handle.id, timeout, as_json)
+    _print_record(record, as_json)
+    if record.status != "succeeded":
+        raise typer.Exit(EXIT_JOB_FAILED)
+
+
+def _wait_with_spinner(client: Client, job_id: str, timeout: float | None, as_json: bool) -> JobRecord:
+    if as_json or not err.is_terminal:
+        return client.wait(job_id, timeout=timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with err.status(f"{job_id}: waiting…") as spinner:
+        while True:
+            record = client.get(job_id)
+            if record.status in TERMINAL:
+                return record
+            attempt = record.attempts[-1].number if record.attempts else 0
+            detail = f" on {record.account}" if record.account else ""
+            spinner.update(f"{job_id}: {record.status}{detail} (attempt {attempt})")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(job_id, timeout or 0)
+            time.sleep(0.3)
+
+
+@app.command()
+@_guard
+def status(job_id: str, as_json: JsonOpt = False) -> None:
+    """Show a job's record."""
+    _print_record(_client().get(job_id), as_json)
+
+
+@app.command("wait")
+@_guard
+def wait_cmd(
+    job_id: str,
+    timeout: Annotated[float | None, typer.Option(help="Give up waiting after this many s.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wait for a job to finish; exit 3 if it did not succeed, 4 on timeout."""
+    record = _wait_with_spinner(_client(), job_id, timeout, as_json)
+    _print_record(record, as_json)
+    if record.status != "succeeded":
+        raise typer.Exit(EXIT_JOB_FAILED)
+
+
+@app.command()
+@_guard
+def cancel(job_id: str, as_json: JsonOpt = False) -> None:
+    """Cancel a job: at once when waiting; a running job is stopped within about a second."""
+    result = _client().cancel(job_id)
+    message = {
+        "cancelled": "cancelled",
+        "running": "cancel requested; the worker stops the run",
+    }.get(result, f"already {result}")
+    if as_json:
+        print(json.dumps({"id": job_id, "result": result}))
+    else:
+        out.print(f"{job_id}: {message}", highlight=False)
+
+
+@app.command("list")
+@_guard
+def list_cmd(
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recent jobs, newest first."""
+    items = _client().list(status=status, limit=limit)
+    if as_json:
+        print(
+            json.dumps(
+                [i.public() if isinstance(i, JobRecord) else {"id": i.job_id, "unreadable": i.detail} for i in items]
+            )
+        )
+        return
+    table = Table("status", "account", "attempts", "created", "prompt")
+    table.add_column("id", no_wrap=True)
+    for item in items:
+        if isinstance(item, RecordUnreadable):
+            table.add_row("[red]unreadable[/red]", "", "", "", item.detail[:40], item.job_id)
+            continue
+        table.add_row(
+            item.status,
+            item.account or "-",
+            str(len(item.attempts)),
+            item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            item.spec.prompt[:40].replace("\n", " "),
+            item.id,
+        )
+    out.print(table)
+
+
+def _event_line(event: Event) -> str:
+    attempt = f"#{event.attempt} " if event.attempt else ""
+    data = " ".join(f"{k}={json.dumps(v)[:120]}" for k, v in event.data.items())
+    return f"{event.at.strftime('%H:%M:%S.%f')[:-3]} {attempt}{event.type} {data}"
+
+
+@app.command()
+@_guard
+def events(
+    job_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following until the job ends.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a job's events (one JSON object per line with --json)."""
+    client = _client()
+    client.get(job_id)
+    for event in client.events(job_id, follow=follow):
+        if as_json:
+            print(event.model_dump_json(), flush=True)
+        else:
+            out.print(_event_line(event), highlight=False, markup=False)
+
+
+@config_app.command("check")
+def config_check(as_json: JsonOpt = False) -> None:
+    """Validate settings and accounts, and check Redis and the Claude CLI are reachable (secrets never shown)."""
+    problems: list[str] = []
+    report: dict[str, Any] = {}
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
+    report["redis_url"] = settings.redacted_redis_url()
+    try:
+        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping()
+        report["redis"] = "ok"
+    except redis.RedisError as exc:
+        report["redis"] = f"unreachable: {exc.__class__.__name__}"
+        problems.append(f"Redis at {settings.redacted_redis_url()} does not answer (set CLAUDEQ_REDIS_URL)")
+    accounts: list[dict[str, Any]] = []
+    try:
+        pool = settings.accounts
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"accounts: {exc}", as_json)
+    if not pool.accounts:
+        problems.append("no accounts: set CLAUDEQ_ACCOUNTS_FILE (see accounts.example.toml) or a token in the env")
+    for acct in pool.accounts:
+        entry: dict[str, Any] = {"name": acct.name, "kind": acct.kind, "max_concurrency": acct.max_concurrency}
+        try:
+            acct.read_token()
+            entry["token"] = "present"
+        except ConfigError as exc:
+            entry["token"] = "missing"
+            problems.append(str(exc))
+        accounts.append(entry)
+    report["accounts"] = accounts
+    report["queues"] = settings.queues
+    report["problems"] = problems
+    if as_json:
+        print(json.dumps(report))
+    else:
+        out.print(f"redis      {report['redis_url']}: {report['redis']}", highlight=False)
+        for entry in accounts:
+            out.print(
+                f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
+                highlight=False,
+            )
+        for problem in problems:
+            err.print(f"[red]problem:[/red] {problem}", highlight=False)
+        if not problems:
+            out.print("[green]configuration ok[/green]")
+    raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Submitting through the Client and the `claudeq` CLI writes the record and puts a real Celery message on the
+real broker queue; refused specs write and send nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import redis
+
+from config.settings import Settings
+from producer.client import Client
+
+pytestmark = pytest.mark.integration
+
+
+def _broker_messages(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
+    """Every message on the queue's Redis lists (kombu keeps a list per priority step)."""
+    names = [name for name in client.keys(f"{queue}*") if name.decode().startswith(queue)]
+    messages = []
+    for name in names:
+        messages += [json.loads(raw) for raw in client.lrange(name, 0, -1)]
+    return messages
+
+
+def _cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "CLAUDEQ_REDIS_URL": settings.redis_url,
+        "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
+        "CLAUDEQ_QUEUE": settings.queue,
+        "CLAUDEQ_QUEUES": json.dumps(settings.queues),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "producer.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_client_submit_writes_record_and_enqueues_the_task(client: Client, redis_client: redis.Redis) -> None:
+    handle = client.submit(prompt="write a haiku", model="haiku", priority=0)
+    record = client.get(handle.id)
+    assert record.status == "queued"
+    assert record.spec.model == "haiku"
+    messages = _broker_messages(redis_client, client.settings.queue)
+    assert len(messages) == 1
+    headers = messages[0]["headers"]
+    assert headers["task"] == "claudeq.run"
+    body = json.loads(base64.b64decode(messages[0]["body"]))
+    assert body[0] == [handle.id]
+    assert [e.type for e in client.events(handle.id)] == ["submitted"]
+
+
+def test_idempotent_submit_on_real_redis_sends_once(client: Client, redis_client: redis.Redis) -> None:
+    a = client.submit(prompt="once", idempotency_key="nightly-report")
+    b = client.submit(prompt="once", idempotency_key="nightly-report")
+    assert a.id == b.id
+    assert len(_broker_messages(redis_client, client.settings.queue)) == 1
+
+
+def test_cli_submit_then_status_json(settings: Settings, redis_client: redis.Redis, client: Client) -> None:
+    done = _cli(settings, "submit", "-", "--model", "sonnet", "--meta", "ticket=42", "--json", stdin="from stdin")
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["id"]
+    shown = _cli(settings, "status", job_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    public = json.loads(shown.stdout)
+    assert public["id"] == job_id
+    assert public["status"] == "queued"
+    assert public["spec"]["prompt"] == "from stdin"
+    assert public["spec"]["metadata"] == {"ticket": "42"}
+    assert set(public) >= {"attempts", "result", "error", "created_at", "session_id", "ready_at"}
+    assert public["created_at"].endswith("Z")
+    messages = _broker_messages(redis_client, settings.queue)
+    assert [m["headers"]["task"] for m in messages] == ["claudeq.run"]
+
+
+def test_cli_refuses_bad_input_with_exit_2_and_writes_nothing(settings: Settings, redis_client: redis.Redis) -> None:
+    done = _cli(settings, "submit", "hi", "--max-budget-usd", "-1", "--json")
+    assert done.returncode == 2
+    error = json.loads(done.stdout)
+    assert error["fields"][0]["field"] == "max_budget_usd"
+    assert list(redis_client.scan_iter(match=f"{settings.key_prefix}*")) == []
+    assert _broker_messages(redis_client, settings.queue) == []
+
+
+def test_cli_cancel_and_list(settings: Settings, client: Client) -> None:
+    handle = client.submit(prompt="cancel me")
+    done = _cli(settings, "cancel", handle.id, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"id": handle.id, "result": "cancelled"}
+    listed = json.loads(_cli(settings, "list", "--status", "cancelled", "--json").stdout)
+    assert [item["id"] for item in listed] == [handle.id]
+    events = [json.loads(line)["type"] for line in _cli(settings, "events", handle.id, "--json").stdout.splitlines()]
+    assert events == ["submitted", "cancelled"]
+
+
+def test_cli_unknown_job_exits_5(settings: Settings, redis_client: redis.Redis) -> None:
+    assert _cli(settings, "status", "no-such-job").returncode == 5
+
+
+def test_cli_wait_times_out_with_exit_4_while_the_job_goes_on(settings: Settings, client: Client) -> None:
+    handle = client.submit(prompt="nobody runs me")
+    done = _cli(settings, "wait", handle.id, "--timeout", "0.5", "--json")
+    assert done.returncode == 4
+    assert client.get(handle.id).status == "queued"

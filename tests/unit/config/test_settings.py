@@ -1,0 +1,123 @@
+"""Settings and the account pool: defaults, environment, and errors that name the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.accounts import AccountPool
+from config.celery import celery_config
+from config.errors import ConfigError
+from config.settings import Settings, load_settings
+
+
+def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLAUDEQ_REDIS_URL", raising=False)
+    settings = load_settings(_env_file=None)
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.key_prefix == "claudeq:"
+    assert settings.policy.workspace_roots == []
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", "rediss://:secret@redis.example:6380/2")
+    monkeypatch.setenv("CLAUDEQ_CONCURRENCY", "8")
+    monkeypatch.setenv("CLAUDEQ_POLICY__WORKSPACE_ROOTS", '["/srv/work"]')
+    settings = load_settings(_env_file=None)
+    assert settings.concurrency == 8
+    assert settings.policy.workspace_roots == [Path("/srv/work")]
+    assert settings.redacted_redis_url() == "rediss://:***@redis.example:6380/2"
+
+
+def test_invalid_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDEQ_CONCURRENCY", "-3")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert info.value.field == "CLAUDEQ_CONCURRENCY"
+    monkeypatch.delenv("CLAUDEQ_CONCURRENCY")
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", "http://nope")
+    with pytest.raises(ConfigError, match=r"CLAUDEQ_REDIS_URL.*redis://"):
+        load_settings(_env_file=None)
+
+
+def test_celery_config_has_the_long_run_settings() -> None:
+    settings = Settings(_env_file=None, max_deadline_s=7200)  # type: ignore[call-arg]
+    conf = celery_config(settings)
+    assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"]
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["worker_cancel_long_running_tasks_on_connection_loss"]
+    visibility = settings.visibility_timeout_s
+    assert visibility > 7200
+    assert conf["broker_transport_options"]["visibility_timeout"] == visibility
+    assert conf["result_backend_transport_options"]["visibility_timeout"] == visibility
+    assert conf["visibility_timeout"] == visibility
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "accounts.toml"
+    path.write_text(text)
+    return path
+
+
+def test_accounts_file_is_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token_file = tmp_path / "tok"
+    token_file.write_text("sk-ant-oat01-test-file\n")
+    path = _write(
+        tmp_path,
+        f"""
+[[accounts]]
+name = "main"
+kind = "oauth"
+token_env = "MAIN_TOKEN"
+max_concurrency = 2
+
+[[accounts]]
+name = "api"
+kind = "api_key"
+token_file = "{token_file}"
+models = ["claude-haiku-5-5"]
+""",
+    )
+    monkeypatch.setenv("MAIN_TOKEN", "sk-ant-oat01-test-main")
+    pool = AccountPool.from_toml(path)
+    assert pool.names == ["main", "api"]
+    assert pool.get("main") is not None and pool.get("main").read_token() == "sk-ant-oat01-test-main"  # type: ignore[union-attr]
+    api = pool.get("api")
+    assert api is not None and api.read_token() == "sk-ant-oat01-test-file"
+    assert api.token_env_var == "ANTHROPIC_API_KEY"
+    assert not api.allows_model("claude-opus-5-5") and api.allows_model("claude-haiku-5-5")
+    assert pool.secret_env_vars() == {"MAIN_TOKEN"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[accounts]]\nname = "a"\nkind = "oauth"\n', "exactly one of token_env or token_file"),
+        ('[[accounts]]\nname = "a"\nkind = "robot"\ntoken_env = "X"\n', "accounts.0.kind"),
+        ('[[accounts]]\nname = "a"\nkind = "oauth"\ntoken_env = "X"\ntoken = "sk"\n', "Extra inputs"),
+        (
+            '[[accounts]]\nname = "a"\nkind = "oauth"\ntoken_env = "X"\n[[accounts]]\nname = "a"\nkind = "oauth"\n'
+            'token_env = "Y"\n',
+            "used twice",
+        ),
+        ("[[accounts]\n", "not valid TOML"),
+    ],
+)
+def test_bad_accounts_file_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AccountPool.from_toml(_write(tmp_path, text))
+
+
+def test_missing_token_is_reported_without_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOPE_TOKEN", raising=False)
+    pool = AccountPool.from_dict({"accounts": [{"name": "a", "kind": "oauth", "token_env": "NOPE_TOKEN"}]})
+    with pytest.raises(ConfigError, match="NOPE_TOKEN is empty or unset"):
+        pool.accounts[0].read_token()
+
+
+def test_a_token_in_the_environment_makes_a_default_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test-env")
+    monkeypatch.delenv("CLAUDEQ_ACCOUNTS_FILE", raising=False)
+    settings = load_settings(_env_file=None)
+    assert settings.accounts.names == ["default"]

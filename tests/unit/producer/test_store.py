@@ -1,0 +1,281 @@
+"""JobStore on fakeredis: every status transition, idempotency, TTLs, event trimming, unreadable records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import fakeredis
+import pytest
+
+from config.errors import JobNotFound, RecordUnreadable
+from producer.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
+from producer.store import JobStore
+
+
+def _record(job_id: str = "j1", **spec: object) -> JobRecord:
+    return JobRecord(id=job_id, spec=JobSpec(prompt="hi", **spec), status="queued", created_at=utcnow())  # type: ignore[arg-type]
+
+
+def _queued(store: JobStore, job_id: str = "j1") -> str:
+    created_id, created = store.create(_record(job_id))
+    assert created
+    return created_id
+
+
+def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    record = fake_store.get(job_id)
+    assert record.status == "queued"
+    assert record.spec.prompt == "hi"
+    assert fake_store.redis.zscore(fake_store.keys.jobs, job_id) is not None
+    assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is not None
+
+
+def test_same_idempotency_key_returns_the_same_job(fake_store: JobStore) -> None:
+    first, created1 = fake_store.create(_record("a", idempotency_key="k"))
+    second, created2 = fake_store.create(_record("b", idempotency_key="k"))
+    assert (first, created1) == ("a", True)
+    assert (second, created2) == ("a", False)
+    assert not fake_store.redis.exists(fake_store.keys.job("b"))
+
+
+def test_idempotency_key_of_an_expired_job_makes_a_new_job(fake_store: JobStore) -> None:
+    fake_store.create(_record("a", idempotency_key="k"))
+    fake_store.redis.delete(fake_store.keys.job("a"))
+    job_id, created = fake_store.create(_record("b", idempotency_key="k"))
+    assert (job_id, created) == ("b", True)
+
+
+def test_claim_moves_queued_to_running_with_a_fence_and_lease(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    assert claim.ok and claim.fence == 1
+    record = fake_store.get(job_id)
+    assert (record.status, record.worker, record.fence) == ("running", "w1", 1)
+    assert record.started_at is not None
+    assert fake_store.lease_alive(job_id)
+    assert job_id in fake_store.running_ids()
+    assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is None
+
+
+def test_a_second_delivery_of_a_running_job_is_busy(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    fake_store.claim(job_id, "w1", 10)
+    assert fake_store.claim(job_id, "w2", 10).result == "busy"
+
+
+def test_a_running_job_without_lease_is_an_orphan_for_the_reconciler(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    fake_store.claim(job_id, "w1", 10)
+    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    assert fake_store.claim(job_id, "w2", 10).result == "orphan"
+
+
+def test_claim_of_unknown_or_finished_job_is_refused(fake_store: JobStore) -> None:
+    assert fake_store.claim("nope", "w1", 10).result == "missing"
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    fake_store.write(job_id, claim.fence, status="succeeded")
+    assert fake_store.claim(job_id, "w1", 10).result == "succeeded"
+
+
+def test_heartbeat_only_extends_our_own_lease(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    assert fake_store.heartbeat(job_id, "w1", claim.fence, 10)
+    assert not fake_store.heartbeat(job_id, "w2", claim.fence, 10)
+    assert not fake_store.heartbeat(job_id, "w1", claim.fence + 1, 10)
+
+
+def test_succeeded_write_sets_result_and_retention_ttl(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    fake_store.append_event(job_id, Event(type="x"))
+    ok = fake_store.write(
+        job_id, claim.fence, status="succeeded", result=JobResult(text="done"), session_id="s1", account="a"
+    )
+    assert ok
+    record = fake_store.get(job_id)
+    assert (record.status, record.session_id, record.account) == ("succeeded", "s1", "a")
+    assert record.result is not None and record.result.text == "done"
+    assert record.finished_at is not None
+    assert 0 < fake_store.redis.ttl(fake_store.keys.job(job_id)) <= fake_store.result_ttl_s
+    assert 0 < fake_store.redis.ttl(fake_store.keys.events(job_id)) <= fake_store.result_ttl_s
+    assert not fake_store.lease_alive(job_id)
+    assert job_id not in fake_store.running_ids()
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+def test_other_terminal_states_keep_the_error(fake_store: JobStore, status: str) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    assert fake_store.write(job_id, claim.fence, status=status, error=JobError(kind="job", message="boom"))  # type: ignore[arg-type]
+    record = fake_store.get(job_id)
+    assert record.status == status
+    assert record.error is not None and record.error.message == "boom"
+
+
+def test_stale_fence_cannot_write(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    old = fake_store.claim(job_id, "w1", 10)
+    # w1 paused, its lease expired, the reconciler gave the job back and w2 took it over.
+    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    assert fake_store.recover(job_id, old.fence, [Attempt(number=1, outcome="worker_lost", started_at=utcnow())])
+    new = fake_store.claim(job_id, "w2", 10)
+    assert new.fence == old.fence + 1
+    assert not fake_store.write(job_id, old.fence, status="failed", error=JobError(kind="job", message="late"))
+    assert fake_store.write(job_id, new.fence, status="succeeded")
+    assert not fake_store.write(job_id, new.fence, status="failed")
+    assert fake_store.get(job_id).status == "succeeded"
+
+
+def test_terminal_states_never_change(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    fake_store.write(job_id, claim.fence, status="succeeded")
+    assert fake_store.cancel(job_id) == "succeeded"
+    assert not fake_store.promote(job_id, force=True)
+    assert fake_store.get(job_id).status == "succeeded"
+
+
+def test_running_to_deferred_to_queued_via_promote(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    ready = utcnow() + timedelta(seconds=30)
+    assert fake_store.write(job_id, claim.fence, status="deferred", ready_at=ready)
+    record = fake_store.get(job_id)
+    assert record.status == "deferred" and record.ready_at is not None
+    assert fake_store.due_deferred() == []
+    assert not fake_store.promote(job_id)  # not due yet
+    assert fake_store.due_deferred(now=ready.timestamp() + 1) == [job_id]
+    assert fake_store.promote(job_id, now=ready.timestamp() + 1)
+    assert not fake_store.promote(job_id, now=ready.timestamp() + 1)  # claimed once only
+    record = fake_store.get(job_id)
+    assert record.status == "queued" and record.ready_at is None
+    assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is not None
+
+
+def test_running_to_queued_requeue(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    attempts = [Attempt(number=1, outcome="requeued", started_at=utcnow())]
+    assert fake_store.write(job_id, claim.fence, status="queued", attempts=attempts)
+    record = fake_store.get(job_id)
+    assert record.status == "queued"
+    assert [a.outcome for a in record.attempts] == ["requeued"]
+    assert fake_store.claim(job_id, "w2", 10).ok
+
+
+@pytest.mark.parametrize("waiting", ["queued", "deferred"])
+def test_cancel_a_waiting_job_at_once(fake_store: JobStore, waiting: str) -> None:
+    job_id = _queued(fake_store)
+    if waiting == "deferred":
+        claim = fake_store.claim(job_id, "w1", 10)
+        fake_store.write(job_id, claim.fence, status="deferred", ready_at=utcnow() + timedelta(hours=1))
+    assert fake_store.cancel(job_id) == "cancelled"
+    record = fake_store.get(job_id)
+    assert record.status == "cancelled"
+    assert record.error is not None and record.error.kind == "cancelled"
+    assert fake_store.redis.zscore(fake_store.keys.deferred, job_id) is None
+    assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is None
+    assert fake_store.redis.ttl(fake_store.keys.job(job_id)) > 0
+    assert [e.type for _, e in fake_store.read_events(job_id)] == ["cancelled"]
+
+
+def test_cancel_a_running_job_sets_the_flag_and_publishes(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    fake_store.claim(job_id, "w1", 10)
+    pubsub = fake_store.redis.pubsub()
+    pubsub.subscribe(fake_store.keys.cancel_channel)
+    pubsub.get_message(timeout=1)  # the subscribe confirmation
+    assert fake_store.cancel(job_id) == "running"
+    assert fake_store.cancel_requested(job_id)
+    message = pubsub.get_message(timeout=1)
+    assert message is not None and message["data"] == job_id.encode()
+    assert fake_store.get(job_id).status == "running"  # the worker finishes the transition
+
+
+def test_cancel_of_unknown_job_says_missing(fake_store: JobStore) -> None:
+    assert fake_store.cancel("nope") == "missing"
+
+
+def test_reconciler_recovery_requires_an_expired_lease(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    lost = [Attempt(number=1, outcome="worker_lost", started_at=utcnow())]
+    assert not fake_store.recover(job_id, claim.fence, lost)  # lease still alive
+    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    assert fake_store.recover(job_id, claim.fence, lost)
+    assert not fake_store.recover(job_id, claim.fence, lost)  # only once
+    record = fake_store.get(job_id)
+    assert record.status == "queued"
+    assert [a.outcome for a in record.attempts] == ["worker_lost"]
+
+
+def test_unclaimed_queued_jobs_are_resent_once(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    fake_store.redis.zadd(fake_store.keys.queued, {job_id: 0})
+    assert fake_store.stale_queued(older_than_s=60) == [job_id]
+    assert fake_store.claim_resend(job_id, older_than_s=60)
+    assert not fake_store.claim_resend(job_id, older_than_s=60)
+    assert fake_store.stale_queued(older_than_s=60) == []
+
+
+def test_event_stream_is_trimmed(fake_redis: fakeredis.FakeRedis, fake_store: JobStore) -> None:
+    store = JobStore(fake_redis, fake_store.keys, result_ttl_s=3600, events_maxlen=10)
+    job_id = _queued(store)
+    for i in range(200):
+        store.append_event(job_id, Event(type="tick", data={"i": i}))
+    events = store.read_events(job_id)
+    assert len(events) < 200
+    assert events[-1][1].data == {"i": 199}
+
+
+def test_read_events_after_an_id(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    first = fake_store.append_event(job_id, Event(type="a"))
+    fake_store.append_event(job_id, Event(type="b"))
+    assert [e.type for _, e in fake_store.read_events(job_id, after=first)] == ["b"]
+
+
+def test_follow_events_ends_when_the_job_is_finished(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    fake_store.append_event(job_id, Event(type="a"))
+    fake_store.write(job_id, claim.fence, status="succeeded")
+    fake_store.append_event(job_id, Event(type="b"))
+    assert [e.type for e in fake_store.follow_events(job_id, poll_ms=10)] == ["a", "b"]
+
+
+def test_unreadable_record_is_reported_not_crashed_on(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    fake_store.redis.hset(fake_store.keys.job(job_id), "spec", '{"prompt": "x", "from_the_future": 1}')
+    with pytest.raises(RecordUnreadable) as info:
+        fake_store.get(job_id)
+    assert info.value.job_id == job_id
+    listed = fake_store.list_jobs()
+    assert isinstance(listed[0], RecordUnreadable)
+
+
+def test_get_unknown_job(fake_store: JobStore) -> None:
+    with pytest.raises(JobNotFound):
+        fake_store.get("nope")
+
+
+def test_list_filters_by_status_newest_first(fake_store: JobStore) -> None:
+    for job_id in ("a", "b", "c"):
+        fake_store.create(_record(job_id))
+    claim = fake_store.claim("b", "w", 10)
+    fake_store.write("b", claim.fence, status="succeeded")
+    assert [r.id for r in fake_store.list_jobs() if isinstance(r, JobRecord)] == ["c", "b", "a"]
+    assert [r.id for r in fake_store.list_jobs(status="queued") if isinstance(r, JobRecord)] == ["c", "a"]
+    assert fake_store.count_by_status() == {"queued": 2, "succeeded": 1}
+
+
+def test_trim_index_drops_only_expired_jobs(fake_store: JobStore) -> None:
+    for job_id in ("old", "kept"):
+        fake_store.create(_record(job_id))
+    fake_store.redis.zadd(fake_store.keys.jobs, {"old": 0, "kept": 0})
+    fake_store.redis.delete(fake_store.keys.job("old"))
+    assert fake_store.trim_index() == 1
+    assert fake_store.redis.zscore(fake_store.keys.jobs, "kept") is not None
