@@ -1,0 +1,246 @@
+"""AccountStore: what Redis holds about each account (state, cooldown, windows, counters) and its slot semaphore.
+
+The CLI and the exporter read accounts through this class without importing `worker`; the worker's AccountManager
+makes the decisions and writes through it.
+
+The account hash `keys.account(name)` holds:
+  state            `ok` | `warning` | `disabled` (persistent; `cooling` is derived from `cooldown_until`)
+  disabled_reason  why an operator or a 401 disabled it
+  cooldown_until   epoch s; the account takes no new run before then (a past value means not cooling)
+  cooldown_reason  why it cools (the rejected window and its reset)
+  w:<window>       JSON WindowInfo: last status, utilization, resets_at, type, seen_at of that window
+  warn_window      the window of the last `allowed_warning`
+  n:<counter>      counters (acquired, rejected, warnings, cooled, auth_failed, disabled)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from config.accounts import AccountConfig, AccountPool
+from config.errors import UnknownAccount
+from producer import account_scripts
+from producer.keys import Keys
+from producer.models import AccountState, AccountStateName, WindowInfo
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _epoch(value: datetime) -> float:
+    return value.timestamp()
+
+
+def _from_epoch(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromtimestamp(float(value), UTC)
+    except ValueError:
+        return None
+
+
+class AccountStore:
+    """Reads and writes account state and slots in Redis; every multi-step change is one Lua script."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, pool: AccountPool) -> None:
+        self.redis = client
+        self.keys = keys
+        self.pool = pool
+        self._acquire = client.register_script(account_scripts.ACQUIRE)
+        self._release = client.register_script(account_scripts.RELEASE)
+        self._cool = client.register_script(account_scripts.COOL)
+        self._set_state = client.register_script(account_scripts.SET_STATE)
+
+    def config(self, name: str) -> AccountConfig:
+        """The configured account `name`; UnknownAccount otherwise."""
+        account = self.pool.get(name)
+        if account is None:
+            raise UnknownAccount(name)
+        return account
+
+    # ---- reads -----------------------------------------------------------------------------------------------
+
+    def states(self, now: float | None = None) -> list[AccountState]:
+        """Every configured account's current state, in pool order."""
+        return [state for state, _ in self.snapshot(now)]
+
+    def state(self, name: str, now: float | None = None) -> AccountState:
+        """One account's current state; UnknownAccount if it is not configured."""
+        self.config(name)
+        return next(state for state, _ in self.snapshot(now) if state.name == name)
+
+    def snapshot(self, now: float | None = None) -> list[tuple[AccountState, datetime | None]]:
+        """(state, earliest live slot expiry) per configured account, read in one round trip."""
+        now = time.time() if now is None else now
+        pipe = self.redis.pipeline(transaction=False)
+        for account in self.pool.accounts:
+            pipe.hgetall(self.keys.account(account.name))
+            pipe.zrangebyscore(self.keys.account_slots(account.name), f"({now}", "+inf", withscores=True)
+        replies = pipe.execute()
+        out: list[tuple[AccountState, datetime | None]] = []
+        for i, account in enumerate(self.pool.accounts):
+            raw = {_text(k): _text(v) for k, v in replies[2 * i].items()}
+            slots: list[tuple[Any, float]] = replies[2 * i + 1]
+            state = parse_state(account, raw, slots_in_use=len(slots), now=now)
+            first_free = datetime.fromtimestamp(min(s for _, s in slots), UTC) if slots else None
+            out.append((state, first_free))
+        return out
+
+    def slot_holders(self, name: str, now: float | None = None) -> dict[str, float]:
+        """Job id -> slot expiry (epoch s) of the live slots on `name`."""
+        now = time.time() if now is None else now
+        rows: list[Any] = self.redis.zrangebyscore(self.keys.account_slots(name), f"({now}", "+inf", withscores=True)
+        return {_text(row[0]): float(row[1]) for row in rows}
+
+    def held_by(self, job_id: str, now: float | None = None) -> list[str]:
+        """Accounts on which `job_id` holds a live slot (normally none or one)."""
+        now = time.time() if now is None else now
+        pipe = self.redis.pipeline(transaction=False)
+        for account in self.pool.accounts:
+            pipe.zscore(self.keys.account_slots(account.name), job_id)
+        scores = pipe.execute()
+        return [a.name for a, score in zip(self.pool.accounts, scores, strict=True) if score and float(score) > now]
+
+    def waiters(self, name: str) -> list[str]:
+        """Job ids waiting for a slot on `name`, oldest first."""
+        return [_text(m) for m in self.redis.zrange(self.keys.account_waiters(name), 0, -1)]
+
+    # ---- the semaphore ---------------------------------------------------------------------------------------
+
+    def try_acquire(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> int:
+        """Take a slot on `name` for `job_id`: 1 acquired (or already held), 0 full, -1 disabled, -2 cooling."""
+        account = self.config(name)
+        now = time.time() if now is None else now
+        result = self._acquire(
+            keys=[self.keys.account_slots(name), self.keys.account(name)],
+            args=[job_id, account.max_concurrency, repr(now + ttl_s), repr(now)],
+        )
+        return int(result)
+
+    def refresh(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> bool:
+        """Extend a held slot's expiry (ZADD XX); False when the slot is no longer held."""
+        now = time.time() if now is None else now
+        return bool(self.redis.zadd(self.keys.account_slots(name), {job_id: now + ttl_s}, xx=True, ch=True))
+
+    def release(self, name: str, job_id: str, now: float | None = None) -> list[str]:
+        """Free `job_id`'s slot on `name`; returns the oldest still-deferred waiter popped (0 or 1 job id)."""
+        now = time.time() if now is None else now
+        popped = self._release(
+            keys=[self.keys.account_slots(name), self.keys.account_waiters(name), self.keys.account(name)],
+            args=[job_id, self.keys.job(""), repr(now)],
+        )
+        return [_text(j) for j in popped]
+
+    def add_waiter(self, names: Iterable[str], job_id: str, now: float | None = None) -> None:
+        """Register a deferred job as waiting for a slot on each of `names` (keeps its place if already there)."""
+        now = time.time() if now is None else now
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.zadd(self.keys.account_waiters(name), {job_id: now}, nx=True)
+        pipe.execute()
+
+    # ---- state writes ----------------------------------------------------------------------------------------
+
+    def record_window(self, name: str, window: str, info: WindowInfo) -> None:
+        """Store the last rate-limit information seen for one window."""
+        self.redis.hset(self.keys.account(name), f"w:{window}", info.model_dump_json())
+
+    def set_warning(self, name: str, window: str | None) -> None:
+        """Mark the account `warning` (unless disabled): it is chosen last."""
+        self._set_state_unless_disabled(name, "warning", warn_window=window or "")
+
+    def clear_warning(self, name: str) -> None:
+        """Back to `ok` after an `allowed` signal (unless disabled)."""
+        self._set_state_unless_disabled(name, "ok", warn_window="")
+
+    def cool(self, name: str, until: datetime, reason: str) -> bool:
+        """Cool until `until` (never shortens a longer cooldown); True when the cooldown was extended."""
+        return bool(self._cool(keys=[self.keys.account(name)], args=[repr(_epoch(until)), reason]))
+
+    def clear_cooldown(self, name: str) -> None:
+        """End a cooldown now (operator)."""
+        self.config(name)
+        self.redis.hdel(self.keys.account(name), "cooldown_until", "cooldown_reason")
+
+    def disable(self, name: str, reason: str) -> None:
+        """Disable: no new run goes to the account until it is enabled."""
+        self.config(name)
+        key = self.keys.account(name)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={"state": "disabled", "disabled_reason": reason})
+        pipe.hincrby(key, "n:disabled", 1)
+        pipe.execute()
+
+    def enable(self, name: str) -> None:
+        """Enable a disabled account (its cooldown, if any, still applies)."""
+        self.config(name)
+        key = self.keys.account(name)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, "state", "ok")
+        pipe.hdel(key, "disabled_reason", "warn_window")
+        pipe.execute()
+
+    def incr(self, name: str, counter: str, by: int = 1) -> None:
+        """Add to one of the account's counters."""
+        self.redis.hincrby(self.keys.account(name), f"n:{counter}", by)
+
+    def _set_state_unless_disabled(self, name: str, state: str, warn_window: str) -> None:
+        self._set_state(keys=[self.keys.account(name)], args=[state, warn_window])
+
+
+def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: int, now: float) -> AccountState:
+    """Build the effective AccountState from the stored hash: an expired cooldown or warning reads as `ok`."""
+    windows: dict[str, WindowInfo] = {}
+    counters: dict[str, int] = {}
+    for field, value in raw.items():
+        if field.startswith("w:"):
+            try:
+                windows[field[2:]] = WindowInfo.model_validate_json(value)
+            except ValidationError:
+                continue  # written by another version: skip rather than hide the account
+        elif field.startswith("n:"):
+            try:
+                counters[field[2:]] = int(value)
+            except ValueError:
+                continue
+    cooldown_until = _from_epoch(raw.get("cooldown_until"))
+    cooling = cooldown_until is not None and cooldown_until.timestamp() > now
+    stored = raw.get("state", "ok")
+    state: AccountStateName
+    reason: str | None = None
+    if stored == "disabled":
+        state, reason = "disabled", raw.get("disabled_reason") or None
+    elif cooling:
+        state, reason = "cooling", raw.get("cooldown_reason") or None
+    elif stored == "warning" and _warning_live(windows.get(raw.get("warn_window", "")), now):
+        window = raw.get("warn_window", "")
+        state = "warning"
+        info = windows.get(window)
+        reason = f"{window} utilization {info.utilization:.2f}" if info and info.utilization is not None else None
+    else:
+        state = "ok"
+    return AccountState(
+        name=account.name,
+        state=state,
+        reason=reason,
+        cooldown_until=cooldown_until if cooling else None,
+        windows=windows,
+        slots_in_use=slots_in_use,
+        max_concurrency=account.max_concurrency,
+        counters=counters,
+    )
+
+
+def _warning_live(info: WindowInfo | None, now: float) -> bool:
+    # A warning about a window that has since reset no longer says anything about the account.
+    if info is None or info.resets_at is None:
+        return True
+    return info.resets_at.timestamp() > now

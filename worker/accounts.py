@@ -1,0 +1,169 @@
+"""AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
+
+Sync redis (the engine calls it through `asyncio.to_thread`). State lives in Redis, so a cooldown one worker writes is
+seen by every worker at its next acquire; the choice itself is the pure `worker.choice.choose`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+
+from config.accounts import AccountConfig, AccountPool
+from config.errors import UnknownAccount
+from config.settings import Settings
+from producer.accounts import AccountStore
+from producer.keys import Keys
+from producer.models import AccountState, JobSpec, WindowInfo
+from worker.choice import AccountView, NoAccount, choose
+from worker.outcome import RateLimitSignal
+
+__all__ = ["AccountManager", "NoAccount", "SlotLease"]
+
+log = logging.getLogger("claudeq.accounts")
+
+#: How often acquire re-reads state after losing every slot race before it reports NoAccount.
+_ACQUIRE_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class SlotLease:
+    """A slot held on one account for one job; refresh it with the run's heartbeat, release it when done."""
+
+    account: AccountConfig
+    job_id: str
+
+
+class AccountManager:
+    """The worker's view of the account pool: slots, choice and state changes."""
+
+    def __init__(self, settings: Settings, redis: redis.Redis, keys: Keys, pool: AccountPool | None = None) -> None:
+        self.settings = settings
+        self.pool = pool if pool is not None else settings.accounts
+        self.store = AccountStore(redis, keys, self.pool)
+
+    # ---- slots -----------------------------------------------------------------------------------------------
+
+    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+        """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
+        for name in self.store.held_by(job_id):
+            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second.
+            if name not in exclude and self.store.try_acquire(name, job_id, self.settings.lease_ttl_s) == 1:
+                return SlotLease(self.store.config(name), job_id)
+        decision: list[AccountConfig] | NoAccount = []
+        for _ in range(_ACQUIRE_ROUNDS):
+            now = time.time()
+            decision = choose(self._views(now), model=spec.model, pin=spec.account, now=_dt(now), exclude=exclude)
+            if isinstance(decision, NoAccount):
+                return decision
+            for account in decision:
+                # The script re-checks state and capacity atomically: another worker may have taken the last slot
+                # or cooled the account since the snapshot.
+                if self.store.try_acquire(account.name, job_id, self.settings.lease_ttl_s, now) == 1:
+                    return SlotLease(account, job_id)
+        names = [a.name for a in decision] if isinstance(decision, list) else []
+        soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
+        return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
+
+    def refresh(self, lease: SlotLease, ttl_s: float) -> None:
+        """Extend the slot's expiry (called with the run's heartbeat)."""
+        if not self.store.refresh(lease.account.name, lease.job_id, ttl_s):
+            # Expired and dropped (a long pause): the run goes on, but the slot may have been handed out again.
+            log.warning("slot of job %s on account %s had expired before refresh", lease.job_id, lease.account.name)
+
+    def release(self, lease: SlotLease) -> list[str]:
+        """Free the slot; returns the job ids (0 or 1) popped from the account's waiters, to promote now."""
+        return self.store.release(lease.account.name, lease.job_id)
+
+    def add_waiter(self, accounts: list[str], job_id: str) -> None:
+        """A deferred job waits for a slot on these accounts: the next release on any of them promotes it."""
+        self.store.add_waiter([a for a in accounts if self.pool.get(a) is not None], job_id)
+
+    # ---- signals ---------------------------------------------------------------------------------------------
+
+    def observe(self, account: str, signal: RateLimitSignal) -> None:
+        """Record a RateLimitEvent: rejected cools the account; a warning marks it; allowed clears the warning."""
+        if self.pool.get(account) is None:
+            log.warning("rate-limit signal for unknown account %s ignored", account)
+            return
+        now = time.time()
+        window = signal.window or "unknown"
+        self.store.record_window(
+            account,
+            window,
+            WindowInfo(
+                status=signal.status,
+                utilization=signal.utilization,
+                resets_at=signal.resets_at,
+                type=signal.window,
+                seen_at=_dt(now),
+            ),
+        )
+        if signal.status == "rejected":
+            self.store.incr(account, "rejected")
+            if signal.resets_at is not None and signal.resets_at.timestamp() > now:
+                until = signal.resets_at
+                reason = f"rate limited on {window} until {until.isoformat()}"
+            else:
+                until = _dt(now + self.settings.rate_limit_cooldown_s)
+                reason = f"rate limited on {window} (no reset given); cooling {self.settings.rate_limit_cooldown_s:g} s"
+            self._cool(account, until, reason)
+        elif signal.status == "allowed_warning":
+            self.store.incr(account, "warnings")
+            self.store.set_warning(account, window)
+        elif signal.status == "allowed":
+            self.store.clear_warning(account)
+
+    def cool(self, account: str, until: datetime, reason: str) -> None:
+        """Cool an account until `until` (e.g. a 429 on an API-key account, which sends no RateLimitEvent)."""
+        if self.pool.get(account) is None:
+            log.warning("cooldown for unknown account %s ignored", account)
+            return
+        self._cool(account, until, reason)
+
+    def default_cooldown_end(self) -> datetime:
+        """When a cooldown without a known reset ends if it started now."""
+        return _dt(time.time() + self.settings.rate_limit_cooldown_s)
+
+    def disable(self, account: str, reason: str) -> None:
+        """Disable the account (e.g. 401): no run goes there until an operator enables it."""
+        self.store.disable(account, reason)
+        log.warning("account %s disabled: %s", account, reason)
+
+    def enable(self, account: str) -> None:
+        """Enable a disabled account."""
+        self.store.enable(account)
+        log.info("account %s enabled", account)
+
+    def clear_cooldown(self, account: str) -> None:
+        """End the account's cooldown now."""
+        self.store.clear_cooldown(account)
+        log.info("account %s cooldown cleared", account)
+
+    def states(self) -> list[AccountState]:
+        """Every configured account's state, in pool order."""
+        return self.store.states()
+
+    def state(self, account: str) -> AccountState:
+        """One account's state; UnknownAccount if not configured."""
+        if self.pool.get(account) is None:
+            raise UnknownAccount(account)
+        return self.store.state(account)
+
+    # ---- internals -------------------------------------------------------------------------------------------
+
+    def _cool(self, account: str, until: datetime, reason: str) -> None:
+        if self.store.cool(account, until, reason):
+            log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
+
+    def _views(self, now: float) -> list[AccountView]:
+        by_name = {a.name: a for a in self.pool.accounts}
+        return [AccountView(by_name[state.name], state, first_free) for state, first_free in self.store.snapshot(now)]
+
+
+def _dt(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, UTC)

@@ -1,0 +1,129 @@
+"""Which account runs a job: a pure function of the accounts' states, the job and the time (no Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from config.accounts import AccountConfig
+from producer.models import AccountState
+
+
+@dataclass(frozen=True)
+class AccountView:
+    """One account as the chooser sees it: its configuration, its state, and when its first slot frees."""
+
+    config: AccountConfig
+    state: AccountState
+    next_slot_free_at: datetime | None = None  # earliest expiry among its live slots
+
+    @property
+    def name(self) -> str:
+        """The account's name."""
+        return self.config.name
+
+    def disabled(self) -> bool:
+        """Disabled by an operator or a 401."""
+        return self.state.state == "disabled"
+
+    def cooling_until(self, now: datetime) -> datetime | None:
+        """End of the cooldown, or None when not cooling (a cooldown in the past counts as over)."""
+        until = self.state.cooldown_until
+        return until if until is not None and until > now else None
+
+    def full(self) -> bool:
+        """Every slot is taken."""
+        return self.state.slots_in_use >= self.config.max_concurrency
+
+
+@dataclass(frozen=True)
+class NoAccount:
+    """No account can take the job now: when to look again, why, and which accounts it waits for."""
+
+    ready_at: datetime  # earliest moment an eligible account may free (cooldown end / slot lease expiry)
+    reason: str
+    accounts: list[str]  # the accounts it waits for, soonest first
+    permanent: bool = False  # nothing can ever run it -> fail the job
+
+
+def utilization(state: AccountState, now: datetime) -> float:
+    """The highest utilization over the account's windows that have not reset yet (unknown = 0)."""
+    values = [
+        w.utilization
+        for w in state.windows.values()
+        if w.utilization is not None and (w.resets_at is None or w.resets_at > now)
+    ]
+    return max(values, default=0.0)
+
+
+def _order(view: AccountView, index: int, now: datetime) -> tuple[bool, float, float, int]:
+    # Warned accounts last; then least used per weight; then least loaded; then pool order (deterministic ties).
+    weight = view.config.weight
+    load = view.state.slots_in_use / view.config.max_concurrency
+    return (view.state.state == "warning", utilization(view.state, now) / weight, load / weight, index)
+
+
+def choose(
+    accounts: Sequence[AccountView],
+    *,
+    model: str | None,
+    pin: str | None,
+    now: datetime,
+    exclude: Collection[str] = frozenset(),
+) -> list[AccountConfig] | NoAccount:
+    """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can)."""
+    if not accounts:
+        return NoAccount(now, "no accounts are configured", [], permanent=True)
+    pool = list(enumerate(accounts))
+    if pin is not None:
+        pool = [(i, a) for i, a in pool if a.name == pin]
+        if not pool:
+            return NoAccount(now, f"pinned account {pin!r} is not configured", [], permanent=True)
+    allowed = [(i, a) for i, a in pool if a.config.allows_model(model)]
+    if not allowed:
+        where = f"pinned account {pin!r}" if pin is not None else "no configured account"
+        return NoAccount(now, f"{where} allows model {model!r}", [], permanent=True)
+    live = [(i, a) for i, a in allowed if not a.disabled()]
+    if not live:
+        if pin is not None:
+            reason = f"pinned account {pin!r} is disabled: {allowed[0][1].state.reason or 'no reason given'}"
+        else:
+            reason = "every account that may run it is disabled"
+        return NoAccount(now, reason, [], permanent=True)
+
+    ready = [(i, a) for i, a in live if a.name not in exclude and a.cooling_until(now) is None and not a.full()]
+    if ready:
+        ready.sort(key=lambda item: _order(item[1], item[0], now))
+        return [a.config for _, a in ready]
+    return _wait(live, now, exclude)
+
+
+def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collection[str]) -> NoAccount:
+    """When the soonest of the live accounts may take the job."""
+    free_at: list[tuple[datetime, int, str]] = []
+    cooling = full = excluded = 0
+    for index, view in live:
+        until = view.cooling_until(now)
+        if until is not None:
+            cooling += 1
+            at = until
+        elif view.full():
+            full += 1
+            # A slot released earlier than its expiry promotes a waiter anyway; the expiry is the latest bound.
+            at = view.next_slot_free_at or now
+        else:
+            excluded += 1  # free, but the caller excluded it for this try: it may take the job again later
+            at = now
+        free_at.append((max(at, now), index, view.name))
+    free_at.sort()
+    ready_at = free_at[0][0]
+    parts = []
+    if cooling:
+        parts.append(f"{cooling} cooling")
+    if full:
+        parts.append(f"{full} at max concurrency")
+    if excluded:
+        parts.append(f"{excluded} excluded for this attempt")
+    reason = f"no account free ({', '.join(parts)}); earliest at {ready_at.isoformat()}"
+    return NoAccount(ready_at, reason, [name for _, _, name in free_at])
