@@ -68,6 +68,10 @@ class Keys:
         """Sorted set: job id -> slot lease expiry (epoch s); the per-account semaphore."""
         return f"{self.prefix}acct:{name}:slots"
 
+    def account_waiters(self, name: str) -> str:
+        """Sorted set: deferred job id -> time it began waiting (epoch s); a released slot pops the oldest."""
+        return f"{self.prefix}acct:{name}:waiters"
+
     def worker(self, worker_id: str) -> str:
         """Hash: heartbeat, host, pid, runs in flight; expires a few heartbeats after the last one."""
         return f"{self.prefix}worker:{worker_id}"
