@@ -84,6 +84,12 @@ class Settings(BaseSettings):
 
     # Retention and limits
     result_ttl_s: int = Field(default=7 * 86400, ge=60, description="How long finished jobs and events are kept.")
+    session_ttl_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="How long mirrored session transcripts and conversations are kept after their last turn "
+        "(refreshed on every append); default: result_ttl_s.",
+    )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
     max_prompt_bytes: int = Field(default=1_000_000, ge=1, description="Largest prompt accepted at submit.")
     max_spec_bytes: int = Field(default=2_000_000, ge=1, description="Largest whole spec (JSON) accepted at submit.")
@@ -140,6 +146,11 @@ class Settings(BaseSettings):
         if self.accounts_file is not None:
             return AccountPool.from_toml(self.accounts_file)
         return AccountPool.from_environment()
+
+    @property
+    def session_retention_s(self) -> int:
+        """Effective transcript and conversation retention: `session_ttl_s`, else `result_ttl_s`."""
+        return self.session_ttl_s if self.session_ttl_s is not None else self.result_ttl_s
 
     @property
     def visibility_timeout_s(self) -> int:

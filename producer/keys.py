@@ -84,3 +84,53 @@ class Keys:
     def session(self, *parts: str) -> str:
         """Transcripts mirrored through the SDK's SessionStore."""
         return f"{self.prefix}session:" + ":".join(parts)
+
+    # Sessions (RedisSessionStore, producer/sessions.py). Parts are escaped with `key_part` so a `:` inside a
+    # project key, session id or subpath can never make two different SessionKeys share a Redis key.
+
+    def session_entries(self, project_key: str, session_id: str, subpath: str | None = None) -> str:
+        """List: a session's mirrored transcript entries (JSON), the main transcript or one subpath (subagent)."""
+        tail = "main" if not subpath else f"sub:{key_part(subpath)}"
+        return self.session(key_part(project_key), key_part(session_id), tail)
+
+    def session_uuids(self, project_key: str, session_id: str, subpath: str | None = None) -> str:
+        """Set: entry uuids already stored in `session_entries(...)` (append dedup)."""
+        return self.session_entries(project_key, session_id, subpath) + ":uuids"
+
+    def session_subkeys(self, project_key: str, session_id: str) -> str:
+        """Set: the subpaths (subagent transcripts) stored under a session."""
+        return self.session(key_part(project_key), key_part(session_id), "subkeys")
+
+    def session_summary(self, project_key: str, session_id: str) -> str:
+        """String: the session's SessionSummaryEntry (JSON), folded with the SDK's fold_session_summary."""
+        return self.session(key_part(project_key), key_part(session_id), "summary")
+
+    def session_index(self, project_key: str) -> str:
+        """Sorted set: session id -> last append (epoch ms) of the project's main transcripts."""
+        return f"{self.prefix}sessions:{key_part(project_key)}"
+
+    def session_projects(self, session_id: str) -> str:
+        """Set: the project keys a session id has a main transcript under (find a session by id alone)."""
+        return f"{self.prefix}session-projects:{key_part(session_id)}"
+
+    def conversation_turns(self, name: str) -> str:
+        """List: the conversation's turns (JSON: job id, session id, forked/restarted, timestamps), oldest first."""
+        return f"{self.prefix}conv-turns:{name}"
+
+    def conversation_lock(self, name: str) -> str:
+        """String: id of the job running the conversation's current turn (expires with its lease)."""
+        return f"{self.prefix}conv-lock:{name}"
+
+    def conversation_waiters(self, name: str) -> str:
+        """Sorted set: job id -> time it started waiting for the conversation's turn lock (FIFO)."""
+        return f"{self.prefix}conv-waiters:{name}"
+
+    @property
+    def conversations(self) -> str:
+        """Sorted set: conversation name -> last turn time (epoch s)."""
+        return f"{self.prefix}convs"
+
+
+def key_part(part: str) -> str:
+    """Escape `%` and `:` in a key component so joined parts stay unambiguous."""
+    return part.replace("%", "%25").replace(":", "%3A")

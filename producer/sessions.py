@@ -1,0 +1,272 @@
+"""RedisSessionStore: the SDK's SessionStore on Redis, so any worker can resume any session (issue 7).
+
+Layout per session (all under `Keys.session...`, every key expiring `ttl_s` after the session's last append):
+a list of JSON entries per transcript (main or subpath), a set of entry uuids per transcript (dedup), a set of
+subpaths, the folded summary; per project a sorted set session id -> mtime (ms); per session id the set of
+project keys holding it (to find a session by id alone).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from claude_agent_sdk import fold_session_summary
+from claude_agent_sdk.types import (
+    SessionKey,
+    SessionListSubkeysKey,
+    SessionStore,
+    SessionStoreEntry,
+    SessionStoreListEntry,
+    SessionSummaryEntry,
+)
+from redis.exceptions import WatchError
+
+from config.settings import Settings
+from producer.keys import Keys
+
+#: Optimistic transactions retried this many times under contention before giving up (the SDK retries the batch).
+CAS_RETRIES = 50
+
+
+class SessionStoreContention(RuntimeError):
+    """An append lost its optimistic transaction too many times in a row."""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class RedisSessionStore(SessionStore):
+    """Async SessionStore on `redis.asyncio`: uuid-deduplicated appends, race-safe summaries, retention TTL."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, ttl_s: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_s = ttl_s
+        self._last_mtime = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, redis: aioredis.Redis | None = None) -> RedisSessionStore:
+        """A store under the settings' key prefix with their session retention."""
+        client = redis if redis is not None else aioredis.Redis.from_url(settings.redis_url)
+        return cls(client, Keys(settings.key_prefix), settings.session_retention_s)
+
+    @property
+    def keys(self) -> Keys:
+        """The key shapes this store writes."""
+        return self._keys
+
+    @property
+    def ttl_s(self) -> int:
+        """Retention of a session after its last append."""
+        return self._ttl_s
+
+    async def aclose(self) -> None:
+        """Close the Redis connection pool."""
+        await self._redis.aclose()
+
+    def _next_mtime(self, floor: int = 0) -> int:
+        # Strictly increasing, so back-to-back appends get distinct mtimes and a sidecar is never older than its
+        # session in list_sessions (the SDK's staleness check compares them).
+        now_ms = max(int(time.time() * 1000), self._last_mtime + 1, floor + 1)
+        self._last_mtime = now_ms
+        return now_ms
+
+    # -- required --------------------------------------------------------------------------------------------
+
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        """Append entries not already stored (by uuid), fold the summary and refresh the TTL, in one transaction."""
+        if not entries:
+            return
+        project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
+        k = self._keys
+        entries_key = k.session_entries(project_key, session_id, subpath)
+        uuids_key = k.session_uuids(project_key, session_id, subpath)
+        summary_key = k.session_summary(project_key, session_id)
+        subkeys_key = k.session_subkeys(project_key, session_id)
+        watched = [uuids_key, summary_key, subkeys_key] if subpath is None else [uuids_key]
+        for _ in range(CAS_RETRIES):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                try:
+                    await pipe.watch(*watched)
+                    fresh, new_uuids = await self._fresh_entries(pipe, uuids_key, entries)
+                    if not fresh:
+                        return
+                    prev = await pipe.get(summary_key) if subpath is None else None
+                    subpaths = await pipe.smembers(subkeys_key) if subpath is None else set()
+                    pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                    pipe.rpush(entries_key, *[_dumps(e) for e in fresh])
+                    if new_uuids:
+                        pipe.sadd(uuids_key, *new_uuids)
+                    if subpath is None:
+                        self._stage_main(pipe, key, fresh, prev, subpaths)
+                    else:
+                        pipe.sadd(subkeys_key, subpath)
+                    for name in (entries_key, uuids_key, subkeys_key):
+                        pipe.expire(name, self._ttl_s)
+                    await pipe.execute()
+                    return
+                except WatchError:
+                    continue
+        raise SessionStoreContention(f"append to session {session_id} lost {CAS_RETRIES} transactions in a row")
+
+    async def _fresh_entries(
+        self, pipe: Any, uuids_key: str, entries: list[SessionStoreEntry]
+    ) -> tuple[list[SessionStoreEntry], list[str]]:
+        """Entries whose uuid is neither stored nor repeated earlier in the batch; entries without uuid always."""
+        candidates = [u for e in entries if isinstance(u := e.get("uuid"), str) and u]
+        stored: set[str] = set()
+        if candidates:
+            flags = await pipe.smismember(uuids_key, candidates)
+            stored = {u for u, flag in zip(candidates, flags, strict=True) if flag}
+        fresh: list[SessionStoreEntry] = []
+        seen: list[str] = []
+        for entry in entries:
+            uuid = entry.get("uuid")
+            if isinstance(uuid, str) and uuid:
+                if uuid in stored:
+                    continue
+                stored.add(uuid)
+                seen.append(uuid)
+            fresh.append(entry)
+        return fresh, seen
+
+    def _stage_main(
+        self,
+        pipe: Any,
+        key: SessionKey,
+        fresh: list[SessionStoreEntry],
+        prev_raw: bytes | str | None,
+        subpaths: set[Any],
+    ) -> None:
+        """Queue the summary fold, the project index and the TTL refresh of the whole session."""
+        project_key, session_id = key["project_key"], key["session_id"]
+        k = self._keys
+        prev = cast(SessionSummaryEntry, json.loads(prev_raw)) if prev_raw else None
+        now_ms = self._next_mtime(prev["mtime"] if prev else 0)
+        folded = fold_session_summary(prev, {"project_key": project_key, "session_id": session_id}, fresh)
+        folded["mtime"] = now_ms  # storage write time, the same clock list_sessions reports
+        pipe.set(k.session_summary(project_key, session_id), _dumps(folded), ex=self._ttl_s)
+        pipe.zadd(k.session_index(project_key), {session_id: now_ms})
+        pipe.expire(k.session_index(project_key), self._ttl_s)
+        pipe.sadd(k.session_projects(session_id), project_key)
+        pipe.expire(k.session_projects(session_id), self._ttl_s)
+        for raw in subpaths:
+            sub = raw.decode() if isinstance(raw, bytes) else str(raw)
+            pipe.expire(k.session_entries(project_key, session_id, sub), self._ttl_s)
+            pipe.expire(k.session_uuids(project_key, session_id, sub), self._ttl_s)
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        """All entries of one transcript in append order; None when it was never written (or expired)."""
+        raw = await self._redis.lrange(
+            self._keys.session_entries(key["project_key"], key["session_id"], key.get("subpath") or None), 0, -1
+        )
+        if not raw:
+            return None
+        return [cast(SessionStoreEntry, json.loads(item)) for item in raw]
+
+    # -- optional --------------------------------------------------------------------------------------------
+
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        """Main transcripts of a project with their last append time (epoch ms)."""
+        live = await self._live_sessions(project_key)
+        return [{"session_id": sid, "mtime": mtime} for sid, mtime in live]
+
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        """The folded summaries of a project's live sessions."""
+        live = await self._live_sessions(project_key)
+        if not live:
+            return []
+        raws = await self._redis.mget([self._keys.session_summary(project_key, sid) for sid, _ in live])
+        return [cast(SessionSummaryEntry, json.loads(raw)) for raw in raws if raw]
+
+    async def _live_sessions(self, project_key: str) -> list[tuple[str, int]]:
+        """Index members whose transcript still exists; expired ones are pruned from the index."""
+        index = self._keys.session_index(project_key)
+        members = cast(list[tuple[bytes | str, float]], await self._redis.zrange(index, 0, -1, withscores=True))
+        if not members:
+            return []
+        ids = [m.decode() if isinstance(m, bytes) else m for m, _ in members]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                pipe.exists(self._keys.session_entries(project_key, sid))
+            alive = await pipe.execute()
+        gone = [sid for sid, ok in zip(ids, alive, strict=True) if not ok]
+        if gone:
+            await self._redis.zrem(index, *gone)
+        return [(sid, int(score)) for sid, (_, score), ok in zip(ids, members, alive, strict=True) if ok]
+
+    async def delete(self, key: SessionKey) -> None:
+        """Delete one transcript; deleting the main transcript cascades to its subpaths, summary and indexes."""
+        project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
+        k = self._keys
+        subkeys_key = k.session_subkeys(project_key, session_id)
+        if subpath is not None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(
+                    k.session_entries(project_key, session_id, subpath),
+                    k.session_uuids(project_key, session_id, subpath),
+                )
+                pipe.srem(subkeys_key, subpath)
+                await pipe.execute()
+            return
+        for _ in range(CAS_RETRIES):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                try:
+                    await pipe.watch(subkeys_key)
+                    subs = [s.decode() if isinstance(s, bytes) else str(s) for s in await pipe.smembers(subkeys_key)]
+                    pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                    names = [
+                        k.session_entries(project_key, session_id),
+                        k.session_uuids(project_key, session_id),
+                        k.session_summary(project_key, session_id),
+                        subkeys_key,
+                    ]
+                    for sub in subs:
+                        names += [
+                            k.session_entries(project_key, session_id, sub),
+                            k.session_uuids(project_key, session_id, sub),
+                        ]
+                    pipe.delete(*names)
+                    pipe.zrem(k.session_index(project_key), session_id)
+                    pipe.srem(k.session_projects(session_id), project_key)
+                    await pipe.execute()
+                    return
+                except WatchError:
+                    continue
+        raise SessionStoreContention(f"delete of session {session_id} lost {CAS_RETRIES} transactions in a row")
+
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
+        """The subpaths (subagent transcripts) still stored under a session, sorted."""
+        project_key, session_id = key["project_key"], key["session_id"]
+        raw = await self._redis.smembers(self._keys.session_subkeys(project_key, session_id))
+        subs = sorted(s.decode() if isinstance(s, bytes) else str(s) for s in raw)
+        if not subs:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sub in subs:
+                pipe.exists(self._keys.session_entries(project_key, session_id, sub))
+            alive = await pipe.execute()
+        return [sub for sub, ok in zip(subs, alive, strict=True) if ok]
+
+    # -- claudeq helpers -------------------------------------------------------------------------------------
+
+    async def projects_of(self, session_id: str) -> list[str]:
+        """The project keys under which `session_id` has a stored main transcript (usually one)."""
+        raw = await self._redis.smembers(self._keys.session_projects(session_id))
+        projects = sorted(p.decode() if isinstance(p, bytes) else str(p) for p in raw)
+        found = []
+        for project_key in projects:
+            if await self._redis.exists(self._keys.session_entries(project_key, session_id)):
+                found.append(project_key)
+        return found
+
+    async def delete_everywhere(self, session_id: str) -> int:
+        """Delete a session id under every project key that holds it; returns how many transcripts went."""
+        projects = await self.projects_of(session_id)
+        for project_key in projects:
+            await self.delete({"project_key": project_key, "session_id": session_id})
+        return len(projects)

@@ -1,0 +1,110 @@
+"""RedisSessionStore on fakeredis: the SDK's conformance suite (nothing skipped), dedup, races and retention."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import fakeredis
+import pytest
+from claude_agent_sdk.testing import run_session_store_conformance
+from claude_agent_sdk.types import SessionKey, SessionStoreEntry
+
+from producer.keys import Keys
+from producer.sessions import RedisSessionStore
+
+KEY: SessionKey = {"project_key": "-tmp-work", "session_id": "3f8e0a52-7a3e-4f7e-9d55-0d1b7c1c2a11"}
+
+
+@pytest.fixture
+def aredis() -> fakeredis.FakeAsyncRedis:
+    """One in-memory async Redis shared by the stores of a test."""
+    return fakeredis.FakeAsyncRedis()
+
+
+def _store(redis: fakeredis.FakeAsyncRedis, ttl_s: int = 3600) -> RedisSessionStore:
+    return RedisSessionStore(redis, Keys(f"cqt-{uuid.uuid4().hex[:8]}:"), ttl_s)
+
+
+def _e(uuid_: str | None, **fields: object) -> SessionStoreEntry:
+    entry: dict[str, object] = {"type": "user", **fields}
+    if uuid_ is not None:
+        entry["uuid"] = uuid_
+    return entry  # type: ignore[return-value]
+
+
+async def test_conformance_suite_passes_with_no_optional_method_skipped(aredis: fakeredis.FakeAsyncRedis) -> None:
+    # A fresh key prefix per contract gives the isolation the suite asks of make_store.
+    await run_session_store_conformance(lambda: _store(aredis), skip_optional=frozenset())
+
+
+def test_store_overrides_every_optional_method() -> None:
+    from claude_agent_sdk.types import SessionStore
+
+    for name in ("list_sessions", "list_session_summaries", "delete", "list_subkeys"):
+        assert getattr(RedisSessionStore, name) is not getattr(SessionStore, name), name
+
+
+async def test_append_dedups_by_uuid_across_and_within_batches(aredis: fakeredis.FakeAsyncRedis) -> None:
+    store = _store(aredis)
+    await store.append(KEY, [_e("a", n=1), _e("b", n=2), _e("a", n=3)])
+    await store.append(KEY, [_e("b", n=4), _e("c", n=5), _e(None, n=6), _e(None, n=6)])
+    loaded = await store.load(KEY)
+    assert loaded == [_e("a", n=1), _e("b", n=2), _e("c", n=5), _e(None, n=6), _e(None, n=6)]
+
+
+async def test_concurrent_appends_keep_every_entry_and_a_consistent_summary(aredis: fakeredis.FakeAsyncRedis) -> None:
+    store = _store(aredis)
+    other = RedisSessionStore(aredis, store.keys, 3600)  # a second process writing the same session
+
+    async def writer(s: RedisSessionStore, tag: str) -> None:
+        for i in range(20):
+            await s.append(KEY, [_e(f"{tag}-{i}", timestamp="2026-01-01T00:00:00.000Z", lastPrompt=f"{tag}{i}")])
+
+    await asyncio.gather(writer(store, "x"), writer(other, "y"))
+    loaded = await store.load(KEY)
+    assert loaded is not None and len(loaded) == 40
+    assert {e["uuid"] for e in loaded} == {f"{t}-{i}" for t in "xy" for i in range(20)}
+    [summary] = await store.list_session_summaries(KEY["project_key"])
+    # last-wins field equals the last entry in the stored order: fold order == commit order
+    assert summary["data"]["last_prompt"] == loaded[-1]["lastPrompt"]  # type: ignore[typeddict-item]
+    [listed] = await store.list_sessions(KEY["project_key"])
+    assert summary["mtime"] >= listed["mtime"]
+
+
+async def test_every_key_of_a_session_gets_the_retention_ttl(aredis: fakeredis.FakeAsyncRedis) -> None:
+    store = _store(aredis, ttl_s=120)
+    await store.append(KEY, [_e("a")])
+    await store.append({**KEY, "subpath": "subagents/agent-1"}, [_e("s")])
+    keys = [k async for k in aredis.scan_iter(match=f"{store.keys.prefix}*")]
+    assert len(keys) >= 7
+    for key in keys:
+        ttl = await aredis.ttl(key)
+        assert 0 < ttl <= 120, key
+
+
+async def test_expired_transcript_disappears_from_listings(aredis: fakeredis.FakeAsyncRedis) -> None:
+    store = _store(aredis)
+    await store.append(KEY, [_e("a")])
+    await aredis.delete(store.keys.session_entries(KEY["project_key"], KEY["session_id"]))  # as if it expired
+    assert await store.list_sessions(KEY["project_key"]) == []
+    assert await store.list_session_summaries(KEY["project_key"]) == []
+    assert await store.projects_of(KEY["session_id"]) == []
+
+
+async def test_find_and_delete_a_session_by_id_alone(aredis: fakeredis.FakeAsyncRedis) -> None:
+    store = _store(aredis)
+    await store.append(KEY, [_e("a")])
+    await store.append({**KEY, "subpath": "subagents/agent-1"}, [_e("s")])
+    assert await store.projects_of(KEY["session_id"]) == [KEY["project_key"]]
+    assert await store.delete_everywhere(KEY["session_id"]) == 1
+    assert await store.load(KEY) is None
+    assert [k async for k in aredis.scan_iter(match=f"{store.keys.prefix}*")] == []
+
+
+async def test_colons_in_key_parts_never_collide(aredis: fakeredis.FakeAsyncRedis) -> None:
+    store = _store(aredis)
+    await store.append({"project_key": "a:b", "session_id": "c"}, [_e("1")])
+    await store.append({"project_key": "a", "session_id": "b:c"}, [_e("2")])
+    assert await store.load({"project_key": "a:b", "session_id": "c"}) == [_e("1")]
+    assert await store.load({"project_key": "a", "session_id": "b:c"}) == [_e("2")]
