@@ -1,0 +1,303 @@
+"""`claudeq exporter`: cluster-wide gauges read from Redis at scrape time (DESIGN.md, "Metrics").
+
+One exporter serves the whole fleet; workers serve their own per-process counters. Nothing is polled in the
+background: every scrape reads Redis afresh, so the numbers are never older than the scrape itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Annotated, Any
+
+import redis
+import typer
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from config.errors import ConfigError
+from config.settings import Settings, load_settings
+from producer.client import make_store
+from producer.keys import Keys
+from producer.models import AccountState, AccountStateName, JobStatus, WindowInfo
+
+log = logging.getLogger(__name__)
+
+#: Every job status, so each `claudeq_jobs{status}` series exists (as 0) from the first scrape.
+JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "deferred", "running", "succeeded", "failed", "cancelled")
+#: Every account state, so `claudeq_account_state{state}` is a full one-hot set per account.
+ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "disabled")
+#: kombu's Redis transport keeps one list per priority step: `queue` for 0 and `queue\x06\x16<n>` for the others.
+KOMBU_PRIORITY_SEP = "\x06\x16"
+KOMBU_PRIORITIES: tuple[int, ...] = tuple(range(1, 10))  # every step a custom `priority_steps` could use
+DEFAULT_PORT = 9801
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists that hold a Celery queue's messages (all priorities)."""
+    return [queue] + [f"{queue}{KOMBU_PRIORITY_SEP}{p}" for p in KOMBU_PRIORITIES]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(_text(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+class ClusterCollector(Collector):
+    """Reads queues, jobs, accounts and worker heartbeats from Redis on every `collect()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: redis.Redis,
+        *,
+        account_names: Iterable[str] | None = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.redis = client
+        self.keys = Keys(settings.key_prefix)
+        self.store = make_store(settings, client)
+        self.account_names = list(account_names) if account_names is not None else None
+        self.now = now
+        # A worker whose last heartbeat is older than its lease TTL has stopped renewing its leases.
+        self.stale_after_s = max(settings.lease_ttl_s, 3 * settings.heartbeat_s)
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: registering must not touch Redis."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Read Redis now and yield every cluster gauge; a Redis failure yields only `claudeq_exporter_redis_up 0`."""
+        started = time.perf_counter()
+        up = GaugeMetricFamily("claudeq_exporter_redis_up", "1 when the exporter could read Redis for this scrape.")
+        try:
+            families = [
+                *self._queues(),
+                *self._jobs(),
+                *self._deferred(),
+                *self._accounts(),
+                *self._workers(),
+            ]
+        except redis.RedisError as exc:
+            log.warning("exporter: cannot read Redis: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+        took = GaugeMetricFamily("claudeq_exporter_scrape_duration_seconds", "Time this scrape spent reading Redis.")
+        took.add_metric([], time.perf_counter() - started)
+        yield took
+
+    def _queues(self) -> list[Metric]:
+        depth = GaugeMetricFamily(
+            "claudeq_queue_depth", "Messages waiting in a Celery queue (all priorities).", labels=["queue"]
+        )
+        queues = list(dict.fromkeys([self.settings.queue, *self.settings.queues]))
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in queues:
+            for name in queue_lists(queue):
+                pipe.llen(name)
+        lengths = pipe.execute()
+        per_queue = len(KOMBU_PRIORITIES) + 1
+        for i, queue in enumerate(queues):
+            depth.add_metric([queue], sum(int(n) for n in lengths[i * per_queue : (i + 1) * per_queue]))
+        return [depth]
+
+    def _jobs(self) -> list[Metric]:
+        jobs = GaugeMetricFamily("claudeq_jobs", "Retained jobs by status.", labels=["status"])
+        counts = self.store.count_by_status()
+        for status in dict.fromkeys([*JOB_STATUSES, *counts]):
+            jobs.add_metric([status], counts.get(status, 0))
+        return [jobs]
+
+    def _deferred(self) -> list[Metric]:
+        count = GaugeMetricFamily("claudeq_deferred_jobs", "Jobs waiting in the deferred set (rate limit, no slot).")
+        earliest = GaugeMetricFamily(
+            "claudeq_deferred_earliest_ready_timestamp_seconds",
+            "Epoch time the earliest deferred job becomes ready (absent when none is deferred).",
+        )
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(self.keys.deferred)
+        pipe.zrange(self.keys.deferred, 0, 0, withscores=True)
+        total, head = pipe.execute()
+        count.add_metric([], int(total))
+        if head:
+            earliest.add_metric([], float(head[0][1]))
+        return [count, earliest]
+
+    def _accounts(self) -> list[Metric]:
+        state = GaugeMetricFamily(
+            "claudeq_account_state",
+            "1 for the account's current state (ok|warning|cooling|disabled), 0 for the others.",
+            labels=["account", "state"],
+        )
+        cooldown = GaugeMetricFamily(
+            "claudeq_account_cooldown_seconds",
+            "Seconds until the account's cooldown ends (0 when not cooling).",
+            labels=["account"],
+        )
+        utilization = GaugeMetricFamily(
+            "claudeq_account_utilization_ratio",
+            "Last utilization (0..1) seen per rate-limit window.",
+            labels=["account", "window"],
+        )
+        slots = GaugeMetricFamily("claudeq_account_slots_in_use", "Slots leased on the account.", labels=["account"])
+        limit = GaugeMetricFamily("claudeq_account_slots_max", "The account's max concurrency.", labels=["account"])
+        now = self.now()
+        for account in self.account_states(now):
+            for name in ACCOUNT_STATES:
+                state.add_metric([account.name, name], 1 if account.state == name else 0)
+            until = account.cooldown_until.timestamp() if account.cooldown_until else 0.0
+            cooldown.add_metric([account.name], max(0.0, until - now))
+            for window, info in account.windows.items():
+                if info.utilization is not None:
+                    utilization.add_metric([account.name, window], info.utilization)
+            slots.add_metric([account.name], account.slots_in_use)
+            limit.add_metric([account.name], account.max_concurrency)
+        return [state, cooldown, utilization, slots, limit]
+
+    def _workers(self) -> list[Metric]:
+        workers = GaugeMetricFamily("claudeq_workers", "Workers by heartbeat freshness (live|stale).", labels=["state"])
+        cutoff = self.now() - self.stale_after_s
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcount(self.keys.workers, f"({cutoff}", "+inf")
+        pipe.zcount(self.keys.workers, "-inf", cutoff)
+        live, stale = pipe.execute()
+        workers.add_metric(["live"], int(live))
+        workers.add_metric(["stale"], int(stale))
+        return [workers]
+
+    # ---- accounts ---------------------------------------------------------------------------------------------
+
+    def _names(self) -> list[str]:
+        if self.account_names is not None:
+            return self.account_names
+        return self.settings.accounts.names
+
+    def account_states(self, now: float) -> list[AccountState]:
+        """Every configured account's state as Redis holds it."""
+        names = self._names()
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(self.keys.account(name))
+            pipe.zcount(self.keys.account_slots(name), f"({now}", "+inf")
+        replies = pipe.execute()
+        states = []
+        for i, name in enumerate(names):
+            fields = {_text(k): _text(v) for k, v in replies[2 * i].items()}
+            account = self.settings.accounts.get(name)
+            states.append(
+                raw_account_state(name, fields, int(replies[2 * i + 1]), account.max_concurrency if account else 1, now)
+            )
+        return states
+
+
+def raw_account_state(name: str, fields: dict[str, str], slots: int, max_concurrency: int, now: float) -> AccountState:
+    """An AccountState from the raw `acct:{name}` hash (state, cooldown_until, `window:<name>` JSON per window)."""
+    windows: dict[str, WindowInfo] = {}
+    for key, value in fields.items():
+        if key.startswith("window:"):
+            try:
+                windows[key.removeprefix("window:")] = WindowInfo.model_validate_json(value)
+            except ValueError:
+                continue
+    until = _float(fields.get("cooldown_until"))
+    cooling = until is not None and until > now
+    state: AccountStateName
+    if fields.get("state") == "disabled":
+        state = "disabled"
+    elif cooling:
+        state = "cooling"
+    elif fields.get("state") == "warning" or any(w.status == "allowed_warning" for w in windows.values()):
+        state = "warning"
+    else:
+        state = "ok"
+    return AccountState(
+        name=name,
+        state=state,
+        reason=fields.get("reason") or fields.get("cooldown_reason"),
+        cooldown_until=datetime.fromtimestamp(until, UTC) if cooling and until else None,
+        windows=windows,
+        slots_in_use=slots,
+        max_concurrency=max_concurrency,
+    )
+
+
+def build_registry(settings: Settings, client: redis.Redis | None = None) -> CollectorRegistry:
+    """A registry holding only the cluster collector (no process metrics: those belong to the workers)."""
+    registry = CollectorRegistry()
+    # Short timeouts and one quick retry: a scrape must answer (with redis_up 0) before Prometheus gives up on it.
+    conn = client or redis.Redis.from_url(
+        settings.redis_url, socket_timeout=3, socket_connect_timeout=3, retry=Retry(NoBackoff(), 1)
+    )
+    registry.register(ClusterCollector(settings, conn))
+    return registry
+
+
+def serve(settings: Settings, port: int, addr: str = "0.0.0.0") -> tuple[int, Callable[[], None]]:
+    """Serve /metrics on `port` (0 = a free one); returns the bound port and a function that stops the server."""
+    registry = build_registry(settings)
+    try:
+        server, _thread = start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        raise ConfigError("--port", f"cannot serve on {addr}:{port}: {exc}") from None
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return int(server.server_port), stop
+
+
+def exporter_command(
+    port: Annotated[
+        int, typer.Option("--port", envvar="CLAUDEQ_EXPORTER_PORT", help="Port of /metrics.")
+    ] = DEFAULT_PORT,
+    addr: Annotated[str, typer.Option("--addr", envvar="CLAUDEQ_EXPORTER_ADDR", help="Address to bind.")] = "0.0.0.0",
+) -> None:
+    """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
+    try:
+        settings = load_settings()
+        # Account names come from the pool; touching it now turns a bad accounts file into a start-up error.
+        names = settings.accounts.names
+        bound, stop = serve(settings, port, addr)
+    except ConfigError as exc:
+        typer.echo(f"claudeq exporter: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"claudeq exporter: serving /metrics on {addr}:{bound} for accounts {', '.join(names) or '(none)'}")
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    # As PID 1 in a container, SIGTERM without a handler is ignored: handle it so `docker stop` is quick.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    done.wait()
+    stop()
+
+
+def main() -> None:
+    """Entry point for `python -m producer.exporter`."""
+    typer.run(exporter_command)
+
+
+if __name__ == "__main__":
+    main()

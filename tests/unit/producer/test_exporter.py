@@ -1,0 +1,175 @@
+"""The exporter's collector: every cluster gauge read from (fake) Redis at scrape time."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+from prometheus_client import CollectorRegistry, start_http_server
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from config.settings import Settings
+from producer.exporter import ClusterCollector, queue_lists
+from producer.keys import Keys
+from producer.models import JobRecord, JobSpec, utcnow
+from producer.store import JobStore
+
+NOW = 1_800_000_000.0
+
+
+def scrape(collector: ClusterCollector) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
+
+
+@pytest.fixture
+def collector(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> ClusterCollector:
+    return ClusterCollector(fake_settings, fake_redis, account_names=["alpha", "beta"], now=lambda: NOW)
+
+
+@pytest.fixture
+def keys(fake_settings: Settings) -> Keys:
+    return Keys(fake_settings.key_prefix)
+
+
+def test_registering_does_not_touch_redis(fake_settings: Settings) -> None:
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    scrape(ClusterCollector(fake_settings, dead, account_names=[]))  # would raise if describe() read Redis
+
+
+def test_redis_down_reports_up_zero_and_nothing_else(fake_settings: Settings) -> None:
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    registry = scrape(ClusterCollector(fake_settings, dead, account_names=["alpha"]))
+    assert registry.get_sample_value("claudeq_exporter_redis_up") == 0
+    assert registry.get_sample_value("claudeq_queue_depth", {"queue": fake_settings.queue}) is None
+
+
+def test_queue_depth_counts_every_priority_list(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, fake_settings: Settings
+) -> None:
+    queue = fake_settings.queue
+    fake_redis.rpush(queue, "m1", "m2")
+    fake_redis.rpush(f"{queue}\x06\x163", "m3")
+    fake_redis.rpush(f"{queue}\x06\x169", "m4")
+    fake_redis.rpush("some-other-queue", "x")
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_exporter_redis_up") == 1
+    assert registry.get_sample_value("claudeq_queue_depth", {"queue": queue}) == 4
+
+
+def test_queue_lists_match_kombu_priority_names() -> None:
+    from kombu.transport.redis import Channel
+
+    names = queue_lists("q")
+    channel: Any = Channel.__new__(Channel)  # only the naming helpers are used: no connection
+    for step in Channel.priority_steps:
+        assert channel._q_for_pri("q", step) in names
+
+
+def test_jobs_by_status_include_zeros(collector: ClusterCollector, fake_store: JobStore) -> None:
+    for i in range(3):
+        fake_store.create(JobRecord(id=f"j{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_jobs", {"status": "queued"}) == 3
+    assert registry.get_sample_value("claudeq_jobs", {"status": "failed"}) == 0
+
+
+def test_deferred_count_and_earliest_ready(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_deferred_jobs") == 0
+    assert registry.get_sample_value("claudeq_deferred_earliest_ready_timestamp_seconds") is None
+    fake_redis.zadd(keys.deferred, {"a": NOW + 60, "b": NOW + 5})
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_deferred_jobs") == 2
+    assert registry.get_sample_value("claudeq_deferred_earliest_ready_timestamp_seconds") == NOW + 5
+
+
+def _state(registry: CollectorRegistry, account: str) -> str:
+    on = [
+        s
+        for s in ("ok", "warning", "cooling", "disabled")
+        if registry.get_sample_value("claudeq_account_state", {"account": account, "state": s}) == 1
+    ]
+    assert len(on) == 1, on
+    return on[0]
+
+
+def test_account_state_is_one_hot_with_cooldown_remaining(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    fake_redis.hset(keys.account("alpha"), mapping={"cooldown_until": NOW + 90, "cooldown_reason": "429"})
+    registry = scrape(collector)
+    assert _state(registry, "alpha") == "cooling"
+    assert _state(registry, "beta") == "ok"
+    assert registry.get_sample_value("claudeq_account_cooldown_seconds", {"account": "alpha"}) == 90
+    assert registry.get_sample_value("claudeq_account_cooldown_seconds", {"account": "beta"}) == 0
+
+
+def test_expired_cooldown_is_ok_and_disabled_wins(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    fake_redis.hset(keys.account("alpha"), mapping={"cooldown_until": NOW - 1})
+    fake_redis.hset(keys.account("beta"), mapping={"state": "disabled", "cooldown_until": NOW + 10})
+    registry = scrape(collector)
+    assert _state(registry, "alpha") == "ok"
+    assert _state(registry, "beta") == "disabled"
+
+
+def test_utilization_per_window_and_warning_state(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    window = {"status": "allowed_warning", "utilization": 0.91, "type": "five_hour"}
+    fake_redis.hset(keys.account("alpha"), "window:five_hour", json.dumps(window))
+    fake_redis.hset(keys.account("alpha"), "window:seven_day", json.dumps({"status": "allowed", "utilization": 0.4}))
+    registry = scrape(collector)
+    util = "claudeq_account_utilization_ratio"
+    assert registry.get_sample_value(util, {"account": "alpha", "window": "five_hour"}) == pytest.approx(0.91)
+    assert registry.get_sample_value(util, {"account": "alpha", "window": "seven_day"}) == pytest.approx(0.4)
+    assert _state(registry, "alpha") == "warning"
+
+
+def test_slots_in_use_ignore_expired_leases(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    fake_redis.zadd(keys.account_slots("alpha"), {"j1": NOW + 10, "j2": NOW + 20, "dead": NOW - 5})
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_account_slots_in_use", {"account": "alpha"}) == 2
+    assert registry.get_sample_value("claudeq_account_slots_in_use", {"account": "beta"}) == 0
+
+
+def test_workers_live_and_stale_from_heartbeats(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    fake_redis.zadd(keys.workers, {"w1": NOW - 1, "w2": NOW - 2, "gone": NOW - 3600})
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_workers", {"state": "live"}) == 2
+    assert registry.get_sample_value("claudeq_workers", {"state": "stale"}) == 1
+
+
+def test_every_scrape_reads_redis_afresh(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, fake_settings: Settings
+) -> None:
+    registry = scrape(collector)
+    assert registry.get_sample_value("claudeq_queue_depth", {"queue": fake_settings.queue}) == 0
+    fake_redis.rpush(fake_settings.queue, "m")
+    assert registry.get_sample_value("claudeq_queue_depth", {"queue": fake_settings.queue}) == 1
+
+
+def test_served_over_http(collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys) -> None:
+    fake_redis.zadd(keys.workers, {"w1": NOW})
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=scrape(collector))
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 'claudeq_workers{state="live"} 1.0' in body
+    assert 'claudeq_account_state{account="beta",state="ok"} 1.0' in body
