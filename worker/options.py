@@ -1,0 +1,189 @@
+"""Build the SDK's `ClaudeAgentOptions` for one run from the spec, the account and the worker policy (pure).
+
+The policy caps what any job gets: a forbidden tool, cwd, permission mode or an unknown MCP tool raises
+`PolicyViolation` (the engine fails the job with kind `input`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
+from claude_agent_sdk.types import (
+    HookContext,
+    HookInput,
+    HookJSONOutput,
+    McpServerConfig,
+    SystemPromptPreset,
+    ThinkingConfig,
+)
+
+from config.errors import PolicyViolation
+from config.settings import FILE_TOOLS, Settings, WorkerPolicy
+from producer.models import JobSpec
+from worker.tools import SERVER_NAME, ToolRegistry, wire_name
+
+#: Input fields of the file tools that name a path.
+PATH_FIELDS: tuple[str, ...] = ("file_path", "path", "notebook_path")
+#: Input fields holding glob patterns, which may not climb out with `..` or start at `/`.
+PATTERN_FIELDS: tuple[str, ...] = ("pattern", "glob")
+DEFAULT_THINKING_BUDGET = 8000
+
+
+def builtin_tools(spec: JobSpec, policy: WorkerPolicy) -> list[str]:
+    """The built-in tools a job gets (its profile or list), checked against the policy."""
+    tools = policy.tools_for(spec.tools)
+    forbidden = policy.forbidden_tools(tools)
+    if forbidden:
+        raise PolicyViolation("tools", f"not allowed on this fleet: {', '.join(forbidden)}")
+    return tools
+
+
+def check_spec(spec: JobSpec, policy: WorkerPolicy, registry: ToolRegistry | None) -> None:
+    """Raise PolicyViolation if the policy forbids anything the spec asks for (no I/O beyond stat of dirs)."""
+    builtin_tools(spec, policy)
+    if spec.mcp_tools:
+        unknown = spec.mcp_tools if registry is None else registry.unknown(spec.mcp_tools)
+        if unknown:
+            raise PolicyViolation("mcp_tools", f"not registered on this worker: {', '.join(unknown)}")
+    if spec.permission_mode is not None and spec.permission_mode not in policy.permission_modes:
+        raise PolicyViolation("permission_mode", f"{spec.permission_mode!r} is not allowed on this fleet")
+    for field, paths in (("cwd", [spec.cwd] if spec.cwd else []), ("add_dirs", spec.add_dirs)):
+        for path in paths:
+            if not policy.workspace_roots:
+                raise PolicyViolation(field, "this fleet has no workspace roots; jobs cannot set a directory")
+            if not policy.path_allowed(path):
+                raise PolicyViolation(field, f"{path} is outside the workspace roots")
+            if not Path(path).is_dir():
+                raise PolicyViolation(field, f"{path} is not a directory")
+
+
+def default_cwd() -> Path:
+    """Where a job without a cwd runs: an empty, stable directory (never the worker's own cwd and its files).
+
+    Stable because a session's transcript key is derived from the cwd: a resumed session must see the same one.
+    """
+    path = Path(tempfile.gettempdir()) / "claudeq-empty-cwd"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _outside(value: str, base: Path, policy: WorkerPolicy) -> bool:
+    target = Path(value) if value.startswith("/") else base / value
+    return not policy.path_allowed(str(target))
+
+
+def workspace_hook(policy: WorkerPolicy) -> Callable[[HookInput, str | None, HookContext], Any]:
+    """A PreToolUse hook denying file tools whose paths resolve outside the workspace roots.
+
+    Needed because `can_use_tool` is not consulted for tools already in `allowed_tools`.
+    """
+
+    async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
+        if data.get("hook_event_name") != "PreToolUse":
+            return {}
+        tool_input: dict[str, Any] = data.get("tool_input") or {}  # type: ignore[assignment]
+        if data.get("tool_name") not in FILE_TOOLS:
+            return {}
+        base = Path(str(data.get("cwd") or "/"))
+        reason: str | None = None
+        paths = [str(tool_input[f]) for f in PATH_FIELDS if isinstance(tool_input.get(f), str) and tool_input[f]]
+        if not paths:
+            paths = [str(base)]  # Glob/Grep without a path search the cwd
+        for path in paths:
+            if _outside(path, base, policy):
+                reason = f"{path} is outside the workspace roots"
+                break
+        for name in PATTERN_FIELDS:
+            pattern = tool_input.get(name)
+            if isinstance(pattern, str) and (pattern.startswith("/") or ".." in Path(pattern).parts):
+                reason = f"pattern {pattern!r} may reach outside the workspace roots"
+        if reason is None:
+            return {}
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }
+        }
+
+    return hook
+
+
+def _system_prompt(spec: JobSpec) -> str | SystemPromptPreset | None:
+    if spec.system_prompt is not None:
+        if spec.append_system_prompt:
+            return f"{spec.system_prompt}\n\n{spec.append_system_prompt}"
+        return spec.system_prompt
+    if spec.append_system_prompt:
+        return {"type": "preset", "preset": "claude_code", "append": spec.append_system_prompt}
+    return None
+
+
+def _thinking(spec: JobSpec) -> ThinkingConfig | None:
+    if spec.thinking == "adaptive":
+        return {"type": "adaptive"}
+    if spec.thinking == "enabled":
+        return {"type": "enabled", "budget_tokens": spec.thinking_budget_tokens or DEFAULT_THINKING_BUDGET}
+    if spec.thinking == "disabled":
+        return {"type": "disabled"}
+    return None
+
+
+def build_options(
+    spec: JobSpec,
+    settings: Settings,
+    *,
+    env: dict[str, str],
+    cli_path: str | Path | None = None,
+    tools: ToolRegistry | None = None,
+    resume: str | None = None,
+    fork: bool = False,
+    resume_at: str | None = None,
+    session_store: Any | None = None,
+    stderr: Callable[[str], None] | None = None,
+) -> ClaudeAgentOptions:
+    """The SDK options for one run; raises PolicyViolation when the policy forbids what the spec asks."""
+    policy = settings.policy
+    check_spec(spec, policy, tools)
+    builtin = builtin_tools(spec, policy)
+    mcp_servers: dict[str, McpServerConfig] = {}
+    if spec.mcp_tools:
+        assert tools is not None  # check_spec refused unknown tools
+        mcp_servers[SERVER_NAME] = tools.server(spec.mcp_tools)
+    hooks = None
+    if FILE_TOOLS.intersection(builtin):
+        hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[workspace_hook(policy)])]}
+    output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None
+    return ClaudeAgentOptions(
+        # tools= is the built-in set offered at all; allowed_tools=[] alone would leave every built-in offered.
+        tools=builtin,
+        allowed_tools=[*builtin, *(wire_name(t) for t in dict.fromkeys(spec.mcp_tools))],
+        mcp_servers=mcp_servers,
+        strict_mcp_config=True,  # ignore .mcp.json and user MCP config on the worker machine
+        setting_sources=[],  # and its settings files
+        system_prompt=_system_prompt(spec),
+        model=spec.model,
+        fallback_model=spec.fallback_model,
+        max_turns=spec.max_turns,
+        max_budget_usd=spec.max_budget_usd,
+        effort=spec.effort,
+        thinking=_thinking(spec),
+        permission_mode=spec.permission_mode,
+        cwd=spec.cwd or default_cwd(),
+        add_dirs=list(spec.add_dirs),
+        output_format=output_format,
+        include_partial_messages=True,  # liveness for the watchdogs; never stored as events
+        hooks=hooks,  # type: ignore[arg-type]
+        env=env,
+        cli_path=cli_path,
+        stderr=stderr,
+        resume=resume,
+        fork_session=fork,
+        resume_session_at=resume_at,
+        session_store=session_store,
+    )

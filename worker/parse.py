@@ -1,0 +1,332 @@
+"""The one place SDK messages are looked at: `MessageParser` turns them into claudeq events and a `RunOutcome`.
+
+Partial `StreamEvent`s feed liveness marks (first byte, last progress) and the usage of a run killed before its
+result; they never become events themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from claude_agent_sdk import (
+    AssistantMessage,
+    RateLimitEvent,
+    ResultMessage,
+    StreamEvent,
+    SystemMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+from claude_agent_sdk.types import MirrorErrorMessage
+
+from producer.models import Event, Usage
+from worker.cli_env import redact
+from worker.outcome import RateLimitSignal, RunOutcome
+from worker.prices import cost_usd
+
+#: Longest text kept in one event's field (tool inputs and results, assistant text).
+TEXT_LIMIT = 4000
+
+
+def truncate(text: str, limit: int = TEXT_LIMIT) -> str:
+    """`text` cut to `limit` characters, with a marker saying how much was dropped."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [{len(text) - limit} more chars]"
+
+
+def _json_text(value: Any, limit: int = TEXT_LIMIT) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return truncate(redact(text), limit)
+
+
+def _result_text(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = [str(c.get("text", "")) if c.get("type") == "text" else f"[{c.get('type', '?')}]" for c in content]
+    return "\n".join(parts)
+
+
+def _epoch(value: int | float | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(float(value), UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+@dataclass
+class _StreamUsage:
+    """Usage of one API message as its stream events showed it."""
+
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+@dataclass
+class MessageParser:
+    """Fed each SDK message of one attempt; returns the events to emit and fills `outcome`."""
+
+    attempt: int
+    clock: Callable[[], float] = time.monotonic
+    outcome: RunOutcome = field(default_factory=RunOutcome)
+    model: str | None = None  # from the init message
+    last_progress: float | None = None  # monotonic time of the last message of any kind
+    tools_in_flight: dict[str, str] = field(default_factory=dict)  # tool_use id -> tool name, awaiting its result
+    _stream_usage: dict[str, _StreamUsage] = field(default_factory=dict)
+    _anon: int = 0
+    _current: str = ""  # id of the API message being streamed
+
+    @property
+    def tool_in_flight(self) -> bool:
+        """Whether a tool call is running (a tool_use without its tool_result yet): idle time does not count."""
+        return bool(self.tools_in_flight)
+
+    def _event(self, type_: str, **data: Any) -> Event:
+        return Event(type=type_, attempt=self.attempt, data=data)
+
+    def feed(self, message: object) -> list[Event]:
+        """Take one SDK message; return the claudeq events it means (possibly none)."""
+        now = self.clock()
+        self.last_progress = now
+        if isinstance(message, StreamEvent):
+            self._stream(message, now)
+            return []
+        if isinstance(message, AssistantMessage):
+            self._first_byte(now)
+            return self._assistant(message)
+        if isinstance(message, UserMessage):
+            return self._user(message)
+        if isinstance(message, ResultMessage):
+            self._first_byte(now)
+            return self._result(message)
+        if isinstance(message, RateLimitEvent):
+            return self._rate_limit(message)
+        if isinstance(message, MirrorErrorMessage):
+            self.outcome.mirror_errors += 1
+            return [self._event("mirror_error", detail=truncate(redact(message.error), 500))]
+        if isinstance(message, SystemMessage):
+            return self._system(message)
+        return []
+
+    def _first_byte(self, now: float) -> None:
+        if self.outcome.first_byte_at is None:
+            self.outcome.first_byte_at = now
+
+    def _session(self, session_id: str | None) -> list[Event]:
+        if not session_id or session_id == self.outcome.session_id:
+            return []
+        self.outcome.session_id = session_id
+        return [self._event("session", session_id=session_id)]
+
+    def _system(self, message: SystemMessage) -> list[Event]:
+        data = message.data
+        if message.subtype == "init":
+            self.model = data.get("model") or self.model
+            return self._session(data.get("session_id"))
+        if message.subtype == "api_retry":
+            self.outcome.api_retries += 1
+            return [
+                self._event(
+                    "api_retry",
+                    attempt=data.get("attempt"),
+                    error_status=data.get("error_status"),
+                    error=data.get("error"),
+                    delay_ms=data.get("retry_delay_ms"),
+                )
+            ]
+        return []
+
+    def _assistant(self, message: AssistantMessage) -> list[Event]:
+        events = self._session(message.session_id)
+        if message.error is not None:
+            self.outcome.assistant_error = message.error
+        for block in message.content:
+            if isinstance(block, TextBlock) and block.text:
+                events.append(self._event("assistant_text", text=truncate(redact(block.text))))
+            elif isinstance(block, ToolUseBlock):
+                self.outcome.tool_calls.append(block.name)
+                self.tools_in_flight[block.id] = block.name
+                events.append(self._event("tool_call", tool=block.name, id=block.id, input=_json_text(block.input)))
+        return events
+
+    def _user(self, message: UserMessage) -> list[Event]:
+        events: list[Event] = []
+        if isinstance(message.content, str):
+            return events
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                self.tools_in_flight.pop(block.tool_use_id, None)
+                text = truncate(redact(_result_text(block.content)))
+                events.append(
+                    self._event("tool_result", id=block.tool_use_id, is_error=bool(block.is_error), text=text)
+                )
+        return events
+
+    def _rate_limit(self, message: RateLimitEvent) -> list[Event]:
+        info = message.rate_limit_info
+        signal = RateLimitSignal(
+            status=info.status,
+            resets_at=_epoch(info.resets_at),
+            window=info.rate_limit_type,
+            utilization=info.utilization,
+        )
+        self.outcome.rate_limits.append(signal)
+        return [
+            self._event(
+                "rate_limit",
+                status=signal.status,
+                window=signal.window,
+                utilization=signal.utilization,
+                resets_at=_iso(signal.resets_at),
+            )
+        ]
+
+    def _result(self, message: ResultMessage) -> list[Event]:
+        events = self._session(message.session_id)
+        out = self.outcome
+        out.got_result = True
+        out.is_error = message.is_error
+        out.subtype = message.subtype
+        out.terminal_reason = message.terminal_reason
+        out.api_error_status = message.api_error_status
+        out.errors = [redact(e) for e in (message.errors or [])]
+        self.tools_in_flight.clear()
+        result = out.result
+        result.text = redact(message.result) if message.result is not None else result.text
+        result.structured_output = message.structured_output
+        result.stop_reason = message.stop_reason
+        result.num_turns = message.num_turns
+        result.duration_ms = message.duration_ms
+        if message.model_usage:
+            result.usage = usage_from_model_usage(message.model_usage, message.total_cost_usd)
+        else:
+            result.usage = self.stream_usage()
+            if message.total_cost_usd is not None:
+                result.usage.cost_usd = float(message.total_cost_usd)
+        events.append(
+            self._event(
+                "result",
+                is_error=message.is_error,
+                subtype=message.subtype,
+                num_turns=message.num_turns,
+                duration_ms=message.duration_ms,
+                cost_usd=result.usage.cost_usd,
+                stop_reason=message.stop_reason,
+            )
+        )
+        return events
+
+    def _stream(self, message: StreamEvent, now: float) -> None:
+        self._first_byte(now)
+        event = message.event
+        kind = event.get("type")
+        if kind == "message_start":
+            msg = event.get("message") or {}
+            key = str(msg.get("id") or f"anon-{self._anon}")
+            self._anon += 1
+            usage = msg.get("usage") or {}
+            creation = usage.get("cache_creation") or {}
+            total_write = _int(usage.get("cache_creation_input_tokens"))
+            write_1h = _int(creation.get("ephemeral_1h_input_tokens"))
+            self._stream_usage[key] = _StreamUsage(
+                model=msg.get("model") or self.model,
+                input_tokens=_int(usage.get("input_tokens")),
+                output_tokens=_int(usage.get("output_tokens")),
+                cache_read=_int(usage.get("cache_read_input_tokens")),
+                cache_write_5m=max(total_write - write_1h, 0),
+                cache_write_1h=write_1h,
+            )
+            self._current = key
+        elif kind == "message_delta":
+            current = self._stream_usage.get(self._current)
+            usage = event.get("usage") or {}
+            if current is not None and "output_tokens" in usage:
+                # message_delta carries the cumulative output count of the message, not an increment.
+                current.output_tokens = _int(usage.get("output_tokens"))
+
+    def stream_usage(self) -> Usage:
+        """Usage summed over the API messages the stream showed, priced with the list prices (reference §7)."""
+        per_model: dict[str, dict[str, Any]] = {}
+        total = Usage()
+        for item in self._stream_usage.values():
+            model = item.model or "unknown"
+            cost = cost_usd(
+                model,
+                input_tokens=item.input_tokens,
+                output_tokens=item.output_tokens,
+                cache_read_tokens=item.cache_read,
+                cache_write_5m_tokens=item.cache_write_5m,
+                cache_write_1h_tokens=item.cache_write_1h,
+            )
+            entry = per_model.setdefault(
+                model,
+                {
+                    "inputTokens": 0,
+                    "outputTokens": 0,
+                    "cacheReadInputTokens": 0,
+                    "cacheCreationInputTokens": 0,
+                    "costUSD": 0.0,
+                },
+            )
+            cache_creation = item.cache_write_5m + item.cache_write_1h
+            entry["inputTokens"] += item.input_tokens
+            entry["outputTokens"] += item.output_tokens
+            entry["cacheReadInputTokens"] += item.cache_read
+            entry["cacheCreationInputTokens"] += cache_creation
+            entry["costUSD"] += cost
+            total = total + Usage(
+                input_tokens=item.input_tokens,
+                output_tokens=item.output_tokens,
+                cache_read_tokens=item.cache_read,
+                cache_creation_tokens=cache_creation,
+                cost_usd=cost,
+            )
+        total.model_usage = per_model
+        return total
+
+    def finish(self) -> RunOutcome:
+        """The outcome so far; without a result, usage is what the stream events showed."""
+        if not self.outcome.got_result:
+            self.outcome.result.usage = self.stream_usage()
+        return self.outcome
+
+
+def usage_from_model_usage(model_usage: Any, total_cost_usd: float | None = None) -> Usage:
+    """`Usage` from `ResultMessage.model_usage` (subagents included), the per-model dicts kept verbatim."""
+    usage = Usage(model_usage={str(k): dict(v) for k, v in dict(model_usage).items()})
+    cost = 0.0
+    for entry in usage.model_usage.values():
+        usage.input_tokens += _int(entry.get("inputTokens"))
+        usage.output_tokens += _int(entry.get("outputTokens"))
+        usage.cache_read_tokens += _int(entry.get("cacheReadInputTokens"))
+        usage.cache_creation_tokens += _int(entry.get("cacheCreationInputTokens"))
+        value = entry.get("costUSD")
+        cost += float(value) if isinstance(value, int | float) else 0.0
+    usage.cost_usd = cost if usage.model_usage else float(total_cost_usd or 0.0)
+    return usage

@@ -1,0 +1,242 @@
+"""Run one attempt of a job through the SDK: `Runner.run(req, emit, cancel) -> RunOutcome`.
+
+Uses `ClaudeSDKClient` (not `query()`, which raises on error results and cannot be interrupted cleanly). Stopping a
+run (watchdog, cancel, an exception, or cancellation of `run()` itself) is interrupt, then disconnect (≈0.5 s;
+disconnect alone takes 5 s, reference §4), then SIGKILL for anything left: `run()` never returns with its CLI alive.
+
+Runs must be started from the engine's one long-lived event-loop thread: the CLI is spawned through a wrapper that
+sets the parent-death signal, which the kernel ties to the thread that forked it (reference §9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import ClaudeSDKClient, ProcessError
+
+from config.accounts import AccountConfig
+from config.settings import Settings
+from producer.models import Event, JobSpec
+from worker import procs
+from worker.cli_env import build_env, redact, remember_settings_secrets
+from worker.launcher import locate_cli, python_for_wrapper, wrapper_path
+from worker.options import build_options, check_spec
+from worker.outcome import RunOutcome, StopReason
+from worker.parse import MessageParser
+from worker.tools import ToolRegistry
+from worker.watchdog import Timeouts, Watchdog
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[Event], Awaitable[None]]
+
+INTERRUPT_TIMEOUT_S = 1.0  # interrupt answers in ~15 ms when the CLI is healthy
+RESULT_GRACE_S = 0.3  # after interrupt, the CLI reports the cut-off turn (with its usage) almost at once
+DISCONNECT_TIMEOUT_S = 2.0  # after interrupt disconnect takes ~0.5 s; past this, SIGKILL
+REAP_TIMEOUT_S = 2.0
+STDERR_TAIL_LINES = 40
+STDERR_TAIL_CHARS = 4000
+
+
+@dataclass
+class RunRequest:
+    """One attempt of one job on one account."""
+
+    job_id: str
+    attempt: int  # 1-based attempt number
+    spec: JobSpec
+    account: AccountConfig
+    resume: str | None = None  # session id to resume (sessions issue)
+    fork: bool = False
+    resume_at: str | None = None  # message uuid for resume_session_at (sessions issue)
+    session_store: Any | None = None  # an SDK SessionStore (sessions issue)
+
+
+def _cli_pid(client: ClaudeSDKClient) -> int | None:
+    """The CLI's pid, read through the SDK's private transport (None before spawn or after disconnect)."""
+    transport = getattr(client, "_transport", None)
+    process = getattr(transport, "_process", None)
+    pid = getattr(process, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+class Runner:
+    """Drives SDK runs; one instance serves all runs of a worker process (it keeps no per-run state)."""
+
+    def __init__(self, settings: Settings, tools: ToolRegistry | None = None) -> None:
+        self.settings = settings
+        self.tools = tools if tools is not None else ToolRegistry.from_settings(settings)
+        remember_settings_secrets(settings)
+
+    def check(self, spec: JobSpec) -> None:
+        """Raise PolicyViolation if this worker's policy forbids the spec (cheap; call before leasing a slot)."""
+        check_spec(spec, self.settings.policy, self.tools)
+
+    async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
+        """Run one attempt; run failures go into the outcome, only ConfigError/PolicyViolation are raised."""
+        cli = locate_cli(self.settings)
+        wrapper = wrapper_path()
+        token = req.account.read_token()
+        self.check(req.spec)
+        started = time.monotonic()
+        parser = MessageParser(attempt=req.attempt)
+        watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
+        stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        run_dir = self._make_run_dir(req) if req.account.config_dir is None else None
+        try:
+            env = build_env(
+                req.account,
+                self.settings,
+                token=token,
+                job_id=req.job_id,
+                config_dir=run_dir / "config" if run_dir else None,
+                cli_bin=str(cli),
+            )
+            env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            options = build_options(
+                req.spec,
+                self.settings,
+                env=env,
+                cli_path=wrapper,
+                tools=self.tools,
+                resume=req.resume,
+                fork=req.fork,
+                resume_at=req.resume_at,
+                session_store=req.session_store,
+                stderr=stderr_tail.append,
+            )
+        except BaseException:
+            if run_dir is not None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        outcome = parser.outcome
+        client = ClaudeSDKClient(options)
+        pump: asyncio.Task[None] | None = None
+        stopped: StopReason | None = None
+        try:
+            await self._emit(
+                emit,
+                Event(
+                    type="run_started",
+                    attempt=req.attempt,
+                    data={"account": req.account.name, "model": req.spec.model, "attempt": req.attempt},
+                ),
+            )
+            pump = asyncio.create_task(self._pump(client, req.spec.prompt, parser, watchdog, emit))
+            stopped = await self._supervise(pump, watchdog, cancel)
+            if stopped is None:
+                pump.result()  # re-raise what ended the stream abnormally
+        except asyncio.CancelledError:
+            stopped = stopped or "cancel"
+            raise
+        except Exception as exc:
+            outcome.exception = redact(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, ProcessError):
+                outcome.exit_code = exc.exit_code
+        finally:
+            cleanup = asyncio.ensure_future(self._shutdown(client, pump, req.job_id))
+            try:
+                await asyncio.shield(cleanup)
+            except asyncio.CancelledError:
+                # Cancelled again while cleaning up: never leave the CLI behind.
+                procs.kill_and_wait(procs.job_pids(req.job_id, parent=os.getpid()), timeout_s=0)
+                raise
+            finally:
+                if run_dir is not None:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                outcome.stopped_by = stopped
+                outcome.duration_s = time.monotonic() - started
+                tail = "\n".join(stderr_tail)[-STDERR_TAIL_CHARS:]
+                outcome.stderr_tail = redact(tail) if tail else None
+        if stopped is not None:
+            await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
+        return parser.finish()
+
+    def _make_run_dir(self, req: RunRequest) -> Path:
+        root = self.settings.run_root or Path(tempfile.gettempdir())
+        root.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"claudeq-run-{req.job_id[:40]}-{req.attempt}-", dir=root))
+        (path / "config").mkdir(mode=0o700)
+        return path
+
+    @staticmethod
+    async def _emit(emit: EventSink, event: Event) -> None:
+        # Events are progress reports: losing one (Redis hiccup) must not fail the run.
+        try:
+            await emit(event)
+        except Exception:
+            log.warning("could not emit %s event", event.type, exc_info=True)
+
+    async def _pump(
+        self, client: ClaudeSDKClient, prompt: str, parser: MessageParser, watchdog: Watchdog, emit: EventSink
+    ) -> None:
+        await client.connect(prompt)
+        async for message in client.receive_response():
+            events = parser.feed(message)
+            now = parser.last_progress
+            watchdog.mark(at=now, first_byte=parser.outcome.first_byte_at is not None)
+            watchdog.tool_running(parser.tool_in_flight, at=now)
+            for event in events:
+                await self._emit(emit, event)
+
+    @staticmethod
+    async def _supervise(pump: asyncio.Task[None], watchdog: Watchdog, cancel: asyncio.Event) -> StopReason | None:
+        """Wait for the stream to end, a watchdog to fire or cancel; return why the worker stops it (or None)."""
+        cancelled = asyncio.create_task(cancel.wait())
+        try:
+            while True:
+                if cancel.is_set():
+                    return "cancel"
+                reason, wait_s = watchdog.check()
+                if reason is not None:
+                    return reason
+                done, _ = await asyncio.wait(
+                    {pump, cancelled}, timeout=wait_s + 0.005, return_when=asyncio.FIRST_COMPLETED
+                )
+                if pump in done:
+                    return None
+        finally:
+            cancelled.cancel()
+
+    async def _shutdown(self, client: ClaudeSDKClient, pump: asyncio.Task[None] | None, job_id: str) -> None:
+        """Interrupt, let the CLI report, disconnect; SIGKILL whatever is left of this job's CLI."""
+        pid = _cli_pid(client)
+        connected = getattr(client, "_query", None) is not None
+        if pump is not None and not pump.done():
+            if connected and pid is not None and procs.alive(pid):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.interrupt(), INTERRUPT_TIMEOUT_S)
+                # The interrupted CLI sends a result for the cut-off turn; it carries the turn's usage.
+                await asyncio.wait({pump}, timeout=RESULT_GRACE_S)
+            else:
+                # Still connecting: nothing to save, and a cancelled connect() would wait 5 s on the CLI.
+                procs.kill_and_wait([pid] if pid else [], timeout_s=0)
+            if not pump.done():
+                pump.cancel()
+            await asyncio.wait({pump}, timeout=DISCONNECT_TIMEOUT_S)
+        if pump is not None and pump.done() and not pump.cancelled():
+            pump.exception()  # retrieved so asyncio does not log "exception never retrieved"
+        disconnect = asyncio.ensure_future(client.disconnect())
+        done, _ = await asyncio.wait({disconnect}, timeout=DISCONNECT_TIMEOUT_S)
+        if not done:
+            log.warning("CLI of job %s did not stop on disconnect; killing it", job_id)
+            procs.kill_and_wait([pid] if pid else [], timeout_s=0)
+            await asyncio.wait({disconnect}, timeout=DISCONNECT_TIMEOUT_S)
+        if disconnect.done() and not disconnect.cancelled() and disconnect.exception() is not None:
+            log.debug("disconnect raised", exc_info=disconnect.exception())
+        left = [p for p in {pid, *procs.job_pids(job_id, parent=os.getpid())} if p is not None and procs.alive(p)]
+        if left:
+            left = await asyncio.to_thread(procs.kill_and_wait, left, REAP_TIMEOUT_S)
+            if left:
+                log.error("CLI processes %s of job %s survived SIGKILL", left, job_id)
