@@ -1,0 +1,187 @@
+"""AccountManager on fakeredis: leases, routing around cooling/disabled accounts, signals, waiters."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import fakeredis
+import pytest
+
+from config.accounts import AccountConfig, AccountPool
+from config.settings import Settings
+from producer.keys import Keys
+from producer.models import JobSpec
+from worker.accounts import AccountManager, NoAccount, SlotLease
+from worker.outcome import RateLimitSignal
+
+SPEC = JobSpec(prompt="hello")
+
+
+def pool(*accounts: tuple[str, int]) -> AccountPool:
+    return AccountPool(
+        accounts=[
+            AccountConfig(name=name, kind="oauth", token_env=f"TOKEN_{name}", max_concurrency=n) for name, n in accounts
+        ]
+    )
+
+
+@pytest.fixture
+def manager(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> AccountManager:
+    return AccountManager(fake_settings, fake_redis, Keys(fake_settings.key_prefix), pool(("a", 1), ("b", 2)))
+
+
+def lease(result: SlotLease | NoAccount) -> SlotLease:
+    assert isinstance(result, SlotLease), result
+    return result
+
+
+def test_spreads_jobs_and_defers_when_full(manager: AccountManager) -> None:
+    leases = [lease(manager.acquire(f"j{i}", SPEC)) for i in range(3)]
+    assert sorted(x.account.name for x in leases) == ["a", "b", "b"]
+    full = manager.acquire("j9", SPEC)
+    assert isinstance(full, NoAccount)
+    assert not full.permanent
+    assert sorted(full.accounts) == ["a", "b"]
+    assert full.ready_at > datetime.now(UTC)
+    assert full.ready_at <= datetime.now(UTC) + timedelta(seconds=manager.settings.lease_ttl_s)
+
+
+def test_repeated_acquire_returns_the_same_slot(manager: AccountManager) -> None:
+    first = lease(manager.acquire("j1", SPEC))
+    again = lease(manager.acquire("j1", SPEC))
+    assert again.account.name == first.account.name
+    assert sum(s.slots_in_use for s in manager.states()) == 1
+
+
+def test_rejected_with_reset_cools_until_then_and_routes_elsewhere(manager: AccountManager) -> None:
+    resets = datetime.now(UTC) + timedelta(seconds=40)
+    manager.observe("b", RateLimitSignal("rejected", resets, "five_hour"))
+    state = manager.state("b")
+    assert state.state == "cooling"
+    assert state.cooldown_until is not None
+    assert abs((state.cooldown_until - resets).total_seconds()) < 0.01
+    assert "five_hour" in (state.reason or "")
+    assert lease(manager.acquire("j1", SPEC)).account.name == "a"
+    waiting = manager.acquire("j2", SPEC)
+    assert isinstance(waiting, NoAccount)
+    # a (full) frees at its slot expiry at the latest, before b's cooldown ends.
+    assert waiting.accounts == ["a", "b"]
+
+
+def test_rejected_seen_by_a_second_manager_at_once(
+    fake_settings: Settings, fake_redis: fakeredis.FakeRedis, manager: AccountManager
+) -> None:
+    other = AccountManager(fake_settings, fake_redis, Keys(fake_settings.key_prefix), manager.pool)
+    manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=40), "five_hour"))
+    assert lease(other.acquire("j1", SPEC.model_copy(update={"account": None}))).account.name == "b"
+    pinned = other.acquire("j2", JobSpec(prompt="x", account="a"))
+    assert isinstance(pinned, NoAccount)
+    assert not pinned.permanent
+    assert pinned.accounts == ["a"]
+
+
+def test_rejected_without_reset_cools_for_the_default(manager: AccountManager) -> None:
+    before = datetime.now(UTC)
+    manager.observe("a", RateLimitSignal("rejected", None, None))
+    until = manager.state("a").cooldown_until
+    assert until is not None
+    expected = before + timedelta(seconds=manager.settings.rate_limit_cooldown_s)
+    assert abs((until - expected).total_seconds()) < 2
+
+
+def test_rejected_with_a_past_reset_uses_the_default(manager: AccountManager) -> None:
+    manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) - timedelta(seconds=5), "five_hour"))
+    until = manager.state("a").cooldown_until
+    assert until is not None
+    assert until > datetime.now(UTC) + timedelta(seconds=manager.settings.rate_limit_cooldown_s - 2)
+
+
+def test_warning_is_recorded_and_chosen_last_then_cleared(manager: AccountManager) -> None:
+    resets = datetime.now(UTC) + timedelta(hours=2)
+    manager.observe("b", RateLimitSignal("allowed_warning", resets, "five_hour", 0.91))
+    state = manager.state("b")
+    assert state.state == "warning"
+    assert state.windows["five_hour"].utilization == 0.91
+    assert lease(manager.acquire("j1", SPEC)).account.name == "a"
+    manager.observe("b", RateLimitSignal("allowed", resets, "five_hour", 0.2))
+    state = manager.state("b")
+    assert state.state == "ok"
+    assert state.windows["five_hour"].utilization == 0.2
+
+
+def test_cool_for_an_api_key_429(manager: AccountManager) -> None:
+    manager.cool("a", manager.default_cooldown_end(), "429 on api_key account")
+    assert manager.state("a").state == "cooling"
+    assert manager.state("a").reason == "429 on api_key account"
+
+
+def test_disable_logs_and_blocks_until_enabled(manager: AccountManager, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="claudeq.accounts"):
+        manager.disable("a", "authentication failed (401)")
+    assert "account a disabled: authentication failed (401)" in caplog.text
+    assert manager.state("a").state == "disabled"
+    pinned = manager.acquire("j1", JobSpec(prompt="x", account="a"))
+    assert isinstance(pinned, NoAccount)
+    assert pinned.permanent
+    assert "401" in pinned.reason
+    manager.enable("a")
+    assert lease(manager.acquire("j1", JobSpec(prompt="x", account="a"))).account.name == "a"
+
+
+def test_clear_cooldown(manager: AccountManager) -> None:
+    manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=60), "five_hour"))
+    manager.clear_cooldown("a")
+    assert manager.state("a").state == "ok"
+
+
+def test_permanent_when_pinned_to_an_unknown_account(manager: AccountManager) -> None:
+    result = manager.acquire("j1", JobSpec(prompt="x", account="nope"))
+    assert isinstance(result, NoAccount)
+    assert result.permanent
+
+
+def test_exclude_routes_to_another_account(manager: AccountManager) -> None:
+    assert lease(manager.acquire("j1", SPEC, exclude=frozenset({"a"}))).account.name == "b"
+
+
+def test_release_promotes_a_waiter(manager: AccountManager, fake_redis: fakeredis.FakeRedis) -> None:
+    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a")))
+    waiting = manager.acquire("j2", JobSpec(prompt="x", account="a"))
+    assert isinstance(waiting, NoAccount)
+    fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
+    manager.add_waiter([*waiting.accounts, "unknown"], "j2")
+    assert manager.release(held) == ["j2"]
+    assert lease(manager.acquire("j2", JobSpec(prompt="x", account="a"))).account.name == "a"
+
+
+def test_refresh_keeps_the_slot(manager: AccountManager) -> None:
+    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a")))
+    manager.refresh(held, 120)
+    expiry = manager.store.slot_holders("a")["j1"]
+    assert expiry > time.time() + 100
+
+
+def test_racing_threads_never_exceed_max_concurrency(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
+    accounts = pool(("a", 2), ("b", 3))
+    managers = [AccountManager(fake_settings, fake_redis, Keys(fake_settings.key_prefix), accounts) for _ in range(4)]
+    got: list[SlotLease] = []
+    lock = threading.Lock()
+
+    def work(index: int) -> None:
+        for n in range(10):
+            result = managers[index].acquire(f"t{index}-{n}", SPEC)
+            if isinstance(result, SlotLease):
+                with lock:
+                    got.append(result)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    by_account = {name: sum(1 for x in got if x.account.name == name) for name in ("a", "b")}
+    assert by_account == {"a": 2, "b": 3}
+    assert {s.name: s.slots_in_use for s in managers[0].states()} == {"a": 2, "b": 3}
