@@ -10,10 +10,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import redis
 import typer
@@ -23,11 +22,13 @@ from prometheus_client.registry import Collector
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from config.accounts import AccountPool
 from config.errors import ConfigError
 from config.settings import Settings, load_settings
+from producer.accounts import AccountStore
 from producer.client import make_store
 from producer.keys import Keys
-from producer.models import AccountState, AccountStateName, JobStatus, WindowInfo
+from producer.models import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -38,23 +39,12 @@ ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "disabled")
 #: kombu's Redis transport keeps one list per priority step: `queue` for 0 and `queue\x06\x16<n>` for the others.
 KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_PRIORITIES: tuple[int, ...] = tuple(range(1, 10))  # every step a custom `priority_steps` could use
-DEFAULT_PORT = 9801
+DEFAULT_PORT = 9809  # workers use 9808 (.env.example)
 
 
 def queue_lists(queue: str) -> list[str]:
     """The Redis lists that hold a Celery queue's messages (all priorities)."""
     return [queue] + [f"{queue}{KOMBU_PRIORITY_SEP}{p}" for p in KOMBU_PRIORITIES]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(_text(value)) if value is not None else None
-    except ValueError:
-        return None
 
 
 class ClusterCollector(Collector):
@@ -65,14 +55,15 @@ class ClusterCollector(Collector):
         settings: Settings,
         client: redis.Redis,
         *,
-        account_names: Iterable[str] | None = None,
+        pool: AccountPool | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.redis = client
         self.keys = Keys(settings.key_prefix)
         self.store = make_store(settings, client)
-        self.account_names = list(account_names) if account_names is not None else None
+        # The accounts come from the pool (the same accounts file the workers read); their state from Redis.
+        self.accounts = AccountStore(client, self.keys, pool if pool is not None else settings.accounts)
         self.now = now
         # A worker whose last heartbeat is older than its lease TTL has stopped renewing its leases.
         self.stale_after_s = max(settings.lease_ttl_s, 3 * settings.heartbeat_s)
@@ -161,7 +152,7 @@ class ClusterCollector(Collector):
         slots = GaugeMetricFamily("claudeq_account_slots_in_use", "Slots leased on the account.", labels=["account"])
         limit = GaugeMetricFamily("claudeq_account_slots_max", "The account's max concurrency.", labels=["account"])
         now = self.now()
-        for account in self.account_states(now):
+        for account in self.accounts.states(now):
             for name in ACCOUNT_STATES:
                 state.add_metric([account.name, name], 1 if account.state == name else 0)
             until = account.cooldown_until.timestamp() if account.cooldown_until else 0.0
@@ -183,61 +174,6 @@ class ClusterCollector(Collector):
         workers.add_metric(["live"], int(live))
         workers.add_metric(["stale"], int(stale))
         return [workers]
-
-    # ---- accounts ---------------------------------------------------------------------------------------------
-
-    def _names(self) -> list[str]:
-        if self.account_names is not None:
-            return self.account_names
-        return self.settings.accounts.names
-
-    def account_states(self, now: float) -> list[AccountState]:
-        """Every configured account's state as Redis holds it."""
-        names = self._names()
-        pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.hgetall(self.keys.account(name))
-            pipe.zcount(self.keys.account_slots(name), f"({now}", "+inf")
-        replies = pipe.execute()
-        states = []
-        for i, name in enumerate(names):
-            fields = {_text(k): _text(v) for k, v in replies[2 * i].items()}
-            account = self.settings.accounts.get(name)
-            states.append(
-                raw_account_state(name, fields, int(replies[2 * i + 1]), account.max_concurrency if account else 1, now)
-            )
-        return states
-
-
-def raw_account_state(name: str, fields: dict[str, str], slots: int, max_concurrency: int, now: float) -> AccountState:
-    """An AccountState from the raw `acct:{name}` hash (state, cooldown_until, `window:<name>` JSON per window)."""
-    windows: dict[str, WindowInfo] = {}
-    for key, value in fields.items():
-        if key.startswith("window:"):
-            try:
-                windows[key.removeprefix("window:")] = WindowInfo.model_validate_json(value)
-            except ValueError:
-                continue
-    until = _float(fields.get("cooldown_until"))
-    cooling = until is not None and until > now
-    state: AccountStateName
-    if fields.get("state") == "disabled":
-        state = "disabled"
-    elif cooling:
-        state = "cooling"
-    elif fields.get("state") == "warning" or any(w.status == "allowed_warning" for w in windows.values()):
-        state = "warning"
-    else:
-        state = "ok"
-    return AccountState(
-        name=name,
-        state=state,
-        reason=fields.get("reason") or fields.get("cooldown_reason"),
-        cooldown_until=datetime.fromtimestamp(until, UTC) if cooling and until else None,
-        windows=windows,
-        slots_in_use=slots,
-        max_concurrency=max_concurrency,
-    )
 
 
 def build_registry(settings: Settings, client: redis.Redis | None = None) -> CollectorRegistry:

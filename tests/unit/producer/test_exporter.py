@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from datetime import UTC, datetime
 from typing import Any
 
 import fakeredis
@@ -13,13 +14,21 @@ from prometheus_client import CollectorRegistry, start_http_server
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from config.accounts import AccountConfig, AccountPool
 from config.settings import Settings
+from producer.accounts import AccountStore
 from producer.exporter import ClusterCollector, queue_lists
 from producer.keys import Keys
 from producer.models import JobRecord, JobSpec, utcnow
 from producer.store import JobStore
 
 NOW = 1_800_000_000.0
+POOL = AccountPool(
+    accounts=[
+        AccountConfig(name="alpha", kind="oauth", token_env="TOKEN_ALPHA", max_concurrency=3),
+        AccountConfig(name="beta", kind="api_key", token_env="TOKEN_BETA"),
+    ]
+)
 
 
 def scrape(collector: ClusterCollector) -> CollectorRegistry:
@@ -30,7 +39,7 @@ def scrape(collector: ClusterCollector) -> CollectorRegistry:
 
 @pytest.fixture
 def collector(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> ClusterCollector:
-    return ClusterCollector(fake_settings, fake_redis, account_names=["alpha", "beta"], now=lambda: NOW)
+    return ClusterCollector(fake_settings, fake_redis, pool=POOL, now=lambda: NOW)
 
 
 @pytest.fixture
@@ -40,12 +49,12 @@ def keys(fake_settings: Settings) -> Keys:
 
 def test_registering_does_not_touch_redis(fake_settings: Settings) -> None:
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    scrape(ClusterCollector(fake_settings, dead, account_names=[]))  # would raise if describe() read Redis
+    scrape(ClusterCollector(fake_settings, dead, pool=AccountPool()))  # would raise if describe() read Redis
 
 
 def test_redis_down_reports_up_zero_and_nothing_else(fake_settings: Settings) -> None:
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    registry = scrape(ClusterCollector(fake_settings, dead, account_names=["alpha"]))
+    registry = scrape(ClusterCollector(fake_settings, dead, pool=POOL))
     assert registry.get_sample_value("claudeq_exporter_redis_up") == 0
     assert registry.get_sample_value("claudeq_queue_depth", {"queue": fake_settings.queue}) is None
 
@@ -127,8 +136,9 @@ def test_utilization_per_window_and_warning_state(
     collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
 ) -> None:
     window = {"status": "allowed_warning", "utilization": 0.91, "type": "five_hour"}
-    fake_redis.hset(keys.account("alpha"), "window:five_hour", json.dumps(window))
-    fake_redis.hset(keys.account("alpha"), "window:seven_day", json.dumps({"status": "allowed", "utilization": 0.4}))
+    fake_redis.hset(keys.account("alpha"), mapping={"state": "warning", "warn_window": "five_hour"})
+    fake_redis.hset(keys.account("alpha"), "w:five_hour", json.dumps(window))
+    fake_redis.hset(keys.account("alpha"), "w:seven_day", json.dumps({"status": "allowed", "utilization": 0.4}))
     registry = scrape(collector)
     util = "claudeq_account_utilization_ratio"
     assert registry.get_sample_value(util, {"account": "alpha", "window": "five_hour"}) == pytest.approx(0.91)
@@ -143,6 +153,7 @@ def test_slots_in_use_ignore_expired_leases(
     registry = scrape(collector)
     assert registry.get_sample_value("claudeq_account_slots_in_use", {"account": "alpha"}) == 2
     assert registry.get_sample_value("claudeq_account_slots_in_use", {"account": "beta"}) == 0
+    assert registry.get_sample_value("claudeq_account_slots_max", {"account": "alpha"}) == 3
 
 
 def test_workers_live_and_stale_from_heartbeats(
@@ -173,3 +184,15 @@ def test_served_over_http(collector: ClusterCollector, fake_redis: fakeredis.Fak
         server.server_close()
     assert 'claudeq_workers{state="live"} 1.0' in body
     assert 'claudeq_account_state{account="beta",state="ok"} 1.0' in body
+
+
+def test_states_written_by_the_account_store_are_exported(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    store = AccountStore(fake_redis, keys, POOL)
+    store.disable("beta", "authentication_failed")
+    store.cool("alpha", datetime.fromtimestamp(NOW + 30, UTC), "five_hour rejected")
+    registry = scrape(collector)
+    assert _state(registry, "alpha") == "cooling"
+    assert _state(registry, "beta") == "disabled"
+    assert registry.get_sample_value("claudeq_account_cooldown_seconds", {"account": "alpha"}) == pytest.approx(30)
