@@ -1,0 +1,162 @@
+"""`claudeq accounts`: see every account's state and slots; enable, disable or end a cooldown (operators).
+
+Exit codes: 0 ok, 1 runtime error (Redis unreachable, …), 2 bad input (unknown account, bad configuration).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import redis
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from config.errors import ConfigError, UnknownAccount
+from config.settings import load_settings
+from producer.accounts import AccountStore
+from producer.keys import Keys
+from producer.models import AccountState, utcnow
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+
+accounts_app = typer.Typer(
+    help="Accounts: state, slots, cooldowns; enable / disable / clear-cooldown.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+T = TypeVar("T")
+
+
+def _fail(code: int, message: str, as_json: bool = False) -> NoReturn:
+    if as_json:
+        print(json.dumps({"error": message}))
+    else:
+        err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _store(ctx: typer.Context, as_json: bool) -> AccountStore:
+    """The store injected by a caller (tests: `CliRunner.invoke(..., obj=store)`), else one from the settings."""
+    if isinstance(ctx.obj, AccountStore):
+        return ctx.obj
+    try:
+        settings = load_settings()
+        pool = settings.accounts
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
+    return AccountStore(redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix), pool)
+
+
+def _run(as_json: bool, action: Callable[[], T]) -> T:
+    """Map expected failures to exit codes with one clear line."""
+    try:
+        return action()
+    except UnknownAccount as exc:
+        _fail(EXIT_BAD_INPUT, f"{exc} (see `claudeq accounts`)", as_json)
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
+    except redis.RedisError as exc:
+        _fail(EXIT_ERROR, f"Redis: {exc.__class__.__name__}: {exc}", as_json)
+
+
+def _relative(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    seconds = (when - now).total_seconds()
+    if seconds <= 0:
+        return "now"
+    if seconds < 120:
+        return f"in {seconds:.0f}s"
+    if seconds < 7200:
+        return f"in {seconds / 60:.0f}m"
+    return f"in {seconds / 3600:.1f}h"
+
+
+def _utilization(state: AccountState) -> str:
+    parts = [f"{name} {w.utilization:.2f}" for name, w in state.windows.items() if w.utilization is not None]
+    return ", ".join(parts) or "-"
+
+
+_STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "disabled": "red"}
+
+
+def _show(store: AccountStore, as_json: bool) -> None:
+    states = _run(as_json, store.states)
+    if as_json:
+        print(json.dumps([s.public() for s in states]))
+        return
+    if not states:
+        out.print("no accounts configured (set CLAUDEQ_ACCOUNTS_FILE; see accounts.example.toml)")
+        return
+    now = utcnow()
+    kinds = {a.name: a.kind for a in store.pool.accounts}
+    table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization")
+    for s in states:
+        style = _STYLE.get(s.state, "")
+        table.add_row(
+            s.name,
+            kinds.get(s.name, "?"),
+            f"[{style}]{s.state}[/{style}]",
+            s.reason or "-",
+            f"{s.slots_in_use}/{s.max_concurrency}",
+            _relative(s.cooldown_until, now),
+            _utilization(s),
+        )
+    out.print(table)
+
+
+@accounts_app.callback()
+def accounts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List accounts (state, reason, slots in use, cooldown, utilization per window)."""
+    if ctx.invoked_subcommand is None:
+        _show(_store(ctx, as_json), as_json)
+
+
+@accounts_app.command("list")
+def list_accounts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List accounts (same as `claudeq accounts`)."""
+    _show(_store(ctx, as_json), as_json)
+
+
+def _act(ctx: typer.Context, as_json: bool, name: str, verb: str, action: Callable[[AccountStore], Any]) -> None:
+    store = _store(ctx, as_json)
+    _run(as_json, lambda: action(store))
+    state = _run(as_json, lambda: store.state(name))
+    if as_json:
+        print(json.dumps(state.public()))
+    else:
+        out.print(f"account {name} {verb}: now {state.state}" + (f" ({state.reason})" if state.reason else ""))
+
+
+@accounts_app.command()
+def enable(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
+    """Enable a disabled account."""
+    _act(ctx, as_json, name, "enabled", lambda store: store.enable(name))
+
+
+@accounts_app.command()
+def disable(
+    ctx: typer.Context,
+    name: str,
+    reason: Annotated[str, typer.Option(help="Why (shown in `claudeq accounts`).")] = "disabled by an operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Disable an account: no new run goes there until it is enabled."""
+    _act(ctx, as_json, name, "disabled", lambda store: store.disable(name, reason))
+
+
+@accounts_app.command("clear-cooldown")
+def clear_cooldown(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
+    """End an account's cooldown now."""
+    _act(ctx, as_json, name, "cooldown cleared", lambda store: store.clear_cooldown(name))
