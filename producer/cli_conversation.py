@@ -1,0 +1,119 @@
+"""`claudeq conversation show|delete|list`: a typer sub-app, mounted by `producer.cli` as `conversation`.
+
+Exit codes follow `claudeq`: 0 ok, 1 runtime error (Redis unreachable, …), 5 no such conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import redis
+import typer
+from rich.console import Console
+
+from config.errors import ConfigError
+from config.settings import Settings, load_settings
+from producer.conversations import ConversationInfo, ConversationStore, delete_conversation
+from producer.sessions import RedisSessionStore
+
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOT_FOUND = 5
+
+conversation_app = typer.Typer(help="Inspect and delete conversations (turns, sessions, jobs).", no_args_is_help=True)
+
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _fail(code: int, message: str, as_json: bool) -> typer.Exit:
+    if as_json:
+        print(json.dumps({"error": message}))
+    else:
+        err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _settings(as_json: bool) -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        raise _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json) from None
+
+
+def _print_info(info: ConversationInfo) -> None:
+    out.print(f"[bold]{info.name}[/bold]  session [cyan]{info.session_id or '-'}[/cyan]", highlight=False)
+    if info.running:
+        out.print(f"  running   {info.running}", highlight=False)
+    if info.waiting:
+        out.print(f"  waiting   {', '.join(info.waiting)}", highlight=False)
+    for number, turn in enumerate(info.turns, 1):
+        how = "forked" if turn.forked else "restarted" if turn.restarted else "resumed" if turn.resumed_from else "new"
+        out.print(
+            f"  {number:>3}. {turn.finished_at.isoformat()}  {turn.job_id}  {turn.status:<9}  "
+            f"{how:<9}  {turn.session_id or '-'}",
+            highlight=False,
+        )
+
+
+@conversation_app.command("show")
+def show(name: str, as_json: JsonOpt = False) -> None:
+    """Show a conversation: its latest session, running/waiting jobs and turns (job, status, session)."""
+    settings = _settings(as_json)
+    try:
+        info = ConversationStore.from_settings(settings).info(name)
+    except redis.RedisError as exc:
+        raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
+    if info is None:
+        raise _fail(EXIT_NOT_FOUND, f"no conversation named {name!r} (never started, deleted or expired)", as_json)
+    if as_json:
+        print(json.dumps(info.public()))
+    else:
+        _print_info(info)
+
+
+@conversation_app.command("delete")
+def delete(name: str, as_json: JsonOpt = False) -> None:
+    """Delete a conversation: its pointer, its turns and the transcripts of its sessions."""
+    settings = _settings(as_json)
+    conversations = ConversationStore.from_settings(settings)
+
+    async def run() -> list[str]:
+        sessions = RedisSessionStore.from_settings(settings)
+        try:
+            return await delete_conversation(conversations, sessions, name)
+        finally:
+            await sessions.aclose()
+
+    try:
+        if conversations.info(name) is None:
+            raise _fail(EXIT_NOT_FOUND, f"no conversation named {name!r}", as_json)
+        deleted = asyncio.run(run())
+    except redis.RedisError as exc:
+        raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
+    if as_json:
+        print(json.dumps({"name": name, "deleted": True, "sessions": deleted}))
+    else:
+        out.print(f"deleted conversation {name} ({len(deleted)} session transcript(s))", highlight=False)
+
+
+@conversation_app.command("list")
+def list_cmd(
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List conversations, most recent turn first."""
+    settings = _settings(as_json)
+    try:
+        names = ConversationStore.from_settings(settings).names(limit)
+    except redis.RedisError as exc:
+        raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
+    if as_json:
+        print(json.dumps(names))
+    else:
+        for name in names:
+            out.print(name, highlight=False)

@@ -1,0 +1,232 @@
+"""Conversations: a name -> its latest session id, its turns, and a turn lock so turns never overlap (issue 7).
+
+Redis (sync redis-py, like JobStore): `conv:{name}` the latest session id, `conv-turns:{name}` the finished turns,
+`conv-lock:{name}` the job running the current turn, `conv-waiters:{name}` jobs waiting for their turn in submit
+order. Every key expires `ttl_s` after the conversation's last turn. The lock is never trusted blindly: a holder
+that is no longer active (finished, or its record expired) is stale and the next turn takes over.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import redis
+from pydantic import BaseModel
+
+from config.settings import Settings
+from producer.keys import Keys
+from producer.models import ACTIVE, Timestamp
+from producer.sessions import RedisSessionStore
+
+# A job is active while queued, deferred or running; any other status (or no record) frees what it held.
+_ACTIVE_FN = """
+local function active(id)
+  local st = redis.call('HGET', ARGV[3] .. id, 'status')
+  return st == 'queued' or st == 'deferred' or st == 'running'
+end
+local function head(waiters, me)
+  while true do
+    local first = redis.call('ZRANGE', waiters, 0, 0)[1]
+    if not first or first == me or active(first) then return first end
+    redis.call('ZREM', waiters, first)
+  end
+end
+"""
+
+#: KEYS lock, waiters; ARGV job id, created (ms), job key prefix, ttl -> {granted 0|1, holder or head to wait for}
+ACQUIRE = (
+    _ACTIVE_FN
+    + """
+local lock, waiters, me, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4])
+local holder = redis.call('GET', lock)
+if holder == me then
+  redis.call('EXPIRE', lock, ttl)
+  return {1, me}
+end
+redis.call('ZADD', waiters, 'NX', tonumber(ARGV[2]), me)
+redis.call('EXPIRE', waiters, ttl)
+if holder and active(holder) then return {0, holder} end
+local first = head(waiters, me)
+if first ~= me then return {0, first} end
+redis.call('ZREM', waiters, me)
+redis.call('SET', lock, me, 'EX', ttl)
+return {1, me}
+"""
+)
+
+#: KEYS lock, waiters; ARGV job id, unused, job key prefix -> the next waiting job id to promote, or false
+RELEASE = (
+    _ACTIVE_FN
+    + """
+local lock, waiters, me = KEYS[1], KEYS[2], ARGV[1]
+if redis.call('GET', lock) == me then redis.call('DEL', lock) end
+redis.call('ZREM', waiters, me)
+local holder = redis.call('GET', lock)
+if holder and active(holder) then return false end
+return head(waiters, '')
+"""
+)
+
+
+class Turn(BaseModel):
+    """One finished turn of a conversation."""
+
+    job_id: str
+    status: str  # the job's terminal status
+    session_id: str | None = None  # the session the turn ended in
+    resumed_from: str | None = None  # the session it continued (None: it started the conversation)
+    forked: bool = False  # branched into a new session; the conversation's pointer did not move
+    restarted: bool = False  # its session had expired and on_missing_session="restart" began a fresh one
+    started_at: Timestamp | None = None
+    finished_at: Timestamp
+
+
+@dataclass(frozen=True)
+class TurnGrant:
+    """The answer of `acquire`: run now, or wait for `holder` (the running turn, or an earlier queued one)."""
+
+    granted: bool
+    holder: str | None
+
+
+@dataclass
+class ConversationInfo:
+    """What `claudeq conversation show` prints."""
+
+    name: str
+    session_id: str | None
+    turns: list[Turn] = field(default_factory=list)
+    running: str | None = None
+    waiting: list[str] = field(default_factory=list)
+
+    def public(self) -> dict[str, object]:
+        """The JSON form of `claudeq conversation show --json`."""
+        return {
+            "name": self.name,
+            "session_id": self.session_id,
+            "running": self.running,
+            "waiting": self.waiting,
+            "turns": [t.model_dump(mode="json") for t in self.turns],
+        }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class ConversationStore:
+    """Pointer, turns and turn lock of conversations (sync; the worker calls it via asyncio.to_thread)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int) -> None:
+        self.redis = client
+        self.keys = keys
+        self.ttl_s = ttl_s
+        self._acquire = client.register_script(ACQUIRE)
+        self._release = client.register_script(RELEASE)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, client: redis.Redis | None = None) -> ConversationStore:
+        """A store under the settings' prefix, keeping conversations as long as their transcripts."""
+        return cls(
+            client or redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix), settings.session_retention_s
+        )
+
+    def latest_session(self, name: str) -> str | None:
+        """The conversation's latest session id (None: no successful turn yet, or it expired)."""
+        value = self.redis.get(self.keys.conversation(name))
+        return None if value is None else _text(value)
+
+    def register(self, name: str, job_id: str, created_at: datetime) -> None:
+        """Queue a turn in submit order (call at submit; `acquire` also does it, later)."""
+        waiters = self.keys.conversation_waiters(name)
+        pipe = self.redis.pipeline()
+        pipe.zadd(waiters, {job_id: int(created_at.timestamp() * 1000)}, nx=True)
+        pipe.expire(waiters, self.ttl_s)
+        pipe.execute()
+
+    def acquire(self, name: str, job_id: str, created_at: datetime) -> TurnGrant:
+        """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
+        granted, holder = self._acquire(
+            keys=[self.keys.conversation_lock(name), self.keys.conversation_waiters(name)],
+            args=[job_id, int(created_at.timestamp() * 1000), self.keys.job(""), self.ttl_s],
+        )
+        return TurnGrant(bool(granted), _text(holder) if holder else None)
+
+    def release(self, name: str, job_id: str) -> str | None:
+        """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
+        nxt = self._release(
+            keys=[self.keys.conversation_lock(name), self.keys.conversation_waiters(name)],
+            args=[job_id, 0, self.keys.job("")],
+        )
+        return _text(nxt) if nxt else None
+
+    def record_turn(self, name: str, turn: Turn, move_pointer: bool) -> None:
+        """Append a finished turn; with `move_pointer`, its session becomes the conversation's latest."""
+        pipe = self.redis.pipeline()
+        if move_pointer and turn.session_id:
+            pipe.set(self.keys.conversation(name), turn.session_id, ex=self.ttl_s)
+        else:
+            pipe.expire(self.keys.conversation(name), self.ttl_s)
+        pipe.rpush(self.keys.conversation_turns(name), turn.model_dump_json())
+        pipe.expire(self.keys.conversation_turns(name), self.ttl_s)
+        pipe.zadd(self.keys.conversations, {name: time.time()})
+        pipe.execute()
+
+    def turns(self, name: str) -> list[Turn]:
+        """The finished turns, oldest first."""
+        return [Turn.model_validate_json(raw) for raw in self.redis.lrange(self.keys.conversation_turns(name), 0, -1)]
+
+    def info(self, name: str) -> ConversationInfo | None:
+        """Pointer, turns, running and waiting jobs; None when the conversation does not exist (or expired)."""
+        running = self.redis.get(self.keys.conversation_lock(name))
+        if running and _text(self.redis.hget(self.keys.job(_text(running)), "status")) not in ACTIVE:
+            running = None  # a stale lock: its holder finished without releasing it (the next turn takes over)
+        waiting = [_text(j) for j in self.redis.zrange(self.keys.conversation_waiters(name), 0, -1)]
+        info = ConversationInfo(
+            name=name,
+            session_id=self.latest_session(name),
+            turns=self.turns(name),
+            running=_text(running) if running else None,
+            waiting=[j for j in waiting if j != (_text(running) if running else None)],
+        )
+        if info.session_id is None and not info.turns and info.running is None and not info.waiting:
+            return None
+        return info
+
+    def names(self, limit: int = 100) -> list[str]:
+        """Conversation names, most recent turn first (entries older than the retention are pruned)."""
+        self.redis.zremrangebyscore(self.keys.conversations, "-inf", time.time() - self.ttl_s)
+        return [_text(n) for n in self.redis.zrevrange(self.keys.conversations, 0, limit - 1)]
+
+    def session_ids(self, name: str) -> list[str]:
+        """Every session id the conversation's turns ended in (and its pointer), without duplicates."""
+        ids = [t.session_id for t in self.turns(name) if t.session_id]
+        ids += [t.resumed_from for t in self.turns(name) if t.resumed_from]
+        latest = self.latest_session(name)
+        if latest:
+            ids.append(latest)
+        return list(dict.fromkeys(ids))
+
+    def forget(self, name: str) -> None:
+        """Delete the pointer, turns, lock and waiters (not the transcripts: see `delete_conversation`)."""
+        self.redis.delete(
+            self.keys.conversation(name),
+            self.keys.conversation_turns(name),
+            self.keys.conversation_lock(name),
+            self.keys.conversation_waiters(name),
+        )
+        self.redis.zrem(self.keys.conversations, name)
+
+
+async def delete_conversation(conversations: ConversationStore, sessions: RedisSessionStore, name: str) -> list[str]:
+    """Delete a conversation and the transcripts of all its sessions; -> the session ids whose transcripts went.
+
+    The conversation store is sync: meant for the CLI and tests, not for a busy event loop.
+    """
+    ids = conversations.session_ids(name)
+    deleted = [sid for sid in ids if await sessions.delete_everywhere(sid)]
+    conversations.forget(name)
+    return deleted

@@ -1,0 +1,108 @@
+"""Conversations on fakeredis: pointer and turns, the turn lock (FIFO, re-entrant, stale holders) and deletion."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import fakeredis
+import pytest
+
+from config.settings import Settings
+from producer.conversations import ConversationStore, Turn, delete_conversation
+from producer.keys import Keys
+from producer.models import JobRecord, JobSpec
+from producer.sessions import RedisSessionStore
+from producer.store import JobStore
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def convs(fake_redis: fakeredis.FakeRedis, fake_settings: Settings) -> ConversationStore:
+    return ConversationStore(fake_redis, Keys(fake_settings.key_prefix), ttl_s=600)
+
+
+def _job(store: JobStore, job_id: str, created: datetime, status: str = "queued") -> JobRecord:
+    record = JobRecord(id=job_id, spec=JobSpec(prompt="hi", conversation="c"), status="queued", created_at=created)
+    store.create(record)
+    if status != "queued":
+        store.redis.hset(store.keys.job(job_id), "status", status)
+    return record
+
+
+def test_second_turn_waits_for_the_running_one_and_is_named_on_release(
+    convs: ConversationStore, fake_store: JobStore
+) -> None:
+    a = _job(fake_store, "a", T0, "running")
+    b = _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    assert convs.acquire("c", "a", a.created_at).granted
+    grant = convs.acquire("c", "b", b.created_at)
+    assert not grant.granted and grant.holder == "a"
+    assert convs.acquire("c", "a", a.created_at).granted  # re-entrant: a retry of the running turn
+    fake_store.redis.hset(fake_store.keys.job("b"), "status", "deferred")
+    assert convs.release("c", "a") == "b"
+    assert convs.acquire("c", "b", b.created_at).granted
+
+
+def test_turns_run_in_submit_order_even_when_the_later_one_is_claimed_first(
+    convs: ConversationStore, fake_store: JobStore
+) -> None:
+    a = _job(fake_store, "a", T0)
+    b = _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    convs.register("c", "a", a.created_at)  # at submit
+    convs.register("c", "b", b.created_at)
+    grant = convs.acquire("c", "b", b.created_at)
+    assert not grant.granted and grant.holder == "a"
+    assert convs.acquire("c", "a", a.created_at).granted
+
+
+def test_a_finished_or_vanished_holder_never_blocks_the_next_turn(
+    convs: ConversationStore, fake_store: JobStore
+) -> None:
+    a = _job(fake_store, "a", T0, "running")
+    b = _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    assert convs.acquire("c", "a", a.created_at).granted
+    fake_store.redis.hset(fake_store.keys.job("a"), "status", "failed")  # finished without releasing
+    assert convs.acquire("c", "b", b.created_at).granted
+    fake_store.redis.delete(fake_store.keys.job("b"))  # record expired
+    assert convs.acquire("c", "z", T0 + timedelta(seconds=9)).granted
+
+
+def test_pointer_moves_on_turns_but_not_on_forks(convs: ConversationStore) -> None:
+    convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
+    convs.record_turn(
+        "c", Turn(job_id="b", status="succeeded", session_id="s2", forked=True, finished_at=T0), move_pointer=False
+    )
+    info = convs.info("c")
+    assert info is not None and info.session_id == "s1"
+    assert [t.job_id for t in info.turns] == ["a", "b"]
+    assert convs.names() == ["c"]
+    assert convs.info("never") is None
+
+
+def test_every_conversation_key_expires_with_the_retention(
+    convs: ConversationStore, fake_store: JobStore, fake_redis: fakeredis.FakeRedis
+) -> None:
+    a = _job(fake_store, "a", T0, "running")
+    convs.acquire("c", "a", a.created_at)
+    convs.register("c", "b", T0)
+    convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
+    for key in (
+        convs.keys.conversation("c"),
+        convs.keys.conversation_turns("c"),
+        convs.keys.conversation_lock("c"),
+        convs.keys.conversation_waiters("c"),
+    ):
+        assert 0 < fake_redis.ttl(key) <= 600, key
+
+
+async def test_delete_removes_pointer_turns_and_transcripts(convs: ConversationStore, fake_settings: Settings) -> None:
+    aredis = fakeredis.FakeAsyncRedis(server=convs.redis.connection_pool.connection_kwargs["server"])
+    sessions = RedisSessionStore(aredis, convs.keys, 600)
+    await sessions.append({"project_key": "p", "session_id": "s1"}, [{"type": "user", "uuid": "u"}])
+    await sessions.append({"project_key": "p", "session_id": "s2"}, [{"type": "user", "uuid": "u"}])
+    convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
+    assert await delete_conversation(convs, sessions, "c") == ["s1"]
+    assert convs.info("c") is None
+    assert await sessions.load({"project_key": "p", "session_id": "s1"}) is None
+    assert await sessions.load({"project_key": "p", "session_id": "s2"}) is not None  # not this conversation's
