@@ -1,0 +1,163 @@
+"""The Celery app (`celery -A worker.app worker`, or `claudeq-worker`) and the task `claudeq.run(job_id)`.
+
+The task hands the job to the process's engine and blocks its Celery thread until the engine is done with this
+delivery (run finished, deferred, requeued or dropped). It never raises for job problems: a bad message is logged
+and dropped, a bad record fails its job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery import signals
+
+from config.celery import TASK_RUN, make_celery
+from config.settings import Settings, load_settings
+from producer.client import make_store, send_run
+from producer.keys import Keys
+from producer.models import JobSpec
+from worker.engine import Engine
+from worker.loops import Loops
+
+log = logging.getLogger("claudeq.worker")
+
+#: Exit code when a repeated shutdown signal forces the process out.
+EXIT_FORCED = 130
+#: After a second shutdown signal, how long runs get to be requeued before the process exits anyway.
+FORCE_EXIT_AFTER_S = 8.0
+
+settings: Settings = load_settings()
+app: Any = make_celery(settings, main="claudeq-worker")
+
+
+def default_worker_id() -> str:
+    """This process's worker id: CLAUDEQ_WORKER_ID, else host:pid."""
+    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class WorkerRuntime:
+    """Everything one worker process runs with."""
+
+    settings: Settings
+    engine: Engine
+    loops: Loops
+    metrics: Any
+    pid: int
+
+
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+_shutdown_signals = 0
+
+
+def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
+    """Wire the engine of this process: store, accounts, runner, metrics, loops (not started)."""
+    from worker.accounts import AccountManager
+    from worker.metrics import WorkerMetrics
+    from worker.runner import Runner
+
+    client = redis.Redis.from_url(cfg.redis_url, health_check_interval=30)
+    store = make_store(cfg, client)
+    metrics = WorkerMetrics()
+    celery_app = app if cfg is settings else make_celery(cfg, main="claudeq-worker")
+
+    def send(job_id: str, spec: JobSpec | None) -> None:
+        if spec is None:
+            celery_app.send_task(TASK_RUN, args=[job_id], queue=cfg.queue)
+        else:
+            send_run(celery_app, cfg, job_id, spec)
+        store.mark_sent(job_id)
+
+    engine = Engine(
+        cfg,
+        store=store,
+        accounts=AccountManager(cfg, client, Keys(cfg.key_prefix)),
+        runner=Runner(cfg),
+        metrics=metrics,
+        send=send,
+        worker_id=worker_id or cfg.worker_id or f"{socket.gethostname()}:{os.getpid()}",
+    )
+    loops = Loops(engine)
+    loops.install()
+    return WorkerRuntime(cfg, engine, loops, metrics, os.getpid())
+
+
+def get_runtime() -> WorkerRuntime:
+    """This process's runtime, built and started on first use (per process: safe after fork)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None or _runtime.pid != os.getpid():
+            _runtime = build_runtime(settings, default_worker_id())
+            _runtime.engine.start()
+            log.info("engine started: worker %s, concurrency %d", _runtime.engine.worker_id, settings.concurrency)
+        return _runtime
+
+
+@app.task(name=TASK_RUN, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
+def run(job_id: Any = None, *_args: Any, **_kwargs: Any) -> str:
+    """Run one delivery of a job (blocks this Celery thread until the engine is done with it)."""
+    if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
+        log.error("claudeq.run: malformed message (job id %r); dropped", str(job_id)[:80])
+        return "dropped:malformed"
+    try:
+        return get_runtime().engine.deliver_blocking(job_id)
+    except Exception:
+        # Never crash the worker on one delivery; the reconciler recovers whatever state the job was left in.
+        log.exception("job %s: delivery failed inside the worker", job_id)
+        return "dropped:error"
+
+
+# ---- Celery worker lifecycle ---------------------------------------------------------------------------------
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _on_worker_init(**_: Any) -> None:
+    get_runtime()
+    if settings.metrics_port > 0:
+        assert _runtime is not None
+        port = _runtime.metrics.serve(settings.metrics_port)
+        log.info("metrics on :%d/metrics", port)
+
+
+@signals.worker_shutting_down.connect  # type: ignore[untyped-decorator]
+def _on_shutting_down(**_: Any) -> None:
+    """First signal: stop taking work and let runs finish within the grace period. Second: requeue them now."""
+    global _shutdown_signals
+    _shutdown_signals += 1
+    runtime = _runtime
+    if runtime is None:
+        return
+    if _shutdown_signals == 1:
+        runtime.engine.begin_shutdown(settings.shutdown_grace_s)
+        return
+    log.warning("second shutdown signal: stopping every run now; exiting within %.0f s", FORCE_EXIT_AFTER_S)
+    runtime.engine.hurry()
+    timer = threading.Timer(FORCE_EXIT_AFTER_S, os._exit, args=(EXIT_FORCED,))
+    timer.daemon = True
+    timer.start()
+    if _shutdown_signals >= 3:
+        os._exit(EXIT_FORCED)
+
+
+@signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _on_worker_shutdown(**_: Any) -> None:
+    runtime = _runtime
+    if runtime is None:
+        return
+    try:
+        runtime.engine.begin_shutdown(0).result(timeout=FORCE_EXIT_AFTER_S)
+    except Exception:
+        log.exception("shutdown: runs did not stop in time")
+    try:
+        runtime.loops.forget()
+    except redis.RedisError:
+        pass
+    runtime.engine.stop()
+    log.info("worker %s stopped", runtime.engine.worker_id)

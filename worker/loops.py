@@ -1,0 +1,218 @@
+"""Background loops every worker runs on its engine loop; each is safe with any number of workers running it.
+
+- promoter: due deferred jobs back to the queue (atomic ZREM in `JobStore.promote`, so never twice) and re-sent;
+- reconciler: running jobs whose lease expired (their worker died) get attempt outcome `worker_lost` and are
+  re-enqueued (`JobStore.recover` checks the fence and the lease atomically); queued jobs nobody claimed for
+  `unclaimed_resend_s` are re-sent (`claim_resend`, once across workers); the `jobs` index is trimmed now and then;
+- worker heartbeat: `worker:{id}` hash (host, pid, runs in flight, started_at) and the `workers` zset;
+- cancel listener: pub/sub on the cancel channel wakes the run of a cancelled job within milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+
+import redis
+import redis.asyncio as aioredis
+
+from config.errors import JobNotFound, RecordUnreadable
+from producer.models import Attempt, Event, JobRecord, utcnow
+from worker.engine import Engine
+
+log = logging.getLogger("claudeq.loops")
+
+#: Trim the `jobs` index every this many reconciler passes.
+TRIM_EVERY = 120
+#: A worker key lives this many heartbeats after the last one.
+WORKER_TTL_HEARTBEATS = 3
+
+
+def worker_ttl_s(heartbeat_s: float) -> int:
+    """Expiry of a worker's heartbeat key (and the age `--check` accepts)."""
+    return max(2, int(heartbeat_s * WORKER_TTL_HEARTBEATS + 0.999))
+
+
+def lost_attempts(record: JobRecord, now_detail: str) -> list[Attempt]:
+    """The record's attempts with the in-flight one (or a new one) marked `worker_lost`."""
+    attempts = list(record.attempts)
+    now = utcnow()
+    if attempts and attempts[-1].outcome is None:
+        attempts[-1] = attempts[-1].model_copy(
+            update={"outcome": "worker_lost", "detail": now_detail, "finished_at": now}
+        )
+    else:
+        attempts.append(
+            Attempt(
+                number=len(attempts) + 1,
+                worker=record.worker,
+                outcome="worker_lost",
+                detail=now_detail,
+                started_at=record.started_at or now,
+                finished_at=now,
+            )
+        )
+    return attempts
+
+
+class Loops:
+    """The background loops of one worker process (coroutines to run on the engine's loop)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self.store = engine.store
+        self.keys = engine.store.keys
+        self.host = socket.gethostname()
+
+    def install(self) -> None:
+        """Register every loop with the engine (before it starts)."""
+        for loop_fn in (self.promoter, self.reconciler, self.heartbeat, self.cancel_listener):
+            self.engine.add_background(loop_fn)
+
+    async def _forever(self, name: str, once: object, interval_s: float) -> None:
+        assert callable(once)
+        while True:
+            try:
+                await once()
+            except asyncio.CancelledError:
+                raise
+            except redis.RedisError as exc:
+                log.warning("%s: redis error (%s); retrying", name, type(exc).__name__)
+            except Exception:
+                log.exception("%s: unexpected error; retrying", name)
+            await asyncio.sleep(interval_s)
+
+    # ---- promoter --------------------------------------------------------------------------------------------
+
+    async def promoter(self) -> None:
+        """Forever: move due deferred jobs back to the queue."""
+        await self._forever("promoter", self.promote_once, self.settings.loop_interval_s)
+
+    async def promote_once(self) -> int:
+        """One promoter pass; returns how many jobs it sent."""
+        sent = 0
+        for job_id in await asyncio.to_thread(self.store.due_deferred):
+            if await self.engine.promote_and_send(job_id):
+                log.info("job %s: promoted from deferred", job_id)
+                sent += 1
+        return sent
+
+    # ---- reconciler ------------------------------------------------------------------------------------------
+
+    async def reconciler(self) -> None:
+        """Forever: recover jobs of dead workers, re-send lost messages, trim the index now and then."""
+        passes = 0
+
+        async def once() -> None:
+            nonlocal passes
+            await self.recover_once()
+            await self.resend_once()
+            passes += 1
+            if passes % TRIM_EVERY == 1:
+                await asyncio.to_thread(self.store.trim_index)
+
+        await self._forever("reconciler", once, self.settings.loop_interval_s)
+
+    async def recover_once(self) -> list[str]:
+        """Re-enqueue running jobs whose lease expired; returns their ids."""
+        recovered: list[str] = []
+        for job_id in await asyncio.to_thread(self.store.running_ids):
+            if job_id in self.engine.deliveries or await asyncio.to_thread(self.store.lease_alive, job_id):
+                continue
+            try:
+                record = await asyncio.to_thread(self.store.get, job_id)
+            except (JobNotFound, RecordUnreadable) as exc:
+                log.warning("reconciler: job %s cannot be recovered: %s", job_id, exc)
+                continue
+            if record.status != "running":
+                continue
+            detail = f"worker {record.worker or '?'} lost (lease expired)"
+            attempts = lost_attempts(record, detail)
+            if not await asyncio.to_thread(self.store.recover, job_id, record.fence, attempts):
+                continue  # another reconciler won, or the job moved on
+            await asyncio.to_thread(self.store.append_event, job_id, Event(type="requeued", data={"reason": detail}))
+            log.warning("job %s: %s; re-enqueued", job_id, detail)
+            await self.engine.resend(job_id)
+            recovered.append(job_id)
+        return recovered
+
+    async def resend_once(self) -> list[str]:
+        """Re-send queued jobs nobody claimed for `unclaimed_resend_s`; returns their ids."""
+        older = self.settings.unclaimed_resend_s
+        sent: list[str] = []
+        for job_id in await asyncio.to_thread(self.store.stale_queued, older):
+            if await asyncio.to_thread(self.store.claim_resend, job_id, older):
+                log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
+                await self.engine.resend(job_id)
+                sent.append(job_id)
+        return sent
+
+    # ---- worker heartbeat ------------------------------------------------------------------------------------
+
+    async def heartbeat(self) -> None:
+        """Forever: publish this worker's liveness."""
+        await self._forever("heartbeat", self.beat_once, self.settings.heartbeat_s)
+
+    async def beat_once(self) -> None:
+        """Write the worker hash and its zset entry once."""
+        await asyncio.to_thread(self._beat)
+
+    def _beat(self) -> None:
+        now = time.time()
+        ttl = worker_ttl_s(self.settings.heartbeat_s)
+        key = self.keys.worker(self.engine.worker_id)
+        pipe = self.store.redis.pipeline(transaction=True)
+        pipe.hset(
+            key,
+            mapping={
+                "host": self.host,
+                "pid": os.getpid(),
+                "runs": self.engine.in_flight,
+                "concurrency": self.settings.concurrency,
+                "queues": ",".join(self.settings.queues),
+                "state": "stopping" if self.engine.closing else "running",
+                "started_at": self.engine.started_at.isoformat(),
+                "heartbeat": now,
+            },
+        )
+        pipe.expire(key, ttl)
+        pipe.zadd(self.keys.workers, {self.engine.worker_id: now})
+        # Workers gone for a long time leave the zset (their hash expired long ago).
+        pipe.zremrangebyscore(self.keys.workers, "-inf", now - 100 * ttl)
+        pipe.execute()
+
+    def forget(self) -> None:
+        """Remove this worker's heartbeat (clean exit)."""
+        self.store.redis.delete(self.keys.worker(self.engine.worker_id))
+        self.store.redis.zrem(self.keys.workers, self.engine.worker_id)
+
+    # ---- cancel listener -------------------------------------------------------------------------------------
+
+    async def cancel_listener(self) -> None:
+        """Forever: wake the run of a job whose id is published on the cancel channel."""
+        while True:
+            client = aioredis.Redis.from_url(self.settings.redis_url)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.keys.cancel_channel)
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    data = message.get("data")
+                    job_id = data.decode() if isinstance(data, bytes) else str(data)
+                    if job_id in self.engine.deliveries:
+                        log.info("job %s: cancel requested", job_id)
+                        self.engine.request_cancel(job_id)
+            except asyncio.CancelledError:
+                raise
+            except (redis.RedisError, OSError) as exc:
+                log.warning("cancel listener: %s; reconnecting (heartbeats re-check the flag)", type(exc).__name__)
+                await asyncio.sleep(self.settings.loop_interval_s)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await client.aclose()
