@@ -59,3 +59,29 @@ if redis.call('HGET', KEYS[1], 'state') == 'disabled' then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'warn_window', ARGV[2])
 return 1
 """
+
+# KEYS: deferred, then per account: waiters, slots, account hash. ARGV: job_id, now_s, then per account: max
+# Registers the waiter on each account. A slot may have been released between the caller's failed acquire and
+# this call (that release found no waiter to promote): then the job's deferred ready time moves to now, so the
+# promoter picks it up at its next pass instead of at the slot's expiry. -> 1 when it did.
+ADD_WAITER = """
+local free = false
+local n = (#KEYS - 1) / 3
+for i = 0, n - 1 do
+  local waiters, slots, hash = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
+  redis.call('ZADD', waiters, 'NX', ARGV[2], ARGV[1])
+  if not free then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', ARGV[2])
+    local until_s = tonumber(redis.call('HGET', hash, 'cooldown_until') or '0') or 0
+    if redis.call('HGET', hash, 'state') ~= 'disabled' and until_s <= tonumber(ARGV[2])
+       and redis.call('ZCARD', slots) < tonumber(ARGV[3 + i]) then
+      free = true
+    end
+  end
+end
+if free and redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
+  return 1
+end
+return 0
+"""

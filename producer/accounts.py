@@ -58,6 +58,7 @@ class AccountStore:
         self._release = client.register_script(account_scripts.RELEASE)
         self._cool = client.register_script(account_scripts.COOL)
         self._set_state = client.register_script(account_scripts.SET_STATE)
+        self._add_waiter = client.register_script(account_scripts.ADD_WAITER)
 
     def config(self, name: str) -> AccountConfig:
         """The configured account `name`; UnknownAccount otherwise."""
@@ -139,13 +140,24 @@ class AccountStore:
         )
         return [_text(j) for j in popped]
 
-    def add_waiter(self, names: Iterable[str], job_id: str, now: float | None = None) -> None:
-        """Register a deferred job as waiting for a slot on each of `names` (keeps its place if already there)."""
+    def add_waiter(self, names: Iterable[str], job_id: str, now: float | None = None) -> bool:
+        """Register a deferred job as waiting for a slot on each of `names` (keeps its place if already there).
+
+        True when one of them has a free slot right now: the job's deferred ready time was moved to now.
+        """
         now = time.time() if now is None else now
-        pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.zadd(self.keys.account_waiters(name), {job_id: now}, nx=True)
-        pipe.execute()
+        accounts = [self.config(name) for name in names]
+        if not accounts:
+            return False
+        keys = [self.keys.deferred]
+        for account in accounts:
+            keys += [
+                self.keys.account_waiters(account.name),
+                self.keys.account_slots(account.name),
+                self.keys.account(account.name),
+            ]
+        args: list[str | int] = [job_id, repr(now), *(a.max_concurrency for a in accounts)]
+        return bool(self._add_waiter(keys=keys, args=args))
 
     # ---- state writes ----------------------------------------------------------------------------------------
 

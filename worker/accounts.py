@@ -81,7 +81,8 @@ class AccountManager:
 
     def add_waiter(self, accounts: list[str], job_id: str) -> None:
         """A deferred job waits for a slot on these accounts: the next release on any of them promotes it."""
-        self.store.add_waiter([a for a in accounts if self.pool.get(a) is not None], job_id)
+        if self.store.add_waiter([a for a in accounts if self.pool.get(a) is not None], job_id):
+            log.info("job %s: a slot freed while it was being deferred; it is due now", job_id)
 
     # ---- signals ---------------------------------------------------------------------------------------------
 

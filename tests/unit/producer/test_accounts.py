@@ -174,3 +174,25 @@ def test_held_by(store: AccountStore) -> None:
     store.try_acquire("b", "j1", 10)
     assert store.held_by("j1") == ["b"]
     assert store.held_by("j2") == []
+
+
+def test_a_slot_freed_before_the_waiter_registered_makes_the_job_due_now(
+    store: AccountStore, fake_redis: fakeredis.FakeRedis
+) -> None:
+    now = time.time()
+    fake_redis.zadd(KEYS.deferred, {"w1": now + 15})
+    store.try_acquire("b", "j1", 15, now=now)
+    # Still full: the job keeps its ready time (the slot's expiry) and waits for a release.
+    assert not store.add_waiter(["b"], "w1", now=now)
+    assert fake_redis.zscore(KEYS.deferred, "w1") == now + 15
+    # The slot was released before the waiter registered (that release promoted nobody): due at once.
+    store.release("b", "j1")
+    assert store.add_waiter(["b"], "w1", now=now + 1)
+    assert fake_redis.zscore(KEYS.deferred, "w1") == pytest.approx(now + 1)
+    # A cooling account is no reason to wake it.
+    fake_redis.zadd(KEYS.deferred, {"w2": now + 50})
+    store.cool("a", datetime.now(UTC) + timedelta(seconds=50), "rejected")
+    assert not store.add_waiter(["a"], "w2")
+    # Nor is a job that is no longer deferred.
+    assert not store.add_waiter(["b"], "gone")
+    assert fake_redis.zscore(KEYS.deferred, "gone") is None
