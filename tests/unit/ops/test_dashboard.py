@@ -1,0 +1,142 @@
+"""The Grafana dashboard and the alert rules: provisioned shape, in sync with their builder, only real metric names."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import fakeredis
+import yaml
+from prometheus_client import CollectorRegistry
+
+from config.accounts import AccountConfig, AccountPool
+from config.settings import Settings
+from producer.exporter import ClusterCollector
+from producer.keys import Keys
+from producer.models import Usage
+from worker.metrics import WorkerMetrics
+from worker.outcome import RateLimitSignal
+
+ROOT = Path(__file__).resolve().parents[3]
+OPS = ROOT / "ops"
+DASHBOARD = OPS / "grafana" / "dashboards" / "claudeq.json"
+_NAME = re.compile(r"\bclaudeq_[a-z_]+\b")
+
+
+def load_builder() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_dashboard", OPS / "grafana" / "build_dashboard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of every panel (rows included)."""
+    return [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def exposed_names(fake_settings: Settings) -> set[str]:
+    """Every sample name the workers and the exporter can expose (each method exercised once)."""
+    worker = WorkerMetrics(CollectorRegistry())
+    worker.job_finished("q", "succeeded")
+    worker.attempt("a", "success")
+    worker.run_duration("a", "claude-sonnet-5-5", 1)
+    worker.queue_wait(1)
+    worker.run_started("a")
+    worker.usage("a", Usage(model_usage={"claude-sonnet-5-5": {"inputTokens": 1, "costUSD": 0.1}}))
+    worker.rate_limit_event("a", RateLimitSignal("allowed_warning", window="five_hour", utilization=0.9))
+    worker.retry("server_error")
+    worker.tool_call("Read")
+    worker.mirror_error()
+    redis = fakeredis.FakeRedis()
+    redis.zadd(Keys(fake_settings.key_prefix).deferred, {"j": 1.0})
+    pool = AccountPool(accounts=[AccountConfig(name="a", kind="oauth", token_env="T")])
+    exporter = CollectorRegistry()
+    exporter.register(ClusterCollector(fake_settings, redis, pool=pool))
+    return {s.name for reg in (worker.registry, exporter) for family in reg.collect() for s in family.samples}
+
+
+def test_committed_json_matches_its_builder() -> None:
+    assert DASHBOARD.read_text() == load_builder().render(), "run: python ops/grafana/build_dashboard.py"
+
+
+def test_dashboard_has_fixed_uids_and_no_import_placeholders() -> None:
+    text = DASHBOARD.read_text()
+    dashboard = json.loads(text)
+    datasource = yaml.safe_load((OPS / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    uid = datasource["datasources"][0]["uid"]
+    assert dashboard["uid"] == "claudeq-fleet"
+    assert "${DS_" not in text and "__inputs" not in dashboard
+    for panel in panels(dashboard):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": uid}, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == uid
+
+
+def test_panels_fit_the_grid_without_overlap() -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels(json.loads(DASHBOARD.read_text())):
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells.get((x, y))}"
+                cells[(x, y)] = panel["title"]
+
+
+def test_dashboard_covers_what_operators_watch() -> None:
+    exprs = " ".join(dashboard_exprs(json.loads(DASHBOARD.read_text())))
+    for name in (
+        "claudeq_jobs_finished_total",
+        "claudeq_queue_depth",
+        "claudeq_runs_in_progress",
+        "claudeq_run_duration_seconds_bucket",
+        "claudeq_queue_wait_seconds_bucket",
+        "claudeq_tokens_total",
+        "claudeq_cost_usd_total",
+        "claudeq_account_state",
+        "claudeq_account_utilization_ratio",
+        "claudeq_account_cooldown_seconds",
+        "claudeq_rate_limit_events_total",
+        "claudeq_retries_total",
+        "claudeq_tool_calls_total",
+    ):
+        assert name in exprs
+
+
+def test_every_metric_in_dashboard_and_alerts_is_exposed(fake_settings: Settings) -> None:
+    exposed = exposed_names(fake_settings)
+    dashboard = set(_NAME.findall(" ".join(dashboard_exprs(json.loads(DASHBOARD.read_text())))))
+    rules = yaml.safe_load((OPS / "prometheus/alerts.yml").read_text())
+    alert_exprs = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
+    alerts = set(_NAME.findall(alert_exprs))
+    assert dashboard - exposed == set()
+    assert alerts - exposed == set()
+
+
+def test_every_alert_the_issue_asks_for_exists() -> None:
+    rules = yaml.safe_load((OPS / "prometheus/alerts.yml").read_text())
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    assert {
+        "ClaudeqAllAccountsUnavailable",
+        "ClaudeqAccountDisabled",
+        "ClaudeqFailureRateHigh",
+        "ClaudeqBacklogGrowing",
+        "ClaudeqNoLiveWorker",
+        "ClaudeqCostPerHourHigh",
+    } <= names
