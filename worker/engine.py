@@ -54,6 +54,7 @@ Sender = Callable[[str, JobSpec | None], None]
 class RunnerLike(Protocol):
     """worker.runner.Runner as the engine uses it."""
 
+    def check(self, spec: JobSpec) -> None: ...  # PolicyViolation when this worker's policy forbids the spec
     async def run(self, req: Any, emit: EventSink, cancel: asyncio.Event) -> RunOutcome: ...
 
 
@@ -325,10 +326,15 @@ class Engine:
 
     async def _handle(self, d: Delivery) -> str:
         spec = d.record.spec
-        await self._event(d, Event(type="claimed", data={"worker": self.worker_id, "attempt": len(d.attempts) + 1}))
+        number = len(d.attempts) + 1
+        await self._event(d, Event(type="claimed", attempt=number, data={"worker": self.worker_id, "attempt": number}))
         if not d.attempts:
             self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
         problems = policy_problems(spec, self.settings)
+        try:
+            self.runner.check(spec)
+        except PolicyViolation as exc:
+            problems.append((exc.field, exc.reason))
         if problems:
             message = "refused by the worker policy: " + "; ".join(f"{f}: {r}" for f, r in problems)
             return await self._finish(d, "failed", JobError(kind="input", message=message))

@@ -1,0 +1,146 @@
+"""Small fakes of the runner, the account manager and the metrics for engine and loop unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from config.accounts import AccountConfig
+from producer.models import Event, JobResult, JobSpec, Usage, utcnow
+from worker.accounts import SlotLease
+from worker.choice import NoAccount
+from worker.outcome import RateLimitSignal, RunOutcome
+
+Script = Callable[[Any, Callable[[Event], Awaitable[None]], asyncio.Event], Awaitable[RunOutcome]]
+
+
+def usage(n: int) -> Usage:
+    return Usage(input_tokens=n, output_tokens=2 * n, cost_usd=n / 1000, model_usage={"m": {"inputTokens": n}})
+
+
+def success(text: str = "hi", n: int = 10, session: str = "s-ok") -> Script:
+    async def run(req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
+        await emit(Event(type="session", data={"session_id": session}))
+        await emit(Event(type="assistant_text", data={"text": text}))
+        return RunOutcome(
+            result=JobResult(text=text, usage=usage(n)), session_id=session, got_result=True, subtype="success"
+        )
+
+    return run
+
+
+def failure(n: int = 1, **fields: Any) -> Script:
+    async def run(req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
+        return RunOutcome(result=JobResult(text="API Error", usage=usage(n)), session_id=f"s-{req.attempt}", **fields)
+
+    return run
+
+
+def blocking(started: threading.Event, text: str = "partial") -> Script:
+    """Runs until `cancel` is set (as the real runner does), then reports what it had."""
+
+    async def run(req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
+        await emit(Event(type="session", data={"session_id": "s-block"}))
+        started.set()
+        await cancel.wait()
+        return RunOutcome(
+            result=JobResult(text=text, usage=usage(3)), session_id="s-block", stopped_by="cancel", got_result=False
+        )
+
+    return run
+
+
+def rate_limited(resets_at: datetime) -> Script:
+    return failure(
+        got_result=True,
+        is_error=True,
+        api_error_status=429,
+        rate_limits=[RateLimitSignal("rejected", resets_at=resets_at, window="five_hour")],
+    )
+
+
+class FakeRunner:
+    """Plays one script per attempt, in order; records the requests."""
+
+    def __init__(self, *scripts: Script) -> None:
+        self.scripts = list(scripts)
+        self.requests: list[Any] = []
+        self.checked: list[JobSpec] = []
+
+    def check(self, spec: JobSpec) -> None:
+        self.checked.append(spec)
+
+    async def run(self, req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
+        self.requests.append(req)
+        return await self.scripts[len(self.requests) - 1](req, emit, cancel)
+
+
+class FakeAccounts:
+    """Slots per account in memory; cooling and disabled accounts are skipped."""
+
+    def __init__(self, *accounts: AccountConfig, permanent: bool = False) -> None:
+        self.accounts = list(accounts)
+        self.permanent = permanent
+        self.held: dict[str, str] = {}  # job id -> account
+        self.cooled: dict[str, datetime] = {}
+        self.disabled: dict[str, str] = {}
+        self.observed: list[tuple[str, RateLimitSignal]] = []
+        self.waiters: list[tuple[list[str], str]] = []
+        self.waiting_to_promote: list[str] = []
+        self.released: list[str] = []
+        self.refreshed = 0
+        self.lock = threading.Lock()
+
+    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+        with self.lock:
+            if self.permanent:
+                return NoAccount(utcnow(), "no account allows this job", [], permanent=True)
+            now = utcnow()
+            for account in self.accounts:
+                busy = sum(1 for a in self.held.values() if a == account.name)
+                cooling = self.cooled.get(account.name, now) > now
+                if busy < account.max_concurrency and not cooling and account.name not in self.disabled:
+                    self.held[job_id] = account.name
+                    return SlotLease(account, job_id)
+            return NoAccount(now + timedelta(seconds=30), "all accounts busy", [a.name for a in self.accounts])
+
+    def refresh(self, lease: SlotLease, ttl_s: float) -> None:
+        self.refreshed += 1
+
+    def release(self, lease: SlotLease) -> list[str]:
+        with self.lock:
+            self.held.pop(lease.job_id, None)
+            self.released.append(lease.job_id)
+            promote, self.waiting_to_promote = self.waiting_to_promote, []
+            return promote
+
+    def add_waiter(self, accounts: list[str], job_id: str) -> None:
+        self.waiters.append((accounts, job_id))
+
+    def observe(self, account: str, signal: RateLimitSignal) -> None:
+        self.observed.append((account, signal))
+
+    def cool(self, account: str, until: datetime, reason: str) -> None:
+        self.cooled[account] = until
+
+    def disable(self, account: str, reason: str) -> None:
+        self.disabled[account] = reason
+
+
+class FakeMetrics:
+    """Records every call as (method, args)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def record(*args: Any) -> None:
+            self.calls.append((name, args))
+
+        return record
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for method, args in self.calls if method == name]

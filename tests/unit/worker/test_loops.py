@@ -1,0 +1,124 @@
+"""Background loops on fakeredis: promoter, reconciler (lost workers, lost messages), worker heartbeat."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import fakeredis
+import pytest
+
+from config.accounts import AccountConfig
+from config.settings import Settings
+from producer.client import make_store
+from producer.models import Attempt, JobRecord, JobSpec, utcnow
+from producer.store import JobStore
+from tests.conftest import make_settings
+from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from worker.engine import Engine
+from worker.loops import Loops, lost_attempts, worker_ttl_s
+
+
+@pytest.fixture
+def settings(unique: str) -> Settings:
+    return make_settings("redis://127.0.0.1:1/0", unique, heartbeat_s=1, lease_ttl_s=1, unclaimed_resend_s=5)
+
+
+@pytest.fixture
+def store(settings: Settings) -> JobStore:
+    return make_store(settings, fakeredis.FakeRedis())
+
+
+@pytest.fixture
+def sent() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def loops(settings: Settings, store: JobStore, sent: list[str]) -> Iterator[Loops]:
+    engine = Engine(
+        settings,
+        store=store,
+        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
+        runner=FakeRunner(),
+        metrics=FakeMetrics(),
+        send=lambda job_id, spec: sent.append(job_id),
+        worker_id="w-test",
+    )
+    engine.start()
+    yield Loops(engine)
+    engine.stop()
+
+
+def submit(store: JobStore) -> str:
+    record = JobRecord(id=f"j{time.monotonic_ns()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
+    return store.create(record)[0]
+
+
+def on_loop(loops: Loops, coro: Any) -> Any:
+    return loops.engine.call(coro).result(5)
+
+
+def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: JobStore, sent: list[str]) -> None:
+    due, later = submit(store), submit(store)
+    for job, ready in ((due, utcnow() - timedelta(seconds=1)), (later, utcnow() + timedelta(hours=1))):
+        claim = store.claim(job, "w", 5)
+        assert store.write(job, claim.fence, "deferred", ready_at=ready)
+    assert on_loop(loops, loops.promote_once()) == 1
+    assert on_loop(loops, loops.promote_once()) == 0  # the ZREM claim makes a second pass a no-op
+    assert sent == [due]
+    assert store.status(due) == "queued" and store.status(later) == "deferred"
+
+
+def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
+    loops: Loops, store: JobStore, sent: list[str]
+) -> None:
+    job = submit(store)
+    claim = store.claim(job, "dead", 5)
+    attempt = Attempt(number=1, account="a", worker="dead", started_at=utcnow())
+    assert store.write(job, claim.fence, attempts=[attempt])
+    assert on_loop(loops, loops.recover_once()) == []  # lease still alive
+    store.redis.delete(store.keys.lease(job))
+    assert on_loop(loops, loops.recover_once()) == [job]
+    record = store.get(job)
+    assert record.status == "queued"
+    assert [(a.number, a.outcome) for a in record.attempts] == [(1, "worker_lost")]
+    assert sent == [job]
+    assert on_loop(loops, loops.recover_once()) == []  # recovered exactly once
+
+
+def test_lost_attempt_is_appended_when_none_was_open() -> None:
+    record = JobRecord(
+        id="x",
+        spec=JobSpec(prompt="p"),
+        status="running",
+        worker="w9",
+        created_at=utcnow(),
+        attempts=[Attempt(number=1, outcome="transient_error", started_at=utcnow())],
+    )
+    attempts = lost_attempts(record, "gone")
+    assert [(a.number, a.outcome, a.worker) for a in attempts] == [
+        (1, "transient_error", None),
+        (2, "worker_lost", "w9"),
+    ]
+
+
+def test_reconciler_resends_queued_jobs_nobody_claimed(loops: Loops, store: JobStore, sent: list[str]) -> None:
+    job, fresh = submit(store), submit(store)
+    store.redis.zadd(store.keys.queued, {job: time.time() - 60})
+    assert on_loop(loops, loops.resend_once()) == [job]
+    assert on_loop(loops, loops.resend_once()) == []  # its send time moved forward
+    assert sent == [job] and fresh not in sent
+
+
+def test_worker_heartbeat_hash_and_zset(loops: Loops, store: JobStore, settings: Settings) -> None:
+    on_loop(loops, loops.beat_once())
+    key = store.keys.worker("w-test")
+    data = store.redis.hgetall(key)
+    assert data[b"pid"] and data[b"host"] and data[b"runs"] == b"0" and data[b"started_at"]
+    assert 0 < store.redis.ttl(key) <= worker_ttl_s(settings.heartbeat_s)
+    assert store.redis.zscore(store.keys.workers, "w-test") is not None
+    loops.forget()
+    assert not store.redis.exists(key) and store.redis.zscore(store.keys.workers, "w-test") is None
