@@ -140,3 +140,14 @@ def test_every_alert_the_issue_asks_for_exists() -> None:
         "ClaudeqNoLiveWorker",
         "ClaudeqCostPerHourHigh",
     } <= names
+
+
+def test_layout_picture_renders_from_the_dashboard(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("render_layout", OPS / "grafana" / "render_layout.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "layout.png"
+    module.render(json.loads(DASHBOARD.read_text()), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (ROOT / "docs" / "dashboard.png").exists()
