@@ -104,6 +104,15 @@ def canonical_model(model_id: str, entry: dict[str, Any]) -> str:
     return model_label(canonical if isinstance(canonical, str) and canonical else model_id)
 
 
+def primary_model(usage: Usage | None) -> str | None:
+    """The canonical id of the model with the most output tokens in `usage` (for run_duration), None if none."""
+    if usage is None or not usage.model_usage:
+        return None
+    model_id, entry = max(usage.model_usage.items(), key=lambda item: _number(item[1].get("outputTokens")))
+    label = canonical_model(model_id, entry)
+    return None if label == OTHER else label
+
+
 def _number(value: Any) -> float:
     """A non-negative number from a usage field (anything else counts as 0: counters only go up)."""
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from config.errors import ConfigError
 from producer.models import Usage
-from worker.metrics import WorkerMetrics, canonical_model, model_label, token_label, tool_label
+from worker.metrics import WorkerMetrics, canonical_model, model_label, primary_model, token_label, tool_label
 from worker.outcome import RateLimitSignal
 
 
@@ -217,3 +217,15 @@ def test_serve_on_a_taken_port_is_a_config_error(metrics: WorkerMetrics) -> None
         assert info.value.field == "CLAUDEQ_METRICS_PORT"
     finally:
         other.close()
+
+
+def test_primary_model_is_the_canonical_model_with_most_output() -> None:
+    usage = Usage(
+        model_usage={
+            "claude-haiku-5-5": {"outputTokens": 3},
+            "opus": {"outputTokens": 40, "canonicalModel": "claude-opus-5-5"},
+        }
+    )
+    assert primary_model(usage) == "claude-opus-5-5"
+    assert primary_model(Usage()) is None
+    assert primary_model(None) is None
