@@ -133,8 +133,9 @@ class Runner:
                     data={"account": req.account.name, "model": req.spec.model, "attempt": req.attempt},
                 ),
             )
-            pump = asyncio.create_task(self._pump(client, req.spec.prompt, parser, watchdog, emit))
-            stopped = await self._supervise(pump, watchdog, cancel)
+            wake = asyncio.Event()
+            pump = asyncio.create_task(self._pump(client, req.spec.prompt, parser, watchdog, emit, wake))
+            stopped = await self._supervise(pump, watchdog, cancel, wake)
             if stopped is None:
                 pump.result()  # re-raise what ended the stream abnormally
         except asyncio.CancelledError:
@@ -179,21 +180,33 @@ class Runner:
             log.warning("could not emit %s event", event.type, exc_info=True)
 
     async def _pump(
-        self, client: ClaudeSDKClient, prompt: str, parser: MessageParser, watchdog: Watchdog, emit: EventSink
+        self,
+        client: ClaudeSDKClient,
+        prompt: str,
+        parser: MessageParser,
+        watchdog: Watchdog,
+        emit: EventSink,
+        wake: asyncio.Event,
     ) -> None:
         await client.connect(prompt)
         async for message in client.receive_response():
             events = parser.feed(message)
+            before = (watchdog.first_byte_at is None, watchdog.tool_in_flight)
             now = parser.last_progress
             watchdog.mark(at=now, first_byte=parser.outcome.first_byte_at is not None)
             watchdog.tool_running(parser.tool_in_flight, at=now)
+            if (watchdog.first_byte_at is None, watchdog.tool_in_flight) != before:
+                wake.set()  # a different timer applies now: the supervisor recomputes its wait
             for event in events:
                 await self._emit(emit, event)
 
     @staticmethod
-    async def _supervise(pump: asyncio.Task[None], watchdog: Watchdog, cancel: asyncio.Event) -> StopReason | None:
+    async def _supervise(
+        pump: asyncio.Task[None], watchdog: Watchdog, cancel: asyncio.Event, wake: asyncio.Event
+    ) -> StopReason | None:
         """Wait for the stream to end, a watchdog to fire or cancel; return why the worker stops it (or None)."""
         cancelled = asyncio.create_task(cancel.wait())
+        woken = asyncio.create_task(wake.wait())
         try:
             while True:
                 if cancel.is_set():
@@ -202,12 +215,16 @@ class Runner:
                 if reason is not None:
                     return reason
                 done, _ = await asyncio.wait(
-                    {pump, cancelled}, timeout=wait_s + 0.005, return_when=asyncio.FIRST_COMPLETED
+                    {pump, cancelled, woken}, timeout=wait_s + 0.005, return_when=asyncio.FIRST_COMPLETED
                 )
                 if pump in done:
                     return None
+                if woken in done:
+                    wake.clear()
+                    woken = asyncio.create_task(wake.wait())
         finally:
             cancelled.cancel()
+            woken.cancel()
 
     async def _shutdown(self, client: ClaudeSDKClient, pump: asyncio.Task[None] | None, job_id: str) -> None:
         """Interrupt, let the CLI report, disconnect; SIGKILL whatever is left of this job's CLI."""

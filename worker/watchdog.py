@@ -48,6 +48,11 @@ class Watchdog:
         if self.started_at < 0:
             self.started_at = self.clock()
 
+    @property
+    def tool_in_flight(self) -> bool:
+        """Whether the idle timer is suspended for a running tool."""
+        return self._tool_since is not None
+
     def mark(self, *, at: float | None = None, first_byte: bool = False) -> None:
         """Record progress (any message from the CLI); `first_byte` when it was model output."""
         now = self.clock() if at is None else at
