@@ -70,6 +70,7 @@ def check_health(settings: Settings) -> int:
 def preflight(settings: Settings) -> None:
     """Fail fast on what would make every run fail: no accounts, no CLI."""
     from worker.launcher import locate_cli, wrapper_path
+    from worker.tools import ToolRegistry
 
     if not settings.accounts.accounts:
         raise ConfigError(
@@ -79,6 +80,7 @@ def preflight(settings: Settings) -> None:
         )
     locate_cli(settings)
     wrapper_path()
+    ToolRegistry.from_settings(settings)  # a bad tools module fails here, not on the first job
 
 
 def main(argv: list[str] | None = None) -> int:

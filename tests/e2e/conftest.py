@@ -1,0 +1,114 @@
+"""End-to-end fixtures: the simulator, an accounts file pointing at it, fast e2e settings, real worker processes.
+
+Every e2e test ends with a secrets check: no account token in any Redis key or value under the test's prefix,
+nor in any worker log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from config.settings import Settings
+from tests.conftest import make_settings
+from tests.support.procs import kill_claude
+from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml
+
+WorkerFactory = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def accounts() -> list[SimAccount]:
+    """The accounts of this test (override in a test module for other pools)."""
+    return [SimAccount("a", max_concurrency=4), SimAccount("b", max_concurrency=4)]
+
+
+@pytest.fixture
+def simulator(accounts: list[SimAccount]) -> Iterator[Any]:
+    """An in-thread simulator knowing the test accounts' fake tokens."""
+    from simulator.testing import SimulatorServer
+
+    config = {"accounts": [{"name": a.name, "token": a.token_value, "kind": a.kind} for a in accounts]}
+    with SimulatorServer(config) as sim:
+        yield sim
+
+
+@pytest.fixture
+def accounts_file(tmp_path: Path, accounts: list[SimAccount], simulator: Any) -> Path:
+    """The workers' accounts TOML: every account on the simulator."""
+    return write_accounts_toml(tmp_path / "accounts.toml", accounts, simulator.base_url)
+
+
+@pytest.fixture
+def settings(redis_url: str, unique: str, accounts_file: Path) -> Settings:
+    """Fast e2e settings: short leases, heartbeats and backoffs; the CLI never retries by itself."""
+    return make_settings(
+        redis_url,
+        unique,
+        accounts_file=accounts_file,
+        lease_ttl_s=3,
+        heartbeat_s=1,
+        loop_interval_s=0.5,
+        retry_base_s=0.3,
+        retry_max_s=1.0,
+        retry_in_place_max_s=3.0,
+        cli_max_retries=0,
+        shutdown_grace_s=5,
+        unclaimed_resend_s=60,
+        first_byte_timeout_s=30,
+        idle_timeout_s=30,
+        deadline_s=120,
+        concurrency=2,
+    )
+
+
+@pytest.fixture
+def workers(
+    settings: Settings, accounts: list[SimAccount], tmp_path: Path, redis_client: redis.Redis
+) -> Iterator[WorkerFactory]:
+    """Start real `claudeq-worker` processes: `workers(**settings_overrides, extra_env=..., wait=True)`."""
+    started: list[WorkerProcess] = []
+
+    def start(extra_env: dict[str, str] | None = None, wait: bool = True, **overrides: Any) -> WorkerProcess:
+        cfg = settings.model_copy(update=overrides) if overrides else settings
+        worker = start_worker(cfg, accounts, tmp_path, extra_env=extra_env, wait=wait)
+        started.append(worker)
+        return worker
+
+    yield start
+    stop_all(started)
+    job_ids = [i.decode() for i in redis_client.zrange(f"{settings.key_prefix}jobs", 0, -1)]
+    leftover = kill_claude(job_ids)
+    assert_no_secrets(redis_client, settings, accounts, [w.log() for w in started])
+    assert not leftover, f"claude processes outlived their workers: {leftover}"
+
+
+def assert_no_secrets(client: redis.Redis, settings: Settings, accounts: list[SimAccount], logs: list[str]) -> None:
+    """No account token in any Redis key or value under the test's prefix, its queue, or a worker log."""
+    tokens = [a.token_value.encode() for a in accounts]
+    keys = [*client.scan_iter(match=f"{settings.key_prefix}*", count=1000), settings.queue.encode()]
+    for key in keys:
+        kind = client.type(key).decode()
+        blobs: list[bytes] = [key]
+        if kind == "string":
+            blobs.append(client.get(key) or b"")
+        elif kind == "hash":
+            blobs += [k + b"=" + v for k, v in client.hgetall(key).items()]
+        elif kind == "list":
+            blobs += client.lrange(key, 0, -1)
+        elif kind == "set":
+            blobs += list(client.smembers(key))
+        elif kind == "zset":
+            blobs += client.zrange(key, 0, -1)
+        elif kind == "stream":
+            blobs += [b"".join(k + v for k, v in fields.items()) for _, fields in client.xrange(key)]
+        for blob in blobs:
+            for token in tokens:
+                assert token not in blob, f"a token leaked into Redis key {key!r}"
+    for log in logs:
+        for token in tokens:
+            assert token.decode() not in log, "a token leaked into a worker log"

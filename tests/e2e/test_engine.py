@@ -1,0 +1,221 @@
+"""End to end: real Redis, real `claudeq-worker` processes, the real CLI against the simulator (issue 4, acceptance).
+
+Each test asserts on the job record, its events, the simulator's stats and request log, and the process table.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from config.settings import Settings
+from producer.client import Client, new_job_id
+from producer.models import JobRecord, JobSpec, utcnow
+from tests.e2e.conftest import WorkerFactory
+from tests.support.procs import claude_pids, count_claude, run_until
+
+pytestmark = pytest.mark.e2e
+
+#: Reference §7: USD per million tokens of the default model (claude-sonnet-5-5).
+SONNET = {"input": 2.0, "output": 10.0, "cache_read": 0.10, "cache_creation": 2.50}
+
+
+def events(client: Client, job_id: str) -> list[Any]:
+    return list(client.events(job_id))
+
+
+def wait(client: Client, job_id: str, timeout: float = 60) -> JobRecord:
+    return client.wait(job_id, timeout=timeout, poll_s=0.1)
+
+
+def test_submit_runs_to_success_with_text_session_tokens_and_cost(
+    client: Client, workers: WorkerFactory, simulator: Any
+) -> None:
+    workers()
+    job = client.submit(prompt='[[sim: text "hello from the simulator"]] [[sim: tokens out=40]] say hello')
+    record = wait(client, job.id)
+    assert record.status == "succeeded", record.error
+    assert record.result is not None and "hello from the simulator" in (record.result.text or "")
+    assert record.session_id and [a.outcome for a in record.attempts] == ["success"]
+    assert record.attempts[0].session_id == record.session_id
+    stats = simulator.stats()["sessions"][record.session_id]["tokens"]
+    usage = record.result.usage
+    assert usage.input_tokens == stats["input"]
+    assert usage.output_tokens == stats["output"] == 40
+    assert usage.cache_read_tokens == stats["cache_read"]
+    assert usage.cache_creation_tokens == stats["cache_creation"]
+    expected = sum(stats[k] * SONNET[k] for k in SONNET) / 1e6
+    assert usage.cost_usd == pytest.approx(expected, rel=1e-6)
+    types = [e.type for e in events(client, job.id)]
+    for expected_type in ("submitted", "claimed", "run_started", "session", "assistant_text", "result", "succeeded"):
+        assert expected_type in types
+
+
+def test_worker_registered_mcp_tool_runs_in_the_worker_and_default_profile_offers_no_tools(
+    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings
+) -> None:
+    policy = settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})
+    worker = workers(policy=policy)
+    job = client.submit(prompt='[[sim: tool mcp__claudeq__add {"a": 2, "b": 3}]] add two and three', mcp_tools=["add"])
+    record = wait(client, job.id)
+    assert record.status == "succeeded", record.error
+    evs = events(client, job.id)
+    calls = [e for e in evs if e.type == "tool_call"]
+    results = [e for e in evs if e.type == "tool_result"]
+    assert calls and calls[0].data["tool"] == "mcp__claudeq__add"
+    assert results and not results[0].data["is_error"]
+    assert f"sum=5 pid={worker.pid}" in results[0].data["text"]  # ran inside the worker process
+    assert record.result is not None and "sum=5" in (record.result.text or "")
+
+    plain = client.submit(prompt="[[sim: text plain]] no tools here")
+    assert wait(client, plain.id).status == "succeeded"
+    session = client.get(plain.id).session_id
+    main = [r for r in simulator.requests() if r.get("session_id") == session and not r.get("title")]
+    assert main, "the simulator saw no request of the plain job"
+    assert all(not r.get("tools") for r in main), [r.get("tools") for r in main]
+
+
+def test_529_twice_then_success_on_attempt_three_with_backoff(client: Client, workers: WorkerFactory) -> None:
+    workers()
+    job = client.submit(prompt="[[sim: error 529 times=2]] retry me", max_attempts=3)
+    record = wait(client, job.id, timeout=90)
+    assert record.status == "succeeded", record.error
+    assert [a.outcome for a in record.attempts] == ["transient_error", "transient_error", "success"]
+    retries = [e for e in events(client, job.id) if e.type == "retry"]
+    assert len(retries) == 2 and all(e.data["reason"] == "transient" for e in retries)
+    # Backoff between attempts: each next attempt starts no earlier than the previous finished plus its wait.
+    for before, after, retry in zip(record.attempts, record.attempts[1:], retries, strict=False):
+        assert before.finished_at is not None
+        gap = (after.started_at - before.finished_at).total_seconds()
+        assert gap >= retry.data["wait_s"] * 0.9
+
+
+def test_stall_hits_the_idle_watchdog_retries_and_fails_with_timeout(client: Client, workers: WorkerFactory) -> None:
+    workers()
+    job = client.submit(prompt="[[sim: stall 60]] stall please", idle_timeout_s=2, max_attempts=2)
+    started = time.monotonic()
+    record = wait(client, job.id, timeout=90)
+    elapsed = time.monotonic() - started
+    assert record.status == "failed"
+    assert record.error is not None and record.error.kind == "timeout"
+    assert [a.outcome for a in record.attempts] == ["timeout", "timeout"]
+    for attempt in record.attempts:
+        assert attempt.finished_at is not None
+        assert (attempt.finished_at - attempt.started_at).total_seconds() < 2 + 15  # well before the 60 s stall
+    assert elapsed < 50
+    assert count_claude([job.id]) == 0
+
+
+def test_cancel_running_job_and_cli_env_holds_only_its_own_token(
+    client: Client, workers: WorkerFactory, accounts: Any
+) -> None:
+    workers()
+    job = client.submit(prompt="[[sim: stall 60]] long one", idle_timeout_s=120)
+    run_until(lambda: "session" in [e.type for e in events(client, job.id)], 60, what="run started")
+    pids = run_until(lambda: claude_pids([job.id]), 10, what="claude process")
+    record = client.get(job.id)
+    own = next(a for a in accounts if a.name == record.account)
+    others = [a for a in accounts if a.name != record.account]
+    for pid in pids:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+        assert own.token_value.encode() in environ
+        for other in others:
+            assert other.token_value.encode() not in environ
+    flagged = time.monotonic()
+    assert client.cancel(job.id) == "running"
+    run_until(lambda: client.store.status(job.id) == "cancelled", 10, 0.05, what="cancelled")
+    assert time.monotonic() - flagged < 3  # about a second (interrupt ~0.5 s), with slack for a loaded machine
+    record = client.get(job.id)
+    assert record.error is not None and record.error.kind == "cancelled"
+    assert record.session_id and [a.outcome for a in record.attempts] == ["cancelled"]
+    run_until(lambda: count_claude([job.id]) == 0, 5, what="no claude left")
+
+
+def test_kill_9_worker_mid_run_cli_dies_and_another_worker_finishes(
+    client: Client, workers: WorkerFactory, settings: Settings
+) -> None:
+    doomed = workers()
+    job = client.submit(prompt="[[sim: stall 6 times=1]] survive a crash", idle_timeout_s=60)
+    run_until(lambda: claude_pids([job.id]), 60, what="claude process")
+    assert client.get(job.id).worker == doomed.worker_id
+    rescuer = workers()
+    children = claude_pids([job.id])
+    doomed.kill()
+    killed_at = time.monotonic()
+    run_until(lambda: not any(pid in claude_pids([job.id]) for pid in children), 5, what="orphan CLI gone")
+    record = wait(client, job.id, timeout=settings.lease_ttl_s + 40)
+    assert record.status == "succeeded", record.error
+    assert time.monotonic() - killed_at < settings.lease_ttl_s + 30
+    outcomes = sorted(a.outcome or "" for a in record.attempts)
+    assert outcomes == ["success", "worker_lost"]
+    assert record.worker == rescuer.worker_id
+
+
+def test_duplicate_delivery_while_running_runs_once(client: Client, workers: WorkerFactory) -> None:
+    from producer.client import send_run
+
+    worker = workers()
+    job = client.submit(prompt="[[sim: stall 3]] only once", idle_timeout_s=60)
+    run_until(lambda: client.store.status(job.id) == "running", 60, 0.05, what="running")
+    send_run(client.celery, client.settings, job.id, client.get(job.id).spec)
+    record = wait(client, job.id)
+    assert record.status == "succeeded"
+    assert len(record.attempts) == 1
+    assert [e.type for e in events(client, job.id)].count("run_started") == 1
+    run_until(lambda: "delivery dropped (busy)" in worker.log(), 10, what="duplicate dropped")
+
+
+def test_structured_output_is_validated_against_the_schema(client: Client, workers: WorkerFactory) -> None:
+    workers()
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+    }
+    job = client.submit(
+        prompt='[[sim: structured {"city": "Lyon", "population": 522000}]] a city', output_schema=schema
+    )
+    record = wait(client, job.id)
+    assert record.status == "succeeded", record.error
+    assert record.result is not None and record.result.structured_output == {"city": "Lyon", "population": 522000}
+
+
+def new_record(store: Any) -> str:
+    """A queued record written straight to Redis, no message sent."""
+    record = JobRecord(id=new_job_id(), spec=JobSpec(prompt="never runs"), status="queued", created_at=utcnow())
+    job_id: str = store.create(record)[0]
+    return job_id
+
+
+def test_bad_input_fails_the_job_or_drops_the_message_and_the_worker_keeps_running(
+    client: Client, workers: WorkerFactory, store: Any
+) -> None:
+    from config.celery import TASK_RUN
+
+    worker = workers()
+    celery = client.celery
+    queue = client.settings.queue
+    celery.send_task(TASK_RUN, args=["no-such-job"], queue=queue)
+    celery.send_task(TASK_RUN, args=[], queue=queue)
+    celery.send_task(TASK_RUN, args=[{"not": "an id"}], queue=queue)
+
+    # Records written past the client's validation (another version, a bug): one damaged, one the policy forbids.
+    unreadable, forbidden = new_record(store), new_record(store)
+    store.redis.hset(store.keys.job(unreadable), "spec", "{broken")
+    store.redis.hset(store.keys.job(forbidden), "spec", '{"prompt": "x", "tools": ["Bash"]}')
+    for job_id in (unreadable, forbidden):
+        celery.send_task(TASK_RUN, args=[job_id], queue=queue)
+
+    run_until(lambda: store.status(unreadable) == "failed", 30, what="unreadable record failed")
+    raw = store.redis.hget(store.keys.job(unreadable), "error").decode()
+    assert '"internal"' in raw and "cannot be read" in raw
+    run_until(lambda: store.status(forbidden) == "failed", 30, what="forbidden spec failed")
+    error = client.get(forbidden).error
+    assert error is not None and error.kind == "input" and "Bash" in error.message
+    run_until(lambda: "no-such-job: delivery dropped (missing)" in worker.log(), 10, what="unknown id logged")
+    run_until(lambda: "malformed message" in worker.log(), 10, what="malformed message logged")
+    assert worker.alive() and worker.heartbeat_fresh()
+    assert count_claude([unreadable, forbidden]) == 0
