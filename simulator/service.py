@@ -1,0 +1,416 @@
+"""The simulator's state and its `POST /v1/messages` handler (a raw ASGI app, for control over the stream:
+stalls, dropped connections and noticing a client that went away)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
+from simulator.config import SimConfig, coerce_config, merge_config
+from simulator.directives import DirectiveError, parse_directives
+from simulator.errors import ApiError, new_request_id
+from simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_pieces
+from simulator.replies import Reply, plan_reply, title_reply
+from simulator.sse import block_events, message_body, message_end, message_start, new_message_id
+from simulator.stats import Stats
+from simulator.usage import Usage, estimate_tokens
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger("simulator")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+LOG_TEXT_LIMIT = 20_000  # characters of each message's text kept in the request log
+INJECTED_429_RESET_S = 3600  # reset of an injected 429 on an account without windows
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+class Connection:
+    """Sends the response and notices a client that went away while the simulator sleeps."""
+
+    def __init__(self, receive: Receive, send: Send):
+        self._receive = receive
+        self._send = send
+        self.gone = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+        self.started = False
+
+    async def read_body(self) -> bytes:
+        """The whole request body."""
+        chunks = []
+        size = 0
+        while True:
+            msg = await self._receive()
+            if msg["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, f"Request exceeds the maximum size of {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.gone.set()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep; False (early) if the client disconnected meanwhile."""
+        if seconds <= 0:
+            return not self.gone.is_set()
+        if self._watcher is None:
+            # Only requests that wait need the watcher: the fast path stays one task per request.
+            self._watcher = asyncio.create_task(self._watch())
+        try:
+            async with asyncio.timeout(seconds):
+                await self.gone.wait()
+        except TimeoutError:
+            return True
+        return False
+
+    async def start(self, status: int, headers: dict[str, str]) -> None:
+        """Send the status line and headers."""
+        self.started = True
+        raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+        await self._send({"type": "http.response.start", "status": status, "headers": raw})
+
+    async def body(self, data: bytes, more: bool) -> None:
+        """Send part of the body; `more=False` completes the response."""
+        await self._send({"type": "http.response.body", "body": data, "more_body": more})
+
+    def close(self) -> None:
+        """Stop watching for a disconnect."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+
+def _message_key(directive_text: str) -> str:
+    return hashlib.sha256(directive_text.encode()).hexdigest()
+
+
+class Simulator:
+    """One simulated model service: configuration, accounts, counters and the request handler."""
+
+    def __init__(self, config: SimConfig | dict[str, Any] | None = None):
+        self.config = coerce_config(config)
+        self._fresh_state()
+
+    def _fresh_state(self) -> None:
+        self.registry = AccountRegistry(self.config)
+        self.stats = Stats(self.config.request_log_size)
+        self.rng = random.Random(self.config.seed)
+        # Requests seen per message key, for the `times=` / `after=` of directives.
+        self.seen: dict[str, int] = {}
+
+    def reset(self) -> None:
+        """Forget all counters, window usage, caches and the log; reseed the RNG. The config stays."""
+        self._fresh_state()
+
+    def reconfigure(self, changes: dict[str, Any]) -> SimConfig:
+        """Apply a run-time change (see config.merge_config); window usage of kept windows survives."""
+        new = merge_config(self.config, changes)
+        self.registry = AccountRegistry(new, previous=self.registry)
+        if new.request_log_size != self.config.request_log_size:
+            self.stats.log = type(self.stats.log)(self.stats.log, maxlen=new.request_log_size)
+        if "seed" in changes:
+            self.rng = random.Random(new.seed)
+        self.config = new
+        return new
+
+    def snapshot(self) -> dict[str, Any]:
+        """The body of GET /_sim/stats."""
+        now = time.time()
+        windows = {name: acct.window_stats(now) for name, acct in self.registry.accounts.items()}
+        return self.stats.snapshot(windows)
+
+    def latency(self, account: Account, model: str) -> tuple[float, float]:
+        """(ttft_s, tokens_per_s): account setting, else the model's, else the default."""
+        default = self.config.latency
+        per_model = default.models.get(model)
+        ttft = default.ttft_s if per_model is None or per_model.ttft_s is None else per_model.ttft_s
+        tps = default.tokens_per_s if per_model is None or per_model.tokens_per_s is None else per_model.tokens_per_s
+        if account.ttft_s is not None:
+            ttft = account.ttft_s
+        if account.tokens_per_s is not None:
+            tps = account.tokens_per_s
+        return ttft, tps
+
+    # --- the handler -------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI entry point for POST /v1/messages. Never raises: any failure becomes an error answer."""
+        conn = Connection(receive, send)
+        request_id = new_request_id()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        entry = self.stats.new_entry(
+            account=None,
+            session_id=headers.get("x-claude-code-session-id"),
+            kind="main",
+            model=None,
+            stream=None,
+            tool_names=[],
+            messages=[],
+            system_text_len=0,
+            status=None,
+            outcome=None,
+            directives=[],
+        )
+        account: Account | None = None
+        try:
+            body = await conn.read_body()
+            account = self._authenticate(headers)
+            entry["account"] = account.name
+            self.stats.begin(account.name)
+            await self._serve(account, body, entry, conn, request_id)
+        except ClientGone:
+            entry["outcome"] = "disconnected"
+        except ApiError as err:
+            await self._send_error(conn, err, request_id, entry)
+        except Exception:
+            log.exception("simulator: unexpected failure answering a request")
+            await self._send_error(conn, ApiError(500, "Internal server error (simulator bug)"), request_id, entry)
+        finally:
+            conn.close()
+            if account is not None:
+                self.stats.end(account.name)
+
+    def _authenticate(self, headers: dict[str, str]) -> Account:
+        auth = headers.get("authorization", "")
+        if auth.lower().startswith("bearer ") and auth[7:].strip():
+            token, kind = auth[7:].strip(), "oauth"
+        elif headers.get("x-api-key"):
+            token, kind = headers["x-api-key"], "api_key"
+        else:
+            self.stats.unknown_token += 1
+            raise ApiError(401, "x-api-key header is required")
+        account = self.registry.lookup(token, "oauth" if kind == "oauth" else "api_key")
+        if account is None:
+            self.stats.unknown_token += 1
+            raise ApiError(401, "Invalid bearer token" if kind == "oauth" else "invalid x-api-key")
+        return account
+
+    async def _send_error(self, conn: Connection, err: ApiError, request_id: str, entry: dict[str, Any]) -> None:
+        entry["status"] = err.status
+        entry["error"] = err.error_type
+        entry["outcome"] = entry["outcome"] or "error"
+        if conn.started:
+            return  # mid-stream: nothing sensible left to send
+        body = err.body(request_id)
+        headers = {
+            **err.headers,
+            "content-type": "application/json",
+            "content-length": str(len(body)),
+            "request-id": request_id,
+        }
+        if err.status >= 500:
+            # The real service asks for retries of server errors this way.
+            headers["x-should-retry"] = "true"
+        await conn.start(err.status, headers)
+        await conn.body(body, more=False)
+
+    async def _serve(
+        self, account: Account, body: bytes, entry: dict[str, Any], conn: Connection, request_id: str
+    ) -> None:
+        now = time.time()
+        stats = self.stats.account(account.name)
+        try:
+            req = parse_request(body)
+        except ApiError:
+            stats.requests += 1
+            self.stats.bad_requests += 1
+            entry["outcome"] = "bad_request"
+            raise
+        entry.update(
+            model=req.model,
+            stream=req.stream,
+            tool_names=req.tool_names,
+            messages=[{"role": m.get("role"), "text": message_text(m)[:LOG_TEXT_LIMIT]} for m in req.messages],
+            system_text_len=len(req.system_text),
+        )
+        session_id = entry["session_id"]
+        if req.is_title:
+            # The title side request carries the prompt too, directives included: it never fails.
+            entry["kind"] = "title"
+            stats.title_requests += 1
+            if account.auth_fail:
+                raise ApiError(401, "Invalid bearer token")
+            usage = Usage(input_tokens=sum(estimate_tokens(len(p)) for p in prompt_pieces(req)))
+            await self._answer(conn, req, account, title_reply(req), usage, {}, entry, request_id, title=True)
+            return
+        stats.requests += 1
+        if session_id:
+            self.stats.session(session_id, account.name).requests += 1
+        turn = current_turn(req.messages)
+        try:
+            steering = parse_directives(turn.directive_text)
+        except DirectiveError as e:
+            raise ApiError(400, f"simulator directive: {e}") from None
+        entry["directives"] = steering.raw
+        seen = 0
+        if steering.raw:
+            key = _message_key(turn.directive_text)
+            seen = self.seen.get(key, 0)
+            self.seen[key] = seen + 1
+        if account.auth_fail:
+            stats.auth_failed += 1
+            raise ApiError(401, "Invalid bearer token" if account.kind == "oauth" else "invalid x-api-key")
+        if steering.delay and steering.delay[1].active(seen) and not await conn.sleep(steering.delay[0]):
+            entry["outcome"] = "disconnected"
+            return
+        # Three draws per request whatever is configured, so a seed replays the same faults.
+        r_error, r_stall, r_drop = self.rng.random(), self.rng.random(), self.rng.random()
+        faults = self.config.faults
+        status = None
+        if steering.error and steering.error[1].active(seen):
+            status = steering.error[0]
+        elif r_error < faults.p_529:
+            status = 529
+        elif r_error < faults.p_529 + faults.p_500:
+            status = 500
+        if status is not None:
+            stats.errors_injected += 1
+            raise self._injected_error(status, account, now)
+        blocking = account.admit(now)
+        if blocking is not None:
+            stats.rejected += 1
+            entry["outcome"] = "rejected"
+            raise account.rejection(blocking, now)
+        stall = 0.0
+        if steering.stall and steering.stall[1].active(seen):
+            stall = steering.stall[0]
+        elif r_stall < faults.p_stall:
+            stall = faults.stall_s
+        drop = bool(steering.drop and steering.drop.active(seen)) or r_drop < faults.p_drop
+        if stall:
+            stats.stalls_injected += 1
+        if drop:
+            stats.drops_injected += 1
+            stats.errors_injected += 1
+        reply = plan_reply(req, turn, steering)
+        usage = account.cache.measure(prompt_pieces(req), req.cacheable, now)
+        if steering.tokens_in is not None:
+            usage = Usage(input_tokens=steering.tokens_in)
+        if stall:
+            entry["stall_s"] = stall
+        rate_headers = account.allowed_headers(now)
+        await self._answer(conn, req, account, reply, usage, rate_headers, entry, request_id, stall, drop)
+
+    def _injected_error(self, status: int, account: Account, now: float) -> ApiError:
+        if status == 401:
+            return ApiError(401, "Invalid bearer token" if account.kind == "oauth" else "invalid x-api-key")
+        if status != 429:
+            return ApiError(status)
+        window = max(account.windows, key=lambda w: w.utilization(), default=None)
+        if window is not None:
+            window.roll(now)
+            return account.rejection(window, now)
+        reset = int(now) + INJECTED_429_RESET_S
+        if account.kind == "api_key":
+            return ApiError(429, "Number of requests has exceeded your rate limit.", {"retry-after": "60"})
+        return ApiError(
+            429,
+            None,
+            {
+                f"{UNIFIED}-status": "rejected",
+                f"{UNIFIED}-reset": str(reset),
+                f"{UNIFIED}-representative-claim": CLAIMS["5h"],
+            },
+        )
+
+    async def _answer(
+        self,
+        conn: Connection,
+        req: MessagesRequest,
+        account: Account,
+        reply: Reply,
+        usage: Usage,
+        rate_headers: dict[str, str],
+        entry: dict[str, Any],
+        request_id: str,
+        stall: float = 0.0,
+        drop: bool = False,
+        title: bool = False,
+    ) -> None:
+        ttft, tps = (0.0, 0.0) if title else self.latency(account, req.model)
+        session_id = None if title else entry["session_id"]
+        message_id = new_message_id()
+        entry["status"] = 200
+        entry["usage"] = {**usage.as_stats(), "output": reply.output_tokens}
+
+        def bill(part: Usage) -> None:
+            self.stats.bill(account.name, session_id, part, title)
+            if not title:
+                account.add_tokens(part.total())
+
+        headers = {**rate_headers, "request-id": request_id}
+        if not req.stream:
+            wait = stall + ttft + (reply.output_tokens / tps if tps else 0.0)
+            if not await conn.sleep(wait):
+                entry["outcome"] = "disconnected"
+                return
+            body = message_body(message_id, req.model, reply, usage)
+            await conn.start(200, {**headers, "content-type": "application/json", "content-length": str(len(body))})
+            bill(
+                Usage(
+                    usage.input_tokens,
+                    usage.cache_creation_input_tokens,
+                    usage.cache_read_input_tokens,
+                    reply.output_tokens,
+                )
+            )
+            if drop:
+                await conn.body(body[: len(body) // 2], more=True)
+                entry["outcome"] = "dropped"
+                return
+            await conn.body(body, more=False)
+            entry["outcome"] = "ok"
+            return
+        await conn.start(
+            200, {**headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+        )
+        pending = [message_start(message_id, req.model, usage)]
+        bill(Usage(usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens, 0))
+
+        async def flush() -> None:
+            if pending:
+                await conn.body(b"".join(pending), more=True)
+                pending.clear()
+
+        for pause in (stall, ttft):
+            if pause:
+                await flush()
+                if not await conn.sleep(pause):
+                    entry["outcome"] = "disconnected"
+                    return
+        events = [e for i, block in enumerate(reply.blocks) for e in block_events(i, block)]
+        if drop:
+            # Cut the stream after half of the content: the CLI sees a truncated response.
+            pending.extend(data for _, data in events[: max(2, len(events) // 2)])
+            await flush()
+            entry["outcome"] = "dropped"
+            return
+        for chars, data in events:
+            if tps and chars:
+                await flush()
+                if not await conn.sleep(estimate_tokens(chars) / tps):
+                    entry["outcome"] = "disconnected"
+                    return
+            pending.append(data)
+        pending.append(message_end(reply))
+        await conn.body(b"".join(pending), more=False)
+        bill(Usage(output_tokens=reply.output_tokens))
+        entry["outcome"] = "ok"
