@@ -72,9 +72,9 @@ def test_worker_registered_mcp_tool_runs_in_the_worker_and_default_profile_offer
     plain = client.submit(prompt="[[sim: text plain]] no tools here")
     assert wait(client, plain.id).status == "succeeded"
     session = client.get(plain.id).session_id
-    main = [r for r in simulator.requests() if r.get("session_id") == session and not r.get("title")]
+    main = [r for r in simulator.requests() if r.get("session_id") == session and r.get("kind") == "main"]
     assert main, "the simulator saw no request of the plain job"
-    assert all(not r.get("tools") for r in main), [r.get("tools") for r in main]
+    assert all(r["tool_names"] == [] for r in main), [r["tool_names"] for r in main]
 
 
 def test_529_twice_then_success_on_attempt_three_with_backoff(client: Client, workers: WorkerFactory) -> None:
