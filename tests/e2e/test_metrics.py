@@ -1,0 +1,302 @@
+"""End to end (issue 6, acceptance 1 and 2): what Prometheus reads equals what the job records say.
+
+Two `claudeq-worker` processes (each with its own metrics port), two accounts on the simulator, an exporter process,
+and a mix of jobs: plain successes, a tool call, a structured output, transient retries, a rate-limited account and
+a failure. Then each worker's /metrics and the exporter's are scraped over HTTP and compared with the records and
+their events; finally a real Prometheus scrapes the same processes and every dashboard query must return data.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from config.settings import Settings
+from producer.client import Client
+from producer.models import TERMINAL, JobRecord
+from tests.conftest import make_settings
+from tests.e2e.conftest import assert_no_secrets
+from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary
+from tests.support.procs import kill_claude, run_until
+from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, worker_env, write_accounts_toml
+from worker.metrics import OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
+
+pytestmark = pytest.mark.e2e
+
+ACCOUNTS = [SimAccount("alpha", max_concurrency=4), SimAccount("beta", max_concurrency=4)]
+#: A long window that warns from the first request, so utilization is reported (and plotted) for both accounts.
+WINDOW = {"family": "7d", "length_s": 3600, "requests": 100_000, "warn_at": 0.00001}
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+@dataclass
+class Fleet:
+    """The processes of the scenario and what it left behind."""
+
+    settings: Settings
+    worker_ports: list[int]
+    exporter_port: int
+    records: list[JobRecord]
+    events: dict[str, list[Any]]
+
+
+def scrape(port: int) -> Samples:
+    """Samples of one /metrics endpoint, over HTTP: name -> sorted labels -> value."""
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    out: Samples = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def summed(scrapes: list[Samples], name: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """`sum by (by) (name)` over several processes' samples, zero series dropped."""
+    out: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    for samples in scrapes:
+        for labels, value in samples.get(name, {}).items():
+            as_dict = dict(labels)
+            out[tuple(as_dict[k] for k in by)] += value
+    return {k: v for k, v in out.items() if v}
+
+
+def start_exporter(settings: Settings, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """`python -m producer.exporter` as its own process, with the workers' configuration."""
+    port = free_port()
+    log = (log_dir / "exporter.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producer.exporter", "--port", str(port), "--addr", "127.0.0.1"],
+        env=worker_env(settings, ACCOUNTS),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+
+    def up() -> bool:
+        assert proc.poll() is None, (log_dir / "exporter.log").read_text()
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    run_until(up, 30, 0.2, what="exporter serving")
+    return proc, port
+
+
+def submit_mix(client: Client) -> list[str]:
+    """The scenario's jobs (the rate-limited one first, so the account it lands on cools early)."""
+    jobs = [
+        client.submit(prompt="[[sim: error 429 times=1]] [[sim: tokens out=20]] limited once"),
+        *(client.submit(prompt=f"[[sim: tokens out={30 + i * 10}]] plain job {i}") for i in range(3)),
+        client.submit(prompt='[[sim: tool mcp__claudeq__add {"a": 2, "b": 3}]] add two and three', mcp_tools=["add"]),
+        client.submit(prompt='[[sim: structured {"n": 5}]] give me n', output_schema=SCHEMA),
+        client.submit(prompt="[[sim: error 529 times=2]] [[sim: tokens out=25]] flaky twice"),
+        client.submit(prompt="[[sim: error 500]] always broken", max_attempts=2),
+    ]
+    return [job.id for job in jobs]
+
+
+@pytest.fixture(scope="module")
+def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Run the scenario once for the module's tests (each real CLI run costs ~0.5 s CPU)."""
+    from simulator.testing import SimulatorServer
+
+    tmp = tmp_path_factory.mktemp("metrics-e2e")
+    sim_config = {
+        "accounts": [{"name": a.name, "token": a.token_value, "kind": a.kind, "windows": [WINDOW]} for a in ACCOUNTS]
+    }
+    workers: list[WorkerProcess] = []
+    exporter: subprocess.Popen[bytes] | None = None
+    client_redis = redis.Redis.from_url(redis_url)
+    with SimulatorServer(sim_config) as sim:
+        accounts_file = write_accounts_toml(tmp / "accounts.toml", ACCOUNTS, sim.base_url)
+        settings = make_settings(
+            redis_url,
+            uuid.uuid4().hex[:10],
+            accounts_file=accounts_file,
+            lease_ttl_s=3,
+            heartbeat_s=1,
+            loop_interval_s=0.5,
+            retry_base_s=0.3,
+            retry_max_s=1.0,
+            retry_in_place_max_s=3.0,
+            cli_max_retries=0,
+            shutdown_grace_s=5,
+            first_byte_timeout_s=30,
+            idle_timeout_s=30,
+            deadline_s=120,
+            concurrency=2,
+        )
+        settings = settings.model_copy(
+            update={"policy": settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})}
+        )
+        try:
+            ports = [free_port(), free_port()]
+            for port in ports:
+                workers.append(
+                    start_worker(settings, ACCOUNTS, tmp, extra_env={"CLAUDEQ_METRICS_PORT": str(port)}, wait=False)
+                )
+            for worker in workers:
+                worker.wait_ready()
+            exporter, exporter_port = start_exporter(settings, tmp)
+            client = Client(settings, redis_client=client_redis)
+            ids = submit_mix(client)
+            records = [client.wait(job_id, timeout=180, poll_s=0.2) for job_id in ids]
+            yield Fleet(
+                settings=settings,
+                worker_ports=ports,
+                exporter_port=exporter_port,
+                records=records,
+                events={job_id: list(client.events(job_id)) for job_id in ids},
+            )
+        finally:
+            if exporter is not None:
+                exporter.terminate()
+                exporter.wait(10)
+            stop_all(workers)
+            members: list[bytes] = client_redis.zrange(f"{settings.key_prefix}jobs", 0, -1)  # type: ignore[assignment]
+            job_ids = [m.decode() for m in members]
+            leftover = kill_claude(job_ids)
+            assert_no_secrets(client_redis, settings, ACCOUNTS, [w.log() for w in workers])
+            for key in client_redis.scan_iter(match=f"{settings.key_prefix}*", count=1000):
+                client_redis.delete(key)
+            client_redis.delete(settings.queue)
+            client_redis.close()
+            assert not leftover, f"claude processes outlived their workers: {leftover}"
+
+
+@pytest.fixture(scope="module")
+def worker_samples(fleet: Fleet) -> list[Samples]:
+    return [scrape(port) for port in fleet.worker_ports]
+
+
+def test_the_scenario_covers_what_it_claims(fleet: Fleet) -> None:
+    by_prompt = {r.spec.prompt.split("]] ")[-1]: r for r in fleet.records}
+    outcomes = [a.outcome for r in fleet.records for a in r.attempts]
+    assert by_prompt["limited once"].status == "succeeded"
+    assert "rate_limited" in [a.outcome for a in by_prompt["limited once"].attempts]
+    assert by_prompt["flaky twice"].status == "succeeded" and len(by_prompt["flaky twice"].attempts) == 3
+    assert by_prompt["always broken"].status == "failed"
+    structured = by_prompt["give me n"]
+    assert structured.status == "succeeded" and structured.result is not None
+    assert structured.result.structured_output == {"n": 5}
+    assert any(e.type == "tool_call" for e in fleet.events[by_prompt["add two and three"].id])
+    assert outcomes.count("transient_error") >= 3
+    assert {a.account for r in fleet.records for a in r.attempts} == {"alpha", "beta"}
+
+
+def test_each_worker_serves_its_own_metrics(fleet: Fleet, worker_samples: list[Samples]) -> None:
+    per_worker = [sum(s.get("claudeq_attempts_total", {}).values()) for s in worker_samples]
+    assert len(set(fleet.worker_ports)) == 2
+    assert sum(per_worker) == sum(len(r.attempts) for r in fleet.records)
+
+
+def test_tokens_and_cost_per_account_and_model_equal_the_attempts_usage(
+    fleet: Fleet, worker_samples: list[Samples]
+) -> None:
+    tokens: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    cost: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    for record in fleet.records:
+        for attempt in record.attempts:
+            if attempt.usage is None or attempt.account is None:
+                continue
+            for model_id, entry in attempt.usage.model_usage.items():
+                model = canonical_model(model_id, entry)
+                for kind, field in TOKEN_TYPES.items():
+                    tokens[(attempt.account, model, kind)] += entry.get(field, 0)
+                cost[(attempt.account, model)] += entry.get("costUSD", 0.0)
+            if not attempt.usage.model_usage:
+                tokens[(attempt.account, OTHER, "input")] += attempt.usage.input_tokens
+                tokens[(attempt.account, OTHER, "output")] += attempt.usage.output_tokens
+                cost[(attempt.account, OTHER)] += attempt.usage.cost_usd
+    expected_tokens = {k: float(v) for k, v in tokens.items() if v}
+    assert expected_tokens, "the scenario used no tokens"
+    assert summed(worker_samples, "claudeq_tokens_total", ("account", "model", "type")) == expected_tokens
+    scraped_cost = summed(worker_samples, "claudeq_cost_usd_total", ("account", "model"))
+    assert scraped_cost.keys() == {k for k, v in cost.items() if v}
+    for key, value in scraped_cost.items():
+        assert value == pytest.approx(cost[key], rel=1e-9)
+    total = sum(r.result.usage.cost_usd for r in fleet.records if r.result is not None)
+    assert sum(scraped_cost.values()) >= total * (1 - 1e-9)  # the records' results cover the last attempts only
+
+
+def test_jobs_and_attempts_equal_the_records(fleet: Fleet, worker_samples: list[Samples]) -> None:
+    terminal = Counter(r.status for r in fleet.records if r.status in TERMINAL)
+    finished = summed(worker_samples, "claudeq_jobs_finished_total", ("status",))
+    assert finished == {(status,): float(n) for status, n in terminal.items()}
+    attempts = Counter((a.account or "", a.outcome or "") for r in fleet.records for a in r.attempts)
+    assert summed(worker_samples, "claudeq_attempts_total", ("account", "outcome")) == {
+        k: float(v) for k, v in attempts.items()
+    }
+
+
+def test_rate_limit_events_retries_and_tool_calls_equal_the_events(fleet: Fleet, worker_samples: list[Samples]) -> None:
+    rate_limits: Counter[tuple[str, ...]] = Counter()
+    retries: Counter[tuple[str, ...]] = Counter()
+    tools: Counter[tuple[str, ...]] = Counter()
+    for record in fleet.records:
+        account_of = {a.number: a.account or "" for a in record.attempts}
+        for event in fleet.events[record.id]:
+            if event.type == "rate_limit":
+                status = event.data.get("status")
+                window = token_label(event.data.get("window"))
+                rate_limits[(account_of[event.attempt], status, window)] += 1
+            elif event.type == "retry":
+                retries[(token_label(event.data["reason"]),)] += 1
+            elif event.type == "tool_call":
+                tools[(tool_label(event.data["tool"]),)] += 1
+    assert any(key[1] == "rejected" for key in rate_limits), rate_limits
+    assert summed(worker_samples, "claudeq_rate_limit_events_total", ("account", "status", "window")) == {
+        k: float(v) for k, v in rate_limits.items()
+    }
+    assert summed(worker_samples, "claudeq_retries_total", ("reason",)) == {k: float(v) for k, v in retries.items()}
+    assert summed(worker_samples, "claudeq_tool_calls_total", ("tool",)) == {k: float(v) for k, v in tools.items()}
+    assert tools[("mcp__claudeq__add",)] == 1
+
+
+def test_exporter_matches_redis_and_the_records(fleet: Fleet) -> None:
+    samples = scrape(fleet.exporter_port)
+    assert samples["claudeq_exporter_redis_up"][()] == 1
+    statuses = Counter(r.status for r in fleet.records)
+    jobs = {dict(k)["status"]: v for k, v in samples["claudeq_jobs"].items() if v}
+    assert jobs == {status: float(n) for status, n in statuses.items()}
+    assert samples["claudeq_workers"][(("state", "live"),)] == 2
+    assert samples["claudeq_queue_depth"][(("queue", fleet.settings.queue),)] == 0
+    limited = next(r for r in fleet.records if r.spec.prompt.endswith("limited once"))
+    cooled = next(a.account for a in limited.attempts if a.outcome == "rate_limited")
+    assert cooled is not None
+    assert samples["claudeq_account_state"][(("account", cooled), ("state", "cooling"))] == 1
+    assert samples["claudeq_account_cooldown_seconds"][(("account", cooled),)] > 0
+    utilization = samples.get("claudeq_account_utilization_ratio", {})
+    assert utilization, "no utilization recorded for any account"
+
+
+def test_every_dashboard_query_returns_series_from_a_real_prometheus(fleet: Fleet) -> None:
+    prometheus_binary()
+    prometheus = PrometheusServer(
+        {
+            "claudeq-worker": [f"127.0.0.1:{port}" for port in fleet.worker_ports],
+            "claudeq-exporter": [f"127.0.0.1:{fleet.exporter_port}"],
+        }
+    )
+    try:
+        prometheus.wait_scraped(["claudeq-worker", "claudeq-exporter"], scrapes=4)
+        assert empty_queries(prometheus) == []
+        cost = prometheus.query("sum(claudeq_cost_usd_total)")
+        expected = sum(a.usage.cost_usd for r in fleet.records for a in r.attempts if a.usage is not None)
+        assert float(cost[0]["value"][1]) == pytest.approx(expected, rel=1e-6)
+    finally:
+        prometheus.stop()
