@@ -6,6 +6,7 @@ The policy caps what any job gets: a forbidden tool, cwd, permission mode or an 
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -66,7 +67,7 @@ def default_cwd() -> Path:
 
     Stable because a session's transcript key is derived from the cwd: a resumed session must see the same one.
     """
-    path = Path(tempfile.gettempdir()) / "claudeq-empty-cwd"
+    path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}"
     path.mkdir(mode=0o700, exist_ok=True)
     return path
 
