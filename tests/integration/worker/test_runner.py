@@ -100,6 +100,9 @@ async def run(
     recorder = Recorder()
     outcome = await runner.run(request(runner, account, job_id, **spec), recorder, cancel or asyncio.Event())
     assert procs.job_pids(job_id) == [], "a claude process outlived run()"
+    run_root = runner.settings.run_root
+    assert run_root is not None
+    assert not list(run_root.glob(f"claudeq-run-{job_id}-*")), "the per-run config dir was not removed"
     return outcome, recorder
 
 
