@@ -60,6 +60,11 @@ class Window:
         start = self.started_at if self.started_at is not None else now
         return math.ceil(start + self.config.length_s)
 
+    def seconds_left(self, now: float) -> float:
+        """Seconds until the window resets."""
+        start = self.started_at if self.started_at is not None else now
+        return max(0.0, start + self.config.length_s - now)
+
     def utilization(self) -> float:
         """Fraction of the window used, the larger of requests and tokens, capped at 1."""
         parts = []
@@ -154,7 +159,7 @@ class Account:
         reset = window.reset_at(now)
         if self.kind == "api_key":
             headers = self._api_key_headers(now)
-            headers["retry-after"] = str(max(1, math.ceil(reset - now)))
+            headers["retry-after"] = str(max(1, math.ceil(window.seconds_left(now))))
             return ApiError(429, "Number of requests has exceeded your rate limit.", headers)
         headers = self.allowed_headers(now)
         prefix = f"{UNIFIED}-{window.config.family}"

@@ -25,7 +25,9 @@ _FORMATS = {
     "duration": "P1D",
 }
 
-_MAX_DEPTH = 12
+_MAX_DEPTH = 48
+# Past this depth optional properties are left out and nullable unions take null, so recursive schemas end.
+_SHALLOW = 8
 
 
 class SchemaError(ValueError):
@@ -95,8 +97,9 @@ def _gen(schema: Any, root: dict[str, Any], name: str, depth: int) -> Any:
     for key in ("anyOf", "oneOf"):
         if key in schema:
             # Prefer a branch that is not null (pydantic writes Optional[X] as anyOf [X, null]).
-            options = [o for o in schema[key] if not (isinstance(o, dict) and o.get("type") == "null")]
-            choice = (options or schema[key])[0]
+            nulls = [o for o in schema[key] if isinstance(o, dict) and o.get("type") == "null"]
+            options = [o for o in schema[key] if o not in nulls]
+            choice = nulls[0] if nulls and depth >= _SHALLOW else (options or schema[key])[0]
             base = {k: v for k, v in schema.items() if k != key}
             if base and isinstance(choice, dict):
                 return _gen({"allOf": [base, choice]}, root, name, depth + 1)
@@ -135,9 +138,10 @@ def _guess_type(schema: dict[str, Any]) -> str:
 
 def _object(schema: dict[str, Any], root: dict[str, Any], depth: int) -> dict[str, Any]:
     props: dict[str, Any] = schema.get("properties", {})
-    out = {key: _gen(sub, root, key, depth + 1) for key, sub in props.items()}
+    required = schema.get("required", [])
+    out = {key: _gen(sub, root, key, depth + 1) for key, sub in props.items() if depth < _SHALLOW or key in required}
     extra = schema.get("additionalProperties", True)
-    for key in schema.get("required", []):
+    for key in required:
         if key not in out:
             out[key] = _gen(extra if isinstance(extra, dict) else {}, root, key, depth + 1)
     i = 0
