@@ -270,3 +270,22 @@ class RedisSessionStore(SessionStore):
         for project_key in projects:
             await self.delete({"project_key": project_key, "session_id": session_id})
         return len(projects)
+
+    async def copy_session(self, session_id: str, from_project: str, to_project: str) -> int:
+        """Copy a session (main transcript and subpaths) to another project key; -> entries copied.
+
+        The SDK finds a transcript under the project key of the run's cwd: a worker whose default cwd differs
+        (another temp dir) still resumes the session once it is copied under its own key.
+        """
+        source: SessionKey = {"project_key": from_project, "session_id": session_id}
+        entries = await self.load(source)
+        if not entries:
+            return 0
+        await self.append({"project_key": to_project, "session_id": session_id}, entries)
+        copied = len(entries)
+        for sub in await self.list_subkeys({"project_key": from_project, "session_id": session_id}):
+            sub_entries = await self.load({**source, "subpath": sub})
+            if sub_entries:
+                await self.append({"project_key": to_project, "session_id": session_id, "subpath": sub}, sub_entries)
+                copied += len(sub_entries)
+        return copied

@@ -1,34 +1,324 @@
-"""Session planning hook: which session an attempt starts from, and what to remember after a success.
+"""Session planning: which session each attempt starts from, the conversation turn lock, and what a turn leaves.
 
-The engine calls `plan()` before each attempt and `after_success()` after a successful one. For now every attempt
-starts a fresh session (a retried or requeued run does not resume); the sessions issue fills these in.
+The engine calls `plan()` before each attempt (before leasing an account slot) and `finished()` when a job reaches
+a terminal status. Per attempt, in order:
+
+1. A conversation turn takes the conversation's turn lock; while another turn of it is active (or an earlier-
+   submitted one has not run yet) the plan says *wait*: the engine defers the job and `finished()` of the running
+   turn names it for promotion.
+2. A retry (any earlier attempt: transient, timeout, requeued, worker lost) whose session already holds this job's
+   prompt *continues* that session: resume it at its last real message and send `CONTINUE_PROMPT` instead of the
+   prompt, so the prompt is in the transcript (and in every request) exactly once and any tool work done is kept.
+3. Otherwise: a conversation resumes its latest session (fork=True branches it: the pointer does not move), an
+   explicit `resume` resumes that session, anything else starts fresh. A session that exists nowhere fails the job
+   (kind `input`) or, with `on_missing_session="restart"`, starts a fresh session and says so (event
+   `session_restarted`, and the conversation turn is marked `restarted`).
+
+Every run gets the RedisSessionStore, so its transcript is mirrored and any worker can resume it.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from producer.models import JobRecord
+from claude_agent_sdk import project_key_for_directory
+
+from config.settings import Settings
+from producer.conversations import ConversationStore, Turn
+from producer.models import Event, JobError, JobRecord, utcnow
+from producer.sessions import RedisSessionStore
+from producer.store import JobStore
+from worker.options import default_cwd
+
+EventSink = Callable[[Event], Awaitable[None]]
+
+#: What a continuing retry sends instead of the job's prompt (the prompt is already in the session).
+CONTINUE_PROMPT = "Continue from where you left off."
+#: A waiting turn is re-checked this often even if nobody promotes it (a lost wake-up must not strand it).
+TURN_RECHECK_S = 30.0
+
+
+@dataclass(frozen=True)
+class TurnWait:
+    """Another turn of the conversation comes first: defer until it ends."""
+
+    holder: str | None
+    ready_at: datetime
+    reason: str
 
 
 @dataclass(frozen=True)
 class SessionPlan:
-    """How an attempt starts: the RunRequest's session fields."""
+    """How an attempt starts: the RunRequest's session fields, or a wait, or an error."""
 
     resume: str | None = None
     fork: bool = False
     resume_at: str | None = None
     session_store: Any | None = None
+    prompt: str | None = None  # send this instead of the spec's prompt (a continuing retry)
+    mode: str = "new"  # new | resume | fork | continue | restart
+    wait: TurnWait | None = None
+    error: JobError | None = None
+
+
+# ---- transcripts (pure) ----------------------------------------------------------------------------------------
+
+
+def is_real_message(entry: dict[str, Any]) -> bool:
+    """A user/assistant transcript entry the model saw or said (not an API-error placeholder, not metadata)."""
+    if entry.get("type") not in ("user", "assistant") or not entry.get("uuid"):
+        return False
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return False
+    return not (entry.get("isApiErrorMessage") or message.get("model") == "<synthetic>")
+
+
+def user_text(entry: dict[str, Any]) -> str | None:
+    """The text a user entry carries (None for tool results and non-user entries)."""
+    if entry.get("type") != "user" or not isinstance(entry.get("message"), dict):
+        return None
+    content = entry["message"].get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return None
+    return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def last_real_uuid(entries: list[dict[str, Any]]) -> str | None:
+    """The uuid of the last real message, the point a resume continues from."""
+    real = [e for e in entries if is_real_message(e)]
+    return str(real[-1]["uuid"]) if real else None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Where a retry picks up its own session."""
+
+    resume_at: str  # the last real message (the prompt itself when nothing came after it)
+    progressed: bool  # the model answered (text or tool use) after the prompt
+
+
+def find_continuation(entries: list[dict[str, Any]], prompt: str, base: str | None) -> Continuation | None:
+    """Locate this job's prompt in its session (after `base`, the entry the first attempt resumed from) and the
+    point to continue from; None when the prompt never reached the transcript."""
+    start = 0
+    if base is not None:
+        for i, entry in enumerate(entries):
+            if entry.get("uuid") == base:
+                start = i + 1
+                break
+    wanted = prompt.strip()
+    prompt_at = next(
+        (
+            i
+            for i in range(start, len(entries))
+            if is_real_message(entries[i]) and (user_text(entries[i]) or "").strip() == wanted
+        ),
+        None,
+    )
+    if prompt_at is None:
+        return None
+    after = entries[prompt_at:]
+    resume_at = last_real_uuid(after)
+    assert resume_at is not None  # the prompt entry itself is real
+    progressed = any(is_real_message(e) and e.get("type") == "assistant" for e in after)
+    return Continuation(resume_at, progressed)
+
+
+# ---- the planner -----------------------------------------------------------------------------------------------
 
 
 class SessionPlanner:
-    """Decides the session of each attempt (fresh, for now)."""
+    """Decides the session of each attempt; holds the conversation turn lock. Without settings it does nothing
+    (engine unit tests): every attempt starts a fresh, unmirrored session."""
 
-    def plan(self, record: JobRecord) -> SessionPlan:
-        """The session fields for the next attempt of `record`."""
-        return SessionPlan()
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        jobs: JobStore | None = None,
+        *,
+        store: RedisSessionStore | None = None,
+        conversations: ConversationStore | None = None,
+        recheck_s: float = TURN_RECHECK_S,
+    ) -> None:
+        self.settings = settings
+        self.jobs = jobs
+        self._store = store
+        self.conversations = conversations
+        if conversations is None and settings is not None and jobs is not None:
+            self.conversations = ConversationStore(jobs.redis, jobs.keys, settings.session_retention_s)
+        self.recheck_s = recheck_s
+
+    @property
+    def enabled(self) -> bool:
+        """Whether sessions are mirrored and planned (settings and a job store were given)."""
+        return self.settings is not None and self.jobs is not None
+
+    def store(self) -> RedisSessionStore:
+        """The session store, created on first use on the calling (engine) loop: redis.asyncio binds to it."""
+        if self._store is None:
+            assert self.settings is not None
+            self._store = RedisSessionStore.from_settings(self.settings)
+        return self._store
+
+    async def plan(self, record: JobRecord, emit: EventSink | None = None) -> SessionPlan:
+        """The session of the next attempt of `record` (or a wait, or an error)."""
+        if not self.enabled:
+            return SessionPlan()
+        spec = record.spec
+        if spec.conversation:
+            assert self.conversations is not None
+            grant = await asyncio.to_thread(self.conversations.acquire, spec.conversation, record.id, record.created_at)
+            if not grant.granted:
+                reason = f"waiting for turn {grant.holder} of conversation {spec.conversation!r}"
+                ready = utcnow() + timedelta(seconds=self.recheck_s)
+                return SessionPlan(wait=TurnWait(grant.holder, ready, reason))
+        store = self.store()
+        project = project_key_for_directory(spec.cwd or default_cwd())
+        plan = await self._continuation(record, store, project)
+        base: str | None = None
+        restarted_from: str | None = None
+        if plan is None:
+            plan, base, restarted_from = await self._base_plan(record, store, project)
+        if emit is not None:
+            if restarted_from is not None:
+                await emit(Event(type="session_restarted", data={"missing_session_id": restarted_from}))
+            if plan.error is None:
+                data = {"mode": plan.mode, "resume": plan.resume, "fork": plan.fork, "resume_at": plan.resume_at}
+                await emit(Event(type="session_plan", data={**data, "base": base}))
+        return plan
+
+    async def _continuation(self, record: JobRecord, store: RedisSessionStore, project: str) -> SessionPlan | None:
+        """A retry whose own session already holds the prompt continues it; None otherwise.
+
+        Earlier attempts are known from the job's event stream (a `session` event per run), not from the record:
+        a worker that died mid-run never wrote its attempt, but its events are there.
+        """
+        session_id, base = await asyncio.to_thread(self._previous_session, record)
+        if session_id is None:
+            return None
+        if not await self._present(store, session_id, project):
+            return None
+        entries = await store.load({"project_key": project, "session_id": session_id}) or []
+        found = find_continuation([dict(e) for e in entries], record.spec.prompt, base)
+        if found is None:
+            return None
+        return SessionPlan(
+            resume=session_id, resume_at=found.resume_at, session_store=store, prompt=CONTINUE_PROMPT, mode="continue"
+        )
+
+    def _previous_session(self, record: JobRecord) -> tuple[str | None, str | None]:
+        """(the session the job's last attempt ran in, the entry its first attempt resumed from), from its events."""
+        assert self.jobs is not None
+        session_id: str | None = None
+        base: str | None = None
+        first_plan = True
+        after = "0-0"
+        while True:
+            batch = self.jobs.read_events(record.id, after=after, count=500)
+            for entry_id, event in batch:
+                after = entry_id
+                if event.type == "session" and event.data.get("session_id"):
+                    session_id = str(event.data["session_id"])
+                elif event.type == "session_plan" and first_plan:
+                    first_plan = False
+                    base = event.data.get("base")
+            if len(batch) < 500:
+                break
+        return session_id or record.session_id, base
+
+    async def _base_plan(
+        self, record: JobRecord, store: RedisSessionStore, project: str
+    ) -> tuple[SessionPlan, str | None, str | None]:
+        """(plan, the entry resumed from, the missing session id when restarted) for a first try."""
+        spec = record.spec
+        target = spec.resume
+        if spec.conversation:
+            assert self.conversations is not None
+            target = await asyncio.to_thread(self.conversations.latest_session, spec.conversation)
+        if target is None:
+            return SessionPlan(session_store=store, mode="new"), None, None
+        if not await self._present(store, target, project):
+            if spec.on_missing_session == "restart":
+                return SessionPlan(session_store=store, mode="restart"), None, target
+            what = f"conversation {spec.conversation!r}'s session" if spec.conversation else "session"
+            message = (
+                f"{what} {target} not found (expired or deleted); "
+                "submit with on_missing_session='restart' to start a new session instead"
+            )
+            return SessionPlan(error=JobError(kind="input", message=message)), None, None
+        entries = await store.load({"project_key": project, "session_id": target}) or []
+        base = last_real_uuid([dict(e) for e in entries])
+        mode = "fork" if spec.fork else "resume"
+        return SessionPlan(resume=target, fork=spec.fork, session_store=store, mode=mode), base, None
+
+    @staticmethod
+    async def _present(store: RedisSessionStore, session_id: str, project: str) -> bool:
+        """Whether the session is stored under `project` (copied there if another project key holds it)."""
+        projects = await store.projects_of(session_id)
+        if project in projects:
+            return True
+        if projects:
+            return await store.copy_session(session_id, projects[0], project) > 0
+        return False
+
+    async def recheck(self, record: JobRecord) -> bool:
+        """After deferring a waiting turn: True if the turn became ours meanwhile (the engine promotes it now)."""
+        if not self.enabled or not record.spec.conversation:
+            return False
+        assert self.conversations is not None
+        grant = await asyncio.to_thread(
+            self.conversations.acquire, record.spec.conversation, record.id, record.created_at
+        )
+        return grant.granted
+
+    async def finished(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
+        """A job reached `status`: record the conversation turn, move the pointer (success, not a fork), free the
+        turn lock. -> job ids of waiting turns to promote now."""
+        if not self.enabled or not record.spec.conversation:
+            return []
+        assert self.conversations is not None
+        return await asyncio.to_thread(self._finish_turn, record, status, session_id)
+
+    def _finish_turn(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
+        assert self.conversations is not None and self.jobs is not None
+        name = record.spec.conversation
+        assert name is not None
+        first = self._first_plan(record.id)
+        if first is not None or status == "succeeded":
+            mode = first.get("mode") if first else None
+            turn = Turn(
+                job_id=record.id,
+                status=status,
+                session_id=session_id,
+                resumed_from=first.get("resume") if first else None,
+                forked=mode == "fork",
+                restarted=mode == "restart",
+                started_at=record.started_at,
+                finished_at=utcnow(),
+            )
+            self.conversations.record_turn(name, turn, move_pointer=status == "succeeded" and mode != "fork")
+        nxt = self.conversations.release(name, record.id)
+        return [nxt] if nxt else []
+
+    def _first_plan(self, job_id: str) -> dict[str, Any] | None:
+        assert self.jobs is not None
+        for _, event in self.jobs.read_events(job_id, count=500):
+            if event.type == "session_plan":
+                return event.data
+        return None
 
     def after_success(self, record: JobRecord, session_id: str | None) -> None:
-        """Called once a run of `record` succeeded with `session_id` (no-op for now)."""
+        """Kept for callers of the first engine version: everything happens in `finished()` now."""
         return None
+
+    async def aclose(self) -> None:
+        """Close the session store's connections."""
+        if self._store is not None:
+            await self._store.aclose()

@@ -1,0 +1,167 @@
+"""SessionPlanner on fakeredis: new/resume/fork/missing/restart, the turn lock's wait and hand-over, and a retry
+continuing its own session. Plus the pure transcript helpers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import fakeredis
+import pytest
+from claude_agent_sdk import project_key_for_directory
+
+from config.settings import Settings
+from producer.client import make_store
+from producer.models import Event, JobRecord, JobSpec, utcnow
+from producer.sessions import RedisSessionStore
+from producer.store import JobStore
+from worker.options import default_cwd
+from worker.sessions import CONTINUE_PROMPT, SessionPlanner, find_continuation, is_real_message, user_text
+
+
+def _user(uuid: str, text: Any) -> dict[str, Any]:
+    return {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
+
+
+def _assistant(uuid: str, model: str = "claude-sonnet-5-5", content: Any = None) -> dict[str, Any]:
+    return {
+        "type": "assistant",
+        "uuid": uuid,
+        "message": {"role": "assistant", "model": model, "content": content or []},
+    }
+
+
+TOOL_RESULT = [{"type": "tool_result", "tool_use_id": "t1", "content": "5"}]
+
+
+def test_real_messages_exclude_api_error_placeholders_and_metadata() -> None:
+    assert is_real_message(_user("u", "hi"))
+    assert not is_real_message(_assistant("a", model="<synthetic>"))
+    assert not is_real_message({"type": "attachment", "uuid": "x"})
+    assert user_text(_user("u", [{"type": "text", "text": "hi"}])) == "hi"
+    assert user_text(_user("u", TOOL_RESULT)) is None
+
+
+def test_continuation_resumes_after_the_tool_work_of_the_failed_attempt() -> None:
+    entries = [
+        _user("p0", "earlier turn"),
+        _assistant("a0"),
+        _user("p1", "the prompt"),
+        {"type": "attachment", "uuid": "att"},
+        _assistant("a1"),
+        _user("r1", TOOL_RESULT),
+        _assistant("err", model="<synthetic>"),
+    ]
+    found = find_continuation(entries, "the prompt", base="a0")
+    assert found is not None and found.resume_at == "r1" and found.progressed
+    nothing_yet = find_continuation(entries[:4], "the prompt", base="a0")
+    assert nothing_yet is not None and nothing_yet.resume_at == "p1" and not nothing_yet.progressed
+    # the same text in an earlier turn is not this job's prompt
+    assert find_continuation([*entries[:2], _user("p2", "again")], "earlier turn", base="a0") is None
+
+
+class World:
+    """A JobStore and a RedisSessionStore sharing one fakeredis server, and a planner over them."""
+
+    def __init__(self, settings: Settings) -> None:
+        server = fakeredis.FakeServer()
+        self.jobs: JobStore = make_store(settings, fakeredis.FakeRedis(server=server))
+        self.sessions = RedisSessionStore.from_settings(settings, fakeredis.FakeAsyncRedis(server=server))
+        self.planner = SessionPlanner(settings, self.jobs, store=self.sessions, recheck_s=5)
+        self.project = project_key_for_directory(default_cwd())
+        self.events: list[Event] = []
+
+    async def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def job(self, status: str = "running", **spec: Any) -> JobRecord:
+        spec.setdefault("prompt", "the prompt")
+        record = JobRecord(id=f"j{time.monotonic_ns()}", spec=JobSpec(**spec), status="queued", created_at=utcnow())
+        self.jobs.create(record)
+        self.jobs.redis.hset(self.jobs.keys.job(record.id), "status", status)
+        return record
+
+    async def transcript(self, session_id: str, *entries: dict[str, Any]) -> None:
+        await self.sessions.append({"project_key": self.project, "session_id": session_id}, list(entries))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def world(fake_settings: Settings) -> World:
+    return World(fake_settings)
+
+
+async def test_conversation_starts_then_resumes_and_forks_without_moving(world: World) -> None:
+    first = world.job(conversation="c")
+    plan = await world.planner.plan(first, world.emit)
+    assert plan.mode == "new" and plan.resume is None and plan.session_store is world.sessions
+    await world.transcript("s1", _user("p", "the prompt"), _assistant("a"))
+    assert await world.planner.finished(first, "succeeded", "s1") == []
+    assert world.planner.conversations is not None
+    assert world.planner.conversations.latest_session("c") == "s1"
+
+    second = world.job(conversation="c", prompt="next")
+    plan = await world.planner.plan(second, world.emit)
+    assert (plan.mode, plan.resume, plan.fork) == ("resume", "s1", False)
+    world.jobs.append_event(second.id, world.events[-1])
+    await world.planner.finished(second, "succeeded", "s1")
+
+    fork = world.job(conversation="c", prompt="what if", fork=True)
+    plan = await world.planner.plan(fork, world.emit)
+    assert (plan.mode, plan.resume, plan.fork) == ("fork", "s1", True)
+    world.jobs.append_event(fork.id, world.events[-1])
+    await world.planner.finished(fork, "succeeded", "s9")
+    info = world.planner.conversations.info("c")
+    assert info is not None and info.session_id == "s1"  # a fork branches; the conversation stays
+    assert [(t.job_id, t.forked, t.resumed_from) for t in info.turns] == [
+        (first.id, False, None),
+        (second.id, False, "s1"),
+        (fork.id, True, "s1"),
+    ]
+
+
+async def test_second_turn_waits_and_is_handed_the_lock_when_the_first_ends(world: World) -> None:
+    first, second = world.job(conversation="c"), world.job(conversation="c")
+    assert (await world.planner.plan(first)).wait is None
+    plan = await world.planner.plan(second)
+    assert plan.wait is not None and plan.wait.holder == first.id
+    world.jobs.redis.hset(world.jobs.keys.job(second.id), "status", "deferred")
+    assert await world.planner.finished(first, "failed", None) == [second.id]
+    assert await world.planner.recheck(second)
+
+
+async def test_missing_session_fails_the_job_or_restarts_when_asked(world: World) -> None:
+    failing = world.job(resume="0d3c1a6e-0000-4000-8000-000000000001")
+    plan = await world.planner.plan(failing, world.emit)
+    assert plan.error is not None and plan.error.kind == "input"
+    assert "0d3c1a6e-0000-4000-8000-000000000001 not found" in plan.error.message
+
+    assert world.planner.conversations is not None
+    world.planner.conversations.redis.set(world.jobs.keys.conversation("old"), "expired-session")
+    restarting = world.job(conversation="old", on_missing_session="restart")
+    plan = await world.planner.plan(restarting, world.emit)
+    assert plan.mode == "restart" and plan.resume is None and plan.error is None
+    assert [e.type for e in world.events[-2:]] == ["session_restarted", "session_plan"]
+    assert world.events[-2].data == {"missing_session_id": "expired-session"}
+
+
+async def test_session_under_another_project_key_is_copied_and_resumed(world: World) -> None:
+    await world.sessions.append({"project_key": "-other-cwd", "session_id": "s5"}, [_user("p", "x")])  # type: ignore[list-item]
+    plan = await world.planner.plan(world.job(resume="s5"), world.emit)
+    assert plan.mode == "resume" and plan.resume == "s5"
+    assert await world.sessions.load({"project_key": world.project, "session_id": "s5"}) is not None
+
+
+async def test_retry_continues_its_own_session_instead_of_resending_the_prompt(world: World) -> None:
+    job = world.job(conversation="c")
+    plan = await world.planner.plan(job, world.emit)
+    world.jobs.append_event(job.id, world.events[-1])  # session_plan of attempt 1
+    world.jobs.append_event(job.id, Event(type="session", data={"session_id": "s1"}))
+    await world.transcript(
+        "s1", _user("p", "the prompt"), _assistant("a1"), _user("r1", TOOL_RESULT), _assistant("e", "<synthetic>")
+    )
+    plan = await world.planner.plan(job, world.emit)
+    assert (plan.mode, plan.resume, plan.resume_at, plan.prompt) == ("continue", "s1", "r1", CONTINUE_PROMPT)
+
+    fresh_retry = world.job()
+    world.jobs.append_event(fresh_retry.id, Event(type="session", data={"session_id": "s2"}))  # prompt never stored
+    assert (await world.planner.plan(fresh_retry)).mode == "new"
