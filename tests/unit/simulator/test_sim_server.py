@@ -15,7 +15,7 @@ import pytest
 from simulator.__main__ import parse_accounts
 from simulator.config import load_config
 from simulator.testing import SimulatorServer, start_simulator_process
-from tests.unit.simulator.conftest import auth, body, parse_sse
+from tests.unit.simulator.conftest import auth, body
 
 
 @pytest.fixture
