@@ -24,6 +24,7 @@ from producer.keys import Keys
 from producer.models import JobSpec
 from worker.engine import Engine
 from worker.loops import Loops
+from worker.sessions import SessionPlanner
 
 log = logging.getLogger("claudeq.worker")
 
@@ -83,6 +84,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
         metrics=metrics,
         send=send,
         worker_id=worker_id or cfg.worker_id or f"{socket.gethostname()}:{os.getpid()}",
+        sessions=SessionPlanner(cfg, store),
     )
     loops = Loops(engine)
     loops.install()

@@ -374,6 +374,14 @@ class Engine:
         if d.why is not None:
             return await self._between_attempts(d)
         spec = d.record.spec
+        plan = await self.sessions.plan(d.record, lambda event: self._event(d, event))
+        if plan.error is not None:
+            return Step("done", await self._finish(d, "failed", plan.error))
+        if plan.wait is not None:  # another turn of the conversation comes first
+            status = await self._defer(d, plan.wait.ready_at, plan.wait.reason, [])
+            if status == "deferred" and await self.sessions.recheck(d.record):
+                await self.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
+            return Step("done", status)
         acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset())
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
@@ -387,11 +395,10 @@ class Engine:
         d.attempts.append(attempt)
         if not await self._write(d, account=account.name, attempts=d.attempts):
             return Step("done", "lost")
-        plan = self.sessions.plan(d.record)
         request = self.request_factory(
             job_id=d.job_id,
             attempt=number,
-            spec=spec,
+            spec=spec if plan.prompt is None else spec.model_copy(update={"prompt": plan.prompt}),
             account=account,
             resume=plan.resume,
             fork=plan.fork,
@@ -521,6 +528,13 @@ class Engine:
         await self._release(d)
         if not ok:
             return "lost"
+        try:
+            waiting = await self.sessions.finished(d.record, status, d.session_id)
+        except Exception:
+            log.exception("job %s: conversation bookkeeping failed", d.job_id)
+            waiting = []
+        for job_id in waiting:
+            await self.promote_and_send(job_id, force=True)
         self.metrics.job_finished(d.record.spec.queue or self.settings.queue, status)
         log.info(
             "job %s: %s after %d attempt(s)%s", d.job_id, status, len(d.attempts), f" ({error.kind})" if error else ""
