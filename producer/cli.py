@@ -20,7 +20,10 @@ from rich.table import Table
 
 from config.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
 from config.settings import Settings, load_settings
+from producer.cli_accounts import accounts_app
+from producer.cli_conversation import conversation_app
 from producer.client import Client
+from producer.exporter import exporter_command
 from producer.models import TERMINAL, Event, JobRecord
 
 EXIT_OK = 0
@@ -39,6 +42,9 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(accounts_app, name="accounts")
+app.add_typer(conversation_app, name="conversation")
+app.command("exporter")(exporter_command)
 
 out = Console()
 err = Console(stderr=True)
