@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import redis
@@ -36,19 +35,38 @@ local function head(waiters, me)
 end
 """
 
-#: KEYS lock, waiters; ARGV job id, created (ms), job key prefix, ttl -> {granted 0|1, holder or head to wait for}
+#: KEYS lock, waiters, queued, running; ARGV job id, conversation, job key prefix, ttl, scan cap
+#: -> {granted 0|1, holder or head to wait for}. Waiters all score 0, so they sort by job id = submit order.
 ACQUIRE = (
     _ACTIVE_FN
     + """
-local lock, waiters, me, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4])
+local lock, waiters, me, ttl, cap = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 local holder = redis.call('GET', lock)
 if holder == me then
   redis.call('EXPIRE', lock, ttl)
   return {1, me}
 end
-redis.call('ZADD', waiters, 'NX', tonumber(ARGV[2]), me)
+redis.call('ZADD', waiters, 'NX', 0, me)
 redis.call('EXPIRE', waiters, ttl)
 if holder and active(holder) then return {0, holder} end
+-- An earlier turn submitted just before this one may be claimed but not planned yet: find it among the
+-- queued and running jobs older than this one (job ids sort by creation time) and queue it first.
+local function consider(ids)
+  for i = 1, math.min(#ids, cap) do
+    local id = ids[i]
+    if id < me and active(id) then
+      local raw = redis.call('HGET', ARGV[3] .. id, 'spec')
+      if raw then
+        local ok, spec = pcall(cjson.decode, raw)
+        if ok and type(spec) == 'table' and spec['conversation'] == ARGV[2] then
+          redis.call('ZADD', waiters, 'NX', 0, id)
+        end
+      end
+    end
+  end
+end
+consider(redis.call('ZRANGE', KEYS[3], 0, cap - 1))
+consider(redis.call('SRANDMEMBER', KEYS[4], cap))
 local first = head(waiters, me)
 if first ~= me then return {0, first} end
 redis.call('ZREM', waiters, me)
@@ -56,6 +74,9 @@ redis.call('SET', lock, me, 'EX', ttl)
 return {1, me}
 """
 )
+
+#: Queued and running jobs inspected (each) when looking for an earlier, not yet planned turn.
+SCAN_CAP = 500
 
 #: KEYS lock, waiters; ARGV job id, unused, job key prefix -> the next waiting job id to promote, or false
 RELEASE = (
@@ -139,19 +160,24 @@ class ConversationStore:
         value = self.redis.get(self.keys.conversation(name))
         return None if value is None else _text(value)
 
-    def register(self, name: str, job_id: str, created_at: datetime) -> None:
+    def register(self, name: str, job_id: str) -> None:
         """Queue a turn in submit order (call at submit; `acquire` also does it, later)."""
         waiters = self.keys.conversation_waiters(name)
         pipe = self.redis.pipeline()
-        pipe.zadd(waiters, {job_id: int(created_at.timestamp() * 1000)}, nx=True)
+        pipe.zadd(waiters, {job_id: 0}, nx=True)  # one score: members sort by job id, i.e. submit order
         pipe.expire(waiters, self.ttl_s)
         pipe.execute()
 
-    def acquire(self, name: str, job_id: str, created_at: datetime) -> TurnGrant:
+    def acquire(self, name: str, job_id: str) -> TurnGrant:
         """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
         granted, holder = self._acquire(
-            keys=[self.keys.conversation_lock(name), self.keys.conversation_waiters(name)],
-            args=[job_id, int(created_at.timestamp() * 1000), self.keys.job(""), self.ttl_s],
+            keys=[
+                self.keys.conversation_lock(name),
+                self.keys.conversation_waiters(name),
+                self.keys.queued,
+                self.keys.running,
+            ],
+            args=[job_id, name, self.keys.job(""), self.ttl_s, SCAN_CAP],
         )
         return TurnGrant(bool(granted), _text(holder) if holder else None)
 

@@ -174,7 +174,7 @@ class SessionPlanner:
         spec = record.spec
         if spec.conversation:
             assert self.conversations is not None
-            grant = await asyncio.to_thread(self.conversations.acquire, spec.conversation, record.id, record.created_at)
+            grant = await asyncio.to_thread(self.conversations.acquire, spec.conversation, record.id)
             if not grant.granted:
                 reason = f"waiting for turn {grant.holder} of conversation {spec.conversation!r}"
                 ready = utcnow() + timedelta(seconds=self.recheck_s)
@@ -273,9 +273,7 @@ class SessionPlanner:
         if not self.enabled or not record.spec.conversation:
             return False
         assert self.conversations is not None
-        grant = await asyncio.to_thread(
-            self.conversations.acquire, record.spec.conversation, record.id, record.created_at
-        )
+        grant = await asyncio.to_thread(self.conversations.acquire, record.spec.conversation, record.id)
         return grant.granted
 
     async def finished(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:

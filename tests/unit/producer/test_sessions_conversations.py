@@ -22,8 +22,8 @@ def convs(fake_redis: fakeredis.FakeRedis, fake_settings: Settings) -> Conversat
     return ConversationStore(fake_redis, Keys(fake_settings.key_prefix), ttl_s=600)
 
 
-def _job(store: JobStore, job_id: str, created: datetime, status: str = "queued") -> JobRecord:
-    record = JobRecord(id=job_id, spec=JobSpec(prompt="hi", conversation="c"), status="queued", created_at=created)
+def _job(store: JobStore, job_id: str, created: datetime, status: str = "queued", conv: str = "c") -> JobRecord:
+    record = JobRecord(id=job_id, spec=JobSpec(prompt="hi", conversation=conv), status="queued", created_at=created)
     store.create(record)
     if status != "queued":
         store.redis.hset(store.keys.job(job_id), "status", status)
@@ -33,39 +33,50 @@ def _job(store: JobStore, job_id: str, created: datetime, status: str = "queued"
 def test_second_turn_waits_for_the_running_one_and_is_named_on_release(
     convs: ConversationStore, fake_store: JobStore
 ) -> None:
-    a = _job(fake_store, "a", T0, "running")
-    b = _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
-    assert convs.acquire("c", "a", a.created_at).granted
-    grant = convs.acquire("c", "b", b.created_at)
+    _job(fake_store, "a", T0, "running")
+    _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    assert convs.acquire("c", "a").granted
+    grant = convs.acquire("c", "b")
     assert not grant.granted and grant.holder == "a"
-    assert convs.acquire("c", "a", a.created_at).granted  # re-entrant: a retry of the running turn
+    assert convs.acquire("c", "a").granted  # re-entrant: a retry of the running turn
     fake_store.redis.hset(fake_store.keys.job("b"), "status", "deferred")
+    fake_store.redis.hset(fake_store.keys.job("a"), "status", "succeeded")  # written before the release
     assert convs.release("c", "a") == "b"
-    assert convs.acquire("c", "b", b.created_at).granted
+    assert convs.acquire("c", "b").granted
 
 
 def test_turns_run_in_submit_order_even_when_the_later_one_is_claimed_first(
     convs: ConversationStore, fake_store: JobStore
 ) -> None:
-    a = _job(fake_store, "a", T0)
-    b = _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
-    convs.register("c", "a", a.created_at)  # at submit
-    convs.register("c", "b", b.created_at)
-    grant = convs.acquire("c", "b", b.created_at)
+    _job(fake_store, "a", T0)
+    _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    convs.register("c", "a")  # at submit
+    convs.register("c", "b")
+    grant = convs.acquire("c", "b")
     assert not grant.granted and grant.holder == "a"
-    assert convs.acquire("c", "a", a.created_at).granted
+    assert convs.acquire("c", "a").granted
+
+
+def test_an_earlier_turn_claimed_but_not_yet_planned_goes_first(convs: ConversationStore, fake_store: JobStore) -> None:
+    _job(fake_store, "a", T0, "running")  # submitted first, claimed, never registered (no submit-time hook)
+    _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    fake_store.redis.sadd(fake_store.keys.running, "a", "b")
+    _job(fake_store, "0-other", T0, conv="other")  # another conversation's job: ignored
+    grant = convs.acquire("c", "b")
+    assert not grant.granted and grant.holder == "a"
+    assert convs.acquire("c", "a").granted
 
 
 def test_a_finished_or_vanished_holder_never_blocks_the_next_turn(
     convs: ConversationStore, fake_store: JobStore
 ) -> None:
-    a = _job(fake_store, "a", T0, "running")
-    b = _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
-    assert convs.acquire("c", "a", a.created_at).granted
+    _job(fake_store, "a", T0, "running")
+    _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
+    assert convs.acquire("c", "a").granted
     fake_store.redis.hset(fake_store.keys.job("a"), "status", "failed")  # finished without releasing
-    assert convs.acquire("c", "b", b.created_at).granted
+    assert convs.acquire("c", "b").granted
     fake_store.redis.delete(fake_store.keys.job("b"))  # record expired
-    assert convs.acquire("c", "z", T0 + timedelta(seconds=9)).granted
+    assert convs.acquire("c", "z").granted
 
 
 def test_pointer_moves_on_turns_but_not_on_forks(convs: ConversationStore) -> None:
@@ -83,9 +94,9 @@ def test_pointer_moves_on_turns_but_not_on_forks(convs: ConversationStore) -> No
 def test_every_conversation_key_expires_with_the_retention(
     convs: ConversationStore, fake_store: JobStore, fake_redis: fakeredis.FakeRedis
 ) -> None:
-    a = _job(fake_store, "a", T0, "running")
-    convs.acquire("c", "a", a.created_at)
-    convs.register("c", "b", T0)
+    _job(fake_store, "a", T0, "running")
+    convs.acquire("c", "a")
+    convs.register("c", "b")
     convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
     for key in (
         convs.keys.conversation("c"),

@@ -81,6 +81,10 @@ class World:
         self.jobs.redis.hset(self.jobs.keys.job(record.id), "status", status)
         return record
 
+    def finish(self, record: JobRecord, status: str) -> None:
+        """The engine writes the terminal status before calling `finished()`."""
+        self.jobs.redis.hset(self.jobs.keys.job(record.id), "status", status)
+
     async def transcript(self, session_id: str, *entries: dict[str, Any]) -> None:
         await self.sessions.append({"project_key": self.project, "session_id": session_id}, list(entries))  # type: ignore[arg-type]
 
@@ -95,6 +99,7 @@ async def test_conversation_starts_then_resumes_and_forks_without_moving(world: 
     plan = await world.planner.plan(first, world.emit)
     assert plan.mode == "new" and plan.resume is None and plan.session_store is world.sessions
     await world.transcript("s1", _user("p", "the prompt"), _assistant("a"))
+    world.finish(first, "succeeded")
     assert await world.planner.finished(first, "succeeded", "s1") == []
     assert world.planner.conversations is not None
     assert world.planner.conversations.latest_session("c") == "s1"
@@ -103,6 +108,7 @@ async def test_conversation_starts_then_resumes_and_forks_without_moving(world: 
     plan = await world.planner.plan(second, world.emit)
     assert (plan.mode, plan.resume, plan.fork) == ("resume", "s1", False)
     world.jobs.append_event(second.id, world.events[-1])
+    world.finish(second, "succeeded")
     await world.planner.finished(second, "succeeded", "s1")
 
     fork = world.job(conversation="c", prompt="what if", fork=True)
@@ -125,6 +131,7 @@ async def test_second_turn_waits_and_is_handed_the_lock_when_the_first_ends(worl
     plan = await world.planner.plan(second)
     assert plan.wait is not None and plan.wait.holder == first.id
     world.jobs.redis.hset(world.jobs.keys.job(second.id), "status", "deferred")
+    world.finish(first, "failed")
     assert await world.planner.finished(first, "failed", None) == [second.id]
     assert await world.planner.recheck(second)
 
