@@ -199,6 +199,7 @@ class ConversationStore:
         pipe.rpush(self.keys.conversation_turns(name), turn.model_dump_json())
         pipe.expire(self.keys.conversation_turns(name), self.ttl_s)
         pipe.zadd(self.keys.conversations, {name: time.time()})
+        pipe.expire(self.keys.conversations, self.ttl_s)
         pipe.execute()
 
     def turns(self, name: str) -> list[Turn]:

@@ -1,0 +1,135 @@
+"""End to end (issue 7): conversations across workers, turn order, retries that resume, transcript retention.
+
+Real Redis, real `claudeq-worker` processes, the real CLI against the simulator; assertions on job records, their
+events, the conversation, the simulator's request log and the Redis keys.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from config.settings import Settings
+from producer.client import Client
+from producer.conversations import ConversationStore
+from producer.models import Event, JobRecord
+from tests.e2e.conftest import WorkerFactory
+
+pytestmark = pytest.mark.e2e
+
+
+def wait(client: Client, job_id: str, timeout: float = 90) -> JobRecord:
+    return client.wait(job_id, timeout=timeout, poll_s=0.1)
+
+
+def events(client: Client, job_id: str) -> list[Event]:
+    return list(client.events(job_id))
+
+
+def main_requests(simulator: Any, session_id: str) -> list[dict[str, Any]]:
+    return [r for r in simulator.requests() if r.get("session_id") == session_id and r.get("kind") == "main"]
+
+
+def texts(request: dict[str, Any]) -> list[str]:
+    return [str(m.get("text") or "") for m in request["messages"]]
+
+
+def test_turn_two_runs_on_another_worker_with_turn_one_in_its_request(
+    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings, tmp_path: Path, unique: str
+) -> None:
+    worker_a = workers(run_root=tmp_path / "root-a")
+    first = client.submit(prompt=f'[[sim: text "REPLY-ALPHA"]] first turn ALPHA-{unique}', conversation=unique)
+    one = wait(client, first.id)
+    assert one.status == "succeeded", one.error
+    worker_a.stop()
+    # Worker B: its own config root and its own temp dir, so even its default cwd (the transcript's project key)
+    # differs from A's: nothing of turn 1 is on its disk.
+    tmp_b = tmp_path / "tmp-b"
+    tmp_b.mkdir()
+    worker_b = workers(run_root=tmp_path / "root-b", extra_env={"TMPDIR": str(tmp_b)})
+    second = client.submit(prompt=f"second turn BETA-{unique}", conversation=unique)
+    two = wait(client, second.id)
+    assert two.status == "succeeded", two.error
+    assert (one.worker, two.worker) == (worker_a.worker_id, worker_b.worker_id)
+    assert one.session_id and two.session_id
+    request = main_requests(simulator, two.session_id)[-1]
+    said = texts(request)
+    assert any(f"ALPHA-{unique}" in t for t in said) and any("REPLY-ALPHA" in t for t in said)
+    assert any(f"BETA-{unique}" in t for t in said)
+    conversations = ConversationStore.from_settings(settings)
+    assert conversations.latest_session(unique) == two.session_id
+    info = conversations.info(unique)
+    assert info is not None and [(t.job_id, t.status) for t in info.turns] == [
+        (first.id, "succeeded"),
+        (second.id, "succeeded"),
+    ]
+    plan = next(e for e in events(client, second.id) if e.type == "session_plan")
+    assert plan.data["mode"] == "resume" and plan.data["resume"] == one.session_id
+
+
+def test_turns_submitted_back_to_back_run_in_order_never_at_once(
+    client: Client, workers: WorkerFactory, simulator: Any
+) -> None:
+    workers()  # concurrency 2: both turns are claimed at once, the second must wait
+    first = client.submit(prompt="[[sim: delay 2]] turn one GAMMA", conversation="order")
+    second = client.submit(prompt="turn two DELTA", conversation="order")
+    one, two = wait(client, first.id), wait(client, second.id)
+    assert (one.status, two.status) == ("succeeded", "succeeded"), (one.error, two.error)
+    ev1, ev2 = events(client, first.id), events(client, second.id)
+    one_started = next(e.at for e in ev1 if e.type == "run_started")
+    one_done = next(e.at for e in ev1 if e.type == "succeeded")
+    two_started = next(e.at for e in ev2 if e.type == "run_started")
+    assert one_started < one_done <= two_started
+    assert any(e.type == "deferred" and "waiting for turn" in e.data["reason"] for e in ev2)
+    said = texts(main_requests(simulator, str(two.session_id))[-1])
+    gamma = next(i for i, t in enumerate(said) if "GAMMA" in t)
+    delta = next(i for i, t in enumerate(said) if "DELTA" in t)
+    assert gamma < delta  # turn two's request carries turn one before it
+
+
+def test_retry_after_tool_work_resumes_and_the_prompt_is_sent_once(
+    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings, unique: str
+) -> None:
+    policy = settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})
+    workers(policy=policy)
+    marker = f"EPSILON-{unique}"
+    prompt = (
+        '[[sim: tool mcp__claudeq__add {"a": 2, "b": 3}]] [[sim: error 500 after=1 times=1]] '
+        f"add two and three {marker}"
+    )
+    job = client.submit(prompt=prompt, mcp_tools=["add"], conversation=f"retry-{unique}")
+    record = wait(client, job.id)
+    assert record.status == "succeeded", record.error
+    assert [a.outcome for a in record.attempts] == ["transient_error", "success"]
+    evs = events(client, job.id)
+    plans = [e.data for e in evs if e.type == "session_plan"]
+    assert [p["mode"] for p in plans] == ["new", "continue"]
+    assert plans[1]["resume"] == record.session_id
+    assert len([e for e in evs if e.type == "tool_call"]) == 1  # the tool work of attempt 1 was kept
+    requests = main_requests(simulator, str(record.session_id))
+    assert len(requests) == 3  # tool_use, the 500, then the resumed request
+    for request in requests:
+        assert sum(marker in t for t in texts(request)) == 1, texts(request)
+    assert record.result is not None and "sum=5" in (record.result.text or "")
+
+
+def test_transcripts_of_a_finished_conversation_expire(
+    client: Client, workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    workers(session_ttl_s=3)
+    job = client.submit(prompt="[[sim: text hi]] remember this", conversation=f"ttl-{unique}")
+    assert wait(client, job.id).status == "succeeded"
+
+    def session_keys() -> list[bytes]:
+        found = [*redis_client.scan_iter(match=f"{settings.key_prefix}session*", count=1000)]
+        return [*found, *redis_client.scan_iter(match=f"{settings.key_prefix}conv*", count=1000)]
+
+    assert any(b":main" in k for k in session_keys())
+    deadline = time.monotonic() + 15
+    while session_keys() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert session_keys() == []
