@@ -364,18 +364,18 @@ class Simulator:
                 return
             body = message_body(message_id, req.model, reply, usage)
             await conn.start(200, {**headers, "content-type": "application/json", "content-length": str(len(body))})
-            bill(
-                Usage(
-                    usage.input_tokens,
-                    usage.cache_creation_input_tokens,
-                    usage.cache_read_input_tokens,
-                    reply.output_tokens,
-                )
-            )
             if drop:
+                # The usage sits at the end of the body, which the client never gets: nothing is billed.
                 await conn.body(body[: len(body) // 2], more=True)
                 entry["outcome"] = "dropped"
                 return
+            full = Usage(
+                usage.input_tokens,
+                usage.cache_creation_input_tokens,
+                usage.cache_read_input_tokens,
+                reply.output_tokens,
+            )
+            bill(full)
             await conn.body(body, more=False)
             entry["outcome"] = "ok"
             return
