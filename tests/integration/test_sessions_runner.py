@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from claude_agent_sdk import project_key_for_directory
-from claude_agent_sdk.types import SessionKey, SessionStore, SessionStoreEntry
+from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
 from config.accounts import AccountConfig
 from config.settings import Settings
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.integration
 TOKEN = "sk-ant-oat01-test-sessions"
 
 
-class BrokenStore(SessionStore):
-    """Every append fails: the SDK retries, then reports a MirrorErrorMessage."""
+class BrokenStore:
+    """A duck-typed store (only the required methods) whose every append fails: the SDK retries, then reports a MirrorErrorMessage."""
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         raise ConnectionError("store down")
