@@ -28,7 +28,7 @@ TOKEN = "sk-ant-oat01-test-sessions"
 
 
 class BrokenStore:
-    """A duck-typed store (only the required methods) whose every append fails: the SDK retries, then reports a MirrorErrorMessage."""
+    """Duck-typed (required methods only); every append fails, so the SDK reports a MirrorErrorMessage."""
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         raise ConnectionError("store down")
