@@ -2,10 +2,10 @@
 
     python bench/bench_simulator.py [--concurrency 200] [--rounds 10] [--repeats 5]
 
-Both servers run as their own processes (one event loop each); CPU seconds are read from /proc for the server
-process only, so the (heavier) httpx client does not count. Prints requests/s, server CPU ms per request and the
-ratio simulator / baseline, as medians over the repeats; then a run of slow streams (latency model on) that
-shows many concurrent streams cost little CPU.
+Both servers run as their own processes (one event loop each); the load comes from a minimal raw HTTP/1.1
+client on keep-alive connections, and CPU seconds are read from /proc for the server process only, so the client
+does not count. Prints requests/s, server CPU ms per request and the ratio simulator / baseline, as medians over
+the repeats; then one wave of slow streams (latency model on) showing that many open streams cost little CPU.
 """
 
 from __future__ import annotations

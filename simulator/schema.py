@@ -37,7 +37,13 @@ class SchemaError(ValueError):
 def generate(schema: Any, name: str = "value") -> Any:
     """A value valid against `schema`; `name` flavours generated strings (property names are used)."""
     root = schema if isinstance(schema, dict) else {}
-    return _gen(schema, root, name, 0)
+    try:
+        return _gen(schema, root, name, 0)
+    except SchemaError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError) as e:
+        # A malformed schema (a tool's input_schema is whatever the request says) must not crash the handler.
+        raise SchemaError(f"malformed schema: {e!r}") from None
 
 
 def _resolve(ref: str, root: dict[str, Any]) -> Any:

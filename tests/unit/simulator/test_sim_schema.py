@@ -143,7 +143,7 @@ def _extend(inner: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[
 schemas = st.recursive(leaf_schemas, _extend, max_leaves=12)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas)
 def test_generated_value_validates_against_any_generated_schema(schema: dict[str, Any]) -> None:
     jsonschema.validate(generate(schema), schema)
