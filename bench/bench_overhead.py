@@ -2,11 +2,12 @@
 submitted through claudeq (real Redis, a real `claudeq-worker` process, the real CLI, the simulator), at the same
 concurrency.
 
-Per-job overhead: the i-th job to complete through claudeq, minus the i-th to complete directly, both measured from
-the start of the batch (same jobs, same concurrency, so the i-th completions correspond). Prints its median and p95
-in ms, and the throughput ratio claudeq/direct (jobs per second).
+Throughput: the whole batch of `--jobs` at `--concurrency`, jobs per second, ratio claudeq/direct.
+Per-job overhead: `--latency-jobs` jobs run one at a time each way (no lane waiting); the overhead is claudeq's
+per-job latency (submit -> succeeded seen by the producer) minus the direct one (query() start -> result), as
+median and p95 of the latency distributions, in ms.
 
-    .venv/bin/python -m bench.bench_overhead [--jobs 50] [--concurrency 4]
+    .venv/bin/python -m bench.bench_overhead [--jobs 50] [--concurrency 4] [--latency-jobs 10]
 """
 
 from __future__ import annotations
@@ -86,6 +87,21 @@ def through_claudeq(client: Client, n_jobs: int) -> list[float]:
     return sorted(done)
 
 
+def one_at_a_time_direct(n_jobs: int, account: SimAccount, base_url: str, root: Path) -> list[float]:
+    """Per-job latencies (s) of jobs run directly, one at a time."""
+    latencies = []
+    for n in range(n_jobs):
+        where = root / f"seq-{n}"
+        where.mkdir()
+        latencies.append(asyncio.run(direct(1, 1, account, base_url, where))[0])
+    return latencies
+
+
+def one_at_a_time_claudeq(client: Client, n_jobs: int) -> list[float]:
+    """Per-job latencies (s) of jobs submitted through claudeq, one at a time."""
+    return [through_claudeq(client, 1)[0] for _ in range(n_jobs)]
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of `values`, nearest rank."""
     ordered = sorted(values)
@@ -97,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--latency-jobs", type=int, default=10)
     args = parser.parse_args(argv)
 
     url, private = redis_url_for_tests()
@@ -113,11 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             warm.mkdir()
             asyncio.run(direct(1, 1, account, sim.base_url, warm))  # the first CLI start reads it from disk
             direct_done = asyncio.run(direct(args.jobs, args.concurrency, account, sim.base_url, root))
+            direct_latency = one_at_a_time_direct(args.latency_jobs, account, sim.base_url, root)
 
             workers.append(start_worker(settings, [account], root))
             client = Client(settings)
             through_claudeq(client, 1)  # warm the worker (imports, first CLI start)
             claudeq_done = through_claudeq(client, args.jobs)
+            claudeq_latency = one_at_a_time_claudeq(client, args.latency_jobs)
     finally:
         stop_all(workers)
         if settings is not None:
@@ -128,15 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         if private is not None:
             private.stop()
 
-    overhead_ms = [(c - d) * 1000 for c, d in zip(claudeq_done, direct_done, strict=True)]
     direct_rate = args.jobs / direct_done[-1]
     claudeq_rate = args.jobs / claudeq_done[-1]
-    print(f"jobs={args.jobs} concurrency={args.concurrency}")
+    median_ms = (statistics.median(claudeq_latency) - statistics.median(direct_latency)) * 1000
+    p95_ms = (percentile(claudeq_latency, 0.95) - percentile(direct_latency, 0.95)) * 1000
+    print(f"jobs={args.jobs} concurrency={args.concurrency} latency_jobs={args.latency_jobs}")
     print(f"direct SDK : {direct_done[-1]:.2f} s  ({direct_rate:.2f} jobs/s)")
     print(f"claudeq    : {claudeq_done[-1]:.2f} s  ({claudeq_rate:.2f} jobs/s)")
     print(
-        f"per-job overhead: median {statistics.median(overhead_ms):.0f} ms, p95 {percentile(overhead_ms, 0.95):.0f} ms"
+        f"one at a time: direct median {statistics.median(direct_latency) * 1000:.0f} ms, "
+        f"claudeq median {statistics.median(claudeq_latency) * 1000:.0f} ms"
     )
+    print(f"per-job overhead: median {median_ms:.0f} ms, p95 {p95_ms:.0f} ms")
     print(f"throughput ratio claudeq/direct: {claudeq_rate / direct_rate:.3f}")
     return 0
 
