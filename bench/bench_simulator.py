@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -55,7 +56,7 @@ def serve_baseline(payload_path: str) -> None:
     async def messages(request: Request) -> StreamingResponse:
         await request.body()
 
-        async def chunks():  # type: ignore[no-untyped-def]
+        async def chunks() -> AsyncIterator[bytes]:
             yield payload
 
         return StreamingResponse(chunks(), media_type="text/event-stream")

@@ -18,7 +18,7 @@ API_KEY = "sk-ant-api03-unit-test"
 MakeClient = Callable[..., httpx.AsyncClient]
 
 
-def body(prompt: str | list[dict[str, Any]], stream: bool = True, **extra: Any) -> dict[str, Any]:
+def body(prompt: str | list[dict[str, Any]], stream: Any = True, **extra: Any) -> dict[str, Any]:
     """A Messages request body; `prompt` is the user text or a whole message list."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     return {"model": "claude-sonnet-5-5", "max_tokens": 1024, "stream": stream, "messages": messages, **extra}

@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.simulator.conftest import API_KEY, MakeClient, auth, body, parse_sse, reply_text
 
-ACCOUNTS = {
+ACCOUNTS: dict[str, Any] = {
     "accounts": [
         {
             "name": "oa",
@@ -213,7 +213,7 @@ async def test_tool_directive_streams_input_json_delta_then_answers_the_result(c
     partial = "".join(d["delta"]["partial_json"] for e, d in events if e == "content_block_delta")
     assert json.loads(partial) == {"a": 2, "b": 3}
     assert next(d for e, d in events if e == "message_delta")["delta"]["stop_reason"] == "tool_use"
-    follow_up = [
+    follow_up: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": prompt}]},
         {"role": "assistant", "content": [{"type": "tool_use", "id": start["id"], "name": start["name"], "input": {}}]},
         {
@@ -229,7 +229,7 @@ async def test_tool_directive_streams_input_json_delta_then_answers_the_result(c
 
 
 async def test_directives_come_from_the_latest_plain_user_message(client: httpx.AsyncClient) -> None:
-    conversation = [
+    conversation: list[dict[str, Any]] = [
         {"role": "user", "content": "turn one [[sim: error 529]]"},
         {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
         {"role": "user", "content": [{"type": "text", "text": 'turn two [[sim: text "second"]]'}]},
