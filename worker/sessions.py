@@ -7,8 +7,10 @@ a terminal status. Per attempt, in order:
    submitted one has not run yet) the plan says *wait*: the engine defers the job and `finished()` of the running
    turn names it for promotion.
 2. A retry (any earlier attempt: transient, timeout, requeued, worker lost) whose session already holds this job's
-   prompt *continues* that session: resume it at its last real message and send `CONTINUE_PROMPT` instead of the
-   prompt, so the prompt is in the transcript (and in every request) exactly once and any tool work done is kept.
+   prompt and the model's answer to it *continues* that session: resume it at its last real message and send
+   `CONTINUE_PROMPT` instead of the prompt, so the prompt is in every request exactly once and any tool work done is
+   kept. When the prompt got no answer at all, the turn is *retaken*: a fresh session, or the resumed session again
+   from the entry the first attempt started at, with the original prompt.
 3. Otherwise: a conversation resumes its latest session (fork=True branches it: the pointer does not move), an
    explicit `resume` resumes that session, anything else starts fresh. A session that exists nowhere fails the job
    (kind `input`) or, with `on_missing_session="restart"`, starts a fresh session and says so (event
@@ -60,7 +62,7 @@ class SessionPlan:
     resume_at: str | None = None
     session_store: Any | None = None
     prompt: str | None = None  # send this instead of the spec's prompt (a continuing retry)
-    mode: str = "new"  # new | resume | fork | continue | restart
+    mode: str = "new"  # new | resume | fork | continue | retake | restart
     wait: TurnWait | None = None
     error: JobError | None = None
 
@@ -209,6 +211,13 @@ class SessionPlanner:
         found = find_continuation([dict(e) for e in entries], record.spec.prompt, base)
         if found is None:
             return None
+        if not found.progressed:
+            # Nothing was answered (e.g. the first request failed): take the turn again from where the first attempt
+            # began, with the original prompt. Continuing here would append CONTINUE_PROMPT to the unanswered prompt
+            # (the CLI merges consecutive user text), growing it on every retry.
+            if base is None:
+                return None  # the first attempt started fresh: so does this one
+            return SessionPlan(resume=session_id, resume_at=base, session_store=store, mode="retake")
         return SessionPlan(
             resume=session_id, resume_at=found.resume_at, session_store=store, prompt=CONTINUE_PROMPT, mode="continue"
         )

@@ -172,3 +172,33 @@ async def test_retry_continues_its_own_session_instead_of_resending_the_prompt(w
     fresh_retry = world.job()
     world.jobs.append_event(fresh_retry.id, Event(type="session", data={"session_id": "s2"}))  # prompt never stored
     assert (await world.planner.plan(fresh_retry)).mode == "new"
+
+
+async def test_retry_of_an_unanswered_prompt_starts_fresh_instead_of_continuing(world: World) -> None:
+    job = world.job()
+    await world.planner.plan(job, world.emit)
+    world.jobs.append_event(job.id, world.events[-1])  # session_plan of attempt 1 (fresh: no base)
+    world.jobs.append_event(job.id, Event(type="session", data={"session_id": "s1"}))
+    # The first request failed (e.g. 529): the transcript holds the prompt and a synthetic error message only.
+    await world.transcript("s1", _user("p", job.spec.prompt), _assistant("e", "<synthetic>"))
+    plan = await world.planner.plan(job, world.emit)
+    assert plan.mode == "new"
+    assert plan.resume is None
+    assert plan.prompt is None  # the original prompt is sent, once
+
+
+async def test_retry_of_an_unanswered_conversation_turn_retakes_it_from_the_same_base(world: World) -> None:
+    await world.transcript("s0", _user("u0", "turn one"), _assistant("a0"))
+    assert world.planner.conversations is not None
+    world.planner.conversations.redis.set(world.jobs.keys.conversation("c2"), "s0")
+    job = world.job(conversation="c2")
+    first = await world.planner.plan(job, world.emit)
+    assert (first.mode, first.resume) == ("resume", "s0")
+    world.jobs.append_event(job.id, world.events[-1])
+    world.jobs.append_event(job.id, Event(type="session", data={"session_id": "s0"}))
+    await world.sessions.append(
+        {"project_key": world.project, "session_id": "s0"},
+        [_user("p2", job.spec.prompt), _assistant("e2", "<synthetic>")],  # type: ignore[list-item]
+    )
+    plan = await world.planner.plan(job, world.emit)
+    assert (plan.mode, plan.resume, plan.resume_at, plan.prompt) == ("retake", "s0", "a0", None)
