@@ -1,0 +1,353 @@
+"""Goodput under rate limits: claudeq against the Celery code a user would write, on the same simulated accounts.
+
+Three OAuth accounts with small windows on the simulator (they start at their first request, as the real ones do),
+three worker processes each, a fixed run time and a backlog larger than the accounts can serve:
+
+* claudeq: real `claudeq-worker` processes; accounts chosen by state, cooled until `resets_at`, jobs deferred while
+  nothing is free.
+* naive: a plain Celery task calling the SDK, the job's account fixed round-robin at submit, `autoretry_for` with
+  exponential backoff (full jitter, capped at 30 s), run by real `celery worker` processes (thread pool).
+
+Printed per run: jobs completed in the run time, the fraction of the accounts' theoretical capacity used (requests
+per window x run time / window length), rejected requests per account-window (worst and mean), CLI spawns spent on
+rejected requests, worker-slot seconds spent on rejected runs and spent waiting in place; then claudeq/naive.
+Also run with unequal accounts (one with a quarter of the others' limit).
+
+    .venv/bin/python -m bench.bench_goodput [--run-s 30] [--window-s 15] [--requests 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+
+from producer.client import Client
+from producer.models import JobRecord
+from simulator.testing import SimulatorServer
+from tests.conftest import make_settings
+from tests.support.redis_server import redis_url_for_tests
+from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml
+
+PROMPT = '[[sim: text "ok"]] goodput job {n}'
+WORKERS = 3
+CONCURRENCY = 2  # per worker process; also each account's max_concurrency
+
+# ---- the naive baseline: what a user would write -------------------------------------------------------------------
+
+_NAIVE = json.loads(os.environ.get("GOODPUT_NAIVE", "{}"))
+naive_app = Celery("naive", broker=_NAIVE.get("redis_url", "redis://127.0.0.1:6379/0"))
+naive_app.conf.update(
+    task_acks_late=True,
+    worker_prefetch_multiplier=1,
+    task_default_queue=_NAIVE.get("queue", "naive"),
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+@naive_app.task(  # type: ignore[untyped-decorator]
+    bind=True,
+    name="naive.run",
+    autoretry_for=(Exception,),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=100,
+)
+def naive_run(self: Any, n: int, account: str) -> None:
+    """Run one job on its account through the SDK; any error is retried by Celery with exponential backoff."""
+    from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
+
+    acct = _NAIVE["accounts"][account]
+    config_dir = Path(tempfile.mkdtemp(prefix="naive-"))
+    options = ClaudeAgentOptions(
+        tools=[],
+        setting_sources=[],
+        env={
+            "ANTHROPIC_BASE_URL": acct["base_url"],
+            "CLAUDE_CODE_OAUTH_TOKEN": acct["token"],
+            "CLAUDE_CONFIG_DIR": str(config_dir),
+            # Same as claudeq's runs, so both spend exactly one request per attempt.
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+        },
+    )
+
+    async def go() -> None:
+        async for message in query(prompt=PROMPT.format(n=n), options=options):
+            if isinstance(message, ResultMessage) and message.is_error:
+                raise RuntimeError(message.result or "error result")
+
+    started = time.time()
+    ok = False
+    try:
+        asyncio.run(go())
+        ok = True
+    finally:
+        entry = {"n": n, "account": account, "start": started, "end": time.time(), "ok": ok}
+        client = redis.Redis.from_url(_NAIVE["redis_url"])
+        client.rpush(_NAIVE["log_key"], json.dumps(entry))
+        client.close()
+
+
+# ---- measurement ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    """What one run achieved."""
+
+    completed: int
+    capacity: float
+    rejected_per_window: dict[str, list[int]]  # account -> rejected requests in each window it had
+    rejected_spawns: int
+    rejected_slot_s: float
+    waiting_slot_s: float
+
+    @property
+    def fraction(self) -> float:
+        """Completed jobs over the accounts' theoretical capacity in the run time."""
+        return self.completed / self.capacity
+
+    def worst_rejected(self) -> int:
+        """The most rejected requests any account had in one window."""
+        return max((max(v) for v in self.rejected_per_window.values() if v), default=0)
+
+    def mean_rejected(self) -> float:
+        """Rejected requests per account-window, on average."""
+        counts = [c for v in self.rejected_per_window.values() for c in v]
+        return sum(counts) / len(counts) if counts else 0.0
+
+
+def rejected_by_window(log: list[dict[str, Any]], window_s: float, until: float) -> dict[str, list[int]]:
+    """Replay the simulator's request log with its window rule (a window starts at the first request after the last
+    one reset) and count the 429s of each account's windows."""
+    out: dict[str, list[int]] = {}
+    starts: dict[str, float] = {}
+    for entry in sorted(log, key=lambda e: e["time"]):
+        name = entry.get("account")
+        if name is None or entry.get("kind") != "main" or entry["time"] > until:
+            continue
+        start = starts.get(name)
+        if start is None or entry["time"] >= start + window_s:
+            starts[name] = entry["time"]
+            out.setdefault(name, []).append(0)
+        if entry.get("status") == 429:
+            out[name][-1] += 1
+    return out
+
+
+def sim_config(accounts: list[SimAccount], limits: dict[str, int], window_s: float) -> dict[str, Any]:
+    """The simulator's accounts: one 5h-family window of `window_s` each."""
+    return {
+        "request_log_size": 20000,
+        "accounts": [
+            {
+                "name": a.name,
+                "token": a.token_value,
+                "kind": "oauth",
+                "windows": [{"family": "5h", "length_s": window_s, "requests": limits[a.name]}],
+            }
+            for a in accounts
+        ],
+    }
+
+
+def run_claudeq(
+    url: str, accounts: list[SimAccount], limits: dict[str, int], window_s: float, run_s: float, root: Path
+) -> Figures:
+    """Fixed-time run through claudeq workers; counts jobs finished within `run_s` of the first submit."""
+    unique = uuid.uuid4().hex[:10]
+    capacity = sum(limits.values()) * run_s / window_s
+    workers: list[WorkerProcess] = []
+    with SimulatorServer(sim_config(accounts, limits, window_s)) as sim:
+        accounts_file = write_accounts_toml(root / f"accounts-{unique}.toml", accounts, sim.base_url)
+        settings = make_settings(
+            url, unique, accounts_file=accounts_file, concurrency=CONCURRENCY, cli_max_retries=0, shutdown_grace_s=2
+        )
+        client = Client(settings)
+        try:
+            workers = [start_worker(settings, accounts, root, wait=False) for _ in range(WORKERS)]
+            for worker in workers:
+                worker.wait_ready(60)
+            t0 = time.time()
+            ids = [client.submit(prompt=PROMPT.format(n=n)).id for n in range(int(capacity * 1.5) + 6)]
+            time.sleep(max(0.0, t0 + run_s - time.time()))
+            records = [client.store.get(i) for i in ids]
+            until = t0 + run_s
+            figures = Figures(
+                completed=sum(1 for r in records if _done_by(r, until)),
+                capacity=capacity,
+                rejected_per_window=rejected_by_window(sim.requests(), window_s, until),
+                rejected_spawns=sum(1 for r in records for a in r.attempts if a.outcome == "rate_limited"),
+                rejected_slot_s=sum(
+                    (a.finished_at - a.started_at).total_seconds()
+                    for r in records
+                    for a in r.attempts
+                    if a.outcome == "rate_limited" and a.finished_at is not None
+                ),
+                waiting_slot_s=sum(_waits_in_place(client, r.id, settings.retry_in_place_max_s) for r in records),
+            )
+        finally:
+            stop_all(workers, timeout=15)
+            cleanup = redis.Redis.from_url(url)
+            for key in cleanup.scan_iter(match=f"{settings.key_prefix}*", count=1000):
+                cleanup.delete(key)
+            cleanup.delete(settings.queue)
+            cleanup.close()
+            client.close()
+    return figures
+
+
+def _done_by(record: JobRecord, until: float) -> bool:
+    return record.status == "succeeded" and record.finished_at is not None and record.finished_at.timestamp() <= until
+
+
+def _waits_in_place(client: Client, job_id: str, bound_s: float) -> float:
+    # A retry waits in place (holding the worker's run slot, never the account slot) only up to the bound.
+    return sum(
+        float(e.data.get("wait_s", 0))
+        for e in client.events(job_id)
+        if e.type == "retry" and float(e.data.get("wait_s", 0)) <= bound_s
+    )
+
+
+def run_naive(
+    url: str, accounts: list[SimAccount], limits: dict[str, int], window_s: float, run_s: float, root: Path
+) -> Figures:
+    """Fixed-time run through plain Celery workers with autoretry_for and exponential backoff."""
+    unique = uuid.uuid4().hex[:10]
+    capacity = sum(limits.values()) * run_s / window_s
+    queue = f"naive-{unique}"
+    log_key = f"naive-{unique}:log"
+    procs: list[subprocess.Popen[bytes]] = []
+    with SimulatorServer(sim_config(accounts, limits, window_s)) as sim:
+        config = {
+            "redis_url": url,
+            "queue": queue,
+            "log_key": log_key,
+            "accounts": {a.name: {"token": a.token_value, "base_url": sim.base_url} for a in accounts},
+        }
+        env = {**os.environ, "GOODPUT_NAIVE": json.dumps(config), "PYTHONUNBUFFERED": "1"}
+        app = Celery("naive-producer", broker=url)
+        app.conf.task_default_queue = queue
+        client = redis.Redis.from_url(url)
+        try:
+            for i in range(WORKERS):
+                log = (root / f"naive-{unique}-{i}.log").open("wb")
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "celery", "-A", "bench.bench_goodput:naive_app", "worker",
+                         "--pool", "threads", "--concurrency", str(CONCURRENCY), "-Q", queue,
+                         "--loglevel", "WARNING", "-n", f"naive{i}-{unique}@%h", "--without-gossip",
+                         "--without-mingle", "--without-heartbeat"],
+                        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parents[1]),
+                    )
+                )  # fmt: skip
+            _wait_celery_ready(app, len(procs))
+            t0 = time.time()
+            names = [a.name for a in accounts]
+            for n in range(int(capacity * 1.5) + 6):
+                app.send_task("naive.run", args=[n, names[n % len(names)]], queue=queue)
+            time.sleep(max(0.0, t0 + run_s - time.time()))
+            entries = [json.loads(e) for e in client.lrange(log_key, 0, -1)]
+            log_entries = sim.requests()
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            client.delete(queue, log_key)
+            for key in client.scan_iter(match=f"*{queue}*", count=1000):
+                client.delete(key)
+            client.close()
+            app.close()
+    until = t0 + run_s
+    failed = [e for e in entries if not e["ok"] and e["start"] <= until]
+    return Figures(
+        completed=sum(1 for e in entries if e["ok"] and e["end"] <= until),
+        capacity=capacity,
+        rejected_per_window=rejected_by_window(log_entries, window_s, until),
+        rejected_spawns=len(failed),
+        rejected_slot_s=sum(min(e["end"], until) - e["start"] for e in failed),
+        waiting_slot_s=0.0,  # autoretry_for re-sends with a countdown: the wait holds no pool thread
+    )
+
+
+def _wait_celery_ready(app: Celery, n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        replies = app.control.ping(timeout=1.0) or []
+        if len(replies) >= n:
+            return
+    raise RuntimeError("naive Celery workers did not answer a ping")
+
+
+def show(name: str, f: Figures) -> None:
+    """One line of figures."""
+    windows = {k: len(v) for k, v in f.rejected_per_window.items()}
+    print(
+        f"  {name:8} completed {f.completed:4d} / capacity {f.capacity:5.1f} = {f.fraction:5.2f}   "
+        f"rejected per account-window: worst {f.worst_rejected():2d}, mean {f.mean_rejected():4.1f} "
+        f"(windows {windows})   CLI spawns on rejected: {f.rejected_spawns:3d} "
+        f"({f.rejected_slot_s:5.1f} slot-s)   slot-s waiting in place: {f.waiting_slot_s:.1f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both systems on equal and unequal accounts and print the figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--run-s", type=float, default=30.0)
+    parser.add_argument("--window-s", type=float, default=15.0)
+    parser.add_argument("--requests", type=int, default=4, help="requests per window of a full-size account")
+    args = parser.parse_args(argv)
+
+    url, private = redis_url_for_tests()
+    root = Path(tempfile.mkdtemp(prefix="claudeq-goodput-"))
+    accounts = [SimAccount(name, max_concurrency=CONCURRENCY) for name in ("acct-1", "acct-2", "acct-3")]
+    scenarios = {
+        "equal": {a.name: args.requests for a in accounts},
+        "unequal": {**{a.name: args.requests for a in accounts}, "acct-3": max(1, args.requests // 4)},
+    }
+    print(
+        f"{len(accounts)} accounts, windows of {args.window_s:g} s, {WORKERS} workers x {CONCURRENCY}, "
+        f"account max_concurrency {CONCURRENCY}, run {args.run_s:g} s"
+    )
+    try:
+        for label, limits in scenarios.items():
+            print(f"{label}: requests per window {limits}")
+            naive = run_naive(url, accounts, limits, args.window_s, args.run_s, root)
+            show("naive", naive)
+            ours = run_claudeq(url, accounts, limits, args.window_s, args.run_s, root)
+            show("claudeq", ours)
+            ratio = ours.completed / naive.completed if naive.completed else float("inf")
+            print(
+                f"  claudeq/naive: completed x{ratio:.2f}; CLI spawns on rejected {ours.rejected_spawns} vs "
+                f"{naive.rejected_spawns}; target: capacity >= 0.95, rejected per account-window <= {CONCURRENCY}"
+            )
+    finally:
+        if private is not None:
+            private.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
