@@ -38,6 +38,7 @@ from producer.models import (
 from producer.store import JobStore
 from producer.validation import policy_problems
 from worker.choice import NoAccount
+from worker.metrics import primary_model
 from worker.outcome import RateLimitSignal, RunOutcome
 from worker.policy import Decision, decide
 from worker.retry import DeferInstead, Step, StepKind, run_attempts
@@ -454,15 +455,19 @@ class Engine:
         """Run one attempt; (outcome, None), or (None, error) when the run was refused before it started."""
         self.metrics.run_started(account.name)
         started = time.monotonic()
+        outcome: RunOutcome | None = None
         try:
-            return await self.runner.run(request, self._emitter(d, request.attempt, account.name), d.cancel), None
+            outcome = await self.runner.run(request, self._emitter(d, request.attempt, account.name), d.cancel)
+            return outcome, None
         except PolicyViolation as exc:
             return None, JobError(kind="input", message=f"refused by the worker policy: {exc}")
         except ConfigError as exc:
             return None, JobError(kind="configuration", message=str(exc))
         finally:
             self.metrics.run_ended(account.name)
-            self.metrics.run_duration(account.name, d.record.spec.model or "default", time.monotonic() - started)
+            # Label by the model that actually answered (canonical id), not the alias the spec asked for.
+            model = primary_model(outcome.result.usage if outcome else None) or d.record.spec.model or "default"
+            self.metrics.run_duration(account.name, model, time.monotonic() - started)
 
     async def _apply_account_effects(self, account: AccountConfig, outcome: RunOutcome, decision: Decision) -> None:
         for signal in outcome.rate_limits:
