@@ -30,7 +30,9 @@ pytest: venv
 test: lint types pytest
 
 bench: venv
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench.bench_simulator
+	$(BIN)/python -m bench.bench_overhead
+	$(BIN)/python -m bench.bench_goodput
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
