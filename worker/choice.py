@@ -45,6 +45,7 @@ class NoAccount:
     reason: str
     accounts: list[str]  # the accounts it waits for, soonest first
     permanent: bool = False  # nothing can ever run it -> fail the job
+    cooldown: bool = False  # ready_at is the end of a rate-limit cooldown (not a slot freeing up)
 
 
 def utilization(state: AccountState, now: datetime) -> float:
@@ -101,7 +102,7 @@ def choose(
 
 def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collection[str]) -> NoAccount:
     """When the soonest of the live accounts may take the job."""
-    free_at: list[tuple[datetime, int, str]] = []
+    free_at: list[tuple[datetime, int, str, bool]] = []
     cooling = full = excluded = 0
     for index, view in live:
         until = view.cooling_until(now)
@@ -115,7 +116,7 @@ def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collectio
         else:
             excluded += 1  # free, but the caller excluded it for this try: it may take the job again later
             at = now
-        free_at.append((max(at, now), index, view.name))
+        free_at.append((max(at, now), index, view.name, until is not None))
     free_at.sort()
     ready_at = free_at[0][0]
     parts = []
@@ -126,4 +127,4 @@ def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collectio
     if excluded:
         parts.append(f"{excluded} excluded for this attempt")
     reason = f"no account free ({', '.join(parts)}); earliest at {ready_at.isoformat()}"
-    return NoAccount(ready_at, reason, [name for _, _, name in free_at])
+    return NoAccount(ready_at, reason, [name for _, _, name, _ in free_at], cooldown=free_at[0][3])

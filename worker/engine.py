@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from config.accounts import AccountConfig
-from config.errors import ConfigError, JobNotFound, PolicyViolation, RecordUnreadable
+from config.errors import ConfigError, JobNotFound, PolicyViolation, RateLimited, RecordUnreadable
 from config.settings import Settings
 from producer.models import (
     FREE_OUTCOMES,
@@ -362,7 +362,8 @@ class Engine:
             if d.why is not None:
                 return (await self._between_attempts(d)).status
             ready = utcnow() + timedelta(seconds=defer.wait_s)
-            return await self._defer(d, ready, f"transient retry backoff {defer.wait_s:.1f} s", [])
+            reason = f"a wait of {defer.wait_s:.1f} s is too long to sit out in place"
+            return await self._defer(d, ready, reason, [])
         if step.kind != "done":
             # Rerouted more times than there are accounts: let the cooldowns play out in the deferred set.
             ready = utcnow() + timedelta(seconds=self.settings.rate_limit_cooldown_s)
@@ -388,6 +389,12 @@ class Engine:
             if acquired.permanent:
                 kind: ErrorKind = "account" if self.settings.accounts.names else "configuration"
                 return Step("done", await self._finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
+            until_ready = (acquired.ready_at - utcnow()).total_seconds()
+            if acquired.cooldown and until_ready <= self.settings.retry_in_place_max_s:
+                # A cooldown about to end: sit it out in place (no slot held) rather than a round trip via deferral.
+                account_name = acquired.accounts[0] if acquired.accounts else ""
+                limited = RateLimited(account_name, acquired.ready_at, None)
+                return Step("wait", reason="rate_limit", limited=limited)
             return Step("done", await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts))
         d.slot = acquired
         account: AccountConfig = acquired.account

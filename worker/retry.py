@@ -2,8 +2,10 @@
 
 The engine's attempt loop is one tenacity `AsyncRetrying`: each pass runs one attempt and returns a `Step`. A
 `retry` step backs off (full jitter, exponent = counted attempts so far) and runs again; a `reroute` step (rate limit,
-auth failure: another account) runs again at once, never through exponential backoff. A wait longer than
-`retry_in_place_max_s` is not waited in place: the sleep raises `DeferInstead` and the engine defers the job.
+auth failure: another account) runs again at once, never through exponential backoff; a `wait` step (the only
+eligible accounts cool down for a moment) sleeps until the cooldown ends (`wait_rate_limit`), not a blind
+exponential. A wait longer than `retry_in_place_max_s` is not waited in place: the sleep raises `DeferInstead` and the
+engine defers the job. Every wait happens with the account slot released.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt, wait_random_exponential
+from tenacity.wait import wait_base
 
+from config.errors import RateLimited
 from config.settings import Settings
+from worker.waits import wait_rate_limit
 
-StepKind = Literal["done", "retry", "reroute"]
+StepKind = Literal["done", "retry", "reroute", "wait"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +31,8 @@ class Step:
 
     kind: StepKind
     status: str = ""  # done: succeeded | failed | cancelled | deferred | requeued | lost | dropped
-    reason: str = ""  # retry: transient | timeout (the retries_total label)
+    reason: str = ""  # retry: transient | timeout; wait: rate_limit (the retries_total label)
+    limited: RateLimited | None = None  # wait: the cooldown to sit out before the next pass
 
 
 class DeferInstead(Exception):
@@ -44,7 +50,7 @@ class _Shim:
     attempt_number: int
 
 
-class JobBackoff:
+class JobBackoff(wait_base):
     """Full-jitter exponential backoff whose exponent is the job's counted attempts, not this delivery's passes."""
 
     def __init__(self, settings: Settings, counted: Callable[[], int]) -> None:
@@ -65,6 +71,14 @@ class JobBackoff:
 OnRetry = Callable[[Step, float, bool], Awaitable[None]]
 
 
+def _limited(state: RetryCallState) -> RateLimited | None:
+    """The cooldown a `wait` step asks to sit out (wait_rate_limit's `extract`)."""
+    if state.outcome is None or state.outcome.failed:
+        return None
+    step = state.outcome.result()
+    return step.limited if isinstance(step, Step) and step.kind == "wait" else None
+
+
 async def run_attempts(
     step: Callable[[], Awaitable[Step]],
     settings: Settings,
@@ -81,12 +95,12 @@ async def run_attempts(
     in_place)` runs before each backoff (the retry event and metric); `interrupt` cuts a wait in place short
     (cancel, shutdown, lost lease: the next pass sees why).
     """
-    backoff = JobBackoff(settings, counted)
+    backoff = wait_rate_limit(JobBackoff(settings, counted), extract=_limited)
 
     async def before_sleep(state: RetryCallState) -> None:
         last = state.outcome.result() if state.outcome is not None else None
         wait_s = state.upcoming_sleep
-        if isinstance(last, Step) and last.kind == "retry":
+        if isinstance(last, Step) and last.kind in ("retry", "wait"):
             await on_retry(last, wait_s, wait_s <= settings.retry_in_place_max_s)
 
     async def sleep(seconds: float) -> None:

@@ -105,6 +105,10 @@ class FakeAccounts:
                 if busy < account.max_concurrency and not cooling and account.name not in self.disabled:
                     self.held[job_id] = account.name
                     return SlotLease(account, job_id)
+            cooling_ends = [end for end in self.cooled.values() if end > now]
+            if cooling_ends and len(cooling_ends) == len(self.accounts):
+                names = [a.name for a in self.accounts]
+                return NoAccount(min(cooling_ends), "all accounts cooling", names, cooldown=True)
             return NoAccount(now + timedelta(seconds=30), "all accounts busy", [a.name for a in self.accounts])
 
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:

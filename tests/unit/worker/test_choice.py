@@ -95,6 +95,7 @@ def test_all_cooling_waits_for_the_earliest_cooldown_end() -> None:
     assert not result.permanent
     assert result.ready_at == NOW + timedelta(seconds=10)
     assert result.accounts == ["b", "a"]
+    assert result.cooldown  # the wait ends with a cooldown: a short one may be waited out in place
 
 
 def test_full_accounts_wait_for_the_earliest_slot_expiry() -> None:
@@ -103,6 +104,7 @@ def test_full_accounts_wait_for_the_earliest_slot_expiry() -> None:
     assert isinstance(result, NoAccount)
     assert result.ready_at == NOW + timedelta(seconds=12)
     assert result.accounts == ["a", "b"]
+    assert not result.cooldown  # a slot frees: the job waits deferred for the release, not in place
 
 
 def test_pin_is_honoured_even_when_another_account_is_free() -> None:

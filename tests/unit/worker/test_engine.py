@@ -345,3 +345,29 @@ def test_released_slot_promotes_waiting_jobs(make: Any, store: JobStore) -> None
     job = h.submit()
     assert h.deliver(job) == "succeeded"
     assert store.status(waiting) == "queued" and h.sent == [waiting]
+
+
+def test_short_cooldown_on_the_only_account_is_waited_out_in_place(make: Any, settings: Settings) -> None:
+    # The CLI reported a rejection that resets in a moment: wait_rate_limit sleeps until the reset (no slot held)
+    # and the job runs on the same delivery instead of a round trip through the deferred set.
+    cfg = settings.model_copy(update={"retry_in_place_max_s": 3.0})
+    accounts = FakeAccounts(A)
+    h = make(rate_limited(utcnow() + timedelta(seconds=1)), success(), accounts=accounts, cfg=cfg)
+    job = h.submit()
+    started = time.monotonic()
+    assert h.deliver(job) == "succeeded"
+    waited = time.monotonic() - started
+    record = h.store.get(job)
+    assert [a.outcome for a in record.attempts] == ["rate_limited", "success"]
+    assert accounts.waiters == []  # never deferred
+    assert "deferred" not in h.events(job)
+    assert h.metrics.of("retry") == [("rate_limit",)]
+    assert waited >= 0.5  # it really waited for the cooldown to end (functional bound, not a timing claim)
+
+
+def test_cooldown_longer_than_the_in_place_bound_defers(make: Any) -> None:
+    accounts = FakeAccounts(A)
+    h = make(rate_limited(utcnow() + timedelta(seconds=60)), accounts=accounts)
+    job = h.submit()
+    assert h.deliver(job) == "deferred"
+    assert [a.outcome for a in h.store.get(job).attempts] == ["rate_limited"]

@@ -103,3 +103,34 @@ def test_backoff_is_full_jitter_and_grows_with_counted_attempts(unique: str) -> 
     assert all(0 <= w <= 16.0 for w in fifth)
     assert max(fifth) > 2.0 and min(first) < 0.5  # a widening window, drawn uniformly from zero
     assert all(w <= 60 for w in (backoff.compute(20) for _ in range(50)))
+
+
+async def test_a_wait_step_sleeps_until_the_cooldown_ends_not_a_blind_backoff(unique: str) -> None:
+    from datetime import timedelta
+
+    from config.errors import RateLimited
+    from producer.models import utcnow
+
+    limited = RateLimited("a", utcnow() + timedelta(seconds=0.6), None)
+    script = Script(Step("wait", reason="rate_limit", limited=limited), Step("done", "succeeded"))
+    started = time.monotonic()
+    result = await go(script, cfg(unique, retry_in_place_max_s=2.0))
+    assert result == Step("done", "succeeded")
+    [(reason, wait_s, in_place)] = script.retries
+    assert reason == "rate_limit"
+    assert in_place
+    assert 0.5 <= wait_s <= 0.6 + 0.5 + 0.05  # until the reset, plus at most the jitter
+    assert time.monotonic() - started >= 0.5
+
+
+async def test_a_wait_past_the_in_place_bound_defers(unique: str) -> None:
+    from datetime import timedelta
+
+    from config.errors import RateLimited
+    from producer.models import utcnow
+
+    limited = RateLimited("a", utcnow() + timedelta(seconds=30), None)
+    script = Script(Step("wait", reason="rate_limit", limited=limited), Step("done", "succeeded"))
+    with pytest.raises(DeferInstead) as info:
+        await go(script, cfg(unique, retry_in_place_max_s=2.0))
+    assert info.value.wait_s >= 29
