@@ -73,9 +73,6 @@ class JobHandle:
         """The job's events (see Client.events)."""
         return self.client.events(self.id, follow=follow)
 
-    def __await__(self) -> Any:
-        return asyncio.to_thread(self.wait).__await__()
-
 
 class Client:
     """Synchronous producer client. Thread-safe; one per process is enough."""
@@ -160,9 +157,14 @@ class AsyncClient:
     def __init__(self, settings: Settings | None = None, *, client: Client | None = None) -> None:
         self.sync = client or Client(settings)
 
-    async def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
-        """See Client.submit."""
-        return await asyncio.to_thread(self.sync.submit, spec, **fields)
+    async def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> AsyncJobHandle:
+        """See Client.submit; the handle's methods are coroutines (`await handle.wait()`)."""
+        handle = await asyncio.to_thread(self.sync.submit, spec, **fields)
+        return AsyncJobHandle(self, handle.id, handle.created)
+
+    def handle(self, job_id: str) -> AsyncJobHandle:
+        """A handle for an existing job id."""
+        return AsyncJobHandle(self, job_id, created=False)
 
     async def get(self, job_id: str) -> JobRecord:
         """See Client.get."""
@@ -206,3 +208,31 @@ class AsyncClient:
                         yield event
                     return
                 await asyncio.sleep(0.2)
+
+
+class AsyncJobHandle:
+    """A submitted job, for asyncio code: `await handle.wait()`, `await handle.record()`, `async for e in …`."""
+
+    def __init__(self, client: AsyncClient, job_id: str, created: bool = True) -> None:
+        self.client = client
+        self.id = job_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"AsyncJobHandle({self.id!r})"
+
+    async def record(self) -> JobRecord:
+        """The job's current record."""
+        return await self.client.get(self.id)
+
+    async def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
+        """Wait (without blocking the loop) until the job is finished; JobTimeout after `timeout` seconds."""
+        return await self.client.wait(self.id, timeout=timeout, poll_s=poll_s)
+
+    async def cancel(self) -> str:
+        """Cancel the job (see Client.cancel)."""
+        return await self.client.cancel(self.id)
+
+    def events(self, follow: bool = False) -> AsyncIterator[Event]:
+        """The job's events (see Client.events)."""
+        return self.client.events(self.id, follow=follow)
