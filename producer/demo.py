@@ -22,6 +22,7 @@ from pathlib import Path
 import redis
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from config.settings import Settings
@@ -150,7 +151,7 @@ def _table(records: dict[str, JobRecord], labels: dict[str, str]) -> Table:
             " ".join(a.outcome or "running" for a in record.attempts),
             f"{usage.input_tokens}/{usage.output_tokens}" if usage else "-",
             f"{usage.cost_usd:.6f}" if usage else "-",
-            answer[:60].replace("\n", " "),
+            escape(answer[:60].replace("\n", " ")),
         )
     return table
 
