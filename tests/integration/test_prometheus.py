@@ -7,7 +7,6 @@ Prometheus is the Debian `prometheus` binary: without it the test skips locally 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from producer.keys import Keys
 from producer.models import JobRecord, JobSpec, Usage, utcnow
 from producer.store import JobStore
 from tests.conftest import make_settings
+from tests.support.binaries import require_binary
 from worker.metrics import WorkerMetrics
 from worker.outcome import RateLimitSignal
 
@@ -41,13 +41,7 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "5s", "$__range": 
 
 def prometheus_binary() -> str:
     """The prometheus server binary; skip (locally) or fail (CI=true) when missing."""
-    found = shutil.which("prometheus")
-    if found:
-        return found
-    message = "prometheus not found: apt-get install prometheus"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return require_binary("prometheus", "apt-get install prometheus")
 
 
 def free_port() -> int:

@@ -5,25 +5,17 @@ promtool comes with the Debian `prometheus` package. Without it the tests skip l
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.support.binaries import require_binary
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[3] / "ops" / "prometheus"
 
 
 def promtool() -> str:
     """The promtool binary; skip (locally) or fail (CI) when it is missing."""
-    found = shutil.which("promtool")
-    if found:
-        return found
-    message = "promtool not found: apt-get install prometheus"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return require_binary("promtool", "apt-get install prometheus")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
