@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 import redis
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from config.accounts import AccountConfig
 from config.errors import ConfigError, JobNotFound, PolicyViolation, RateLimited, RecordUnreadable
@@ -314,6 +315,12 @@ class Engine:
         heartbeat = asyncio.create_task(self._heartbeat(delivery))
         try:
             return await self._handle(delivery)
+        except redis.RedisError as exc:
+            # Redis stayed unreachable through the retries: write nothing. The lease expires and the reconciler
+            # re-enqueues the job (outcome worker_lost, not counted) instead of failing it for a broker blip.
+            log.warning("job %s: Redis unavailable (%s); left to the reconciler", job_id, type(exc).__name__)
+            self._stop(delivery, "lost")
+            return "dropped:redis"
         except Exception:
             log.exception("job %s: internal error", job_id)
             await self._finish(delivery, "failed", JobError(kind="internal", message="internal worker error"))
@@ -371,6 +378,8 @@ class Engine:
         return step.status
 
     async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
+        if d.why is None and self.closing:
+            self._stop(d, "shutdown")  # claimed just as the shutdown began: requeue rather than start a run
         if d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
             self._stop(d, "cancel")
         if d.why is not None:
@@ -424,10 +433,10 @@ class Engine:
             self.metrics.attempt(account.name, "failed")
             return Step("done", await self._finish(d, "failed", refused))
         assert outcome is not None
-        if d.why == "shutdown":
+        if outcome.stopped_by == "cancel" and d.why == "shutdown":
+            # The run was stopped for the shutdown, not by a user: requeue it. A run that finished before the stop
+            # took effect keeps its own outcome (a success is never thrown away and run again).
             outcome = replace(outcome, stopped_by="shutdown")
-        elif d.why == "cancel":
-            outcome = replace(outcome, stopped_by="cancel")
         decision = decide(
             outcome,
             account,
@@ -523,12 +532,34 @@ class Engine:
     async def _write(self, d: Delivery, status: str | None = None, **fields: Any) -> bool:
         if d.why == "lost":
             return False
-        ok = await asyncio.to_thread(self.store.write, d.job_id, d.fence, status, **fields)  # type: ignore[arg-type]
+        tries = 0
+        ok = False
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            stop=stop_after_delay(max(1.0, self.settings.lease_ttl_s / 2)),
+            reraise=True,
+        ):
+            with attempt:
+                tries += 1
+                ok = await asyncio.to_thread(self.store.write, d.job_id, d.fence, status, **fields)  # type: ignore[arg-type]
+        if not ok and tries > 1:
+            # The first try may have landed with its reply lost: then the job already holds what we wrote.
+            ok = await asyncio.to_thread(self._landed, d, status)
         if not ok:
             log.warning("job %s: stale fence %d, write dropped (another worker owns the job)", d.job_id, d.fence)
             d.why = "lost"
             d.cancel.set()
         return bool(ok)
+
+    def _landed(self, d: Delivery, status: str | None) -> bool:
+        fence, current = (
+            v.decode() if isinstance(v, bytes) else v
+            for v in self.store.redis.hmget(self.store.keys.job(d.job_id), ["fence", "status"])
+        )
+        if fence is None or int(fence) != d.fence:
+            return False
+        return status is None or current == status
 
     async def _finish(self, d: Delivery, status: str, error: JobError | None = None) -> str:
         """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
@@ -577,7 +608,9 @@ class Engine:
 
     async def _release(self, d: Delivery) -> None:
         slot, d.slot = d.slot, None
-        if slot is None:
+        if slot is None or d.why == "lost":
+            # A worker that lost the job must not touch it: the new owner may hold this very slot (members are job
+            # ids); ours expires on its own when the heartbeat stops refreshing it.
             return
         try:
             waiters = await asyncio.to_thread(self.accounts.release, slot)
@@ -616,10 +649,12 @@ class Engine:
     async def _heartbeat(self, d: Delivery) -> None:
         """Extend the lease (and the account slot); a lost lease stops the run. Also catches missed cancels."""
         ttl = self.settings.lease_ttl_s
+        last_ok = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.heartbeat_s)
             try:
                 ours = await asyncio.to_thread(self.store.heartbeat, d.job_id, self.worker_id, d.fence, ttl)
+                last_ok = time.monotonic()
                 if not ours:
                     log.warning("job %s: lease lost (expired or taken over); stopping the run", d.job_id)
                     self._stop(d, "lost")
@@ -630,6 +665,13 @@ class Engine:
                 if d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
                     self._stop(d, "cancel")
             except redis.RedisError as exc:
+                if time.monotonic() - last_ok >= ttl - self.settings.heartbeat_s:
+                    # Cut off from Redis for about a lease: another worker may recover the job any moment. Stop
+                    # our run now so the job never runs twice at once (the fence only guards the writes).
+                    log.warning("job %s: no heartbeat for %.0f s (%s); stopping the run", d.job_id, ttl, exc)
+                    self._stop(d, "lost")
+                    d.why = "lost"
+                    return
                 log.warning("job %s: heartbeat failed (%s); retrying", d.job_id, type(exc).__name__)
 
     def _emitter(self, d: Delivery, attempt: int, account: str) -> EventSink:

@@ -148,3 +148,32 @@ class FakeMetrics:
 
     def of(self, name: str) -> list[tuple[Any, ...]]:
         return [args for method, args in self.calls if method == name]
+
+
+def finishes_after_cancel(started: threading.Event, text: str = "DONE") -> Script:
+    """The run's result arrives just as a stop is requested (the stop lands during the CLI's cleanup)."""
+
+    async def run(req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
+        started.set()
+        await cancel.wait()
+        return RunOutcome(
+            result=JobResult(text=text, usage=usage(4)), session_id="s-done", got_result=True, subtype="success"
+        )
+
+    return run
+
+
+class FlakyAccounts(FakeAccounts):
+    """FakeAccounts whose first `n` acquires fail as if Redis were unreachable."""
+
+    def __init__(self, *accounts: AccountConfig, failures: int = 1) -> None:
+        super().__init__(*accounts)
+        self.failures = failures
+
+    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+        if self.failures > 0:
+            self.failures -= 1
+            import redis
+
+            raise redis.ConnectionError("Redis went away")
+        return super().acquire(job_id, spec, exclude)

@@ -371,3 +371,63 @@ def test_cooldown_longer_than_the_in_place_bound_defers(make: Any) -> None:
     job = h.submit()
     assert h.deliver(job) == "deferred"
     assert [a.outcome for a in h.store.get(job).attempts] == ["rate_limited"]
+
+
+def test_a_run_that_finished_as_shutdown_began_keeps_its_success(make: Any) -> None:
+    from tests.unit.worker.engine_fakes import finishes_after_cancel
+
+    started = threading.Event()
+    h = make(finishes_after_cancel(started))
+    job = h.submit()
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
+    thread.start()
+    assert started.wait(5)
+    h.engine.begin_shutdown(0.05).result(5)
+    thread.join(5)
+    assert result == ["succeeded"]  # not requeued and run a second time
+    record = h.store.get(job)
+    assert record.status == "succeeded"
+    assert [a.outcome for a in record.attempts] == ["success"]
+    assert h.sent == []
+
+
+def test_a_redis_blip_leaves_the_job_to_the_reconciler_instead_of_failing_it(make: Any) -> None:
+    from tests.unit.worker.engine_fakes import FlakyAccounts
+
+    h = make(success(), accounts=FlakyAccounts(A, failures=1))
+    job = h.submit()
+    assert h.deliver(job) == "dropped:redis"
+    record = h.store.get(job)
+    assert record.status == "running"  # no terminal write: the lease expires and the reconciler re-enqueues it
+    assert record.error is None
+    h.store.redis.delete(h.store.keys.lease(job))
+    assert h.store.recover(job, record.fence, record.attempts)
+    assert h.deliver(job) == "succeeded"
+
+
+def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, store: JobStore) -> None:
+    started = threading.Event()
+    accounts = FakeAccounts(A)
+    h = make(blocking(started), accounts=accounts)
+    job = h.submit()
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
+    thread.start()
+    assert started.wait(5)
+    # Another worker took the job over (its lease expired while this one was paused): new fence, same slot member.
+    store.redis.delete(store.keys.lease(job))
+    thread.join(5)
+    assert result == ["lost"]
+    assert job not in accounts.released  # the new owner may hold this very slot
+    assert store.get(job).status == "running"
+
+
+def test_a_delivery_claimed_as_shutdown_begins_is_requeued_without_running(make: Any) -> None:
+    h = make(success())
+    job = h.submit()
+    h.engine.closing = True  # the shutdown began between the claim and the first attempt
+    assert h.engine.call(h.engine._deliver(job)).result(5) == "requeued"
+    assert h.runner.requests == []
+    assert h.store.get(job).status == "queued"
+    assert h.sent == [job]
