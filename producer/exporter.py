@@ -26,6 +26,7 @@ from config.accounts import AccountPool
 from config.errors import ConfigError
 from config.settings import Settings, load_settings
 from producer.accounts import AccountStore
+from producer.broker import KOMBU_PRIORITIES, queue_lists
 from producer.client import make_store
 from producer.keys import Keys
 from producer.models import JobStatus
@@ -36,15 +37,7 @@ log = logging.getLogger(__name__)
 JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "deferred", "running", "succeeded", "failed", "cancelled")
 #: Every account state, so `claudeq_account_state{state}` is a full one-hot set per account.
 ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "disabled")
-#: kombu's Redis transport keeps one list per priority step: `queue` for 0 and `queue\x06\x16<n>` for the others.
-KOMBU_PRIORITY_SEP = "\x06\x16"
-KOMBU_PRIORITIES: tuple[int, ...] = tuple(range(1, 10))  # every step a custom `priority_steps` could use
 DEFAULT_PORT = 9809  # workers use 9808 (.env.example)
-
-
-def queue_lists(queue: str) -> list[str]:
-    """The Redis lists that hold a Celery queue's messages (all priorities)."""
-    return [queue] + [f"{queue}{KOMBU_PRIORITY_SEP}{p}" for p in KOMBU_PRIORITIES]
 
 
 class ClusterCollector(Collector):

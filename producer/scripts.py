@@ -2,19 +2,25 @@
 
 Status lives in the job hash's `status` field and the fencing token in `fence`; a run may write only while the
 fence it was given still matches (a paused worker whose lease was taken over must not overwrite).
+
+The idempotency key (`idem:{key}`, named in the job hash's `idem` field) lives as long as its job: it has no expiry
+until the job reaches a terminal state, then the job's retention. The scripts that finish a job read that name
+from the hash, so claudeq needs a single Redis node (or a primary with replicas), not Redis Cluster.
 """
 
 from __future__ import annotations
 
 # KEYS: job, jobs, queued, idem ('' = none).
-# ARGV: job_id, created_ms, now_s, idem_ttl_s, job_key_prefix, field, value, ...
+# ARGV: job_id, created_ms, now_s, idem_ttl_s (unused, kept for callers), job_key_prefix, field, value, ...
 CREATE = """
 if KEYS[4] ~= '' then
   local existing = redis.call('GET', KEYS[4])
   if existing and redis.call('EXISTS', ARGV[5] .. existing) == 1 then
     return {0, existing}
   end
-  redis.call('SET', KEYS[4], ARGV[1], 'EX', ARGV[4])
+  -- No expiry while the job is alive; finishing it gives the key the job's retention.
+  redis.call('SET', KEYS[4], ARGV[1])
+  redis.call('HSET', KEYS[1], 'idem', KEYS[4])
 end
 for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
@@ -23,6 +29,7 @@ return {1, ARGV[1]}
 """
 
 # KEYS: job, lease, queued, running. ARGV: job_id, worker, lease_ttl_ms, now_iso
+# -> {result, fence, first}: first = 1 on the job's first claim ever (its queue wait ends here)
 CLAIM = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing', 0} end
@@ -33,11 +40,11 @@ end
 if status ~= 'queued' then return {status, 0} end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2])
-redis.call('HSETNX', KEYS[1], 'started_at', ARGV[4])
+local first = redis.call('HSETNX', KEYS[1], 'started_at', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
-return {'ok', fence}
+return {'ok', fence, first}
 """
 
 # KEYS: lease. ARGV: worker|fence, ttl_ms
@@ -69,6 +76,8 @@ else
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('EXPIRE', KEYS[6], ARGV[4])
   redis.call('DEL', KEYS[7])
+  local idem = redis.call('HGET', KEYS[1], 'idem')
+  if idem then redis.call('EXPIRE', idem, ARGV[4]) end
 end
 return 1
 """
@@ -87,7 +96,7 @@ redis.call('ZADD', KEYS[3], now[1], ARGV[1])
 return 1
 """
 
-# KEYS: job, deferred, queued, cancel, events. ARGV: job_id, now_iso, ttl_s, error_json
+# KEYS: job, deferred, queued, cancel, events. ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen
 CANCEL = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
@@ -96,8 +105,12 @@ if status == 'queued' or status == 'deferred' then
   redis.call('HDEL', KEYS[1], 'ready_at')
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
+  -- The event goes in with the status, so a follower that sees `cancelled` also finds the event.
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'event', ARGV[5])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   redis.call('EXPIRE', KEYS[5], ARGV[3])
+  local idem = redis.call('HGET', KEYS[1], 'idem')
+  if idem then redis.call('EXPIRE', idem, ARGV[3]) end
   return 'cancelled'
 end
 if status == 'running' then
@@ -107,7 +120,7 @@ end
 return status
 """
 
-# KEYS: job, lease, running, queued. ARGV: job_id, fence, now_s, field, value, ...
+# KEYS: job, lease, running, queued. ARGV: job_id, fence, now_s, field, value, ... (no fields: status only)
 # A running job whose lease expired (its worker died): back to queued with the caller's attempt record.
 RECOVER = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' or redis.call('HGET', KEYS[1], 'fence') ~= ARGV[2]

@@ -41,6 +41,7 @@ class Claim:
 
     result: str
     fence: int = 0
+    first: bool = False  # the job's first claim ever: its queue wait ends now
 
     @property
     def ok(self) -> bool:
@@ -171,11 +172,12 @@ class JobStore:
 
     def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
         """Atomically take a queued job: status running, a lease with a new fencing token."""
-        result, fence = self._claim(
+        reply = self._claim(
             keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.queued, self.keys.running],
             args=[job_id, worker, int(lease_ttl_s * 1000), utcnow().isoformat()],
         )
-        return Claim(_text(result), int(fence))
+        first = len(reply) > 2 and int(reply[2]) == 1
+        return Claim(_text(reply[0]), int(reply[1]), first)
 
     def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""
@@ -222,6 +224,15 @@ class JobStore:
             self._promote(keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued], args=[job_id, due])
         )
 
+    def forget_running(self, job_id: str) -> None:
+        """Drop a job id from the running index (its record is gone)."""
+        self.redis.srem(self.keys.running, job_id)
+
+    def fence_of(self, job_id: str) -> int | None:
+        """The job's fencing token read directly (works when the record itself cannot be parsed)."""
+        value = self.redis.hget(self.keys.job(job_id), "fence")
+        return None if value is None else int(value)
+
     def running_ids(self) -> list[str]:
         """Ids of jobs marked running."""
         return [_text(i) for i in self.redis.smembers(self.keys.running)]
@@ -230,12 +241,13 @@ class JobStore:
         """Whether the job's run lease still exists."""
         return bool(self.redis.exists(self.keys.lease(job_id)))
 
-    def recover(self, job_id: str, fence: int, attempts: list[Attempt]) -> bool:
-        """A running job whose lease expired goes back to `queued` with `attempts`; False if anything moved."""
+    def recover(self, job_id: str, fence: int, attempts: list[Attempt] | None) -> bool:
+        """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
+        e.g. when the record cannot be parsed); False if anything moved."""
         return bool(
             self._recover(
                 keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.running, self.keys.queued],
-                args=[job_id, fence, time.time(), *encode_fields(attempts=attempts)],
+                args=[job_id, fence, time.time(), *(encode_fields(attempts=attempts) if attempts is not None else [])],
             )
         )
 
@@ -278,13 +290,18 @@ class JobStore:
                     self.keys.cancel(job_id),
                     self.keys.events(job_id),
                 ],
-                args=[job_id, utcnow().isoformat(), self.result_ttl_s, error],
+                args=[
+                    job_id,
+                    utcnow().isoformat(),
+                    self.result_ttl_s,
+                    error,
+                    Event(type="cancelled", data={"reason": reason}).model_dump_json(),
+                    self.events_maxlen,
+                ],
             )
         )
         if result == "running":
             self.redis.publish(self.keys.cancel_channel, job_id)
-        elif result == "cancelled":
-            self.append_event(job_id, Event(type="cancelled", data={"reason": reason}))
         return result
 
     def cancel_requested(self, job_id: str) -> bool:

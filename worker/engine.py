@@ -115,6 +115,7 @@ class Delivery:
     slot: Any = None  # the SlotLease held right now
     result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
     session_id: str | None = None
+    first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
 
     @property
     def counted(self) -> int:
@@ -306,7 +307,9 @@ class Engine:
         except JobNotFound:
             log.info("job %s: vanished after claim", job_id)
             return "dropped:missing"
-        delivery = Delivery(job_id, claim.fence, record, list(record.attempts), session_id=record.session_id)
+        delivery = Delivery(
+            job_id, claim.fence, record, list(record.attempts), session_id=record.session_id, first_claim=claim.first
+        )
         if record.result is not None:
             delivery.result = record.result
         self.deliveries[job_id] = delivery
@@ -336,7 +339,7 @@ class Engine:
         spec = d.record.spec
         number = len(d.attempts) + 1
         await self._event(d, Event(type="claimed", attempt=number, data={"worker": self.worker_id, "attempt": number}))
-        if not d.attempts:
+        if d.first_claim:  # once per job: a job deferred before its first attempt is claimed again later
             self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
         problems = policy_problems(spec, self.settings)
         try:

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio as aioredis
 
 from config.errors import JobNotFound, RecordUnreadable
+from producer.broker import pending_job_ids
 from producer.models import Attempt, Event, JobRecord, utcnow
 from worker.engine import Engine
 
@@ -125,8 +126,17 @@ class Loops:
                 continue
             try:
                 record = await asyncio.to_thread(self.store.get, job_id)
-            except (JobNotFound, RecordUnreadable) as exc:
-                log.warning("reconciler: job %s cannot be recovered: %s", job_id, exc)
+            except JobNotFound:
+                await asyncio.to_thread(self.store.forget_running, job_id)  # expired or deleted: nothing to recover
+                continue
+            except RecordUnreadable as exc:
+                # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
+                # internal) instead of leaving it `running` forever.
+                fence = await asyncio.to_thread(self.store.fence_of, job_id)
+                if fence is not None and await asyncio.to_thread(self.store.recover, job_id, fence, None):
+                    log.warning("job %s: worker lost and record unreadable (%s); re-enqueued", job_id, exc.detail)
+                    await self.engine.resend(job_id)
+                    recovered.append(job_id)
                 continue
             if record.status != "running":
                 continue
@@ -141,15 +151,34 @@ class Loops:
         return recovered
 
     async def resend_once(self) -> list[str]:
-        """Re-send queued jobs nobody claimed for `unclaimed_resend_s`; returns their ids."""
+        """Re-send queued jobs nobody claimed for `unclaimed_resend_s` and whose message is not waiting in the
+        broker (lost with a dead producer, say); returns their ids."""
         older = self.settings.unclaimed_resend_s
         sent: list[str] = []
-        for job_id in await asyncio.to_thread(self.store.stale_queued, older):
+        stale = await asyncio.to_thread(self.store.stale_queued, older)
+        if not stale:
+            return sent
+        # A job stuck behind a backlog still has its message in the queue: sending another would only pile up
+        # duplicates. Look again after another `unclaimed_resend_s`.
+        waiting = await asyncio.to_thread(self._waiting_in_broker, stale)
+        for job_id in stale:
+            if job_id in waiting:
+                await asyncio.to_thread(self.store.mark_sent, job_id)
+                continue
             if await asyncio.to_thread(self.store.claim_resend, job_id, older):
                 log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
                 await self.engine.resend(job_id)
                 sent.append(job_id)
         return sent
+
+    def _waiting_in_broker(self, job_ids: list[str]) -> set[str]:
+        queues = {self.settings.queue}
+        for job_id in job_ids:
+            try:
+                queues.add(self.store.get(job_id).spec.queue or self.settings.queue)
+            except (JobNotFound, RecordUnreadable):
+                continue
+        return pending_job_ids(self.store.redis, queues) & set(job_ids)
 
     # ---- worker heartbeat ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from config.settings import Settings
+from producer.broker import pending_job_ids
 from producer.client import Client
 
 pytestmark = pytest.mark.integration
@@ -58,6 +59,8 @@ def test_client_submit_writes_record_and_enqueues_the_task(client: Client, redis
     assert headers["task"] == "claudeq.run"
     body = json.loads(base64.b64decode(messages[0]["body"]))
     assert body[0] == [handle.id]
+    # The reconciler recognises the job's message in the real broker list (so it never re-sends a waiting job).
+    assert pending_job_ids(redis_client, [client.settings.queue]) == {handle.id}
     assert [e.type for e in client.events(handle.id)] == ["submitted"]
 
 

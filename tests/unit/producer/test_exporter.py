@@ -17,7 +17,8 @@ from redis.retry import Retry
 from config.accounts import AccountConfig, AccountPool
 from config.settings import Settings
 from producer.accounts import AccountStore
-from producer.exporter import ClusterCollector, queue_lists
+from producer.broker import queue_lists
+from producer.exporter import ClusterCollector
 from producer.keys import Keys
 from producer.models import JobRecord, JobSpec, utcnow
 from producer.store import JobStore

@@ -279,3 +279,39 @@ def test_trim_index_drops_only_expired_jobs(fake_store: JobStore) -> None:
     fake_store.redis.delete(fake_store.keys.job("old"))
     assert fake_store.trim_index() == 1
     assert fake_store.redis.zscore(fake_store.keys.jobs, "kept") is not None
+
+
+def test_idempotency_key_lives_as_long_as_its_job(fake_store: JobStore) -> None:
+    job_id, _ = fake_store.create(_record("a", idempotency_key="k"))
+    idem = fake_store.keys.idem("k")
+    assert fake_store.redis.ttl(idem) == -1  # no expiry while the job is alive, however long it waits
+    claim = fake_store.claim(job_id, "w1", 10)
+    fake_store.write(job_id, claim.fence, status="succeeded")
+    assert 0 < fake_store.redis.ttl(idem) <= fake_store.result_ttl_s  # then the job's retention
+
+
+def test_cancelling_a_waiting_job_expires_its_idempotency_key_with_it(fake_store: JobStore) -> None:
+    job_id, _ = fake_store.create(_record("a", idempotency_key="k2"))
+    assert fake_store.cancel(job_id) == "cancelled"
+    assert 0 < fake_store.redis.ttl(fake_store.keys.idem("k2")) <= fake_store.result_ttl_s
+
+
+def test_only_the_first_claim_ends_the_queue_wait(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    first = fake_store.claim(job_id, "w1", 10)
+    assert first.first
+    fake_store.write(job_id, first.fence, status="deferred", ready_at=utcnow())
+    assert fake_store.promote(job_id, force=True)
+    again = fake_store.claim(job_id, "w1", 10)
+    assert again.ok
+    assert not again.first
+
+
+def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    fake_store.redis.hset(fake_store.keys.job(job_id), "spec", "{not json")
+    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    assert fake_store.fence_of(job_id) == claim.fence
+    assert fake_store.recover(job_id, claim.fence, None)
+    assert fake_store.status(job_id) == "queued"

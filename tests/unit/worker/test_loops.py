@@ -122,3 +122,18 @@ def test_worker_heartbeat_hash_and_zset(loops: Loops, store: JobStore, settings:
     assert store.redis.zscore(store.keys.workers, "w-test") is not None
     loops.forget()
     assert not store.redis.exists(key) and store.redis.zscore(store.keys.workers, "w-test") is None
+
+
+def test_reconciler_does_not_resend_a_job_whose_message_waits_behind_a_backlog(
+    loops: Loops, store: JobStore, sent: list[str], settings: Settings
+) -> None:
+    import json
+
+    waiting, lost = submit(store), submit(store)
+    for job in (waiting, lost):
+        store.redis.zadd(store.keys.queued, {job: time.time() - 60})
+    message = {"body": "", "headers": {"task": "claudeq.run", "argsrepr": repr([waiting])}, "properties": {}}
+    store.redis.lpush(settings.queue, json.dumps(message))
+    assert on_loop(loops, loops.resend_once()) == [lost]  # only the job whose message is gone
+    assert sent == [lost]
+    assert store.stale_queued(settings.unclaimed_resend_s) == []  # the waiting one is looked at again later
