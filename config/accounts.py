@@ -44,6 +44,9 @@ class AccountConfig(BaseModel):
             raise ValueError("name must be 1-63 letters, digits, '_', '.', '-' and start with a letter or digit")
         if (self.token_env is None) == (self.token_file is None):
             raise ValueError("set exactly one of token_env or token_file (never the token itself)")
+        if self.config_dir is not None and self.max_concurrency > 1:
+            # Concurrent CLIs sharing one config dir corrupt its .claude.json (claude-code #29051, #28829).
+            raise ValueError("an account with config_dir runs one job at a time: set max_concurrency = 1")
         return self
 
     @property

@@ -25,6 +25,9 @@ TOOL_PROFILES: dict[str, list[str]] = {
 #: Built-in tools that read or write files; their paths are held to the workspace roots by a PreToolUse hook.
 FILE_TOOLS: frozenset[str] = frozenset({"Read", "Write", "Edit", "Glob", "Grep", "NotebookEdit"})
 
+#: The most attempts a job may ask for (JobSpec.max_attempts); bounds how long one task can run.
+MAX_ATTEMPTS_CAP = 20
+
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
 
 
@@ -154,16 +157,23 @@ class Settings(BaseSettings):
 
     @property
     def visibility_timeout_s(self) -> int:
-        """Broker visibility timeout: above the longest a task can run, so Redis never redelivers a live run."""
-        return int(self.max_deadline_s * 2 + 3600)
+        """Broker visibility timeout: above the longest a task can run (every attempt a job may make, each up to
+        the largest deadline, plus backoff), so Redis never redelivers a live run. A dead worker's job is
+        recovered by the reconciler long before this, from its expired lease."""
+        return int(self.max_deadline_s * MAX_ATTEMPTS_CAP + 3600)
 
     def redacted_redis_url(self) -> str:
-        """The Redis URL without its password, for logs and `config check`."""
+        """The Redis URL without its password (in the userinfo or a `password=` query), for logs and `config check`."""
         parts = urlsplit(self.redis_url)
-        if parts.password is None:
-            return self.redis_url
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
+            parts = parts._replace(netloc=netloc)
+        query = "&".join(
+            "password=***" if item.split("=", 1)[0].lower() == "password" else item
+            for item in parts.query.split("&")
+            if item
+        )
+        return urlunsplit(parts._replace(query=query))
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -96,12 +96,15 @@ def _guard(fn: Any) -> Any:
     return functools.wraps(fn)(wrapper)
 
 
-def _read_text_arg(value: str) -> str:
+def _read_text_arg(value: str, field: str = "prompt") -> str:
     """`-` reads stdin, `@path` reads a file, anything else is taken as is."""
     if value == "-":
         return sys.stdin.read()
     if value.startswith("@"):
-        return Path(value[1:]).read_text()
+        try:
+            return Path(value[1:]).read_text()
+        except OSError as exc:
+            raise JobSpecError([(field, f"cannot read {value[1:]}: {exc.strerror}")]) from None
     return value
 
 
@@ -201,7 +204,7 @@ def submit(
         fields["metadata"] = _metadata(metadata)
     if output_schema is not None:
         try:
-            fields["output_schema"] = json.loads(_read_text_arg(output_schema))
+            fields["output_schema"] = json.loads(_read_text_arg(output_schema, "output_schema"))
         except json.JSONDecodeError as exc:
             raise JobSpecError([("output_schema", f"not JSON: {exc}")]) from None
     client = _client()
@@ -332,6 +335,7 @@ def config_check(as_json: JsonOpt = False) -> None:
     """Validate settings and accounts, and check Redis and the Claude CLI are reachable (secrets never shown)."""
     problems: list[str] = []
     report: dict[str, Any] = {}
+    unreachable = False
     try:
         settings = load_settings()
     except ConfigError as exc:
@@ -343,6 +347,7 @@ def config_check(as_json: JsonOpt = False) -> None:
     except redis.RedisError as exc:
         report["redis"] = f"unreachable: {exc.__class__.__name__}"
         problems.append(f"Redis at {settings.redacted_redis_url()} does not answer (set CLAUDEQ_REDIS_URL)")
+        unreachable = True
     accounts: list[dict[str, Any]] = []
     try:
         pool = settings.accounts
@@ -375,6 +380,8 @@ def config_check(as_json: JsonOpt = False) -> None:
             err.print(f"[red]problem:[/red] {problem}", highlight=False)
         if not problems:
             out.print("[green]configuration ok[/green]")
+    if unreachable and len(problems) == 1:
+        raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
     raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
 
 

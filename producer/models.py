@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
-from config.settings import TOOL_PROFILES, PermissionMode
+from config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 
 JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
@@ -86,7 +86,7 @@ class JobSpec(BaseModel):
     deadline_s: float | None = Field(default=None, gt=0)
     idle_timeout_s: float | None = Field(default=None, gt=0)
     first_byte_timeout_s: float | None = Field(default=None, gt=0)
-    max_attempts: int | None = Field(default=None, ge=1, le=20)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_CAP)
     metadata: dict[str, JsonScalar] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
 

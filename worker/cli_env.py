@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from config.accounts import AccountConfig
 from config.settings import Settings
@@ -49,8 +50,14 @@ def remember_settings_secrets(settings: Settings, environ: Mapping[str, str] | N
 
 
 def _password(url: str) -> str | None:
-    match = re.match(r"^[a-z]+://[^:/@]*:([^@]+)@", url)
-    return match.group(1) if match else None
+    """The password of a Redis URL, in its userinfo or as a `password=` query parameter."""
+    parts = urlsplit(url)
+    if parts.password:
+        return parts.password
+    for key, value in parse_qsl(parts.query):
+        if key.lower() == "password" and value:
+            return value
+    return None
 
 
 def redact(text: str | None, extra: Iterable[str] = ()) -> str:

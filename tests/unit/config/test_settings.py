@@ -121,3 +121,27 @@ def test_a_token_in_the_environment_makes_a_default_account(monkeypatch: pytest.
     monkeypatch.delenv("CLAUDEQ_ACCOUNTS_FILE", raising=False)
     settings = load_settings(_env_file=None)
     assert settings.accounts.names == ["default"]
+
+
+def test_an_interactive_login_account_runs_one_job_at_a_time() -> None:
+    account = {"name": "me", "kind": "oauth", "token_env": "T", "config_dir": "/h/.c", "max_concurrency": 2}
+    with pytest.raises(ConfigError, match="max_concurrency = 1"):
+        AccountPool.from_dict({"accounts": [account]})
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://u:pw@[::1]:6379/0", "redis://u:***@[::1]:6379/0"),
+        ("redis://h:6379/0?password=s3cret&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("redis://h/0", "redis://h/0"),
+    ],
+)
+def test_redis_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert Settings(_env_file=None, redis_url=url).redacted_redis_url() == shown  # type: ignore[call-arg]
+
+
+def test_visibility_timeout_outlasts_every_attempt_a_job_may_make() -> None:
+    settings = Settings(_env_file=None, max_deadline_s=3600)  # type: ignore[call-arg]
+    assert settings.visibility_timeout_s > 20 * 3600

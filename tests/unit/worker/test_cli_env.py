@@ -81,3 +81,11 @@ def test_redact_leaves_plain_text(text: str) -> None:
 
 def test_redact_extra_values() -> None:
     assert redact("pw=abcdef123", extra=["abcdef123"]) == "pw=***"
+
+
+def test_redis_password_in_a_query_parameter_is_redacted_too() -> None:
+    from worker.cli_env import _password
+
+    assert _password("redis://h:6379/0?password=s3cret") == "s3cret"
+    assert _password("rediss://user:p%40ss@h/0") == "p%40ss"
+    assert _password("redis://h/0") is None
