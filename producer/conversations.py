@@ -92,6 +92,10 @@ return head(waiters, '')
 )
 
 
+#: Turns kept in a conversation's history (`claudeq conversation show`); older ones are dropped.
+TURNS_KEPT = 1000
+
+
 class Turn(BaseModel):
     """One finished turn of a conversation."""
 
@@ -196,9 +200,12 @@ class ConversationStore:
             pipe.set(self.keys.conversation(name), turn.session_id, ex=self.ttl_s)
         else:
             pipe.expire(self.keys.conversation(name), self.ttl_s)
+        now = time.time()
         pipe.rpush(self.keys.conversation_turns(name), turn.model_dump_json())
+        pipe.ltrim(self.keys.conversation_turns(name), -TURNS_KEPT, -1)
         pipe.expire(self.keys.conversation_turns(name), self.ttl_s)
-        pipe.zadd(self.keys.conversations, {name: time.time()})
+        pipe.zadd(self.keys.conversations, {name: now})
+        pipe.zremrangebyscore(self.keys.conversations, "-inf", f"({now - self.ttl_s}")  # expired conversations
         pipe.expire(self.keys.conversations, self.ttl_s)
         pipe.execute()
 

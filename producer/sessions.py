@@ -151,6 +151,9 @@ class RedisSessionStore(SessionStore):
         folded["mtime"] = now_ms  # storage write time, the same clock list_sessions reports
         pipe.set(k.session_summary(project_key, session_id), _dumps(folded), ex=self._ttl_s)
         pipe.zadd(k.session_index(project_key), {session_id: now_ms})
+        # Sessions not appended to for a whole retention period have expired: drop them from the index, which a
+        # busy project key (every job without a cwd shares one) would otherwise grow forever.
+        pipe.zremrangebyscore(k.session_index(project_key), "-inf", f"({now_ms - self._ttl_s * 1000}")
         pipe.expire(k.session_index(project_key), self._ttl_s)
         pipe.sadd(k.session_projects(session_id), project_key)
         pipe.expire(k.session_projects(session_id), self._ttl_s)
