@@ -18,6 +18,7 @@ import redis
 from celery import signals
 
 from config.celery import TASK_RUN, make_celery
+from config.errors import ConfigError
 from config.settings import Settings, load_settings
 from producer.client import make_store, send_run
 from producer.keys import Keys
@@ -119,13 +120,27 @@ def run(job_id: Any = None, *_args: Any, **_kwargs: Any) -> str:
 # ---- Celery worker lifecycle ---------------------------------------------------------------------------------
 
 
+_metrics_port: int | None = None
+
+
+def start_metrics() -> int | None:
+    """Serve this process's /metrics on CLAUDEQ_METRICS_PORT (once); ConfigError when the port is taken."""
+    global _metrics_port
+    if settings.metrics_port > 0 and _metrics_port is None:
+        _metrics_port = get_runtime().metrics.serve(settings.metrics_port)
+        log.info("metrics on :%d/metrics", _metrics_port)
+    return _metrics_port
+
+
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
 def _on_worker_init(**_: Any) -> None:
     get_runtime()
-    if settings.metrics_port > 0:
-        assert _runtime is not None
-        port = _runtime.metrics.serve(settings.metrics_port)
-        log.info("metrics on :%d/metrics", port)
+    # `claudeq-worker` already served the metrics (and exits on a taken port); under plain `celery worker`
+    # Celery only logs what a signal handler raises, so say it loudly.
+    try:
+        start_metrics()
+    except ConfigError as exc:
+        log.error("metrics not served: %s", exc)
 
 
 @signals.worker_shutting_down.connect  # type: ignore[untyped-decorator]

@@ -100,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
         stream=sys.stderr,
     )
-    from worker.app import app
+    from worker.app import app, start_metrics
 
+    try:
+        start_metrics()  # before Celery starts: a taken port stops the worker with a clear message
+    except ConfigError as exc:
+        print(f"claudeq-worker: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     node = f"claudeq.{os.getpid()}@{socket.gethostname()}"
     app.worker_main(
         [

@@ -1,0 +1,58 @@
+"""`claudeq-worker` refuses to start on what would make it useless, with exit code 2 and a clear message."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from config.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def _worker(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        **os.environ,
+        "CLAUDEQ_REDIS_URL": settings.redis_url,
+        "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
+        "CLAUDEQ_QUEUES": json.dumps(settings.queues),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "worker.main", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_taken_metrics_port_stops_the_worker(settings: Settings, redis_client: object) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _worker(settings, "--metrics-port", str(port), CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-test-main")
+    assert done.returncode == 2
+    assert "CLAUDEQ_METRICS_PORT" in done.stderr
+    assert "sk-ant-oat01-test-main" not in done.stderr + done.stdout
+
+
+def test_no_accounts_stops_the_worker(settings: Settings, redis_client: object) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")}
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.main"],
+        env={**env, "CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "CLAUDEQ_ACCOUNTS_FILE" in done.stderr
