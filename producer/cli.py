@@ -10,6 +10,7 @@ import functools
 import json
 import sys
 import time
+import typing
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -24,7 +25,9 @@ from producer.cli_accounts import accounts_app
 from producer.cli_conversation import conversation_app
 from producer.client import Client
 from producer.exporter import exporter_command
-from producer.models import TERMINAL, Event, JobRecord
+from producer.models import TERMINAL, Event, JobRecord, JobStatus
+
+JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -282,6 +285,8 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Recent jobs, newest first."""
+    if status is not None and status not in JOB_STATUSES:
+        raise JobSpecError([("status", f"unknown status {status!r}; one of {', '.join(JOB_STATUSES)}")])
     items = _client().list(status=status, limit=limit)
     if as_json:
         print(
@@ -332,7 +337,8 @@ def events(
 
 @config_app.command("check")
 def config_check(as_json: JsonOpt = False) -> None:
-    """Validate settings and accounts, and check Redis and the Claude CLI are reachable (secrets never shown)."""
+    """Validate settings and accounts, check every token is present and Redis answers (secrets never shown).
+    The Claude CLI and the tools module are checked by `claudeq-worker` at start."""
     problems: list[str] = []
     report: dict[str, Any] = {}
     unreachable = False

@@ -117,3 +117,16 @@ def test_cli_wait_times_out_with_exit_4_while_the_job_goes_on(settings: Settings
     done = _cli(settings, "wait", handle.id, "--timeout", "0.5", "--json")
     assert done.returncode == 4
     assert client.get(handle.id).status == "queued"
+
+
+def test_cli_refuses_an_unknown_status_filter(settings: Settings, redis_client: redis.Redis) -> None:
+    done = _cli(settings, "list", "--status", "bogus", "--json")
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["fields"][0]["field"] == "status"
+
+
+def test_cli_unreadable_prompt_file_is_bad_input(settings: Settings, redis_client: redis.Redis) -> None:
+    done = _cli(settings, "submit", "@/no/such/prompt.txt", "--json")
+    assert done.returncode == 2
+    assert "cannot read /no/such/prompt.txt" in json.loads(done.stdout)["error"]
+    assert list(redis_client.scan_iter(match=f"{settings.key_prefix}*")) == []
