@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -42,17 +43,23 @@ def _dumps(value: Any) -> str:
 class RedisSessionStore(SessionStore):
     """Async SessionStore on `redis.asyncio`: uuid-deduplicated appends, race-safe summaries, retention TTL."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, ttl_s: int) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, ttl_s: int, scrub: Callable[[str], str] | None = None
+    ) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_s = ttl_s
+        self._scrub = scrub
         self._last_mtime = 0
 
     @classmethod
-    def from_settings(cls, settings: Settings, redis: aioredis.Redis | None = None) -> RedisSessionStore:
-        """A store under the settings' key prefix with their session retention."""
+    def from_settings(
+        cls, settings: Settings, redis: aioredis.Redis | None = None, scrub: Callable[[str], str] | None = None
+    ) -> RedisSessionStore:
+        """A store under the settings' key prefix with their session retention; `scrub` cleans every string of
+        every entry before it is stored (the worker passes its secret redaction)."""
         client = redis if redis is not None else aioredis.Redis.from_url(settings.redis_url)
-        return cls(client, Keys(settings.key_prefix), settings.session_retention_s)
+        return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub)
 
     @property
     def keys(self) -> Keys:
@@ -81,6 +88,9 @@ class RedisSessionStore(SessionStore):
         """Append entries not already stored (by uuid), fold the summary and refresh the TTL, in one transaction."""
         if not entries:
             return
+        if self._scrub is not None:
+            # A transcript holds whatever the run saw (a tool printing its environment, say): no secret is stored.
+            entries = [cast(SessionStoreEntry, _scrubbed(e, self._scrub)) for e in entries]
         project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
         k = self._keys
         entries_key = k.session_entries(project_key, session_id, subpath)
@@ -292,3 +302,14 @@ class RedisSessionStore(SessionStore):
                 await self.append({"project_key": to_project, "session_id": session_id, "subpath": sub}, sub_entries)
                 copied += len(sub_entries)
         return copied
+
+
+def _scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    """`value` with `scrub` applied to every string in it (dict keys included)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(k) if isinstance(k, str) else k: _scrubbed(v, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, scrub) for v in value]
+    return value

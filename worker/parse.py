@@ -219,7 +219,7 @@ class MessageParser:
         self.tools_in_flight.clear()
         result = out.result
         result.text = redact(message.result) if message.result is not None else result.text
-        result.structured_output = message.structured_output
+        result.structured_output = _redacted(message.structured_output)
         result.stop_reason = message.stop_reason
         result.num_turns = message.num_turns
         result.duration_ms = message.duration_ms
@@ -330,3 +330,14 @@ def usage_from_model_usage(model_usage: Any, total_cost_usd: float | None = None
         cost += float(value) if isinstance(value, int | float) else 0.0
     usage.cost_usd = cost if usage.model_usage else float(total_cost_usd or 0.0)
     return usage
+
+
+def _redacted(value: Any) -> Any:
+    """`value` (structured output: any JSON) with every string redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value

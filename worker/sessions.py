@@ -34,6 +34,7 @@ from producer.conversations import ConversationStore, Turn
 from producer.models import Event, JobError, JobRecord, utcnow
 from producer.sessions import RedisSessionStore
 from producer.store import JobStore
+from worker.cli_env import redact
 from worker.options import default_cwd
 
 EventSink = Callable[[Event], Awaitable[None]]
@@ -166,7 +167,7 @@ class SessionPlanner:
         """The session store, created on first use on the calling (engine) loop: redis.asyncio binds to it."""
         if self._store is None:
             assert self.settings is not None
-            self._store = RedisSessionStore.from_settings(self.settings)
+            self._store = RedisSessionStore.from_settings(self.settings, scrub=redact)
         return self._store
 
     async def plan(self, record: JobRecord, emit: EventSink | None = None) -> SessionPlan:

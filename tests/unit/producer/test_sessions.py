@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import fakeredis
@@ -108,3 +109,17 @@ async def test_colons_in_key_parts_never_collide(aredis: fakeredis.FakeAsyncRedi
     await store.append({"project_key": "a", "session_id": "b:c"}, [_e("2")])
     assert await store.load({"project_key": "a:b", "session_id": "c"}) == [_e("1")]
     assert await store.load({"project_key": "a", "session_id": "b:c"}) == [_e("2")]
+
+
+async def test_scrub_keeps_secrets_out_of_stored_transcripts(aredis: fakeredis.FakeAsyncRedis) -> None:
+    secret = "sk-ant-oat01-test-scrubbed-token"
+    store = RedisSessionStore(aredis, Keys("cqt-scrub:"), 3600, scrub=lambda s: s.replace(secret, "[redacted]"))
+    key: SessionKey = {"project_key": "p", "session_id": "s"}
+    await store.append(key, [_e("u1", message={"content": [{"type": "text", "text": f"env says {secret}"}]})])
+    loaded = await store.load(key)
+    assert loaded is not None
+    assert secret not in json.dumps(loaded)
+    assert "[redacted]" in json.dumps(loaded)
+    for name in await aredis.keys("cqt-scrub:*"):
+        dumped = await aredis.dump(name)
+        assert dumped is None or secret.encode() not in dumped, name

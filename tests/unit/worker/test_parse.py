@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -231,3 +232,15 @@ def test_usage_from_model_usage_without_entries_uses_total() -> None:
 
 def test_truncate_marks_what_was_cut() -> None:
     assert truncate("abcdef", 3) == "abc… [3 more chars]"
+
+
+def test_structured_output_is_redacted_like_the_text() -> None:
+    from worker.cli_env import remember_secret
+
+    remember_secret("opaque-structured-secret-42")
+    parser = MessageParser(attempt=1, clock=Clock())
+    parser.feed(init())
+    parser.feed(result(structured_output={"notes": ["token opaque-structured-secret-42"], "n": 1}))
+    out = parser.finish()
+    assert "opaque-structured-secret-42" not in json.dumps(out.result.structured_output)
+    assert out.result.structured_output["n"] == 1
