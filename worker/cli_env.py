@@ -21,8 +21,11 @@ CREDENTIAL_VARS: tuple[str, ...] = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KE
 
 #: Names the runner sets for the CLI (not secret): tests and the engine find a job's processes by CLAUDEQ_JOB_ID.
 JOB_ID_VAR = "CLAUDEQ_JOB_ID"
+#: Unique per run (job, attempt, nonce): the runner sweeps the processes of its own run by it, tool subprocesses
+#: included (they inherit the CLI's environment), without touching another worker's run of the same job.
+RUN_ID_VAR = "CLAUDEQ_RUN_ID"
 CLI_BIN_VAR = "CLAUDEQ_CLAUDE_BIN"
-_OWN_VARS = frozenset({JOB_ID_VAR, CLI_BIN_VAR})
+_OWN_VARS = frozenset({JOB_ID_VAR, RUN_ID_VAR, CLI_BIN_VAR})
 
 _TOKEN_SHAPE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{4,}")
 _MIN_SECRET_LEN = 6  # shorter "secrets" would redact ordinary words
@@ -89,6 +92,7 @@ def build_env(
     config_dir: Path | None,
     cli_bin: str | None = None,
     environ: Mapping[str, str] | None = None,
+    run_id: str | None = None,
 ) -> dict[str, str]:
     """`ClaudeAgentOptions.env` for one run: this account's token, other secrets blanked, per-run config dir."""
     env_in = os.environ if environ is None else environ
@@ -104,6 +108,8 @@ def build_env(
     env["CLAUDE_CODE_MAX_RETRIES"] = str(settings.cli_max_retries)
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     env[JOB_ID_VAR] = job_id
+    if run_id is not None:
+        env[RUN_ID_VAR] = run_id
     if cli_bin is not None:
         env[CLI_BIN_VAR] = cli_bin
     return env

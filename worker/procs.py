@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from worker.cli_env import JOB_ID_VAR
+from worker.cli_env import JOB_ID_VAR, RUN_ID_VAR
 
 _PROC = Path("/proc")
 
@@ -31,7 +31,15 @@ def _stat(pid: int) -> tuple[str, int] | None:
 
 def job_pids(job_id: str, parent: int | None = None) -> list[int]:
     """Live processes whose environment has CLAUDEQ_JOB_ID=<job_id> (children of `parent` only, if given)."""
-    needle = f"{JOB_ID_VAR}={job_id}".encode()
+    return _pids_with(f"{JOB_ID_VAR}={job_id}".encode(), parent)
+
+
+def run_pids(run_id: str) -> list[int]:
+    """Live processes of one run: its CLI and whatever the CLI started (tool commands inherit its environment)."""
+    return _pids_with(f"{RUN_ID_VAR}={run_id}".encode(), None)
+
+
+def _pids_with(needle: bytes, parent: int | None) -> list[int]:
     found: list[int] = []
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -85,15 +85,17 @@ class Runner:
 
     async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         """Run one attempt; run failures go into the outcome, only ConfigError/PolicyViolation are raised."""
-        cli = locate_cli(self.settings)
+        # File system work happens off the engine loop: every run's heartbeat and watchdog share that loop.
+        cli = await asyncio.to_thread(locate_cli, self.settings)
         wrapper = wrapper_path()
-        token = req.account.read_token()
+        token = await asyncio.to_thread(req.account.read_token)
         self.check(req.spec)
         started = time.monotonic()
         parser = MessageParser(attempt=req.attempt)
         watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
         stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        run_dir = self._make_run_dir(req) if req.account.config_dir is None else None
+        run_id = f"{req.job_id}.{req.attempt}.{uuid.uuid4().hex[:8]}"
+        run_dir = await asyncio.to_thread(self._make_run_dir, req) if req.account.config_dir is None else None
         try:
             env = build_env(
                 req.account,
@@ -102,6 +104,7 @@ class Runner:
                 job_id=req.job_id,
                 config_dir=run_dir / "config" if run_dir else None,
                 cli_bin=str(cli),
+                run_id=run_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
             options = build_options(
@@ -146,16 +149,16 @@ class Runner:
             if isinstance(exc, ProcessError):
                 outcome.exit_code = exc.exit_code
         finally:
-            cleanup = asyncio.ensure_future(self._shutdown(client, pump, req.job_id))
+            cleanup = asyncio.ensure_future(self._shutdown(client, pump, req.job_id, run_id))
             try:
                 await asyncio.shield(cleanup)
             except asyncio.CancelledError:
-                # Cancelled again while cleaning up: never leave the CLI behind.
-                procs.kill_and_wait(procs.job_pids(req.job_id, parent=os.getpid()), timeout_s=0)
+                # Cancelled again while cleaning up: never leave the CLI (or what it started) behind.
+                procs.kill_and_wait(procs.run_pids(run_id), timeout_s=0)
                 raise
             finally:
                 if run_dir is not None:
-                    shutil.rmtree(run_dir, ignore_errors=True)
+                    await asyncio.to_thread(shutil.rmtree, run_dir, True)
                 outcome.stopped_by = stopped
                 outcome.duration_s = time.monotonic() - started
                 tail = "\n".join(stderr_tail)[-STDERR_TAIL_CHARS:]
@@ -226,8 +229,10 @@ class Runner:
             cancelled.cancel()
             woken.cancel()
 
-    async def _shutdown(self, client: ClaudeSDKClient, pump: asyncio.Task[None] | None, job_id: str) -> None:
-        """Interrupt, let the CLI report, disconnect; SIGKILL whatever is left of this job's CLI."""
+    async def _shutdown(
+        self, client: ClaudeSDKClient, pump: asyncio.Task[None] | None, job_id: str, run_id: str
+    ) -> None:
+        """Interrupt, let the CLI report, disconnect; SIGKILL whatever is left of this run (tool processes too)."""
         pid = _cli_pid(client)
         connected = getattr(client, "_query", None) is not None
         if pump is not None and not pump.done():
@@ -252,7 +257,9 @@ class Runner:
             await asyncio.wait({disconnect}, timeout=DISCONNECT_TIMEOUT_S)
         if disconnect.done() and not disconnect.cancelled() and disconnect.exception() is not None:
             log.debug("disconnect raised", exc_info=disconnect.exception())
-        left = [p for p in {pid, *procs.job_pids(job_id, parent=os.getpid())} if p is not None and procs.alive(p)]
+        # By run id, not parent: commands a tool started are the CLI's children and outlive it when it is killed.
+        swept = await asyncio.to_thread(procs.run_pids, run_id)
+        left = [p for p in {pid, *swept} if p is not None and procs.alive(p)]
         if left:
             left = await asyncio.to_thread(procs.kill_and_wait, left, REAP_TIMEOUT_S)
             if left:

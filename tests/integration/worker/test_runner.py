@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -256,3 +257,39 @@ async def test_unknown_token_is_authentication_failed(runner: Runner, unique: st
     assert outcome.is_error
     assert outcome.assistant_error == "authentication_failed"
     assert TOKENS["stranger"] not in repr(outcome)
+
+
+def _cmdlines_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes() and procs.alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def test_cancel_also_kills_commands_a_tool_started(runner: Runner, unique: str) -> None:
+    # A shell tool's command is a child of the CLI, not of the worker: stopping the run must end it too.
+    settings = runner.settings.model_copy(update={"policy": WorkerPolicy(allowed_tools=["Bash"])})
+    settings.__dict__["accounts"] = runner.settings.accounts
+    shell_runner = Runner(settings)
+    marker = f"cqt-sleeper-{unique}"
+    # The marker is an argument, so it shows in the command's own /proc cmdline (a shell may exec it directly).
+    command = {"command": f"python3 -c 'import time; time.sleep(123)' {marker}", "description": "wait"}
+    job_id = f"shell-{unique}"
+    cancel = asyncio.Event()
+    prompt = f"Wait. [[sim: tool Bash {json.dumps(command)}]]"
+    task = asyncio.create_task(run(shell_runner, "alpha", job_id, cancel=cancel, prompt=prompt, tools=["Bash"]))
+    for _ in range(300):  # up to ~30 s for the CLI to start and run the tool
+        if _cmdlines_with(marker):
+            break
+        await asyncio.sleep(0.1)
+    assert _cmdlines_with(marker), "the Bash tool never started its command"
+    cancel.set()
+    outcome, _ = await task
+    assert outcome.stopped_by == "cancel"
+    await asyncio.sleep(0.2)
+    assert _cmdlines_with(marker) == [], "a tool's command outlived the run"
