@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,25 @@ UNIFIED = "anthropic-ratelimit-unified"
 
 # With no configured accounts every token gets an account of its own with this (generous) window.
 GENEROUS_WINDOW = WindowConfig(family="5h", length_s=18000, requests=1_000_000)
+ANON_LIMIT = 1_000  # such accounts kept at most (the least recently used is forgotten)
+
+# Reference §1 (b): given `-W-utilization` and `-W-reset` but no `-W-surpassed-threshold`, the CLI warns on its own
+# when utilization ≥ u while at most the fraction e of the window has elapsed (it assumes the family's real length).
+_CLI_OWN_WARNINGS: dict[str, tuple[float, tuple[tuple[float, float], ...]]] = {
+    "5h": (5 * 3600, ((0.9, 0.72),)),
+    "7d": (7 * 86400, ((0.75, 0.6), (0.5, 0.35), (0.25, 0.15))),
+}
+_ELAPSED_MARGIN = 0.01  # the CLI reads the headers a little later than they are made
+
+
+def cli_would_warn(family: str, utilization: float, reset: int, now: float) -> bool:
+    """Whether the CLI would turn a window's utilization and reset into an `allowed_warning` by itself."""
+    rule = _CLI_OWN_WARNINGS.get(family)
+    if rule is None:
+        return False
+    length, thresholds = rule
+    elapsed = 1 - (reset - now) / length
+    return any(utilization >= u and elapsed <= e + _ELAPSED_MARGIN for u, e in thresholds)
 
 
 def _fmt(x: float) -> str:
@@ -146,8 +166,11 @@ class Account:
         for w in self.windows:
             prefix = f"{UNIFIED}-{w.config.family}"
             warn = w.warning()
-            headers[f"{prefix}-utilization"] = _fmt(w.utilization())
-            headers[f"{prefix}-reset"] = str(w.reset_at(now))
+            utilization, reset = round(w.utilization(), 4), w.reset_at(now)
+            if warn or not cli_would_warn(w.config.family, utilization, reset, now):
+                # Left out when the CLI would warn on its own although this window is not meant to warn.
+                headers[f"{prefix}-utilization"] = _fmt(utilization)
+            headers[f"{prefix}-reset"] = str(reset)
             headers[f"{prefix}-status"] = "allowed_warning" if warn else "allowed"
             if warn and w.config.warn_at is not None:
                 # Without this header the CLI does not warn (it maps the status alone to "allowed").
@@ -205,6 +228,7 @@ class AccountRegistry:
         self.open = not config.accounts  # no accounts configured: any token is welcome
         self.accounts: dict[str, Account] = {}
         self._by_digest: dict[str, Account] = {}
+        self._anonymous: OrderedDict[str, str] = OrderedDict()  # digest -> name, least recently used first
         for ac in config.accounts:
             account = self._build(ac, previous.accounts.get(ac.name) if previous else None)
             self.accounts[ac.name] = account
@@ -234,9 +258,18 @@ class AccountRegistry:
         """The account of a token, or None when accounts are configured and the token is unknown."""
         digest = _digest(token)
         account = self._by_digest.get(digest)
-        if account is None and self.open:
-            name = f"anon-{kind}-{digest[:10]}"
-            account = Account(name=name, kind=kind, windows=[Window.from_config(GENEROUS_WINDOW)])
-            self.accounts[name] = account
-            self._by_digest[digest] = account
+        if not self.open:
+            return account
+        if account is not None:
+            self._anonymous.move_to_end(digest)
+            return account
+        name = f"anon-{kind}-{digest[:10]}"
+        account = Account(name=name, kind=kind, windows=[Window.from_config(GENEROUS_WINDOW)])
+        self.accounts[name] = account
+        self._by_digest[digest] = account
+        self._anonymous[digest] = name
+        if len(self._anonymous) > ANON_LIMIT:
+            old_digest, old_name = self._anonymous.popitem(last=False)
+            del self._by_digest[old_digest]
+            self.accounts.pop(old_name, None)
         return account

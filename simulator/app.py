@@ -70,7 +70,7 @@ def create_app(simulator: Simulator | SimConfig | dict[str, Any] | None = None) 
 
     async def requests(request: Request) -> Response:
         raw = request.query_params.get("limit")
-        if raw is not None and not raw.isdigit():
+        if raw is not None and not (raw.isascii() and raw.isdigit()):
             return _error(400, "limit: Input should be a non-negative integer")
         return JSONResponse(sim.stats.requests(int(raw) if raw else None))
 
@@ -83,7 +83,7 @@ def create_app(simulator: Simulator | SimConfig | dict[str, Any] | None = None) 
             return JSONResponse(redacted(sim.config))
         try:
             changes = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return _error(400, "config: the body must be a JSON object")
         if not isinstance(changes, dict):
             return _error(400, "config: the body must be a JSON object")
@@ -91,6 +91,8 @@ def create_app(simulator: Simulator | SimConfig | dict[str, Any] | None = None) 
             new = sim.reconfigure(changes)
         except ValidationError as e:
             return _error(400, _validation_message(e))
+        except RecursionError:
+            return _error(400, "config: nested too deeply")
         return JSONResponse(redacted(new))
 
     app = Starlette(

@@ -34,8 +34,13 @@ AccountKind = Literal["oauth", "api_key"]
 
 
 class _Strict(BaseModel):
-    # A typo in a config file should fail loudly, not be ignored.
-    model_config = ConfigDict(extra="forbid")
+    # A typo in a config file should fail loudly, not be ignored; inf and nan are never meant.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+DAY_S = 86400.0
+MAX_WAIT_S = DAY_S  # longest stall or time to first token
+MAX_WINDOW_S = 366 * DAY_S  # longest rate-limit window
 
 
 class FaultConfig(_Strict):
@@ -44,7 +49,7 @@ class FaultConfig(_Strict):
     p_529: float = Field(0.0, ge=0, le=1, description="Probability of a 529 overloaded_error.")
     p_500: float = Field(0.0, ge=0, le=1, description="Probability of a 500 api_error.")
     p_stall: float = Field(0.0, ge=0, le=1, description="Probability of a stall after message_start.")
-    stall_s: float = Field(30.0, ge=0, description="Length of an injected stall.")
+    stall_s: float = Field(30.0, ge=0, le=MAX_WAIT_S, description="Length of an injected stall.")
     p_drop: float = Field(0.0, ge=0, le=1, description="Probability of dropping the connection mid-stream.")
 
     @model_validator(mode="after")
@@ -57,14 +62,16 @@ class FaultConfig(_Strict):
 class ModelLatency(_Strict):
     """Latency override for one model id; unset fields fall back to the default."""
 
-    ttft_s: float | None = Field(None, ge=0, description="Seconds from message_start to the first content.")
+    ttft_s: float | None = Field(
+        None, ge=0, le=MAX_WAIT_S, description="Seconds from message_start to the first content."
+    )
     tokens_per_s: float | None = Field(None, ge=0, description="Output speed; 0 means instant.")
 
 
 class LatencyConfig(_Strict):
     """Default latency model, with per-model overrides (accounts may override both)."""
 
-    ttft_s: float = Field(0.0, ge=0, description="Seconds from message_start to the first content.")
+    ttft_s: float = Field(0.0, ge=0, le=MAX_WAIT_S, description="Seconds from message_start to the first content.")
     tokens_per_s: float = Field(0.0, ge=0, description="Output speed; 0 means instant.")
     models: dict[str, ModelLatency] = Field(default_factory=dict, description="Overrides keyed by model id.")
 
@@ -77,7 +84,9 @@ class WindowConfig(_Strict):
     """
 
     family: WindowFamily = Field("5h", description="Header family the window is reported under.")
-    length_s: float = Field(18000.0, gt=0, description="Window length; it starts at its first request.")
+    length_s: float = Field(
+        18000.0, gt=0, le=MAX_WINDOW_S, description="Window length; it starts at its first request."
+    )
     requests: int | None = Field(None, ge=0, description="Requests allowed per window (None: unlimited).")
     tokens: int | None = Field(None, ge=0, description="Tokens (all four kinds) per window (None: unlimited).")
     warn_at: float | None = Field(None, gt=0, le=1, description="Utilization at which answers warn.")
@@ -92,7 +101,7 @@ class AccountConfig(_Strict):
     token: SecretStr = Field(description="Bearer token (OAuth) or x-api-key value that selects the account.")
     kind: AccountKind = Field("oauth", description="oauth: unified rate-limit headers; api_key: plain 429s.")
     auth_fail: bool = Field(False, description="Answer every request with 401 (a revoked credential).")
-    ttft_s: float | None = Field(None, ge=0, description="Overrides the latency model for this account.")
+    ttft_s: float | None = Field(None, ge=0, le=MAX_WAIT_S, description="Overrides the latency model for this account.")
     tokens_per_s: float | None = Field(None, ge=0, description="Overrides the latency model for this account.")
     windows: list[WindowConfig] = Field(default_factory=list, description="Rate-limit windows.")
 
@@ -113,7 +122,7 @@ class SimConfig(_Strict):
     accounts: list[AccountConfig] = Field(
         default_factory=list, description="Empty: any token is accepted as its own generous account."
     )
-    request_log_size: int = Field(2000, ge=0, description="Entries kept by GET /_sim/requests.")
+    request_log_size: int = Field(2000, ge=0, le=100_000, description="Entries kept by GET /_sim/requests.")
 
     @model_validator(mode="after")
     def _unique_accounts(self) -> SimConfig:

@@ -8,12 +8,29 @@ prompt. See docs/simulator.md for the verbs.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 OPEN = "[[sim:"
-_DECODER = json.JSONDecoder()
+MAX_TOKENS = 1_000_000  # largest `tokens out=` / `in=` (out is also capped by the request's max_tokens)
+MAX_JSON_DEPTH = 100  # nesting allowed in a directive's JSON value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of range")
+    return number
+
+
+# NaN and Infinity (also 1e400) are not JSON: a tool input or structured value carrying one could not be sent back.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 _OPTION = re.compile(r"^([a-z_]+)=(.*)$", re.DOTALL)
 
 
@@ -58,6 +75,31 @@ class Steering:
     has_structured: bool = False
 
 
+def _depth(value: Any) -> int:
+    """How deeply a JSON value nests (iteratively: the value may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _decode(text: str, i: int, what: str) -> tuple[Any, int]:
+    try:
+        value, end = _DECODER.raw_decode(text, i)
+    except json.JSONDecodeError as e:
+        raise DirectiveError(f"bad JSON {what}: {e.msg}") from e
+    except ValueError as e:  # NaN or Infinity
+        raise DirectiveError(f"bad JSON {what}: {e}") from None
+    except RecursionError:
+        raise DirectiveError(f"bad JSON {what}: nested too deeply") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise DirectiveError(f"bad JSON {what}: nested more than {MAX_JSON_DEPTH} levels")
+    return value, end
+
+
 def _scan(text: str, start: int) -> tuple[list[Any], int, str]:
     """Tokens of the directive whose `[[sim:` is at `start`, the index after its `]]`, and its raw body."""
     i = start + len(OPEN)
@@ -71,19 +113,13 @@ def _scan(text: str, start: int) -> tuple[list[Any], int, str]:
         if text.startswith("]]", i):
             return tokens, i + 2, text[start + len(OPEN) : i].strip()
         if text[i] in '{["':
-            try:
-                value, i = _DECODER.raw_decode(text, i)
-            except json.JSONDecodeError as e:
-                raise DirectiveError(f"bad JSON in directive at {text[i : i + 40]!r}: {e.msg}") from e
+            value, i = _decode(text, i, f"in directive at {text[i : i + 40]!r}")
             tokens.append(value)
             continue
         j = i
         while j < n and not text[j].isspace() and not text.startswith("]]", j):
             if text[j] == "=" and j + 1 < n and text[j + 1] in '{["':
-                try:
-                    value, end = _DECODER.raw_decode(text, j + 1)
-                except json.JSONDecodeError as e:
-                    raise DirectiveError(f"bad JSON value for {text[i:j]!r}: {e.msg}") from e
+                value, end = _decode(text, j + 1, f"value for {text[i:j]!r}")
                 tokens.append((text[i:j], value))
                 i = end
                 break
@@ -98,6 +134,9 @@ def _number(value: Any, what: str) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise DirectiveError(f"{what}: expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        # inf would wait forever or overflow int(); nan compares false with everything.
+        raise DirectiveError(f"{what}: expected a finite number, got {value!r}")
     if number < 0:
         raise DirectiveError(f"{what}: must not be negative")
     return number
@@ -108,6 +147,13 @@ def _integer(value: Any, what: str) -> int:
     if number != int(number):
         raise DirectiveError(f"{what}: expected a whole number, got {value!r}")
     return int(number)
+
+
+def _tokens(value: Any, what: str) -> int:
+    number = _integer(value, what)
+    if number > MAX_TOKENS:
+        raise DirectiveError(f"{what}: at most {MAX_TOKENS}, got {value!r}")
+    return number
 
 
 def _split(tokens: list[Any]) -> tuple[str, list[Any], dict[str, Any]]:
@@ -180,8 +226,8 @@ def _apply(steering: Steering, verb: str, positional: list[Any], options: dict[s
         if out is None and inp is None:
             raise DirectiveError("tokens: expected out=N and/or in=N")
         _no_extra(verb, positional, options, 0)
-        steering.tokens_out = None if out is None else _integer(out, "tokens out=")
-        steering.tokens_in = None if inp is None else _integer(inp, "tokens in=")
+        steering.tokens_out = None if out is None else _tokens(out, "tokens out=")
+        steering.tokens_in = None if inp is None else _tokens(inp, "tokens in=")
     elif verb == "text":
         if not positional:
             raise DirectiveError('text: expected the reply text, e.g. [[sim: text "hello"]]')

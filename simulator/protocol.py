@@ -51,6 +51,8 @@ def parse_request(body: bytes) -> MessagesRequest:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _invalid(f"There was an error parsing the body of your request: {e}") from None
+    except RecursionError:
+        raise _invalid("There was an error parsing the body of your request: nested too deeply") from None
     if not isinstance(data, dict):
         raise _invalid("body: Input should be a valid dictionary")
     for key in ("model", "messages", "max_tokens"):

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import random
 import time
+from collections import OrderedDict
 from typing import Any
 
 from simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
@@ -24,12 +25,30 @@ __all__ = ["Message", "Simulator"]
 
 log = logging.getLogger("simulator")
 
-LOG_TEXT_LIMIT = 20_000  # characters of each message's text kept in the request log
+LOG_TEXT_LIMIT = 4_000  # characters of each message's text kept in the request log (its head and its tail)
+LOG_MESSAGES = 30  # the request log keeps the first message and this many last ones
+SEEN_LIMIT = 10_000  # message keys whose directive counters are kept (least recently used dropped)
 INJECTED_429_RESET_S = 3600  # reset of an injected 429 on an account without windows
 
 
 def _message_key(directive_text: str) -> str:
     return hashlib.sha256(directive_text.encode()).hexdigest()
+
+
+def _log_text(text: str) -> str:
+    if len(text) <= LOG_TEXT_LIMIT:
+        return text
+    half = LOG_TEXT_LIMIT // 2
+    return f"{text[:half]} […{len(text) - 2 * half} characters not logged…] {text[-half:]}"
+
+
+def log_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as the request log keeps them: bounded in number and in text per message."""
+    logged = [{"role": m.get("role"), "text": _log_text(message_text(m))} for m in messages]
+    if len(logged) <= LOG_MESSAGES + 1:
+        return logged
+    skipped = len(logged) - LOG_MESSAGES - 1
+    return [logged[0], {"role": None, "text": f"[…{skipped} messages not logged…]"}, *logged[-LOG_MESSAGES:]]
 
 
 class Simulator:
@@ -44,7 +63,7 @@ class Simulator:
         self.stats = Stats(self.config.request_log_size)
         self.rng = random.Random(self.config.seed)
         # Requests seen per message key, for the `times=` / `after=` of directives.
-        self.seen: dict[str, int] = {}
+        self.seen: OrderedDict[str, int] = OrderedDict()
 
     def reset(self) -> None:
         """Forget all counters, window usage, caches and the log; reseed the RNG. The config stays."""
@@ -100,23 +119,30 @@ class Simulator:
             directives=[],
         )
         account: Account | None = None
+        # A reset while this request runs replaces self.stats: it must end where it began.
+        stats = self.stats
         try:
             body = await conn.read_body()
             account = self._authenticate(headers)
             entry["account"] = account.name
-            self.stats.begin(account.name)
+            stats.begin(account.name)
             await self._serve(account, body, entry, conn, request_id)
         except ClientGone:
             entry["outcome"] = "disconnected"
         except ApiError as err:
             await self._send_error(conn, err, request_id, entry)
+        except RecursionError:
+            # Only a deeply nested request body gets here (json parses deeper than the code walking it can go).
+            self.stats.bad_requests += 1
+            entry["outcome"] = "bad_request"
+            await self._send_error(conn, ApiError(400, "The request body is nested too deeply"), request_id, entry)
         except Exception:
             log.exception("simulator: unexpected failure answering a request")
             await self._send_error(conn, ApiError(500, "Internal server error (simulator bug)"), request_id, entry)
         finally:
             conn.close()
             if account is not None:
-                self.stats.end(account.name)
+                stats.end(account.name)
 
     def _authenticate(self, headers: dict[str, str]) -> Account:
         auth = headers.get("authorization", "")
@@ -168,7 +194,7 @@ class Simulator:
             model=req.model,
             stream=req.stream,
             tool_names=req.tool_names,
-            messages=[{"role": m.get("role"), "text": message_text(m)[:LOG_TEXT_LIMIT]} for m in req.messages],
+            messages=log_messages(req.messages),
             system_text_len=len(req.system_text),
         )
         session_id = entry["session_id"]
@@ -189,12 +215,18 @@ class Simulator:
             steering = parse_directives(turn.directive_text)
         except DirectiveError as e:
             raise ApiError(400, f"simulator directive: {e}") from None
+        if steering.tokens_out is not None and steering.tokens_out > req.max_tokens:
+            raise ApiError(
+                400, f"simulator directive: tokens out={steering.tokens_out} exceeds max_tokens ({req.max_tokens})"
+            )
         entry["directives"] = steering.raw
         seen = 0
         if steering.raw:
             key = _message_key(turn.directive_text)
-            seen = self.seen.get(key, 0)
+            seen = self.seen.pop(key, 0)
             self.seen[key] = seen + 1
+            if len(self.seen) > SEEN_LIMIT:
+                self.seen.popitem(last=False)
         if account.auth_fail:
             stats.auth_failed += 1
             raise ApiError(401, "Invalid bearer token" if account.kind == "oauth" else "invalid x-api-key")

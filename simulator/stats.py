@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.usage import Usage
+
+SESSION_LIMIT = 10_000  # sessions whose counters are kept (least recently used dropped)
 
 
 def _add(into: Usage, usage: Usage) -> None:
@@ -64,7 +66,7 @@ class Stats:
 
     def __init__(self, log_size: int = 2000):
         self.accounts: dict[str, AccountStats] = {}
-        self.sessions: dict[str, SessionStats] = {}
+        self.sessions: OrderedDict[str, SessionStats] = OrderedDict()
         self.unknown_token = 0  # 401s for tokens that match no configured account (or no token at all)
         self.bad_requests = 0  # 400 / 404 answers to malformed requests
         self.in_flight = 0
@@ -84,6 +86,10 @@ class Stats:
         stats = self.sessions.get(session_id)
         if stats is None:
             stats = self.sessions[session_id] = SessionStats(account=account)
+            if len(self.sessions) > SESSION_LIMIT:
+                self.sessions.popitem(last=False)
+        else:
+            self.sessions.move_to_end(session_id)
         return stats
 
     def begin(self, account: str) -> None:
