@@ -16,7 +16,14 @@ import redis
 from config.settings import Settings
 from tests.conftest import make_settings
 from tests.support.procs import kill_claude
-from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml
+from tests.support.worker_proc import (
+    FAST_E2E,
+    SimAccount,
+    WorkerProcess,
+    start_worker,
+    stop_all,
+    write_accounts_toml,
+)
 
 WorkerFactory = Callable[..., WorkerProcess]
 
@@ -46,24 +53,7 @@ def accounts_file(tmp_path: Path, accounts: list[SimAccount], simulator: Any) ->
 @pytest.fixture
 def settings(redis_url: str, unique: str, accounts_file: Path) -> Settings:
     """Fast e2e settings: short leases, heartbeats and backoffs; the CLI never retries by itself."""
-    return make_settings(
-        redis_url,
-        unique,
-        accounts_file=accounts_file,
-        lease_ttl_s=3,
-        heartbeat_s=1,
-        loop_interval_s=0.5,
-        retry_base_s=0.3,
-        retry_max_s=1.0,
-        retry_in_place_max_s=3.0,
-        cli_max_retries=0,
-        shutdown_grace_s=5,
-        unclaimed_resend_s=60,
-        first_byte_timeout_s=30,
-        idle_timeout_s=30,
-        deadline_s=120,
-        concurrency=2,
-    )
+    return make_settings(redis_url, unique, accounts_file=accounts_file, **FAST_E2E)
 
 
 @pytest.fixture

@@ -29,7 +29,15 @@ from tests.conftest import make_settings
 from tests.e2e.conftest import assert_no_secrets
 from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary
 from tests.support.procs import kill_claude, run_until
-from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, worker_env, write_accounts_toml
+from tests.support.worker_proc import (
+    FAST_E2E,
+    SimAccount,
+    WorkerProcess,
+    start_worker,
+    stop_all,
+    worker_env,
+    write_accounts_toml,
+)
 from worker.metrics import OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
 
 pytestmark = pytest.mark.e2e
@@ -132,23 +140,7 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     client_redis = redis.Redis.from_url(redis_url)
     with SimulatorServer(sim_config) as sim:
         accounts_file = write_accounts_toml(tmp / "accounts.toml", ACCOUNTS, sim.base_url)
-        settings = make_settings(
-            redis_url,
-            uuid.uuid4().hex[:10],
-            accounts_file=accounts_file,
-            lease_ttl_s=3,
-            heartbeat_s=1,
-            loop_interval_s=0.5,
-            retry_base_s=0.3,
-            retry_max_s=1.0,
-            retry_in_place_max_s=3.0,
-            cli_max_retries=0,
-            shutdown_grace_s=5,
-            first_byte_timeout_s=30,
-            idle_timeout_s=30,
-            deadline_s=120,
-            concurrency=2,
-        )
+        settings = make_settings(redis_url, uuid.uuid4().hex[:10], accounts_file=accounts_file, **FAST_E2E)
         settings = settings.model_copy(
             update={"policy": settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})}
         )

@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -25,6 +26,24 @@ from tests.support.procs import descendants, run_until
 
 #: Variables a worker must not inherit from the test process (they would change its configuration or leak).
 _SCRUB_PREFIXES = ("CLAUDEQ_", "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_CONFIG_DIR")
+
+
+#: Settings that keep end-to-end tests fast: short leases, heartbeats and backoffs; the CLI never retries itself.
+FAST_E2E: dict[str, Any] = {
+    "lease_ttl_s": 3,
+    "heartbeat_s": 1,
+    "loop_interval_s": 0.5,
+    "retry_base_s": 0.3,
+    "retry_max_s": 1.0,
+    "retry_in_place_max_s": 3.0,
+    "cli_max_retries": 0,
+    "shutdown_grace_s": 5,
+    "unclaimed_resend_s": 60,
+    "first_byte_timeout_s": 30,
+    "idle_timeout_s": 30,
+    "deadline_s": 120,
+    "concurrency": 2,
+}
 
 
 @dataclass(frozen=True)
