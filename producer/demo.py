@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,6 +102,7 @@ def _redis() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(5)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @contextmanager
@@ -201,7 +203,7 @@ def main() -> None:
                 [sys.executable, "-m", "worker.main", "--concurrency", "4"],
                 env,
                 workdir / "worker.log",
-                "ready",
+                " ready.",  # Celery logs "celery@host ready." once it consumes
             )
         )
         console.print(f"worker     started (log: {workdir / 'worker.log'})")
@@ -240,6 +242,7 @@ def main() -> None:
         if keys:
             client.store.redis.delete(*keys)
         client.store.redis.delete(queue)
+    shutil.rmtree(workdir, ignore_errors=True)  # only on success: a failure points at the logs in it
 
 
 if __name__ == "__main__":
