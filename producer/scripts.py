@@ -11,18 +11,18 @@ from the hash, so claudeq needs a single Redis node (or a primary with replicas)
 from __future__ import annotations
 
 # KEYS: job, jobs, queued, idem ('' = none).
-# ARGV: job_id, created_ms, now_s, idem_ttl_s (unused, kept for callers), job_key_prefix, field, value, ...
+# ARGV: job_id, created_ms, now_s, job_key_prefix, field, value, ...
 CREATE = """
 if KEYS[4] ~= '' then
   local existing = redis.call('GET', KEYS[4])
-  if existing and redis.call('EXISTS', ARGV[5] .. existing) == 1 then
+  if existing and redis.call('EXISTS', ARGV[4] .. existing) == 1 then
     return {0, existing}
   end
   -- No expiry while the job is alive; finishing it gives the key the job's retention.
   redis.call('SET', KEYS[4], ARGV[1])
   redis.call('HSET', KEYS[1], 'idem', KEYS[4])
 end
-for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 return {1, ARGV[1]}

@@ -111,7 +111,6 @@ class JobStore:
                 record.id,
                 int(record.created_at.timestamp() * 1000),
                 now,
-                self.result_ttl_s,
                 self.keys.job(""),
                 *fields,
             ],

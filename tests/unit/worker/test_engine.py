@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -59,6 +59,20 @@ class Harness:
 
     def deliver(self, job_id: str) -> str:
         return self.engine.deliver_blocking(job_id)
+
+    def start_delivery(self, job_id: str, started: threading.Event) -> Callable[[], list[str]]:
+        """Deliver from another thread (as Celery does); return once the run started, with a `finish()` that
+        waits for the delivery and gives its result."""
+        result: list[str] = []
+        thread = threading.Thread(target=lambda: result.append(self.deliver(job_id)))
+        thread.start()
+        assert started.wait(5)
+
+        def finish() -> list[str]:
+            thread.join(5)
+            return result
+
+        return finish
 
     def events(self, job_id: str) -> list[str]:
         return [e.type for _, e in self.store.read_events(job_id)]
@@ -219,14 +233,10 @@ def test_cancel_stops_the_run_and_keeps_partial_output(make: Any) -> None:
     started = threading.Event()
     h = make(blocking(started))
     job = h.submit()
-    result: list[str] = []
-    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
-    thread.start()
-    assert started.wait(5)
+    finish = h.start_delivery(job, started)
     assert h.store.cancel(job) == "running"
     h.engine.request_cancel(job)
-    thread.join(5)
-    assert result == ["cancelled"]
+    assert finish() == ["cancelled"]
     record = h.store.get(job)
     assert record.status == "cancelled" and record.session_id == "s-block"
     assert record.result is not None and record.result.text == "partial"
@@ -237,13 +247,9 @@ def test_cancel_flag_is_caught_by_the_heartbeat_when_the_wakeup_is_missed(make: 
     started = threading.Event()
     h = make(blocking(started))
     job = h.submit()
-    result: list[str] = []
-    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
-    thread.start()
-    assert started.wait(5)
+    finish = h.start_delivery(job, started)
     h.store.cancel(job)  # no request_cancel: only the flag
-    thread.join(5)
-    assert result == ["cancelled"]
+    assert finish() == ["cancelled"]
 
 
 def test_cancelled_before_the_run_does_not_run(make: Any) -> None:
@@ -279,17 +285,13 @@ def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: JobStore
     started = threading.Event()
     h = make(blocking(started))
     job = h.submit()
-    result: list[str] = []
-    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
-    thread.start()
-    assert started.wait(5)
+    finish = h.start_delivery(job, started)
     # Another worker takes over: the lease is gone and the job is claimed again with a new fence.
     store.redis.delete(store.keys.lease(job))
     record = store.get(job)
     assert store.recover(job, record.fence, record.attempts)
     assert store.claim(job, "w2", 30).ok
-    thread.join(5)
-    assert result == ["lost"]
+    assert finish() == ["lost"]
     after = store.get(job)
     assert after.status == "running" and after.worker == "w2"
     assert after.result is None  # the stale worker wrote nothing
@@ -322,13 +324,9 @@ def test_shutdown_requeues_running_jobs(make: Any) -> None:
     started = threading.Event()
     h = make(blocking(started))
     job = h.submit()
-    result: list[str] = []
-    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
-    thread.start()
-    assert started.wait(5)
+    finish = h.start_delivery(job, started)
     h.engine.begin_shutdown(0.1).result(5)
-    thread.join(5)
-    assert result == ["requeued"]
+    assert finish() == ["requeued"]
     record = h.store.get(job)
     assert record.status == "queued" and [a.outcome for a in record.attempts] == ["requeued"]
     assert h.sent == [job]
@@ -379,13 +377,9 @@ def test_a_run_that_finished_as_shutdown_began_keeps_its_success(make: Any) -> N
     started = threading.Event()
     h = make(finishes_after_cancel(started))
     job = h.submit()
-    result: list[str] = []
-    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
-    thread.start()
-    assert started.wait(5)
+    finish = h.start_delivery(job, started)
     h.engine.begin_shutdown(0.05).result(5)
-    thread.join(5)
-    assert result == ["succeeded"]  # not requeued and run a second time
+    assert finish() == ["succeeded"]  # not requeued and run a second time
     record = h.store.get(job)
     assert record.status == "succeeded"
     assert [a.outcome for a in record.attempts] == ["success"]
@@ -411,14 +405,10 @@ def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, sto
     accounts = FakeAccounts(A)
     h = make(blocking(started), accounts=accounts)
     job = h.submit()
-    result: list[str] = []
-    thread = threading.Thread(target=lambda: result.append(h.deliver(job)))
-    thread.start()
-    assert started.wait(5)
+    finish = h.start_delivery(job, started)
     # Another worker took the job over (its lease expired while this one was paused): new fence, same slot member.
     store.redis.delete(store.keys.lease(job))
-    thread.join(5)
-    assert result == ["lost"]
+    assert finish() == ["lost"]
     assert job not in accounts.released  # the new owner may hold this very slot
     assert store.get(job).status == "running"
 
