@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: venv
-	$(BIN)/python -m producer.demo
+	$(BIN)/python ops/demo.py
 
 lint: venv
 	$(BIN)/ruff check .

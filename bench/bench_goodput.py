@@ -35,9 +35,9 @@ from typing import Any
 import redis
 from celery import Celery
 
-from producer.client import Client
-from producer.models import JobRecord
-from simulator.testing import SimulatorServer
+from claudeq.models import JobRecord
+from claudeq.producer.client import Client
+from claudeq.simulator.testing import SimulatorServer
 from tests.conftest import make_settings
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml

@@ -24,12 +24,12 @@ from pathlib import Path
 import redis
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
-from producer.client import Client
-from simulator.testing import SimulatorServer
+from claudeq.producer.client import Client
+from claudeq.simulator.testing import SimulatorServer
+from claudeq.worker.launcher import bundled_cli
 from tests.conftest import make_settings
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
-from worker.launcher import bundled_cli
 
 PROMPT = '[[sim: text "ok"]] short job {n}'
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from simulator.testing import READY_PREFIX, start_simulator_process  # noqa: E402
+from claudeq.simulator.testing import READY_PREFIX, start_simulator_process  # noqa: E402
 
 TOKEN = "sk-ant-oat01-bench"
 PROMPT = "Summarise the benefits of a job queue for background agent runs in two sentences."
@@ -49,7 +49,7 @@ def serve_baseline(payload_path: str) -> None:
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    from simulator.testing import bind_socket, uvicorn_config
+    from claudeq.simulator.testing import bind_socket, uvicorn_config
 
     payload = Path(payload_path).read_bytes()
 

@@ -1,8 +1,8 @@
 """claudeq configuration: Settings, the account pool, the worker policy and the Celery configuration."""
 
-from config.accounts import AccountConfig, AccountPool
-from config.errors import ConfigError
-from config.settings import TOOL_PROFILES, Settings, WorkerPolicy, load_settings
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy, load_settings
+from claudeq.errors import ConfigError
 
 __all__ = [
     "TOOL_PROFILES",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.settings import Settings
+from claudeq.config.settings import Settings
 
 TASK_RUN = "claudeq.run"
 

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from config.accounts import AccountPool
-from config.errors import ConfigError
+from claudeq.config.account_pool import AccountPool
+from claudeq.errors import ConfigError
 
 #: Built-in tool sets a job may ask for by name. `none` is the default: a plain LLM run with no tools at all.
 TOOL_PROFILES: dict[str, list[str]] = {

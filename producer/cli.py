@@ -19,13 +19,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
-from config.settings import Settings, load_settings
-from producer.cli_accounts import accounts_app
-from producer.cli_conversation import conversation_app
-from producer.client import Client
-from producer.exporter import exporter_command
-from producer.models import TERMINAL, Event, JobRecord, JobStatus
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
+from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
+from claudeq.producer.cli_accounts import accounts_app
+from claudeq.producer.cli_conversation import conversation_app
+from claudeq.producer.client import Client
+from claudeq.worker.exporter import exporter_command
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 

@@ -15,11 +15,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.errors import ConfigError, UnknownAccount
-from config.settings import load_settings
-from producer.accounts import AccountStore
-from producer.keys import Keys
-from producer.models import AccountState, utcnow
+from claudeq.account_state import AccountStore
+from claudeq.config.settings import load_settings
+from claudeq.errors import ConfigError, UnknownAccount
+from claudeq.keys import Keys
+from claudeq.models import AccountState, utcnow
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -1,4 +1,4 @@
-"""`claudeq conversation show|delete|list`: a typer sub-app, mounted by `producer.cli` as `conversation`.
+"""`claudeq conversation show|delete|list`: a typer sub-app, mounted by `claudeq.producer.cli` as `conversation`.
 
 Exit codes follow `claudeq`: 0 ok, 1 runtime error (Redis unreachable, …), 5 no such conversation.
 """
@@ -13,10 +13,10 @@ import redis
 import typer
 from rich.console import Console
 
-from config.errors import ConfigError
-from config.settings import Settings, load_settings
-from producer.conversations import ConversationInfo, ConversationStore, delete_conversation
-from producer.sessions import RedisSessionStore
+from claudeq.config.settings import Settings, load_settings
+from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
+from claudeq.errors import ConfigError
+from claudeq.transcripts import RedisSessionStore
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2

@@ -11,13 +11,13 @@ from typing import Any
 
 import redis
 
-from config.celery import TASK_RUN, make_celery
-from config.errors import JobTimeout, RecordUnreadable
-from config.settings import Settings, load_settings
-from producer.keys import Keys
-from producer.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
-from producer.store import JobStore
-from producer.validation import validate_spec
+from claudeq.config.celery import TASK_RUN, make_celery
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import JobTimeout, RecordUnreadable
+from claudeq.jobs import JobStore
+from claudeq.keys import Keys
+from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
+from claudeq.producer.validation import validate_spec
 
 
 def new_job_id() -> str:
@@ -122,7 +122,7 @@ class Client:
         terminal status it already had. JobNotFound when there is no such job."""
         result = self.store.cancel(job_id, reason)
         if result == "missing":
-            from config.errors import JobNotFound
+            from claudeq.errors import JobNotFound
 
             raise JobNotFound(job_id)
         return result

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from config.errors import JobSpecError
-from config.settings import Settings
-from producer.models import JobSpec
+from claudeq.config.settings import Settings
+from claudeq.errors import JobSpecError
+from claudeq.models import JobSpec
 
 
 def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec:

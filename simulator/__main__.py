@@ -1,4 +1,4 @@
-"""`claudeq-sim` / `python -m simulator`: serve the simulator until SIGINT or SIGTERM."""
+"""`claudeq-sim` / `python -m claudeq.simulator`: serve the simulator until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
-from simulator.app import create_app, quiet_dropped_streams
-from simulator.config import SimConfig, load_config
-from simulator.service import Simulator
-from simulator.testing import READY_PREFIX, bind_socket, uvicorn_config
+from claudeq.simulator.app import create_app, quiet_dropped_streams
+from claudeq.simulator.config import SimConfig, load_config
+from claudeq.simulator.service import Simulator
+from claudeq.simulator.testing import READY_PREFIX, bind_socket, uvicorn_config
 
 DEFAULT_PORT = 8790
 EXIT_OK = 0

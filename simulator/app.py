@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from simulator.config import SimConfig, redacted
-from simulator.errors import ApiError, new_request_id
-from simulator.service import Simulator
+from claudeq.simulator.config import SimConfig, redacted
+from claudeq.simulator.errors import ApiError, new_request_id
+from claudeq.simulator.service import Simulator
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.errors import ApiError
+from claudeq.simulator.errors import ApiError
 
 # The CLI's session-title side request carries this system text (reference §0).
 TITLE_SYSTEM_MARKER = "You are naming a coding session"

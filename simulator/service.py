@@ -10,16 +10,16 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
-from simulator.config import SimConfig, coerce_config, merge_config
-from simulator.connection import ClientGone, Connection, Message, Receive, Scope, Send
-from simulator.directives import DirectiveError, parse_directives
-from simulator.errors import ApiError, new_request_id
-from simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_pieces
-from simulator.replies import Reply, plan_reply, title_reply
-from simulator.sse import block_events, message_body, message_end, message_start, new_message_id
-from simulator.stats import Stats
-from simulator.usage import Usage, estimate_tokens
+from claudeq.simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
+from claudeq.simulator.config import SimConfig, coerce_config, merge_config
+from claudeq.simulator.connection import ClientGone, Connection, Message, Receive, Scope, Send
+from claudeq.simulator.directives import DirectiveError, parse_directives
+from claudeq.simulator.errors import ApiError, new_request_id
+from claudeq.simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_pieces
+from claudeq.simulator.replies import Reply, plan_reply, title_reply
+from claudeq.simulator.sse import block_events, message_body, message_end, message_start, new_message_id
+from claudeq.simulator.stats import Stats
+from claudeq.simulator.usage import Usage, estimate_tokens
 
 __all__ = ["Message", "Simulator"]
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from simulator.app import create_app, quiet_dropped_streams
-from simulator.config import SimConfig
-from simulator.service import Simulator
+from claudeq.simulator.app import create_app, quiet_dropped_streams
+from claudeq.simulator.config import SimConfig
+from claudeq.simulator.service import Simulator
 
 READY_PREFIX = "listening on "
 START_TIMEOUT_S = 30.0
@@ -134,11 +134,11 @@ class SimulatorServer:
 def start_simulator_process(
     config_path: Path | None, extra_args: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[str], str]:
-    """Start `python -m simulator --port 0 …`, wait for its "listening on" line; return (process, base URL).
+    """Start `python -m claudeq.simulator --port 0 …`, wait for its "listening on" line; return (process, base URL).
 
     The caller owns the process: terminate() it (SIGTERM stops it cleanly) and wait().
     """
-    cmd = [sys.executable, "-m", "simulator", "--port", "0"]
+    cmd = [sys.executable, "-m", "claudeq.simulator", "--port", "0"]
     if config_path is not None:
         cmd += ["--config", str(config_path)]
     cmd += list(extra_args)

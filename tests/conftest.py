@@ -14,9 +14,9 @@ import fakeredis
 import pytest
 import redis
 
-from config.settings import Settings
-from producer.client import Client, make_store
-from producer.store import JobStore
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobStore
+from claudeq.producer.client import Client, make_store
 from tests.support.redis_server import PrivateRedis, redis_url_for_tests
 
 

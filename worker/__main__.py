@@ -1,7 +1,7 @@
-"""`python -m worker` is `claudeq-worker`."""
+"""`python -m claudeq.worker` is `claudeq-worker`."""
 
 import sys
 
-from worker.main import main
+from claudeq.worker.main import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""The Celery app (`celery -A worker.app worker`, or `claudeq-worker`) and the task `claudeq.run(job_id)`.
+"""The Celery app (`celery -A claudeq.worker.app worker`, or `claudeq-worker`) and the task `claudeq.run(job_id)`.
 
 The task hands the job to the process's engine and blocks its Celery thread until the engine is done with this
 delivery (run finished, deferred, requeued or dropped). It never raises for job problems: a bad message is logged
@@ -17,15 +17,15 @@ from typing import Any
 import redis
 from celery import signals
 
-from config.celery import TASK_RUN, make_celery
-from config.errors import ConfigError
-from config.settings import Settings, load_settings
-from producer.client import make_store, send_run
-from producer.keys import Keys
-from producer.models import JobSpec
-from worker.engine import Engine
-from worker.loops import Loops
-from worker.sessions import SessionPlanner
+from claudeq.config.celery import TASK_RUN, make_celery
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import ConfigError
+from claudeq.keys import Keys
+from claudeq.models import JobSpec
+from claudeq.producer.client import make_store, send_run
+from claudeq.worker.engine import Engine
+from claudeq.worker.loops import Loops
+from claudeq.worker.session_planner import SessionPlanner
 
 log = logging.getLogger("claudeq.worker")
 
@@ -61,9 +61,9 @@ _shutdown_signals = 0
 
 def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     """Wire the engine of this process: store, accounts, runner, metrics, loops (not started)."""
-    from worker.accounts import AccountManager
-    from worker.metrics import WorkerMetrics
-    from worker.runner import Runner
+    from claudeq.worker.account_manager import AccountManager
+    from claudeq.worker.metrics import WorkerMetrics
+    from claudeq.worker.runner import Runner
 
     client = redis.Redis.from_url(cfg.redis_url, health_check_interval=30)
     store = make_store(cfg, client)

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from config.accounts import AccountConfig
-from config.settings import Settings
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
 
 #: Variables the CLI reads credentials from; blanked unless they carry this run's own token.
 CREDENTIAL_VARS: tuple[str, ...] = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")

@@ -1,7 +1,7 @@
 """The engine: ONE asyncio loop per worker process, on a long-lived thread, hosting every run of the process.
 
 Celery's task threads hand deliveries to it (`Engine.deliver_blocking`) and wait. Per delivery: claim (fenced lease)
--> heartbeat -> account slot -> run -> classify (worker.policy) -> record the attempt -> fenced write -> release the
+-> heartbeat -> account slot -> run -> classify (failure) -> record the attempt -> fenced write -> release the
 slot -> metrics. The CLI processes are spawned from the loop's thread, so their parent-death signal is tied to a
 thread that lives as long as the worker.
 """
@@ -21,10 +21,11 @@ from typing import Any, Protocol, TypeVar
 import redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from config.accounts import AccountConfig
-from config.errors import ConfigError, JobNotFound, PolicyViolation, RateLimited, RecordUnreadable
-from config.settings import Settings
-from producer.models import (
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.errors import ConfigError, JobNotFound, PolicyViolation, RateLimited, RecordUnreadable
+from claudeq.jobs import JobStore
+from claudeq.models import (
     FREE_OUTCOMES,
     Attempt,
     ErrorKind,
@@ -36,14 +37,13 @@ from producer.models import (
     Usage,
     utcnow,
 )
-from producer.store import JobStore
-from producer.validation import policy_problems
-from worker.choice import NoAccount
-from worker.metrics import primary_model
-from worker.outcome import RateLimitSignal, RunOutcome
-from worker.policy import Decision, decide
-from worker.retry import DeferInstead, Step, StepKind, run_attempts
-from worker.sessions import SessionPlanner
+from claudeq.producer.validation import policy_problems
+from claudeq.worker.account_choice import NoAccount
+from claudeq.worker.failure import Decision, decide
+from claudeq.worker.metrics import primary_model
+from claudeq.worker.outcome import RateLimitSignal, RunOutcome
+from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
+from claudeq.worker.session_planner import SessionPlanner
 
 log = logging.getLogger("claudeq.engine")
 
@@ -54,21 +54,21 @@ Sender = Callable[[str, JobSpec | None], None]
 
 
 class RunnerLike(Protocol):
-    """worker.runner.Runner as the engine uses it."""
+    """claudeq.worker.runner.Runner as the engine uses it."""
 
     def check(self, spec: JobSpec) -> None: ...  # PolicyViolation when this worker's policy forbids the spec
     async def run(self, req: Any, emit: EventSink, cancel: asyncio.Event) -> RunOutcome: ...
 
 
 class SlotLike(Protocol):
-    """worker.accounts.SlotLease."""
+    """claudeq.worker.account_manager.SlotLease."""
 
     @property
     def account(self) -> AccountConfig: ...
 
 
 class AccountsLike(Protocol):
-    """worker.accounts.AccountManager as the engine uses it (sync; called in threads)."""
+    """claudeq.worker.account_manager.AccountManager as the engine uses it (sync; called in threads)."""
 
     def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = ...) -> Any: ...
     def refresh(self, lease: Any, ttl_s: float) -> None: ...
@@ -80,7 +80,7 @@ class AccountsLike(Protocol):
 
 
 class MetricsLike(Protocol):
-    """worker.metrics.WorkerMetrics as the engine uses it (never raises)."""
+    """claudeq.worker.metrics.WorkerMetrics as the engine uses it (never raises)."""
 
     def job_finished(self, queue: str, status: str) -> None: ...
     def attempt(self, account: str, outcome: str) -> None: ...
@@ -96,8 +96,8 @@ class MetricsLike(Protocol):
 
 
 def default_request_factory(**fields: Any) -> Any:
-    """Build a worker.runner.RunRequest (imported late: the runner pulls in the SDK)."""
-    from worker.runner import RunRequest
+    """Build a claudeq.worker.runner.RunRequest (imported late: the runner pulls in the SDK)."""
+    from claudeq.worker.runner import RunRequest
 
     return RunRequest(**fields)
 

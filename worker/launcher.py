@@ -12,8 +12,8 @@ from pathlib import Path
 
 import claude_agent_sdk
 
-from config.errors import ConfigError
-from config.settings import Settings
+from claudeq.config.settings import Settings
+from claudeq.errors import ConfigError
 
 WRAPPER_NAME = "claude-pdeathsig.sh"
 

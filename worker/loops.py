@@ -19,10 +19,10 @@ import time
 import redis
 import redis.asyncio as aioredis
 
-from config.errors import JobNotFound, RecordUnreadable
-from producer.broker import pending_job_ids
-from producer.models import Attempt, Event, JobRecord, utcnow
-from worker.engine import Engine
+from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.models import Attempt, Event, JobRecord, utcnow
+from claudeq.worker.broker import pending_job_ids
+from claudeq.worker.engine import Engine
 
 log = logging.getLogger("claudeq.loops")
 

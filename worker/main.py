@@ -11,8 +11,8 @@ import time
 
 import redis
 
-from config.errors import ConfigError
-from config.settings import Settings, load_settings
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import ConfigError
 
 #: Exit codes (named: compose healthchecks and scripts branch on them).
 EXIT_OK = 0
@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def apply_overrides(args: argparse.Namespace) -> None:
-    """Command-line options win over the environment (worker.app reads settings from it at import)."""
+    """Command-line options win over the environment (claudeq.worker.app reads settings from it at import)."""
     if args.concurrency is not None:
         os.environ["CLAUDEQ_CONCURRENCY"] = str(args.concurrency)
     if args.queues:
@@ -46,8 +46,8 @@ def apply_overrides(args: argparse.Namespace) -> None:
 
 def check_health(settings: Settings) -> int:
     """EXIT_OK when the heartbeat of CLAUDEQ_WORKER_ID (or of a worker on this host) is fresh, else EXIT_UNHEALTHY."""
-    from producer.keys import Keys
-    from worker.loops import worker_ttl_s
+    from claudeq.keys import Keys
+    from claudeq.worker.loops import worker_ttl_s
 
     keys = Keys(settings.key_prefix)
     max_age = worker_ttl_s(settings.heartbeat_s)
@@ -69,8 +69,8 @@ def check_health(settings: Settings) -> int:
 
 def preflight(settings: Settings) -> None:
     """Fail fast on what would make every run fail: no accounts, no CLI."""
-    from worker.launcher import locate_cli, wrapper_path
-    from worker.tools import ToolRegistry
+    from claudeq.worker.launcher import locate_cli, wrapper_path
+    from claudeq.worker.tools import ToolRegistry
 
     if not settings.accounts.accounts:
         raise ConfigError(
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
         stream=sys.stderr,
     )
-    from worker.app import app, start_metrics
+    from claudeq.worker.app import app, start_metrics
 
     try:
         start_metrics()  # before Celery starts: a taken port stops the worker with a clear message

@@ -16,9 +16,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from config.errors import ConfigError
-from producer.models import Usage
-from worker.outcome import RateLimitSignal
+from claudeq.errors import ConfigError
+from claudeq.models import Usage
+from claudeq.worker.outcome import RateLimitSignal
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from claude_agent_sdk.types import (
     ThinkingConfig,
 )
 
-from config.errors import PolicyViolation
-from config.settings import FILE_TOOLS, Settings, WorkerPolicy
-from producer.models import JobSpec
-from worker.tools import SERVER_NAME, ToolRegistry, wire_name
+from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
+from claudeq.errors import PolicyViolation
+from claudeq.models import JobSpec
+from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
 
 #: Input fields of the file tools that name a path.
 PATH_FIELDS: tuple[str, ...] = ("file_path", "path", "notebook_path")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from producer.models import JobResult
+from claudeq.models import JobResult
 
 #: Why the worker itself stopped a run (watchdogs and cancel), or None when the CLI ended on its own.
 StopReason = Literal["first_byte", "idle", "deadline", "cancel", "shutdown"]

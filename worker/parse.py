@@ -26,10 +26,10 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import MirrorErrorMessage
 
-from producer.models import Event, Usage
-from worker.cli_env import redact
-from worker.outcome import RateLimitSignal, RunOutcome
-from worker.prices import cost_usd
+from claudeq.models import Event, Usage
+from claudeq.worker.cli_env import redact
+from claudeq.worker.outcome import RateLimitSignal, RunOutcome
+from claudeq.worker.prices import cost_usd
 
 #: Longest text kept in one event's field (tool inputs and results, assistant text).
 TEXT_LIMIT = 4000

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from worker.cli_env import JOB_ID_VAR, RUN_ID_VAR
+from claudeq.worker.cli_env import JOB_ID_VAR, RUN_ID_VAR
 
 _PROC = Path("/proc")
 

@@ -18,9 +18,9 @@ from typing import Literal
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
 
-from config.errors import RateLimited
-from config.settings import Settings
-from worker.waits import wait_rate_limit
+from claudeq.config.settings import Settings
+from claudeq.errors import RateLimited
+from claudeq.worker.waits import wait_rate_limit
 
 StepKind = Literal["done", "retry", "reroute", "wait"]
 

@@ -25,17 +25,17 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeSDKClient, ProcessError
 
-from config.accounts import AccountConfig
-from config.settings import Settings
-from producer.models import Event, JobSpec
-from worker import procs
-from worker.cli_env import build_env, redact, remember_settings_secrets
-from worker.launcher import locate_cli, python_for_wrapper, wrapper_path
-from worker.options import build_options, check_spec
-from worker.outcome import RunOutcome, StopReason
-from worker.parse import MessageParser
-from worker.tools import ToolRegistry
-from worker.watchdog import Timeouts, Watchdog
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.models import Event, JobSpec
+from claudeq.worker import procs
+from claudeq.worker.cli_env import build_env, redact, remember_settings_secrets
+from claudeq.worker.launcher import locate_cli, python_for_wrapper, wrapper_path
+from claudeq.worker.options import build_options, check_spec
+from claudeq.worker.outcome import RunOutcome, StopReason
+from claudeq.worker.parse import MessageParser
+from claudeq.worker.tools import ToolRegistry
+from claudeq.worker.watchdog import Timeouts, Watchdog
 
 log = logging.getLogger(__name__)
 

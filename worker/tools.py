@@ -8,8 +8,8 @@ from typing import Any
 from claude_agent_sdk import SdkMcpTool, create_sdk_mcp_server
 from claude_agent_sdk.types import McpSdkServerConfig
 
-from config.errors import ConfigError
-from config.settings import Settings
+from claudeq.config.settings import Settings
+from claudeq.errors import ConfigError
 
 #: The MCP server name jobs' tools are served under; the CLI names them `mcp__claudeq__<tool>`.
 SERVER_NAME = "claudeq"

@@ -13,8 +13,8 @@ from datetime import datetime
 from tenacity import RetryCallState
 from tenacity.wait import wait_base, wait_random_exponential
 
-from config.errors import RateLimited
-from producer.models import utcnow
+from claudeq.errors import RateLimited
+from claudeq.models import utcnow
 
 
 def rate_limited_exception(state: RetryCallState) -> RateLimited | None:

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from config.settings import Settings
-from producer.models import JobSpec
-from worker.outcome import StopReason
+from claudeq.config.settings import Settings
+from claudeq.models import JobSpec
+from claudeq.worker.outcome import StopReason
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
+from claudeq.config.settings import Settings
 from tests.conftest import make_settings
 from tests.support.procs import kill_claude
 from tests.support.worker_proc import (
@@ -37,7 +37,7 @@ def accounts() -> list[SimAccount]:
 @pytest.fixture
 def simulator(accounts: list[SimAccount]) -> Iterator[Any]:
     """An in-thread simulator knowing the test accounts' fake tokens."""
-    from simulator.testing import SimulatorServer
+    from claudeq.simulator.testing import SimulatorServer
 
     config = {"accounts": [{"name": a.name, "token": a.token_value, "kind": a.kind} for a in accounts]}
     with SimulatorServer(config) as sim:

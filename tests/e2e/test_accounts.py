@@ -16,12 +16,12 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from config.settings import Settings
-from producer.accounts import AccountStore
-from producer.cli_accounts import accounts_app
-from producer.client import Client
-from producer.keys import Keys
-from producer.models import JobRecord
+from claudeq.account_state import AccountStore
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.models import JobRecord
+from claudeq.producer.cli_accounts import accounts_app
+from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import run_until
 from tests.support.worker_proc import SimAccount, write_accounts_toml

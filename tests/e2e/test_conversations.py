@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from producer.client import Client
-from producer.conversations import ConversationStore
-from producer.models import Event, JobRecord
+from claudeq.config.settings import Settings
+from claudeq.conversations import ConversationStore
+from claudeq.models import Event, JobRecord
+from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
 
 pytestmark = pytest.mark.e2e

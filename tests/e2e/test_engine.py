@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from config.settings import Settings
-from producer.client import Client, new_job_id
-from producer.models import JobRecord, JobSpec, utcnow
+from claudeq.config.settings import Settings
+from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.producer.client import Client, new_job_id
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import claude_pids, count_claude, run_until
 
@@ -155,7 +155,7 @@ def test_kill_9_worker_mid_run_cli_dies_and_another_worker_finishes(
 
 
 def test_duplicate_delivery_while_running_runs_once(client: Client, workers: WorkerFactory) -> None:
-    from producer.client import send_run
+    from claudeq.producer.client import send_run
 
     worker = workers()
     job = client.submit(prompt="[[sim: stall 3]] only once", idle_timeout_s=60)
@@ -193,7 +193,7 @@ def new_record(store: Any) -> str:
 def test_bad_input_fails_the_job_or_drops_the_message_and_the_worker_keeps_running(
     client: Client, workers: WorkerFactory, store: Any
 ) -> None:
-    from config.celery import TASK_RUN
+    from claudeq.config.celery import TASK_RUN
 
     worker = workers()
     celery = client.celery

@@ -22,9 +22,10 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.settings import Settings
-from producer.client import Client
-from producer.models import TERMINAL, JobRecord
+from claudeq.config.settings import Settings
+from claudeq.models import TERMINAL, JobRecord
+from claudeq.producer.client import Client
+from claudeq.worker.metrics import OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
 from tests.conftest import make_settings
 from tests.e2e.conftest import assert_no_secrets
 from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary
@@ -38,7 +39,6 @@ from tests.support.worker_proc import (
     worker_env,
     write_accounts_toml,
 )
-from worker.metrics import OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
 
 pytestmark = pytest.mark.e2e
 
@@ -84,11 +84,11 @@ def summed(scrapes: list[Samples], name: str, by: tuple[str, ...]) -> dict[tuple
 
 
 def start_exporter(settings: Settings, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """`python -m producer.exporter` as its own process, with the workers' configuration."""
+    """`python -m claudeq.worker.exporter` as its own process, with the workers' configuration."""
     port = free_port()
     log = (log_dir / "exporter.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "producer.exporter", "--port", str(port), "--addr", "127.0.0.1"],
+        [sys.executable, "-m", "claudeq.worker.exporter", "--port", str(port), "--addr", "127.0.0.1"],
         env=worker_env(settings, ACCOUNTS),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -126,7 +126,7 @@ def submit_mix(client: Client) -> list[str]:
 @pytest.fixture(scope="module")
 def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Run the scenario once for the module's tests (each real CLI run costs ~0.5 s CPU)."""
-    from simulator.testing import SimulatorServer
+    from claudeq.simulator.testing import SimulatorServer
 
     tmp = tmp_path_factory.mktemp("metrics-e2e")
     windows = {"alpha": [ALPHA_WINDOW], "beta": [BETA_WINDOW]}

@@ -9,8 +9,8 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from config.settings import Settings
-from producer.cli_accounts import accounts_app
+from claudeq.config.settings import Settings
+from claudeq.producer.cli_accounts import accounts_app
 
 pytestmark = pytest.mark.integration
 

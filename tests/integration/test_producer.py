@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from producer.broker import pending_job_ids
-from producer.client import Client
+from claudeq.config.settings import Settings
+from claudeq.producer.client import Client
+from claudeq.worker.broker import pending_job_ids
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def _cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess
         "CLAUDEQ_QUEUES": json.dumps(settings.queues),
     }
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "claudeq.producer.cli", *args],
         env=env,
         capture_output=True,
         text=True,

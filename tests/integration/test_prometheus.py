@@ -22,16 +22,16 @@ import redis
 import yaml
 from prometheus_client import CollectorRegistry
 
-from config.settings import Settings
-from producer import exporter
-from producer.accounts import AccountStore
-from producer.keys import Keys
-from producer.models import JobRecord, JobSpec, Usage, utcnow
-from producer.store import JobStore
+from claudeq.account_state import AccountStore
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobStore
+from claudeq.keys import Keys
+from claudeq.models import JobRecord, JobSpec, Usage, utcnow
+from claudeq.worker import exporter
+from claudeq.worker.metrics import WorkerMetrics
+from claudeq.worker.outcome import RateLimitSignal
 from tests.conftest import make_settings
 from tests.support.binaries import require_binary
-from worker.metrics import WorkerMetrics
-from worker.outcome import RateLimitSignal
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "claudeq.json"

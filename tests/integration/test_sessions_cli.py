@@ -11,10 +11,10 @@ import redis
 import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
-from config.settings import Settings
-from producer.cli_conversation import EXIT_NOT_FOUND, conversation_app
-from producer.conversations import ConversationStore, Turn
-from producer.sessions import RedisSessionStore
+from claudeq.config.settings import Settings
+from claudeq.conversations import ConversationStore, Turn
+from claudeq.producer.cli_conversation import EXIT_NOT_FOUND, conversation_app
+from claudeq.transcripts import RedisSessionStore
 
 pytestmark = pytest.mark.integration
 

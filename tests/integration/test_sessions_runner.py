@@ -14,13 +14,13 @@ import redis.asyncio as aioredis
 from claude_agent_sdk import project_key_for_directory
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
-from config.accounts import AccountConfig
-from config.settings import Settings
-from producer.models import Event, JobSpec
-from producer.sessions import RedisSessionStore
-from simulator.testing import SimulatorServer
-from worker.options import default_cwd
-from worker.runner import Runner, RunRequest
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.models import Event, JobSpec
+from claudeq.simulator.testing import SimulatorServer
+from claudeq.transcripts import RedisSessionStore
+from claudeq.worker.options import default_cwd
+from claudeq.worker.runner import Runner, RunRequest
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ import redis.asyncio as aioredis
 from claude_agent_sdk.testing import run_session_store_conformance
 from claude_agent_sdk.types import SessionKey
 
-from config.settings import Settings
-from producer.keys import Keys
-from producer.sessions import RedisSessionStore
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.transcripts import RedisSessionStore
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from config.settings import Settings
+from claudeq.config.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def _worker(settings: Settings, *args: str, **env: str) -> subprocess.CompletedP
         **env,
     }
     return subprocess.run(
-        [sys.executable, "-m", "worker.main", *args],
+        [sys.executable, "-m", "claudeq.worker.main", *args],
         env=environ,
         capture_output=True,
         text=True,
@@ -47,7 +47,7 @@ def test_a_taken_metrics_port_stops_the_worker(settings: Settings, redis_client:
 def test_no_accounts_stops_the_worker(settings: Settings, redis_client: object) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")}
     done = subprocess.run(
-        [sys.executable, "-m", "worker.main"],
+        [sys.executable, "-m", "claudeq.worker.main"],
         env={**env, "CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix},
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from worker import procs
+from claudeq.worker import procs
 
 T = TypeVar("T")
 

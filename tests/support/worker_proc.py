@@ -20,8 +20,8 @@ from typing import Any
 
 import redis
 
-from config.settings import Settings
-from producer.keys import Keys
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
 from tests.support.procs import descendants, run_until
 
 #: Variables a worker must not inherit from the test process (they would change its configuration or leak).
@@ -185,7 +185,7 @@ def start_worker(
     log_path = log_dir / f"{worker_id}.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", *(args or [])],
+            [sys.executable, "-m", "claudeq.worker", *(args or [])],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

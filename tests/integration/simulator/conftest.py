@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, Message, ResultError, ResultMessage, query
 
-from simulator.testing import SimulatorServer
+from claudeq.simulator.testing import SimulatorServer
 
 OAUTH = "sk-ant-oat01-integration"
 API_KEY = "sk-ant-api03-integration"

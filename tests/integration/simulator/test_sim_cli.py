@@ -18,7 +18,7 @@ from claude_agent_sdk import (
     tool,
 )
 
-from simulator.testing import SimulatorServer
+from claudeq.simulator.testing import SimulatorServer
 from tests.integration.simulator.conftest import API_KEY, OAUTH, options, run_cli
 
 pytestmark = pytest.mark.integration

@@ -13,15 +13,15 @@ from typing import Any
 import jsonschema
 import pytest
 
-from config.accounts import AccountConfig, AccountPool
-from config.settings import Settings, WorkerPolicy
-from producer.models import Event, JobSpec
-from simulator.testing import SimulatorServer
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.models import Event, JobSpec
+from claudeq.simulator.testing import SimulatorServer
+from claudeq.worker import procs
+from claudeq.worker.outcome import RunOutcome
+from claudeq.worker.prices import cost_usd
+from claudeq.worker.runner import Runner, RunRequest
 from tests.support.sample_tools import CALL_LOG_VAR
-from worker import procs
-from worker.outcome import RunOutcome
-from worker.prices import cost_usd
-from worker.runner import Runner, RunRequest
 
 pytestmark = pytest.mark.integration
 

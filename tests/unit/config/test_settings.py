@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from config.accounts import AccountPool
-from config.celery import celery_config
-from config.errors import ConfigError
-from config.settings import Settings, load_settings
+from claudeq.config.account_pool import AccountPool
+from claudeq.config.celery import celery_config
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import ConfigError
 
 
 def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from config.accounts import AccountPool
-from simulator.config import load_config
+from claudeq.config.account_pool import AccountPool
+from claudeq.simulator.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 _VAR = re.compile(r"\$\{([A-Z0-9_]+)(?::?-([^}]*))?\}")
@@ -137,7 +137,7 @@ def test_commands_are_console_scripts_of_this_repo(services: dict[str, dict[str,
 def test_exporter_subcommand_is_mounted_in_the_cli() -> None:
     import typer.main
 
-    from producer.cli import app
+    from claudeq.producer.cli import app
 
     names = {cmd.name or (cmd.callback.__name__ if cmd.callback else "") for cmd in app.registered_commands}
     groups = {group.name for group in app.registered_groups}

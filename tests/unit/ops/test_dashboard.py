@@ -14,13 +14,13 @@ import fakeredis
 import yaml
 from prometheus_client import CollectorRegistry
 
-from config.accounts import AccountConfig, AccountPool
-from config.settings import Settings
-from producer.exporter import ClusterCollector
-from producer.keys import Keys
-from producer.models import Usage
-from worker.metrics import WorkerMetrics
-from worker.outcome import RateLimitSignal
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.models import Usage
+from claudeq.worker.exporter import ClusterCollector
+from claudeq.worker.metrics import WorkerMetrics
+from claudeq.worker.outcome import RateLimitSignal
 
 ROOT = Path(__file__).resolve().parents[3]
 OPS = ROOT / "ops"

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from config.accounts import AccountConfig, AccountPool
-from config.errors import UnknownAccount
-from producer.accounts import AccountStore
-from producer.keys import Keys
-from producer.models import WindowInfo
+from claudeq.account_state import AccountStore
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.errors import UnknownAccount
+from claudeq.keys import Keys
+from claudeq.models import WindowInfo
 
 KEYS = Keys("t:")
 

@@ -9,11 +9,11 @@ import fakeredis
 import pytest
 from typer.testing import CliRunner
 
-from config.accounts import AccountConfig, AccountPool
-from producer.accounts import AccountStore
-from producer.cli_accounts import EXIT_BAD_INPUT, accounts_app
-from producer.keys import Keys
-from producer.models import WindowInfo
+from claudeq.account_state import AccountStore
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.keys import Keys
+from claudeq.models import WindowInfo
+from claudeq.producer.cli_accounts import EXIT_BAD_INPUT, accounts_app
 
 runner = CliRunner()
 

@@ -8,9 +8,9 @@ from typing import Any
 import fakeredis
 import pytest
 
-from config.errors import JobSpecError, JobTimeout
-from config.settings import Settings
-from producer.client import AsyncClient, Client
+from claudeq.config.settings import Settings
+from claudeq.errors import JobSpecError, JobTimeout
+from claudeq.producer.client import AsyncClient, Client
 
 
 class RecordingCelery:

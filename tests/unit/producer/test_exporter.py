@@ -14,14 +14,14 @@ from prometheus_client import CollectorRegistry, start_http_server
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from config.accounts import AccountConfig, AccountPool
-from config.settings import Settings
-from producer.accounts import AccountStore
-from producer.broker import queue_lists
-from producer.exporter import ClusterCollector
-from producer.keys import Keys
-from producer.models import JobRecord, JobSpec, utcnow
-from producer.store import JobStore
+from claudeq.account_state import AccountStore
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobStore
+from claudeq.keys import Keys
+from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.worker.broker import queue_lists
+from claudeq.worker.exporter import ClusterCollector
 
 NOW = 1_800_000_000.0
 POOL = AccountPool(

@@ -11,8 +11,8 @@ import pytest
 from claude_agent_sdk.testing import run_session_store_conformance
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
-from producer.keys import Keys
-from producer.sessions import RedisSessionStore
+from claudeq.keys import Keys
+from claudeq.transcripts import RedisSessionStore
 
 KEY: SessionKey = {"project_key": "-tmp-work", "session_id": "3f8e0a52-7a3e-4f7e-9d55-0d1b7c1c2a11"}
 

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from config.settings import Settings
-from producer.conversations import ConversationStore, Turn, delete_conversation
-from producer.keys import Keys
-from producer.models import JobRecord, JobSpec
-from producer.sessions import RedisSessionStore
-from producer.store import JobStore
+from claudeq.config.settings import Settings
+from claudeq.conversations import ConversationStore, Turn, delete_conversation
+from claudeq.jobs import JobStore
+from claudeq.keys import Keys
+from claudeq.models import JobRecord, JobSpec
+from claudeq.transcripts import RedisSessionStore
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 import fakeredis
 import pytest
 
-from config.errors import JobNotFound, RecordUnreadable
-from producer.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
-from producer.store import JobStore
+from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.jobs import JobStore
+from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
 
 
 def _record(job_id: str = "j1", **spec: object) -> JobRecord:

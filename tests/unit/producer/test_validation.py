@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.errors import JobSpecError
-from config.settings import Settings, WorkerPolicy
-from producer.client import Client
-from producer.validation import validate_spec
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import JobSpecError
+from claudeq.producer.client import Client
+from claudeq.producer.validation import validate_spec
 
 
 class RecordingCelery:

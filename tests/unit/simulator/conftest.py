@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from simulator.app import create_app
-from simulator.service import Simulator
+from claudeq.simulator.app import create_app
+from claudeq.simulator.service import Simulator
 
 OAUTH = "sk-ant-oat01-unit-test"
 API_KEY = "sk-ant-api03-unit-test"

@@ -387,7 +387,7 @@ async def test_seeded_faults_are_reproducible(make_client: MakeClient) -> None:
 
 
 async def test_latency_settings_resolve_account_then_model_then_default() -> None:
-    from simulator.service import Simulator
+    from claudeq.simulator.service import Simulator
 
     sim = Simulator(
         {

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.directives import DirectiveError, Gate, parse_directives, strip_directives
+from claudeq.simulator.directives import DirectiveError, Gate, parse_directives, strip_directives
 
 
 def test_plain_text_has_no_directives() -> None:

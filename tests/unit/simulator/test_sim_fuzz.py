@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.connection import Message
-from simulator.service import Simulator
+from claudeq.simulator.connection import Message
+from claudeq.simulator.service import Simulator
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=8),

@@ -10,13 +10,13 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-import simulator.accounts as accounts_module
-import simulator.service as service_module
-from simulator.accounts import UNIFIED, Account, AccountRegistry, Window
-from simulator.config import SimConfig, WindowConfig
-from simulator.directives import DirectiveError, parse_directives
-from simulator.replies import _pad_to_tokens
-from simulator.stats import SESSION_LIMIT, Stats
+import claudeq.simulator.accounts as accounts_module
+import claudeq.simulator.service as service_module
+from claudeq.simulator.accounts import UNIFIED, Account, AccountRegistry, Window
+from claudeq.simulator.config import SimConfig, WindowConfig
+from claudeq.simulator.directives import DirectiveError, parse_directives
+from claudeq.simulator.replies import _pad_to_tokens
+from claudeq.simulator.stats import SESSION_LIMIT, Stats
 from tests.unit.simulator.conftest import MakeClient, auth, body
 
 NOW = 1_800_000_000.0

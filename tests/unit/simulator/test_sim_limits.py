@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.accounts import UNIFIED, Account, AccountRegistry, Window
-from simulator.config import AccountKind, SimConfig, WindowConfig
+from claudeq.simulator.accounts import UNIFIED, Account, AccountRegistry, Window
+from claudeq.simulator.config import AccountKind, SimConfig, WindowConfig
 
 NOW = 1_800_000_000.0
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from simulator.schema import SchemaError, generate
+from claudeq.simulator.schema import SchemaError, generate
 
 
 class Colour(StrEnum):

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from simulator.__main__ import parse_accounts
-from simulator.config import load_config
-from simulator.testing import SimulatorServer, start_simulator_process
+from claudeq.simulator.__main__ import parse_accounts
+from claudeq.simulator.config import load_config
+from claudeq.simulator.testing import SimulatorServer, start_simulator_process
 from tests.unit.simulator.conftest import auth, body
 
 

@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from config.accounts import AccountConfig
-from producer.models import Event, JobResult, JobSpec, Usage, utcnow
-from worker.accounts import SlotLease
-from worker.choice import NoAccount
-from worker.outcome import RateLimitSignal, RunOutcome
+from claudeq.config.account_pool import AccountConfig
+from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
+from claudeq.worker.account_choice import NoAccount
+from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 
 Script = Callable[[Any, Callable[[Event], Awaitable[None]], asyncio.Event], Awaitable[RunOutcome]]
 

@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from config.accounts import AccountConfig, AccountPool
-from config.settings import Settings
-from producer.keys import Keys
-from producer.models import JobSpec
-from worker.accounts import AccountManager, NoAccount, SlotLease
-from worker.outcome import RateLimitSignal
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.models import JobSpec
+from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
+from claudeq.worker.outcome import RateLimitSignal
 
 SPEC = JobSpec(prompt="hello")
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.accounts import AccountConfig
-from producer.models import AccountState, WindowInfo
-from worker.choice import AccountView, NoAccount, choose, utilization
+from claudeq.config.account_pool import AccountConfig
+from claudeq.models import AccountState, WindowInfo
+from claudeq.worker.account_choice import AccountView, NoAccount, choose, utilization
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from config.accounts import AccountConfig, AccountPool
-from config.settings import Settings
-from worker.cli_env import build_env, redact, remember_secret
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.worker.cli_env import build_env, redact, remember_secret
 
 OAUTH = AccountConfig(name="a", kind="oauth", token_env="TOK_A", base_url="http://127.0.0.1:9")
 KEY = AccountConfig(name="b", kind="api_key", token_env="TOK_B")
@@ -84,7 +84,7 @@ def test_redact_extra_values() -> None:
 
 
 def test_redis_password_in_a_query_parameter_is_redacted_too() -> None:
-    from worker.cli_env import _password
+    from claudeq.worker.cli_env import _password
 
     assert _password("redis://h:6379/0?password=s3cret") == "s3cret"
     assert _password("rediss://user:p%40ss@h/0") == "p%40ss"

@@ -12,11 +12,12 @@ from typing import Any
 import fakeredis
 import pytest
 
-from config.accounts import AccountConfig
-from config.settings import Settings
-from producer.client import make_store
-from producer.models import JobRecord, JobSpec, utcnow
-from producer.store import JobStore
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobStore
+from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.producer.client import make_store
+from claudeq.worker.engine import Engine
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import (
     FakeAccounts,
@@ -27,7 +28,6 @@ from tests.unit.worker.engine_fakes import (
     rate_limited,
     success,
 )
-from worker.engine import Engine
 
 A = AccountConfig(name="a", kind="oauth", token_env="T_A")
 B = AccountConfig(name="b", kind="oauth", token_env="T_B")

@@ -10,15 +10,15 @@ from typing import Any
 import fakeredis
 import pytest
 
-from config.accounts import AccountConfig
-from config.settings import Settings
-from producer.client import make_store
-from producer.models import Attempt, JobRecord, JobSpec, utcnow
-from producer.store import JobStore
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobStore
+from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
+from claudeq.producer.client import make_store
+from claudeq.worker.engine import Engine
+from claudeq.worker.loops import Loops, lost_attempts, worker_ttl_s
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
-from worker.engine import Engine
-from worker.loops import Loops, lost_attempts, worker_ttl_s
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.errors import ConfigError
-from producer.models import Usage
-from worker.metrics import WorkerMetrics, canonical_model, model_label, primary_model, token_label, tool_label
-from worker.outcome import RateLimitSignal
+from claudeq.errors import ConfigError
+from claudeq.models import Usage
+from claudeq.worker.metrics import WorkerMetrics, canonical_model, model_label, primary_model, token_label, tool_label
+from claudeq.worker.outcome import RateLimitSignal
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 
-from config.errors import PolicyViolation
-from config.settings import Settings, WorkerPolicy
-from producer.models import JobSpec
-from worker.options import build_options, default_cwd
-from worker.tools import ToolRegistry
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import PolicyViolation
+from claudeq.models import JobSpec
+from claudeq.worker.options import build_options, default_cwd
+from claudeq.worker.tools import ToolRegistry
 
 REGISTRY = ToolRegistry.from_module("tests.support.sample_tools")
 

@@ -21,8 +21,8 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import MirrorErrorMessage
 
-from worker.parse import MessageParser, truncate, usage_from_model_usage
-from worker.prices import cost_usd
+from claudeq.worker.parse import MessageParser, truncate, usage_from_model_usage
+from claudeq.worker.prices import cost_usd
 
 SID = "sess-1"
 MODEL_USAGE = {
@@ -235,7 +235,7 @@ def test_truncate_marks_what_was_cut() -> None:
 
 
 def test_structured_output_is_redacted_like_the_text() -> None:
-    from worker.cli_env import remember_secret
+    from claudeq.worker.cli_env import remember_secret
 
     remember_secret("opaque-structured-secret-42")
     parser = MessageParser(attempt=1, clock=Clock())

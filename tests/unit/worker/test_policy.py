@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.accounts import AccountConfig
-from producer.models import FREE_OUTCOMES, JobResult
-from worker.outcome import RateLimitSignal, RunOutcome
-from worker.policy import Decision, decide
+from claudeq.config.account_pool import AccountConfig
+from claudeq.models import FREE_OUTCOMES, JobResult
+from claudeq.worker.failure import Decision, decide
+from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 OAUTH = AccountConfig(name="sub", kind="oauth", token_env="T_SUB")

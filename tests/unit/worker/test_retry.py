@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from config.settings import Settings
+from claudeq.config.settings import Settings
+from claudeq.worker.retry import DeferInstead, JobBackoff, Step, run_attempts
 from tests.conftest import make_settings
-from worker.retry import DeferInstead, JobBackoff, Step, run_attempts
 
 
 def cfg(unique: str, **kw: Any) -> Settings:
@@ -108,8 +108,8 @@ def test_backoff_is_full_jitter_and_grows_with_counted_attempts(unique: str) -> 
 async def test_a_wait_step_sleeps_until_the_cooldown_ends_not_a_blind_backoff(unique: str) -> None:
     from datetime import timedelta
 
-    from config.errors import RateLimited
-    from producer.models import utcnow
+    from claudeq.errors import RateLimited
+    from claudeq.models import utcnow
 
     limited = RateLimited("a", utcnow() + timedelta(seconds=0.6), None)
     script = Script(Step("wait", reason="rate_limit", limited=limited), Step("done", "succeeded"))
@@ -126,8 +126,8 @@ async def test_a_wait_step_sleeps_until_the_cooldown_ends_not_a_blind_backoff(un
 async def test_a_wait_past_the_in_place_bound_defers(unique: str) -> None:
     from datetime import timedelta
 
-    from config.errors import RateLimited
-    from producer.models import utcnow
+    from claudeq.errors import RateLimited
+    from claudeq.models import utcnow
 
     limited = RateLimited("a", utcnow() + timedelta(seconds=30), None)
     script = Script(Step("wait", reason="rate_limit", limited=limited), Step("done", "succeeded"))

@@ -10,13 +10,19 @@ import fakeredis
 import pytest
 from claude_agent_sdk import project_key_for_directory
 
-from config.settings import Settings
-from producer.client import make_store
-from producer.models import Event, JobRecord, JobSpec, utcnow
-from producer.sessions import RedisSessionStore
-from producer.store import JobStore
-from worker.options import default_cwd
-from worker.sessions import CONTINUE_PROMPT, SessionPlanner, find_continuation, is_real_message, user_text
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobStore
+from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.producer.client import make_store
+from claudeq.transcripts import RedisSessionStore
+from claudeq.worker.options import default_cwd
+from claudeq.worker.session_planner import (
+    CONTINUE_PROMPT,
+    SessionPlanner,
+    find_continuation,
+    is_real_message,
+    user_text,
+)
 
 
 def _user(uuid: str, text: Any) -> dict[str, Any]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ConfigError
-from config.settings import Settings, WorkerPolicy
-from worker.tools import SERVER_NAME, ToolRegistry, wire_name
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import ConfigError
+from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
 
 
 def test_loads_tools_from_the_configured_module() -> None:

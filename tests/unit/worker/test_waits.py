@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from config.errors import RateLimited
-from worker.waits import wait_rate_limit
+from claudeq.errors import RateLimited
+from claudeq.worker.waits import wait_rate_limit
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

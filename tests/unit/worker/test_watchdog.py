@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from config.settings import Settings
-from producer.models import JobSpec
-from worker.watchdog import Timeouts, Watchdog
+from claudeq.config.settings import Settings
+from claudeq.models import JobSpec
+from claudeq.worker.watchdog import Timeouts, Watchdog
 
 
 class Clock:

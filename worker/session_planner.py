@@ -29,13 +29,13 @@ from typing import Any
 
 from claude_agent_sdk import project_key_for_directory
 
-from config.settings import Settings
-from producer.conversations import ConversationStore, Turn
-from producer.models import Event, JobError, JobRecord, utcnow
-from producer.sessions import RedisSessionStore
-from producer.store import JobStore
-from worker.cli_env import redact
-from worker.options import default_cwd
+from claudeq.config.settings import Settings
+from claudeq.conversations import ConversationStore, Turn
+from claudeq.jobs import JobStore
+from claudeq.models import Event, JobError, JobRecord, utcnow
+from claudeq.transcripts import RedisSessionStore
+from claudeq.worker.cli_env import redact
+from claudeq.worker.options import default_cwd
 
 EventSink = Callable[[Event], Awaitable[None]]
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
-from config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
+from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 
 JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})

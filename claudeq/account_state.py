@@ -23,11 +23,11 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from config.accounts import AccountConfig, AccountPool
-from config.errors import UnknownAccount
-from producer import account_scripts
-from producer.keys import Keys
-from producer.models import AccountState, AccountStateName, WindowInfo
+from claudeq import account_scripts
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.errors import UnknownAccount
+from claudeq.keys import Keys
+from claudeq.models import AccountState, AccountStateName, WindowInfo
 
 
 def _text(value: Any) -> str:

@@ -6,8 +6,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from config.accounts import AccountConfig
-from producer.models import AccountState
+from claudeq.config.account_pool import AccountConfig
+from claudeq.models import AccountState
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
-from config.settings import Settings
-from producer.keys import Keys
-from producer.models import ACTIVE, Timestamp
-from producer.sessions import RedisSessionStore
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.models import ACTIVE, Timestamp
+from claudeq.transcripts import RedisSessionStore
 
 # A job is active while queued, deferred or running; any other status (or no record) frees what it held.
 _ACTIVE_FN = """

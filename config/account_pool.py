@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from config.errors import ConfigError
+from claudeq.errors import ConfigError
 
 AccountKind = Literal["oauth", "api_key"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")

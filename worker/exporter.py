@@ -22,14 +22,14 @@ from prometheus_client.registry import Collector
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from config.accounts import AccountPool
-from config.errors import ConfigError
-from config.settings import Settings, load_settings
-from producer.accounts import AccountStore
-from producer.broker import KOMBU_PRIORITIES, queue_lists
-from producer.client import make_store
-from producer.keys import Keys
-from producer.models import JobStatus
+from claudeq.account_state import AccountStore
+from claudeq.config.account_pool import AccountPool
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import ConfigError
+from claudeq.keys import Keys
+from claudeq.models import JobStatus
+from claudeq.producer.client import make_store
+from claudeq.worker.broker import KOMBU_PRIORITIES, queue_lists
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def exporter_command(
 
 
 def main() -> None:
-    """Entry point for `python -m producer.exporter`."""
+    """Entry point for `python -m claudeq.worker.exporter`."""
     typer.run(exporter_command)
 
 

@@ -25,8 +25,8 @@ from claude_agent_sdk.types import (
 )
 from redis.exceptions import WatchError
 
-from config.settings import Settings
-from producer.keys import Keys
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
 
 #: Optimistic transactions retried this many times under contention before giving up (the SDK retries the batch).
 CAS_RETRIES = 50

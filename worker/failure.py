@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 import jsonschema
 
-from config.accounts import AccountConfig
-from producer.models import FREE_OUTCOMES, ErrorKind, JobError, Outcome
-from worker.outcome import RunOutcome
+from claudeq.config.account_pool import AccountConfig
+from claudeq.models import FREE_OUTCOMES, ErrorKind, JobError, Outcome
+from claudeq.worker.outcome import RunOutcome
 
 #: What the engine does next.
 #: succeed/fail/cancel: finish the job; retry: transient, back off (tenacity) then run again;

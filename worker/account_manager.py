@@ -1,7 +1,7 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
 Sync redis (the engine calls it through `asyncio.to_thread`). State lives in Redis, so a cooldown one worker writes is
-seen by every worker at its next acquire; the choice itself is the pure `worker.choice.choose`.
+seen by every worker at its next acquire; the choice itself is the pure `claudeq.worker.account_choice.choose`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from datetime import UTC, datetime
 
 import redis
 
-from config.accounts import AccountConfig, AccountPool
-from config.errors import UnknownAccount
-from config.settings import Settings
-from producer.accounts import AccountStore
-from producer.keys import Keys
-from producer.models import AccountState, JobSpec, WindowInfo
-from worker.choice import AccountView, NoAccount, choose
-from worker.outcome import RateLimitSignal
+from claudeq.account_state import AccountStore
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.errors import UnknownAccount
+from claudeq.keys import Keys
+from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.worker.account_choice import AccountView, NoAccount, choose
+from claudeq.worker.outcome import RateLimitSignal
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
 

@@ -12,10 +12,10 @@ from typing import Any, Literal
 import redis
 from pydantic import ValidationError
 
-from config.errors import JobNotFound, RecordUnreadable
-from producer import scripts
-from producer.keys import Keys
-from producer.models import (
+from claudeq import job_scripts as scripts
+from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.keys import Keys
+from claudeq.models import (
     TERMINAL,
     Attempt,
     Event,

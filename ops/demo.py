@@ -26,9 +26,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from config.settings import Settings
-from producer.client import Client
-from producer.models import TERMINAL, JobRecord
+from claudeq.config.settings import Settings
+from claudeq.models import TERMINAL, JobRecord
+from claudeq.producer.client import Client
 
 console = Console()
 
@@ -167,7 +167,7 @@ def main() -> None:
         sim_line = stack.enter_context(
             _process(
                 "simulator",
-                [sys.executable, "-m", "simulator", "--port", "0"],
+                [sys.executable, "-m", "claudeq.simulator", "--port", "0"],
                 dict(os.environ),
                 workdir / "simulator.log",
                 "listening on",
@@ -200,7 +200,7 @@ def main() -> None:
         stack.enter_context(
             _process(
                 "worker",
-                [sys.executable, "-m", "worker.main", "--concurrency", "4"],
+                [sys.executable, "-m", "claudeq.worker.main", "--concurrency", "4"],
                 env,
                 workdir / "worker.log",
                 " ready.",  # Celery logs "celery@host ready." once it consumes

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import redis
 
-from config.celery import TASK_RUN
+from claudeq.config.celery import TASK_RUN
 
 #: kombu's Redis transport keeps one list per priority step: `queue` for 0 and `queue\x06\x16<n>` for the others.
 KOMBU_PRIORITY_SEP = "\x06\x16"
