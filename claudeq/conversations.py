@@ -1,4 +1,6 @@
-"""Conversations: a name -> its latest session id, its turns, and a turn lock so turns never overlap (issue 7).
+"""Conversations: a name -> its latest session id, its turns, and a turn lock so turns never overlap.
+
+See docs/architecture.md#sessions-and-conversations.
 
 Redis (sync redis-py, like JobStore): `conv:{name}` the latest session id, `conv-turns:{name}` the finished turns,
 `conv-lock:{name}` the job running the current turn, `conv-waiters:{name}` jobs waiting for their turn in submit

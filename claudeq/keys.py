@@ -1,4 +1,4 @@
-"""Every Redis key claudeq uses, in one place (DESIGN.md, "Redis keys")."""
+"""Every Redis key claudeq uses, in one place; the table is in docs/architecture.md#redis-keys."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""RedisSessionStore: the SDK's SessionStore on Redis, so any worker can resume any session (issue 7).
+"""RedisSessionStore: the SDK's SessionStore on Redis, so any worker can resume any session.
+
+Why and how the SDK calls it: docs/cli-behaviour.md#sessions-and-resume.
 
 Layout per session (all under `Keys.session...`, every key expiring `ttl_s` after the session's last append):
 a list of JSON entries per transcript (main or subpath), a set of entry uuids per transcript (dedup), a set of

@@ -1,4 +1,4 @@
-"""Celery configuration derived from Settings (DESIGN.md: the settings that matter for long runs)."""
+"""Celery configuration derived from Settings (docs/architecture.md#celery-settings-for-long-runs)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Simulated accounts: token lookup, rate-limit windows and the headers the CLI reads from them.
 
-Header names and the rules the CLI applies to them are in reference/claude-cli-behaviour.md §1: per-window
-`anthropic-ratelimit-unified-{5h,7d,7d_oi,overage}-*` headers; a warning needs `-surpassed-threshold`.
+Header names and the rules the CLI applies to them are in docs/cli-behaviour.md#rate-limit-headers-and-events:
+per-window `anthropic-ratelimit-unified-{5h,7d,7d_oi,overage}-*` headers; a warning needs `-surpassed-threshold`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ UNIFIED = "anthropic-ratelimit-unified"
 GENEROUS_WINDOW = WindowConfig(family="5h", length_s=18000, requests=1_000_000)
 ANON_LIMIT = 1_000  # such accounts kept at most (the least recently used is forgotten)
 
-# Reference §1 (b): given `-W-utilization` and `-W-reset` but no `-W-surpassed-threshold`, the CLI warns on its own
-# when utilization ≥ u while at most the fraction e of the window has elapsed (it assumes the family's real length).
+# Given `-W-utilization` and `-W-reset` but no `-W-surpassed-threshold`, the CLI warns on its own when utilization
+# ≥ u while at most the fraction e of the window has elapsed (it assumes the family's real length); see
+# docs/cli-behaviour.md#rate-limit-headers-and-events.
 _CLI_OWN_WARNINGS: dict[str, tuple[float, tuple[tuple[float, float], ...]]] = {
     "5h": (5 * 3600, ((0.9, 0.72),)),
     "7d": (7 * 86400, ((0.75, 0.6), (0.5, 0.35), (0.25, 0.15))),

@@ -8,7 +8,7 @@ from typing import Any
 
 from claudeq.simulator.errors import ApiError
 
-# The CLI's session-title side request carries this system text (reference §0).
+# The CLI's session-title side request carries this system text (docs/cli-behaviour.md#traffic-of-one-run).
 TITLE_SYSTEM_MARKER = "You are naming a coding session"
 STRUCTURED_OUTPUT_TOOL = "StructuredOutput"
 _ROLES = ("user", "assistant", "system")

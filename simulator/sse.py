@@ -56,7 +56,7 @@ def _chunks(text: str, size: int) -> list[str]:
 
 def block_events(index: int, block: ReplyBlock) -> list[tuple[int, bytes]]:
     """Events of one content block as (characters of output carried, bytes); tool input goes as
-    input_json_delta, the only form the CLI reads (reference §3)."""
+    input_json_delta, the only form the CLI reads (docs/cli-behaviour.md#tool-use-on-the-wire)."""
     out: list[tuple[int, bytes]] = []
     if block.type == "text":
         start: dict[str, Any] = {"type": "text", "text": ""}

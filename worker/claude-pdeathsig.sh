@@ -1,8 +1,9 @@
 #!/bin/sh
 # Start the Claude CLI ($CLAUDEQ_CLAUDE_BIN) so the kernel SIGKILLs it when the worker that spawned it dies.
 # The SDK reaps its CLI children only from an atexit hook, which kill -9 and the OOM killer skip; an orphaned CLI
-# would keep calling the API. The parent-death signal is tied to the *thread* that forked us (reference §9), so the
-# worker must spawn runs from its long-lived event-loop thread. exec keeps the CLI's pid equal to ours.
+# would keep calling the API. The parent-death signal is tied to the *thread* that forked us, so the worker must
+# spawn runs from its long-lived event-loop thread (docs/cli-behaviour.md#process-control-and-liveness). exec keeps
+# the CLI's pid equal to ours.
 if [ -z "$CLAUDEQ_CLAUDE_BIN" ]; then
     echo "claude-pdeathsig: CLAUDEQ_CLAUDE_BIN is not set" >&2
     exit 127

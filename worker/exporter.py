@@ -1,4 +1,4 @@
-"""`claudeq exporter`: cluster-wide gauges read from Redis at scrape time (DESIGN.md, "Metrics").
+"""`claudeq exporter`: cluster-wide gauges read from Redis at scrape time (docs/metrics.md).
 
 One exporter serves the whole fleet; workers serve their own per-process counters. Nothing is polled in the
 background: every scrape reads Redis afresh, so the numbers are never older than the scrape itself.

@@ -1,4 +1,6 @@
-"""The failure policy (DESIGN.md, "Failure policy"): a pure function from what one attempt observed to a decision.
+"""The failure policy: a pure function from what one attempt observed to a decision.
+
+The table it implements, row by row, is docs/architecture.md#failure-policy.
 
 No Redis, no clock of its own, no SDK: the engine feeds it a `RunOutcome` and carries the `Decision` out.
 """

@@ -1,4 +1,4 @@
-"""Per-process Prometheus metrics of a worker (DESIGN.md, "Metrics"): counters, histograms and gauges on own registry.
+"""Per-process Prometheus metrics of a worker (docs/metrics.md): counters, histograms and gauges on own registry.
 
 Every worker process serves its own registry on its own port (`CLAUDEQ_METRICS_PORT`); Prometheus scrapes each
 process and sums across them, so nothing here is shared between processes and a restarted worker simply starts its

@@ -271,7 +271,7 @@ class MessageParser:
                 current.output_tokens = _int(usage.get("output_tokens"))
 
     def stream_usage(self) -> Usage:
-        """Usage summed over the API messages the stream showed, priced with the list prices (reference §7)."""
+        """Usage summed over the API messages the stream showed, priced with the list prices (worker/prices.py)."""
         per_model: dict[str, dict[str, Any]] = {}
         total = Usage()
         for item in self._stream_usage.values():

@@ -1,4 +1,6 @@
-"""List prices of the models the CLI runs, per million tokens (reference §7), for runs killed before their result.
+"""List prices of the models the CLI runs, per million tokens, for runs killed before their result.
+
+Measured as described in docs/cli-behaviour.md#models-and-prices.
 
 A finished run's cost comes from the CLI itself (`ResultMessage.model_usage[*].costUSD`); this table is only used
 to price the usage an attempt's stream events showed when it was stopped before a result arrived.
@@ -33,7 +35,7 @@ class Price:
         return self.input * 2.0
 
 
-#: Measured from the CLI's own `total_cost_usd` (reference §7). Keys are model ids without a date suffix.
+#: Measured from the CLI's own `total_cost_usd`. Keys are model ids without a date suffix.
 PRICES: dict[str, Price] = {
     "claude-sonnet-5-5": Price(input=2.0, output=10.0),
     "claude-opus-5-5": Price(input=4.0, output=20.0),
@@ -43,7 +45,7 @@ PRICES: dict[str, Price] = {
     "claude-fable-5-2": Price(input=8.0, output=40.0),  # only the 1M+1M total ($48) was measured; split assumed
 }
 
-#: Aliases the CLI resolves before sending (reference §7: `opus` and `claude-opus-4-1` are sent as opus-5-5).
+#: Aliases the CLI resolves before sending (measured: `opus` and `claude-opus-4-1` are sent as opus-5-5).
 ALIASES: dict[str, str] = {
     "sonnet": "claude-sonnet-5-5",
     "opus": "claude-opus-5-5",

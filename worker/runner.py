@@ -2,10 +2,12 @@
 
 Uses `ClaudeSDKClient` (not `query()`, which raises on error results and cannot be interrupted cleanly). Stopping a
 run (watchdog, cancel, an exception, or cancellation of `run()` itself) is interrupt, then disconnect (≈0.5 s;
-disconnect alone takes 5 s, reference §4), then SIGKILL for anything left: `run()` never returns with its CLI alive.
+disconnect alone takes 5 s), then SIGKILL for anything left: `run()` never returns with its CLI alive. The timings
+are in docs/cli-behaviour.md#stalls-and-stopping-a-run.
 
 Runs must be started from the engine's one long-lived event-loop thread: the CLI is spawned through a wrapper that
-sets the parent-death signal, which the kernel ties to the thread that forked it (reference §9).
+sets the parent-death signal, which the kernel ties to the thread that forked it
+(docs/cli-behaviour.md#process-control-and-liveness).
 """
 
 from __future__ import annotations
@@ -57,10 +59,10 @@ class RunRequest:
     attempt: int  # 1-based attempt number
     spec: JobSpec
     account: AccountConfig
-    resume: str | None = None  # session id to resume (sessions issue)
+    resume: str | None = None  # session id to resume
     fork: bool = False
-    resume_at: str | None = None  # message uuid for resume_session_at (sessions issue)
-    session_store: Any | None = None  # an SDK SessionStore (sessions issue)
+    resume_at: str | None = None  # message uuid for resume_session_at
+    session_store: Any | None = None  # an SDK SessionStore
 
 
 def _cli_pid(client: ClaudeSDKClient) -> int | None:

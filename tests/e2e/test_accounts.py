@@ -1,4 +1,4 @@
-"""End to end (issue 5): rate-limit-aware scheduling across accounts with real workers, the real CLI and the simulator.
+"""End to end: rate-limit-aware scheduling across accounts with real workers, the real CLI and the simulator.
 
 The simulator's windows are short (seconds) and start at their first request; `used_requests` puts an account past
 its limit from the start. OAuth accounts get the unified `rejected` 429 with a reset, so the CLI emits a

@@ -1,4 +1,4 @@
-"""End to end (issue 7): conversations across workers, turn order, retries that resume, transcript retention.
+"""End to end: conversations across workers, turn order, retries that resume, transcript retention.
 
 Real Redis, real `claudeq-worker` processes, the real CLI against the simulator; assertions on job records, their
 events, the conversation, the simulator's request log and the Redis keys.

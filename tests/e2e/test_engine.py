@@ -1,4 +1,4 @@
-"""End to end: real Redis, real `claudeq-worker` processes, the real CLI against the simulator (issue 4, acceptance).
+"""End to end: real Redis, real `claudeq-worker` processes, the real CLI against the simulator.
 
 Each test asserts on the job record, its events, the simulator's stats and request log, and the process table.
 """
@@ -18,7 +18,7 @@ from tests.support.procs import claude_pids, count_claude, run_until
 
 pytestmark = pytest.mark.e2e
 
-#: Reference §7: USD per million tokens of the default model (claude-sonnet-5-5).
+#: docs/cli-behaviour.md#models-and-prices: USD per million tokens of the default model (claude-sonnet-5-5).
 SONNET = {"input": 2.0, "output": 10.0, "cache_read": 0.10, "cache_creation": 2.50}
 
 

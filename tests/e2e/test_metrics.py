@@ -1,4 +1,4 @@
-"""End to end (issue 6, acceptance 1 and 2): what Prometheus reads equals what the job records say.
+"""End to end: what Prometheus reads equals what the job records say.
 
 Two `claudeq-worker` processes (each with its own metrics port), two accounts on the simulator, an exporter process,
 and a mix of jobs: plain successes, a tool call, a structured output, transient retries, a rate-limited account and

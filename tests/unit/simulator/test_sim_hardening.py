@@ -230,7 +230,8 @@ def _admitted(window: WindowConfig) -> dict[str, str]:
 
 
 def test_no_utilization_where_the_cli_would_warn_on_its_own() -> None:
-    # 5h: 0.95 used right at the start of a real 5-hour window: the CLI would warn (reference §1 (b)).
+    # 5h: 0.95 used right at the start of a real 5-hour window: the CLI would warn
+    # (docs/cli-behaviour.md#rate-limit-headers-and-events).
     headers = _admitted(WindowConfig(family="5h", length_s=18000, requests=100, used_requests=94))
     assert f"{UNIFIED}-5h-utilization" not in headers
     assert headers[f"{UNIFIED}-5h-reset"] == str(int(NOW + 18000))

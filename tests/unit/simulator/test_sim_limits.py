@@ -1,4 +1,4 @@
-"""Rate-limit windows and the headers the CLI reads (reference §1), tested on plain values."""
+"""Rate-limit windows and the headers the CLI reads (docs/cli-behaviour.md), tested on plain values."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_requests_beyond_the_limit_are_rejected_with_the_window_reset() -> None:
     assert err.headers[f"{UNIFIED}-reset"] == str(int(NOW + 60))
     assert err.headers[f"{UNIFIED}-representative-claim"] == "five_hour"
     assert err.headers[f"{UNIFIED}-5h-status"] == "rejected"
-    # The CLI gives up at once on this 429 (reference §2); a retry-after would invite retries.
+    # The CLI gives up at once on this 429 (docs/cli-behaviour.md#api-errors-and-cli-retries); a retry-after would
+    # invite retries.
     assert "retry-after" not in err.headers
 
 

@@ -1,4 +1,4 @@
-"""The failure policy: DESIGN.md's table, row by row, with plain values."""
+"""The failure policy (docs/architecture.md#failure-policy), row by row, with plain values."""
 
 from __future__ import annotations
 
