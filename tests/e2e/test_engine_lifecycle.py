@@ -17,6 +17,7 @@ from claudeq.producer.client import Client
 from claudeq.worker.main import EXIT_OK, EXIT_UNHEALTHY
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import claude_pids, count_claude, run_until
+from tests.support.tree import ROOT
 from tests.support.worker_proc import worker_env
 
 pytestmark = pytest.mark.e2e
@@ -58,7 +59,7 @@ def check(settings: Settings, accounts: Any, worker_id: str | None) -> int:
     env = worker_env(settings, accounts)
     if worker_id:
         env["CLAUDEQ_WORKER_ID"] = worker_id
-    return subprocess.run([sys.executable, "-m", "claudeq.worker", "--check"], env=env, timeout=60).returncode
+    return subprocess.run([sys.executable, "-m", "claudeq.worker", "--check"], env=env, cwd=ROOT, timeout=60).returncode
 
 
 def test_check_reports_a_fresh_heartbeat(workers: WorkerFactory, settings: Settings, accounts: Any) -> None:

@@ -30,6 +30,7 @@ from tests.conftest import make_settings
 from tests.e2e.conftest import assert_no_secrets
 from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary
 from tests.support.procs import kill_claude, run_until
+from tests.support.tree import ROOT
 from tests.support.worker_proc import (
     FAST_E2E,
     SimAccount,
@@ -92,7 +93,7 @@ def start_exporter(settings: Settings, log_dir: Path) -> tuple[subprocess.Popen[
         env=worker_env(settings, ACCOUNTS),
         stdout=log,
         stderr=subprocess.STDOUT,
-        cwd=str(Path(__file__).resolve().parents[2]),
+        cwd=ROOT,
     )
 
     def up() -> bool:

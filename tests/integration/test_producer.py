@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -16,6 +15,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
 from claudeq.worker.broker import pending_job_ids
+from tests.support.tree import ROOT, tree_env
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def _broker_messages(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
 
 def _cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ,
+        **tree_env(),
         "CLAUDEQ_REDIS_URL": settings.redis_url,
         "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
         "CLAUDEQ_QUEUE": settings.queue,
@@ -43,6 +43,7 @@ def _cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess
         capture_output=True,
         text=True,
         input=stdin,
+        cwd=ROOT,
         timeout=60,
         check=False,
     )

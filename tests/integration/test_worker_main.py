@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -11,13 +10,14 @@ import sys
 import pytest
 
 from claudeq.config.settings import Settings
+from tests.support.tree import ROOT, tree_env
 
 pytestmark = pytest.mark.integration
 
 
 def _worker(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {
-        **os.environ,
+        **tree_env(),
         "CLAUDEQ_REDIS_URL": settings.redis_url,
         "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
         "CLAUDEQ_QUEUES": json.dumps(settings.queues),
@@ -26,6 +26,7 @@ def _worker(settings: Settings, *args: str, **env: str) -> subprocess.CompletedP
     return subprocess.run(
         [sys.executable, "-m", "claudeq.worker.main", *args],
         env=environ,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
@@ -45,10 +46,11 @@ def test_a_taken_metrics_port_stops_the_worker(settings: Settings, redis_client:
 
 
 def test_no_accounts_stops_the_worker(settings: Settings, redis_client: object) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")}
+    env = {k: v for k, v in tree_env().items() if k not in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")}
     done = subprocess.run(
         [sys.executable, "-m", "claudeq.worker.main"],
         env={**env, "CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix},
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

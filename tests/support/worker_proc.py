@@ -23,6 +23,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from tests.support.procs import descendants, run_until
+from tests.support.tree import ROOT, tree_env
 
 #: Variables a worker must not inherit from the test process (they would change its configuration or leak).
 _SCRUB_PREFIXES = ("CLAUDEQ_", "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_CONFIG_DIR")
@@ -98,7 +99,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 def worker_env(settings: Settings, accounts: list[SimAccount], **extra: str) -> dict[str, str]:
     """A clean environment for a worker process: PATH etc., the settings, the fake tokens."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES)}
+    env = tree_env({k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES)})
     env.update(settings_env(settings))
     for account in accounts:
         env[account.token_env] = account.token_value
@@ -189,7 +190,7 @@ def start_worker(
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            cwd=str(Path(__file__).resolve().parents[2]),
+            cwd=str(ROOT),
         )
     worker = WorkerProcess(proc, worker_id, log_path, settings)
     if wait:
