@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from claudeq.config.account_pool import AccountPool
@@ -27,6 +27,9 @@ FILE_TOOLS: frozenset[str] = frozenset({"Read", "Write", "Edit", "Glob", "Grep",
 
 #: The most attempts a job may ask for (JobSpec.max_attempts); bounds how long one task can run.
 MAX_ATTEMPTS_CAP = 20
+
+#: Keys kombu's Redis transport keeps beside the queue lists (default names): never a queue.
+KOMBU_RESERVED_KEYS: frozenset[str] = frozenset({"unacked", "unacked_index", "unacked_mutex"})
 
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
 
@@ -83,7 +86,10 @@ class Settings(BaseSettings):
     )
     key_prefix: str = Field(default="claudeq:", description="Prefix of every Redis key claudeq writes.")
     queue: str = Field(default="claudeq.runs", description="Default Celery queue for agent runs.")
-    queues: list[str] = Field(default_factory=lambda: ["claudeq.runs"], description="Queues a worker consumes.")
+    queues: list[str] = Field(
+        default_factory=lambda: ["claudeq.runs"],
+        description="Queues a worker consumes; with `queue`, the only names a job's `queue` may give (see job_queues).",
+    )
 
     # Retention and limits
     result_ttl_s: int = Field(default=7 * 86400, ge=60, description="How long finished jobs and events are kept.")
@@ -142,6 +148,26 @@ class Settings(BaseSettings):
         if not value or any(c.isspace() for c in value):
             raise ValueError("must be non-empty and without spaces, e.g. 'claudeq:'")
         return value
+
+    @field_validator("queue", "queues")
+    @classmethod
+    def _queue_names(cls, value: str | list[str], info: ValidationInfo) -> str | list[str]:
+        # A queue name is a Redis list key on the broker: it must not be one of claudeq's keys or kombu's own.
+        prefix = info.data.get("key_prefix") or "claudeq:"
+        for name in [value] if isinstance(value, str) else value:
+            if not name.strip():
+                raise ValueError("a queue name must not be blank")
+            if name.startswith(prefix):
+                raise ValueError(f"queue {name!r} starts with the key prefix {prefix!r}: it would share claudeq's keys")
+            if name in KOMBU_RESERVED_KEYS or name.startswith("_kombu."):
+                raise ValueError(f"queue {name!r} is a key Celery's Redis transport uses itself")
+        return value
+
+    @property
+    def job_queues(self) -> list[str]:
+        """The queues a job may name in `spec.queue`: the default `queue` and the consumed `queues`, in that order.
+        A producer that routes jobs to more queues lists them in CLAUDEQ_QUEUES."""
+        return list(dict.fromkeys([self.queue, *self.queues]))
 
     @cached_property
     def accounts(self) -> AccountPool:

@@ -53,6 +53,14 @@ def policy_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
         problems.append(("permission_mode", f"{spec.permission_mode} is not allowed by the worker policy"))
     if spec.deadline_s and spec.deadline_s > settings.max_deadline_s:
         problems.append(("deadline_s", f"above the fleet's maximum of {settings.max_deadline_s:g} s"))
+    if spec.queue is not None and spec.queue not in settings.job_queues:
+        problems.append(
+            (
+                "queue",
+                f"{spec.queue!r} is not a configured queue (allowed: {', '.join(settings.job_queues)};"
+                " CLAUDEQ_QUEUE and CLAUDEQ_QUEUES)",
+            )
+        )
     names = settings.accounts.names
     if spec.account and names and spec.account not in names:
         problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))

@@ -93,7 +93,7 @@ class ClusterCollector(Collector):
         depth = GaugeMetricFamily(
             "claudeq_queue_depth", "Messages waiting in a Celery queue (all priorities).", labels=["queue"]
         )
-        queues = list(dict.fromkeys([self.settings.queue, *self.settings.queues]))
+        queues = self.settings.job_queues
         pipe = self.redis.pipeline(transaction=False)
         for queue in queues:
             for name in queue_lists(queue):

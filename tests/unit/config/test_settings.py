@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,17 @@ def test_redis_url_is_shown_without_its_password(url: str, shown: str) -> None:
 def test_visibility_timeout_outlasts_every_attempt_a_job_may_make() -> None:
     settings = Settings(_env_file=None, max_deadline_s=3600)  # type: ignore[call-arg]
     assert settings.visibility_timeout_s > 20 * 3600
+
+
+@pytest.mark.parametrize("name", ["claudeq:conv-turns:chat", "unacked", "unacked_index", "_kombu.binding.x", ""])
+def test_a_queue_name_that_is_a_claudeq_or_kombu_key_is_a_configuration_error(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDEQ_QUEUES", json.dumps(["claudeq.runs", name]))
+    with pytest.raises(ConfigError, match="CLAUDEQ_QUEUES"):
+        load_settings(_env_file=None)
+
+
+def test_job_queues_are_the_default_queue_and_the_consumed_ones() -> None:
+    settings = Settings(_env_file=None, queue="a", queues=["b", "a", "c"])  # type: ignore[call-arg]
+    assert settings.job_queues == ["a", "b", "c"]
