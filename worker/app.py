@@ -64,10 +64,12 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     from claudeq.worker.account_manager import AccountManager
     from claudeq.worker.metrics import WorkerMetrics
     from claudeq.worker.runner import Runner
+    from claudeq.worker.tools import wire_name
 
     client = redis.Redis.from_url(cfg.redis_url, health_check_interval=30)
     store = make_store(cfg, client)
-    metrics = WorkerMetrics()
+    runner = Runner(cfg)
+    metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
     celery_app = app if cfg is settings else make_celery(cfg, main="claudeq-worker")
 
     def send(job_id: str, spec: JobSpec | None) -> None:
@@ -81,7 +83,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
         cfg,
         store=store,
         accounts=AccountManager(cfg, client, Keys(cfg.key_prefix)),
-        runner=Runner(cfg),
+        runner=runner,
         metrics=metrics,
         send=send,
         worker_id=worker_id or cfg.worker_id or f"{socket.gethostname()}:{os.getpid()}",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from claudeq.errors import ConfigError
 from claudeq.models import Usage
 from claudeq.worker.outcome import RateLimitSignal
+from claudeq.worker.prices import PRICES, canonical_id
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +72,26 @@ BUILTIN_TOOLS: frozenset[str] = frozenset(
     }
 )
 
-_MODEL_RE = re.compile(r"claude-[a-z0-9.-]{1,60}")
-_MCP_TOOL_RE = re.compile(r"mcp__[A-Za-z0-9_-]{1,40}__[A-Za-z0-9_-]{1,60}")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _RATE_LIMIT_STATUSES = frozenset({"allowed", "allowed_warning", "rejected"})
 
+#: The models a `model` label may name: the canonical ids the pricing table knows (worker/prices.py).
+KNOWN_MODELS: frozenset[str] = frozenset(PRICES)
+
 
 def model_label(model: str | None) -> str:
-    """A bounded model label: a canonical `claude-…` id, else `other`."""
-    if model and _MODEL_RE.fullmatch(model):
-        return model
-    return OTHER
+    """A bounded model label: the canonical id of a model the pricing table knows (a date suffix dropped, an alias
+    resolved, as `price_of` does), else `other`. Bounded by `KNOWN_MODELS`, whatever a spec or a run reports."""
+    if not model:
+        return OTHER
+    name = canonical_id(model)
+    return name if name in KNOWN_MODELS else OTHER
 
 
-def tool_label(tool: str | None) -> str:
-    """A bounded tool label: a built-in name, `mcp__server__tool`, else `other`."""
-    if tool and (tool in BUILTIN_TOOLS or _MCP_TOOL_RE.fullmatch(tool)):
+def tool_label(tool: str | None, known: Iterable[str] = BUILTIN_TOOLS) -> str:
+    """A bounded tool label: a name in `known` (the built-in tools, plus the worker's registered MCP tools by their
+    `mcp__claudeq__<tool>` names), else `other`. A tool name the model invents is never a label value."""
+    if tool and tool in known:
         return tool
     return OTHER
 
@@ -137,8 +142,11 @@ def _never_raise(method: Callable[P, R | None]) -> Callable[P, R | None]:
 class WorkerMetrics:
     """The metrics of one worker process, on their own registry (so tests and several workers can build several)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, mcp_tools: Iterable[str] = ()) -> None:
+        """`mcp_tools`: the wire names (`mcp__claudeq__<tool>`) of the MCP tools this worker registered; they and
+        the built-in tools are the only `tool` label values."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.known_tools: frozenset[str] = BUILTIN_TOOLS | frozenset(mcp_tools)
         self._server: Any = None
         self._lock = threading.Lock()
         reg = self.registry
@@ -266,7 +274,7 @@ class WorkerMetrics:
     @_never_raise
     def tool_call(self, tool: str) -> None:
         """Count one tool call."""
-        self.tool_calls.labels(tool_label(tool)).inc()
+        self.tool_calls.labels(tool_label(tool, self.known_tools)).inc()
 
     @_never_raise
     def mirror_error(self) -> None:

@@ -57,13 +57,17 @@ ALIASES: dict[str, str] = {
 _DATE_SUFFIX = re.compile(r"-\d{8}$")
 
 
+def canonical_id(model: str) -> str:
+    """`model` as the pricing table keys it: lower case, without a date suffix, an alias resolved."""
+    name = _DATE_SUFFIX.sub("", model.strip().lower())
+    return ALIASES.get(name, name)
+
+
 def price_of(model: str | None) -> Price | None:
     """The price of `model` (id or alias), or None when unknown."""
     if not model:
         return None
-    name = _DATE_SUFFIX.sub("", model.strip().lower())
-    name = ALIASES.get(name, name)
-    return PRICES.get(name)
+    return PRICES.get(canonical_id(model))
 
 
 def cost_usd(

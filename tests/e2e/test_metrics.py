@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from claudeq.config.settings import Settings
 from claudeq.models import TERMINAL, JobRecord
 from claudeq.producer.client import Client
-from claudeq.worker.metrics import OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
+from claudeq.worker.metrics import BUILTIN_TOOLS, OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
 from tests.conftest import make_settings
 from tests.e2e.conftest import assert_no_secrets
 from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary
@@ -267,7 +267,7 @@ def test_rate_limit_events_retries_and_tool_calls_equal_the_events(fleet: Fleet,
             elif event.type == "retry":
                 retries[(token_label(event.data["reason"]),)] += 1
             elif event.type == "tool_call":
-                tools[(tool_label(event.data["tool"]),)] += 1
+                tools[(tool_label(event.data["tool"], BUILTIN_TOOLS | {"mcp__claudeq__add"}),)] += 1
     assert any(key[1] == "rejected" for key in rate_limits), rate_limits
     assert summed(worker_samples, "claudeq_rate_limit_events_total", ("account", "status", "window")) == {
         k: float(v) for k, v in rate_limits.items()

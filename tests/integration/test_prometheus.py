@@ -159,7 +159,7 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     AccountStore(redis_client, keys, fleet_settings.accounts).cool(
         "beta", datetime.fromtimestamp(time.time() + 600, UTC), "429"
     )
-    metrics = WorkerMetrics(CollectorRegistry())
+    metrics = WorkerMetrics(CollectorRegistry(), mcp_tools=["mcp__calc__add"])
     metrics.run_started("alpha")
     metrics.queue_wait(0.4)
     usage = Usage(

@@ -13,6 +13,7 @@ from claudeq.errors import ConfigError
 from claudeq.models import Usage
 from claudeq.worker.metrics import WorkerMetrics, canonical_model, model_label, primary_model, token_label, tool_label
 from claudeq.worker.outcome import RateLimitSignal
+from claudeq.worker.prices import PRICES
 
 
 @pytest.fixture
@@ -80,16 +81,16 @@ def test_job_attempt_retry_tool_and_mirror_counters(metrics: WorkerMetrics) -> N
     metrics.attempt("a", "transient_error")
     metrics.attempt("a", "transient_error")
     metrics.retry("server_error")
-    metrics.tool_call("mcp__calc__add")
+    metrics.tool_call("mcp__calc__add")  # not registered: other
     metrics.tool_call("Read")
     metrics.tool_call("rm -rf /")
     metrics.mirror_error()
     assert value(metrics, "claudeq_jobs_finished_total", queue="claudeq.runs", status="failed") == 1
     assert value(metrics, "claudeq_attempts_total", account="a", outcome="transient_error") == 2
     assert value(metrics, "claudeq_retries_total", reason="server_error") == 1
-    assert value(metrics, "claudeq_tool_calls_total", tool="mcp__calc__add") == 1
+    assert value(metrics, "claudeq_tool_calls_total", tool="mcp__calc__add") is None
     assert value(metrics, "claudeq_tool_calls_total", tool="Read") == 1
-    assert value(metrics, "claudeq_tool_calls_total", tool="other") == 1
+    assert value(metrics, "claudeq_tool_calls_total", tool="other") == 2
     assert value(metrics, "claudeq_session_mirror_errors_total") == 1
 
 
@@ -116,7 +117,7 @@ def test_durations_and_in_progress(metrics: WorkerMetrics) -> None:
     assert value(metrics, "claudeq_runs_in_progress", account="a") == 1
     duration = "claudeq_run_duration_seconds_bucket"
     assert value(metrics, duration, account="a", model="claude-sonnet-5-5", le="60.0") == 1
-    assert value(metrics, duration, account="a", model="other", le="7200.0") == 1
+    assert value(metrics, duration, account="a", model="claude-sonnet-5-5", le="7200.0") == 2  # `sonnet`: alias
     assert value(metrics, "claudeq_queue_wait_seconds_count") == 2
     assert value(metrics, "claudeq_queue_wait_seconds_bucket", le="0.05") == 1
 
@@ -131,11 +132,13 @@ def test_methods_never_raise(metrics: WorkerMetrics) -> None:
     ("raw", "label"),
     [
         ("claude-sonnet-5-5", "claude-sonnet-5-5"),
-        ("claude-3-5-haiku-20241022", "claude-3-5-haiku-20241022"),
-        ("sonnet", "other"),
+        ("claude-3-5-haiku-20241022", "claude-3-5-haiku"),  # the pricing table's canonical id
+        ("sonnet", "claude-sonnet-5-5"),  # an alias, resolved as the CLI does
+        ("claude-opus-4-1", "claude-opus-5-5"),
         ("Claude-Sonnet", "other"),
         ("claude-" + "x" * 100, "other"),
         ("claude-sonnet-5-5[1m]", "other"),
+        ("claude-made-up-7", "other"),  # looks like a model id, but no model the fleet knows
         (None, "other"),
     ],
 )
@@ -143,10 +146,23 @@ def test_model_label_is_bounded(raw: str | None, label: str) -> None:
     assert model_label(raw) == label
 
 
+def test_model_labels_from_specs_and_runs_stay_within_the_known_models(metrics: WorkerMetrics) -> None:
+    """A spec's `model` is a label when the run reports no usage, and modelUsage keys come from the CLI: a thousand
+    invented ids must not make a thousand series (issue 11, item 12)."""
+    for i in range(1000):
+        metrics.run_duration("a", f"claude-invented-{i}", 1.0)
+        metrics.usage("a", Usage(model_usage={f"claude-invented-{i}": {"outputTokens": 1, "costUSD": 0.001}}))
+    models = {s.labels["model"] for family in metrics.registry.collect() for s in family.samples if "model" in s.labels}
+    assert models == {"other"}
+    assert models <= set(PRICES) | {"other"}
+
+
 def test_canonical_model_prefers_the_cli_canonical_id() -> None:
     assert canonical_model("claude-opus-4-1", {"canonicalModel": "claude-opus-5-5"}) == "claude-opus-5-5"
-    assert canonical_model("claude-opus-4-1", {}) == "claude-opus-4-1"
-    assert canonical_model("fable", {"canonicalModel": 3}) == "other"
+    assert canonical_model("claude-sonnet-4-5", {}) == "claude-sonnet-4-5"
+    assert canonical_model("claude-opus-4-1", {}) == "claude-opus-5-5"  # the alias the pricing table resolves
+    assert canonical_model("fable", {"canonicalModel": 3}) == "claude-fable-5-2"  # not a string: the id, resolved
+    assert canonical_model("gpt-4", {"canonicalModel": 3}) == "other"
 
 
 @pytest.mark.parametrize(
@@ -154,7 +170,8 @@ def test_canonical_model_prefers_the_cli_canonical_id() -> None:
     [
         ("Bash", "Bash"),
         ("StructuredOutput", "StructuredOutput"),
-        ("mcp__calc__add", "mcp__calc__add"),
+        ("mcp__claudeq__add", "other"),  # not registered on this worker
+        ("mcp__calc__add", "other"),
         ("mcp__calc", "other"),
         ("mcp__a b__c", "other"),
         ("Frobnicate", "other"),
@@ -163,6 +180,18 @@ def test_canonical_model_prefers_the_cli_canonical_id() -> None:
 )
 def test_tool_label_is_bounded(raw: str, label: str) -> None:
     assert tool_label(raw) == label
+
+
+def test_tool_labels_are_the_builtin_and_the_registered_tools(metrics: WorkerMetrics) -> None:
+    registered = WorkerMetrics(CollectorRegistry(), mcp_tools=["mcp__claudeq__add"])
+    for i in range(500):  # tool names a model invents
+        registered.tool_call(f"mcp__claudeq__invented_{i}")
+        registered.tool_call(f"mcp__evil{i}__x")
+        registered.tool_call(f"Tool{i}")
+    registered.tool_call("mcp__claudeq__add")
+    registered.tool_call("Read")
+    tools = {s.labels["tool"]: s.value for s in registered.tool_calls.collect()[0].samples if s.name.endswith("_total")}
+    assert tools == {"other": 1500, "mcp__claudeq__add": 1, "Read": 1}
 
 
 def test_free_form_labels_are_bounded() -> None:
