@@ -26,12 +26,8 @@ from pydantic import ValidationError
 from claudeq import account_scripts
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
-from claudeq.keys import Keys
+from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, WindowInfo
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _epoch(value: datetime) -> float:
@@ -88,7 +84,7 @@ class AccountStore:
         replies = pipe.execute()
         out: list[tuple[AccountState, datetime | None]] = []
         for i, account in enumerate(self.pool.accounts):
-            raw = {_text(k): _text(v) for k, v in replies[2 * i].items()}
+            raw = {text(k): text(v) for k, v in replies[2 * i].items()}
             slots: list[tuple[Any, float]] = replies[2 * i + 1]
             state = parse_state(account, raw, slots_in_use=len(slots), now=now)
             first_free = datetime.fromtimestamp(min(s for _, s in slots), UTC) if slots else None
@@ -99,7 +95,7 @@ class AccountStore:
         """Job id -> slot expiry (epoch s) of the live slots on `name`."""
         now = time.time() if now is None else now
         rows: list[Any] = self.redis.zrangebyscore(self.keys.account_slots(name), f"({now}", "+inf", withscores=True)
-        return {_text(row[0]): float(row[1]) for row in rows}
+        return {text(row[0]): float(row[1]) for row in rows}
 
     def held_by(self, job_id: str, now: float | None = None) -> list[str]:
         """Accounts on which `job_id` holds a live slot (normally none or one)."""
@@ -112,7 +108,7 @@ class AccountStore:
 
     def waiters(self, name: str) -> list[str]:
         """Job ids waiting for a slot on `name`, oldest first."""
-        return [_text(m) for m in self.redis.zrange(self.keys.account_waiters(name), 0, -1)]
+        return [text(m) for m in self.redis.zrange(self.keys.account_waiters(name), 0, -1)]
 
     # ---- the semaphore ---------------------------------------------------------------------------------------
 
@@ -138,7 +134,7 @@ class AccountStore:
             keys=[self.keys.account_slots(name), self.keys.account_waiters(name), self.keys.account(name)],
             args=[job_id, self.keys.job(""), repr(now)],
         )
-        return [_text(j) for j in popped]
+        return [text(j) for j in popped]
 
     def add_waiter(self, names: Iterable[str], job_id: str, now: float | None = None) -> bool:
         """Register a deferred job as waiting for a slot on each of `names` (keeps its place if already there).

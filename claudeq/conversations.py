@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 from pydantic import BaseModel
 
 from claudeq.config.settings import Settings
-from claudeq.keys import Keys
+from claudeq.keys import Keys, text
 from claudeq.models import ACTIVE, Timestamp
 from claudeq.transcripts import RedisSessionStore
 
@@ -140,10 +139,6 @@ class ConversationInfo:
         }
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class ConversationStore:
     """Pointer, turns and turn lock of conversations (sync; the worker calls it via asyncio.to_thread)."""
 
@@ -164,7 +159,7 @@ class ConversationStore:
     def latest_session(self, name: str) -> str | None:
         """The conversation's latest session id (None: no successful turn yet, or it expired)."""
         value = self.redis.get(self.keys.conversation(name))
-        return None if value is None else _text(value)
+        return None if value is None else text(value)
 
     def register(self, name: str, job_id: str) -> None:
         """Queue a turn in submit order (call at submit; `acquire` also does it, later)."""
@@ -185,7 +180,7 @@ class ConversationStore:
             ],
             args=[job_id, name, self.keys.job(""), self.ttl_s, SCAN_CAP],
         )
-        return TurnGrant(bool(granted), _text(holder) if holder else None)
+        return TurnGrant(bool(granted), text(holder) if holder else None)
 
     def release(self, name: str, job_id: str) -> str | None:
         """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
@@ -193,7 +188,7 @@ class ConversationStore:
             keys=[self.keys.conversation_lock(name), self.keys.conversation_waiters(name)],
             args=[job_id, 0, self.keys.job("")],
         )
-        return _text(nxt) if nxt else None
+        return text(nxt) if nxt else None
 
     def record_turn(self, name: str, turn: Turn, move_pointer: bool) -> None:
         """Append a finished turn; with `move_pointer`, its session becomes the conversation's latest."""
@@ -218,15 +213,15 @@ class ConversationStore:
     def info(self, name: str) -> ConversationInfo | None:
         """Pointer, turns, running and waiting jobs; None when the conversation does not exist (or expired)."""
         running = self.redis.get(self.keys.conversation_lock(name))
-        if running and _text(self.redis.hget(self.keys.job(_text(running)), "status")) not in ACTIVE:
+        if running and text(self.redis.hget(self.keys.job(text(running)), "status")) not in ACTIVE:
             running = None  # a stale lock: its holder finished without releasing it (the next turn takes over)
-        waiting = [_text(j) for j in self.redis.zrange(self.keys.conversation_waiters(name), 0, -1)]
+        waiting = [text(j) for j in self.redis.zrange(self.keys.conversation_waiters(name), 0, -1)]
         info = ConversationInfo(
             name=name,
             session_id=self.latest_session(name),
             turns=self.turns(name),
-            running=_text(running) if running else None,
-            waiting=[j for j in waiting if j != (_text(running) if running else None)],
+            running=text(running) if running else None,
+            waiting=[j for j in waiting if j != (text(running) if running else None)],
         )
         if info.session_id is None and not info.turns and info.running is None and not info.waiting:
             return None
@@ -235,7 +230,7 @@ class ConversationStore:
     def names(self, limit: int = 100) -> list[str]:
         """Conversation names, most recent turn first (entries older than the retention are pruned)."""
         self.redis.zremrangebyscore(self.keys.conversations, "-inf", time.time() - self.ttl_s)
-        return [_text(n) for n in self.redis.zrevrange(self.keys.conversations, 0, limit - 1)]
+        return [text(n) for n in self.redis.zrevrange(self.keys.conversations, 0, limit - 1)]
 
     def session_ids(self, name: str) -> list[str]:
         """Every session id the conversation's turns ended in (and its pointer), without duplicates."""

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def text(value: object) -> str:
+    """A Redis reply (bytes or str) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 @dataclass(frozen=True)
 class Keys:
     """Key shapes under one prefix (default `claudeq:`)."""

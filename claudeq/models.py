@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_valida
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 
 JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
+#: The statuses a job ends in.
+TerminalStatus = Literal["succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"queued", "deferred", "running"})
 
@@ -233,10 +235,37 @@ class JobRecord(BaseModel):
         return data
 
 
+#: Every event type on a job's stream: emitters and matchers both use these names.
+EventType = Literal[
+    "submitted",  # producer: the record is written and the message sent
+    "claimed",  # worker: a delivery took the job (data: worker, attempt)
+    "session_plan",  # how the attempt's session starts (new, resume, fork, continue, retake, restart)
+    "session_restarted",  # the session to resume was missing and the job allows a fresh one
+    "run_started",  # the CLI is being started (data: account, model, attempt)
+    "session",  # the CLI's session id
+    "assistant_text",
+    "tool_call",
+    "tool_result",
+    "api_retry",  # the CLI retries an API call itself
+    "rate_limit",  # a rate-limit signal from the API
+    "mirror_error",  # the transcript mirror failed to store a batch
+    "result",  # the CLI's result message
+    "stopped",  # the worker stopped the run (watchdog, cancel, shutdown)
+    "attempt_finished",  # data: outcome, detail
+    "retry",  # another attempt follows after a wait (data: reason, wait_s, next_attempt, in_place)
+    "deferred",
+    "requeued",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "unreadable",  # reader side: an entry that does not parse
+]
+
+
 class Event(BaseModel):
     """One progress event on a job's stream."""
 
-    type: str
+    type: EventType
     at: Timestamp = Field(default_factory=utcnow)
     attempt: int | None = None
     data: dict[str, Any] = Field(default_factory=dict)

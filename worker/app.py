@@ -22,8 +22,9 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.producer.client import make_store, send_run
+from claudeq.producer.client import send_run
 from claudeq.worker.engine import Engine
+from claudeq.worker.job_store import make_worker_store
 from claudeq.worker.loops import Loops
 from claudeq.worker.session_planner import SessionPlanner
 
@@ -67,7 +68,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     from claudeq.worker.tools import wire_name
 
     client = redis.Redis.from_url(cfg.redis_url, health_check_interval=30)
-    store = make_store(cfg, client)
+    store = make_worker_store(cfg, client)
     runner = Runner(cfg)
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
     celery_app = app if cfg is settings else make_celery(cfg, main="claudeq-worker")

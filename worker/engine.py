@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, Unpack
 
 import redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
@@ -24,7 +24,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, JobNotFound, PolicyViolation, RateLimited, RecordUnreadable
-from claudeq.jobs import JobStore
+from claudeq.jobs import JobFields
 from claudeq.models import (
     FREE_OUTCOMES,
     Attempt,
@@ -34,12 +34,15 @@ from claudeq.models import (
     JobRecord,
     JobResult,
     JobSpec,
+    JobStatus,
+    TerminalStatus,
     Usage,
     utcnow,
 )
 from claudeq.producer.validation import policy_problems
 from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.failure import Decision, decide
+from claudeq.worker.job_store import WorkerJobStore
 from claudeq.worker.metrics import primary_model
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
@@ -139,7 +142,7 @@ class Engine:
         self,
         settings: Settings,
         *,
-        store: JobStore,
+        store: WorkerJobStore,
         accounts: AccountsLike,
         runner: RunnerLike,
         metrics: MetricsLike,
@@ -532,7 +535,7 @@ class Engine:
     def _result(self, d: Delivery) -> JobResult:
         return d.result.model_copy(update={"usage": summed_usage(d.attempts)})
 
-    async def _write(self, d: Delivery, status: str | None = None, **fields: Any) -> bool:
+    async def _write(self, d: Delivery, status: JobStatus | None = None, **fields: Unpack[JobFields]) -> bool:
         if d.why == "lost":
             return False
         tries = 0
@@ -545,7 +548,7 @@ class Engine:
         ):
             with attempt:
                 tries += 1
-                ok = await asyncio.to_thread(self.store.write, d.job_id, d.fence, status, **fields)  # type: ignore[arg-type]
+                ok = await asyncio.to_thread(self._write_once, d, status, fields)
         if not ok and tries > 1:
             # The first try may have landed with its reply lost: then the job already holds what we wrote.
             ok = await asyncio.to_thread(self._landed, d, status)
@@ -555,16 +558,16 @@ class Engine:
             d.cancel.set()
         return bool(ok)
 
+    def _write_once(self, d: Delivery, status: JobStatus | None, fields: JobFields) -> bool:
+        return self.store.write(d.job_id, d.fence, status, **fields)
+
     def _landed(self, d: Delivery, status: str | None) -> bool:
-        fence, current = (
-            v.decode() if isinstance(v, bytes) else v
-            for v in self.store.redis.hmget(self.store.keys.job(d.job_id), ["fence", "status"])
-        )
-        if fence is None or int(fence) != d.fence:
+        fence, current = self.store.fence_and_status(d.job_id)
+        if fence is None or fence != d.fence:
             return False
         return status is None or current == status
 
-    async def _finish(self, d: Delivery, status: str, error: JobError | None = None) -> str:
+    async def _finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> str:
         """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
         data: dict[str, Any] = {"kind": error.kind, "message": error.message} if error else {}
         await self._event(d, Event(type=status, data=data))

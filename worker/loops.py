@@ -21,7 +21,6 @@ import redis.asyncio as aioredis
 
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import Attempt, Event, JobRecord, utcnow
-from claudeq.worker.broker import pending_job_ids
 from claudeq.worker.engine import Engine
 
 log = logging.getLogger("claudeq.loops")
@@ -178,7 +177,7 @@ class Loops:
                 queues.add(self.store.get(job_id).spec.queue or self.settings.queue)
             except (JobNotFound, RecordUnreadable):
                 continue
-        return pending_job_ids(self.store.redis, queues) & set(job_ids)
+        return self.store.waiting_in_broker(job_ids, queues)
 
     # ---- worker heartbeat ------------------------------------------------------------------------------------
 

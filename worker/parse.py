@@ -26,7 +26,7 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import MirrorErrorMessage
 
-from claudeq.models import Event, Usage
+from claudeq.models import Event, EventType, Usage
 from claudeq.worker.cli_env import redact
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 from claudeq.worker.prices import cost_usd
@@ -107,7 +107,7 @@ class MessageParser:
         """Whether a tool call is running (a tool_use without its tool_result yet): idle time does not count."""
         return bool(self.tools_in_flight)
 
-    def _event(self, type_: str, **data: Any) -> Event:
+    def _event(self, type_: EventType, **data: Any) -> Event:
         return Event(type=type_, attempt=self.attempt, data=data)
 
     def feed(self, message: object) -> list[Event]:

@@ -11,6 +11,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError, JobTimeout
 from claudeq.producer.client import AsyncClient, Client
+from claudeq.worker.job_store import WorkerJobStore
 
 
 class RecordingCelery:
@@ -33,7 +34,12 @@ async def test_submit_wait_and_events(aclient: AsyncClient) -> None:
         await handle.wait(timeout=0.1, poll_s=0.02)
 
     async def worker() -> None:
-        store = aclient.sync.store
+        store = WorkerJobStore(
+            aclient.sync.store.redis,
+            aclient.sync.store.keys,
+            result_ttl_s=aclient.sync.store.result_ttl_s,
+            events_maxlen=aclient.sync.store.events_maxlen,
+        )
         claim = await asyncio.to_thread(store.claim, handle.id, "w", 5)
         await asyncio.sleep(0.1)
         await asyncio.to_thread(store.write, handle.id, claim.fence, "succeeded")

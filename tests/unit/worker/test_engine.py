@@ -14,10 +14,9 @@ import pytest
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
-from claudeq.jobs import JobStore
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.producer.client import make_store
 from claudeq.worker.engine import Engine
+from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import (
     FakeAccounts,
@@ -34,7 +33,7 @@ B = AccountConfig(name="b", kind="oauth", token_env="T_B")
 
 
 class Harness:
-    def __init__(self, settings: Settings, store: JobStore, runner: FakeRunner, accounts: FakeAccounts) -> None:
+    def __init__(self, settings: Settings, store: WorkerJobStore, runner: FakeRunner, accounts: FakeAccounts) -> None:
         self.store = store
         self.runner = runner
         self.accounts = accounts
@@ -92,12 +91,12 @@ def settings(unique: str) -> Settings:
 
 
 @pytest.fixture
-def store(settings: Settings) -> JobStore:
-    return make_store(settings, fakeredis.FakeRedis())
+def store(settings: Settings) -> WorkerJobStore:
+    return make_worker_store(settings, fakeredis.FakeRedis())
 
 
 @pytest.fixture
-def make(settings: Settings, store: JobStore) -> Iterator[Any]:
+def make(settings: Settings, store: WorkerJobStore) -> Iterator[Any]:
     made: list[Harness] = []
 
     def build(*scripts: Any, accounts: FakeAccounts | None = None, cfg: Settings | None = None) -> Harness:
@@ -281,7 +280,7 @@ def test_finished_job_delivery_is_dropped(make: Any) -> None:
     assert len(h.runner.requests) == 1
 
 
-def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: JobStore) -> None:
+def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: WorkerJobStore) -> None:
     started = threading.Event()
     h = make(blocking(started))
     job = h.submit()
@@ -302,7 +301,7 @@ def test_unknown_job_is_dropped(make: Any) -> None:
     assert h.deliver("no-such-job") == "dropped:missing"
 
 
-def test_unreadable_record_fails_the_job(make: Any, store: JobStore) -> None:
+def test_unreadable_record_fails_the_job(make: Any, store: WorkerJobStore) -> None:
     h = make()
     job = h.submit()
     store.redis.hset(store.keys.job(job), "spec", "{not json")
@@ -333,7 +332,7 @@ def test_shutdown_requeues_running_jobs(make: Any) -> None:
     assert h.deliver(job) == "handed_back"  # after shutdown began, nothing new is claimed
 
 
-def test_released_slot_promotes_waiting_jobs(make: Any, store: JobStore) -> None:
+def test_released_slot_promotes_waiting_jobs(make: Any, store: WorkerJobStore) -> None:
     accounts = FakeAccounts(A)
     h = make(success(), accounts=accounts)
     waiting = h.submit()
@@ -400,7 +399,7 @@ def test_a_redis_blip_leaves_the_job_to_the_reconciler_instead_of_failing_it(mak
     assert h.deliver(job) == "succeeded"
 
 
-def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, store: JobStore) -> None:
+def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, store: WorkerJobStore) -> None:
     started = threading.Event()
     accounts = FakeAccounts(A)
     h = make(blocking(started), accounts=accounts)

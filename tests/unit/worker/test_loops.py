@@ -12,10 +12,9 @@ import pytest
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
-from claudeq.jobs import JobStore
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
-from claudeq.producer.client import make_store
 from claudeq.worker.engine import Engine
+from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops, lost_attempts, worker_ttl_s
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
@@ -27,8 +26,8 @@ def settings(unique: str) -> Settings:
 
 
 @pytest.fixture
-def store(settings: Settings) -> JobStore:
-    return make_store(settings, fakeredis.FakeRedis())
+def store(settings: Settings) -> WorkerJobStore:
+    return make_worker_store(settings, fakeredis.FakeRedis())
 
 
 @pytest.fixture
@@ -37,7 +36,7 @@ def sent() -> list[str]:
 
 
 @pytest.fixture
-def loops(settings: Settings, store: JobStore, sent: list[str]) -> Iterator[Loops]:
+def loops(settings: Settings, store: WorkerJobStore, sent: list[str]) -> Iterator[Loops]:
     engine = Engine(
         settings,
         store=store,
@@ -52,7 +51,7 @@ def loops(settings: Settings, store: JobStore, sent: list[str]) -> Iterator[Loop
     engine.stop()
 
 
-def submit(store: JobStore) -> str:
+def submit(store: WorkerJobStore) -> str:
     record = JobRecord(id=f"j{time.monotonic_ns()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
     return store.create(record)[0]
 
@@ -61,7 +60,7 @@ def on_loop(loops: Loops, coro: Any) -> Any:
     return loops.engine.call(coro).result(5)
 
 
-def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: JobStore, sent: list[str]) -> None:
+def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: WorkerJobStore, sent: list[str]) -> None:
     due, later = submit(store), submit(store)
     for job, ready in ((due, utcnow() - timedelta(seconds=1)), (later, utcnow() + timedelta(hours=1))):
         claim = store.claim(job, "w", 5)
@@ -73,7 +72,7 @@ def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: JobStore, se
 
 
 def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
-    loops: Loops, store: JobStore, sent: list[str]
+    loops: Loops, store: WorkerJobStore, sent: list[str]
 ) -> None:
     job = submit(store)
     claim = store.claim(job, "dead", 5)
@@ -105,7 +104,7 @@ def test_lost_attempt_is_appended_when_none_was_open() -> None:
     ]
 
 
-def test_reconciler_resends_queued_jobs_nobody_claimed(loops: Loops, store: JobStore, sent: list[str]) -> None:
+def test_reconciler_resends_queued_jobs_nobody_claimed(loops: Loops, store: WorkerJobStore, sent: list[str]) -> None:
     job, fresh = submit(store), submit(store)
     store.redis.zadd(store.keys.queued, {job: time.time() - 60})
     assert on_loop(loops, loops.resend_once()) == [job]
@@ -113,7 +112,7 @@ def test_reconciler_resends_queued_jobs_nobody_claimed(loops: Loops, store: JobS
     assert sent == [job] and fresh not in sent
 
 
-def test_worker_heartbeat_hash_and_zset(loops: Loops, store: JobStore, settings: Settings) -> None:
+def test_worker_heartbeat_hash_and_zset(loops: Loops, store: WorkerJobStore, settings: Settings) -> None:
     on_loop(loops, loops.beat_once())
     key = store.keys.worker("w-test")
     data = store.redis.hgetall(key)
@@ -125,7 +124,7 @@ def test_worker_heartbeat_hash_and_zset(loops: Loops, store: JobStore, settings:
 
 
 def test_reconciler_does_not_resend_a_job_whose_message_waits_behind_a_backlog(
-    loops: Loops, store: JobStore, sent: list[str], settings: Settings
+    loops: Loops, store: WorkerJobStore, sent: list[str], settings: Settings
 ) -> None:
     import json
 

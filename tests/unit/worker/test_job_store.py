@@ -1,4 +1,5 @@
-"""JobStore on fakeredis: every status transition, idempotency, TTLs, event trimming, unreadable records."""
+"""WorkerJobStore (claudeq/worker/job_store.py) on fakeredis: claim, lease, fenced writes, every worker-side
+status transition, recovery, re-sends, TTLs."""
 
 from __future__ import annotations
 
@@ -7,46 +8,28 @@ from datetime import timedelta
 import fakeredis
 import pytest
 
-from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.jobs import JobStore
+from claudeq.config.settings import Settings
 from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+
+
+@pytest.fixture
+def fake_store(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> WorkerJobStore:
+    """A WorkerJobStore on fakeredis."""
+    return make_worker_store(fake_settings, fake_redis)
 
 
 def _record(job_id: str = "j1", **spec: object) -> JobRecord:
     return JobRecord(id=job_id, spec=JobSpec(prompt="hi", **spec), status="queued", created_at=utcnow())  # type: ignore[arg-type]
 
 
-def _queued(store: JobStore, job_id: str = "j1") -> str:
+def _queued(store: WorkerJobStore, job_id: str = "j1") -> str:
     created_id, created = store.create(_record(job_id))
     assert created
     return created_id
 
 
-def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> None:
-    job_id = _queued(fake_store)
-    record = fake_store.get(job_id)
-    assert record.status == "queued"
-    assert record.spec.prompt == "hi"
-    assert fake_store.redis.zscore(fake_store.keys.jobs, job_id) is not None
-    assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is not None
-
-
-def test_same_idempotency_key_returns_the_same_job(fake_store: JobStore) -> None:
-    first, created1 = fake_store.create(_record("a", idempotency_key="k"))
-    second, created2 = fake_store.create(_record("b", idempotency_key="k"))
-    assert (first, created1) == ("a", True)
-    assert (second, created2) == ("a", False)
-    assert not fake_store.redis.exists(fake_store.keys.job("b"))
-
-
-def test_idempotency_key_of_an_expired_job_makes_a_new_job(fake_store: JobStore) -> None:
-    fake_store.create(_record("a", idempotency_key="k"))
-    fake_store.redis.delete(fake_store.keys.job("a"))
-    job_id, created = fake_store.create(_record("b", idempotency_key="k"))
-    assert (job_id, created) == ("b", True)
-
-
-def test_claim_moves_queued_to_running_with_a_fence_and_lease(fake_store: JobStore) -> None:
+def test_claim_moves_queued_to_running_with_a_fence_and_lease(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     assert claim.ok and claim.fence == 1
@@ -58,20 +41,20 @@ def test_claim_moves_queued_to_running_with_a_fence_and_lease(fake_store: JobSto
     assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is None
 
 
-def test_a_second_delivery_of_a_running_job_is_busy(fake_store: JobStore) -> None:
+def test_a_second_delivery_of_a_running_job_is_busy(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     fake_store.claim(job_id, "w1", 10)
     assert fake_store.claim(job_id, "w2", 10).result == "busy"
 
 
-def test_a_running_job_without_lease_is_an_orphan_for_the_reconciler(fake_store: JobStore) -> None:
+def test_a_running_job_without_lease_is_an_orphan_for_the_reconciler(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     fake_store.claim(job_id, "w1", 10)
     fake_store.redis.delete(fake_store.keys.lease(job_id))
     assert fake_store.claim(job_id, "w2", 10).result == "orphan"
 
 
-def test_claim_of_unknown_or_finished_job_is_refused(fake_store: JobStore) -> None:
+def test_claim_of_unknown_or_finished_job_is_refused(fake_store: WorkerJobStore) -> None:
     assert fake_store.claim("nope", "w1", 10).result == "missing"
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
@@ -79,7 +62,7 @@ def test_claim_of_unknown_or_finished_job_is_refused(fake_store: JobStore) -> No
     assert fake_store.claim(job_id, "w1", 10).result == "succeeded"
 
 
-def test_heartbeat_only_extends_our_own_lease(fake_store: JobStore) -> None:
+def test_heartbeat_only_extends_our_own_lease(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     assert fake_store.heartbeat(job_id, "w1", claim.fence, 10)
@@ -87,10 +70,10 @@ def test_heartbeat_only_extends_our_own_lease(fake_store: JobStore) -> None:
     assert not fake_store.heartbeat(job_id, "w1", claim.fence + 1, 10)
 
 
-def test_succeeded_write_sets_result_and_retention_ttl(fake_store: JobStore) -> None:
+def test_succeeded_write_sets_result_and_retention_ttl(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
-    fake_store.append_event(job_id, Event(type="x"))
+    fake_store.append_event(job_id, Event(type="claimed"))
     ok = fake_store.write(
         job_id, claim.fence, status="succeeded", result=JobResult(text="done"), session_id="s1", account="a"
     )
@@ -106,7 +89,7 @@ def test_succeeded_write_sets_result_and_retention_ttl(fake_store: JobStore) -> 
 
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
-def test_other_terminal_states_keep_the_error(fake_store: JobStore, status: str) -> None:
+def test_other_terminal_states_keep_the_error(fake_store: WorkerJobStore, status: str) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     assert fake_store.write(job_id, claim.fence, status=status, error=JobError(kind="job", message="boom"))  # type: ignore[arg-type]
@@ -115,7 +98,7 @@ def test_other_terminal_states_keep_the_error(fake_store: JobStore, status: str)
     assert record.error is not None and record.error.message == "boom"
 
 
-def test_stale_fence_cannot_write(fake_store: JobStore) -> None:
+def test_stale_fence_cannot_write(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     old = fake_store.claim(job_id, "w1", 10)
     # w1 paused, its lease expired, the reconciler gave the job back and w2 took it over.
@@ -129,7 +112,7 @@ def test_stale_fence_cannot_write(fake_store: JobStore) -> None:
     assert fake_store.get(job_id).status == "succeeded"
 
 
-def test_terminal_states_never_change(fake_store: JobStore) -> None:
+def test_terminal_states_never_change(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     fake_store.write(job_id, claim.fence, status="succeeded")
@@ -138,7 +121,7 @@ def test_terminal_states_never_change(fake_store: JobStore) -> None:
     assert fake_store.get(job_id).status == "succeeded"
 
 
-def test_running_to_deferred_to_queued_via_promote(fake_store: JobStore) -> None:
+def test_running_to_deferred_to_queued_via_promote(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     ready = utcnow() + timedelta(seconds=30)
@@ -155,7 +138,7 @@ def test_running_to_deferred_to_queued_via_promote(fake_store: JobStore) -> None
     assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is not None
 
 
-def test_running_to_queued_requeue(fake_store: JobStore) -> None:
+def test_running_to_queued_requeue(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     attempts = [Attempt(number=1, outcome="requeued", started_at=utcnow())]
@@ -167,7 +150,7 @@ def test_running_to_queued_requeue(fake_store: JobStore) -> None:
 
 
 @pytest.mark.parametrize("waiting", ["queued", "deferred"])
-def test_cancel_a_waiting_job_at_once(fake_store: JobStore, waiting: str) -> None:
+def test_cancel_a_waiting_job_at_once(fake_store: WorkerJobStore, waiting: str) -> None:
     job_id = _queued(fake_store)
     if waiting == "deferred":
         claim = fake_store.claim(job_id, "w1", 10)
@@ -182,7 +165,7 @@ def test_cancel_a_waiting_job_at_once(fake_store: JobStore, waiting: str) -> Non
     assert [e.type for _, e in fake_store.read_events(job_id)] == ["cancelled"]
 
 
-def test_cancel_a_running_job_sets_the_flag_and_publishes(fake_store: JobStore) -> None:
+def test_cancel_a_running_job_sets_the_flag_and_publishes(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     fake_store.claim(job_id, "w1", 10)
     pubsub = fake_store.redis.pubsub()
@@ -195,11 +178,7 @@ def test_cancel_a_running_job_sets_the_flag_and_publishes(fake_store: JobStore) 
     assert fake_store.get(job_id).status == "running"  # the worker finishes the transition
 
 
-def test_cancel_of_unknown_job_says_missing(fake_store: JobStore) -> None:
-    assert fake_store.cancel("nope") == "missing"
-
-
-def test_reconciler_recovery_requires_an_expired_lease(fake_store: JobStore) -> None:
+def test_reconciler_recovery_requires_an_expired_lease(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     lost = [Attempt(number=1, outcome="worker_lost", started_at=utcnow())]
@@ -212,7 +191,7 @@ def test_reconciler_recovery_requires_an_expired_lease(fake_store: JobStore) -> 
     assert [a.outcome for a in record.attempts] == ["worker_lost"]
 
 
-def test_unclaimed_queued_jobs_are_resent_once(fake_store: JobStore) -> None:
+def test_unclaimed_queued_jobs_are_resent_once(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     fake_store.redis.zadd(fake_store.keys.queued, {job_id: 0})
     assert fake_store.stale_queued(older_than_s=60) == [job_id]
@@ -221,48 +200,16 @@ def test_unclaimed_queued_jobs_are_resent_once(fake_store: JobStore) -> None:
     assert fake_store.stale_queued(older_than_s=60) == []
 
 
-def test_event_stream_is_trimmed(fake_redis: fakeredis.FakeRedis, fake_store: JobStore) -> None:
-    store = JobStore(fake_redis, fake_store.keys, result_ttl_s=3600, events_maxlen=10)
-    job_id = _queued(store)
-    for i in range(200):
-        store.append_event(job_id, Event(type="tick", data={"i": i}))
-    events = store.read_events(job_id)
-    assert len(events) < 200
-    assert events[-1][1].data == {"i": 199}
-
-
-def test_read_events_after_an_id(fake_store: JobStore) -> None:
-    job_id = _queued(fake_store)
-    first = fake_store.append_event(job_id, Event(type="a"))
-    fake_store.append_event(job_id, Event(type="b"))
-    assert [e.type for _, e in fake_store.read_events(job_id, after=first)] == ["b"]
-
-
-def test_follow_events_ends_when_the_job_is_finished(fake_store: JobStore) -> None:
+def test_follow_events_ends_when_the_job_is_finished(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
-    fake_store.append_event(job_id, Event(type="a"))
+    fake_store.append_event(job_id, Event(type="claimed"))
     fake_store.write(job_id, claim.fence, status="succeeded")
-    fake_store.append_event(job_id, Event(type="b"))
-    assert [e.type for e in fake_store.follow_events(job_id, poll_ms=10)] == ["a", "b"]
+    fake_store.append_event(job_id, Event(type="run_started"))
+    assert [e.type for e in fake_store.follow_events(job_id, poll_ms=10)] == ["claimed", "run_started"]
 
 
-def test_unreadable_record_is_reported_not_crashed_on(fake_store: JobStore) -> None:
-    job_id = _queued(fake_store)
-    fake_store.redis.hset(fake_store.keys.job(job_id), "spec", '{"prompt": "x", "from_the_future": 1}')
-    with pytest.raises(RecordUnreadable) as info:
-        fake_store.get(job_id)
-    assert info.value.job_id == job_id
-    listed = fake_store.list_jobs()
-    assert isinstance(listed[0], RecordUnreadable)
-
-
-def test_get_unknown_job(fake_store: JobStore) -> None:
-    with pytest.raises(JobNotFound):
-        fake_store.get("nope")
-
-
-def test_list_filters_by_status_newest_first(fake_store: JobStore) -> None:
+def test_list_filters_by_status_newest_first(fake_store: WorkerJobStore) -> None:
     for job_id in ("a", "b", "c"):
         fake_store.create(_record(job_id))
     claim = fake_store.claim("b", "w", 10)
@@ -272,7 +219,7 @@ def test_list_filters_by_status_newest_first(fake_store: JobStore) -> None:
     assert fake_store.count_by_status() == {"queued": 2, "succeeded": 1}
 
 
-def test_trim_index_drops_only_expired_jobs(fake_store: JobStore) -> None:
+def test_trim_index_drops_only_expired_jobs(fake_store: WorkerJobStore) -> None:
     for job_id in ("old", "kept"):
         fake_store.create(_record(job_id))
     fake_store.redis.zadd(fake_store.keys.jobs, {"old": 0, "kept": 0})
@@ -281,7 +228,7 @@ def test_trim_index_drops_only_expired_jobs(fake_store: JobStore) -> None:
     assert fake_store.redis.zscore(fake_store.keys.jobs, "kept") is not None
 
 
-def test_idempotency_key_lives_as_long_as_its_job(fake_store: JobStore) -> None:
+def test_idempotency_key_lives_as_long_as_its_job(fake_store: WorkerJobStore) -> None:
     job_id, _ = fake_store.create(_record("a", idempotency_key="k"))
     idem = fake_store.keys.idem("k")
     assert fake_store.redis.ttl(idem) == -1  # no expiry while the job is alive, however long it waits
@@ -290,13 +237,7 @@ def test_idempotency_key_lives_as_long_as_its_job(fake_store: JobStore) -> None:
     assert 0 < fake_store.redis.ttl(idem) <= fake_store.result_ttl_s  # then the job's retention
 
 
-def test_cancelling_a_waiting_job_expires_its_idempotency_key_with_it(fake_store: JobStore) -> None:
-    job_id, _ = fake_store.create(_record("a", idempotency_key="k2"))
-    assert fake_store.cancel(job_id) == "cancelled"
-    assert 0 < fake_store.redis.ttl(fake_store.keys.idem("k2")) <= fake_store.result_ttl_s
-
-
-def test_only_the_first_claim_ends_the_queue_wait(fake_store: JobStore) -> None:
+def test_only_the_first_claim_ends_the_queue_wait(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     first = fake_store.claim(job_id, "w1", 10)
     assert first.first
@@ -307,7 +248,7 @@ def test_only_the_first_claim_ends_the_queue_wait(fake_store: JobStore) -> None:
     assert not again.first
 
 
-def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store: JobStore) -> None:
+def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     fake_store.redis.hset(fake_store.keys.job(job_id), "spec", "{not json")

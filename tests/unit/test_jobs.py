@@ -1,0 +1,86 @@
+"""JobStore (claudeq/jobs.py) on fakeredis: create, idempotency, cancel, events, unreadable records."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.jobs import JobStore
+from claudeq.models import Event, JobRecord, JobSpec, utcnow
+
+
+def _record(job_id: str = "j1", **spec: object) -> JobRecord:
+    return JobRecord(id=job_id, spec=JobSpec(prompt="hi", **spec), status="queued", created_at=utcnow())  # type: ignore[arg-type]
+
+
+def _queued(store: JobStore, job_id: str = "j1") -> str:
+    created_id, created = store.create(_record(job_id))
+    assert created
+    return created_id
+
+
+def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    record = fake_store.get(job_id)
+    assert record.status == "queued"
+    assert record.spec.prompt == "hi"
+    assert fake_store.redis.zscore(fake_store.keys.jobs, job_id) is not None
+    assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is not None
+
+
+def test_same_idempotency_key_returns_the_same_job(fake_store: JobStore) -> None:
+    first, created1 = fake_store.create(_record("a", idempotency_key="k"))
+    second, created2 = fake_store.create(_record("b", idempotency_key="k"))
+    assert (first, created1) == ("a", True)
+    assert (second, created2) == ("a", False)
+    assert not fake_store.redis.exists(fake_store.keys.job("b"))
+
+
+def test_idempotency_key_of_an_expired_job_makes_a_new_job(fake_store: JobStore) -> None:
+    fake_store.create(_record("a", idempotency_key="k"))
+    fake_store.redis.delete(fake_store.keys.job("a"))
+    job_id, created = fake_store.create(_record("b", idempotency_key="k"))
+    assert (job_id, created) == ("b", True)
+
+
+def test_cancel_of_unknown_job_says_missing(fake_store: JobStore) -> None:
+    assert fake_store.cancel("nope") == "missing"
+
+
+def test_event_stream_is_trimmed(fake_redis: fakeredis.FakeRedis, fake_store: JobStore) -> None:
+    store = JobStore(fake_redis, fake_store.keys, result_ttl_s=3600, events_maxlen=10)
+    job_id = _queued(store)
+    for i in range(200):
+        store.append_event(job_id, Event(type="assistant_text", data={"i": i}))
+    events = store.read_events(job_id)
+    assert len(events) < 200
+    assert events[-1][1].data == {"i": 199}
+
+
+def test_read_events_after_an_id(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    first = fake_store.append_event(job_id, Event(type="claimed"))
+    fake_store.append_event(job_id, Event(type="run_started"))
+    assert [e.type for _, e in fake_store.read_events(job_id, after=first)] == ["run_started"]
+
+
+def test_unreadable_record_is_reported_not_crashed_on(fake_store: JobStore) -> None:
+    job_id = _queued(fake_store)
+    fake_store.redis.hset(fake_store.keys.job(job_id), "spec", '{"prompt": "x", "from_the_future": 1}')
+    with pytest.raises(RecordUnreadable) as info:
+        fake_store.get(job_id)
+    assert info.value.job_id == job_id
+    listed = fake_store.list_jobs()
+    assert isinstance(listed[0], RecordUnreadable)
+
+
+def test_get_unknown_job(fake_store: JobStore) -> None:
+    with pytest.raises(JobNotFound):
+        fake_store.get("nope")
+
+
+def test_cancelling_a_waiting_job_expires_its_idempotency_key_with_it(fake_store: JobStore) -> None:
+    job_id, _ = fake_store.create(_record("a", idempotency_key="k2"))
+    assert fake_store.cancel(job_id) == "cancelled"
+    assert 0 < fake_store.redis.ttl(fake_store.keys.idem("k2")) <= fake_store.result_ttl_s

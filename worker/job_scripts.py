@@ -1,0 +1,102 @@
+"""Lua scripts for the job transitions only workers run: claim, heartbeat, fenced write, promote, recover, resend.
+
+A run may write only while the fence it was given still matches (a paused worker whose lease was taken over must not
+overwrite). The idempotency key's expiry follows its job's (see claudeq/job_scripts.py).
+"""
+
+from __future__ import annotations
+
+# KEYS: job, lease, queued, running. ARGV: job_id, worker, lease_ttl_ms, now_iso
+# -> {result, fence, first}: first = 1 on the job's first claim ever (its queue wait ends here)
+CLAIM = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {'missing', 0} end
+if status == 'running' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', 0} end
+  return {'orphan', 0}
+end
+if status ~= 'queued' then return {status, 0} end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2])
+local first = redis.call('HSETNX', KEYS[1], 'started_at', ARGV[4])
+redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
+return {'ok', fence, first}
+"""
+
+# KEYS: lease. ARGV: worker|fence, ttl_ms
+HEARTBEAT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: job, lease, queued, running, deferred, events, cancel
+# ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), field, value, ...
+WRITE = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[2] or redis.call('HGET', KEYS[1], 'status') ~= 'running' then
+  return 0
+end
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local new = ARGV[3]
+if new == '' then return 1 end
+redis.call('HSET', KEYS[1], 'status', new)
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[4], ARGV[1])
+if new == 'queued' then
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+elseif new == 'deferred' then
+  redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+else
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  redis.call('EXPIRE', KEYS[6], ARGV[4])
+  redis.call('DEL', KEYS[7])
+  local idem = redis.call('HGET', KEYS[1], 'idem')
+  if idem then redis.call('EXPIRE', idem, ARGV[4]) end
+end
+return 1
+"""
+
+# KEYS: deferred, job, queued. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
+PROMOTE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+if ARGV[2] ~= '+inf' and tonumber(score) > tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('HGET', KEYS[2], 'status') ~= 'deferred' then return 0 end
+redis.call('HSET', KEYS[2], 'status', 'queued')
+redis.call('HDEL', KEYS[2], 'ready_at')
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[3], now[1], ARGV[1])
+return 1
+"""
+
+# KEYS: job, lease, running, queued. ARGV: job_id, fence, now_s, field, value, ... (no fields: status only)
+# A running job whose lease expired (its worker died): back to queued with the caller's attempt record.
+RECOVER = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' or redis.call('HGET', KEYS[1], 'fence') ~= ARGV[2]
+   or redis.call('EXISTS', KEYS[2]) == 1 then
+  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then redis.call('SREM', KEYS[3], ARGV[1]) end
+  return 0
+end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'status', 'queued')
+redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+return 1
+"""
+
+# KEYS: queued, job. ARGV: job_id, older_than_s, now_s. Claims a resend of an unclaimed queued job (once).
+RESEND = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[2]) then return 0 end
+if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""

@@ -1,0 +1,182 @@
+"""WorkerJobStore: what only workers do with job state — claim, heartbeat, fenced writes, promote, recover, re-send.
+
+The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
+on the same Redis. Every status change is one atomic Lua script (claudeq/worker/job_scripts.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Unpack, cast
+
+import redis
+
+from claudeq.config.settings import Settings
+from claudeq.jobs import JobFields, JobStore, encode_fields
+from claudeq.keys import Keys, text
+from claudeq.models import TERMINAL, Attempt, JobStatus, utcnow
+from claudeq.worker import job_scripts as scripts
+from claudeq.worker.broker import pending_job_ids
+
+#: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
+#: running without a lease, the reconciler's; `missing`; or the job's status when it is not queued).
+ClaimResult = Literal["ok", "busy", "orphan", "missing", "queued", "deferred", "succeeded", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a claim: `ok` with a fencing token, or why the delivery is to be dropped."""
+
+    result: ClaimResult
+    fence: int = 0
+    first: bool = False  # the job's first claim ever: its queue wait ends now
+
+    @property
+    def ok(self) -> bool:
+        """Whether this worker now owns the run."""
+        return self.result == "ok"
+
+
+class WorkerJobStore(JobStore):
+    """JobStore plus the transitions only workers make."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, *, result_ttl_s: int, events_maxlen: int) -> None:
+        super().__init__(client, keys, result_ttl_s=result_ttl_s, events_maxlen=events_maxlen)
+        self._claim = client.register_script(scripts.CLAIM)
+        self._heartbeat = client.register_script(scripts.HEARTBEAT)
+        self._write = client.register_script(scripts.WRITE)
+        self._promote = client.register_script(scripts.PROMOTE)
+        self._recover = client.register_script(scripts.RECOVER)
+        self._resend = client.register_script(scripts.RESEND)
+
+    # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
+
+    def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
+        """Atomically take a queued job: status running, a lease with a new fencing token."""
+        reply = self._claim(
+            keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.queued, self.keys.running],
+            args=[job_id, worker, int(lease_ttl_s * 1000), utcnow().isoformat()],
+        )
+        first = len(reply) > 2 and int(reply[2]) == 1
+        return Claim(cast(ClaimResult, text(reply[0])), int(reply[1]), first)
+
+    def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
+        """Extend the lease; False when it is no longer ours (expired or taken over)."""
+        return bool(
+            self._heartbeat(keys=[self.keys.lease(job_id)], args=[f"{worker}|{fence}", int(lease_ttl_s * 1000)])
+        )
+
+    def write(
+        self, job_id: str, fence: int, status: JobStatus | None = None, score: float = 0, **fields: Unpack[JobFields]
+    ) -> bool:
+        """Write fields (and optionally move status) only while `fence` still holds the job. False = stale."""
+        if status == "deferred" and "ready_at" not in fields:
+            raise ValueError("a deferred job needs ready_at")
+        if status in TERMINAL and "finished_at" not in fields:
+            fields["finished_at"] = utcnow()
+        if status == "queued" and not score:
+            score = time.time()
+        if status == "deferred":
+            score = fields["ready_at"].timestamp()
+        return bool(
+            self._write(
+                keys=[
+                    self.keys.job(job_id),
+                    self.keys.lease(job_id),
+                    self.keys.queued,
+                    self.keys.running,
+                    self.keys.deferred,
+                    self.keys.events(job_id),
+                    self.keys.cancel(job_id),
+                ],
+                args=[job_id, fence, status or "", self.result_ttl_s, score, *encode_fields(fields)],
+            )
+        )
+
+    def fence_and_status(self, job_id: str) -> tuple[int | None, str | None]:
+        """The job's fencing token and status as stored (None where absent), read in one call."""
+        fence, status = self.redis.hmget(self.keys.job(job_id), ["fence", "status"])
+        return (None if fence is None else int(fence)), (None if status is None else text(status))
+
+    # ---- background loops: promoter, reconciler ----------------------------------------------------------------
+
+    def due_deferred(self, now: float | None = None, limit: int = 100) -> list[str]:
+        """Deferred job ids whose ready time has come."""
+        now = time.time() if now is None else now
+        return [text(i) for i in self.redis.zrangebyscore(self.keys.deferred, "-inf", now, start=0, num=limit)]
+
+    def promote(self, job_id: str, now: float | None = None, force: bool = False) -> bool:
+        """Claim one deferred job back to `queued` (atomic ZREM, so only one caller wins); the caller sends it."""
+        due = "+inf" if force else str(time.time() if now is None else now)
+        return bool(
+            self._promote(keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued], args=[job_id, due])
+        )
+
+    def forget_running(self, job_id: str) -> None:
+        """Drop a job id from the running index (its record is gone)."""
+        self.redis.srem(self.keys.running, job_id)
+
+    def fence_of(self, job_id: str) -> int | None:
+        """The job's fencing token read directly (works when the record itself cannot be parsed)."""
+        value = self.redis.hget(self.keys.job(job_id), "fence")
+        return None if value is None else int(value)
+
+    def running_ids(self) -> list[str]:
+        """Ids of jobs marked running."""
+        return [text(i) for i in self.redis.smembers(self.keys.running)]
+
+    def lease_alive(self, job_id: str) -> bool:
+        """Whether the job's run lease still exists."""
+        return bool(self.redis.exists(self.keys.lease(job_id)))
+
+    def recover(self, job_id: str, fence: int, attempts: list[Attempt] | None) -> bool:
+        """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
+        e.g. when the record cannot be parsed); False if anything moved."""
+        fields = encode_fields({"attempts": attempts}) if attempts is not None else []
+        return bool(
+            self._recover(
+                keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.running, self.keys.queued],
+                args=[job_id, fence, time.time(), *fields],
+            )
+        )
+
+    def stale_queued(self, older_than_s: float, limit: int = 100) -> list[str]:
+        """Queued job ids whose message was sent more than `older_than_s` ago."""
+        cutoff = time.time() - older_than_s
+        return [text(i) for i in self.redis.zrangebyscore(self.keys.queued, "-inf", cutoff, start=0, num=limit)]
+
+    def claim_resend(self, job_id: str, older_than_s: float) -> bool:
+        """Claim the re-send of an unclaimed queued job (once across all workers)."""
+        now = time.time()
+        return bool(
+            self._resend(keys=[self.keys.queued, self.keys.job(job_id)], args=[job_id, now - older_than_s, now])
+        )
+
+    def mark_sent(self, job_id: str) -> None:
+        """Record that a message for this queued job was just sent."""
+        self.redis.zadd(self.keys.queued, {job_id: time.time()}, xx=True)
+
+    def waiting_in_broker(self, job_ids: Iterable[str], queues: Iterable[str]) -> set[str]:
+        """Which of `job_ids` still have a message waiting in one of the broker `queues`."""
+        return pending_job_ids(self.redis, set(queues)) & set(job_ids)
+
+    def trim_index(self) -> int:
+        """Drop ids of expired jobs from the `jobs` index; returns how many."""
+        cutoff_ms = (time.time() - self.result_ttl_s) * 1000
+        old = [text(i) for i in self.redis.zrangebyscore(self.keys.jobs, "-inf", cutoff_ms, start=0, num=1000)]
+        gone = [job_id for job_id in old if not self.redis.exists(self.keys.job(job_id))]
+        if gone:
+            self.redis.zrem(self.keys.jobs, *gone)
+        return len(gone)
+
+
+def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:
+    """A WorkerJobStore on `settings`' Redis."""
+    return WorkerJobStore(
+        client or redis.Redis.from_url(settings.redis_url),
+        Keys(settings.key_prefix),
+        result_ttl_s=settings.result_ttl_s,
+        events_maxlen=settings.events_maxlen,
+    )
