@@ -6,7 +6,7 @@ nor in any worker log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +77,10 @@ def workers(
     assert not leftover, f"claude processes outlived their workers: {leftover}"
 
 
-def assert_no_secrets(client: redis.Redis, settings: Settings, accounts: list[SimAccount], logs: list[str]) -> None:
-    """No account token in any Redis key or value under the test's prefix, its queue, or a worker log."""
-    tokens = [a.token_value.encode() for a in accounts]
+def redis_blobs(client: redis.Redis, settings: Settings) -> list[tuple[bytes, bytes]]:
+    """(key, blob) for every key and value under the test's prefix and in its queue (every Redis type)."""
     keys = [*client.scan_iter(match=f"{settings.key_prefix}*", count=1000), settings.queue.encode()]
+    found: list[tuple[bytes, bytes]] = []
     for key in keys:
         kind = client.type(key).decode()
         blobs: list[bytes] = [key]
@@ -96,9 +96,23 @@ def assert_no_secrets(client: redis.Redis, settings: Settings, accounts: list[Si
             blobs += client.zrange(key, 0, -1)
         elif kind == "stream":
             blobs += [b"".join(k + v for k, v in fields.items()) for _, fields in client.xrange(key)]
-        for blob in blobs:
-            for token in tokens:
-                assert token not in blob, f"a token leaked into Redis key {key!r}"
+        found += [(key, blob) for blob in blobs]
+    return found
+
+
+def assert_no_secrets(
+    client: redis.Redis,
+    settings: Settings,
+    accounts: list[SimAccount],
+    logs: list[str],
+    extra: Iterable[str] = (),
+) -> None:
+    """No account token (nor any `extra` secret) in any Redis key or value under the test's prefix, its queue, or
+    a worker log."""
+    secrets = [a.token_value for a in accounts] + list(extra)
+    for key, blob in redis_blobs(client, settings):
+        for secret in secrets:
+            assert secret.encode() not in blob, f"a secret leaked into Redis key {key!r}"
     for log in logs:
-        for token in tokens:
-            assert token.decode() not in log, "a token leaked into a worker log"
+        for secret in secrets:
+            assert secret not in log, "a secret leaked into a worker log"

@@ -43,9 +43,9 @@ def _server_binary() -> str:
 
 
 class PrivateRedis:
-    """A redis-server process of our own on a free loopback port."""
+    """A redis-server process of our own on a free loopback port (`password`: started with --requirepass)."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="claudeq-redis-")
         self.port = _free_port()
         self.proc = subprocess.Popen(
@@ -63,11 +63,12 @@ class PrivateRedis:
                 self.dir,
                 "--maxmemory-policy",
                 "noeviction",
+                *(["--requirepass", password] if password else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"redis://{':' + password + '@' if password else ''}127.0.0.1:{self.port}/0"
         deadline = time.monotonic() + 10
         while not _answers(self.url):
             if time.monotonic() > deadline or self.proc.poll() is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
-from claudeq.worker.cli_env import build_env, redact, remember_secret
+from claudeq.worker.cli_env import build_env, redact, remember_secret, remember_settings_secrets
 
 OAUTH = AccountConfig(name="a", kind="oauth", token_env="TOK_A", base_url="http://127.0.0.1:9")
 KEY = AccountConfig(name="b", kind="api_key", token_env="TOK_B")
@@ -83,9 +84,28 @@ def test_redact_extra_values() -> None:
     assert redact("pw=abcdef123", extra=["abcdef123"]) == "pw=***"
 
 
-def test_redis_password_in_a_query_parameter_is_redacted_too() -> None:
-    from claudeq.worker.cli_env import _password
+@pytest.mark.parametrize(
+    "url", ["redis://:{pw}@127.0.0.1:6379/0", "redis://127.0.0.1:6379/0?password={pw}", "rediss://user:{pw}@h/0"]
+)
+def test_redis_password_from_the_settings_is_redacted(url: str) -> None:
+    password = f"rpw{uuid.uuid4().hex}"  # no token shape: only learning it from the settings removes it
+    assert password in redact(f"auth {password} failed")
+    remember_settings_secrets(_settings(redis_url=url.format(pw=password)), environ={})
+    assert redact(f"auth {password} failed") == "auth *** failed"
 
-    assert _password("redis://h:6379/0?password=s3cret") == "s3cret"
-    assert _password("rediss://user:p%40ss@h/0") == "p%40ss"
-    assert _password("redis://h/0") is None
+
+def test_redis_password_in_the_environment_url_is_redacted() -> None:
+    password = f"rpw{uuid.uuid4().hex}"
+    remember_settings_secrets(_settings(), environ={"CLAUDEQ_REDIS_URL": f"redis://:{password}@h:6379/0"})
+    assert redact(password) == "***"
+
+
+def test_secret_env_values_and_unprefixed_api_keys_from_the_settings_are_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key, extra = f"plainkey{uuid.uuid4().hex}", f"xsec{uuid.uuid4().hex}"
+    monkeypatch.setenv("TOK_B", key)
+    text = f"key {key} extra {extra}"
+    assert redact(text) == text
+    remember_settings_secrets(_settings(secret_env=["MY_EXTRA"]), environ={"MY_EXTRA": extra})
+    assert redact(text) == "key *** extra ***"
