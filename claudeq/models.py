@@ -56,6 +56,9 @@ Timestamp = Annotated[datetime, PlainSerializer(_iso, return_type=str, when_used
 
 JsonScalar = str | int | float | bool | None
 
+#: The metadata key under which a job submitted from inside another job's run records that job's id.
+PARENT_JOB_KEY = "parent_job_id"
+
 
 class JobSpec(BaseModel):
     """What a producer asks for. Unknown fields are refused, so a typo never silently does nothing."""
@@ -222,6 +225,12 @@ class JobRecord(BaseModel):
     def finished(self) -> bool:
         """Whether the job reached a terminal state."""
         return self.status in TERMINAL
+
+    @property
+    def parent_job_id(self) -> str | None:
+        """The job whose run submitted this one (through the fleet tools), if any."""
+        value = self.spec.metadata.get(PARENT_JOB_KEY)
+        return value if isinstance(value, str) else None
 
     @property
     def counted_attempts(self) -> int:

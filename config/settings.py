@@ -55,6 +55,12 @@ class WorkerPolicy(BaseModel):
         default=None,
         description="Import path of a module exposing `TOOLS` (SDK @tool functions) that jobs may use by name.",
     )
+    fleet_tools: bool = Field(
+        default=False,
+        description="Offer the `claudeq mcp` tools (submit_job, get_job, list_jobs, cancel_job, wait_job, "
+        "accounts) to jobs that name them in mcp_tools: a run can hand work to the fleet; its jobs record it as "
+        "their parent.",
+    )
 
     def tools_for(self, request: str | list[str]) -> list[str]:
         """Resolve a profile name or a tool list to built-in tool names (unchecked against the policy)."""

@@ -335,6 +335,24 @@ def events(
             out.print(_event_line(event), highlight=False, markup=False)
 
 
+@app.command("mcp")
+def mcp_cmd(
+    http: Annotated[
+        str | None, typer.Option("--http", metavar="HOST:PORT", help="Serve streamable HTTP (path /mcp), not stdio.")
+    ] = None,
+) -> None:
+    """Serve the fleet as an MCP server (stdio by default): submit_job, get_job, list_jobs, cancel_job, wait_job,
+    accounts. `claude mcp add claudeq -- claudeq mcp`."""
+    from claudeq.producer.mcp_server import parse_address, serve  # imports `mcp`: only for this command
+
+    if http is not None:
+        try:
+            parse_address(http)
+        except ValueError as exc:
+            _fail(EXIT_BAD_INPUT, f"--http: {exc}")
+    serve(http, _settings())
+
+
 @config_app.command("check")
 def config_check(as_json: JsonOpt = False) -> None:
     """Validate settings and accounts, check every token is present and Redis answers (secrets never shown).

@@ -25,6 +25,7 @@ from claude_agent_sdk.types import (
 from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
+from claudeq.worker.cli_env import JOB_ID_VAR
 from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
 
 #: Input fields of the file tools that name a path.
@@ -50,6 +51,8 @@ def check_spec(spec: JobSpec, policy: WorkerPolicy, registry: ToolRegistry | Non
         unknown = spec.mcp_tools if registry is None else registry.unknown(spec.mcp_tools)
         if unknown:
             raise PolicyViolation("mcp_tools", f"not registered on this worker: {', '.join(unknown)}")
+        if registry is not None and registry.mixes_fleet(spec.mcp_tools):
+            raise PolicyViolation("mcp_tools", "fleet tools and worker-registered tools cannot be combined in one job")
     if spec.permission_mode is not None and spec.permission_mode not in policy.permission_modes:
         raise PolicyViolation("permission_mode", f"{spec.permission_mode!r} is not allowed on this fleet")
     for field, paths in (("cwd", [spec.cwd] if spec.cwd else []), ("add_dirs", spec.add_dirs)):
@@ -155,7 +158,7 @@ def build_options(
     mcp_servers: dict[str, McpServerConfig] = {}
     if spec.mcp_tools:
         assert tools is not None  # check_spec refused unknown tools
-        mcp_servers[SERVER_NAME] = tools.server(spec.mcp_tools)
+        mcp_servers[SERVER_NAME] = tools.server(spec.mcp_tools, job_id=env.get(JOB_ID_VAR))
     hooks = None
     if FILE_TOOLS.intersection(builtin):
         hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[workspace_hook(policy)])]}

@@ -42,3 +42,27 @@ def test_bad_module_is_a_config_error(module: str) -> None:
 
 def test_no_module_means_no_tools() -> None:
     assert ToolRegistry.from_settings(Settings(_env_file=None)).names == []  # type: ignore[call-arg]
+
+
+def test_fleet_tools_are_offered_only_when_the_policy_says_so() -> None:
+    off = ToolRegistry.from_settings(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert off.unknown(["submit_job"]) == ["submit_job"]
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        policy=WorkerPolicy(fleet_tools=True, mcp_tools_module="tests.support.sample_tools"),
+    )
+    on = ToolRegistry.from_settings(settings)
+    assert on.names == ["accounts", "add", "cancel_job", "get_job", "list_jobs", "submit_job", "wait_job", "whoami"]
+    assert on.unknown(["submit_job", "wait_job", "nope"]) == ["nope"]
+    assert on.mixes_fleet(["submit_job", "add"]) and not on.mixes_fleet(["submit_job", "wait_job"])
+    with pytest.raises(KeyError):
+        on.server(["submit_job", "add"])
+
+
+async def test_fleet_server_is_claudeq_mcp_bound_to_the_run_and_offers_only_the_named_tools() -> None:
+    from mcp.server import Server
+
+    settings = Settings(_env_file=None, policy=WorkerPolicy(fleet_tools=True))  # type: ignore[call-arg]
+    config = ToolRegistry.from_settings(settings).server(["submit_job", "wait_job"], job_id="parent-1")
+    assert config["type"] == "sdk" and config["name"] == SERVER_NAME
+    assert isinstance(config["instance"], Server)  # the SDK serves it to the CLI in-process

@@ -1,0 +1,263 @@
+"""`claudeq mcp`: the fleet as an MCP server, so an agent (Claude Code, Claude Desktop, a claudeq job) hands work
+to it and collects the results.
+
+Tools: `submit_job`, `get_job`, `list_jobs`, `cancel_job`, `wait_job` (a bounded long-poll that reports progress
+notifications while it waits) and `accounts`. Arguments go through the same validation as `Client.submit`, so a bad
+one comes back as a tool error naming the field; answers are the records' public JSON form (no secret is ever in
+one).
+
+A job submitted through a server bound to a parent job (the worker binds the server it offers a run to that run's
+job; `claudeq mcp` started inside a run finds the id in CLAUDEQ_JOB_ID) records the parent in its metadata under
+`parent_job_id` (`JobRecord.parent_job_id`).
+
+This module imports `mcp`; `claudeq.producer.cli` imports it only when `claudeq mcp` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from claudeq.account_state import AccountStore
+from claudeq.config.settings import Settings, load_settings
+from claudeq.errors import ConfigError, JobNotFound, JobSpecError, RecordUnreadable
+from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobStatus
+from claudeq.producer.client import Client
+from claudeq.producer.progress import describe
+
+SERVER_NAME = "claudeq"
+#: Every tool the server offers, in the order they are listed.
+FLEET_TOOLS: tuple[str, ...] = ("submit_job", "get_job", "list_jobs", "cancel_job", "wait_job", "accounts")
+#: The variable a worker sets in a run's CLI environment (worker/cli_env.py JOB_ID_VAR).
+JOB_ID_VAR = "CLAUDEQ_JOB_ID"
+MAX_WAIT_S = 600.0
+WAIT_POLL_S = 0.25
+#: While nothing happens, a progress notification at least this often (keeps the caller informed and alive).
+QUIET_PROGRESS_S = 2.0
+
+INSTRUCTIONS = """\
+claudeq runs Claude agent jobs in the background on a fleet of workers and accounts.
+submit_job enqueues a job and returns its record (status `queued`); wait_job(job_id, timeout_s) waits for it,
+reporting progress, and returns the record (`succeeded` with result.text / result.structured_output, or `failed` /
+`cancelled` with error; still `queued`/`running` when the timeout passed: call wait_job again). To fan work out,
+submit several jobs first, then wait for each."""
+
+Text = Annotated[str, Field(min_length=1)]
+
+
+def _problem(exc: JobSpecError) -> ToolError:
+    return ToolError("invalid arguments: " + "; ".join(f"{field}: {reason}" for field, reason in exc.errors))
+
+
+def _record_or_error(client: Client, job_id: str) -> JobRecord:
+    try:
+        return client.get(job_id)
+    except JobNotFound:
+        raise ToolError(f"job_id: no job {job_id!r} (never submitted, or its retention expired)") from None
+    except RecordUnreadable as exc:
+        raise ToolError(f"job_id: record unreadable: {exc.detail}") from None
+
+
+def build_server(
+    client: Client,
+    *,
+    parent_job_id: str | None = None,
+    tools: Iterable[str] | None = None,
+) -> MCPServer:
+    """The MCP server over `client`'s fleet; `tools` limits the tools offered (default: all)."""
+    offered = list(FLEET_TOOLS if tools is None else dict.fromkeys(tools))
+    unknown = [t for t in offered if t not in FLEET_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown fleet tools: {', '.join(unknown)}")
+    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    settings = client.settings
+
+    async def submit_job(
+        prompt: Annotated[str, Field(description="The prompt of the job.")],
+        model: Annotated[str | None, Field(description="Model alias or id.")] = None,
+        system_prompt: Annotated[str | None, Field(description="Replaces the system prompt.")] = None,
+        append_system_prompt: Annotated[str | None, Field(description="Appended to the system prompt.")] = None,
+        tools: Annotated[
+            str | list[str] | None, Field(description="A tool profile name or a list of built-in tools.")
+        ] = None,
+        mcp_tools: Annotated[list[str] | None, Field(description="Worker-registered MCP tools, by name.")] = None,
+        max_turns: Annotated[int | None, Field(description="Maximum agent turns.")] = None,
+        max_budget_usd: Annotated[float | None, Field(description="Budget cap in USD.")] = None,
+        output_schema: Annotated[
+            dict[str, Any] | None, Field(description="JSON schema of a structured result (an object).")
+        ] = None,
+        conversation: Annotated[str | None, Field(description="Continue (or start) this conversation.")] = None,
+        fork: Annotated[bool, Field(description="Branch the conversation instead of continuing it.")] = False,
+        account: Annotated[str | None, Field(description="Pin the job to this account.")] = None,
+        priority: Annotated[int, Field(description="0 (first) .. 9 (last).")] = 0,
+        deadline_s: Annotated[float | None, Field(description="Hard deadline per attempt, seconds.")] = None,
+        max_attempts: Annotated[int | None, Field(description="Attempts before giving up.")] = None,
+        metadata: Annotated[
+            dict[str, str | int | float | bool | None] | None, Field(description="Free-form labels.")
+        ] = None,
+        idempotency_key: Annotated[str | None, Field(description="Same key, same job.")] = None,
+    ) -> dict[str, Any]:
+        """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job."""
+        given = {
+            "prompt": prompt,
+            "model": model,
+            "system_prompt": system_prompt,
+            "append_system_prompt": append_system_prompt,
+            "tools": tools,
+            "mcp_tools": mcp_tools,
+            "max_turns": max_turns,
+            "max_budget_usd": max_budget_usd,
+            "output_schema": output_schema,
+            "conversation": conversation,
+            "account": account,
+            "deadline_s": deadline_s,
+            "max_attempts": max_attempts,
+            "idempotency_key": idempotency_key,
+        }
+        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        fields["priority"] = priority
+        if fork:
+            fields["fork"] = True
+        labels: dict[str, Any] = dict(metadata or {})
+        if parent_job_id:
+            labels[PARENT_JOB_KEY] = parent_job_id  # a run cannot claim another parent
+        if labels:
+            fields["metadata"] = labels
+        try:
+            handle = await asyncio.to_thread(client.submit, fields)
+        except JobSpecError as exc:
+            raise _problem(exc) from None
+        record = await asyncio.to_thread(_record_or_error, client, handle.id)
+        return {**record.public(), "created": handle.created}
+
+    async def get_job(job_id: Annotated[str, Field(description="The job's id.")]) -> dict[str, Any]:
+        """A job's current record: status, attempts, account, result (text, structured output, usage) or error."""
+        return (await asyncio.to_thread(_record_or_error, client, job_id)).public()
+
+    async def list_jobs(
+        status: Annotated[
+            JobStatus | None, Field(description="Only jobs in this status (queued, deferred, running, …).")
+        ] = None,
+        parent_job_id: Annotated[str | None, Field(description="Only jobs submitted by this job.")] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="At most this many, newest first.")] = 20,
+    ) -> dict[str, Any]:
+        """Recent jobs, newest first, optionally only one status and/or the children of one job."""
+        window = limit if parent_job_id is None else max(limit, 500)
+        items = await asyncio.to_thread(client.list, status, window)
+        jobs: list[dict[str, Any]] = []
+        for item in items:
+            if isinstance(item, RecordUnreadable):
+                if parent_job_id is None:
+                    jobs.append({"id": item.job_id, "unreadable": item.detail})
+            elif parent_job_id is None or item.parent_job_id == parent_job_id:
+                jobs.append(item.public())
+            if len(jobs) >= limit:
+                break
+        return {"jobs": jobs}
+
+    async def cancel_job(job_id: Annotated[str, Field(description="The job's id.")]) -> dict[str, Any]:
+        """Cancel a job: at once when it waits; a running job is stopped within about a second."""
+        try:
+            result = await asyncio.to_thread(client.cancel, job_id)
+        except JobNotFound:
+            raise ToolError(f"job_id: no job {job_id!r}") from None
+        return {"id": job_id, "result": result}
+
+    async def wait_job(
+        job_id: Annotated[str, Field(description="The job's id.")],
+        ctx: Context,
+        timeout_s: Annotated[float, Field(description=f"Wait at most this many seconds (0 .. {MAX_WAIT_S:g}).")] = 60.0,
+    ) -> dict[str, Any]:
+        """Wait until the job finishes or `timeout_s` passes, reporting progress; returns the current record
+        (check `status`: still `queued`/`running` means the timeout passed first)."""
+        if not 0 <= timeout_s <= MAX_WAIT_S:
+            raise ToolError(f"invalid arguments: timeout_s: must be between 0 and {MAX_WAIT_S:g}")
+        store = client.store
+        await asyncio.to_thread(_record_or_error, client, job_id)
+        started = time.monotonic()
+        deadline = started + timeout_s
+        # Progress covers what happens while we wait, not the job's history.
+        tail: Any = await asyncio.to_thread(store.redis.xrevrange, store.keys.events(job_id), "+", "-", 1)
+        after = tail[0][0].decode() if tail else "0-0"
+        step = 0
+        last_report = started
+        while True:
+            batch = await asyncio.to_thread(store.read_events, job_id, after)
+            for entry_id, event in batch:
+                after = entry_id
+                message = describe(event)
+                if message is not None:
+                    step += 1
+                    last_report = time.monotonic()
+                    await ctx.report_progress(step, None, message)
+            status = await asyncio.to_thread(store.status, job_id)
+            if status is None or status in TERMINAL:
+                break
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now - last_report >= QUIET_PROGRESS_S:
+                step += 1
+                last_report = now
+                await ctx.report_progress(step, None, f"{status}, waited {now - started:.0f} s")
+            await asyncio.sleep(min(WAIT_POLL_S, max(0.0, deadline - now)))
+        return (await asyncio.to_thread(_record_or_error, client, job_id)).public()
+
+    async def accounts() -> dict[str, Any]:
+        """The fleet's accounts: state (ok, warning, cooling, disabled), slots in use, cooldown, utilization."""
+        try:
+            pool = settings.accounts
+        except ConfigError as exc:
+            raise ToolError(f"accounts are not configured here: {exc}") from None
+        store = AccountStore(client.store.redis, client.store.keys, pool)
+        states = await asyncio.to_thread(store.states)
+        return {"accounts": [s.public() for s in states]}
+
+    functions: dict[str, Callable[..., Any]] = {
+        "submit_job": submit_job,
+        "get_job": get_job,
+        "list_jobs": list_jobs,
+        "cancel_job": cancel_job,
+        "wait_job": wait_job,
+        "accounts": accounts,
+    }
+    for name in offered:
+        server.add_tool(functions[name], name=name)
+    return server
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 in brackets) -> (host, port); ValueError with a readable message otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def serve(http: str | None = None, settings: Settings | None = None) -> None:
+    """Run the server on stdio, or streamable HTTP at `http` (`HOST:PORT`, path /mcp). Blocks."""
+    settings = settings or load_settings()
+    client = Client(settings)
+    server = build_server(client, parent_job_id=os.environ.get(JOB_ID_VAR) or None)
+    try:
+        if http is None:
+            server.run("stdio")
+            return
+        host, port = parse_address(http)
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            print(
+                f"warning: claudeq mcp on {host} lets anyone who reaches it submit jobs (no authentication)",
+                file=sys.stderr,
+            )
+        print(f"claudeq mcp: streamable HTTP on http://{http}/mcp", file=sys.stderr, flush=True)
+        server.run("streamable-http", host=host, port=port)
+    finally:
+        client.close()

@@ -1,0 +1,78 @@
+"""One-line, human descriptions of job events: `submit --wait`, `events --follow`, `wait_job` progress, the demo.
+
+Every line is built from an event's public data (already redacted by the worker), never from anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from claudeq.models import Event
+
+#: Longest piece of free text (assistant text, tool input or result) shown on one line.
+LINE_TEXT = 160
+
+
+def _clip(value: Any, limit: int = LINE_TEXT) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(event: Event) -> str | None:
+    """A short sentence for `event`, or None for events that only matter to machines."""
+    d = event.data
+    kind = event.type
+    if kind == "submitted":
+        return f"queued on {d.get('queue', '?')}"
+    if kind == "claimed":
+        return f"picked up by {d.get('worker', '?')} (attempt {d.get('attempt', '?')})"
+    if kind == "run_started":
+        model = f", model {d['model']}" if d.get("model") else ""
+        return f"running on account {d.get('account', '?')}{model}"
+    if kind == "assistant_text":
+        return f"assistant: {_clip(d.get('text', ''))}"
+    if kind == "tool_call":
+        return f"tool call {d.get('tool', '?')} {_clip(d.get('input', ''), 100)}"
+    if kind == "tool_result":
+        marker = "tool error" if d.get("is_error") else "tool result"
+        return f"{marker}: {_clip(d.get('text', ''), 100)}"
+    if kind == "rate_limit":
+        if d.get("status") == "allowed":
+            return None  # every admitted request says so
+        util = d.get("utilization")
+        detail = f" utilization {util:.2f}" if isinstance(util, int | float) else ""
+        resets = f", resets {d['resets_at']}" if d.get("resets_at") else ""
+        return f"rate limit {d.get('status', '?')} on window {d.get('window') or '?'}{detail}{resets}"
+    if kind == "result":
+        cost = d.get("cost_usd")
+        money = f", ${cost:.6f}" if isinstance(cost, int | float) else ""
+        state = "error" if d.get("is_error") else "ok"
+        return f"run finished ({state}, {d.get('num_turns', '?')} turns{money})"
+    if kind == "attempt_finished":
+        detail = f": {_clip(d['detail'], 120)}" if d.get("detail") and d["detail"] != d.get("outcome") else ""
+        return f"attempt ended {d.get('outcome', '?')}{detail}"
+    if kind == "retry":
+        where = "in place" if d.get("in_place") else "requeued"
+        wait = d.get("wait_s", "?")
+        return f"retrying ({d.get('reason', '?')}) in {wait} s, {where}, attempt {d.get('next_attempt')}"
+    if kind == "deferred":
+        return f"waiting until {d.get('ready_at', '?')} ({_clip(d.get('reason', ''), 100)})"
+    if kind == "requeued":
+        return f"requeued ({_clip(d.get('reason', ''), 100)})"
+    if kind in ("succeeded", "failed", "cancelled"):
+        detail = f": {_clip(d['message'], 160)}" if d.get("message") else ""
+        return f"{kind}{detail}"
+    if kind == "session_restarted":
+        return "session restarted (the old one was missing)"
+    return None
+
+
+def line(event: Event) -> str | None:
+    """`describe(event)` with a timestamp and the attempt number, or None."""
+    text = describe(event)
+    if text is None:
+        return None
+    attempt = f" #{event.attempt}" if event.attempt else ""
+    return f"{event.at.strftime('%H:%M:%S')}{attempt} {text}"

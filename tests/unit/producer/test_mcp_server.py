@@ -1,0 +1,77 @@
+"""`claudeq mcp`: the tool surface, argument errors naming the field, the parent link; `mcp` is imported lazily."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import fakeredis
+import pytest
+from mcp import Client as McpClient
+
+from claudeq.config.settings import Settings
+from claudeq.models import PARENT_JOB_KEY
+from claudeq.producer.client import Client
+from claudeq.producer.mcp_server import FLEET_TOOLS, build_server, parse_address
+from claudeq.worker import tools
+
+
+class _NoCelery:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send_task(self, name: str, args: list[str], **kwargs: object) -> None:
+        self.sent.append(args[0])
+
+
+@pytest.fixture
+def fleet(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> Client:
+    return Client(fake_settings, redis_client=fake_redis, celery_app=_NoCelery())
+
+
+def test_the_worker_knows_the_same_tool_names() -> None:
+    assert tools.FLEET_TOOLS == FLEET_TOOLS
+
+
+def test_importing_the_client_or_the_cli_does_not_import_the_mcp_server() -> None:
+    code = (
+        "import sys, claudeq.producer.client as c; assert 'mcp' not in sys.modules, 'client'\n"
+        "import claudeq.producer.cli; assert 'claudeq.producer.mcp_server' not in sys.modules, 'cli'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+async def test_submit_records_the_bound_parent_and_refuses_bad_fields(fleet: Client) -> None:
+    async with McpClient(build_server(fleet, parent_job_id="p-1")) as mcp:
+        ok = await mcp.call_tool("submit_job", {"prompt": "hi", "metadata": {PARENT_JOB_KEY: "forged", "k": 1}})
+        assert not ok.is_error and ok.structured_content is not None
+        record = fleet.get(ok.structured_content["id"])
+        assert record.parent_job_id == "p-1" and record.spec.metadata == {PARENT_JOB_KEY: "p-1", "k": 1}
+        for args, field in (
+            ({"prompt": "x", "max_turns": 0}, "max_turns"),
+            ({"prompt": "x", "output_schema": {"type": "array"}}, "output_schema"),
+            ({"prompt": "x", "priority": 12}, "priority"),
+            ({"prompt": " "}, "prompt"),
+        ):
+            bad = await mcp.call_tool("submit_job", args)
+            assert bad.is_error and field in bad.content[0].text, bad.content  # type: ignore[union-attr]
+        children = await mcp.call_tool("list_jobs", {"parent_job_id": "p-1"})
+        assert children.structured_content is not None
+        assert [j["id"] for j in children.structured_content["jobs"]] == [record.id]
+        none = await mcp.call_tool("list_jobs", {"parent_job_id": "other"})
+        assert none.structured_content == {"jobs": []}
+
+
+async def test_a_server_offers_only_the_tools_asked_for(fleet: Client) -> None:
+    async with McpClient(build_server(fleet, tools=["get_job"])) as mcp:
+        assert [t.name for t in (await mcp.list_tools()).tools] == ["get_job"]
+    with pytest.raises(ValueError, match="nope"):
+        build_server(fleet, tools=["nope"])
+
+
+def test_parse_address() -> None:
+    assert parse_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
+    assert parse_address("[::1]:80") == ("::1", 80)
+    for bad in ("8765", "host:", "host:99999", ":80"):
+        with pytest.raises(ValueError):
+            parse_address(bad)
