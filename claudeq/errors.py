@@ -31,6 +31,21 @@ class JobSpecError(ClaudeqError):
         return self.errors[0][0] if self.errors else ""
 
 
+class BatchSpecError(JobSpecError):
+    """Specs of a batch were refused at submit; nothing of the batch was written or enqueued.
+
+    `items` holds (index in the batch, field, reason) for every problem of every refused spec."""
+
+    def __init__(self, items: list[tuple[int, str, str]]) -> None:
+        self.items = items
+        super().__init__([(f"[{index}].{field}", reason) for index, field, reason in items])
+
+    @property
+    def indexes(self) -> list[int]:
+        """The refused specs' indexes, in order, each once."""
+        return list(dict.fromkeys(index for index, _, _ in self.items))
+
+
 class JobNotFound(ClaudeqError):
     """No job with this id exists (never did, or its retention expired)."""
 

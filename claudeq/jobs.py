@@ -82,6 +82,10 @@ class JobStore:
 
     def create(self, record: JobRecord) -> tuple[str, bool]:
         """Write a new `queued` record; with an idempotency key, return the existing id instead. -> (id, created)."""
+        return create_reply(self.queue_create(self.redis, record))
+
+    def queue_create(self, client: Any, record: JobRecord) -> Any:
+        """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer."""
         idem = record.spec.idempotency_key
         fields = encode_fields(
             {
@@ -94,7 +98,8 @@ class JobStore:
             }
         )
         now = time.time()
-        created, job_id = self._create(
+        return self._create(
+            client=client,
             keys=[
                 self.keys.job(record.id),
                 self.keys.jobs,
@@ -109,7 +114,6 @@ class JobStore:
                 *fields,
             ],
         )
-        return text(job_id), bool(created)
 
     def get(self, job_id: str) -> JobRecord:
         """The record of `job_id`; JobNotFound or RecordUnreadable when it cannot be had."""
@@ -240,6 +244,12 @@ class JobStore:
                         after = entry_id
                         yield event
                     return
+
+
+def create_reply(reply: Any) -> tuple[str, bool]:
+    """The CREATE script's answer as (job id, created)."""
+    created, job_id = reply
+    return text(job_id), bool(created)
 
 
 def parse_record(job_id: str, fields: dict[str, str]) -> JobRecord:

@@ -23,6 +23,7 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
+from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.client import Client
 from claudeq.worker.exporter import exporter_command
@@ -157,7 +158,9 @@ def _metadata(pairs: list[str]) -> dict[str, str]:
 @app.command()
 @_guard
 def submit(
-    prompt: Annotated[str, typer.Argument(help="The prompt; '-' reads stdin, '@file' reads a file.")],
+    prompt: Annotated[
+        str | None, typer.Argument(help="The prompt; '-' reads stdin, '@file' reads a file.", show_default=False)
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model alias or id.")] = None,
     system_prompt: Annotated[str | None, typer.Option(help="Replace the system prompt.")] = None,
     append_system_prompt: Annotated[str | None, typer.Option(help="Append to the system prompt.")] = None,
@@ -179,10 +182,22 @@ def submit(
     metadata: Annotated[list[str] | None, typer.Option("--meta", help="KEY=VALUE (repeatable).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
     timeout: Annotated[float | None, typer.Option(help="With --wait: give up waiting after this many s.")] = None,
+    from_file: Annotated[
+        str | None,
+        typer.Option(
+            "--from-file",
+            help="Submit many jobs: a JSONL file ('-' = stdin), one JSON spec per line; the options above are "
+            "defaults for every line. All or nothing: a refused line is reported by number and nothing is sent.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job. Prints its id (or, with --wait, its final record)."""
-    fields: dict[str, Any] = {"prompt": _read_text_arg(prompt), "priority": priority, "fork": fork}
+    """Submit a job. Prints its id (or, with --wait, its final record). With --from-file, many jobs."""
+    if (prompt is None) == (from_file is None):
+        raise JobSpecError([("prompt", "give a prompt or --from-file, not both" if prompt else "missing")])
+    fields: dict[str, Any] = {"priority": priority, "fork": fork}
+    if prompt is not None:
+        fields["prompt"] = _read_text_arg(prompt)
     optional: dict[str, Any] = {
         "model": model,
         "system_prompt": system_prompt,
@@ -211,6 +226,11 @@ def submit(
         except json.JSONDecodeError as exc:
             raise JobSpecError([("output_schema", f"not JSON: {exc}")]) from None
     client = _client()
+    if from_file is not None:
+        if wait:
+            raise JobSpecError([("--wait", "not available with --from-file")])
+        submit_from_file(client, from_file, fields, as_json, err)
+        return
     handle = client.submit(fields)
     if not wait:
         if as_json:

@@ -6,15 +6,16 @@ import asyncio
 import builtins
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import redis
 
+from claudeq.broker_message import list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
-from claudeq.errors import JobTimeout, RecordUnreadable
-from claudeq.jobs import JobStore
+from claudeq.errors import BatchSpecError, JobSpecError, JobTimeout, RecordUnreadable
+from claudeq.jobs import JobStore, create_reply
 from claudeq.keys import Keys
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
@@ -36,7 +37,7 @@ def make_store(settings: Settings, client: redis.Redis | None = None) -> JobStor
 
 
 def send_run(celery_app: Any, settings: Settings, job_id: str, spec: JobSpec) -> None:
-    """Send the `claudeq.run` task for a job by name, so a producer needs no worker code."""
+    """Send the `claudeq.run` task for a job through Celery's `send_task` (what `push_run` does in one LPUSH)."""
     celery_app.send_task(
         TASK_RUN,
         args=[job_id],
@@ -44,6 +45,19 @@ def send_run(celery_app: Any, settings: Settings, job_id: str, spec: JobSpec) ->
         priority=spec.priority,
         task_id=f"{job_id}-{uuid.uuid4().hex[:8]}",
     )
+
+
+def push_run(client: Any, queue: str, job_id: str, priority: int = 0) -> None:
+    """Push the `claudeq.run` message of a job onto its broker list (`client` may be a pipeline)."""
+    client.lpush(list_for(queue, priority), run_message(job_id, queue, priority))
+
+
+#: submit_many writes this many jobs per pipeline round trip.
+SUBMIT_CHUNK = 500
+
+
+def _submitted_event(queue: str) -> str:
+    return Event(type="submitted", data={"queue": queue}).model_dump_json()
 
 
 class JobHandle:
@@ -93,17 +107,92 @@ class Client:
         return validate_spec(spec if spec is not None else fields, self.settings)
 
     def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
-        """Validate, write the record (`queued`) and enqueue `claudeq.run`. Same idempotency key -> same job."""
+        """Validate, write the record (`queued`) and enqueue `claudeq.run`. Same idempotency key -> same job.
+
+        One round trip: the record, its `submitted` event and the broker message go in one MULTI/EXEC (with an
+        idempotency key, the message follows only when the record was created: two round trips)."""
         checked = self.validate(spec, **fields)
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
-        job_id, created = self.store.create(record)
-        if created:
-            self.store.append_event(
-                job_id, Event(type="submitted", data={"queue": checked.queue or self.settings.queue})
-            )
-            # If this process dies right here the reconciler re-sends the job: the record is the truth.
-            send_run(self.celery, self.settings, job_id, checked)
+        if checked.idempotency_key:
+            job_id, created = self.store.create(record)
+            if created:
+                # If this process dies right here the reconciler re-sends the job: the record is the truth.
+                self._enqueue([record])
+            return JobHandle(self, job_id, created)
+        pipe = self.store.redis.pipeline(transaction=True)
+        self.store.queue_create(pipe, record)
+        self._queue_messages(pipe, [record])
+        job_id, created = create_reply(pipe.execute()[0])
         return JobHandle(self, job_id, created)
+
+    def validate_many(self, specs: Iterable[JobSpec | dict[str, Any]]) -> builtins.list[JobSpec]:
+        """Check every spec; BatchSpecError lists each bad one by index, field and reason."""
+        checked: builtins.list[JobSpec] = []
+        problems: builtins.list[tuple[int, str, str]] = []
+        for index, spec in enumerate(specs):
+            try:
+                checked.append(validate_spec(spec, self.settings))
+            except JobSpecError as exc:
+                problems += [(index, field, reason) for field, reason in exc.errors]
+        if problems:
+            raise BatchSpecError(problems)
+        return checked
+
+    def submit_many(
+        self,
+        specs: Iterable[JobSpec | dict[str, Any]],
+        *,
+        chunk_size: int = SUBMIT_CHUNK,
+        progress: Callable[[int], None] | None = None,
+    ) -> builtins.list[JobHandle]:
+        """Submit many jobs, pipelined: a few round trips per `chunk_size` jobs instead of one or more per job.
+
+        Validation is all-or-nothing: every spec is checked first, and if any is refused nothing is written and
+        BatchSpecError names each bad spec by its index (0-based), field and reason. Then the jobs are written in
+        chunks, in order; the handles come back in the order of `specs` (`created` is False where an idempotency
+        key matched an existing job, and no message is sent for it). A Redis error mid-way leaves the chunks
+        already written submitted (give the specs idempotency keys to make a retry of the whole batch safe).
+        `progress(n)` is called after each chunk with the number of jobs submitted so far."""
+        checked = self.validate_many(specs)
+        handles: builtins.list[JobHandle] = []
+        size = max(1, chunk_size)
+        for start in range(0, len(checked), size):
+            handles += self._submit_chunk(checked[start : start + size])
+            if progress is not None:
+                progress(len(handles))
+        return handles
+
+    def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
+        now = utcnow()
+        records = [JobRecord(id=new_job_id(), spec=spec, status="queued", created_at=now) for spec in specs]
+        pipe = self.store.redis.pipeline(transaction=False)
+        for record in records:
+            self.store.queue_create(pipe, record)
+        replies = [create_reply(reply) for reply in pipe.execute()]
+        self._enqueue([record for record, (_, created) in zip(records, replies, strict=True) if created])
+        return [JobHandle(self, job_id, created) for job_id, created in replies]
+
+    def _enqueue(self, records: builtins.list[JobRecord]) -> None:
+        if records:
+            pipe = self.store.redis.pipeline(transaction=False)
+            self._queue_messages(pipe, records)
+            pipe.execute()
+
+    def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord]) -> None:
+        """Queue each job's `submitted` event and its broker message (one LPUSH per broker list, in order)."""
+        lists: dict[str, builtins.list[str]] = {}
+        for record in records:
+            queue = record.spec.queue or self.settings.queue
+            pipe.xadd(
+                self.store.keys.events(record.id),
+                {"event": _submitted_event(queue)},
+                maxlen=self.store.events_maxlen,
+                approximate=True,
+            )
+            message = run_message(record.id, queue, record.spec.priority)
+            lists.setdefault(list_for(queue, record.spec.priority), []).append(message)
+        for name, messages in lists.items():
+            pipe.lpush(name, *messages)
 
     def get(self, job_id: str) -> JobRecord:
         """The job's record; JobNotFound / RecordUnreadable when it cannot be had."""
@@ -161,6 +250,18 @@ class AsyncClient:
         """See Client.submit; the handle's methods are coroutines (`await handle.wait()`)."""
         handle = await asyncio.to_thread(self.sync.submit, spec, **fields)
         return AsyncJobHandle(self, handle.id, handle.created)
+
+    async def submit_many(
+        self,
+        specs: Iterable[JobSpec | dict[str, Any]],
+        *,
+        chunk_size: int = SUBMIT_CHUNK,
+        progress: Callable[[int], None] | None = None,
+    ) -> builtins.list[AsyncJobHandle]:
+        """See Client.submit_many (same all-or-nothing validation); runs in a thread, off the event loop."""
+        items = builtins.list(specs)
+        handles = await asyncio.to_thread(self.sync.submit_many, items, chunk_size=chunk_size, progress=progress)
+        return [AsyncJobHandle(self, h.id, h.created) for h in handles]
 
     def handle(self, job_id: str) -> AsyncJobHandle:
         """A handle for an existing job id."""

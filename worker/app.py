@@ -22,7 +22,7 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.producer.client import send_run
+from claudeq.producer.client import push_run
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import make_worker_store
 from claudeq.worker.loops import Loops
@@ -71,13 +71,10 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     store = make_worker_store(cfg, client)
     runner = Runner(cfg)
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
-    celery_app = app if cfg is settings else make_celery(cfg, main="claudeq-worker")
 
     def send(job_id: str, spec: JobSpec | None) -> None:
-        if spec is None:
-            celery_app.send_task(TASK_RUN, args=[job_id], queue=cfg.queue)
-        else:
-            send_run(celery_app, cfg, job_id, spec)
+        # The same message `send_task` would write, pushed directly (claudeq.broker_message): one round trip.
+        push_run(client, (spec.queue if spec else None) or cfg.queue, job_id, spec.priority if spec else 0)
         store.mark_sent(job_id)
 
     engine = Engine(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import JobSpecError
 from claudeq.producer.client import Client
 from claudeq.producer.validation import validate_spec
+from claudeq.worker.broker import job_id_of, queue_lists
 
 
 class RecordingCelery:
@@ -95,17 +97,28 @@ def test_cwd_under_a_workspace_root_is_accepted(tmp_path: Path) -> None:
         validate_spec({"prompt": "hi", "cwd": str(tmp_path / ".." / "escape")}, settings)
 
 
+def _broker_messages(client: Client) -> list[dict[str, Any]]:
+    """The claudeq.run messages waiting in every broker list of the client's queue, oldest first."""
+    found = []
+    for name in queue_lists(client.settings.queue):
+        for raw in reversed(client.store.redis.lrange(name, 0, -1)):
+            message = json.loads(raw)
+            found.append({"list": name, **message})
+    return found
+
+
 def test_a_good_spec_is_written_and_sent(unit_client: Client, celery: RecordingCelery) -> None:
     handle = unit_client.submit(prompt="hello", priority=3, metadata={"team": "a"})
     record = unit_client.get(handle.id)
     assert record.status == "queued"
     assert record.spec.metadata == {"team": "a"}
-    assert len(celery.sent) == 1
-    sent = celery.sent[0]
-    assert sent["name"] == "claudeq.run"
-    assert sent["args"] == [handle.id]
-    assert sent["queue"] == unit_client.settings.queue
-    assert sent["priority"] == 3
+    [sent] = _broker_messages(unit_client)
+    assert sent["headers"]["task"] == "claudeq.run"
+    assert job_id_of(json.dumps(sent)) == handle.id
+    assert sent["properties"]["delivery_info"]["routing_key"] == unit_client.settings.queue
+    assert sent["properties"]["priority"] == 3
+    assert sent["list"] == f"{unit_client.settings.queue}\x06\x163"  # kombu's list for priority step 3
+    assert celery.sent == []  # pushed directly, not through send_task
 
 
 def test_idempotent_submit_enqueues_one_message(unit_client: Client, celery: RecordingCelery) -> None:
@@ -113,7 +126,7 @@ def test_idempotent_submit_enqueues_one_message(unit_client: Client, celery: Rec
     second = unit_client.submit(prompt="hello", idempotency_key="order-42")
     assert first.id == second.id
     assert (first.created, second.created) == (True, False)
-    assert len(celery.sent) == 1
+    assert len(_broker_messages(unit_client)) == 1
 
 
 @given(st.text(min_size=1, max_size=200).filter(lambda s: s.strip() != ""))
