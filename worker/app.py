@@ -63,6 +63,7 @@ _shutdown_signals = 0
 def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     """Wire the engine of this process: store, accounts, runner, metrics, loops (not started)."""
     from claudeq.worker.account_manager import AccountManager
+    from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
     from claudeq.worker.metrics import WorkerMetrics
     from claudeq.worker.runner import Runner
     from claudeq.worker.tools import wire_name
@@ -77,11 +78,14 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
         push_run(client, (spec.queue if spec else None) or cfg.queue, job_id, spec.priority if spec else 0)
         store.mark_sent(job_id)
 
+    fake_s = fake_run_seconds()
+    if fake_s is not None:
+        log.warning("%s is set: FAKE runs of %.3f s, no CLI (for benchmarks only)", BENCH_FAKE_RUNNER_ENV, fake_s)
     engine = Engine(
         cfg,
         store=store,
         accounts=AccountManager(cfg, client, Keys(cfg.key_prefix)),
-        runner=runner,
+        runner=runner if fake_s is None else FakeRunner(fake_s),
         metrics=metrics,
         send=send,
         worker_id=worker_id or cfg.worker_id or f"{socket.gethostname()}:{os.getpid()}",

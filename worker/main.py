@@ -30,6 +30,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, help="serve /metrics on this port (0 = off)")
     parser.add_argument("--loglevel", default=os.environ.get("CLAUDEQ_LOG_LEVEL", "INFO"))
     parser.add_argument("--check", action="store_true", help="exit 0 if this host's worker heartbeat is fresh")
+    parser.add_argument(
+        "--bench-fake-runner",
+        type=float,
+        metavar="SECONDS",
+        help="FOR BENCHMARKS ONLY: no CLI, every run sleeps SECONDS and succeeds (CLAUDEQ_BENCH_FAKE_RUNNER)",
+    )
     return parser.parse_args(argv)
 
 
@@ -42,6 +48,8 @@ def apply_overrides(args: argparse.Namespace) -> None:
         os.environ["CLAUDEQ_QUEUES"] = '["' + '","'.join(queues) + '"]'
     if args.metrics_port is not None:
         os.environ["CLAUDEQ_METRICS_PORT"] = str(args.metrics_port)
+    if args.bench_fake_runner is not None:
+        os.environ["CLAUDEQ_BENCH_FAKE_RUNNER"] = str(args.bench_fake_runner)
 
 
 def check_health(settings: Settings) -> int:
