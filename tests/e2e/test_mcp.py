@@ -1,4 +1,4 @@
-"""`claudeq mcp` end to end (issue 14, acceptance 1 and 2).
+"""`claudeq mcp` end to end.
 
 1. The `mcp` stdio client against `claudeq mcp` as a subprocess: list the tools, submit a job and `wait_job` it to
    a succeeded record from a real worker; an invalid argument is a tool error naming the field; `wait_job` with a

@@ -1,6 +1,6 @@
 """`spec.queue` becomes a Redis list key on the broker: only configured queue names are accepted, at submit, with
 the field, so a job can neither push a Celery message into one of claudeq's own keys nor hit WRONGTYPE after its
-record was written (issue 11, item 6)."""
+record was written."""
 
 from __future__ import annotations
 

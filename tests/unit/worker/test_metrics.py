@@ -148,7 +148,7 @@ def test_model_label_is_bounded(raw: str | None, label: str) -> None:
 
 def test_model_labels_from_specs_and_runs_stay_within_the_known_models(metrics: WorkerMetrics) -> None:
     """A spec's `model` is a label when the run reports no usage, and modelUsage keys come from the CLI: a thousand
-    invented ids must not make a thousand series (issue 11, item 12)."""
+    invented ids must not make a thousand series."""
     for i in range(1000):
         metrics.run_duration("a", f"claude-invented-{i}", 1.0)
         metrics.usage("a", Usage(model_usage={f"claude-invented-{i}": {"outputTokens": 1, "costUSD": 0.001}}))
