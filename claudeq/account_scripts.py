@@ -1,7 +1,7 @@
 """Lua scripts for the per-account semaphore and account state: each runs atomically inside Redis.
 
 Times are epoch seconds passed in by the caller (every worker and the CLI use their own clock, as the job store
-does). The account hash fields are described in producer/accounts.py.
+does). The account hash fields are described in claudeq/account_state.py.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class Keys:
         """Transcripts mirrored through the SDK's SessionStore."""
         return f"{self.prefix}session:" + ":".join(parts)
 
-    # Sessions (RedisSessionStore, producer/sessions.py). Parts are escaped with `key_part` so a `:` inside a
+    # Sessions (RedisSessionStore, claudeq/transcripts.py). Parts are escaped with `key_part` so a `:` inside a
     # project key, session id or subpath can never make two different SessionKeys share a Redis key.
 
     def session_entries(self, project_key: str, session_id: str, subpath: str | None = None) -> str:
@@ -123,7 +123,7 @@ class Keys:
         return f"{self.prefix}conv-turns:{name}"
 
     def conversation_lock(self, name: str) -> str:
-        """String: id of the job running the conversation's current turn (expires with its lease)."""
+        """String: id of the job running the conversation's current turn (a holder no longer active is stale)."""
         return f"{self.prefix}conv-lock:{name}"
 
     def conversation_waiters(self, name: str) -> str:

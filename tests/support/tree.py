@@ -2,7 +2,7 @@
 
 pytest's `pythonpath = ["."]` puts the checkout first for the test process itself. Subprocesses (workers, the CLI,
 the exporter) get it first on PYTHONPATH and run from it, so a copy of the tree never tests the original through an
-editable install (tests/test_import_tree.py checks both).
+editable install (tests/unit/test_import_tree.py and tests/e2e/test_import_tree.py check both).
 """
 
 from __future__ import annotations
