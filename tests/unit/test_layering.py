@@ -1,0 +1,84 @@
+"""Who imports whom (docs/architecture.md#who-imports-whom): the contract imports neither side, config only the
+error tree, the simulator nothing of claudeq, and a producer importing the client loads no worker machinery."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Per room: the claudeq modules its files may import (a prefix matches the module and its submodules).
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "claudeq": ("claudeq.config", "claudeq.errors", "claudeq.keys", "claudeq.models"),  # + claudeq/* itself
+    "config": ("claudeq.config", "claudeq.errors"),
+    "simulator": ("claudeq.simulator",),
+}
+#: Modules the client must not load: the SDK, Prometheus, Celery's worker machinery, any worker module.
+NOT_FOR_PRODUCERS = ("claude_agent_sdk", "prometheus_client", "celery.worker", "claudeq.worker")
+
+
+def claudeq_imports(source: str) -> set[str]:
+    """The `claudeq…` modules a Python source imports (`from claudeq import x` counts as `claudeq.x`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "claudeq"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "claudeq":
+                found |= {f"claudeq.{alias.name}" for alias in node.names}
+            elif node.module.startswith("claudeq."):
+                found.add(node.module)
+    return found
+
+
+def contract_modules() -> set[str]:
+    """`claudeq.<name>` for every module of the contract itself (claudeq/*.py)."""
+    return {f"claudeq.{p.stem}" for p in (ROOT / "claudeq").glob("*.py") if p.stem != "__init__"}
+
+
+def violations(room: str, sources: dict[str, str], allowed: tuple[str, ...]) -> list[str]:
+    """`file: module` for each import in `sources` outside `allowed` (prefixes)."""
+    out = []
+    for name, source in sorted(sources.items()):
+        for module in sorted(claudeq_imports(source)):
+            if not any(module == a or module.startswith(a + ".") for a in allowed):
+                out.append(f"{room}/{name}: {module}")
+    return out
+
+
+def _sources(room: str) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((ROOT / room).glob("*.py"))}
+
+
+def test_the_contract_imports_neither_producer_nor_worker() -> None:
+    allowed = ALLOWED["claudeq"] + tuple(contract_modules())
+    assert violations("claudeq", _sources("claudeq"), allowed) == []
+
+
+def test_config_imports_only_itself_and_the_error_tree() -> None:
+    assert violations("config", _sources("config"), ALLOWED["config"]) == []
+
+
+def test_the_simulator_imports_nothing_else_of_claudeq() -> None:
+    assert violations("simulator", _sources("simulator"), ALLOWED["simulator"]) == []
+
+
+def test_importing_the_client_loads_no_sdk_no_prometheus_no_celery_worker_no_worker_module() -> None:
+    code = (
+        "import sys, claudeq.producer.client\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {NOT_FOR_PRODUCERS!r} "
+        f"or any(m == p or m.startswith(p + '.') for p in {NOT_FOR_PRODUCERS!r}))\n"
+        "print(','.join(bad))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_a_forbidden_import_is_caught() -> None:
+    source = "from claudeq.worker.engine import Engine\nfrom claudeq import keys\nimport claudeq.producer.client\n"
+    assert claudeq_imports(source) == {"claudeq.worker.engine", "claudeq.keys", "claudeq.producer.client"}
+    found = violations("claudeq", {"x.py": source}, ("claudeq.keys",))
+    assert found == ["claudeq/x.py: claudeq.producer.client", "claudeq/x.py: claudeq.worker.engine"]
