@@ -84,8 +84,9 @@ class JobStore:
         """Write a new `queued` record; with an idempotency key, return the existing id instead. -> (id, created)."""
         return create_reply(self.queue_create(self.redis, record))
 
-    def queue_create(self, client: Any, record: JobRecord) -> Any:
-        """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer."""
+    def queue_create(self, client: Any, record: JobRecord, now: float | None = None) -> Any:
+        """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer. `now`
+        is the send time of the job's first message (its score in the `queued` set)."""
         idem = record.spec.idempotency_key
         fields = encode_fields(
             {
@@ -97,7 +98,7 @@ class JobStore:
                 "v": 1,
             }
         )
-        now = time.time()
+        now = time.time() if now is None else now
         return self._create(
             client=client,
             keys=[

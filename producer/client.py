@@ -114,14 +114,16 @@ class Client:
         checked = self.validate(spec, **fields)
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
         if checked.idempotency_key:
-            job_id, created = self.store.create(record)
+            now = time.time()
+            job_id, created = create_reply(self.store.queue_create(self.store.redis, record, now))
             if created:
                 # If this process dies right here the reconciler re-sends the job: the record is the truth.
-                self._enqueue([record])
+                self._enqueue([record], now)
             return JobHandle(self, job_id, created)
         pipe = self.store.redis.pipeline(transaction=True)
-        self.store.queue_create(pipe, record)
-        self._queue_messages(pipe, [record])
+        now = time.time()
+        self.store.queue_create(pipe, record, now)
+        self._queue_messages(pipe, [record], now)
         job_id, created = create_reply(pipe.execute()[0])
         return JobHandle(self, job_id, created)
 
@@ -165,21 +167,24 @@ class Client:
     def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
         now = utcnow()
         records = [JobRecord(id=new_job_id(), spec=spec, status="queued", created_at=now) for spec in specs]
+        sent_at = time.time()  # the jobs' scores in `queued` and their messages' send time: the same
         pipe = self.store.redis.pipeline(transaction=False)
         for record in records:
-            self.store.queue_create(pipe, record)
+            self.store.queue_create(pipe, record, sent_at)
         replies = [create_reply(reply) for reply in pipe.execute()]
-        self._enqueue([record for record, (_, created) in zip(records, replies, strict=True) if created])
+        self._enqueue([record for record, (_, created) in zip(records, replies, strict=True) if created], sent_at)
         return [JobHandle(self, job_id, created) for job_id, created in replies]
 
-    def _enqueue(self, records: builtins.list[JobRecord]) -> None:
+    def _enqueue(self, records: builtins.list[JobRecord], sent_at: float) -> None:
         if records:
             pipe = self.store.redis.pipeline(transaction=False)
-            self._queue_messages(pipe, records)
+            self._queue_messages(pipe, records, sent_at)
             pipe.execute()
 
-    def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord]) -> None:
-        """Queue each job's `submitted` event and its broker message (one LPUSH per broker list, in order)."""
+    def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
+        """Queue each job's `submitted` event and its broker message (one LPUSH per broker list, in order).
+        `sent_at` goes in the messages: never later than the jobs' scores in the `queued` set (the reconciler
+        relies on it)."""
         lists: dict[str, builtins.list[str]] = {}
         for record in records:
             queue = record.spec.queue or self.settings.queue
@@ -189,7 +194,7 @@ class Client:
                 maxlen=self.store.events_maxlen,
                 approximate=True,
             )
-            message = run_message(record.id, queue, record.spec.priority)
+            message = run_message(record.id, queue, record.spec.priority, sent_at)
             lists.setdefault(list_for(queue, record.spec.priority), []).append(message)
         for name, messages in lists.items():
             pipe.lpush(name, *messages)

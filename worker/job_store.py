@@ -7,18 +7,17 @@ on the same Redis. Every status change is one atomic Lua script (claudeq/worker/
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Unpack, cast
 
 import redis
 
+from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobFields, JobStore, encode_fields
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, Attempt, JobStatus, utcnow
 from claudeq.worker import job_scripts as scripts
-from claudeq.worker.broker import pending_job_ids
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
 #: running without a lease, the reconciler's; `missing`; or the job's status when it is not queued).
@@ -39,6 +38,10 @@ class Claim:
         return self.result == "ok"
 
 
+#: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
+CLOCK_SLACK_S = 1.0
+
+
 class WorkerJobStore(JobStore):
     """JobStore plus the transitions only workers make."""
 
@@ -50,6 +53,7 @@ class WorkerJobStore(JobStore):
         self._promote = client.register_script(scripts.PROMOTE)
         self._recover = client.register_script(scripts.RECOVER)
         self._resend = client.register_script(scripts.RESEND)
+        self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
 
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
 
@@ -158,18 +162,57 @@ class WorkerJobStore(JobStore):
         """Record that a message for this queued job was just sent."""
         self.redis.zadd(self.keys.queued, {job_id: time.time()}, xx=True)
 
-    def waiting_in_broker(self, job_ids: Iterable[str], queues: Iterable[str]) -> set[str]:
-        """Which of `job_ids` still have a message waiting in one of the broker `queues`."""
-        return pending_job_ids(self.redis, set(queues)) & set(job_ids)
+    def sent_scores(self, job_ids: list[str]) -> list[float | None]:
+        """Each job's score in the `queued` set: the time its message was last sent (or later), None if absent."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.zscore(self.keys.queued, job_id)
+        return [None if s is None else float(s) for s in pipe.execute()]
 
-    def trim_index(self) -> int:
-        """Drop ids of expired jobs from the `jobs` index; returns how many."""
+    def may_be_waiting(self, jobs: list[tuple[str, str, float]]) -> set[str]:
+        """Of `jobs` (id, broker list, time its message was last sent or later), those whose message may still wait
+        in the broker. Costs one LINDEX per distinct list, whatever the queue length: a broker list is FIFO, so
+        once its oldest message was sent after a job's message, the job's message has left the list (consumed,
+        or never pushed). Unsure (a message without claudeq's send time at the head) counts as waiting."""
+        names = list(dict.fromkeys(name for _, name, _ in jobs))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.lindex(name, -1)  # kombu LPUSHes and BRPOPs: the oldest message is at the right end
+        oldest: dict[str, float | Literal["empty"] | None] = {}
+        for name, raw in zip(names, pipe.execute(), strict=True):
+            oldest[name] = "empty" if raw is None else sent_at_of(raw)
+        waiting: set[str] = set()
+        for job_id, name, sent in jobs:
+            head = oldest[name]
+            if head == "empty":
+                continue
+            if head is None or head <= sent + CLOCK_SLACK_S:
+                waiting.add(job_id)
+        return waiting
+
+    def trim_index(self, page: int = 1000, max_checked: int = 20_000) -> int:
+        """Drop ids of expired jobs from the `jobs` index; returns how many. Walks the entries older than the
+        retention page by page past live ones (a job can outlive the retention while queued or running), checking
+        at most `max_checked` per call; the next call resumes where this one stopped."""
         cutoff_ms = (time.time() - self.result_ttl_s) * 1000
-        old = [text(i) for i in self.redis.zrangebyscore(self.keys.jobs, "-inf", cutoff_ms, start=0, num=1000)]
-        gone = [job_id for job_id in old if not self.redis.exists(self.keys.job(job_id))]
-        if gone:
-            self.redis.zrem(self.keys.jobs, *gone)
-        return len(gone)
+        offset = self._trim_offset
+        checked = removed = 0
+        while checked < max_checked:
+            old = [text(i) for i in self.redis.zrangebyscore(self.keys.jobs, "-inf", cutoff_ms, start=offset, num=page)]
+            if not old:
+                offset = 0  # walked to the end: the next call starts again from the oldest
+                break
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in old:
+                pipe.exists(self.keys.job(job_id))
+            gone = [job_id for job_id, alive in zip(old, pipe.execute(), strict=True) if not alive]
+            if gone:
+                self.redis.zrem(self.keys.jobs, *gone)
+            checked += len(old)
+            removed += len(gone)
+            offset += len(old) - len(gone)  # the live ones stay in front of the next page
+        self._trim_offset = offset
+        return removed
 
 
 def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:

@@ -19,6 +19,7 @@ import time
 import redis
 import redis.asyncio as aioredis
 
+from claudeq.broker_message import list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import Attempt, Event, JobRecord, utcnow
 from claudeq.worker.engine import Engine
@@ -171,13 +172,18 @@ class Loops:
         return sent
 
     def _waiting_in_broker(self, job_ids: list[str]) -> set[str]:
-        queues = {self.settings.queue}
-        for job_id in job_ids:
+        """Which of `job_ids` may still have their message in the broker: O(checked jobs), never a queue read."""
+        jobs: list[tuple[str, str, float]] = []
+        for job_id, sent in zip(job_ids, self.store.sent_scores(job_ids), strict=True):
+            if sent is None:
+                continue  # no longer queued: claim_resend will see it
             try:
-                queues.add(self.store.get(job_id).spec.queue or self.settings.queue)
+                spec = self.store.get(job_id).spec
             except (JobNotFound, RecordUnreadable):
-                continue
-        return self.store.waiting_in_broker(job_ids, queues)
+                spec = None
+            queue = (spec.queue if spec else None) or self.settings.queue
+            jobs.append((job_id, list_for(queue, spec.priority if spec else 0), sent))
+        return self.store.may_be_waiting(jobs)
 
     # ---- worker heartbeat ------------------------------------------------------------------------------------
 

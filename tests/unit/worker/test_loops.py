@@ -126,13 +126,13 @@ def test_worker_heartbeat_hash_and_zset(loops: Loops, store: WorkerJobStore, set
 def test_reconciler_does_not_resend_a_job_whose_message_waits_behind_a_backlog(
     loops: Loops, store: WorkerJobStore, sent: list[str], settings: Settings
 ) -> None:
-    import json
+    from claudeq.broker_message import run_message
 
     waiting, lost = submit(store), submit(store)
-    for job in (waiting, lost):
-        store.redis.zadd(store.keys.queued, {job: time.time() - 60})
-    message = {"body": "", "headers": {"task": "claudeq.run", "argsrepr": repr([waiting])}, "properties": {}}
-    store.redis.lpush(settings.queue, json.dumps(message))
+    now = time.time()
+    store.redis.zadd(store.keys.queued, {waiting: now - 60, lost: now - 90})
+    # The queue's oldest message is `waiting`'s, sent after `lost`'s: the list is FIFO, so `lost`'s has left it.
+    store.redis.lpush(settings.queue, run_message(waiting, settings.queue, 0, now - 60))
     assert on_loop(loops, loops.resend_once()) == [lost]  # only the job whose message is gone
     assert sent == [lost]
     assert store.stale_queued(settings.unclaimed_resend_s) == []  # the waiting one is looked at again later
