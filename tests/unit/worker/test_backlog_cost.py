@@ -1,4 +1,4 @@
-"""Per-pass costs that must not grow with the backlog (issue 11, items 7 and 8): the reconciler's check of whether a
+"""Per-pass costs that must not grow with the backlog: the reconciler's check of whether a
 stale job's message still waits in the broker, and the trimming of the `jobs` index past live old jobs."""
 
 from __future__ import annotations
