@@ -34,7 +34,15 @@ SHOWN: dict[str, tuple[str, ...]] = {
     "SystemMessage": ("subtype",),
     "AssistantMessage": ("model", "error"),
     "RateLimitEvent": ("rate_limit_info",),
-    "ResultMessage": ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result"),
+    "ResultMessage": (
+        "subtype",
+        "is_error",
+        "api_error_status",
+        "terminal_reason",
+        "num_turns",
+        "total_cost_usd",
+        "result",
+    ),
 }
 OAUTH_TOKEN = "sk-ant-oat01-probe"
 API_KEY = "sk-ant-api03-probe"
