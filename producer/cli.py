@@ -37,6 +37,9 @@ EXIT_JOB_FAILED = 3
 EXIT_TIMEOUT = 4
 EXIT_NOT_FOUND = 5
 
+#: A job still queued this long (s) with no live worker for its queue gets a notice while it is followed.
+NO_WORKER_NOTICE_S = 3.0
+
 app = typer.Typer(
     name="claudeq",
     help="Run Claude agent jobs in the background: submit, follow, cancel, operate.",
@@ -180,7 +183,9 @@ def submit(
     cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
     metadata: Annotated[list[str] | None, typer.Option("--meta", help="KEY=VALUE (repeatable).")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow the run (progress on stderr) and print the answer.")
+    ] = False,
     timeout: Annotated[float | None, typer.Option(help="With --wait: give up waiting after this many s.")] = None,
     from_file: Annotated[
         str | None,
@@ -192,7 +197,8 @@ def submit(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job. Prints its id (or, with --wait, its final record). With --from-file, many jobs."""
+    """Submit a job. Prints its id (or, with --wait, streams its progress on stderr and prints its final record).
+    With --from-file, many jobs."""
     if (prompt is None) == (from_file is None):
         raise JobSpecError([("prompt", "give a prompt or --from-file, not both" if prompt else "missing")])
     fields: dict[str, Any] = {"priority": priority, "fork": fork}
@@ -244,21 +250,55 @@ def submit(
         raise typer.Exit(EXIT_JOB_FAILED)
 
 
+def _stream(client: Client, job_id: str, timeout: float | None = None) -> JobRecord:
+    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …) on stderr as it happens,
+    until it finishes; JobTimeout after `timeout` s. Says so when the job waits with no live worker for its queue."""
+    from claudeq.producer.progress import line
+
+    store = client.store
+    record = client.get(job_id)
+    queue = record.spec.queue or client.settings.queue
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
+    after = "0-0"
+    next_worker_check = started + NO_WORKER_NOTICE_S
+    warned = False
+    while True:
+        wait_ms = 500 if deadline is None else max(1, min(500, int((deadline - time.monotonic()) * 1000)))
+        for entry_id, event in store.read_events(job_id, after, block_ms=wait_ms):
+            after = entry_id
+            text = line(event)
+            if text is not None:
+                err.print(text, highlight=False, markup=False)
+        status = store.status(job_id)
+        if status is None or status in TERMINAL:
+            for _, event in store.read_events(job_id, after):
+                text = line(event)
+                if text is not None:
+                    err.print(text, highlight=False, markup=False)
+            return client.get(job_id)
+        now = time.monotonic()
+        if status == "queued" and now >= next_worker_check:
+            next_worker_check = now + NO_WORKER_NOTICE_S
+            if not client.live_workers(queue):
+                if not warned:
+                    err.print(
+                        f"no live worker consumes queue {queue!r}: the job waits until one starts "
+                        "(`claudeq-worker`; see README, real workers)",
+                        highlight=False,
+                    )
+                warned = True
+            else:
+                warned = False
+        if deadline is not None and now >= deadline:
+            raise JobTimeout(job_id, timeout or 0)
+
+
 def _wait_with_spinner(client: Client, job_id: str, timeout: float | None, as_json: bool) -> JobRecord:
-    if as_json or not err.is_terminal:
+    """With --json: wait quietly (stdout is the record alone); else stream the progress on stderr while waiting."""
+    if as_json:
         return client.wait(job_id, timeout=timeout)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with err.status(f"{job_id}: waiting…") as spinner:
-        while True:
-            record = client.get(job_id)
-            if record.status in TERMINAL:
-                return record
-            attempt = record.attempts[-1].number if record.attempts else 0
-            detail = f" on {record.account}" if record.account else ""
-            spinner.update(f"{job_id}: {record.status}{detail} (attempt {attempt})")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(job_id, timeout or 0)
-            time.sleep(0.3)
+    return _stream(client, job_id, timeout)
 
 
 @app.command()
@@ -348,6 +388,9 @@ def events(
     """Print a job's events (one JSON object per line with --json)."""
     client = _client()
     client.get(job_id)
+    if follow and not as_json:
+        _stream(client, job_id)  # the same progress lines as `submit --wait`, on stderr
+        return
     for event in client.events(job_id, follow=follow):
         if as_json:
             print(event.model_dump_json(), flush=True)

@@ -240,6 +240,25 @@ class Client:
                 raise JobTimeout(job_id, timeout or 0)
             time.sleep(poll_s)
 
+    def live_workers(self, queue: str | None = None) -> builtins.list[str]:
+        """Ids of workers whose heartbeat is fresh (their `worker:{id}` hash has not expired), optionally only
+        those consuming `queue`."""
+        keys = self.store.keys
+        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in self.store.redis.zrange(keys.workers, 0, -1)]
+        if not ids:
+            return []
+        pipe = self.store.redis.pipeline(transaction=False)
+        for worker_id in ids:
+            pipe.hget(keys.worker(worker_id), "queues")
+        live: builtins.list[str] = []
+        for worker_id, queues in zip(ids, pipe.execute(), strict=True):
+            if queues is None:
+                continue
+            names = (queues.decode() if isinstance(queues, bytes) else str(queues)).split(",")
+            if queue is None or queue in names:
+                live.append(worker_id)
+        return live
+
     def close(self) -> None:
         """Release connections."""
         self.store.redis.close()

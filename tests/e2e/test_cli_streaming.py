@@ -1,0 +1,100 @@
+"""`claudeq submit --wait` and `claudeq events --follow` stream the run as it happens (issue 14, acceptance 4).
+
+The output is read line by line while the command runs: progress must arrive before the job ends.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO
+
+import pytest
+
+from claudeq.config.settings import Settings
+from claudeq.producer.client import Client
+from tests.e2e.conftest import WorkerFactory
+from tests.support.tree import ROOT, tree_env
+from tests.support.worker_proc import settings_env
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Reader:
+    """Collects a stream's lines with whether the job had already finished when each line arrived."""
+
+    client: Client
+    lines: list[tuple[str, str | None]] = field(default_factory=list)  # (line, job status when read)
+    job_id: str | None = None
+
+    def pump(self, stream: IO[str]) -> None:
+        for text in stream:
+            status = self.client.store.status(self.job_id) if self.job_id else None
+            self.lines.append((text.rstrip("\n"), status))
+
+
+def run_cli(settings: Settings, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "claudeq.producer.cli", *args],
+        env=tree_env(**settings_env(settings)),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+
+
+def test_submit_wait_streams_progress_while_the_job_runs_then_prints_the_answer(
+    settings: Settings, workers: WorkerFactory, client: Client, unique: str
+) -> None:
+    workers()
+    prompt = f'[[sim: text "streamed-{unique}"]] [[sim: stall 4]] take your time'
+    proc = run_cli(settings, "submit", prompt, "--wait", "--timeout", "90")
+    assert proc.stderr is not None and proc.stdout is not None
+    reader = Reader(client)
+    pump = threading.Thread(target=reader.pump, args=(proc.stderr,), daemon=True)
+    pump.start()
+    # The job id is not printed before the end: find it in Redis to learn the job's status as lines arrive.
+    deadline = time.monotonic() + 30
+    while reader.job_id is None and time.monotonic() < deadline:
+        jobs = client.list(limit=1)
+        reader.job_id = jobs[0].id if jobs and not isinstance(jobs[0], Exception) else None
+        time.sleep(0.05)
+    stdout = proc.stdout.read()
+    assert proc.wait(90) == 0, (stdout, reader.lines)
+    pump.join(10)
+    texts = [t for t, _ in reader.lines]
+    running = [(t, s) for t, s in reader.lines if "running on account" in t]
+    assert running, texts
+    assert running[0][1] == "running", "the progress line came only after the job ended"
+    assert any(t.endswith(" succeeded") for t in texts), texts
+    assert f"assistant: streamed-{unique}" in " ".join(texts)
+    assert "succeeded" in stdout and f"streamed-{unique}" in stdout
+
+
+def test_events_follow_streams_and_a_queued_job_without_worker_says_so(
+    settings: Settings, workers: WorkerFactory, client: Client, unique: str
+) -> None:
+    job = client.submit(prompt=f'[[sim: text "late-{unique}"]] nobody yet')
+    proc = run_cli(settings, "events", job.id, "--follow")
+    assert proc.stderr is not None
+    reader = Reader(client, job_id=job.id)
+    pump = threading.Thread(target=reader.pump, args=(proc.stderr,), daemon=True)
+    pump.start()
+    deadline = time.monotonic() + 30
+    while not any("no live worker" in t for t, _ in reader.lines):
+        assert time.monotonic() < deadline, reader.lines
+        assert proc.poll() is None
+        time.sleep(0.1)
+    workers()
+    assert proc.wait(90) == 0, reader.lines
+    pump.join(10)
+    texts = [t for t, _ in reader.lines]
+    assert any("picked up by" in t for t in texts), texts
+    assert any(t.endswith(" succeeded") for t in texts), texts
+    assert client.get(job.id).status == "succeeded"
