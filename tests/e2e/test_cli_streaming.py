@@ -53,7 +53,7 @@ def test_submit_wait_streams_progress_while_the_job_runs_then_prints_the_answer(
     settings: Settings, workers: WorkerFactory, client: Client, unique: str
 ) -> None:
     workers()
-    prompt = f'[[sim: text "streamed-{unique}"]] [[sim: stall 4]] take your time'
+    prompt = f'[[sim: text "streamed-{unique}"]] [[sim: stall 6]] take your time'
     proc = run_cli(settings, "submit", prompt, "--wait", "--timeout", "90")
     assert proc.stderr is not None and proc.stdout is not None
     reader = Reader(client)
