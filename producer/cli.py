@@ -115,6 +115,13 @@ def _read_text_arg(value: str, field: str = "prompt") -> str:
     return value
 
 
+def _read_file_arg(value: str | None, field: str) -> str | None:
+    """`@path` reads a file (a shell cannot pass more than 128 KiB in one argument), anything else is taken as is."""
+    if value is None or not value.startswith("@"):
+        return value
+    return _read_text_arg(value, field)
+
+
 def _print_record(record: JobRecord, as_json: bool) -> None:
     if as_json:
         print(json.dumps(record.public()))
@@ -165,8 +172,10 @@ def submit(
         str | None, typer.Argument(help="The prompt; '-' reads stdin, '@file' reads a file.", show_default=False)
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model alias or id.")] = None,
-    system_prompt: Annotated[str | None, typer.Option(help="Replace the system prompt.")] = None,
-    append_system_prompt: Annotated[str | None, typer.Option(help="Append to the system prompt.")] = None,
+    system_prompt: Annotated[str | None, typer.Option(help="Replace the system prompt ('@file' reads a file).")] = None,
+    append_system_prompt: Annotated[
+        str | None, typer.Option(help="Append to the system prompt ('@file' reads a file).")
+    ] = None,
     tools: Annotated[str | None, typer.Option(help="Tool profile, or a comma-separated list of tools.")] = None,
     mcp_tool: Annotated[list[str] | None, typer.Option(help="Worker-registered MCP tool (repeatable).")] = None,
     max_turns: Annotated[int | None, typer.Option(help="Maximum agent turns.")] = None,
@@ -206,8 +215,8 @@ def submit(
         fields["prompt"] = _read_text_arg(prompt)
     optional: dict[str, Any] = {
         "model": model,
-        "system_prompt": system_prompt,
-        "append_system_prompt": append_system_prompt,
+        "system_prompt": _read_file_arg(system_prompt, "system_prompt"),
+        "append_system_prompt": _read_file_arg(append_system_prompt, "append_system_prompt"),
         "max_turns": max_turns,
         "max_budget_usd": max_budget_usd,
         "conversation": conversation,

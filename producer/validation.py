@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
@@ -9,6 +10,35 @@ from pydantic import ValidationError
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
 from claudeq.models import JobSpec
+
+#: Linux's MAX_ARG_STRLEN: one command-line argument holds at most this many bytes, its terminating NUL included.
+MAX_ARG_STRLEN = 128 * 1024
+
+
+def argv_problems(spec: JobSpec) -> list[tuple[str, str]]:
+    """Spec fields the worker passes to the CLI as one command-line argument, where they are too big for one.
+
+    The system prompts are not among them: the worker hands them to the CLI as files (any size the spec allows)."""
+    limit = MAX_ARG_STRLEN - 1
+    args: list[tuple[str, str]] = [
+        ("model", spec.model or ""),
+        ("fallback_model", spec.fallback_model or ""),
+        ("resume", spec.resume or ""),
+        *(("add_dirs", path) for path in spec.add_dirs),
+    ]
+    if spec.output_schema is not None:
+        args.append(("output_schema", json.dumps(spec.output_schema)))  # as the SDK serialises it
+    problems = []
+    for field, value in args:
+        size = len(value.encode())
+        if size > limit:
+            problems.append(
+                (
+                    field,
+                    f"is {size} bytes on the CLI's command line; one argument holds at most {limit} (MAX_ARG_STRLEN)",
+                )
+            )
+    return problems
 
 
 def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec:
@@ -40,6 +70,7 @@ def policy_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     spec_size = len(spec.model_dump_json().encode())
     if spec_size > settings.max_spec_bytes and size <= settings.max_prompt_bytes:
         problems.append(("spec", f"is {spec_size} bytes; the limit is {settings.max_spec_bytes}"))
+    problems += argv_problems(spec)
     policy = settings.policy
     forbidden = policy.forbidden_tools(policy.tools_for(spec.tools))
     if forbidden:

@@ -11,7 +11,14 @@ fi
 if command -v setpriv >/dev/null 2>&1; then
     exec setpriv --pdeathsig KILL -- "$CLAUDEQ_CLAUDE_BIN" "$@"
 fi
-# No setpriv (util-linux): the same prctl(PR_SET_PDEATHSIG=1, SIGKILL) from Python, then exec the CLI.
-exec "${CLAUDEQ_PYTHON:-python3}" -c \
-    'import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); os.execv(sys.argv[1], sys.argv[1:])' \
-    "$CLAUDEQ_CLAUDE_BIN" "$@"
+# No setpriv (util-linux): the same prctl(PR_SET_PDEATHSIG=1, SIGKILL) from Python, then exec the CLI. A failed exec
+# is reported as setpriv words it (`failed to execute PATH: STRERROR`, exit 127/126): the worker reads that line.
+exec "${CLAUDEQ_PYTHON:-python3}" -c '
+import ctypes, errno, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+try:
+    os.execv(sys.argv[1], sys.argv[1:])
+except OSError as exc:
+    print(f"claude-pdeathsig: failed to execute {sys.argv[1]}: {os.strerror(exc.errno)}", file=sys.stderr)
+    sys.exit(127 if exc.errno == errno.ENOENT else 126)
+' "$CLAUDEQ_CLAUDE_BIN" "$@"

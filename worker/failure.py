@@ -7,6 +7,8 @@ No Redis, no clock of its own, no SDK: the engine feeds it a `RunOutcome` and ca
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -15,6 +17,7 @@ import jsonschema
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import FREE_OUTCOMES, ErrorKind, JobError, Outcome
+from claudeq.producer.validation import MAX_ARG_STRLEN
 from claudeq.worker.outcome import RunOutcome
 
 #: What the engine does next.
@@ -66,6 +69,8 @@ def decide(
         return Decision("requeued", "requeue", "worker shutting down; job re-enqueued")
     if outcome.got_result and not outcome.is_error:
         return _success(outcome, output_schema)
+    if outcome.start_errno is not None:
+        return _cannot_start(outcome, outcome.start_errno)
 
     rate_limited = _rate_limit(outcome, account, now, rate_limit_cooldown_s)
     if rate_limited is not None:
@@ -105,6 +110,22 @@ def _success(outcome: RunOutcome, output_schema: dict[str, Any] | None) -> Decis
         detail = f"structured output does not match the schema: {exc.message[:300]}"
         return Decision("failed", "fail", detail, error=JobError(kind="job", message=detail))
     return Decision("success", "succeed", "success")
+
+
+def _cannot_start(outcome: RunOutcome, code: int) -> Decision:
+    """The CLI could not be started for a reason the same command will hit again: fail now, not retryable."""
+    name = errno.errorcode.get(code, str(code))
+    if code == errno.E2BIG:
+        detail = (
+            f"the CLI could not start: Argument list too long ({name}): an argument of the run exceeds the "
+            f"{MAX_ARG_STRLEN - 1}-byte limit of one command-line argument"
+        )
+        kind: ErrorKind = "input"
+    else:
+        why = " ".join((outcome.stderr_tail or outcome.exception or os.strerror(code)).split())[:300]
+        detail = f"the CLI could not start: {os.strerror(code)} ({name}): {why}"
+        kind = "configuration"
+    return Decision("failed", "fail", detail, error=JobError(kind=kind, message=f"{detail}; not retried"))
 
 
 def _rate_limit(outcome: RunOutcome, account: AccountConfig, now: datetime, cooldown_s: float) -> Decision | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from claude_agent_sdk.types import (
     HookInput,
     HookJSONOutput,
     McpServerConfig,
+    SystemPromptFile,
     SystemPromptPreset,
     ThinkingConfig,
 )
@@ -118,7 +120,51 @@ def workspace_hook(policy: WorkerPolicy) -> Callable[[HookInput, str | None, Hoo
     return hook
 
 
-def _system_prompt(spec: JobSpec) -> str | SystemPromptPreset | None:
+#: Names of the files a run's system prompts are written to, in its run directory.
+SYSTEM_PROMPT_FILE = "system-prompt.txt"
+APPEND_PROMPT_FILE = "append-system-prompt.txt"
+
+
+@dataclass(frozen=True)
+class PromptFiles:
+    """A run's system prompts as files: the CLI reads them with `--system-prompt-file` and
+    `--append-system-prompt-file`, so their size is not bound by the 128 KiB an argv argument may hold."""
+
+    system: Path | None = None  # the replacement system prompt (with the appended text, if any)
+    append: Path | None = None  # text appended to the default prompt (only when there is no replacement)
+
+    @classmethod
+    def write(cls, spec: JobSpec, directory: Path) -> PromptFiles:
+        """Write the spec's system prompts under `directory` (mode 0600); blocking file I/O."""
+
+        def put(name: str, text: str) -> Path:
+            path = directory / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return path
+
+        if spec.system_prompt is not None:
+            text = spec.system_prompt + (f"\n\n{spec.append_system_prompt}" if spec.append_system_prompt else "")
+            return cls(system=put(SYSTEM_PROMPT_FILE, text))
+        if spec.append_system_prompt:
+            return cls(append=put(APPEND_PROMPT_FILE, spec.append_system_prompt))
+        return cls()
+
+
+def _system_prompt(
+    spec: JobSpec, files: PromptFiles | None
+) -> tuple[str | SystemPromptPreset | SystemPromptFile | None, dict[str, str | None]]:
+    """The SDK's `system_prompt` and the extra CLI flags that carry the spec's system prompts."""
+    if files is not None and files.system is not None:
+        return {"type": "file", "path": str(files.system)}, {}
+    if files is not None and files.append is not None:
+        # The preset without `append`: the SDK then passes no prompt flag, and the file flag appends.
+        return {"type": "preset", "preset": "claude_code"}, {"append-system-prompt-file": str(files.append)}
+    return _inline_system_prompt(spec), {}
+
+
+def _inline_system_prompt(spec: JobSpec) -> str | SystemPromptPreset | None:
     if spec.system_prompt is not None:
         if spec.append_system_prompt:
             return f"{spec.system_prompt}\n\n{spec.append_system_prompt}"
@@ -150,8 +196,10 @@ def build_options(
     resume_at: str | None = None,
     session_store: Any | None = None,
     stderr: Callable[[str], None] | None = None,
+    prompt_files: PromptFiles | None = None,
 ) -> ClaudeAgentOptions:
-    """The SDK options for one run; raises PolicyViolation when the policy forbids what the spec asks."""
+    """The SDK options for one run; raises PolicyViolation when the policy forbids what the spec asks.
+    With `prompt_files` (what the runner always gives) the system prompts go to the CLI as files, else inline."""
     policy = settings.policy
     check_spec(spec, policy, tools)
     builtin = builtin_tools(spec, policy)
@@ -163,6 +211,7 @@ def build_options(
     if FILE_TOOLS.intersection(builtin):
         hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[workspace_hook(policy)])]}
     output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None
+    system_prompt, extra_args = _system_prompt(spec, prompt_files)
     return ClaudeAgentOptions(
         # tools= is the built-in set offered at all; allowed_tools=[] alone would leave every built-in offered.
         tools=builtin,
@@ -170,7 +219,8 @@ def build_options(
         mcp_servers=mcp_servers,
         strict_mcp_config=True,  # ignore .mcp.json and user MCP config on the worker machine
         setting_sources=[],  # and its settings files
-        system_prompt=_system_prompt(spec),
+        system_prompt=system_prompt,
+        extra_args=extra_args,
         model=spec.model,
         fallback_model=spec.fallback_model,
         max_turns=spec.max_turns,

@@ -40,6 +40,7 @@ class RunOutcome:
     stopped_by: StopReason | None = None
     exception: str | None = None  # the CLI crashed / could not start: type and message, never a secret
     exit_code: int | None = None
+    start_errno: int | None = None  # the CLI could not start, for good: E2BIG, ENOENT, EACCES, ENOEXEC
     stderr_tail: str | None = None  # last lines of the CLI's stderr, secrets redacted
     tool_calls: list[str] = field(default_factory=list)  # tool names, in call order
     mirror_errors: int = 0  # MirrorErrorMessage count (session store)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import shutil
 import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from claudeq.models import Event, JobSpec
 from claudeq.worker import procs
 from claudeq.worker.cli_env import build_env, redact, remember_settings_secrets
 from claudeq.worker.launcher import locate_cli, python_for_wrapper, wrapper_path
-from claudeq.worker.options import build_options, check_spec
+from claudeq.worker.options import PromptFiles, build_options, check_spec
 from claudeq.worker.outcome import RunOutcome, StopReason
 from claudeq.worker.parse import MessageParser
 from claudeq.worker.tools import ToolRegistry
@@ -63,6 +65,44 @@ class RunRequest:
     fork: bool = False
     resume_at: str | None = None  # message uuid for resume_session_at
     session_store: Any | None = None  # an SDK SessionStore
+
+
+#: errno values with which starting the CLI fails for good: retrying the same command cannot help.
+PERMANENT_START_ERRNOS: frozenset[int] = frozenset({errno.E2BIG, errno.ENOENT, errno.EACCES, errno.ENOEXEC})
+#: Exit codes of the wrapper's `exec` (setpriv, sh) when the CLI itself cannot be executed: not found, not executable.
+_EXEC_EXIT_CODES: dict[int, int] = {127: errno.ENOENT, 126: errno.EACCES}
+
+
+def start_errno(exc: BaseException, outcome: RunOutcome) -> int | None:
+    """The errno for which the CLI could not start at all, when it is a permanent one; else None.
+
+    Either spawning the wrapper failed in this process (the SDK wraps the OSError: E2BIG for an argument over
+    MAX_ARG_STRLEN, ENOENT, EACCES), or the wrapper's exec of the CLI failed (exit 127 / 126 before any output)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in PERMANENT_START_ERRNOS:
+            return cause.errno
+        cause = cause.__cause__ or cause.__context__
+    if outcome.first_byte_at is None and not outcome.got_result and outcome.exit_code in _EXEC_EXIT_CODES:
+        return _EXEC_EXIT_CODES[outcome.exit_code]
+    return None
+
+
+def exec_errno(stderr_lines: Iterable[str], outcome: RunOutcome) -> int | None:
+    """The errno of the wrapper's failed exec of the CLI, from its `failed to execute <path>: <strerror>` line
+    (setpriv's wording, which the wrapper's fallback repeats). The SDK reports that early exit in several ways
+    (a failed stdin write, a terminated process, a ProcessError), not all with the exit code; the line is there."""
+    if outcome.first_byte_at is not None or outcome.got_result:
+        return None
+    for line in stderr_lines:
+        if "failed to execute " not in line:
+            continue
+        for code in PERMANENT_START_ERRNOS:
+            if line.rstrip().endswith(os.strerror(code)):
+                return code
+    return None
 
 
 def _cli_pid(client: ClaudeSDKClient) -> int | None:
@@ -97,14 +137,14 @@ class Runner:
         watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
         stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         run_id = f"{req.job_id}.{req.attempt}.{uuid.uuid4().hex[:8]}"
-        run_dir = await asyncio.to_thread(self._make_run_dir, req) if req.account.config_dir is None else None
+        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req)
         try:
             env = build_env(
                 req.account,
                 self.settings,
                 token=token,
                 job_id=req.job_id,
-                config_dir=run_dir / "config" if run_dir else None,
+                config_dir=run_dir / "config",  # unless the account has its own (an interactive login)
                 cli_bin=str(cli),
                 run_id=run_id,
             )
@@ -120,10 +160,10 @@ class Runner:
                 resume_at=req.resume_at,
                 session_store=req.session_store,
                 stderr=stderr_tail.append,
+                prompt_files=prompt_files,
             )
         except BaseException:
-            if run_dir is not None:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
             raise
         outcome = parser.outcome
         client = ClaudeSDKClient(options)
@@ -150,6 +190,7 @@ class Runner:
             outcome.exception = redact(f"{type(exc).__name__}: {exc}")
             if isinstance(exc, ProcessError):
                 outcome.exit_code = exc.exit_code
+            outcome.start_errno = start_errno(exc, outcome)
         finally:
             cleanup = asyncio.ensure_future(self._shutdown(client, pump, req.job_id, run_id))
             try:
@@ -159,22 +200,28 @@ class Runner:
                 procs.kill_and_wait(procs.run_pids(run_id), timeout_s=0)
                 raise
             finally:
-                if run_dir is not None:
-                    await asyncio.to_thread(shutil.rmtree, run_dir, True)
+                await asyncio.to_thread(shutil.rmtree, run_dir, True)
                 outcome.stopped_by = stopped
                 outcome.duration_s = time.monotonic() - started
                 tail = "\n".join(stderr_tail)[-STDERR_TAIL_CHARS:]
                 outcome.stderr_tail = redact(tail) if tail else None
+                if outcome.exception is not None and outcome.start_errno is None:
+                    outcome.start_errno = exec_errno(stderr_tail, outcome)
         if stopped is not None:
             await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
         return parser.finish()
 
-    def _make_run_dir(self, req: RunRequest) -> Path:
+    def _make_run_dir(self, req: RunRequest) -> tuple[Path, PromptFiles]:
+        """The run's own directory: its CLI config dir and its system prompt files (removed after the run)."""
         root = self.settings.run_root or Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix=f"claudeq-run-{req.job_id[:40]}-{req.attempt}-", dir=root))
-        (path / "config").mkdir(mode=0o700)
-        return path
+        try:
+            (path / "config").mkdir(mode=0o700)
+            return path, PromptFiles.write(req.spec, path)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
 
     @staticmethod
     async def _emit(emit: EventSink, event: Event) -> None:
