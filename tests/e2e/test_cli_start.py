@@ -1,6 +1,5 @@
 """End to end, real workers, the real CLI and the simulator: a system prompt over the 128 KiB an argv argument
-holds runs in one attempt, and a CLI that cannot start for good fails the job at once, not retryable
-(issue 11, item 10)."""
+holds runs in one attempt, and a CLI that cannot start for good fails the job at once, not retryable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`claudeq submit --wait` and `claudeq events --follow` stream the run as it happens (issue 14, acceptance 4).
+"""`claudeq submit --wait` and `claudeq events --follow` stream the run as it happens.
 
 The output is read line by line while the command runs: progress must arrive before the job ends.
 """

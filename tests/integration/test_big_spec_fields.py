@@ -1,6 +1,6 @@
 """Spec fields the worker passes as one command-line argument are refused at submit when they cannot fit one
 (MAX_ARG_STRLEN, 128 KiB), naming the field and the limit; system prompts of any size the spec allows go through,
-and `claudeq submit` reads them from `@file` (issue 11, item 10)."""
+and `claudeq submit` reads them from `@file`."""
 
 from __future__ import annotations
 

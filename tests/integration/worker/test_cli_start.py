@@ -1,5 +1,5 @@
 """Big system prompts reach the CLI another way than one argv argument, and a CLI that cannot start for a permanent
-reason (E2BIG, ENOENT, EACCES) is a permanent failure, not three transient ones (issue 11, item 10). Real CLI, the
+reason (E2BIG, ENOENT, EACCES) is a permanent failure, not three transient ones. Real CLI, the
 simulator, the real Runner and failure policy."""
 
 from __future__ import annotations
