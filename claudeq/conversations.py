@@ -3,8 +3,11 @@
 See docs/architecture.md#sessions-and-conversations.
 
 Redis (sync redis-py, like JobStore): `conv:{name}` the latest session id, `conv-turns:{name}` the finished turns,
-`conv-lock:{name}` the job running the current turn, `conv-waiters:{name}` jobs waiting for their turn in submit
-order. Every key expires `ttl_s` after the conversation's last turn. The lock is never trusted blindly: a holder
+`conv-lock:{name}` the job running the current turn, `conv-waiters:{name}` the active turns not running, scored by
+turn number, and `conv-seq:{name}` the last turn number. A turn is numbered when its job is created (the CREATE
+script, claudeq/job_scripts.py), so the order is the order of submit whatever the backlog; the lock decides from
+the front of that order with a fixed number of O(log n) commands. Every key expires `ttl_s` after the conversation's
+last submit or turn. The lock is never trusted blindly: a holder
 that is no longer active (finished, or its record expired) is stale and the next turn takes over.
 """
 
@@ -17,58 +20,55 @@ import redis
 from pydantic import BaseModel
 
 from claudeq.config.settings import Settings
+from claudeq.job_scripts import NEXT_TURN_FN
 from claudeq.keys import Keys, text
 from claudeq.models import ACTIVE, Timestamp
 from claudeq.transcripts import RedisSessionStore
 
 # A job is active while queued, deferred or running; any other status (or no record) frees what it held.
+# `head` pops finished turns off the front of the order, at most `pops` of them per call (each pop is O(log n) and
+# happens once per turn; a turn that finishes through a worker or a cancel leaves the order by itself): with pops to
+# spare it answers the first active turn (or `me`), else the finished turn it stopped at (the caller waits and
+# re-checks; the next call goes on popping).
 _ACTIVE_FN = """
 local function active(id)
   local st = redis.call('HGET', ARGV[3] .. id, 'status')
   return st == 'queued' or st == 'deferred' or st == 'running'
 end
-local function head(waiters, me)
+local function head(waiters, me, pops)
   while true do
     local first = redis.call('ZRANGE', waiters, 0, 0)[1]
     if not first or first == me or active(first) then return first end
+    if pops <= 0 then return first end
     redis.call('ZREM', waiters, first)
+    pops = pops - 1
   end
 end
 """
 
-#: KEYS lock, waiters, queued, running; ARGV job id, conversation, job key prefix, ttl, scan cap
-#: -> {granted 0|1, holder or head to wait for}. Waiters all score 0, so they sort by job id = submit order.
+#: KEYS lock, waiters, seq, this job's hash; ARGV job id, unused, job key prefix, ttl, pops
+#: -> {granted 0|1, holder or head to wait for}. Waiters are scored by turn number: the order of submit.
+#: Work: a fixed number of O(log n) commands (plus at most `pops` removals of finished turns); no spec is read.
 ACQUIRE = (
-    _ACTIVE_FN
+    NEXT_TURN_FN
+    + _ACTIVE_FN
     + """
-local lock, waiters, me, ttl, cap = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+local lock, waiters, me, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4])
 local holder = redis.call('GET', lock)
 if holder == me then
   redis.call('EXPIRE', lock, ttl)
   return {1, me}
 end
-redis.call('ZADD', waiters, 'NX', 0, me)
-redis.call('EXPIRE', waiters, ttl)
-if holder and active(holder) then return {0, holder} end
--- An earlier turn submitted just before this one may be claimed but not planned yet: find it among the
--- queued and running jobs older than this one (job ids sort by creation time) and queue it first.
-local function consider(ids)
-  for i = 1, math.min(#ids, cap) do
-    local id = ids[i]
-    if id < me and active(id) then
-      local raw = redis.call('HGET', ARGV[3] .. id, 'spec')
-      if raw then
-        local ok, spec = pcall(cjson.decode, raw)
-        if ok and type(spec) == 'table' and spec['conversation'] == ARGV[2] then
-          redis.call('ZADD', waiters, 'NX', 0, id)
-        end
-      end
-    end
-  end
+if not redis.call('ZSCORE', waiters, me) then
+  -- Not in the order: it was let in after a turn of its own ran (a retry), or the job predates numbering at
+  -- submit, or the order expired with the conversation. Its stored number keeps its place; none: the end of the line.
+  local turn = redis.call('HGET', KEYS[4], 'turn')
+  if turn then redis.call('ZADD', waiters, turn, me) else next_turn(KEYS[4], waiters, KEYS[3], me, ttl) end
 end
-consider(redis.call('ZRANGE', KEYS[3], 0, cap - 1))
-consider(redis.call('SRANDMEMBER', KEYS[4], cap))
-local first = head(waiters, me)
+redis.call('EXPIRE', waiters, ttl)
+redis.call('EXPIRE', KEYS[3], ttl)
+if holder and active(holder) then return {0, holder} end
+local first = head(waiters, me, tonumber(ARGV[5]))
 if first ~= me then return {0, first} end
 redis.call('ZREM', waiters, me)
 redis.call('SET', lock, me, 'EX', ttl)
@@ -76,10 +76,10 @@ return {1, me}
 """
 )
 
-#: Queued and running jobs inspected (each) when looking for an earlier, not yet planned turn.
-SCAN_CAP = 500
+#: Finished turns one acquire or release removes from the front of the order, at most.
+HEAD_POPS = 50
 
-#: KEYS lock, waiters; ARGV job id, unused, job key prefix -> the next waiting job id to promote, or false
+#: KEYS lock, waiters; ARGV job id, pops, job key prefix -> the next waiting job id to promote, or false
 RELEASE = (
     _ACTIVE_FN
     + """
@@ -88,10 +88,22 @@ if redis.call('GET', lock) == me then redis.call('DEL', lock) end
 redis.call('ZREM', waiters, me)
 local holder = redis.call('GET', lock)
 if holder and active(holder) then return false end
-return head(waiters, '')
+local first = head(waiters, '', tonumber(ARGV[2]))
+if first and active(first) then return first end
+return false
 """
 )
 
+
+#: KEYS job, waiters, seq; ARGV job id, ttl: number a turn that has no number yet
+REGISTER = (
+    NEXT_TURN_FN
+    + """
+if redis.call('HEXISTS', KEYS[1], 'turn') == 1 then return 0 end
+next_turn(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+return 1
+"""
+)
 
 #: Turns kept in a conversation's history (`claudeq conversation show`); older ones are dropped.
 TURNS_KEPT = 1000
@@ -148,6 +160,7 @@ class ConversationStore:
         self.ttl_s = ttl_s
         self._acquire = client.register_script(ACQUIRE)
         self._release = client.register_script(RELEASE)
+        self._register = client.register_script(REGISTER)
 
     @classmethod
     def from_settings(cls, settings: Settings, client: redis.Redis | None = None) -> ConversationStore:
@@ -162,12 +175,16 @@ class ConversationStore:
         return None if value is None else text(value)
 
     def register(self, name: str, job_id: str) -> None:
-        """Queue a turn in submit order (call at submit; `acquire` also does it, later)."""
-        waiters = self.keys.conversation_waiters(name)
-        pipe = self.redis.pipeline()
-        pipe.zadd(waiters, {job_id: 0}, nx=True)  # one score: members sort by job id, i.e. submit order
-        pipe.expire(waiters, self.ttl_s)
-        pipe.execute()
+        """Give `job_id` the next turn of `name` unless it has one (JobStore.create already numbers conversation
+        turns: this is for a job created without it)."""
+        self._register(
+            keys=[
+                self.keys.job(job_id),
+                self.keys.conversation_waiters(name),
+                self.keys.conversation_seq(name),
+            ],
+            args=[job_id, self.ttl_s],
+        )
 
     def acquire(self, name: str, job_id: str) -> TurnGrant:
         """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
@@ -175,10 +192,10 @@ class ConversationStore:
             keys=[
                 self.keys.conversation_lock(name),
                 self.keys.conversation_waiters(name),
-                self.keys.queued,
-                self.keys.running,
+                self.keys.conversation_seq(name),
+                self.keys.job(job_id),
             ],
-            args=[job_id, name, self.keys.job(""), self.ttl_s, SCAN_CAP],
+            args=[job_id, "", self.keys.job(""), self.ttl_s, HEAD_POPS],
         )
         return TurnGrant(bool(granted), text(holder) if holder else None)
 
@@ -186,7 +203,7 @@ class ConversationStore:
         """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
         nxt = self._release(
             keys=[self.keys.conversation_lock(name), self.keys.conversation_waiters(name)],
-            args=[job_id, 0, self.keys.job("")],
+            args=[job_id, HEAD_POPS, self.keys.job("")],
         )
         return text(nxt) if nxt else None
 

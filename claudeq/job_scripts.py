@@ -10,9 +10,30 @@ from the hash, so claudeq needs a single Redis node (or a primary with replicas)
 
 from __future__ import annotations
 
-# KEYS: job, jobs, queued, idem ('' = none).
-# ARGV: job_id, created_ms, now_s, job_key_prefix, field, value, ...
-CREATE = """
+#: Lua: give job `id` (hash `job`) the next turn number of a conversation (sorted set `waiters` scored by turn
+#: number, counter `seq`) and record both in the job hash (`turn`, and `turns` = the waiters key, read back by
+#: CANCEL). A counter that expired restarts after the highest number still waiting, so order never goes backwards.
+NEXT_TURN_FN = """
+local function next_turn(job, waiters, seq, id, ttl)
+  if redis.call('EXISTS', seq) == 0 then
+    local last = redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')
+    redis.call('SET', seq, last[2] or 0)
+  end
+  local turn = redis.call('INCR', seq)
+  redis.call('ZADD', waiters, turn, id)
+  redis.call('HSET', job, 'turn', turn, 'turns', waiters)
+  redis.call('EXPIRE', waiters, ttl)
+  redis.call('EXPIRE', seq, ttl)
+  return turn
+end
+"""
+
+# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq.
+# ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, field, value, ...
+# A conversation turn is numbered here, at submit: the turn lock (claudeq/conversations.py) follows that order.
+CREATE = (
+    NEXT_TURN_FN
+    + """
 if KEYS[4] ~= '' then
   local existing = redis.call('GET', KEYS[4])
   if existing and redis.call('EXISTS', ARGV[4] .. existing) == 1 then
@@ -22,11 +43,13 @@ if KEYS[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[1])
   redis.call('HSET', KEYS[1], 'idem', KEYS[4])
 end
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if KEYS[5] ~= '' then next_turn(KEYS[1], KEYS[5], KEYS[6], ARGV[1], ARGV[5]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 return {1, ARGV[1]}
 """
+)
 
 # KEYS: job, deferred, queued, cancel, events. ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen
 CANCEL = """
@@ -37,6 +60,8 @@ if status == 'queued' or status == 'deferred' then
   redis.call('HDEL', KEYS[1], 'ready_at')
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
+  local turns = redis.call('HGET', KEYS[1], 'turns')
+  if turns then redis.call('ZREM', turns, ARGV[1]) end  -- a cancelled turn never holds up the next one
   -- The event goes in with the status, so a follower that sees `cancelled` also finds the event.
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'event', ARGV[5])
   redis.call('EXPIRE', KEYS[1], ARGV[3])

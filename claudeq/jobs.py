@@ -70,11 +70,21 @@ class JobStore:
     """What producers (and workers) do with job state: create, read, cancel, events. Each status change is one atomic
     Lua script (claudeq/job_scripts.py); what only workers do is `claudeq.worker.job_store.WorkerJobStore`."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, result_ttl_s: int, events_maxlen: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        result_ttl_s: int,
+        events_maxlen: int,
+        conversation_ttl_s: int | None = None,
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.result_ttl_s = result_ttl_s
         self.events_maxlen = events_maxlen
+        #: How long a conversation's turn order lives after its last submit or turn (the session retention).
+        self.conversation_ttl_s = conversation_ttl_s if conversation_ttl_s is not None else result_ttl_s
         self._create = client.register_script(scripts.CREATE)
         self._cancel = client.register_script(scripts.CANCEL)
 
@@ -86,8 +96,10 @@ class JobStore:
 
     def queue_create(self, client: Any, record: JobRecord, now: float | None = None) -> Any:
         """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer. `now`
-        is the send time of the job's first message (its score in the `queued` set)."""
+        is the send time of the job's first message (its score in the `queued` set). A conversation turn gets its
+        turn number here, in the order the CREATEs run."""
         idem = record.spec.idempotency_key
+        conversation = record.spec.conversation
         fields = encode_fields(
             {
                 "status": record.status,
@@ -106,12 +118,15 @@ class JobStore:
                 self.keys.jobs,
                 self.keys.queued,
                 self.keys.idem(idem) if idem else "",
+                self.keys.conversation_waiters(conversation) if conversation else "",
+                self.keys.conversation_seq(conversation) if conversation else "",
             ],
             args=[
                 record.id,
                 int(record.created_at.timestamp() * 1000),
                 now,
                 self.keys.job(""),
+                self.conversation_ttl_s,
                 *fields,
             ],
         )

@@ -127,8 +127,12 @@ class Keys:
         return f"{self.prefix}conv-lock:{name}"
 
     def conversation_waiters(self, name: str) -> str:
-        """Sorted set: job id -> time it started waiting for the conversation's turn lock (FIFO)."""
+        """Sorted set: job id -> its turn number (submit order) while the turn is active and not running."""
         return f"{self.prefix}conv-waiters:{name}"
+
+    def conversation_seq(self, name: str) -> str:
+        """String: the last turn number handed out in the conversation (INCR at submit)."""
+        return f"{self.prefix}conv-seq:{name}"
 
     @property
     def conversations(self) -> str:

@@ -33,6 +33,7 @@ def make_store(settings: Settings, client: redis.Redis | None = None) -> JobStor
         Keys(settings.key_prefix),
         result_ttl_s=settings.result_ttl_s,
         events_maxlen=settings.events_maxlen,
+        conversation_ttl_s=settings.session_retention_s,
     )
 
 

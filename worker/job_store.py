@@ -45,8 +45,22 @@ CLOCK_SLACK_S = 1.0
 class WorkerJobStore(JobStore):
     """JobStore plus the transitions only workers make."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, result_ttl_s: int, events_maxlen: int) -> None:
-        super().__init__(client, keys, result_ttl_s=result_ttl_s, events_maxlen=events_maxlen)
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        result_ttl_s: int,
+        events_maxlen: int,
+        conversation_ttl_s: int | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            keys,
+            result_ttl_s=result_ttl_s,
+            events_maxlen=events_maxlen,
+            conversation_ttl_s=conversation_ttl_s,
+        )
         self._claim = client.register_script(scripts.CLAIM)
         self._heartbeat = client.register_script(scripts.HEARTBEAT)
         self._write = client.register_script(scripts.WRITE)
@@ -222,4 +236,5 @@ def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> 
         Keys(settings.key_prefix),
         result_ttl_s=settings.result_ttl_s,
         events_maxlen=settings.events_maxlen,
+        conversation_ttl_s=settings.session_retention_s,
     )

@@ -133,3 +133,26 @@ def test_transcripts_of_a_finished_conversation_expire(
     while session_keys() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert session_keys() == []
+
+
+def test_a_later_turn_claimed_first_waits_for_the_earlier_one_past_a_500_job_backlog(
+    workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    # A producer that also routes to a queue no worker here consumes: 600 jobs wait there, older than both turns.
+    idle = f"{settings.queue}-idle"
+    producer = Client(settings.model_copy(update={"queues": [settings.queue, idle]}), redis_client=redis_client)
+    try:
+        producer.submit_many([{"prompt": f"elsewhere {i}", "queue": idle} for i in range(600)])
+        first = producer.submit(prompt=f"[[sim: text one]] turn one {unique}", conversation=unique, priority=9)
+        second = producer.submit(prompt=f"[[sim: text two]] turn two {unique}", conversation=unique, priority=0)
+        workers(concurrency=1)  # priority 0 first: the later turn is claimed before the earlier one
+        one, two = wait(producer, first.id), wait(producer, second.id)
+        assert (one.status, two.status) == ("succeeded", "succeeded"), (one.error, two.error)
+        assert one.finished_at is not None and two.attempts[0].started_at is not None
+        assert one.finished_at <= two.attempts[0].started_at
+        assert any(e.type == "deferred" and first.id in e.data["reason"] for e in events(producer, second.id))
+        info = ConversationStore.from_settings(settings, redis_client).info(unique)
+        assert info is not None and [t.job_id for t in info.turns] == [first.id, second.id]
+    finally:
+        for key in redis_client.scan_iter(match=f"{idle}*", count=1000):
+            redis_client.delete(key)
