@@ -11,6 +11,9 @@ The account hash `keys.account(name)` holds:
   w:<window>       JSON WindowInfo: last status, utilization, resets_at, type, seen_at of that window
   warn_window      the window of the last `allowed_warning`
   n:<counter>      counters (acquired, rejected, warnings, cooled, auth_failed, disabled)
+  rq_rem, rq_reset the last `requests-remaining` the API reported and its window's reset (epoch s)
+  tk_rem, tk_reset the same for the tightest token family; tk_est: tokens one request takes, about
+  bo_n             429s without a hint in a row (adaptive backoff); a success clears it
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class AccountStore:
         self._cool = client.register_script(account_scripts.COOL)
         self._set_state = client.register_script(account_scripts.SET_STATE)
         self._add_waiter = client.register_script(account_scripts.ADD_WAITER)
+        self._backoff = client.register_script(account_scripts.BACKOFF)
+        self._record_limits = client.register_script(account_scripts.RECORD_LIMITS)
 
     def config(self, name: str) -> AccountConfig:
         """The configured account `name`; UnknownAccount otherwise."""
@@ -113,7 +118,8 @@ class AccountStore:
     # ---- the semaphore ---------------------------------------------------------------------------------------
 
     def try_acquire(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> int:
-        """Take a slot on `name` for `job_id`: 1 acquired (or already held), 0 full, -1 disabled, -2 cooling."""
+        """Take a slot on `name` for `job_id`: 1 acquired (or already held), 0 full, -1 disabled, -2 cooling,
+        -3 held (what the API said is left is spoken for by the runs in flight)."""
         account = self.config(name)
         now = time.time() if now is None else now
         result = self._acquire(
@@ -160,6 +166,35 @@ class AccountStore:
     def record_window(self, name: str, window: str, info: WindowInfo) -> None:
         """Store the last rate-limit information seen for one window."""
         self.redis.hset(self.keys.account(name), f"w:{window}", info.model_dump_json())
+
+    def record_limits(
+        self,
+        name: str,
+        windows: dict[str, WindowInfo],
+        *,
+        requests: tuple[int, float] | None,
+        tokens: tuple[int, float] | None,
+        tokens_per_request: float | None,
+        success: bool,
+    ) -> None:
+        """Store what one response said: its windows, and the readings admission holds on ((remaining, reset))."""
+        key = self.keys.account(name)
+        pipe = self.redis.pipeline(transaction=False)
+        if windows:
+            pipe.hset(key, mapping={f"w:{w}": info.model_dump_json() for w, info in windows.items()})
+        args = [
+            *(("", "") if requests is None else (requests[0], repr(requests[1]))),
+            *(("", "") if tokens is None else (tokens[0], repr(tokens[1]))),
+            "" if tokens_per_request is None else repr(round(tokens_per_request, 1)),
+            "1" if success else "",
+        ]
+        self._record_limits(keys=[key], args=args, client=pipe)
+        pipe.execute()
+
+    def backoff(self, name: str, now: float, base_s: float, cap_s: float, reason: str) -> tuple[datetime, int]:
+        """Cool after a 429 without a hint: base * 2^(n-1) s, at most cap, n the rejections in a row."""
+        until, n = self._backoff(keys=[self.keys.account(name)], args=[repr(now), repr(base_s), repr(cap_s), reason])
+        return datetime.fromtimestamp(float(_text(until)), UTC), int(n)
 
     def set_warning(self, name: str, window: str | None) -> None:
         """Mark the account `warning` (unless disabled): it is chosen last."""
@@ -235,16 +270,43 @@ def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: in
         reason = f"{window} utilization {info.utilization:.2f}" if info and info.utilization is not None else None
     else:
         state = "ok"
+    hold = held(raw, slots_in_use, now)
     return AccountState(
         name=account.name,
         state=state,
         reason=reason,
         cooldown_until=cooldown_until if cooling else None,
+        held_until=hold[0] if hold else None,
+        held_reason=hold[1] if hold else None,
         windows=windows,
         slots_in_use=slots_in_use,
         max_concurrency=account.max_concurrency,
         counters=counters,
     )
+
+
+def _number(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def held(raw: dict[str, str], slots_in_use: int, now: float) -> tuple[datetime, str] | None:
+    """Whether the account holds new runs back (the `_HELD` rule of account_scripts): until when and why.
+
+    The last `remaining` the API reported, minus what the runs in flight may still take (one request each, about
+    `tk_est` tokens each), is nothing: a new run now would likely be rejected. The hold ends at the window's reset,
+    or earlier when a run in flight ends.
+    """
+    rq_rem, rq_reset = _number(raw.get("rq_rem")), _number(raw.get("rq_reset"))
+    if rq_rem is not None and rq_reset is not None and rq_reset > now and rq_rem - slots_in_use <= 0:
+        return datetime.fromtimestamp(rq_reset, UTC), f"{rq_rem:.0f} requests left, {slots_in_use} run(s) in flight"
+    tk_rem, tk_reset = _number(raw.get("tk_rem")), _number(raw.get("tk_reset"))
+    est = _number(raw.get("tk_est")) or 0.0
+    if tk_rem is not None and tk_reset is not None and tk_reset > now and tk_rem - slots_in_use * est <= 0:
+        return datetime.fromtimestamp(tk_reset, UTC), f"{tk_rem:.0f} tokens left, {slots_in_use} run(s) in flight"
+    return None
 
 
 def _warning_live(info: WindowInfo | None, now: float) -> bool:

@@ -284,13 +284,22 @@ AccountStateName = Literal["ok", "warning", "cooling", "disabled"]
 
 
 class WindowInfo(BaseModel):
-    """The last rate-limit information seen for one window of an account."""
+    """The last rate-limit information seen for one window of an account.
+
+    Windows come from the CLI's RateLimitEvents and from the headers of every response the worker's pass-through
+    forwards: the unified windows of OAuth accounts (`five_hour`, `seven_day`, `seven_day_opus`, …: utilization,
+    reset, status) and the API-key families (`requests`, `tokens`, `input_tokens`, `output_tokens`: limit,
+    remaining, reset; utilization is 1 - remaining/limit).
+    """
 
     status: str
     utilization: float | None = None
     resets_at: Timestamp | None = None
     type: str | None = None
     seen_at: Timestamp | None = None
+    limit: int | None = None  # API-key families: the limit of the current window
+    remaining: int | None = None  # API-key families: what the API said is left (before this reply's own use)
+    surpassed_threshold: float | None = None  # unified windows: the warning threshold the API said was passed
 
 
 class AccountState(BaseModel):
@@ -300,6 +309,10 @@ class AccountState(BaseModel):
     state: AccountStateName = "ok"
     reason: str | None = None
     cooldown_until: Timestamp | None = None
+    #: No new run until then although not cooling: the last `remaining` the API reported is spoken for by the runs
+    #: in flight (requests or tokens), and the window resets then (admission before exhaustion).
+    held_until: Timestamp | None = None
+    held_reason: str | None = None
     windows: dict[str, WindowInfo] = Field(default_factory=dict)
     slots_in_use: int = 0
     max_concurrency: int = 1

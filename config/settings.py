@@ -125,7 +125,17 @@ class Settings(BaseSettings):
     retry_base_s: float = Field(default=1.0, gt=0, description="Transient retry backoff base (full jitter).")
     retry_max_s: float = Field(default=60.0, gt=0, description="Transient retry backoff cap.")
     retry_in_place_max_s: float = Field(default=5.0, ge=0, description="Longest wait in place; longer re-enqueues.")
-    rate_limit_cooldown_s: float = Field(default=60, gt=0, description="Cooldown when a rejection has no reset.")
+    rate_limit_cooldown_s: float = Field(
+        default=60, gt=0, description="Longest cooldown after a 429 that said nothing about when to come back."
+    )
+    rate_limit_backoff_s: float = Field(
+        default=2.0, gt=0, description="First cooldown after a 429 without a hint; doubles while 429s repeat."
+    )
+    passthrough: bool = Field(
+        default=True,
+        description="Runs talk to the model service through the worker's loopback pass-through (rate-limit "
+        "headers of every response; runs get a stand-in credential, never the real token).",
+    )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")

@@ -65,6 +65,8 @@ class Steering:
     raw: list[str] = field(default_factory=list)
     tools: list[ToolCall] = field(default_factory=list)
     error: tuple[int, Gate] | None = None
+    retry_after: float | None = None  # error 429 retry_after=S: send exactly this retry-after
+    no_hint: bool = False  # error 429 retry_after=none: a 429 saying nothing about when to come back
     stall: tuple[float, Gate] | None = None
     delay: tuple[float, Gate] | None = None
     drop: Gate | None = None
@@ -205,7 +207,15 @@ def _apply(steering: Steering, verb: str, positional: list[Any], options: dict[s
         if not 400 <= status <= 599:
             raise DirectiveError(f"error: status must be 4xx or 5xx, got {status}")
         gate = _gate(verb, options)
+        retry_after = options.pop("retry_after", None)
         _no_extra(verb, positional, options, 1)
+        if retry_after is not None:
+            if status != 429:
+                raise DirectiveError("error: retry_after= only goes with status 429")
+            if isinstance(retry_after, str) and retry_after.lower() == "none":
+                steering.no_hint = True
+            else:
+                steering.retry_after = _number(retry_after, "error retry_after=")
         steering.error = (status, gate)
     elif verb in ("stall", "delay"):
         if not positional:

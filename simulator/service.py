@@ -13,7 +13,7 @@ from typing import Any
 from claudeq.simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
 from claudeq.simulator.config import SimConfig, coerce_config, merge_config
 from claudeq.simulator.connection import ClientGone, Connection, Message, Receive, Scope, Send
-from claudeq.simulator.directives import DirectiveError, parse_directives
+from claudeq.simulator.directives import DirectiveError, Steering, parse_directives
 from claudeq.simulator.errors import ApiError, new_request_id
 from claudeq.simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_pieces
 from claudeq.simulator.replies import Reply, plan_reply, title_reply
@@ -245,7 +245,7 @@ class Simulator:
             status = 500
         if status is not None:
             stats.errors_injected += 1
-            raise self._injected_error(status, account, now)
+            raise self._injected_error(status, account, now, steering)
         blocking = account.admit(now)
         if blocking is not None:
             stats.rejected += 1
@@ -271,11 +271,15 @@ class Simulator:
         rate_headers = account.allowed_headers(now)
         await self._answer(conn, req, account, reply, usage, rate_headers, entry, request_id, stall, drop)
 
-    def _injected_error(self, status: int, account: Account, now: float) -> ApiError:
+    def _injected_error(self, status: int, account: Account, now: float, steering: Steering) -> ApiError:
         if status == 401:
             return ApiError(401, "Invalid bearer token" if account.kind == "oauth" else "invalid x-api-key")
         if status != 429:
             return ApiError(status)
+        if steering.no_hint or steering.retry_after is not None:
+            # A plain 429 (no unified or per-family headers): with exactly the retry-after asked for, or none.
+            headers = {} if steering.no_hint else {"retry-after": f"{steering.retry_after:g}"}
+            return ApiError(429, "Number of requests has exceeded your rate limit.", headers)
         window = max(account.windows, key=lambda w: w.utilization(), default=None)
         if window is not None:
             window.roll(now)

@@ -32,6 +32,11 @@ class AccountView:
         until = self.state.cooldown_until
         return until if until is not None and until > now else None
 
+    def held_until(self, now: datetime) -> datetime | None:
+        """End of a hold (what the API said is left is spoken for by the runs in flight), or None."""
+        until = self.state.held_until
+        return until if until is not None and until > now else None
+
     def full(self) -> bool:
         """Every slot is taken."""
         return self.state.slots_in_use >= self.config.max_concurrency
@@ -93,7 +98,11 @@ def choose(
             reason = "every account that may run it is disabled"
         return NoAccount(now, reason, [], permanent=True)
 
-    ready = [(i, a) for i, a in live if a.name not in exclude and a.cooling_until(now) is None and not a.full()]
+    ready = [
+        (i, a)
+        for i, a in live
+        if a.name not in exclude and a.cooling_until(now) is None and a.held_until(now) is None and not a.full()
+    ]
     if ready:
         ready.sort(key=lambda item: _order(item[1], item[0], now))
         return [a.config for _, a in ready]
@@ -103,12 +112,18 @@ def choose(
 def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collection[str]) -> NoAccount:
     """When the soonest of the live accounts may take the job."""
     free_at: list[tuple[datetime, int, str, bool]] = []
-    cooling = full = excluded = 0
+    cooling = full = excluded = held = 0
     for index, view in live:
         until = view.cooling_until(now)
+        hold = view.held_until(now)
         if until is not None:
             cooling += 1
             at = until
+        elif hold is not None:
+            held += 1
+            # A run in flight ending frees its share earlier (its release promotes a waiter); the reset is the bound.
+            until = hold
+            at = min(hold, view.next_slot_free_at or hold)
         elif view.full():
             full += 1
             # A slot released earlier than its expiry promotes a waiter anyway; the expiry is the latest bound.
@@ -122,6 +137,8 @@ def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collectio
     parts = []
     if cooling:
         parts.append(f"{cooling} cooling")
+    if held:
+        parts.append(f"{held} holding back (rate-limit headroom used up until the window resets)")
     if full:
         parts.append(f"{full} at max concurrency")
     if excluded:

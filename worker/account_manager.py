@@ -20,7 +20,8 @@ from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.worker.account_choice import AccountView, NoAccount, choose
-from claudeq.worker.outcome import RateLimitSignal
+from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
+from claudeq.worker.outcome import LimitHint, RateLimitSignal
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
 
@@ -45,6 +46,13 @@ class AccountManager:
         self.settings = settings
         self.pool = pool if pool is not None else settings.accounts
         self.store = AccountStore(redis, keys, self.pool)
+        #: The pass-through reads every response's headers: 429s are acted on there (`record_response`), so a
+        #: `rejected` RateLimitEvent without a reset adds nothing and must not cool or count a second time.
+        self.headers_seen = settings.passthrough
+        # account -> (tokens reset, requests remaining, tokens remaining) of its last token reading: the drop between
+        # two readings of one window, per request, estimates what one request takes.
+        self._last_tokens: dict[str, tuple[float, int, int]] = {}
+        self._tokens_per_request: dict[str, float] = {}
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
@@ -105,10 +113,13 @@ class AccountManager:
             ),
         )
         if signal.status == "rejected":
-            self.store.incr(account, "rejected")
+            if not self.headers_seen:
+                self.store.incr(account, "rejected")
             if signal.resets_at is not None and signal.resets_at.timestamp() > now:
                 until = signal.resets_at
                 reason = f"rate limited on {window} until {until.isoformat()}"
+            elif self.headers_seen:
+                return  # the pass-through saw that 429 and cooled the account from what it said
             else:
                 until = _dt(now + self.settings.rate_limit_cooldown_s)
                 reason = f"rate limited on {window} (no reset given); cooling {self.settings.rate_limit_cooldown_s:g} s"
@@ -118,6 +129,84 @@ class AccountManager:
             self.store.set_warning(account, window)
         elif signal.status == "allowed":
             self.store.clear_warning(account)
+
+    def record_response(self, account: str, facts: LimitFacts) -> LimitHint | None:
+        """Record the rate-limit facts of one response the pass-through forwarded for `account`.
+
+        Every response: its windows (utilization, remaining, reset) and the readings admission holds on. A 429:
+        cool the account until what the API said (`retry-after`, else the reset of what is exhausted), or, with no
+        hint at all, back off adaptively (short first, doubling while 429s repeat, `rate_limit_cooldown_s` at
+        most; a success starts it short again). Returns what was done about a 429 (None otherwise).
+        """
+        if self.pool.get(account) is None:
+            return None
+        success = 200 <= facts.status < 300
+        requests = _reading(facts, "requests")
+        tokens = self._tightest_tokens(facts)
+        if facts.windows or success:
+            self.store.record_limits(
+                account,
+                facts.windows,
+                requests=requests,
+                tokens=tokens,
+                tokens_per_request=self._estimate(account, requests, tokens),
+                success=success,
+            )
+        self._unified_state(account, facts)
+        if not facts.rejected:
+            return None
+        self.store.incr(account, "rejected")
+        hint = facts.until()
+        if hint is not None:
+            until, said = hint
+            reason = f"429: {said}, cooling until {until.isoformat()}"
+            self._cool(account, until, reason)
+            return LimitHint(until, said)
+        base = min(self.settings.rate_limit_backoff_s, self.settings.rate_limit_cooldown_s)
+        until, n = self.store.backoff(
+            account, facts.seen_at, base, self.settings.rate_limit_cooldown_s, "429 without a hint: backing off"
+        )
+        wait = until.timestamp() - facts.seen_at
+        log.info("account %s: 429 without a hint (%d in a row); cooling %.1f s", account, n, wait)
+        return LimitHint(until, f"no hint: backoff {wait:.3g} s ({n} in a row)", adaptive=True)
+
+    def _unified_state(self, account: str, facts: LimitFacts) -> None:
+        # OAuth: warnings from the headers themselves, whether or not the CLI emits a RateLimitEvent for them.
+        if facts.unified_status is None or facts.rejected:
+            return
+        warned = [name for name, w in facts.windows.items() if w.status == "allowed_warning"]
+        if warned:
+            self.store.set_warning(account, warned[0])
+        elif facts.unified_status == "allowed":
+            self.store.clear_warning(account)
+
+    @staticmethod
+    def _tightest_tokens(facts: LimitFacts) -> tuple[int, float] | None:
+        readings = []
+        for name in TOKEN_WINDOWS:
+            info = facts.windows.get(name)
+            reading = _reading(facts, name)
+            if info is not None and reading is not None:
+                readings.append((reading[0] / info.limit if info.limit else 0.0, reading))
+        return min(readings)[1] if readings else None
+
+    def _estimate(
+        self, account: str, requests: tuple[int, float] | None, tokens: tuple[int, float] | None
+    ) -> float | None:
+        if tokens is None or requests is None:
+            return None
+        last = self._last_tokens.get(account)
+        self._last_tokens[account] = (tokens[1], requests[0], tokens[0])
+        if last is None or abs(last[0] - tokens[1]) > 0.5:
+            return None
+        spent_requests, spent_tokens = last[1] - requests[0], last[2] - tokens[0]
+        if spent_requests <= 0 or spent_tokens < 0:
+            return None
+        sample = spent_tokens / spent_requests
+        previous = self._tokens_per_request.get(account)
+        estimate = sample if previous is None else max(sample, 0.5 * previous + 0.5 * sample)
+        self._tokens_per_request[account] = estimate
+        return estimate
 
     def cool(self, account: str, until: datetime, reason: str) -> None:
         """Cool an account until `until` (e.g. a 429 on an API-key account, which sends no RateLimitEvent)."""
@@ -164,6 +253,14 @@ class AccountManager:
     def _views(self, now: float) -> list[AccountView]:
         by_name = {a.name: a for a in self.pool.accounts}
         return [AccountView(by_name[state.name], state, first_free) for state, first_free in self.store.snapshot(now)]
+
+
+def _reading(facts: LimitFacts, window: str) -> tuple[int, float] | None:
+    """(remaining, reset epoch s) of one family in a response, when both were sent."""
+    info = facts.windows.get(window)
+    if info is None or info.remaining is None or info.resets_at is None:
+        return None
+    return info.remaining, info.resets_at.timestamp()
 
 
 def _dt(epoch_s: float) -> datetime:

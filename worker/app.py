@@ -53,6 +53,7 @@ class WorkerRuntime:
     loops: Loops
     metrics: Any
     pid: int
+    passthrough: Any = None  # claudeq.worker.passthrough.PassThrough, when runs go through it
 
 
 _runtime: WorkerRuntime | None = None
@@ -65,6 +66,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     from claudeq.worker.account_manager import AccountManager
     from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
     from claudeq.worker.metrics import WorkerMetrics
+    from claudeq.worker.passthrough import PassThrough
     from claudeq.worker.runner import Runner
     from claudeq.worker.tools import wire_name
 
@@ -81,10 +83,13 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     fake_s = fake_run_seconds()
     if fake_s is not None:
         log.warning("%s is set: FAKE runs of %.3f s, no CLI (for benchmarks only)", BENCH_FAKE_RUNNER_ENV, fake_s)
+    accounts = AccountManager(cfg, client, Keys(cfg.key_prefix))
+    passthrough = PassThrough(accounts.record_response) if cfg.passthrough and fake_s is None else None
+    runner.passthrough = passthrough
     engine = Engine(
         cfg,
         store=store,
-        accounts=AccountManager(cfg, client, Keys(cfg.key_prefix)),
+        accounts=accounts,
         runner=runner if fake_s is None else FakeRunner(fake_s),
         metrics=metrics,
         send=send,
@@ -93,7 +98,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     )
     loops = Loops(engine)
     loops.install()
-    return WorkerRuntime(cfg, engine, loops, metrics, os.getpid())
+    return WorkerRuntime(cfg, engine, loops, metrics, os.getpid(), passthrough)
 
 
 def get_runtime() -> WorkerRuntime:
@@ -102,6 +107,8 @@ def get_runtime() -> WorkerRuntime:
     with _runtime_lock:
         if _runtime is None or _runtime.pid != os.getpid():
             _runtime = build_runtime(settings, default_worker_id())
+            if _runtime.passthrough is not None:
+                _runtime.passthrough.start()
             _runtime.engine.start()
             log.info("engine started: worker %s, concurrency %d", _runtime.engine.worker_id, settings.concurrency)
         return _runtime
@@ -181,4 +188,6 @@ def _on_worker_shutdown(**_: Any) -> None:
     except redis.RedisError:
         pass
     runtime.engine.stop()
+    if runtime.passthrough is not None:
+        runtime.passthrough.close()
     log.info("worker %s stopped", runtime.engine.worker_id)

@@ -93,17 +93,27 @@ def build_env(
     cli_bin: str | None = None,
     environ: Mapping[str, str] | None = None,
     run_id: str | None = None,
+    passthrough_url: str | None = None,
 ) -> dict[str, str]:
-    """`ClaudeAgentOptions.env` for one run: this account's token, other secrets blanked, per-run config dir."""
+    """`ClaudeAgentOptions.env` for one run: this account's token, other secrets blanked, per-run config dir.
+
+    With `passthrough_url` (the worker's pass-through), `token` is the run's stand-in credential: the CLI talks to
+    the pass-through, which puts the real token on the upstream request, and loopback never goes through a proxy.
+    """
     env_in = os.environ if environ is None else environ
-    remember_secret(token)
+    if passthrough_url is None:
+        remember_secret(token)  # a stand-in needs no remembering: it is token-shaped, and dies with the run
     env = dict.fromkeys(sorted(secret_vars(account, settings, env_in)), "")
     env[account.token_env_var] = token
     # Concurrent CLIs sharing one config dir corrupt its .claude.json; an interactive login's dir is used as is.
     chosen = account.config_dir or config_dir
     if chosen is not None:
         env["CLAUDE_CONFIG_DIR"] = str(chosen)
-    if account.base_url:
+    if passthrough_url is not None:
+        env["ANTHROPIC_BASE_URL"] = passthrough_url
+        no_proxy = [p for p in env_in.get("NO_PROXY", env_in.get("no_proxy", "")).split(",") if p.strip()]
+        env["NO_PROXY"] = env["no_proxy"] = ",".join([*no_proxy, "127.0.0.1", "localhost"])
+    elif account.base_url:
         env["ANTHROPIC_BASE_URL"] = account.base_url
     env["CLAUDE_CODE_MAX_RETRIES"] = str(settings.cli_max_retries)
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"

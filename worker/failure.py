@@ -129,6 +129,12 @@ def _cannot_start(outcome: RunOutcome, code: int) -> Decision:
 
 
 def _rate_limit(outcome: RunOutcome, account: AccountConfig, now: datetime, cooldown_s: float) -> Decision | None:
+    hint = outcome.limit_hint
+    if hint is not None:
+        # The pass-through saw the 429 and already cooled the account (fleet-wide) from what the API said, or with
+        # the adaptive backoff when it said nothing: the job goes elsewhere or waits for that.
+        detail = f"429 on {account.kind} account ({hint.reason}); cooling until {hint.until.isoformat()}"
+        return Decision("rate_limited", "reroute", detail)
     rejected = outcome.rejected
     if rejected is not None:
         if rejected.resets_at is not None:
@@ -162,6 +168,8 @@ def _retry_or_fail(
 
 
 def _transient_detail(outcome: RunOutcome) -> str:
+    if outcome.passthrough_failed:
+        return f"the worker's model-service pass-through failed during the run: {outcome.passthrough_failed[:300]}"
     if outcome.exception:
         return f"CLI failed: {outcome.exception[:300]}"
     if not outcome.got_result:

@@ -22,6 +22,15 @@ class RateLimitSignal:
     utilization: float | None = None
 
 
+@dataclass(frozen=True)
+class LimitHint:
+    """What the pass-through did about the last 429 a run got: cooled its account until `until`, and why."""
+
+    until: datetime
+    reason: str  # e.g. "retry-after 3 s", "unified reset", "no hint: backoff 4 s (2nd 429 in a row)"
+    adaptive: bool = False  # no hint in the response: the adaptive backoff chose `until`
+
+
 @dataclass
 class RunOutcome:
     """Everything the policy needs to know about one attempt, and what goes on the record."""
@@ -46,6 +55,8 @@ class RunOutcome:
     mirror_errors: int = 0  # MirrorErrorMessage count (session store)
     first_byte_at: float | None = None  # monotonic time of the first streamed byte
     duration_s: float = 0.0
+    limit_hint: LimitHint | None = None  # the pass-through saw a 429 in this run (its account is already cooled)
+    passthrough_failed: str | None = None  # the worker's pass-through stopped while this run used it
 
     @property
     def rejected(self) -> RateLimitSignal | None:

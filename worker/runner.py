@@ -38,6 +38,7 @@ from claudeq.worker.launcher import locate_cli, python_for_wrapper, wrapper_path
 from claudeq.worker.options import PromptFiles, build_options, check_spec
 from claudeq.worker.outcome import RunOutcome, StopReason
 from claudeq.worker.parse import MessageParser
+from claudeq.worker.passthrough import PassThrough, RunGrant
 from claudeq.worker.tools import ToolRegistry
 from claudeq.worker.watchdog import Timeouts, Watchdog
 
@@ -116,9 +117,14 @@ def _cli_pid(client: ClaudeSDKClient) -> int | None:
 class Runner:
     """Drives SDK runs; one instance serves all runs of a worker process (it keeps no per-run state)."""
 
-    def __init__(self, settings: Settings, tools: ToolRegistry | None = None) -> None:
+    def __init__(
+        self, settings: Settings, tools: ToolRegistry | None = None, passthrough: PassThrough | None = None
+    ) -> None:
         self.settings = settings
         self.tools = tools if tools is not None else ToolRegistry.from_settings(settings)
+        #: The worker's pass-through: runs get a stand-in credential and their responses' rate-limit headers are
+        #: read (None: the CLI gets the real token and talks to the model service directly).
+        self.passthrough = passthrough
         remember_settings_secrets(settings)
 
     def check(self, spec: JobSpec) -> None:
@@ -130,7 +136,7 @@ class Runner:
         # File system work happens off the engine loop: every run's heartbeat and watchdog share that loop.
         cli = await asyncio.to_thread(locate_cli, self.settings)
         wrapper = wrapper_path()
-        token = await asyncio.to_thread(req.account.read_token)
+        token = await asyncio.to_thread(req.account.read_token)  # ConfigError now when the token is missing
         self.check(req.spec)
         started = time.monotonic()
         parser = MessageParser(attempt=req.attempt)
@@ -138,11 +144,23 @@ class Runner:
         stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         run_id = f"{req.job_id}.{req.attempt}.{uuid.uuid4().hex[:8]}"
         run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req)
+        grant: RunGrant | None = None
+        if self.passthrough is not None:
+            del token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
+            try:
+                grant = await asyncio.to_thread(self.passthrough.open_run, run_id, req.account)
+            except Exception as exc:
+                await asyncio.to_thread(shutil.rmtree, run_dir, True)
+                failed = RunOutcome(exception=redact(f"pass-through unavailable: {type(exc).__name__}: {exc}"))
+                failed.passthrough_failed = failed.exception
+                return failed
+            token = grant.token
         try:
             env = build_env(
                 req.account,
                 self.settings,
                 token=token,
+                passthrough_url=grant.base_url if grant is not None else None,
                 job_id=req.job_id,
                 config_dir=run_dir / "config",  # unless the account has its own (an interactive login)
                 cli_bin=str(cli),
@@ -164,6 +182,8 @@ class Runner:
             )
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
+            if grant is not None and self.passthrough is not None:
+                self.passthrough.close_run(grant)
             raise
         outcome = parser.outcome
         client = ClaudeSDKClient(options)
@@ -200,6 +220,8 @@ class Runner:
                 procs.kill_and_wait(procs.run_pids(run_id), timeout_s=0)
                 raise
             finally:
+                if grant is not None:
+                    await self._close_grant(grant, outcome)
                 await asyncio.to_thread(shutil.rmtree, run_dir, True)
                 outcome.stopped_by = stopped
                 outcome.duration_s = time.monotonic() - started
@@ -210,6 +232,18 @@ class Runner:
         if stopped is not None:
             await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
         return parser.finish()
+
+    async def _close_grant(self, grant: RunGrant, outcome: RunOutcome) -> None:
+        """Revoke the run's stand-in; carry what the pass-through learnt (a 429's cooldown, its own failure)."""
+        assert self.passthrough is not None
+        self.passthrough.close_run(grant)
+        await self.passthrough.settle(grant)
+        outcome.limit_hint = grant.hint
+        failure = self.passthrough.failure_for(grant)
+        if failure is not None:
+            # Never silent: a run cut off by the pass-through's end fails as transient, saying so.
+            outcome.passthrough_failed = redact(failure)
+            log.error("run %s: the pass-through it used stopped: %s", grant.run_id, outcome.passthrough_failed)
 
     def _make_run_dir(self, req: RunRequest) -> tuple[Path, PromptFiles]:
         """The run's own directory: its CLI config dir and its system prompt files (removed after the run)."""

@@ -83,7 +83,15 @@ def test_rejected_seen_by_a_second_manager_at_once(
     assert pinned.accounts == ["a"]
 
 
-def test_rejected_without_reset_cools_for_the_default(manager: AccountManager) -> None:
+@pytest.fixture
+def direct_manager(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> AccountManager:
+    """Runs without the pass-through: a RateLimitEvent is all the worker learns about a rejection."""
+    cfg = fake_settings.model_copy(update={"passthrough": False})
+    return AccountManager(cfg, fake_redis, Keys(cfg.key_prefix), pool(("a", 1), ("b", 2)))
+
+
+def test_rejected_without_reset_cools_for_the_default(direct_manager: AccountManager) -> None:
+    manager = direct_manager
     before = datetime.now(UTC)
     manager.observe("a", RateLimitSignal("rejected", None, None))
     until = manager.state("a").cooldown_until
@@ -92,7 +100,15 @@ def test_rejected_without_reset_cools_for_the_default(manager: AccountManager) -
     assert abs((until - expected).total_seconds()) < 2
 
 
-def test_rejected_with_a_past_reset_uses_the_default(manager: AccountManager) -> None:
+def test_rejected_event_without_reset_leaves_the_cooldown_to_the_pass_through(manager: AccountManager) -> None:
+    # The pass-through saw that 429's headers and cooled from them (or backed off): the event adds nothing.
+    manager.observe("a", RateLimitSignal("rejected", None, None))
+    assert manager.state("a").cooldown_until is None
+    assert manager.state("a").counters.get("rejected") is None
+
+
+def test_rejected_with_a_past_reset_uses_the_default(direct_manager: AccountManager) -> None:
+    manager = direct_manager
     manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) - timedelta(seconds=5), "five_hour"))
     until = manager.state("a").cooldown_until
     assert until is not None
