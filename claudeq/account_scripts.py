@@ -7,16 +7,21 @@ does). The account hash fields are described in claudeq/account_state.py.
 from __future__ import annotations
 
 # Admission before exhaustion (the `held` rule; `claudeq.account_state.held` is the same rule in Python): with the
-# last `remaining` the API reported for requests (`rq_rem`, window resetting at `rq_reset`) and tokens (`tk_rem`,
-# `tk_reset`, about `tk_est` tokens per request), a new run is held back while the runs in flight (n) may use up
-# what is left: rq_rem - n <= 0, or tk_rem - n * tk_est <= 0, until the window resets.
+# last `remaining` the API reported for requests (`rq_rem`, window resetting at `rq_reset`, limit `rq_lim`) and
+# tokens (`tk_rem`, `tk_reset`, `tk_lim`, about `tk_est` tokens per request), a new run is held back while the runs
+# in flight (n) may use up what is left: left - n <= 0 requests, or left - n * tk_est <= 0 tokens. Once the window
+# has reset, what is left is its limit.
 _HELD = """
+local function left(rem, reset, lim, now)
+  if rem and reset and reset > now then return rem end
+  return lim
+end
 local function held(hash, n, now)
-  local f = redis.call('HMGET', hash, 'rq_rem', 'rq_reset', 'tk_rem', 'tk_reset', 'tk_est')
-  local rr, rs = tonumber(f[1]), tonumber(f[2])
-  if rr and rs and rs > now and rr - n <= 0 then return true end
-  local tr, ts, te = tonumber(f[3]), tonumber(f[4]), tonumber(f[5]) or 0
-  if tr and ts and ts > now and tr - n * te <= 0 then return true end
+  local f = redis.call('HMGET', hash, 'rq_rem', 'rq_reset', 'rq_lim', 'tk_rem', 'tk_reset', 'tk_lim', 'tk_est')
+  local rq = left(tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), now)
+  if rq and rq - n <= 0 then return true end
+  local tk = left(tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), now)
+  if tk and tk - n * (tonumber(f[7]) or 0) <= 0 then return true end
   return false
 end
 """
@@ -126,25 +131,26 @@ end
 return {tostring(new), n}
 """
 
-# KEYS: account hash. ARGV: rq_rem, rq_reset, tk_rem, tk_reset, tk_est, success ('' = not given)
+# KEYS: account hash. ARGV: rq_rem, rq_reset, rq_lim, tk_rem, tk_reset, tk_lim, tk_est, success ('' = not given)
 # The readings behind admission (see _HELD). Responses arrive out of order: a reading for a later reset replaces the
 # stored one (a new window); for the same reset the smaller remaining wins; an older window's reading is dropped.
 # A success ends a run of rejections (the adaptive backoff starts short again).
 RECORD_LIMITS = """
-local function put(remf, resetf, rem, reset)
+local function put(p, rem, reset, lim)
   if rem == '' or reset == '' then return end
   local r, t = tonumber(rem), tonumber(reset)
-  local old_t = tonumber(redis.call('HGET', KEYS[1], resetf) or '0') or 0
+  local old_t = tonumber(redis.call('HGET', KEYS[1], p .. '_reset') or '0') or 0
   if t > old_t + 0.5 then
-    redis.call('HSET', KEYS[1], remf, rem, resetf, reset)
+    redis.call('HSET', KEYS[1], p .. '_rem', rem, p .. '_reset', reset)
   elseif t >= old_t - 0.5 then
-    local old_r = tonumber(redis.call('HGET', KEYS[1], remf) or rem) or r
-    if r < old_r then redis.call('HSET', KEYS[1], remf, rem) end
+    local old_r = tonumber(redis.call('HGET', KEYS[1], p .. '_rem') or rem) or r
+    if r < old_r then redis.call('HSET', KEYS[1], p .. '_rem', rem) end
   end
+  if lim ~= '' then redis.call('HSET', KEYS[1], p .. '_lim', lim) end
 end
-put('rq_rem', 'rq_reset', ARGV[1], ARGV[2])
-put('tk_rem', 'tk_reset', ARGV[3], ARGV[4])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'tk_est', ARGV[5]) end
-if ARGV[6] == '1' then redis.call('HDEL', KEYS[1], 'bo_n') end
+put('rq', ARGV[1], ARGV[2], ARGV[3])
+put('tk', ARGV[4], ARGV[5], ARGV[6])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'tk_est', ARGV[7]) end
+if ARGV[8] == '1' then redis.call('HDEL', KEYS[1], 'bo_n') end
 return 1
 """

@@ -11,8 +11,8 @@ The account hash `keys.account(name)` holds:
   w:<window>       JSON WindowInfo: last status, utilization, resets_at, type, seen_at of that window
   warn_window      the window of the last `allowed_warning`
   n:<counter>      counters (acquired, rejected, warnings, cooled, auth_failed, disabled)
-  rq_rem, rq_reset the last `requests-remaining` the API reported and its window's reset (epoch s)
-  tk_rem, tk_reset the same for the tightest token family; tk_est: tokens one request takes, about
+  rq_rem, rq_reset, rq_lim  the last `requests-remaining` the API reported, its window's reset (epoch s), its limit
+  tk_rem, tk_reset, tk_lim  the same for the tightest token family; tk_est: tokens one request takes, about
   bo_n             429s without a hint in a row (adaptive backoff); a success clears it
 """
 
@@ -172,19 +172,20 @@ class AccountStore:
         name: str,
         windows: dict[str, WindowInfo],
         *,
-        requests: tuple[int, float] | None,
-        tokens: tuple[int, float] | None,
+        requests: tuple[int, float, int | None] | None,
+        tokens: tuple[int, float, int | None] | None,
         tokens_per_request: float | None,
         success: bool,
     ) -> None:
-        """Store what one response said: its windows, and the readings admission holds on ((remaining, reset))."""
+        """Store what one response said: its windows, and the readings admission holds on ((remaining, reset,
+        limit))."""
         key = self.keys.account(name)
         pipe = self.redis.pipeline(transaction=False)
         if windows:
             pipe.hset(key, mapping={f"w:{w}": info.model_dump_json() for w, info in windows.items()})
         args = [
-            *(("", "") if requests is None else (requests[0], repr(requests[1]))),
-            *(("", "") if tokens is None else (tokens[0], repr(tokens[1]))),
+            *_reading_args(requests),
+            *_reading_args(tokens),
             "" if tokens_per_request is None else repr(round(tokens_per_request, 1)),
             "1" if success else "",
         ]
@@ -285,6 +286,13 @@ def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: in
     )
 
 
+def _reading_args(reading: tuple[int, float, int | None] | None) -> tuple[str, str, str]:
+    if reading is None:
+        return "", "", ""
+    remaining, reset, limit = reading
+    return str(remaining), repr(reset), "" if limit is None else str(limit)
+
+
 def _number(value: str | None) -> float | None:
     try:
         return float(value) if value else None
@@ -295,17 +303,22 @@ def _number(value: str | None) -> float | None:
 def held(raw: dict[str, str], slots_in_use: int, now: float) -> tuple[datetime, str] | None:
     """Whether the account holds new runs back (the `_HELD` rule of account_scripts): until when and why.
 
-    The last `remaining` the API reported, minus what the runs in flight may still take (one request each, about
-    `tk_est` tokens each), is nothing: a new run now would likely be rejected. The hold ends at the window's reset,
-    or earlier when a run in flight ends.
+    What the API last said is left (requests, or tokens at about `tk_est` per request), minus what the runs in
+    flight may still take (one request each), is nothing: a new run now would likely be rejected. The hold ends at
+    the window's reset, or earlier when a run in flight ends. Once a window has reset, its limit is what is left
+    (held only when the runs in flight alone reach it; looked at again a second later).
     """
-    rq_rem, rq_reset = _number(raw.get("rq_rem")), _number(raw.get("rq_reset"))
-    if rq_rem is not None and rq_reset is not None and rq_reset > now and rq_rem - slots_in_use <= 0:
-        return datetime.fromtimestamp(rq_reset, UTC), f"{rq_rem:.0f} requests left, {slots_in_use} run(s) in flight"
-    tk_rem, tk_reset = _number(raw.get("tk_rem")), _number(raw.get("tk_reset"))
-    est = _number(raw.get("tk_est")) or 0.0
-    if tk_rem is not None and tk_reset is not None and tk_reset > now and tk_rem - slots_in_use * est <= 0:
-        return datetime.fromtimestamp(tk_reset, UTC), f"{tk_rem:.0f} tokens left, {slots_in_use} run(s) in flight"
+    for prefix, what, per_run in (("rq", "requests", 1.0), ("tk", "tokens", _number(raw.get("tk_est")) or 0.0)):
+        remaining, reset = _number(raw.get(f"{prefix}_rem")), _number(raw.get(f"{prefix}_reset"))
+        limit = _number(raw.get(f"{prefix}_lim"))
+        if remaining is not None and reset is not None and reset > now:
+            left, until = remaining, reset
+        elif limit is not None:
+            left, until = limit, now + 1.0
+        else:
+            continue
+        if left - slots_in_use * per_run <= 0:
+            return datetime.fromtimestamp(until, UTC), f"{left:.0f} {what} left, {slots_in_use} run(s) in flight"
     return None
 
 

@@ -181,7 +181,7 @@ class AccountManager:
             self.store.clear_warning(account)
 
     @staticmethod
-    def _tightest_tokens(facts: LimitFacts) -> tuple[int, float] | None:
+    def _tightest_tokens(facts: LimitFacts) -> tuple[int, float, int | None] | None:
         readings = []
         for name in TOKEN_WINDOWS:
             info = facts.windows.get(name)
@@ -191,7 +191,10 @@ class AccountManager:
         return min(readings)[1] if readings else None
 
     def _estimate(
-        self, account: str, requests: tuple[int, float] | None, tokens: tuple[int, float] | None
+        self,
+        account: str,
+        requests: tuple[int, float, int | None] | None,
+        tokens: tuple[int, float, int | None] | None,
     ) -> float | None:
         if tokens is None or requests is None:
             return None
@@ -255,12 +258,12 @@ class AccountManager:
         return [AccountView(by_name[state.name], state, first_free) for state, first_free in self.store.snapshot(now)]
 
 
-def _reading(facts: LimitFacts, window: str) -> tuple[int, float] | None:
-    """(remaining, reset epoch s) of one family in a response, when both were sent."""
+def _reading(facts: LimitFacts, window: str) -> tuple[int, float, int | None] | None:
+    """(remaining, reset epoch s, limit) of one family in a response, when remaining and reset were sent."""
     info = facts.windows.get(window)
     if info is None or info.remaining is None or info.resets_at is None:
         return None
-    return info.remaining, info.resets_at.timestamp()
+    return info.remaining, info.resets_at.timestamp(), info.limit
 
 
 def _dt(epoch_s: float) -> datetime:

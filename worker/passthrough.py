@@ -141,6 +141,8 @@ class PassThrough:
             self._thread.start()
         if not ready.wait(_START_TIMEOUT_S) or self._server is None:
             raise RuntimeError(f"the model-service pass-through did not start: {self.failure or 'timeout'}")
+        # httpx logs every request at INFO: one line per model call is noise in a worker's log.
+        logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger("httpx").level))
         log.info("pass-through serving on %s", self.base_url)
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -367,7 +369,7 @@ class PassThrough:
         del upstream  # it carries the real token: gone as soon as it is sent
         try:
             facts = parse(_latin1(response.headers.raw), response.status_code, time.time())
-            if not facts.empty or 200 <= response.status_code < 300:
+            if not facts.empty or facts.rejected or 200 <= response.status_code < 300:
                 grant.pending.append(self._recorder.submit(self._record, grant, facts))
             no_body = request.method == "HEAD" or response.status_code in (204, 304) or response.status_code < 200
             sized = any(k.lower() == b"content-length" for k, _ in response.headers.raw)
