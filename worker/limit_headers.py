@@ -148,6 +148,8 @@ class LimitFacts:
         `retry-after` is the API's own answer and wins; else the reset of the unified rejection, else the latest
         reset of the windows reported exhausted.
         """
+        if not self.rejected:
+            return None
         now = datetime.fromtimestamp(self.seen_at, UTC)
         if self.retry_after_s is not None:
             return now + timedelta(seconds=self.retry_after_s), f"retry-after {self.retry_after_s:g} s"
