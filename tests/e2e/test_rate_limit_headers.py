@@ -1,4 +1,4 @@
-"""End to end (issue 16): the worker's pass-through reads the rate-limit headers of every response; real workers,
+"""End to end: the worker's pass-through reads the rate-limit headers of every response; real workers,
 the real CLI and the simulator.
 
 API-key accounts get no RateLimitEvent from the CLI, only a plain 429: what the API says in `retry-after` and in

@@ -1,4 +1,4 @@
-"""The worker's pass-through (issue 16): streams unchanged and unbuffered, cancels upstream when the client goes,
+"""The worker's pass-through: streams unchanged and unbuffered, cancels upstream when the client goes,
 puts the real token on the upstream request only, reads the rate-limit headers, and a crash fails its runs as
 transient (real CLI and simulator for the runs)."""
 
