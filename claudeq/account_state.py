@@ -195,7 +195,7 @@ class AccountStore:
     def backoff(self, name: str, now: float, base_s: float, cap_s: float, reason: str) -> tuple[datetime, int]:
         """Cool after a 429 without a hint: base * 2^(n-1) s, at most cap, n the rejections in a row."""
         until, n = self._backoff(keys=[self.keys.account(name)], args=[repr(now), repr(base_s), repr(cap_s), reason])
-        return datetime.fromtimestamp(float(_text(until)), UTC), int(n)
+        return datetime.fromtimestamp(float(text(until)), UTC), int(n)
 
     def set_warning(self, name: str, window: str | None) -> None:
         """Mark the account `warning` (unless disabled): it is chosen last."""
