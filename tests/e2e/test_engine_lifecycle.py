@@ -75,7 +75,8 @@ def test_paused_worker_whose_lease_was_taken_over_cannot_overwrite(
     client: Client, workers: WorkerFactory, settings: Settings
 ) -> None:
     paused = workers()
-    job = client.submit(prompt="[[sim: stall 4 times=1]] fenced", idle_timeout_s=60)
+    # Stalled far longer than a takeover needs: the paused worker can never finish first, however slow the machine.
+    job = client.submit(prompt="[[sim: stall 30 times=1]] fenced", idle_timeout_s=60)
     run_until(lambda: claude_pids([job.id]), 60, what="claude process")
     rescuer = workers()
     os.kill(paused.pid, signal.SIGSTOP)
@@ -85,7 +86,8 @@ def test_paused_worker_whose_lease_was_taken_over_cannot_overwrite(
         os.kill(paused.pid, signal.SIGCONT)
     assert record.status == "succeeded" and record.worker == rescuer.worker_id
     run_until(lambda: "lease lost" in paused.log() or "stale fence" in paused.log(), 15, what="stale worker noticed")
-    time.sleep(1)
+    # A graceful stop returns only when the stale worker's run has ended: whatever it would write, it has by now.
+    assert paused.stop() == 0
     after = client.get(job.id)
     assert after.model_dump() == record.model_dump()  # the stale worker wrote nothing
     assert sorted(a.outcome or "" for a in after.attempts) == ["success", "worker_lost"]

@@ -48,9 +48,31 @@ def keys(fake_settings: Settings) -> Keys:
     return Keys(fake_settings.key_prefix)
 
 
+class CountingRedis(fakeredis.FakeRedis):
+    """A fakeredis client that counts the commands it is sent (pipelines included)."""
+
+    commands: list[str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        self.commands.append("PIPELINE")
+        return super().pipeline(transaction, shard_hint)
+
+
 def test_registering_does_not_touch_redis(fake_settings: Settings) -> None:
-    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    scrape(ClusterCollector(fake_settings, dead, pool=AccountPool()))  # would raise if describe() read Redis
+    client = CountingRedis()
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(fake_settings, client, pool=POOL))
+    assert client.commands == []  # registering (describe) read nothing
+    assert registry.get_sample_value("claudeq_exporter_redis_up") == 1  # a scrape does read Redis
+    assert client.commands
 
 
 def test_redis_down_reports_up_zero_and_nothing_else(fake_settings: Settings) -> None:
