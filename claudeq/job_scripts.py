@@ -10,6 +10,15 @@ from the hash, so claudeq needs a single Redis node (or a primary with replicas)
 
 from __future__ import annotations
 
+#: Lua: count one more finished job of status `st` in the hash named `prefix .. st`, under the hour by whose end its
+#: retention of `ttl` seconds is over (the exporter sums the hours still to come: O(hours), never O(jobs)).
+COUNT_FINISHED = """
+local function count_finished(prefix, st, ttl)
+  local now = redis.call('TIME')
+  redis.call('HINCRBY', prefix .. st, math.floor((tonumber(now[1]) + tonumber(ttl)) / 3600) + 1, 1)
+end
+"""
+
 #: Lua: give job `id` (hash `job`) the next turn number of a conversation (sorted set `waiters` scored by turn
 #: number, counter `seq`) and record both in the job hash (`turn`, and `turns` = the waiters key, read back by
 #: CANCEL). A counter that expired restarts after the highest number still waiting, so order never goes backwards.
@@ -28,7 +37,7 @@ local function next_turn(job, waiters, seq, id, ttl)
 end
 """
 
-# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq.
+# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq, counts.
 # ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, field, value, ...
 # A conversation turn is numbered here, at submit: the turn lock (claudeq/conversations.py) follows that order.
 CREATE = (
@@ -43,16 +52,20 @@ if KEYS[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[1])
   redis.call('HSET', KEYS[1], 'idem', KEYS[4])
 end
-for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 if KEYS[5] ~= '' then next_turn(KEYS[1], KEYS[5], KEYS[6], ARGV[1], ARGV[5]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+redis.call('HINCRBY', KEYS[7], 'queued', 1)
 return {1, ARGV[1]}
 """
 )
 
-# KEYS: job, deferred, queued, cancel, events. ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen
-CANCEL = """
+# KEYS: job, deferred, queued, cancel, events, counts.
+# ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen, finished_counts_prefix
+CANCEL = (
+    COUNT_FINISHED
+    + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
 if status == 'queued' or status == 'deferred' then
@@ -68,6 +81,8 @@ if status == 'queued' or status == 'deferred' then
   redis.call('EXPIRE', KEYS[5], ARGV[3])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
+  redis.call('HINCRBY', KEYS[6], status, -1)
+  count_finished(ARGV[7], 'cancelled', ARGV[3])
   return 'cancelled'
 end
 if status == 'running' then
@@ -76,3 +91,4 @@ if status == 'running' then
 end
 return status
 """
+)

@@ -120,6 +120,7 @@ class JobStore:
                 self.keys.idem(idem) if idem else "",
                 self.keys.conversation_waiters(conversation) if conversation else "",
                 self.keys.conversation_seq(conversation) if conversation else "",
+                self.keys.status_counts,
             ],
             args=[
                 record.id,
@@ -194,6 +195,7 @@ class JobStore:
                     self.keys.queued,
                     self.keys.cancel(job_id),
                     self.keys.events(job_id),
+                    self.keys.status_counts,
                 ],
                 args=[
                     job_id,
@@ -202,6 +204,7 @@ class JobStore:
                     error,
                     Event(type="cancelled", data={"reason": reason}).model_dump_json(),
                     self.events_maxlen,
+                    self.keys.finished_counts_prefix,
                 ],
             )
         )

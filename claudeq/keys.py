@@ -53,6 +53,20 @@ class Keys:
         return f"{self.prefix}queued"
 
     @property
+    def status_counts(self) -> str:
+        """Hash: queued|deferred|running -> jobs in that status, kept by the status scripts in the same step."""
+        return f"{self.prefix}counts"
+
+    def finished_counts(self, status: str) -> str:
+        """Hash: hour (epoch s // 3600) by whose end a finished job's retention is over -> jobs of `status`."""
+        return f"{self.finished_counts_prefix}{status}"
+
+    @property
+    def finished_counts_prefix(self) -> str:
+        """`finished_counts(status)` without the status (the scripts append the status they write)."""
+        return f"{self.prefix}counts:"
+
+    @property
     def running(self) -> str:
         """Set: ids of running jobs, for the reconciler's lease check."""
         return f"{self.prefix}running"

@@ -27,7 +27,7 @@ from claudeq.config.account_pool import AccountPool
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.keys import Keys
-from claudeq.models import JobStatus
+from claudeq.models import TERMINAL, JobStatus
 from claudeq.producer.client import make_store
 from claudeq.worker.broker import KOMBU_PRIORITIES, queue_lists
 
@@ -106,8 +106,8 @@ class ClusterCollector(Collector):
 
     def _jobs(self) -> list[Metric]:
         jobs = GaugeMetricFamily("claudeq_jobs", "Retained jobs by status.", labels=["status"])
-        counts = self.store.count_by_status()
-        for status in dict.fromkeys([*JOB_STATUSES, *counts]):
+        counts = status_counts(self.redis, self.keys, self.now())
+        for status in JOB_STATUSES:
             jobs.add_metric([status], counts.get(status, 0))
         return [jobs]
 
@@ -167,6 +167,24 @@ class ClusterCollector(Collector):
         workers.add_metric(["live"], int(live))
         workers.add_metric(["stale"], int(stale))
         return [workers]
+
+
+def status_counts(client: redis.Redis, keys: Keys, now: float) -> dict[str, int]:
+    """Jobs per status from the counters the status scripts keep (O(statuses + hours of retention), never O(jobs)).
+
+    Active statuses are exact. A finished job is counted under the hour its retention ends and leaves the count
+    when that hour is over, so a finished count may include jobs that expired less than an hour ago."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(keys.status_counts, ["queued", "deferred", "running"])
+    finished = [status for status in JOB_STATUSES if status in TERMINAL]
+    for status in finished:
+        pipe.hgetall(keys.finished_counts(status))
+    active, *hours = pipe.execute()
+    counts = {s: max(0, int(v or 0)) for s, v in zip(("queued", "deferred", "running"), active, strict=True)}
+    current = int(now // 3600)
+    for status, by_hour in zip(finished, hours, strict=True):
+        counts[status] = max(0, sum(int(n) for hour, n in by_hour.items() if int(hour) > current))
+    return counts
 
 
 def build_registry(settings: Settings, client: redis.Redis | None = None) -> CollectorRegistry:

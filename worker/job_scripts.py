@@ -6,7 +6,9 @@ overwrite). The idempotency key's expiry follows its job's (see claudeq/job_scri
 
 from __future__ import annotations
 
-# KEYS: job, lease, queued, running. ARGV: job_id, worker, lease_ttl_ms, now_iso
+from claudeq.job_scripts import COUNT_FINISHED
+
+# KEYS: job, lease, queued, running, counts. ARGV: job_id, worker, lease_ttl_ms, now_iso
 # -> {result, fence, first}: first = 1 on the job's first claim ever (its queue wait ends here)
 CLAIM = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -22,6 +24,8 @@ local first = redis.call('HSETNX', KEYS[1], 'started_at', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('HINCRBY', KEYS[5], 'queued', -1)
+redis.call('HINCRBY', KEYS[5], 'running', 1)
 return {'ok', fence, first}
 """
 
@@ -34,23 +38,31 @@ end
 return 0
 """
 
-# KEYS: job, lease, queued, running, deferred, events, cancel
-# ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), field, value, ...
-WRITE = """
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[2] or redis.call('HGET', KEYS[1], 'status') ~= 'running' then
+# KEYS: job, lease, queued, running, deferred, events, cancel, counts
+# ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
+#       field, value, ...
+WRITE = (
+    COUNT_FINISHED
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'fence', 'status')
+if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
   return 0
 end
-for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if #ARGV >= 8 then redis.call('HSET', KEYS[1], unpack(ARGV, 7)) end
 local new = ARGV[3]
 if new == '' then return 1 end
 redis.call('HSET', KEYS[1], 'status', new)
 redis.call('DEL', KEYS[2])
 redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('HINCRBY', KEYS[8], 'running', -1)
 if new == 'queued' then
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+  redis.call('HINCRBY', KEYS[8], 'queued', 1)
 elseif new == 'deferred' then
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+  redis.call('HINCRBY', KEYS[8], 'deferred', 1)
 else
+  count_finished(ARGV[6], new, ARGV[4])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('EXPIRE', KEYS[6], ARGV[4])
   redis.call('DEL', KEYS[7])
@@ -59,8 +71,9 @@ else
 end
 return 1
 """
+)
 
-# KEYS: deferred, job, queued. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
+# KEYS: deferred, job, queued, counts. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
 PROMOTE = """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then return 0 end
@@ -71,21 +84,25 @@ redis.call('HSET', KEYS[2], 'status', 'queued')
 redis.call('HDEL', KEYS[2], 'ready_at')
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[3], now[1], ARGV[1])
+redis.call('HINCRBY', KEYS[4], 'deferred', -1)
+redis.call('HINCRBY', KEYS[4], 'queued', 1)
 return 1
 """
 
-# KEYS: job, lease, running, queued. ARGV: job_id, fence, now_s, field, value, ... (no fields: status only)
+# KEYS: job, lease, running, queued, counts. ARGV: job_id, fence, now_s, field, value, ... (no fields: status only)
 # A running job whose lease expired (its worker died): back to queued with the caller's attempt record.
 RECOVER = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' or redis.call('HGET', KEYS[1], 'fence') ~= ARGV[2]
-   or redis.call('EXISTS', KEYS[2]) == 1 then
-  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then redis.call('SREM', KEYS[3], ARGV[1]) end
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
+if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or redis.call('EXISTS', KEYS[2]) == 1 then
+  if cur[1] ~= 'running' then redis.call('SREM', KEYS[3], ARGV[1]) end
   return 0
 end
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if #ARGV >= 5 then redis.call('HSET', KEYS[1], unpack(ARGV, 4)) end
 redis.call('HSET', KEYS[1], 'status', 'queued')
 redis.call('SREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+redis.call('HINCRBY', KEYS[5], 'running', -1)
+redis.call('HINCRBY', KEYS[5], 'queued', 1)
 return 1
 """
 

@@ -74,7 +74,13 @@ class WorkerJobStore(JobStore):
     def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
         """Atomically take a queued job: status running, a lease with a new fencing token."""
         reply = self._claim(
-            keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.queued, self.keys.running],
+            keys=[
+                self.keys.job(job_id),
+                self.keys.lease(job_id),
+                self.keys.queued,
+                self.keys.running,
+                self.keys.status_counts,
+            ],
             args=[job_id, worker, int(lease_ttl_s * 1000), utcnow().isoformat()],
         )
         first = len(reply) > 2 and int(reply[2]) == 1
@@ -108,8 +114,17 @@ class WorkerJobStore(JobStore):
                     self.keys.deferred,
                     self.keys.events(job_id),
                     self.keys.cancel(job_id),
+                    self.keys.status_counts,
                 ],
-                args=[job_id, fence, status or "", self.result_ttl_s, score, *encode_fields(fields)],
+                args=[
+                    job_id,
+                    fence,
+                    status or "",
+                    self.result_ttl_s,
+                    score,
+                    self.keys.finished_counts_prefix,
+                    *encode_fields(fields),
+                ],
             )
         )
 
@@ -129,7 +144,10 @@ class WorkerJobStore(JobStore):
         """Claim one deferred job back to `queued` (atomic ZREM, so only one caller wins); the caller sends it."""
         due = "+inf" if force else str(time.time() if now is None else now)
         return bool(
-            self._promote(keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued], args=[job_id, due])
+            self._promote(
+                keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued, self.keys.status_counts],
+                args=[job_id, due],
+            )
         )
 
     def forget_running(self, job_id: str) -> None:
@@ -155,7 +173,13 @@ class WorkerJobStore(JobStore):
         fields = encode_fields({"attempts": attempts}) if attempts is not None else []
         return bool(
             self._recover(
-                keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.running, self.keys.queued],
+                keys=[
+                    self.keys.job(job_id),
+                    self.keys.lease(job_id),
+                    self.keys.running,
+                    self.keys.queued,
+                    self.keys.status_counts,
+                ],
                 args=[job_id, fence, time.time(), *fields],
             )
         )
@@ -203,6 +227,17 @@ class WorkerJobStore(JobStore):
             if head is None or head <= sent + CLOCK_SLACK_S:
                 waiting.add(job_id)
         return waiting
+
+    def prune_finished_counts(self, now: float | None = None) -> int:
+        """Drop the hours that are over from the finished-job counters (the exporter ignores them anyway)."""
+        current = int((time.time() if now is None else now) // 3600)
+        dropped = 0
+        for status in TERMINAL:
+            key = self.keys.finished_counts(status)
+            old = [hour for hour in self.redis.hkeys(key) if int(hour) <= current]
+            if old:
+                dropped += int(self.redis.hdel(key, *old))
+        return dropped
 
     def trim_index(self, page: int = 1000, max_checked: int = 20_000) -> int:
         """Drop ids of expired jobs from the `jobs` index; returns how many. Walks the entries older than the

@@ -115,6 +115,7 @@ class Loops:
             passes += 1
             if passes % TRIM_EVERY == 1:
                 await asyncio.to_thread(self.store.trim_index)
+                await asyncio.to_thread(self.store.prune_finished_counts)
 
         await self._forever("reconciler", once, self.settings.loop_interval_s)
 
