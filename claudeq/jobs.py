@@ -23,11 +23,12 @@ from claudeq.models import (
     JobResult,
     JobSpec,
     JobStatus,
+    PlannedSession,
     utcnow,
 )
 
 #: Hash fields stored as JSON documents; the rest are plain strings.
-_JSON_FIELDS = ("spec", "attempts", "result", "error")
+_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id")
 
@@ -43,6 +44,7 @@ class JobFields(TypedDict, total=False):
     account: str | None
     ready_at: datetime
     finished_at: datetime
+    session_plan: PlannedSession
 
 
 def _encode(field: str, value: object) -> str:

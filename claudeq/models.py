@@ -154,6 +154,17 @@ class Attempt(BaseModel):
     finished_at: Timestamp | None = None
 
 
+class PlannedSession(BaseModel):
+    """How the job's first attempt started its session (kept in the record: a conversation's turn is recorded from it
+    when the job ends, and a retry retakes from its `base`, however long the job's event stream has grown)."""
+
+    mode: str  # new | resume | fork | restart (a first attempt; retries continue or retake from this)
+    resume: str | None = None  # the session it resumed (or forked)
+    fork: bool = False
+    base: str | None = None  # the last real message of that session when the attempt began
+    restarted_from: str | None = None  # the missing session a `restart` replaced
+
+
 class Usage(BaseModel):
     """Tokens and dollars of a run (all models, subagents included)."""
 
@@ -219,6 +230,7 @@ class JobRecord(BaseModel):
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
     ready_at: Timestamp | None = None
+    session_plan: PlannedSession | None = None  # how the first attempt started its session
     fence: int = 0
 
     @property

@@ -416,7 +416,13 @@ class Engine:
         number = len(d.attempts) + 1
         attempt = Attempt(number=number, account=account.name, worker=self.worker_id, started_at=utcnow())
         d.attempts.append(attempt)
-        if not await self._write(d, account=account.name, attempts=d.attempts):
+        if d.record.session_plan is None and self.sessions.enabled:
+            # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
+            d.record = d.record.model_copy(update={"session_plan": plan.stored()})
+            written = await self._write(d, account=account.name, attempts=d.attempts, session_plan=plan.stored())
+        else:
+            written = await self._write(d, account=account.name, attempts=d.attempts)
+        if not written:
             return Step("done", "lost")
         request = self.request_factory(
             job_id=d.job_id,

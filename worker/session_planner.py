@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,7 @@ from claude_agent_sdk import project_key_for_directory
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.jobs import JobStore
-from claudeq.models import Event, JobError, JobRecord, utcnow
+from claudeq.models import Event, JobError, JobRecord, PlannedSession, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.cli_env import redact
 from claudeq.worker.options import default_cwd
@@ -66,6 +66,14 @@ class SessionPlan:
     mode: str = "new"  # new | resume | fork | continue | retake | restart
     wait: TurnWait | None = None
     error: JobError | None = None
+    base: str | None = None  # the entry of the resumed session the job's first attempt began at
+    restarted_from: str | None = None  # the missing session a `restart` replaced
+
+    def stored(self) -> PlannedSession:
+        """What the job record keeps of its first plan (the engine writes it, fenced, with the attempt)."""
+        return PlannedSession(
+            mode=self.mode, resume=self.resume, fork=self.fork, base=self.base, restarted_from=self.restarted_from
+        )
 
 
 # ---- transcripts (pure) ----------------------------------------------------------------------------------------
@@ -185,23 +193,24 @@ class SessionPlanner:
         store = self.store()
         project = project_key_for_directory(spec.cwd or default_cwd())
         plan = await self._continuation(record, store, project)
-        base: str | None = None
         restarted_from: str | None = None
         if plan is None:
             plan, base, restarted_from = await self._base_plan(record, store, project)
+            plan = replace(plan, base=base, restarted_from=restarted_from)
         if emit is not None:
             if restarted_from is not None:
                 await emit(Event(type="session_restarted", data={"missing_session_id": restarted_from}))
             if plan.error is None:
                 data = {"mode": plan.mode, "resume": plan.resume, "fork": plan.fork, "resume_at": plan.resume_at}
-                await emit(Event(type="session_plan", data={**data, "base": base}))
+                await emit(Event(type="session_plan", data={**data, "base": plan.base}))
         return plan
 
     async def _continuation(self, record: JobRecord, store: RedisSessionStore, project: str) -> SessionPlan | None:
         """A retry whose own session already holds the prompt continues it; None otherwise.
 
         Earlier attempts are known from the job's event stream (a `session` event per run), not from the record:
-        a worker that died mid-run never wrote its attempt, but its events are there.
+        a worker that died mid-run never wrote its attempt, but its events are there. Where the first attempt began
+        (`base`) is in the record's `session_plan`.
         """
         session_id, base = await asyncio.to_thread(self._previous_session, record)
         if session_id is None:
@@ -218,17 +227,22 @@ class SessionPlanner:
             # (the CLI merges consecutive user text), growing it on every retry.
             if base is None:
                 return None  # the first attempt started fresh: so does this one
-            return SessionPlan(resume=session_id, resume_at=base, session_store=store, mode="retake")
+            return SessionPlan(resume=session_id, resume_at=base, session_store=store, mode="retake", base=base)
         return SessionPlan(
-            resume=session_id, resume_at=found.resume_at, session_store=store, prompt=CONTINUE_PROMPT, mode="continue"
+            resume=session_id,
+            resume_at=found.resume_at,
+            session_store=store,
+            prompt=CONTINUE_PROMPT,
+            mode="continue",
+            base=base,
         )
 
     def _previous_session(self, record: JobRecord) -> tuple[str | None, str | None]:
-        """(the session the job's last attempt ran in, the entry its first attempt resumed from), from its events."""
+        """(the session the job's last attempt ran in, the entry its first attempt resumed from). The session comes
+        from the job's `session` events (the record's when none is left); the base from the record's first plan."""
         assert self.jobs is not None
         session_id: str | None = None
-        base: str | None = None
-        first_plan = True
+        first: dict[str, Any] | None = None
         after = "0-0"
         while True:
             batch = self.jobs.read_events(record.id, after=after, count=500)
@@ -236,11 +250,12 @@ class SessionPlanner:
                 after = entry_id
                 if event.type == "session" and event.data.get("session_id"):
                     session_id = str(event.data["session_id"])
-                elif event.type == "session_plan" and first_plan:
-                    first_plan = False
-                    base = event.data.get("base")
+                elif event.type == "session_plan" and first is None:
+                    first = event.data
             if len(batch) < 500:
                 break
+        legacy = first.get("base") if first else None  # a job planned before plans were kept in the record
+        base = record.session_plan.base if record.session_plan is not None else legacy
         return session_id or record.session_id, base
 
     async def _base_plan(
@@ -298,14 +313,14 @@ class SessionPlanner:
         assert self.conversations is not None and self.jobs is not None
         name = record.spec.conversation
         assert name is not None
-        first = self._first_plan(record.id)
+        first = record.session_plan or self._first_plan(record.id)
         if first is not None or status == "succeeded":
-            mode = first.get("mode") if first else None
+            mode = first.mode if first else None
             turn = Turn(
                 job_id=record.id,
                 status=status,
                 session_id=session_id,
-                resumed_from=first.get("resume") if first else None,
+                resumed_from=first.resume if first else None,
                 forked=mode == "fork",
                 restarted=mode == "restart",
                 started_at=record.started_at,
@@ -315,11 +330,12 @@ class SessionPlanner:
         nxt = self.conversations.release(name, record.id)
         return [nxt] if nxt else []
 
-    def _first_plan(self, job_id: str) -> dict[str, Any] | None:
+    def _first_plan(self, job_id: str) -> PlannedSession | None:
+        """The first `session_plan` event of a job planned before plans were kept in the record (if not trimmed)."""
         assert self.jobs is not None
         for _, event in self.jobs.read_events(job_id, count=500):
             if event.type == "session_plan":
-                return event.data
+                return PlannedSession.model_validate(event.data)
         return None
 
     def after_success(self, record: JobRecord, session_id: str | None) -> None:

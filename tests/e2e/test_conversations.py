@@ -156,3 +156,28 @@ def test_a_later_turn_claimed_first_waits_for_the_earlier_one_past_a_500_job_bac
     finally:
         for key in redis_client.scan_iter(match=f"{idle}*", count=1000):
             redis_client.delete(key)
+
+
+def test_a_forked_turn_never_moves_the_pointer_even_once_its_events_are_trimmed(
+    client: Client, workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    policy = settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})
+    workers(policy=policy, events_maxlen=10)  # a stream capped near 10 events: its first ones go early
+    name = f"fork-{unique}"
+    base = wait(client, client.submit(prompt="[[sim: text base]] start", conversation=name).id)
+    assert base.status == "succeeded", base.error
+    calls = " ".join(f'[[sim: tool mcp__claudeq__add {{"a": {i}, "b": 1}}]]' for i in range(60))
+    fork = client.submit(prompt=f"{calls} branch off {unique}", mcp_tools=["add"], conversation=name, fork=True)
+    forked = wait(client, fork.id, timeout=180)
+    assert forked.status == "succeeded", forked.error
+    assert not any(e.type == "session_plan" for e in events(client, fork.id))  # trimmed away with the early events
+    assert forked.session_id and forked.session_id != base.session_id
+
+    conversations = ConversationStore.from_settings(settings, redis_client)
+    assert conversations.latest_session(name) == base.session_id  # a fork branches: the pointer stays
+    info = conversations.info(name)
+    assert info is not None and [(t.job_id, t.forked, t.resumed_from) for t in info.turns] == [
+        (base.id, False, None),
+        (fork.id, True, base.session_id),
+    ]
+    assert client.get(fork.id).public()["session_plan"]["mode"] == "fork"
