@@ -407,6 +407,21 @@ def events(
             out.print(_event_line(event), highlight=False, markup=False)
 
 
+@app.command()
+@_guard
+def top(
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+) -> None:
+    """The fleet, live: accounts, queues, workers, runs in flight, recent finishes, jobs/s. `q` quits."""
+    from claudeq.producer.top import run
+
+    try:
+        run(_client(), interval=interval, once=once, console=out)
+    except KeyboardInterrupt:
+        pass
+
+
 @app.command("mcp")
 def mcp_cmd(
     http: Annotated[

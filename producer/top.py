@@ -1,0 +1,235 @@
+"""`claudeq top`: the fleet at a glance in a terminal, for people without Grafana.
+
+Accounts (state, slots, cooldown, utilization per window), queues (depth, deferred, oldest wait), runs in flight
+(job, account, worker, elapsed, tokens so far), recent finishes and failures, jobs/s — read from Redis on every
+refresh, drawn in place with rich's Live. `q` (or Ctrl-C) quits. When the output is not a terminal, one frame is
+printed and the command exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import termios
+import time
+import tty
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from claudeq.account_state import AccountStore
+from claudeq.errors import ConfigError, RecordUnreadable
+from claudeq.models import TERMINAL, AccountState, JobRecord, utcnow
+from claudeq.producer.client import Client
+from claudeq.worker.broker import queue_lists
+from claudeq.worker.exporter import status_counts
+
+#: Jobs looked at for "recent finishes" and jobs/s (newest first by creation).
+RECENT_WINDOW = 200
+#: jobs/s is the number of jobs finished in this many seconds, divided by it.
+RATE_WINDOW_S = 60.0
+
+
+@dataclass
+class Snapshot:
+    """What one frame shows, read from Redis at `at`."""
+
+    at: datetime
+    accounts: list[AccountState] = field(default_factory=list)
+    accounts_note: str | None = None
+    queues: list[tuple[str, int]] = field(default_factory=list)
+    deferred: int = 0
+    oldest_wait_s: float | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    running: list[JobRecord] = field(default_factory=list)
+    recent: list[JobRecord] = field(default_factory=list)
+    jobs_per_s: float = 0.0
+    workers: list[tuple[str, str, float]] = field(default_factory=list)  # id, runs/concurrency, heartbeat age
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def collect(client: Client) -> Snapshot:
+    """Read one snapshot of the fleet from Redis."""
+    store, keys, r = client.store, client.store.keys, client.store.redis
+    now = utcnow()
+    snap = Snapshot(at=now)
+    try:
+        snap.accounts = AccountStore(r, keys, client.settings.accounts).states()
+        if not snap.accounts:
+            snap.accounts_note = "no accounts configured here (CLAUDEQ_ACCOUNTS_FILE names the workers' pool)"
+    except ConfigError as exc:
+        snap.accounts_note = f"accounts: {exc}"
+    queues = client.settings.job_queues
+    pipe = r.pipeline(transaction=False)
+    for queue in queues:
+        for name in queue_lists(queue):
+            pipe.llen(name)
+    lengths = pipe.execute()
+    per = len(queue_lists(""))
+    snap.queues = [(q, sum(int(n) for n in lengths[i * per : (i + 1) * per])) for i, q in enumerate(queues)]
+    snap.deferred = int(r.zcard(keys.deferred))
+    snap.counts = status_counts(r, keys, now.timestamp())
+    oldest = r.zrange(keys.queued, 0, 0)
+    if oldest:
+        with contextlib.suppress(Exception):
+            snap.oldest_wait_s = (now - store.get(_text(oldest[0])).created_at).total_seconds()
+    for job_id in sorted(_text(i) for i in r.smembers(keys.running)):
+        with contextlib.suppress(Exception):
+            snap.running.append(store.get(job_id))
+    snap.running.sort(key=lambda rec: rec.started_at or rec.created_at)
+    finished = [
+        rec
+        for rec in store.list_jobs(limit=RECENT_WINDOW)
+        if not isinstance(rec, RecordUnreadable) and rec.status in TERMINAL and rec.finished_at
+    ]
+    finished.sort(key=lambda rec: rec.finished_at or rec.created_at, reverse=True)
+    snap.recent = finished[:8]
+    snap.jobs_per_s = (
+        sum(1 for rec in finished if rec.finished_at and (now - rec.finished_at).total_seconds() <= RATE_WINDOW_S)
+        / RATE_WINDOW_S
+    )
+    ids = [_text(i) for i in r.zrange(keys.workers, 0, -1)]
+    pipe = r.pipeline(transaction=False)
+    for worker_id in ids:
+        pipe.hmget(keys.worker(worker_id), ["runs", "concurrency", "heartbeat"])
+    for worker_id, (runs, concurrency, beat) in zip(ids, pipe.execute(), strict=True):
+        if beat is None:
+            continue  # its heartbeat expired: not live
+        snap.workers.append((worker_id, f"{_text(runs)}/{_text(concurrency)}", now.timestamp() - float(_text(beat))))
+    return snap
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+_STATE_STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "disabled": "red"}
+_STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
+
+
+def render(snap: Snapshot, title: str) -> Group:
+    """One frame."""
+    now = snap.at
+    counts = " ".join(f"{s} {snap.counts.get(s, 0)}" for s in ("queued", "deferred", "running"))
+    header = Text.assemble(
+        (f"claudeq top · {title} · {now.strftime('%H:%M:%S')} UTC", "bold"),
+        f"   {len(snap.workers)} live workers · {counts} · {snap.jobs_per_s:.2f} jobs/s   (q quits)",
+    )
+
+    accounts = Table("account", "state", "slots", "cooldown", "utilization", "reason", title="accounts", expand=True)
+    for a in snap.accounts:
+        style = _STATE_STYLE.get(a.state, "")
+        until = (a.cooldown_until - now).total_seconds() if a.cooldown_until and a.cooldown_until > now else None
+        util = ", ".join(f"{w} {i.utilization:.0%}" for w, i in a.windows.items() if i.utilization is not None)
+        accounts.add_row(
+            a.name,
+            f"[{style}]{a.state}[/{style}]",
+            f"{a.slots_in_use}/{a.max_concurrency}",
+            _ago(until) if until else "-",
+            util or "-",
+            escape(a.reason or ""),
+        )
+    if snap.accounts_note:
+        accounts.add_row(escape(snap.accounts_note), "", "", "", "", "")
+
+    queues = Table("queue", "depth", title="queues", expand=True)
+    for name, depth in snap.queues:
+        queues.add_row(name, str(depth))
+    queues.add_row("[dim]deferred set[/dim]", str(snap.deferred))
+    queues.add_row("[dim]oldest queued job waits[/dim]", _ago(snap.oldest_wait_s))
+
+    workers = Table("worker", "runs", "heartbeat", title="workers", expand=True)
+    for worker_id, runs, age in snap.workers:
+        workers.add_row(worker_id, runs, f"{age:.0f}s ago")
+
+    running = Table(
+        "job", "account", "worker", "attempt", "elapsed", "tokens so far", "prompt", title="running", expand=True
+    )
+    for rec in snap.running:
+        usage = rec.result.usage if rec.result else None
+        tokens = (
+            f"{usage.input_tokens + usage.cache_read_tokens + usage.cache_creation_tokens}/{usage.output_tokens}"
+            if usage
+            else "-"
+        )
+        started = rec.attempts[-1].started_at if rec.attempts else rec.started_at
+        running.add_row(
+            rec.id,
+            rec.account or "-",
+            rec.worker or "-",
+            str(len(rec.attempts)),
+            _ago((now - started).total_seconds() if started else None),
+            tokens,
+            escape(rec.spec.prompt[:40].replace("\n", " ")),
+        )
+
+    recent = Table("job", "status", "account", "finished", "cost $", "detail", title="recent finishes", expand=True)
+    for rec in snap.recent:
+        style = _STATUS_STYLE.get(rec.status, "")
+        detail = rec.error.message if rec.error else (rec.result.text or "" if rec.result else "")
+        recent.add_row(
+            rec.id,
+            f"[{style}]{rec.status}[/{style}]",
+            rec.account or "-",
+            _ago((now - rec.finished_at).total_seconds()) + " ago" if rec.finished_at else "-",
+            f"{rec.result.usage.cost_usd:.4f}" if rec.result else "-",
+            escape(detail[:50].replace("\n", " ")),
+        )
+    top = Table.grid(expand=True)
+    top.add_column(ratio=3)
+    top.add_column(ratio=2)
+    top.add_column(ratio=2)
+    top.add_row(accounts, queues, workers)
+    return Group(header, top, running, recent)
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[int | None]:
+    """stdin in cbreak mode (single keys, no echo) while the view runs; yields its fd, or None if not a terminal."""
+    if not sys.stdin.isatty():
+        yield None
+        return
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield fd
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def run(client: Client, interval: float = 1.0, once: bool = False, console: Console | None = None) -> None:
+    """Draw the view until `q` (or one frame with `once`, or when stdout is not a terminal)."""
+    console = console or Console()
+    title = f"{client.settings.redacted_redis_url()} {client.settings.key_prefix}"
+    if once or not console.is_terminal:
+        console.print(render(collect(client), title))
+        return
+    with _keys() as fd, Live(console=console, screen=False, auto_refresh=False) as live:
+        while True:
+            live.update(render(collect(client), title), refresh=True)
+            deadline = time.monotonic() + interval
+            while (left := deadline - time.monotonic()) > 0:
+                if fd is None:
+                    time.sleep(left)
+                    break
+                ready, _, _ = select.select([fd], [], [], left)
+                if ready and os.read(fd, 1) in (b"q", b"Q"):
+                    return
