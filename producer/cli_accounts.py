@@ -21,6 +21,9 @@ from claudeq.errors import ConfigError, UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, utcnow
 
+#: Token families the API reports for API-key accounts (the tightest is shown).
+TOKEN_WINDOWS: tuple[str, ...] = ("tokens", "input_tokens", "output_tokens")
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -88,6 +91,23 @@ def _utilization(state: AccountState) -> str:
     return ", ".join(parts) or "-"
 
 
+def _left(state: AccountState, windows: tuple[str, ...], now: datetime) -> str:
+    """What the API last said is left of the tightest of `windows`: `remaining/limit, resets in …`."""
+    shown = []
+    for name in windows:
+        w = state.windows.get(name)
+        if w is None or w.remaining is None:
+            continue
+        if w.resets_at is not None and w.resets_at <= now and w.limit is not None:
+            shown.append((1.0, f"{w.limit}/{w.limit} (reset)"))  # the window it was read in is over
+            continue
+        ratio = w.remaining / w.limit if w.limit else 0.0
+        limit = f"/{w.limit}" if w.limit is not None else ""
+        prefix = "" if name in ("requests", "tokens") else f"{name.split('_')[0]} "
+        shown.append((ratio, f"{prefix}{w.remaining}{limit}, reset {_relative(w.resets_at, now)}"))
+    return min(shown)[1] if shown else "-"
+
+
 _STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "disabled": "red"}
 
 
@@ -102,6 +122,7 @@ def _show(store: AccountStore, as_json: bool) -> None:
     now = utcnow()
     kinds = {a.name: a.kind for a in store.pool.accounts}
     table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization")
+    limits = Table("name", "requests left", "tokens left", "holding back")
     for s in states:
         style = _STYLE.get(s.state, "")
         table.add_row(
@@ -113,7 +134,14 @@ def _show(store: AccountStore, as_json: bool) -> None:
             _relative(s.cooldown_until, now),
             _utilization(s),
         )
+        requests, tokens = _left(s, ("requests",), now), _left(s, TOKEN_WINDOWS, now)
+        if (requests, tokens) != ("-", "-") or s.held_until is not None:
+            held = f"until {_relative(s.held_until, now)}: {s.held_reason}" if s.held_until is not None else "-"
+            limits.add_row(s.name, requests, tokens, held)
     out.print(table)
+    if limits.row_count:
+        # What the API said is left (API-key accounts, read from response headers by the workers' pass-through).
+        out.print(limits)
 
 
 @accounts_app.callback()

@@ -144,6 +144,27 @@ class ClusterCollector(Collector):
         )
         slots = GaugeMetricFamily("claudeq_account_slots_in_use", "Slots leased on the account.", labels=["account"])
         limit = GaugeMetricFamily("claudeq_account_slots_max", "The account's max concurrency.", labels=["account"])
+        remaining = GaugeMetricFamily(
+            "claudeq_account_remaining",
+            "What the API last said is left in a window (API-key families: requests, tokens, input_tokens, "
+            "output_tokens), read from response headers by the workers' pass-through.",
+            labels=["account", "window"],
+        )
+        window_limit = GaugeMetricFamily(
+            "claudeq_account_window_limit",
+            "The limit of a window, as the API reported it.",
+            labels=["account", "window"],
+        )
+        resets = GaugeMetricFamily(
+            "claudeq_account_reset_seconds",
+            "Seconds until a rate-limit window resets (0 once it has).",
+            labels=["account", "window"],
+        )
+        held = GaugeMetricFamily(
+            "claudeq_account_held",
+            "1 while the account holds new runs back: what the API said is left is spoken for by the runs in flight.",
+            labels=["account"],
+        )
         now = self.now()
         for account in self.accounts.states(now):
             for name in ACCOUNT_STATES:
@@ -153,9 +174,16 @@ class ClusterCollector(Collector):
             for window, info in account.windows.items():
                 if info.utilization is not None:
                     utilization.add_metric([account.name, window], info.utilization)
+                if info.remaining is not None:
+                    remaining.add_metric([account.name, window], info.remaining)
+                if info.limit is not None:
+                    window_limit.add_metric([account.name, window], info.limit)
+                if info.resets_at is not None:
+                    resets.add_metric([account.name, window], max(0.0, info.resets_at.timestamp() - now))
             slots.add_metric([account.name], account.slots_in_use)
             limit.add_metric([account.name], account.max_concurrency)
-        return [state, cooldown, utilization, slots, limit]
+            held.add_metric([account.name], 1 if account.held_until is not None else 0)
+        return [state, cooldown, utilization, slots, limit, remaining, window_limit, resets, held]
 
     def _workers(self) -> list[Metric]:
         workers = GaugeMetricFamily("claudeq_workers", "Workers by heartbeat freshness (live|stale).", labels=["state"])

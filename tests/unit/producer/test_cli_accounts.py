@@ -56,6 +56,29 @@ def test_json_lists_every_account_with_state_slots_and_utilization(store: Accoun
     assert "TOKEN" not in output
 
 
+def test_table_and_json_show_what_is_left_of_requests_and_tokens_and_the_resets(store: AccountStore) -> None:
+    reset = datetime.now(UTC) + timedelta(seconds=30)
+    store.record_limits(
+        "beta",
+        {
+            "requests": WindowInfo(status="allowed", limit=6, remaining=0, resets_at=reset, utilization=1.0),
+            "tokens": WindowInfo(status="allowed", limit=10000, remaining=2500, resets_at=reset, utilization=0.75),
+        },
+        requests=(0, reset.timestamp(), 6),
+        tokens=(2500, reset.timestamp(), 10000),
+        tokens_per_request=None,
+        success=True,
+    )
+    code, output = invoke(store)
+    assert code == 0, output
+    assert "0/6, reset in" in output and "2500/10000" in output
+    assert "holding back" in output
+    code, output = invoke(store, "--json")
+    row = {r["name"]: r for r in json.loads(output)}["beta"]
+    assert row["windows"]["requests"]["remaining"] == 0 and row["windows"]["tokens"]["limit"] == 10000
+    assert row["held_until"].endswith("Z")
+
+
 def test_table_shows_state_reason_slots_and_relative_cooldown(store: AccountStore) -> None:
     store.cool("beta", datetime.now(UTC) + timedelta(seconds=90), "rate limited")
     code, output = invoke(store)

@@ -169,6 +169,21 @@ def test_utilization_per_window_and_warning_state(
     assert _state(registry, "alpha") == "warning"
 
 
+def test_remaining_limits_resets_and_holds_per_account(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    window = {"status": "allowed", "utilization": 0.5, "limit": 6, "remaining": 3, "resets_at": NOW + 12}
+    fake_redis.hset(keys.account("alpha"), "w:requests", json.dumps(window))
+    fake_redis.hset(keys.account("alpha"), mapping={"rq_rem": 0, "rq_reset": NOW + 12, "rq_lim": 6})
+    registry = scrape(collector)
+    labels = {"account": "alpha", "window": "requests"}
+    assert registry.get_sample_value("claudeq_account_remaining", labels) == 3
+    assert registry.get_sample_value("claudeq_account_window_limit", labels) == 6
+    assert registry.get_sample_value("claudeq_account_reset_seconds", labels) == pytest.approx(12, abs=0.01)
+    assert registry.get_sample_value("claudeq_account_held", {"account": "alpha"}) == 1
+    assert registry.get_sample_value("claudeq_account_held", {"account": "beta"}) == 0
+
+
 def test_slots_in_use_ignore_expired_leases(
     collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
 ) -> None:
