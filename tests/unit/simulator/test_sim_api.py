@@ -190,6 +190,21 @@ async def test_error_429_directive_depends_on_account_kind(client: httpx.AsyncCl
     assert "anthropic-ratelimit-unified-status" not in key.headers
 
 
+async def test_error_429_retry_after_sends_exactly_that_hint_or_none(client: httpx.AsyncClient) -> None:
+    for headers in (auth(), auth(API_KEY, "api_key")):
+        three = await client.post("/v1/messages", json=body("x [[sim: error 429 retry_after=3]]"), headers=headers)
+        assert three.status_code == 429
+        assert three.headers["retry-after"] == "3"
+        assert not any(k.startswith("anthropic-ratelimit-") for k in three.headers)
+        bare = await client.post("/v1/messages", json=body("y [[sim: error 429 retry_after=none]]"), headers=headers)
+        assert bare.status_code == 429
+        assert "retry-after" not in bare.headers
+        assert not any(k.startswith("anthropic-ratelimit-") for k in bare.headers)
+    refused = await client.post("/v1/messages", json=body("z [[sim: error 500 retry_after=3]]"), headers=auth())
+    assert refused.status_code == 400
+    assert "retry_after" in refused.json()["error"]["message"]
+
+
 async def test_error_times_counts_requests_with_the_same_message(client: httpx.AsyncClient) -> None:
     prompt = "nonce-1 [[sim: error 500 times=2]]"
     statuses = [(await client.post("/v1/messages", json=body(prompt), headers=auth())).status_code for _ in range(3)]
