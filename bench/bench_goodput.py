@@ -11,9 +11,13 @@ three worker processes each, a fixed run time and a backlog larger than the acco
 Printed per run: jobs completed in the run time, the fraction of the accounts' theoretical capacity used (requests
 per window x run time / window length), rejected requests per account-window (worst and mean), CLI spawns spent on
 rejected requests, worker-slot seconds spent on rejected runs and spent waiting in place; then claudeq/naive.
-Also run with unequal accounts (one with a quarter of the others' limit).
+Also run with unequal accounts (one with a quarter of the others' limit), and on API-key accounts, which get no
+RateLimitEvent, only a plain 429 with `retry-after` and the `anthropic-ratelimit-*` headers on every response: 3
+accounts of 6 requests per 20 s window for 60 s (`api-key`), and the same accounts limited by tokens per window
+(`tokens`; capacity = the token limits over the tokens one served request took).
 
     .venv/bin/python -m bench.bench_goodput [--run-s 30] [--window-s 15] [--requests 4]
+        [--scenario oauth|api-key|tokens]
 """
 
 from __future__ import annotations
@@ -74,12 +78,15 @@ def naive_run(self: Any, n: int, account: str) -> None:
 
     acct = _NAIVE["accounts"][account]
     config_dir = Path(tempfile.mkdtemp(prefix="naive-"))
+    token_var = "ANTHROPIC_API_KEY" if acct.get("kind") == "api_key" else "CLAUDE_CODE_OAUTH_TOKEN"
+    other_var = "CLAUDE_CODE_OAUTH_TOKEN" if token_var == "ANTHROPIC_API_KEY" else "ANTHROPIC_API_KEY"
     options = ClaudeAgentOptions(
         tools=[],
         setting_sources=[],
         env={
             "ANTHROPIC_BASE_URL": acct["base_url"],
-            "CLAUDE_CODE_OAUTH_TOKEN": acct["token"],
+            token_var: acct["token"],
+            other_var: "",
             "CLAUDE_CONFIG_DIR": str(config_dir),
             # Same as claudeq's runs, so both spend exactly one request per attempt.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -151,30 +158,51 @@ def rejected_by_window(log: list[dict[str, Any]], window_s: float, until: float)
     return out
 
 
-def sim_config(accounts: list[SimAccount], limits: dict[str, int], window_s: float) -> dict[str, Any]:
-    """The simulator's accounts: one 5h-family window of `window_s` each."""
+#: Requests per window when the scenario limits tokens (the API sends a requests family too; this one never binds).
+TOKENS_SCENARIO_REQUESTS = 1000
+
+
+def sim_config(
+    accounts: list[SimAccount], limits: dict[str, int], window_s: float, tokens: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The simulator's accounts: one 5h-family window of `window_s` each, limiting requests (or tokens)."""
+
+    def window(name: str) -> dict[str, Any]:
+        if tokens is not None:
+            return {"family": "5h", "length_s": window_s, "requests": TOKENS_SCENARIO_REQUESTS, "tokens": tokens[name]}
+        return {"family": "5h", "length_s": window_s, "requests": limits[name]}
+
     return {
         "request_log_size": 20000,
         "accounts": [
-            {
-                "name": a.name,
-                "token": a.token_value,
-                "kind": "oauth",
-                "windows": [{"family": "5h", "length_s": window_s, "requests": limits[a.name]}],
-            }
-            for a in accounts
+            {"name": a.name, "token": a.token_value, "kind": a.kind, "windows": [window(a.name)]} for a in accounts
         ],
     }
 
 
+def token_capacity(sim: SimulatorServer, tokens: dict[str, int], window_s: float, run_s: float) -> float:
+    """Jobs the token limits allow in the run: tokens per window x windows / tokens one served request took."""
+    stats = sim.stats()["accounts"]
+    served = sum(a["requests"] - a["rejected"] for a in stats.values())
+    used = sum(sum(a["tokens"].values()) for a in stats.values())
+    per_job = used / served if served else float("inf")
+    return sum(tokens.values()) * run_s / window_s / per_job
+
+
 def run_claudeq(
-    url: str, accounts: list[SimAccount], limits: dict[str, int], window_s: float, run_s: float, root: Path
+    url: str,
+    accounts: list[SimAccount],
+    limits: dict[str, int],
+    window_s: float,
+    run_s: float,
+    root: Path,
+    tokens: dict[str, int] | None = None,
 ) -> Figures:
     """Fixed-time run through claudeq workers; counts jobs finished within `run_s` of the first submit."""
     unique = uuid.uuid4().hex[:10]
     capacity = sum(limits.values()) * run_s / window_s
     workers: list[WorkerProcess] = []
-    with SimulatorServer(sim_config(accounts, limits, window_s)) as sim:
+    with SimulatorServer(sim_config(accounts, limits, window_s, tokens)) as sim:
         accounts_file = write_accounts_toml(root / f"accounts-{unique}.toml", accounts, sim.base_url)
         settings = make_settings(
             url, unique, accounts_file=accounts_file, concurrency=CONCURRENCY, cli_max_retries=0, shutdown_grace_s=2
@@ -189,6 +217,8 @@ def run_claudeq(
             time.sleep(max(0.0, t0 + run_s - time.time()))
             records = [client.store.get(i) for i in ids]
             until = t0 + run_s
+            if tokens is not None:
+                capacity = token_capacity(sim, tokens, window_s, run_s)
             figures = Figures(
                 completed=sum(1 for r in records if _done_by(r, until)),
                 capacity=capacity,
@@ -227,7 +257,13 @@ def _waits_in_place(client: Client, job_id: str, bound_s: float) -> float:
 
 
 def run_naive(
-    url: str, accounts: list[SimAccount], limits: dict[str, int], window_s: float, run_s: float, root: Path
+    url: str,
+    accounts: list[SimAccount],
+    limits: dict[str, int],
+    window_s: float,
+    run_s: float,
+    root: Path,
+    tokens: dict[str, int] | None = None,
 ) -> Figures:
     """Fixed-time run through plain Celery workers with autoretry_for and exponential backoff."""
     unique = uuid.uuid4().hex[:10]
@@ -235,12 +271,12 @@ def run_naive(
     queue = f"naive-{unique}"
     log_key = f"naive-{unique}:log"
     procs: list[subprocess.Popen[bytes]] = []
-    with SimulatorServer(sim_config(accounts, limits, window_s)) as sim:
+    with SimulatorServer(sim_config(accounts, limits, window_s, tokens)) as sim:
         config = {
             "redis_url": url,
             "queue": queue,
             "log_key": log_key,
-            "accounts": {a.name: {"token": a.token_value, "base_url": sim.base_url} for a in accounts},
+            "accounts": {a.name: {"token": a.token_value, "base_url": sim.base_url, "kind": a.kind} for a in accounts},
         }
         env = {**os.environ, "GOODPUT_NAIVE": json.dumps(config), "PYTHONUNBUFFERED": "1"}
         app = Celery("naive-producer", broker=url)
@@ -266,6 +302,8 @@ def run_naive(
             time.sleep(max(0.0, t0 + run_s - time.time()))
             entries = [json.loads(e) for e in client.lrange(log_key, 0, -1)]
             log_entries = sim.requests()
+            if tokens is not None:
+                capacity = token_capacity(sim, tokens, window_s, run_s)
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
@@ -312,37 +350,80 @@ def show(name: str, f: Figures) -> None:
     )
 
 
+def compare(
+    label: str,
+    url: str,
+    accounts: list[SimAccount],
+    limits: dict[str, int],
+    window_s: float,
+    run_s: float,
+    root: Path,
+    tokens: dict[str, int] | None = None,
+) -> tuple[Figures, Figures]:
+    """One scenario, the naive baseline then claudeq, in the same run."""
+    unit = "tokens" if tokens else "requests"
+    print(f"{label}: {unit} per {window_s:g} s window {tokens or limits}, run {run_s:g} s")
+    naive = run_naive(url, accounts, limits, window_s, run_s, root, tokens)
+    show("naive", naive)
+    ours = run_claudeq(url, accounts, limits, window_s, run_s, root, tokens)
+    show("claudeq", ours)
+    ratio = ours.completed / naive.completed if naive.completed else float("inf")
+    rejected = sum(sum(v) for v in ours.rejected_per_window.values())
+    naive_rejected = sum(sum(v) for v in naive.rejected_per_window.values())
+    print(
+        f"  claudeq/naive: completed x{ratio:.2f} ({ours.completed} vs {naive.completed}); rejected requests "
+        f"{rejected} vs {naive_rejected}; CLI spawns on rejected {ours.rejected_spawns} vs {naive.rejected_spawns}"
+    )
+    return naive, ours
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run both systems on equal and unequal accounts and print the figures."""
+    """Run both systems on each scenario and print the figures."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--run-s", type=float, default=30.0)
     parser.add_argument("--window-s", type=float, default=15.0)
     parser.add_argument("--requests", type=int, default=4, help="requests per window of a full-size account")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=["oauth", "api-key", "tokens"],
+        help="oauth (equal and unequal accounts), api-key (6 requests per 20 s window, plain 429 with retry-after, "
+        "60 s), tokens (a token limit per 20 s window, 60 s); default: all",
+    )
+    parser.add_argument("--api-key-run-s", type=float, default=60.0)
+    parser.add_argument("--tokens", type=int, default=120_000, help="tokens per 20 s window (tokens scenario)")
     args = parser.parse_args(argv)
+    chosen = args.scenario or ["oauth", "api-key", "tokens"]
 
     url, private = redis_url_for_tests()
     root = Path(tempfile.mkdtemp(prefix="claudeq-goodput-"))
-    accounts = [SimAccount(name, max_concurrency=CONCURRENCY) for name in ("acct-1", "acct-2", "acct-3")]
-    scenarios = {
-        "equal": {a.name: args.requests for a in accounts},
-        "unequal": {**{a.name: args.requests for a in accounts}, "acct-3": max(1, args.requests // 4)},
-    }
-    print(
-        f"{len(accounts)} accounts, windows of {args.window_s:g} s, {WORKERS} workers x {CONCURRENCY}, "
-        f"account max_concurrency {CONCURRENCY}, run {args.run_s:g} s"
-    )
+    print(f"{WORKERS} workers x {CONCURRENCY}, account max_concurrency {CONCURRENCY}")
     try:
-        for label, limits in scenarios.items():
-            print(f"{label}: requests per window {limits}")
-            naive = run_naive(url, accounts, limits, args.window_s, args.run_s, root)
-            show("naive", naive)
-            ours = run_claudeq(url, accounts, limits, args.window_s, args.run_s, root)
-            show("claudeq", ours)
-            ratio = ours.completed / naive.completed if naive.completed else float("inf")
-            print(
-                f"  claudeq/naive: completed x{ratio:.2f}; CLI spawns on rejected {ours.rejected_spawns} vs "
-                f"{naive.rejected_spawns}; target: capacity >= 0.95, rejected per account-window <= {CONCURRENCY}"
+        if "oauth" in chosen:
+            accounts = [SimAccount(name, max_concurrency=CONCURRENCY) for name in ("acct-1", "acct-2", "acct-3")]
+            scenarios = {
+                "oauth, equal": {a.name: args.requests for a in accounts},
+                "oauth, unequal": {**{a.name: args.requests for a in accounts}, "acct-3": max(1, args.requests // 4)},
+            }
+            for label, limits in scenarios.items():
+                compare(label, url, accounts, limits, args.window_s, args.run_s, root)
+            print(f"  target: capacity >= 0.95, rejected per account-window <= {CONCURRENCY}")
+        keys = [SimAccount(name, kind="api_key", max_concurrency=CONCURRENCY) for name in ("key-1", "key-2", "key-3")]
+        if "api-key" in chosen:
+            compare("api-key", url, keys, {a.name: 6 for a in keys}, 20.0, args.api_key_run_s, root)
+            print("  target: claudeq completes >= naive, with <= 1/10 of its rejected requests")
+        if "tokens" in chosen:
+            compare(
+                "tokens",
+                url,
+                keys,
+                {a.name: TOKENS_SCENARIO_REQUESTS for a in keys},
+                20.0,
+                args.api_key_run_s,
+                root,
+                tokens={a.name: args.tokens for a in keys},
             )
+            print("  target: claudeq completes >= naive, with <= 1/10 of its rejected requests")
     finally:
         if private is not None:
             private.stop()

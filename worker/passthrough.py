@@ -51,6 +51,8 @@ _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host"}
 )
 _HOP_BY_HOP_BYTES = frozenset(h.encode() for h in _HOP_BY_HOP)
+#: The first 20 bytes of the header names the pass-through reads (`anthropic-ratelimit-*`, `retry-after`).
+_LIMIT_HEADER_PREFIXES = frozenset({b"anthropic-ratelimit-", b"retry-after"})
 _MAX_HEAD = 1 << 20
 _MAX_BODY = 64 << 20
 _START_TIMEOUT_S = 10.0
@@ -253,11 +255,11 @@ class PassThrough:
                 return grant
         return None
 
-    def _record(self, grant: RunGrant, facts: LimitFacts) -> None:
+    def _record(self, grant: RunGrant, raw: list[tuple[bytes, bytes]], status: int, seen_at: float) -> None:
         if self.sink is None:
             return
         try:
-            hint = self.sink(grant.account.name, facts)
+            hint = self.sink(grant.account.name, parse(_latin1(raw), status, seen_at))
         except Exception:
             log.warning("could not record rate-limit facts for account %s", grant.account.name, exc_info=True)
             return
@@ -368,9 +370,11 @@ class PassThrough:
             return True
         del upstream  # it carries the real token: gone as soon as it is sent
         try:
-            facts = parse(_latin1(response.headers.raw), response.status_code, time.time())
-            if not facts.empty or facts.rejected or 200 <= response.status_code < 300:
-                grant.pending.append(self._recorder.submit(self._record, grant, facts))
+            status = response.status_code
+            limits = [(k, v) for k, v in response.headers.raw if k[:20].lower() in _LIMIT_HEADER_PREFIXES]
+            if limits or status == 429 or 200 <= status < 300:
+                # Parsed and recorded on the recorder thread: nothing here waits for it.
+                grant.pending.append(self._recorder.submit(self._record, grant, limits, status, time.time()))
             no_body = request.method == "HEAD" or response.status_code in (204, 304) or response.status_code < 200
             sized = any(k.lower() == b"content-length" for k, _ in response.headers.raw)
             chunked = not no_body and not sized
