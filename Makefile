@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(BIN)/python ops/demo.py
 
+# Run a short simulated workload under a real Prometheus and draw the dashboard with its data (docs/dashboard.png).
+dashboard-snapshot: venv
+	$(BIN)/python ops/grafana/snapshot.py
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

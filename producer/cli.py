@@ -259,9 +259,11 @@ def submit(
         raise typer.Exit(EXIT_JOB_FAILED)
 
 
-def _stream(client: Client, job_id: str, timeout: float | None = None) -> JobRecord:
-    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …) on stderr as it happens,
-    until it finishes; JobTimeout after `timeout` s. Says so when the job waits with no live worker for its queue."""
+def _stream(client: Client, job_id: str, timeout: float | None = None, to: Console | None = None) -> JobRecord:
+    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …) as it happens (on `to`,
+    default stderr), until it finishes; JobTimeout after `timeout` s. Says so (on stderr) when the job waits with
+    no live worker for its queue."""
+    to = to or err
     from claudeq.producer.progress import line
 
     store = client.store
@@ -278,13 +280,13 @@ def _stream(client: Client, job_id: str, timeout: float | None = None) -> JobRec
             after = entry_id
             text = line(event)
             if text is not None:
-                err.print(text, highlight=False, markup=False)
+                to.print(text, highlight=False, markup=False)
         status = store.status(job_id)
         if status is None or status in TERMINAL:
             for _, event in store.read_events(job_id, after):
                 text = line(event)
                 if text is not None:
-                    err.print(text, highlight=False, markup=False)
+                    to.print(text, highlight=False, markup=False)
             return client.get(job_id)
         now = time.monotonic()
         if status == "queued" and now >= next_worker_check:
@@ -398,7 +400,7 @@ def events(
     client = _client()
     client.get(job_id)
     if follow and not as_json:
-        _stream(client, job_id)  # the same progress lines as `submit --wait`, on stderr
+        _stream(client, job_id, to=out)  # the same progress lines as `submit --wait`
         return
     for event in client.events(job_id, follow=follow):
         if as_json:

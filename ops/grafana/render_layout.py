@@ -1,6 +1,8 @@
-"""Draw the layout of ops/grafana/dashboards/claudeq.json as a PNG (docs/dashboard.png), from the panels' own data.
+"""Draw the layout of ops/grafana/dashboards/claudeq.json as a PNG, from the panels' own definitions (no data).
 
-Run: python ops/grafana/render_layout.py [output.png]   (needs matplotlib, part of the dev extras)
+Run: python ops/grafana/render_layout.py [output.png]   (needs matplotlib, part of the dev extras; default
+dashboard-layout.png in the current directory). docs/dashboard.png, the dashboard with data, is drawn by
+ops/grafana/snapshot.py (`make dashboard-snapshot`).
 Each box is a panel at its grid position, with its title, type, unit and the PromQL it plots.
 """
 
@@ -20,7 +22,7 @@ from matplotlib.patches import FancyBboxPatch
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "claudeq.json"
-OUT = ROOT / "docs" / "dashboard.png"
+OUT = Path("dashboard-layout.png")
 COLORS = {"timeseries": "#dbe9f6", "stat": "#e3f1df", "bargauge": "#fbeed5", "row": "#3b4252"}
 CELL_W, CELL_H = 0.62, 0.42  # inches per grid column and per grid row
 
@@ -101,7 +103,7 @@ def render(dashboard: dict[str, Any], out: Path) -> None:
 
 
 def main() -> None:
-    """Render docs/dashboard.png (or the path given)."""
+    """Render dashboard-layout.png (or the path given)."""
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
     render(json.loads(DASHBOARD.read_text()), out)
     print(f"wrote {out}")

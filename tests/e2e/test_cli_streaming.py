@@ -82,10 +82,10 @@ def test_events_follow_streams_and_a_queued_job_without_worker_says_so(
 ) -> None:
     job = client.submit(prompt=f'[[sim: text "late-{unique}"]] nobody yet')
     proc = run_cli(settings, "events", job.id, "--follow")
-    assert proc.stderr is not None
-    reader = Reader(client, job_id=job.id)
-    pump = threading.Thread(target=reader.pump, args=(proc.stderr,), daemon=True)
-    pump.start()
+    assert proc.stderr is not None and proc.stdout is not None
+    reader = Reader(client, job_id=job.id)  # the notice on stderr, the progress on stdout: both collected
+    for stream in (proc.stdout, proc.stderr):
+        threading.Thread(target=reader.pump, args=(stream,), daemon=True).start()
     deadline = time.monotonic() + 30
     while not any("no live worker" in t for t, _ in reader.lines):
         assert time.monotonic() < deadline, reader.lines
@@ -93,7 +93,7 @@ def test_events_follow_streams_and_a_queued_job_without_worker_says_so(
         time.sleep(0.1)
     workers()
     assert proc.wait(90) == 0, reader.lines
-    pump.join(10)
+    time.sleep(0.5)  # the readers drain the pipes
     texts = [t for t, _ in reader.lines]
     assert any("picked up by" in t for t in texts), texts
     assert any(t.endswith(" succeeded") for t in texts), texts

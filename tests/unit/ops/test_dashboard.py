@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -151,3 +152,30 @@ def test_layout_picture_renders_from_the_dashboard(tmp_path: Path) -> None:
     module.render(json.loads(DASHBOARD.read_text()), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (ROOT / "docs" / "dashboard.png").exists()
+
+
+def test_snapshot_draws_every_panel_from_query_results(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("snapshot", OPS / "grafana" / "snapshot.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["snapshot"] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["snapshot"]
+    asked: list[str] = []
+
+    class FakePrometheus:
+        def query_range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+            asked.append(expr)
+            values = [[start + i * 2, str(float(i % 5))] for i in range(30)]
+            return [{"metric": {"account": "a", "state": "ok", "status": "succeeded"}, "values": values}]
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    out = tmp_path / "snapshot.png"
+    module.render(FakePrometheus(), dashboard, 1_700_000_000.0, 1_700_000_060.0, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(asked) == len(dashboard_exprs(dashboard))  # every target of every panel was evaluated
+    assert all("$" not in expr for expr in asked)
+    assert module.legend("{{account}}: {{state}}", {"account": "a", "state": "ok"}) == "a: ok"
+    assert module.fmt_value(0.25, "percentunit") == "25%"
