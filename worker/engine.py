@@ -541,9 +541,13 @@ class Engine:
     def _result(self, d: Delivery) -> JobResult:
         return d.result.model_copy(update={"usage": summed_usage(d.attempts)})
 
-    async def _write(self, d: Delivery, status: JobStatus | None = None, **fields: Unpack[JobFields]) -> bool:
+    async def _write(
+        self, d: Delivery, status: JobStatus | None = None, event: Event | None = None, **fields: Unpack[JobFields]
+    ) -> bool:
         if d.why == "lost":
             return False
+        if event is not None and event.attempt is None and d.attempts:
+            event = event.model_copy(update={"attempt": len(d.attempts)})
         tries = 0
         ok = False
         async for attempt in AsyncRetrying(
@@ -554,7 +558,7 @@ class Engine:
         ):
             with attempt:
                 tries += 1
-                ok = await asyncio.to_thread(self._write_once, d, status, fields)
+                ok = await asyncio.to_thread(self._write_once, d, status, event, fields)
         if not ok and tries > 1:
             # The first try may have landed with its reply lost: then the job already holds what we wrote.
             ok = await asyncio.to_thread(self._landed, d, status)
@@ -564,8 +568,8 @@ class Engine:
             d.cancel.set()
         return bool(ok)
 
-    def _write_once(self, d: Delivery, status: JobStatus | None, fields: JobFields) -> bool:
-        return self.store.write(d.job_id, d.fence, status, **fields)
+    def _write_once(self, d: Delivery, status: JobStatus | None, event: Event | None, fields: JobFields) -> bool:
+        return self.store.write(d.job_id, d.fence, status, event=event, **fields)
 
     def _landed(self, d: Delivery, status: str | None) -> bool:
         fence, current = self.store.fence_and_status(d.job_id)
@@ -576,9 +580,14 @@ class Engine:
     async def _finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> str:
         """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
         data: dict[str, Any] = {"kind": error.kind, "message": error.message} if error else {}
-        await self._event(d, Event(type=status, data=data))
         ok = await self._write(
-            d, status, attempts=d.attempts, result=self._result(d), session_id=d.session_id, error=error
+            d,
+            status,
+            Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
+            attempts=d.attempts,
+            result=self._result(d),
+            session_id=d.session_id,
+            error=error,
         )
         await self._release(d)
         if not ok:
@@ -598,9 +607,14 @@ class Engine:
 
     async def _defer(self, d: Delivery, ready_at: Any, reason: str, accounts: list[str]) -> str:
         await self._release(d)
-        await self._event(d, Event(type="deferred", data={"ready_at": ready_at.isoformat(), "reason": reason}))
         ok = await self._write(
-            d, "deferred", ready_at=ready_at, attempts=d.attempts, result=self._result(d), session_id=d.session_id
+            d,
+            "deferred",
+            Event(type="deferred", data={"ready_at": ready_at.isoformat(), "reason": reason}),
+            ready_at=ready_at,
+            attempts=d.attempts,
+            result=self._result(d),
+            session_id=d.session_id,
         )
         if not ok:
             return "lost"
@@ -611,8 +625,10 @@ class Engine:
 
     async def _requeue(self, d: Delivery, reason: str) -> str:
         await self._release(d)
-        await self._event(d, Event(type="requeued", data={"reason": reason}))
-        if not await self._write(d, "queued", attempts=d.attempts, result=self._result(d), session_id=d.session_id):
+        requeued = Event(type="requeued", data={"reason": reason})
+        if not await self._write(
+            d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id
+        ):
             return "lost"
         await self._send(d.job_id, d.record.spec)
         log.info("job %s: requeued (%s)", d.job_id, reason)
@@ -706,9 +722,15 @@ class Engine:
         if event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
         try:
-            await asyncio.to_thread(self.store.append_event, d.job_id, event)
+            stored = await asyncio.to_thread(self.store.append_event_fenced, d.job_id, d.fence, event)
         except redis.RedisError as exc:
             log.warning("job %s: event %s not stored (%s)", d.job_id, event.type, type(exc).__name__)
+            return
+        if stored is None and d.why != "lost":
+            # The fence no longer holds the job: another worker owns it. Stop, and write nothing more.
+            log.warning("job %s: stale fence %d, event refused (another worker owns the job)", d.job_id, d.fence)
+            d.why = "lost"
+            d.cancel.set()
 
     async def _quiet(self, fn: Callable[..., Any], *args: Any) -> None:
         """Call a sync account-state method in a thread; a failure is logged, never fatal to the job."""

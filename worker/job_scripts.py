@@ -40,7 +40,9 @@ return 0
 
 # KEYS: job, lease, queued, running, deferred, events, cancel, counts
 # ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
-#       field, value, ...
+#       event_json ('' = none), events_maxlen, field, value, ...
+# The event (a terminal, `deferred` or `requeued` one) goes in with the status, under the same fence check: a
+# follower that sees the status finds its event, and a worker that lost the job appends nothing.
 WRITE = (
     COUNT_FINISHED
     + """
@@ -48,7 +50,8 @@ local cur = redis.call('HMGET', KEYS[1], 'fence', 'status')
 if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
   return 0
 end
-if #ARGV >= 8 then redis.call('HSET', KEYS[1], unpack(ARGV, 7)) end
+if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
+if ARGV[7] ~= '' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[7]) end
 local new = ARGV[3]
 if new == '' then return 1 end
 redis.call('HSET', KEYS[1], 'status', new)
@@ -73,6 +76,16 @@ return 1
 """
 )
 
+# KEYS: job, events. ARGV: fence, event_json, events_maxlen -> the entry id, or false when `fence` no longer holds
+# the running job (the run was taken over, or the job moved on): a superseded run's events are refused.
+APPEND = """
+local cur = redis.call('HMGET', KEYS[1], 'fence', 'status')
+if cur[1] ~= ARGV[1] or cur[2] ~= 'running' then
+  return false
+end
+return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'event', ARGV[2])
+"""
+
 # KEYS: deferred, job, queued, counts. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
 PROMOTE = """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -89,15 +102,18 @@ redis.call('HINCRBY', KEYS[4], 'queued', 1)
 return 1
 """
 
-# KEYS: job, lease, running, queued, counts. ARGV: job_id, fence, now_s, field, value, ... (no fields: status only)
-# A running job whose lease expired (its worker died): back to queued with the caller's attempt record.
+# KEYS: job, lease, running, queued, counts, events. ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen,
+# field, value, ... (no fields: status only)
+# A running job whose lease expired (its worker died): back to queued with the caller's attempt record and its
+# `requeued` event, in one step (a new owner's events always come after it).
 RECOVER = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or redis.call('EXISTS', KEYS[2]) == 1 then
   if cur[1] ~= 'running' then redis.call('SREM', KEYS[3], ARGV[1]) end
   return 0
 end
-if #ARGV >= 5 then redis.call('HSET', KEYS[1], unpack(ARGV, 4)) end
+if #ARGV >= 7 then redis.call('HSET', KEYS[1], unpack(ARGV, 6)) end
+if ARGV[4] ~= '' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
 redis.call('HSET', KEYS[1], 'status', 'queued')
 redis.call('SREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])

@@ -16,7 +16,7 @@ from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobFields, JobStore, encode_fields
 from claudeq.keys import Keys, text
-from claudeq.models import TERMINAL, Attempt, JobStatus, utcnow
+from claudeq.models import TERMINAL, Attempt, Event, JobStatus, utcnow
 from claudeq.worker import job_scripts as scripts
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
@@ -67,6 +67,7 @@ class WorkerJobStore(JobStore):
         self._promote = client.register_script(scripts.PROMOTE)
         self._recover = client.register_script(scripts.RECOVER)
         self._resend = client.register_script(scripts.RESEND)
+        self._append = client.register_script(scripts.APPEND)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
 
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
@@ -93,9 +94,16 @@ class WorkerJobStore(JobStore):
         )
 
     def write(
-        self, job_id: str, fence: int, status: JobStatus | None = None, score: float = 0, **fields: Unpack[JobFields]
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus | None = None,
+        score: float = 0,
+        event: Event | None = None,
+        **fields: Unpack[JobFields],
     ) -> bool:
-        """Write fields (and optionally move status) only while `fence` still holds the job. False = stale."""
+        """Write fields (and optionally move status, and append `event`) only while `fence` still holds the job, in
+        one script. False = stale: nothing written, no event."""
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -123,10 +131,21 @@ class WorkerJobStore(JobStore):
                     self.result_ttl_s,
                     score,
                     self.keys.finished_counts_prefix,
+                    "" if event is None else event.model_dump_json(),
+                    self.events_maxlen,
                     *encode_fields(fields),
                 ],
             )
         )
+
+    def append_event_fenced(self, job_id: str, fence: int, event: Event) -> str | None:
+        """Append a running job's event while `fence` still holds it; None (nothing appended) once the run was
+        superseded or the job moved on. Workers append every event of a run this way."""
+        entry_id = self._append(
+            keys=[self.keys.job(job_id), self.keys.events(job_id)],
+            args=[fence, event.model_dump_json(), self.events_maxlen],
+        )
+        return None if entry_id is None else text(entry_id)
 
     def fence_and_status(self, job_id: str) -> tuple[int | None, str | None]:
         """The job's fencing token and status as stored (None where absent), read in one call."""
@@ -167,9 +186,9 @@ class WorkerJobStore(JobStore):
         """Whether the job's run lease still exists."""
         return bool(self.redis.exists(self.keys.lease(job_id)))
 
-    def recover(self, job_id: str, fence: int, attempts: list[Attempt] | None) -> bool:
+    def recover(self, job_id: str, fence: int, attempts: list[Attempt] | None, event: Event | None = None) -> bool:
         """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
-        e.g. when the record cannot be parsed); False if anything moved."""
+        e.g. when the record cannot be parsed) and `event` appended in the same step; False if anything moved."""
         fields = encode_fields({"attempts": attempts}) if attempts is not None else []
         return bool(
             self._recover(
@@ -179,8 +198,16 @@ class WorkerJobStore(JobStore):
                     self.keys.running,
                     self.keys.queued,
                     self.keys.status_counts,
+                    self.keys.events(job_id),
                 ],
-                args=[job_id, fence, time.time(), *fields],
+                args=[
+                    job_id,
+                    fence,
+                    time.time(),
+                    "" if event is None else event.model_dump_json(),
+                    self.events_maxlen,
+                    *fields,
+                ],
             )
         )
 

@@ -143,9 +143,9 @@ class Loops:
                 continue
             detail = f"worker {record.worker or '?'} lost (lease expired)"
             attempts = lost_attempts(record, detail)
-            if not await asyncio.to_thread(self.store.recover, job_id, record.fence, attempts):
+            event = Event(type="requeued", data={"reason": detail})
+            if not await asyncio.to_thread(self.store.recover, job_id, record.fence, attempts, event):
                 continue  # another reconciler won, or the job moved on
-            await asyncio.to_thread(self.store.append_event, job_id, Event(type="requeued", data={"reason": detail}))
             log.warning("job %s: %s; re-enqueued", job_id, detail)
             await self.engine.resend(job_id)
             recovered.append(job_id)

@@ -1,0 +1,119 @@
+"""Events under the fence, on a real Redis: a run that lost its job (another worker claimed it with a newer fence)
+appends nothing more to the job's stream — no progress, no terminal event — and the terminal event goes in with the
+fenced status write, in one script: a follower never sees `failed` then `succeeded`, nor a status without its event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.worker.engine import Engine
+from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.outcome import RunOutcome
+from tests.conftest import make_settings
+from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+
+pytestmark = pytest.mark.integration
+
+A = AccountConfig(name="a", kind="oauth", token_env="T_A")
+
+
+@pytest.fixture
+def wstore(redis_url: str, unique: str, redis_client: redis.Redis) -> WorkerJobStore:
+    return make_worker_store(make_settings(redis_url, unique), redis_client)
+
+
+def _job(store: WorkerJobStore) -> str:
+    record = JobRecord(
+        id=f"job-{utcnow().timestamp()}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()
+    )
+    return store.create(record)[0]
+
+
+def _types(store: WorkerJobStore, job_id: str) -> list[str]:
+    return [e.type for _, e in store.read_events(job_id)]
+
+
+def test_a_superseded_fence_appends_no_event(wstore: WorkerJobStore) -> None:
+    job = _job(wstore)
+    old = wstore.claim(job, "w1", 30)
+    assert wstore.append_event_fenced(job, old.fence, Event(type="assistant_text", data={"text": "mine"}))
+    wstore.redis.delete(wstore.keys.lease(job))
+    assert wstore.recover(job, old.fence, None)
+    new = wstore.claim(job, "w2", 30)
+
+    assert wstore.append_event_fenced(job, old.fence, Event(type="assistant_text", data={"text": "stale"})) is None
+    assert wstore.append_event_fenced(job, new.fence, Event(type="assistant_text", data={"text": "new owner"}))
+    texts = [e.data.get("text") for _, e in wstore.read_events(job) if e.type == "assistant_text"]
+    assert texts == ["mine", "new owner"]
+
+
+def test_the_terminal_event_goes_in_with_the_fenced_status_write(wstore: WorkerJobStore) -> None:
+    job = _job(wstore)
+    old = wstore.claim(job, "w1", 30)
+    wstore.redis.delete(wstore.keys.lease(job))
+    assert wstore.recover(job, old.fence, None)
+    new = wstore.claim(job, "w2", 30)
+
+    stale = Event(type="failed", data={"kind": "transient", "message": "stale"})
+    assert not wstore.write(job, old.fence, "failed", event=stale)
+    assert "failed" not in _types(wstore, job)
+    assert wstore.write(job, new.fence, "succeeded", event=Event(type="succeeded"))
+    assert _types(wstore, job)[-1] == "succeeded" and wstore.status(job) == "succeeded"
+
+
+class _Takeover:
+    """A run that another worker takes over mid-way (lease gone, recovered, claimed again with a new fence); then the
+    old run goes on emitting and reports a success, as a paused worker would after it wakes up."""
+
+    def __init__(self, store: WorkerJobStore) -> None:
+        self.store = store
+
+    async def __call__(self, req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
+        await emit(Event(type="assistant_text", data={"text": "before"}))
+        job = req.job_id
+        await asyncio.to_thread(self.store.redis.delete, self.store.keys.lease(job))
+        record = await asyncio.to_thread(self.store.get, job)
+        assert await asyncio.to_thread(self.store.recover, job, record.fence, None)
+        assert (await asyncio.to_thread(self.store.claim, job, "w2", 30)).ok
+        await emit(Event(type="assistant_text", data={"text": "after the takeover"}))
+        return RunOutcome(result=JobResult(text="done"), session_id="s", got_result=True, subtype="success")
+
+
+@pytest.fixture
+def engine(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Engine]:
+    # A heartbeat slower than the run: nothing but the fence tells the old run it lost the job.
+    settings: Settings = make_settings(redis_url, unique, heartbeat_s=30, lease_ttl_s=60, max_attempts=1)
+    engine = Engine(
+        settings,
+        store=wstore,
+        accounts=FakeAccounts(A),
+        runner=FakeRunner(_Takeover(wstore)),
+        metrics=FakeMetrics(),
+        send=lambda job_id, spec: None,
+        worker_id="w1",
+        request_factory=lambda **fields: type("Req", (), fields)(),
+    )
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+def test_a_run_taken_over_appends_neither_progress_nor_a_terminal_event(engine: Engine, wstore: WorkerJobStore) -> None:
+    job = _job(wstore)
+
+    assert engine.deliver_blocking(job) == "lost"
+
+    events = [e for _, e in wstore.read_events(job)]
+    assert [e.data.get("text") for e in events if e.type == "assistant_text"] == ["before"]
+    assert not {"succeeded", "failed", "cancelled", "attempt_finished"} & {e.type for e in events}
+    record = wstore.get(job)
+    assert (record.status, record.worker) == ("running", "w2")
