@@ -19,6 +19,20 @@ local function count_finished(prefix, st, ttl)
 end
 """
 
+#: Lua: move a finished job's event stream into its record (`events`: a JSON list of [entry id, event JSON]) and
+#: delete the stream: a stream costs ~4.7 KB however few its events, the field about their JSON size, and it expires
+#: with the record. JobStore.read_events reads both.
+COMPACT_EVENTS = """
+local function compact_events(job, stream)
+  local entries = redis.call('XRANGE', stream, '-', '+')
+  if #entries == 0 then return end
+  local packed = {}
+  for i, entry in ipairs(entries) do packed[i] = {entry[1], entry[2][2]} end
+  redis.call('HSET', job, 'events', cjson.encode(packed))
+  redis.call('DEL', stream)
+end
+"""
+
 #: Lua: give job `id` (hash `job`) the next turn number of a conversation (sorted set `waiters` scored by turn
 #: number, counter `seq`) and record both in the job hash (`turn`, and `turns` = the waiters key, read back by
 #: CANCEL). A counter that expired restarts after the highest number still waiting, so order never goes backwards.
@@ -65,6 +79,7 @@ return {1, ARGV[1]}
 # ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen, finished_counts_prefix
 CANCEL = (
     COUNT_FINISHED
+    + COMPACT_EVENTS
     + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
@@ -77,8 +92,8 @@ if status == 'queued' or status == 'deferred' then
   if turns then redis.call('ZREM', turns, ARGV[1]) end  -- a cancelled turn never holds up the next one
   -- The event goes in with the status, so a follower that sees `cancelled` also finds the event.
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'event', ARGV[5])
+  compact_events(KEYS[1], KEYS[5])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
-  redis.call('EXPIRE', KEYS[5], ARGV[3])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
   redis.call('HINCRBY', KEYS[6], status, -1)

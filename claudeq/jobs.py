@@ -87,6 +87,8 @@ class JobStore:
         self.events_maxlen = events_maxlen
         #: How long a conversation's turn order lives after its last submit or turn (the session retention).
         self.conversation_ttl_s = conversation_ttl_s if conversation_ttl_s is not None else result_ttl_s
+        #: The queue named in the `submitted` event of a job that set none (make_store sets the fleet's default).
+        self.default_queue: str | None = None
         self._create = client.register_script(scripts.CREATE)
         self._cancel = client.register_script(scripts.CANCEL)
 
@@ -233,22 +235,54 @@ class JobStore:
     def read_events(
         self, job_id: str, after: str = "0-0", block_ms: int | None = None, count: int = 500
     ) -> list[tuple[str, Event]]:
-        """Events after entry id `after`; with `block_ms`, wait that long for new ones."""
+        """Events after entry id `after`; with `block_ms`, wait that long for new ones.
+
+        A job's events live in three places over its life, read here as one sequence: `submitted` is made from the
+        record (entry id `0-1`: no stream exists for a job that has no other event yet), the others are in the
+        job's stream while it is active, and in the record's `events` field once it finished (the stream is
+        compacted into it by the script that writes the terminal status, and expires with the record)."""
+        out: list[tuple[str, Event]] = []
+        if after == "0-0":
+            submitted = self._submitted_event(job_id)
+            if submitted is not None:
+                out.append((SUBMITTED_ENTRY_ID, submitted))
+                after, block_ms = SUBMITTED_ENTRY_ID, None  # something to return already: do not block
         entries: Any
         if block_ms is None:
             start = f"({after}" if after != "0-0" else "-"
-            entries = self.redis.xrange(self.keys.events(job_id), min=start, count=count)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xrange(self.keys.events(job_id), min=start, count=count)
+            pipe.hget(self.keys.job(job_id), "events")
+            entries, compacted = pipe.execute()
         else:
             res: Any = self.redis.xread({self.keys.events(job_id): after}, count=count, block=block_ms)
             entries = res[0][1] if res else []
-        out: list[tuple[str, Event]] = []
-        for entry_id, fields in entries:
-            payload = fields.get(b"event") or fields.get("event") or b"{}"
+            compacted = self.redis.hget(self.keys.job(job_id), "events")
+        pairs = [(text(i), f.get(b"event") or f.get("event") or b"{}") for i, f in entries]
+        if compacted:
+            # Finished: the stream was moved into the record (a stale run may have appended to a new one since).
+            merged = dict(_compacted_events(compacted, after))
+            merged.update(pairs)
+            pairs = sorted(merged.items(), key=lambda item: _entry_key(item[0]))
+        for entry_id, payload in pairs[: max(0, count - len(out))]:
             try:
-                out.append((text(entry_id), Event.model_validate_json(payload)))
+                out.append((entry_id, Event.model_validate_json(payload)))
             except ValidationError:
-                out.append((text(entry_id), Event(type="unreadable", data={"raw": text(payload)[:200]})))
+                out.append((entry_id, Event(type="unreadable", data={"raw": text(payload)[:200]})))
         return out
+
+    def _submitted_event(self, job_id: str) -> Event | None:
+        created_at, spec = self.redis.hmget(self.keys.job(job_id), ["created_at", "spec"])
+        if created_at is None:
+            return None
+        try:
+            queue = json.loads(spec or b"{}").get("queue")
+        except (ValueError, AttributeError):
+            queue = None
+        try:
+            return Event(type="submitted", at=text(created_at), data={"queue": queue or self.default_queue})
+        except ValidationError:
+            return None
 
     def follow_events(self, job_id: str, poll_ms: int = 1000) -> Iterator[Event]:
         """Yield events as they come until the job is finished and the stream is drained."""
@@ -265,6 +299,32 @@ class JobStore:
                         after = entry_id
                         yield event
                     return
+
+
+#: The entry id of the `submitted` event read_events makes from the record (before any stream entry id).
+SUBMITTED_ENTRY_ID = "0-1"
+
+
+def _entry_key(entry_id: object) -> tuple[int, int]:
+    ms, _, seq = str(entry_id).partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return (0, 0)
+
+
+def _compacted_events(raw: Any, after: str) -> list[tuple[str, Any]]:
+    """(entry id, event JSON) of a record's compacted `events` field, those after `after`."""
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return []
+    floor = _entry_key(after)
+    return [
+        (str(e[0]), e[1])
+        for e in entries
+        if isinstance(e, list) and len(e) == 2 and isinstance(e[1], str) and _entry_key(e[0]) > floor
+    ]
 
 
 def create_reply(reply: Any) -> tuple[str, bool]:

@@ -28,13 +28,15 @@ def new_job_id() -> str:
 
 def make_store(settings: Settings, client: redis.Redis | None = None) -> JobStore:
     """A JobStore on `settings`' Redis."""
-    return JobStore(
+    store = JobStore(
         client or redis.Redis.from_url(settings.redis_url),
         Keys(settings.key_prefix),
         result_ttl_s=settings.result_ttl_s,
         events_maxlen=settings.events_maxlen,
         conversation_ttl_s=settings.session_retention_s,
     )
+    store.default_queue = settings.queue
+    return store
 
 
 def send_run(celery_app: Any, settings: Settings, job_id: str, spec: JobSpec) -> None:
@@ -55,10 +57,6 @@ def push_run(client: Any, queue: str, job_id: str, priority: int = 0) -> None:
 
 #: submit_many writes this many jobs per pipeline round trip.
 SUBMIT_CHUNK = 500
-
-
-def _submitted_event(queue: str) -> str:
-    return Event(type="submitted", data={"queue": queue}).model_dump_json()
 
 
 class JobHandle:
@@ -183,18 +181,12 @@ class Client:
             pipe.execute()
 
     def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
-        """Queue each job's `submitted` event and its broker message (one LPUSH per broker list, in order).
-        `sent_at` goes in the messages: never later than the jobs' scores in the `queued` set (the reconciler
-        relies on it)."""
+        """Queue each job's broker message (one LPUSH per broker list, in order); its `submitted` event is made
+        from the record when read (no stream until a job has another event). `sent_at` goes in the messages:
+        never later than the jobs' scores in the `queued` set (the reconciler relies on it)."""
         lists: dict[str, builtins.list[str]] = {}
         for record in records:
             queue = record.spec.queue or self.settings.queue
-            pipe.xadd(
-                self.store.keys.events(record.id),
-                {"event": _submitted_event(queue)},
-                maxlen=self.store.events_maxlen,
-                approximate=True,
-            )
             message = run_message(record.id, queue, record.spec.priority, sent_at)
             lists.setdefault(list_for(queue, record.spec.priority), []).append(message)
         for name, messages in lists.items():

@@ -6,7 +6,7 @@ overwrite). The idempotency key's expiry follows its job's (see claudeq/job_scri
 
 from __future__ import annotations
 
-from claudeq.job_scripts import COUNT_FINISHED
+from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED
 
 # KEYS: job, lease, queued, running, counts. ARGV: job_id, worker, lease_ttl_ms, now_iso
 # -> {result, fence, first}: first = 1 on the job's first claim ever (its queue wait ends here)
@@ -45,6 +45,7 @@ return 0
 # follower that sees the status finds its event, and a worker that lost the job appends nothing.
 WRITE = (
     COUNT_FINISHED
+    + COMPACT_EVENTS
     + """
 local cur = redis.call('HMGET', KEYS[1], 'fence', 'status')
 if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
@@ -66,8 +67,8 @@ elseif new == 'deferred' then
   redis.call('HINCRBY', KEYS[8], 'deferred', 1)
 else
   count_finished(ARGV[6], new, ARGV[4])
+  compact_events(KEYS[1], KEYS[6])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('EXPIRE', KEYS[6], ARGV[4])
   redis.call('DEL', KEYS[7])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[4]) end

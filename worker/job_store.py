@@ -283,6 +283,8 @@ class WorkerJobStore(JobStore):
                 pipe.exists(self.keys.job(job_id))
             gone = [job_id for job_id, alive in zip(old, pipe.execute(), strict=True) if not alive]
             if gone:
+                # A stream a stale run appended to after its job was compacted has no expiry: it goes with its job.
+                self.redis.delete(*[self.keys.events(job_id) for job_id in gone])
                 self.redis.zrem(self.keys.jobs, *gone)
             checked += len(old)
             removed += len(gone)
@@ -293,10 +295,12 @@ class WorkerJobStore(JobStore):
 
 def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:
     """A WorkerJobStore on `settings`' Redis."""
-    return WorkerJobStore(
+    store = WorkerJobStore(
         client or redis.Redis.from_url(settings.redis_url),
         Keys(settings.key_prefix),
         result_ttl_s=settings.result_ttl_s,
         events_maxlen=settings.events_maxlen,
         conversation_ttl_s=settings.session_retention_s,
     )
+    store.default_queue = settings.queue
+    return store

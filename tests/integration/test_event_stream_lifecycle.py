@@ -1,0 +1,63 @@
+"""A job's events over its life: no stream while it has only `submitted` (made from the record), a stream while it
+runs, then moved into the record when it finishes (the stream is deleted; the events expire with the record), with
+`events`, `events --follow` and `status` reading one unbroken sequence throughout."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from claudeq.models import Event
+from claudeq.producer.client import Client
+from claudeq.worker.job_store import make_worker_store
+
+
+def test_stream_is_created_by_the_first_worker_event_and_compacted_at_the_end(
+    client: Client, redis_client: redis.Redis
+) -> None:
+    store = make_worker_store(client.settings, redis_client)
+    handle = client.submit(prompt="life cycle")
+    events_key = store.keys.events(handle.id)
+    assert not redis_client.exists(events_key)  # queued with only `submitted`: no stream
+    [submitted] = list(client.events(handle.id))
+    assert submitted.type == "submitted" and submitted.data == {"queue": client.settings.queue}
+    assert submitted.at == client.get(handle.id).created_at
+
+    claim = store.claim(handle.id, "w1", 30)
+    store.append_event(handle.id, Event(type="claimed", attempt=1))
+    assert redis_client.exists(events_key)
+    seen: list[str] = []
+    follower = threading.Thread(target=lambda: seen.extend(e.type for e in client.events(handle.id, follow=True)))
+    follower.start()
+    for kind in ("run_started", "assistant_text", "result"):
+        store.append_event(handle.id, Event(type=kind, attempt=1))
+    store.append_event(handle.id, Event(type="succeeded"))
+    assert store.write(handle.id, claim.fence, "succeeded")
+    follower.join(timeout=30)
+    assert not follower.is_alive()
+    expected = ["submitted", "claimed", "run_started", "assistant_text", "result", "succeeded"]
+    assert seen == expected
+
+    assert not redis_client.exists(events_key)  # moved into the record ...
+    assert redis_client.hexists(store.keys.job(handle.id), "events")
+    assert 0 < redis_client.ttl(store.keys.job(handle.id)) <= client.settings.result_ttl_s  # ... which expires
+    assert [e.type for e in client.events(handle.id)] == expected
+    assert [e.type for e in client.events(handle.id, follow=True)] == expected
+    ids = [entry_id for entry_id, _ in store.read_events(handle.id)]
+    assert [e.type for _, e in store.read_events(handle.id, after=ids[2])] == expected[3:]  # cursors still work
+    assert client.get(handle.id).status == "succeeded" and store.status(handle.id) == "succeeded"
+
+
+def test_cancelled_while_queued_leaves_no_stream(client: Client, redis_client: redis.Redis) -> None:
+    handle = client.submit(prompt="cancel me")
+    assert client.cancel(handle.id) == "cancelled"
+    assert not redis_client.exists(client.store.keys.events(handle.id))
+    assert [e.type for e in client.events(handle.id, follow=True)] == ["submitted", "cancelled"]
+
+
+def test_a_queued_job_costs_no_stream_memory(client: Client, redis_client: redis.Redis) -> None:
+    handles = client.submit_many([{"prompt": f"job {i}"} for i in range(50)])
+    assert not any(redis_client.exists(client.store.keys.events(h.id)) for h in handles)
+    record_bytes = max(int(redis_client.memory_usage(client.store.keys.job(h.id)) or 0) for h in handles)
+    assert record_bytes < 2048, record_bytes  # a one-event stream alone cost ~4.7 KB
