@@ -39,6 +39,7 @@ ErrorKind = Literal[
     "account",  # no usable account (all disabled)
     "cancelled",
     "internal",
+    "poisoned",  # it lost its worker too many times (it froze or killed each one): failed rather than retried
 ]
 
 

@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(default=300, gt=0, description="Default idle watchdog (no stream progress).")
     first_byte_timeout_s: float = Field(default=120, gt=0, description="Default time to the first streamed byte.")
     max_attempts: int = Field(default=3, ge=1, le=20, description="Default attempts for a job (rate limits excluded).")
+    output_check_timeout_s: float = Field(
+        default=10, gt=0, description="Longest a structured output's schema validation may take (own process)."
+    )
+    max_worker_lost: int = Field(
+        default=3, ge=1, description="A job whose worker is lost this many times fails as `poisoned`."
+    )
 
     # Worker
     concurrency: int = Field(default=4, ge=1, le=256, description="Runs in flight per worker process.")

@@ -41,10 +41,11 @@ from claudeq.models import (
 )
 from claudeq.producer.validation import policy_problems
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.failure import Decision, decide
+from claudeq.worker.failure import Decision, OutputCheck, decide
 from claudeq.worker.job_store import WorkerJobStore
 from claudeq.worker.metrics import primary_model
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
+from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
 from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.session_planner import SessionPlanner
 
@@ -457,6 +458,7 @@ class Engine:
             now=utcnow(),
             rate_limit_cooldown_s=self.settings.rate_limit_cooldown_s,
             output_schema=spec.output_schema,
+            output_check=await self._check_output(spec, outcome),
         )
         await self._apply_account_effects(account, outcome, decision)
         d.attempts[-1] = attempt.model_copy(
@@ -496,6 +498,18 @@ class Engine:
             # Label by the model that actually answered (canonical id), not the alias the spec asked for.
             model = primary_model(outcome.result.usage if outcome else None) or d.record.spec.model or "default"
             self.metrics.run_duration(account.name, model, time.monotonic() - started)
+
+    async def _check_output(self, spec: JobSpec, outcome: RunOutcome) -> OutputCheck | None:
+        """Check a structured output against the job's schema in its own process, with a deadline: never on this
+        loop (a backtracking `pattern` would hold the GIL and stop every heartbeat of the worker)."""
+        data = outcome.result.structured_output
+        if spec.output_schema is None or data is None or not outcome.got_result or outcome.is_error:
+            return None
+        timeout_s = self.settings.output_check_timeout_s
+        try:
+            return OutputCheck(problem=await schema_problem(data, spec.output_schema, timeout_s))
+        except OutputCheckTimeout:
+            return OutputCheck(timed_out=f"{timeout_s:g} s")
 
     async def _apply_account_effects(self, account: AccountConfig, outcome: RunOutcome, decision: Decision) -> None:
         for signal in outcome.rate_limits:

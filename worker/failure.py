@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-import jsonschema
-
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import FREE_OUTCOMES, ErrorKind, JobError, Outcome
 from claudeq.producer.validation import MAX_ARG_STRLEN
@@ -32,6 +30,14 @@ JOB_FAILURE_SUBTYPES: frozenset[str] = frozenset(
 
 #: HTTP statuses that say the request itself is wrong (retrying the same request cannot help).
 _PERMANENT_STATUSES: frozenset[int] = frozenset({400, 403, 404, 413, 422})
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """What the bounded schema check (worker/output_check.py, its own process) said of a structured output."""
+
+    problem: str | None = None  # why the output does not match the schema (None: it matches)
+    timed_out: str | None = None  # the check was killed at its deadline (how long it had)
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,16 @@ def decide(
     now: datetime,
     rate_limit_cooldown_s: float,
     output_schema: dict[str, Any] | None = None,
+    output_check: OutputCheck | None = None,
 ) -> Decision:
-    """Classify one attempt. `attempts_so_far` counts the earlier counted attempts (this one excluded)."""
+    """Classify one attempt. `attempts_so_far` counts the earlier counted attempts (this one excluded). A success
+    with an `output_schema` needs the `output_check` of its structured output (validation never runs here)."""
     if outcome.stopped_by == "cancel":
         return Decision("cancelled", "cancel", "cancelled", error=JobError(kind="cancelled", message="cancelled"))
     if outcome.stopped_by == "shutdown":
         return Decision("requeued", "requeue", "worker shutting down; job re-enqueued")
     if outcome.got_result and not outcome.is_error:
-        return _success(outcome, output_schema)
+        return _success(outcome, output_schema, output_check)
     if outcome.start_errno is not None:
         return _cannot_start(outcome, outcome.start_errno)
 
@@ -97,17 +105,24 @@ def decide(
     return _retry_or_fail("transient_error", _transient_detail(outcome), remaining, max_attempts)
 
 
-def _success(outcome: RunOutcome, output_schema: dict[str, Any] | None) -> Decision:
+def _success(outcome: RunOutcome, output_schema: dict[str, Any] | None, check: OutputCheck | None) -> Decision:
     if output_schema is None:
         return Decision("success", "succeed", "success")
     data = outcome.result.structured_output
     if data is None:
         detail = "the run ended without the structured output the schema asks for"
         return Decision("failed", "fail", detail, error=JobError(kind="job", message=detail))
-    try:
-        jsonschema.validate(data, output_schema)
-    except jsonschema.ValidationError as exc:
-        detail = f"structured output does not match the schema: {exc.message[:300]}"
+    if check is None:
+        detail = "the structured output was not checked against the schema"
+        return Decision("failed", "fail", detail, error=JobError(kind="internal", message=detail))
+    if check.timed_out is not None:
+        detail = (
+            f"checking the structured output against the schema did not finish within {check.timed_out}: a `pattern` "
+            "that backtracks catastrophically (nested or overlapping repetition) is the usual cause; not retried"
+        )
+        return Decision("failed", "fail", detail, error=JobError(kind="input", message=detail))
+    if check.problem is not None:
+        detail = f"structured output does not match the schema: {check.problem}"
         return Decision("failed", "fail", detail, error=JobError(kind="job", message=detail))
     return Decision("success", "succeed", "success")
 

@@ -103,25 +103,40 @@ redis.call('HINCRBY', KEYS[4], 'queued', 1)
 return 1
 """
 
-# KEYS: job, lease, running, queued, counts, events. ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen,
-# field, value, ... (no fields: status only)
-# A running job whose lease expired (its worker died): back to queued with the caller's attempt record and its
-# `requeued` event, in one step (a new owner's events always come after it).
-RECOVER = """
+# KEYS: job, lease, running, queued, counts, events, cancel.
+# ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
+#       finished_counts_prefix, field, value, ... (no fields: status only)
+# A running job whose lease expired (its worker died): back to queued with the caller's attempt record — or, when it
+# has lost its worker too often, `failed` (poisoned) like any terminal write — and its event, in one step (a new
+# owner's events always come after it).
+RECOVER = (
+    COUNT_FINISHED
+    + COMPACT_EVENTS
+    + """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or redis.call('EXISTS', KEYS[2]) == 1 then
   if cur[1] ~= 'running' then redis.call('SREM', KEYS[3], ARGV[1]) end
   return 0
 end
-if #ARGV >= 7 then redis.call('HSET', KEYS[1], unpack(ARGV, 6)) end
+if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
 if ARGV[4] ~= '' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
-redis.call('HSET', KEYS[1], 'status', 'queued')
+redis.call('HSET', KEYS[1], 'status', ARGV[6])
 redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 redis.call('HINCRBY', KEYS[5], 'running', -1)
-redis.call('HINCRBY', KEYS[5], 'queued', 1)
+if ARGV[6] == 'queued' then
+  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+  redis.call('HINCRBY', KEYS[5], 'queued', 1)
+else
+  count_finished(ARGV[8], ARGV[6], ARGV[7])
+  compact_events(KEYS[1], KEYS[6])
+  redis.call('EXPIRE', KEYS[1], ARGV[7])
+  redis.call('DEL', KEYS[7])
+  local idem = redis.call('HGET', KEYS[1], 'idem')
+  if idem then redis.call('EXPIRE', idem, ARGV[7]) end
+end
 return 1
 """
+)
 
 # KEYS: queued, job. ARGV: job_id, older_than_s, now_s. Claims a resend of an unclaimed queued job (once).
 RESEND = """

@@ -16,7 +16,7 @@ from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobFields, JobStore, encode_fields
 from claudeq.keys import Keys, text
-from claudeq.models import TERMINAL, Attempt, Event, JobStatus, utcnow
+from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.worker import job_scripts as scripts
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
@@ -186,10 +186,20 @@ class WorkerJobStore(JobStore):
         """Whether the job's run lease still exists."""
         return bool(self.redis.exists(self.keys.lease(job_id)))
 
-    def recover(self, job_id: str, fence: int, attempts: list[Attempt] | None, event: Event | None = None) -> bool:
+    def recover(
+        self,
+        job_id: str,
+        fence: int,
+        attempts: list[Attempt] | None,
+        event: Event | None = None,
+        error: JobError | None = None,
+    ) -> bool:
         """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
-        e.g. when the record cannot be parsed) and `event` appended in the same step; False if anything moved."""
-        fields = encode_fields({"attempts": attempts}) if attempts is not None else []
+        e.g. when the record cannot be parsed) and `event` appended in the same step; with `error`, it fails instead
+        (a terminal write: retention, counters). False if anything moved."""
+        fields: dict[str, object] = {} if attempts is None else {"attempts": attempts}
+        if error is not None:
+            fields.update(error=error, finished_at=utcnow())
         return bool(
             self._recover(
                 keys=[
@@ -199,6 +209,7 @@ class WorkerJobStore(JobStore):
                     self.keys.queued,
                     self.keys.status_counts,
                     self.keys.events(job_id),
+                    self.keys.cancel(job_id),
                 ],
                 args=[
                     job_id,
@@ -206,7 +217,10 @@ class WorkerJobStore(JobStore):
                     time.time(),
                     "" if event is None else event.model_dump_json(),
                     self.events_maxlen,
-                    *fields,
+                    "queued" if error is None else "failed",
+                    self.result_ttl_s,
+                    self.keys.finished_counts_prefix,
+                    *encode_fields(fields),
                 ],
             )
         )

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from claudeq.broker_message import list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.models import Attempt, Event, JobRecord, utcnow
+from claudeq.models import Attempt, Event, JobError, JobRecord, utcnow
 from claudeq.worker.engine import Engine
 
 log = logging.getLogger("claudeq.loops")
@@ -143,6 +143,11 @@ class Loops:
                 continue
             detail = f"worker {record.worker or '?'} lost (lease expired)"
             attempts = lost_attempts(record, detail)
+            losses = sum(1 for a in attempts if a.outcome == "worker_lost")
+            if losses >= self.settings.max_worker_lost:
+                if await self._poisoned(record, attempts, losses, detail):
+                    recovered.append(job_id)
+                continue
             event = Event(type="requeued", data={"reason": detail})
             if not await asyncio.to_thread(self.store.recover, job_id, record.fence, attempts, event):
                 continue  # another reconciler won, or the job moved on
@@ -150,6 +155,29 @@ class Loops:
             await self.engine.resend(job_id)
             recovered.append(job_id)
         return recovered
+
+    async def _poisoned(self, record: JobRecord, attempts: list[Attempt], losses: int, detail: str) -> bool:
+        """Fail a job that lost its worker `losses` times: whatever it does freezes or kills the worker running it,
+        and another round would take down one more. False when another reconciler won, or the job moved on."""
+        message = (
+            f"the job lost its worker {losses} times (each time its lease expired mid-run; last: {detail}): failed as "
+            "poisoned rather than handed to another worker. Something in the run freezes or kills the worker "
+            "running it; see the worker logs of its attempts."
+        )
+        error = JobError(kind="poisoned", message=message)
+        event = Event(type="failed", data={"kind": error.kind, "message": message})
+        if not await asyncio.to_thread(self.store.recover, record.id, record.fence, attempts, event, error):
+            return False
+        log.error("job %s: %s", record.id, message)
+        self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, "failed")
+        try:
+            waiting = await self.engine.sessions.finished(record, "failed", record.session_id)
+        except Exception:
+            log.exception("job %s: conversation bookkeeping failed", record.id)
+            waiting = []
+        for job_id in waiting:
+            await self.engine.promote_and_send(job_id, force=True)
+        return True
 
     async def resend_once(self) -> list[str]:
         """Re-send queued jobs nobody claimed for `unclaimed_resend_s` and whose message is not waiting in the

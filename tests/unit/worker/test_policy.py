@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import FREE_OUTCOMES, JobResult
-from claudeq.worker.failure import Decision, decide
+from claudeq.worker.failure import Decision, OutputCheck, decide
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -157,15 +157,29 @@ SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required"
 
 
 def test_structured_output_matching_the_schema_succeeds() -> None:
-    d = run(ok(result=JobResult(structured_output={"n": 3})), output_schema=SCHEMA)
+    d = run(ok(result=JobResult(structured_output={"n": 3})), output_schema=SCHEMA, output_check=OutputCheck())
     assert d.action == "succeed"
 
 
 @pytest.mark.parametrize("data", [None, {"n": "three"}, {}])
 def test_structured_output_missing_or_invalid_is_a_job_failure(data: Any) -> None:
-    d = run(ok(result=JobResult(structured_output=data)), output_schema=SCHEMA)
+    check = OutputCheck(problem="'n' is a required property")
+    d = run(ok(result=JobResult(structured_output=data)), output_schema=SCHEMA, output_check=check)
     assert (d.outcome, d.action) == ("failed", "fail")
     assert d.error is not None and d.error.kind == "job"
+
+
+def test_a_schema_check_past_its_deadline_fails_for_good_naming_the_pattern() -> None:
+    check = OutputCheck(timed_out="2 s")
+    d = run(ok(result=JobResult(structured_output={"n": 1})), output_schema=SCHEMA, output_check=check)
+    assert (d.outcome, d.action) == ("failed", "fail")
+    assert d.error is not None and d.error.kind == "input" and not d.error.retryable
+    assert "within 2 s" in d.error.message and "pattern" in d.error.message
+
+
+def test_a_structured_output_never_checked_is_not_a_success() -> None:
+    d = run(ok(result=JobResult(structured_output={"n": 1})), output_schema=SCHEMA)
+    assert d.action == "fail"
 
 
 outcomes = st.builds(

@@ -1,0 +1,74 @@
+"""Validate a structured output against its job's schema in a process of its own, with a deadline.
+
+A schema's `pattern` runs in Python's `re`, which backtracks: `^(a|a)+\\s$` against 27 `a`s and a U+FEFF (which the
+CLI accepts: in JavaScript `\\s` matches it) holds the GIL for about 18 s. On the engine's loop — or in a thread of it,
+since `re` never releases the GIL — that stops every heartbeat of the worker, leases expire and other workers take
+its runs over. So the check runs in a child interpreter (`python -I -c`, no environment: it never sees a secret) that
+the worker kills at the deadline; the child also arms an alarm on itself so it dies even if the worker does first.
+
+Why not a linear-time regex engine (google-re2)? It would be a native dependency, and it does not speak the same
+dialect: lookarounds and backreferences, valid in JSON Schema, are refused, so some schemas valid today would stop
+working, and `pattern` is not the only costly part of a schema. A child process keeps today's semantics exactly, bounds
+everything validation does, and costs ~0.1 s per structured-output job only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+#: The child: read {"schema", "data"} on stdin, print {"error": message or null}. The alarm ends it (SIGALRM's default
+#: action) if nobody else does.
+_CHILD = """
+import json, signal, sys
+signal.alarm(int(sys.argv[1]) + 1)
+import jsonschema
+doc = json.load(sys.stdin)
+try:
+    jsonschema.validate(doc["data"], doc["schema"])
+except jsonschema.ValidationError as exc:
+    print(json.dumps({"error": exc.message[:300]}))
+else:
+    print(json.dumps({"error": None}))
+"""
+
+
+class OutputCheckTimeout(Exception):
+    """Validation did not finish by its deadline (the child was killed)."""
+
+
+async def schema_problem(data: Any, schema: dict[str, Any], timeout_s: float) -> str | None:
+    """Why `data` does not match `schema` (None: it matches); OutputCheckTimeout past `timeout_s`."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",
+        "-c",
+        _CHILD,
+        str(int(timeout_s)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={},
+    )
+    payload = json.dumps({"schema": schema, "data": data}).encode()
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(payload), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise OutputCheckTimeout(f"did not finish within {timeout_s:g} s") from None
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    try:
+        reply = json.loads(out)
+    except ValueError:
+        raise RuntimeError(
+            f"the schema check exited {proc.returncode}: {err.decode(errors='replace')[-300:]}"
+        ) from None
+    error = reply.get("error")
+    return None if error is None else str(error)
