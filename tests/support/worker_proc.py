@@ -179,6 +179,7 @@ def start_worker(
     extra_env: dict[str, str] | None = None,
     args: list[str] | None = None,
     wait: bool = True,
+    ready_timeout: float = 30,
 ) -> WorkerProcess:
     """Start `claudeq-worker` with `settings` (accounts_file must be set) and wait until it is consuming."""
     worker_id = worker_id or f"test-worker-{uuid.uuid4().hex[:6]}"
@@ -194,7 +195,11 @@ def start_worker(
         )
     worker = WorkerProcess(proc, worker_id, log_path, settings)
     if wait:
-        worker.wait_ready()
+        try:
+            worker.wait_ready(ready_timeout)
+        except BaseException:
+            worker.kill()  # nobody else knows this process: never leave it running
+            raise
     return worker
 
 
