@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from claudeq.config.account_pool import AccountPool
@@ -24,6 +24,10 @@ TOOL_PROFILES: dict[str, list[str]] = {
 
 #: Built-in tools that read or write files; their paths are held to the workspace roots by a PreToolUse hook.
 FILE_TOOLS: frozenset[str] = frozenset({"Read", "Write", "Edit", "Glob", "Grep", "NotebookEdit"})
+
+#: Built-in tools that run commands or write files: a run offered any of them gets a uid of its own (see
+#: WorkerPolicy.run_uids), so what it executes cannot read the worker's or other runs' environments or files.
+ISOLATED_TOOLS: frozenset[str] = frozenset({"Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"})
 
 #: The most attempts a job may ask for (JobSpec.max_attempts); bounds how long one task can run.
 MAX_ATTEMPTS_CAP = 20
@@ -55,6 +59,43 @@ class WorkerPolicy(BaseModel):
         default=None,
         description="Import path of a module exposing `TOOLS` (SDK @tool functions) that jobs may use by name.",
     )
+    run_uids: tuple[int, int] = Field(
+        default=(61000, 61999),
+        description="First and last uid (inclusive) of the range a root worker runs shell or file-writing CLIs "
+        "under, one uid per concurrent run on the host (its gid is the same number); no other user or process on "
+        "the host may use these ids.",
+    )
+    run_groups: list[int] = Field(
+        default_factory=list,
+        description="Supplementary gids of those runs, e.g. the group that owns the workspace roots (g+rwX, setgid).",
+    )
+    shared_uid_ok: bool = Field(
+        default=False,
+        description="Accept running shell or file-writing jobs under the worker's own uid when it cannot switch "
+        "(not root): such a job can then read the worker's environment (tokens, Redis password) and other runs'.",
+    )
+
+    @field_validator("run_uids")
+    @classmethod
+    def _uid_range(cls, value: tuple[int, int]) -> tuple[int, int]:
+        first, last = value
+        if not 0 < first <= last < 2**32 - 1:
+            raise ValueError("must be [first, last] with 0 < first <= last < 4294967295 (never root)")
+        return value
+
+    @model_validator(mode="after")
+    def _groups_outside_the_run_ids(self) -> WorkerPolicy:
+        first, last = self.run_uids
+        clash = [g for g in self.run_groups if first <= g <= last or g == 0]
+        if clash:
+            # A run's private gid is its uid's number: a shared group in that range would be some run's own.
+            raise ValueError(f"run_groups {clash} must be outside run_uids {first}-{last} and not 0")
+        return self
+
+    def isolated_tools(self, tools: list[str]) -> list[str]:
+        """Those of `tools` that make a run need a uid of its own (shell, file writes)."""
+        return [t for t in tools if t in ISOLATED_TOOLS]
+
     fleet_tools: bool = Field(
         default=False,
         description="Offer the `claudeq mcp` tools (submit_job, get_job, list_jobs, cancel_job, wait_job, "

@@ -73,7 +73,9 @@ def default_cwd() -> Path:
     Stable because a session's transcript key is derived from the cwd: a resumed session must see the same one.
     """
     path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
+    path.mkdir(mode=0o555, exist_ok=True)
+    if path.stat().st_mode & 0o777 != 0o555:
+        path.chmod(0o555)  # a run under its own uid may enter it, nobody may put anything in it
     return path
 
 

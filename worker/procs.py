@@ -56,6 +56,25 @@ def _pids_with(needle: bytes, parent: int | None) -> list[int]:
     return sorted(found)
 
 
+def uid_pids(uid: int) -> list[int]:
+    """Live processes whose real or effective uid is `uid` (what a run under its own uid left behind)."""
+    found: list[int] = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                ids = line.split()[1:3]  # real, effective
+                if str(uid) in ids and alive(int(entry.name)):
+                    found.append(int(entry.name))
+                break
+    return sorted(found)
+
+
 def all_job_pids() -> dict[int, str]:
     """Every live process started with some CLAUDEQ_JOB_ID, mapped to that job id."""
     prefix = f"{JOB_ID_VAR}=".encode()

@@ -31,11 +31,22 @@ from claude_agent_sdk import ClaudeSDKClient, ProcessError
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
+from claudeq.errors import ConfigError
 from claudeq.models import Event, JobSpec
 from claudeq.worker import procs
 from claudeq.worker.cli_env import build_env, redact, remember_settings_secrets
-from claudeq.worker.launcher import locate_cli, python_for_wrapper, wrapper_path
-from claudeq.worker.options import PromptFiles, build_options, check_spec
+from claudeq.worker.launcher import (
+    RunIdentity,
+    acquire_identity,
+    can_switch_uid,
+    closed_to_others,
+    exposed_secret_files,
+    locate_cli,
+    python_for_wrapper,
+    take_back,
+    wrapper_path,
+)
+from claudeq.worker.options import PromptFiles, build_options, builtin_tools, check_spec
 from claudeq.worker.outcome import RunOutcome, StopReason
 from claudeq.worker.parse import MessageParser
 from claudeq.worker.passthrough import PassThrough, RunGrant
@@ -133,17 +144,79 @@ class Runner:
 
     async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         """Run one attempt; run failures go into the outcome, only ConfigError/PolicyViolation are raised."""
+        self.check(req.spec)
+        # A run that may execute commands or write files gets a uid of its own (None: the worker's uid).
+        identity = await asyncio.to_thread(self._identity_for, req)
+        try:
+            return await self._run(req, emit, cancel, identity)
+        finally:
+            if identity is not None:
+                await asyncio.shield(asyncio.to_thread(self._release, identity, req.account))
+
+    def _identity_for(self, req: RunRequest) -> RunIdentity | None:
+        """The uid the run's CLI runs under, or None for the worker's own; ConfigError when it needs one and the
+        worker cannot give it (blocking: scans /proc, chowns)."""
+        policy = self.settings.policy
+        wanted = policy.isolated_tools(builtin_tools(req.spec, policy))
+        if not wanted:
+            return None
+        if not can_switch_uid():
+            if policy.shared_uid_ok:
+                return None
+            raise ConfigError(
+                "CLAUDEQ_POLICY__SHARED_UID_OK",
+                f"the job's tools ({', '.join(wanted)}) run only under a uid of their own, and this worker runs as "
+                f"uid {os.geteuid()}, which cannot switch: run the worker as root (with setpriv), or set "
+                "CLAUDEQ_POLICY__SHARED_UID_OK=true to accept that such a job can read the worker's environment "
+                "(account tokens, the Redis password) and other runs'",
+            )
+        exposed = exposed_secret_files(self.settings, policy.run_groups)
+        if exposed:
+            raise ConfigError(
+                "accounts.token_file",
+                f"{', '.join(str(p) for p in exposed)} can be read by other users, so by a run's own uid: "
+                "chmod o-r (and keep it out of CLAUDEQ_POLICY__RUN_GROUPS) before running shell or file-writing jobs",
+            )
+        root = self.settings.run_root or Path(tempfile.gettempdir())
+        for setting, path, execute in (
+            ("CLAUDEQ_RUN_ROOT", root, False),
+            ("CLAUDEQ_CLI_PATH", locate_cli(self.settings), True),
+        ):
+            closed = closed_to_others(path, policy.run_groups, execute=execute)
+            if closed is not None:
+                raise ConfigError(
+                    setting,
+                    f"{closed} (mode {closed.stat().st_mode & 0o7777:o}) keeps the runs' own uids from reaching "
+                    f"{path}: make it enterable by others (chmod o+x), or choose another path",
+                )
+        identity = acquire_identity(policy)
+        if req.account.config_dir is not None:
+            try:
+                identity.give(req.account.config_dir)  # an interactive login: one run at a time uses it
+            except BaseException:
+                identity.release()
+                raise
+        return identity
+
+    @staticmethod
+    def _release(identity: RunIdentity, account: AccountConfig) -> None:
+        identity.release()
+        if account.config_dir is not None:
+            take_back(account.config_dir)
+
+    async def _run(
+        self, req: RunRequest, emit: EventSink, cancel: asyncio.Event, identity: RunIdentity | None
+    ) -> RunOutcome:
         # File system work happens off the engine loop: every run's heartbeat and watchdog share that loop.
         cli = await asyncio.to_thread(locate_cli, self.settings)
         wrapper = wrapper_path()
         token = await asyncio.to_thread(req.account.read_token)  # ConfigError now when the token is missing
-        self.check(req.spec)
         started = time.monotonic()
         parser = MessageParser(attempt=req.attempt)
         watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
         stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         run_id = f"{req.job_id}.{req.attempt}.{uuid.uuid4().hex[:8]}"
-        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req)
+        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, identity)
         grant: RunGrant | None = None
         if self.passthrough is not None:
             del token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
@@ -167,6 +240,9 @@ class Runner:
                 run_id=run_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            if identity is not None:
+                # Its own home and temp dir: the worker's (root's) are not the run's to write in.
+                env.update(identity.env(), HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
             options = build_options(
                 req.spec,
                 self.settings,
@@ -245,14 +321,19 @@ class Runner:
             outcome.passthrough_failed = redact(failure)
             log.error("run %s: the pass-through it used stopped: %s", grant.run_id, outcome.passthrough_failed)
 
-    def _make_run_dir(self, req: RunRequest) -> tuple[Path, PromptFiles]:
-        """The run's own directory: its CLI config dir and its system prompt files (removed after the run)."""
+    def _make_run_dir(self, req: RunRequest, identity: RunIdentity | None) -> tuple[Path, PromptFiles]:
+        """The run's own directory (mode 0700; owned by the run's uid when it has one): its CLI config dir, temp
+        dir and system prompt files. Removed after the run."""
         root = self.settings.run_root or Path(tempfile.gettempdir())
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o711, parents=True, exist_ok=True)  # runs may enter it, not list it (when we make it)
         path = Path(tempfile.mkdtemp(prefix=f"claudeq-run-{req.job_id[:40]}-{req.attempt}-", dir=root))
         try:
             (path / "config").mkdir(mode=0o700)
-            return path, PromptFiles.write(req.spec, path)
+            (path / "tmp").mkdir(mode=0o700)
+            files = PromptFiles.write(req.spec, path)
+            if identity is not None:
+                identity.give(path)
+            return path, files
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise

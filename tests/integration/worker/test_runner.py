@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -273,7 +275,11 @@ def _cmdlines_with(marker: str) -> list[int]:
 
 async def test_cancel_also_kills_commands_a_tool_started(runner: Runner, unique: str) -> None:
     # A shell tool's command is a child of the CLI, not of the worker: stopping the run must end it too.
-    settings = runner.settings.model_copy(update={"policy": WorkerPolicy(allowed_tools=["Bash"])})
+    # A run with Bash runs under a uid of its own, which must be able to enter the run root (tmp_path cannot be).
+    run_root = Path(tempfile.mkdtemp(prefix="cqt-shell-runs-", dir="/tmp"))
+    os.chmod(run_root, 0o711)
+    update = {"policy": WorkerPolicy(allowed_tools=["Bash"]), "run_root": run_root}
+    settings = runner.settings.model_copy(update=update)
     settings.__dict__["accounts"] = runner.settings.accounts
     shell_runner = Runner(settings)
     marker = f"cqt-sleeper-{unique}"
@@ -290,6 +296,7 @@ async def test_cancel_also_kills_commands_a_tool_started(runner: Runner, unique:
     assert _cmdlines_with(marker), "the Bash tool never started its command"
     cancel.set()
     outcome, _ = await task
+    shutil.rmtree(run_root, ignore_errors=True)
     assert outcome.stopped_by == "cancel"
     await asyncio.sleep(0.2)
     assert _cmdlines_with(marker) == [], "a tool's command outlived the run"

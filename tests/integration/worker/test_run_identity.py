@@ -1,0 +1,153 @@
+"""Runs that may execute commands or write files get a uid of their own: the uid pool, the refusals when the worker
+cannot give one (not root, without the operator's consent to a shared uid) and when a token file is readable by
+other users. Real processes, real uids (the suite runs as root), real files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import ConfigError
+from claudeq.models import Event, JobSpec
+from claudeq.worker import procs
+from claudeq.worker.launcher import acquire_identity
+from claudeq.worker.runner import Runner, RunRequest
+
+pytestmark = pytest.mark.integration
+
+SHELL = ["Read", "Glob", "Grep", "Edit", "Write", "Bash"]
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="cqt-identity-", dir="/tmp"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def make_runner(policy: WorkerPolicy, account: AccountConfig, run_root: Path) -> Runner:
+    settings = Settings(_env_file=None, run_root=run_root, policy=policy)  # type: ignore[call-arg]
+    settings.__dict__["accounts"] = AccountPool(accounts=[account])
+    return Runner(settings)
+
+
+def request(runner: Runner, **spec: object) -> RunRequest:
+    [account] = runner.settings.accounts.accounts
+    return RunRequest(job_id="identity-job", attempt=1, spec=JobSpec(prompt="hi", **spec), account=account)  # type: ignore[arg-type]
+
+
+def test_identities_are_distinct_swept_and_bounded_by_the_range() -> None:
+    policy = WorkerPolicy(run_uids=(63000, 63001), run_groups=[63500])
+    one = acquire_identity(policy)
+    two = acquire_identity(policy)
+    try:
+        assert {one.uid, two.uid} == {63000, 63001}
+        assert one.gid == one.uid and one.groups == (63500,)
+        with pytest.raises(ConfigError) as info:
+            acquire_identity(policy)
+        assert info.value.field == "CLAUDEQ_POLICY__RUN_UIDS"
+        # Something left running under a run's uid (it cleared its environment, so the run-id sweep misses it).
+        stray = subprocess.Popen(
+            ["setpriv", f"--reuid={one.uid}", f"--regid={one.gid}", "--clear-groups", "--", "sleep", "300"],
+            env={},
+        )
+        try:
+            procs_before = procs.uid_pids(one.uid)
+            assert stray.pid in procs_before
+            one.release()
+            assert procs.uid_pids(one.uid) == []
+        finally:
+            stray.kill()
+            stray.wait()
+        again = acquire_identity(policy)  # the released uid is free again
+        assert again.uid == one.uid
+        again.release()
+    finally:
+        one.release()
+        two.release()
+
+
+def test_run_groups_may_not_overlap_the_run_uids() -> None:
+    with pytest.raises(ValueError, match="outside run_uids"):
+        WorkerPolicy(run_uids=(63000, 63010), run_groups=[63005])
+
+
+def _identity_as_non_root(runner: Runner, req: RunRequest) -> tuple[str, object]:
+    """Ask for the run's identity in a forked child that gave up root (a real non-root worker)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.setgroups([])
+            os.setresgid(63999, 63999, 63999)
+            os.setresuid(63999, 63999, 63999)
+            try:
+                answer: tuple[str, object] = ("identity", runner._identity_for(req))
+            except ConfigError as exc:
+                answer = ("error", (exc.field, exc.reason))
+            os.write(write_end, pickle.dumps(answer))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    result: tuple[str, object] = pickle.loads(data)
+    return result
+
+
+def test_a_worker_that_cannot_switch_uid_refuses_shell_jobs_unless_the_policy_accepts_a_shared_uid(
+    base: Path,
+) -> None:
+    account = AccountConfig(name="a", kind="oauth", token_env="CQT_IDENTITY_TOKEN")
+    strict = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+    kind, value = _identity_as_non_root(strict, request(strict, tools="shell"))
+    assert kind == "error"
+    field, reason = value  # type: ignore[misc]
+    assert field == "CLAUDEQ_POLICY__SHARED_UID_OK"
+    assert "Bash" in reason and "uid 63999" in reason and "CLAUDEQ_POLICY__SHARED_UID_OK=true" in reason
+    assert _identity_as_non_root(strict, request(strict, tools="read-only")) == ("identity", None)
+
+    accepting = make_runner(WorkerPolicy(allowed_tools=SHELL, shared_uid_ok=True), account, base / "runs")
+    assert _identity_as_non_root(accepting, request(accepting, tools="shell")) == ("identity", None)
+
+
+def test_a_token_file_other_users_can_read_refuses_shell_jobs(base: Path) -> None:
+    token = base / "a.token"
+    token.write_text("sk-ant-oat01-test-identity")
+    token.chmod(0o644)  # in a directory anyone may enter: any uid can read it
+    account = AccountConfig(name="a", kind="oauth", token_file=token, base_url="http://127.0.0.1:9")
+    runner = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+
+    async def emit(event: Event) -> None:
+        return None
+
+    with pytest.raises(ConfigError) as info:
+        asyncio.run(runner.run(request(runner, tools="shell"), emit, asyncio.Event()))
+    assert str(token) in info.value.reason and "chmod o-r" in info.value.reason
+    token.chmod(0o600)
+    identity = runner._identity_for(request(runner, tools="shell"))
+    assert identity is not None
+    identity.release()
+
+
+def test_a_run_root_the_runs_cannot_enter_refuses_shell_jobs(base: Path, tmp_path: Path) -> None:
+    account = AccountConfig(name="a", kind="oauth", token_env="CQT_IDENTITY_TOKEN")
+    closed = tmp_path / "private"  # pytest's tmp_path lies under a 0700 directory
+    runner = make_runner(WorkerPolicy(allowed_tools=SHELL), account, closed / "runs")
+    closed.mkdir()
+    with pytest.raises(ConfigError) as info:
+        runner._identity_for(request(runner, tools="shell"))
+    assert info.value.field == "CLAUDEQ_RUN_ROOT" and "chmod o+x" in info.value.reason
+    assert runner._identity_for(request(runner, tools="read-only")) is None  # runs under the worker's uid
