@@ -16,6 +16,12 @@ if [ -z "$CLAUDEQ_CLAUDE_BIN" ]; then
 fi
 if [ -n "$CLAUDEQ_RUN_UID" ]; then
     umask 007
+    # A resumed session may come from the SDK's session store, materialized into a config dir of its own (the
+    # worker's, mode 0700; CLAUDE_CONFIG_DIR is only ever set by the worker and the SDK): make it the run's.
+    if [ -n "$CLAUDE_CONFIG_DIR" ] && [ -d "$CLAUDE_CONFIG_DIR" ] &&
+        [ "$(stat -c %u "$CLAUDE_CONFIG_DIR")" != "$CLAUDEQ_RUN_UID" ]; then
+        chown -R "$CLAUDEQ_RUN_UID:${CLAUDEQ_RUN_GID:?}" "$CLAUDE_CONFIG_DIR" || exit 126
+    fi
     if command -v setpriv >/dev/null 2>&1; then
         if [ -n "$CLAUDEQ_RUN_GROUPS" ]; then
             set -- --groups="$CLAUDEQ_RUN_GROUPS" -- "$CLAUDEQ_CLAUDE_BIN" "$@"

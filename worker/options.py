@@ -67,16 +67,26 @@ def check_spec(spec: JobSpec, policy: WorkerPolicy, registry: ToolRegistry | Non
                 raise PolicyViolation(field, f"{path} is not a directory")
 
 
-def default_cwd() -> Path:
+def default_cwd(own_uid: bool = False) -> Path:
     """Where a job without a cwd runs: an empty, stable directory (never the worker's own cwd and its files).
 
     Stable because a session's transcript key is derived from the cwd: a resumed session must see the same one.
+    A run under a uid of its own (`own_uid`, see `runs_under_own_uid`) gets one it may enter (mode 0555).
     """
-    path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}"
+    if not own_uid:
+        path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}"
+        path.mkdir(mode=0o700, exist_ok=True)
+        return path
+    path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}-runs"
     path.mkdir(mode=0o555, exist_ok=True)
     if path.stat().st_mode & 0o777 != 0o555:
-        path.chmod(0o555)  # a run under its own uid may enter it, nobody may put anything in it
+        path.chmod(0o555)  # runs may enter it, nobody may put anything in it
     return path
+
+
+def runs_under_own_uid(spec: JobSpec, policy: WorkerPolicy) -> bool:
+    """Whether a run of `spec` is offered a tool that executes commands or writes files (so a uid of its own)."""
+    return bool(policy.isolated_tools(builtin_tools(spec, policy)))
 
 
 def _outside(value: str, base: Path, policy: WorkerPolicy) -> bool:
@@ -230,7 +240,7 @@ def build_options(
         effort=spec.effort,
         thinking=_thinking(spec),
         permission_mode=spec.permission_mode,
-        cwd=spec.cwd or default_cwd(),
+        cwd=spec.cwd or default_cwd(runs_under_own_uid(spec, policy)),
         add_dirs=list(spec.add_dirs),
         output_format=output_format,
         include_partial_messages=True,  # liveness for the watchdogs; never stored as events

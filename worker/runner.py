@@ -46,7 +46,7 @@ from claudeq.worker.launcher import (
     take_back,
     wrapper_path,
 )
-from claudeq.worker.options import PromptFiles, build_options, builtin_tools, check_spec
+from claudeq.worker.options import PromptFiles, build_options, builtin_tools, check_spec, runs_under_own_uid
 from claudeq.worker.outcome import RunOutcome, StopReason
 from claudeq.worker.parse import MessageParser
 from claudeq.worker.passthrough import PassThrough, RunGrant
@@ -146,7 +146,12 @@ class Runner:
         """Run one attempt; run failures go into the outcome, only ConfigError/PolicyViolation are raised."""
         self.check(req.spec)
         # A run that may execute commands or write files gets a uid of its own (None: the worker's uid).
-        identity = await asyncio.to_thread(self._identity_for, req)
+        acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
+        try:
+            identity = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(lambda done: self._release_late(done, req.account))
+            raise
         try:
             return await self._run(req, emit, cancel, identity)
         finally:
@@ -157,9 +162,9 @@ class Runner:
         """The uid the run's CLI runs under, or None for the worker's own; ConfigError when it needs one and the
         worker cannot give it (blocking: scans /proc, chowns)."""
         policy = self.settings.policy
-        wanted = policy.isolated_tools(builtin_tools(req.spec, policy))
-        if not wanted:
+        if not runs_under_own_uid(req.spec, policy):
             return None
+        wanted = policy.isolated_tools(builtin_tools(req.spec, policy))
         if not can_switch_uid():
             if policy.shared_uid_ok:
                 return None
@@ -180,6 +185,7 @@ class Runner:
         root = self.settings.run_root or Path(tempfile.gettempdir())
         for setting, path, execute in (
             ("CLAUDEQ_RUN_ROOT", root, False),
+            ("TMPDIR", Path(tempfile.gettempdir()), False),  # where the SDK materializes a resumed session
             ("CLAUDEQ_CLI_PATH", locate_cli(self.settings), True),
         ):
             closed = closed_to_others(path, policy.run_groups, execute=execute)
@@ -197,6 +203,14 @@ class Runner:
                 identity.release()
                 raise
         return identity
+
+    def _release_late(self, acquired: asyncio.Future[RunIdentity | None], account: AccountConfig) -> None:
+        """Free an identity whose run was cancelled while it was being acquired (never leak its uid)."""
+        if acquired.cancelled() or acquired.exception() is not None:
+            return
+        identity = acquired.result()
+        if identity is not None:
+            asyncio.get_running_loop().run_in_executor(None, self._release, identity, account)
 
     @staticmethod
     def _release(identity: RunIdentity, account: AccountConfig) -> None:

@@ -35,7 +35,7 @@ from claudeq.jobs import JobStore
 from claudeq.models import Event, JobError, JobRecord, PlannedSession, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.cli_env import redact
-from claudeq.worker.options import default_cwd
+from claudeq.worker.options import default_cwd, runs_under_own_uid
 
 EventSink = Callable[[Event], Awaitable[None]]
 
@@ -191,7 +191,8 @@ class SessionPlanner:
                 ready = utcnow() + timedelta(seconds=self.recheck_s)
                 return SessionPlan(wait=TurnWait(grant.holder, ready, reason))
         store = self.store()
-        project = project_key_for_directory(spec.cwd or default_cwd())
+        own_uid = self.settings is not None and runs_under_own_uid(spec, self.settings.policy)
+        project = project_key_for_directory(spec.cwd or default_cwd(own_uid))
         plan = await self._continuation(record, store, project)
         restarted_from: str | None = None
         if plan is None:

@@ -175,3 +175,22 @@ def test_a_shell_job_reads_no_secret_of_the_worker_or_other_runs(
     client.cancel(victim.id)
     assert client.wait(victim.id, timeout=60, poll_s=0.1).status == "cancelled"
     assert procs.uid_pids(uid) == []  # nothing left running under the run's uid
+
+
+def test_a_shell_conversation_resumes_under_the_runs_own_uid(
+    client: Client, workers: WorkerFactory, workspace: Path
+) -> None:
+    """The second turn resumes the session, which the SDK materializes into a config dir of its own (the worker's):
+    the run's uid must get it too."""
+    workers()
+    turns = []
+    for i in range(2):
+        command = json.dumps({"command": f"id -u > {workspace}/turn{i}.txt", "description": "who"})
+        job = client.submit(
+            prompt=f"[[sim: tool Bash {command}]] turn {i}", tools="shell", conversation="chat", cwd=str(workspace)
+        )
+        record = client.wait(job.id, timeout=120, poll_s=0.1)
+        assert record.status == "succeeded", record.error
+        turns.append(record)
+    assert turns[1].session_id is not None
+    assert all(int((workspace / f"turn{i}.txt").read_text()) != 0 for i in range(2))
