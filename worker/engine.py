@@ -161,7 +161,9 @@ class Engine:
         self.worker_id = worker_id
         self.sessions = sessions or SessionPlanner()
         self.request_factory = request_factory
-        self.deliveries: dict[str, Delivery] = {}
+        #: Deliveries in hand, by (job id, fence): a job recovered and delivered back here while its old delivery is
+        #: still stopping has two, and each one's end removes its own entry only.
+        self.deliveries: dict[tuple[str, int], Delivery] = {}
         self.closing = False  # shutdown began: claim nothing new
         self.started_at = utcnow()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -234,15 +236,19 @@ class Engine:
         """Deliveries being handled right now."""
         return len(self.deliveries)
 
+    def handles(self, job_id: str) -> bool:
+        """Whether a delivery of `job_id` (any fence) is in hand here."""
+        return any(key[0] == job_id for key in self.deliveries)
+
     def request_cancel(self, job_id: str) -> None:
         """Stop the run of `job_id` if it runs here (thread-safe; the cancel listener calls it)."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop_by_id, job_id, "cancel")
 
     def _stop_by_id(self, job_id: str, why: str) -> None:
-        delivery = self.deliveries.get(job_id)
-        if delivery is not None:
-            self._stop(delivery, why)
+        for (held, _), delivery in list(self.deliveries.items()):
+            if held == job_id:
+                self._stop(delivery, why)
 
     @staticmethod
     def _stop(delivery: Delivery, why: str) -> None:
@@ -316,7 +322,8 @@ class Engine:
         )
         if record.result is not None:
             delivery.result = record.result
-        self.deliveries[job_id] = delivery
+        key = (job_id, claim.fence)
+        self.deliveries[key] = delivery
         assert self._idle is not None
         self._idle.clear()
         heartbeat = asyncio.create_task(self._heartbeat(delivery))
@@ -335,7 +342,7 @@ class Engine:
         finally:
             heartbeat.cancel()
             await self._release(delivery)
-            del self.deliveries[job_id]
+            del self.deliveries[key]
             if not self.deliveries:
                 self._idle.set()
 

@@ -123,7 +123,7 @@ class Loops:
         """Re-enqueue running jobs whose lease expired; returns their ids."""
         recovered: list[str] = []
         for job_id in await asyncio.to_thread(self.store.running_ids):
-            if job_id in self.engine.deliveries or await asyncio.to_thread(self.store.lease_alive, job_id):
+            if self.engine.handles(job_id) or await asyncio.to_thread(self.store.lease_alive, job_id):
                 continue
             try:
                 record = await asyncio.to_thread(self.store.get, job_id)
@@ -268,7 +268,7 @@ class Loops:
                         continue
                     data = message.get("data")
                     job_id = data.decode() if isinstance(data, bytes) else str(data)
-                    if job_id in self.engine.deliveries:
+                    if self.engine.handles(job_id):
                         log.info("job %s: cancel requested", job_id)
                         self.engine.request_cancel(job_id)
             except asyncio.CancelledError:
