@@ -391,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         "60 s), tokens (a token limit per 20 s window, 60 s); default: all",
     )
     parser.add_argument("--api-key-run-s", type=float, default=60.0)
-    parser.add_argument("--tokens", type=int, default=120_000, help="tokens per 20 s window (tokens scenario)")
+    parser.add_argument(
+        "--tokens", type=int, default=2000, help="tokens per 20 s window (tokens scenario; a job takes ~330)"
+    )
     args = parser.parse_args(argv)
     chosen = args.scenario or ["oauth", "api-key", "tokens"]
 
