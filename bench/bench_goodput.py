@@ -392,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--api-key-run-s", type=float, default=60.0)
     parser.add_argument(
+        "--api-key-requests",
+        type=int,
+        default=6,
+        help="requests per 20 s window (api-key scenario); fewer makes the limit bind on a slow, busy machine",
+    )
+    parser.add_argument(
         "--tokens", type=int, default=2000, help="tokens per 20 s window (tokens scenario; a job takes ~330)"
     )
     args = parser.parse_args(argv)
@@ -412,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  target: capacity >= 0.95, rejected per account-window <= {CONCURRENCY}")
         keys = [SimAccount(name, kind="api_key", max_concurrency=CONCURRENCY) for name in ("key-1", "key-2", "key-3")]
         if "api-key" in chosen:
-            compare("api-key", url, keys, {a.name: 6 for a in keys}, 20.0, args.api_key_run_s, root)
+            limits = {a.name: args.api_key_requests for a in keys}
+            compare("api-key", url, keys, limits, 20.0, args.api_key_run_s, root)
             print("  target: claudeq completes >= naive, with <= 1/10 of its rejected requests")
         if "tokens" in chosen:
             compare(
