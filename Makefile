@@ -35,6 +35,7 @@ test: lint types pytest
 
 bench: venv
 	$(BIN)/python -m bench.bench_simulator
+	$(BIN)/python -m bench.bench_passthrough
 	$(BIN)/python -m bench.bench_overhead
 	$(BIN)/python -m bench.bench_goodput
 

@@ -211,7 +211,7 @@ def run_claudeq(
         try:
             workers = [start_worker(settings, accounts, root, wait=False) for _ in range(WORKERS)]
             for worker in workers:
-                worker.wait_ready(60)
+                worker.wait_ready(240)
             t0 = time.time()
             ids = [client.submit(prompt=PROMPT.format(n=n)).id for n in range(int(capacity * 1.5) + 6)]
             time.sleep(max(0.0, t0 + run_s - time.time()))
