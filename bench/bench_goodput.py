@@ -367,7 +367,7 @@ def compare(
     show("naive", naive)
     ours = run_claudeq(url, accounts, limits, window_s, run_s, root, tokens)
     show("claudeq", ours)
-    ratio = ours.completed / naive.completed if naive.completed else float("inf")
+    ratio = ours.completed / naive.completed if naive.completed else float("nan")
     rejected = sum(sum(v) for v in ours.rejected_per_window.values())
     naive_rejected = sum(sum(v) for v in naive.rejected_per_window.values())
     print(
