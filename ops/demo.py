@@ -43,7 +43,7 @@ console = Console(width=None if sys.stdout.isatty() else 180)
 OPS = Path(__file__).resolve().parent
 #: Every process the demo starts carries this variable (a test finds leftovers by it).
 RUN_VAR = "DEMO_RUN_ID"
-DEMO_TIMEOUT_S = 100.0
+DEMO_TIMEOUT_S = 300.0  # a cap for a hung run; on an idle machine the jobs take about 20 s
 SMALL = "demo-small"
 ACCOUNTS = (SMALL, "demo-a", "demo-b")  # the small one first: with no usage known yet, the pool order decides
 
@@ -132,20 +132,31 @@ def _stop(proc: subprocess.Popen[Any], grace: float) -> None:
 @contextmanager
 def _process(name: str, args: list[str], env: dict[str, str], log: Path, ready: str) -> Iterator[str]:
     """Start a child process, wait until a line containing `ready` appears in its output, stop it afterwards."""
+    with _started(name, args, env, log, ready) as wait:
+        yield wait()
+
+
+@contextmanager
+def _started(name: str, args: list[str], env: dict[str, str], log: Path, ready: str) -> Iterator[Callable[[], str]]:
+    """Start a child process and yield a function that waits for its `ready` line (so several start at once);
+    the process is stopped afterwards."""
     with log.open("w") as out:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
+
+        def wait() -> str:
+            deadline = time.monotonic() + 90
             while True:
                 text = log.read_text(errors="replace")
                 hit = next((ln for ln in text.splitlines() if ready in ln), None)
                 if hit:
-                    break
+                    return hit
                 if proc.poll() is not None or time.monotonic() > deadline:
                     console.print(f"[red]{name} did not start; its log:[/red]\n{escape(text[-3000:])}")
                     raise SystemExit(1)
                 time.sleep(0.1)
-            yield hit
+
+        try:
+            yield wait
         finally:
             _stop(proc, 40)
 
@@ -572,9 +583,9 @@ def main() -> int:
         console.print(f"simulator  {sim_url}: stands in for the model service; accounts {', '.join(ACCOUNTS)}")
         console.print(f"           ({SMALL}: 3 requests per 60 s window, already used up when the demo starts)")
         accounts = demo.accounts_toml(sim_url)
-        for worker in demo.workers:
+        waits = [  # both workers start at once
             stack.enter_context(
-                _process(
+                _started(
                     worker,
                     [sys.executable, "-m", "claudeq.worker.main"],
                     demo.worker_env(base, redis_url, accounts, worker),
@@ -582,6 +593,10 @@ def main() -> int:
                     " ready.",  # Celery logs "... ready." once it consumes
                 )
             )
+            for worker in demo.workers
+        ]
+        for worker, wait in zip(demo.workers, waits, strict=True):
+            wait()
             console.print(f"worker     {worker}: metrics on http://127.0.0.1:{demo.metrics_ports[worker]}/metrics")
         settings = Settings(
             _env_file=None,
