@@ -240,6 +240,12 @@ class Settings(BaseSettings):
         return AccountPool.from_environment()
 
     @property
+    def worker_redis_timeout_s(self) -> float:
+        """Socket and connect timeout of a worker's Redis client: below the heartbeat interval, so a heartbeat stuck
+        on a dead connection fails (and is retried) before the next one is due."""
+        return max(0.1, self.heartbeat_s / 2)
+
+    @property
     def session_retention_s(self) -> int:
         """Effective transcript and conversation retention: `session_ttl_s`, else `result_ttl_s`."""
         return self.session_ttl_s if self.session_ttl_s is not None else self.result_ttl_s

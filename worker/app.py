@@ -70,7 +70,10 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     from claudeq.worker.runner import Runner
     from claudeq.worker.tools import wire_name
 
-    client = redis.Redis.from_url(cfg.redis_url, health_check_interval=30)
+    timeout_s = cfg.worker_redis_timeout_s
+    client = redis.Redis.from_url(
+        cfg.redis_url, health_check_interval=30, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+    )
     store = make_worker_store(cfg, client)
     runner = Runner(cfg)
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])

@@ -120,6 +120,10 @@ class Delivery:
     result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
     session_id: str | None = None
     first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
+    #: Monotonic time before which the lease (and the account slot) are surely still ours: the send time of the
+    #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
+    lease_until: float = 0.0
+    urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
 
     @property
     def counted(self) -> int:
@@ -298,6 +302,7 @@ class Engine:
             return await self._deliver(job_id)
 
     async def _deliver(self, job_id: str) -> str:
+        claim_sent = time.monotonic()
         try:
             claim = await asyncio.to_thread(self.store.claim, job_id, self.worker_id, self.settings.lease_ttl_s)
         except redis.RedisError as exc:
@@ -320,6 +325,7 @@ class Engine:
         delivery = Delivery(
             job_id, claim.fence, record, list(record.attempts), session_id=record.session_id, first_claim=claim.first
         )
+        delivery.lease_until = claim_sent + self.settings.lease_ttl_s
         if record.result is not None:
             delivery.result = record.result
         key = (job_id, claim.fence)
@@ -327,6 +333,7 @@ class Engine:
         assert self._idle is not None
         self._idle.clear()
         heartbeat = asyncio.create_task(self._heartbeat(delivery))
+        guard = asyncio.create_task(self._lease_guard(delivery))
         try:
             return await self._handle(delivery)
         except redis.RedisError as exc:
@@ -341,6 +348,7 @@ class Engine:
             return "failed"
         finally:
             heartbeat.cancel()
+            guard.cancel()
             await self._release(delivery)
             del self.deliveries[key]
             if not self.deliveries:
@@ -441,6 +449,7 @@ class Engine:
             fork=plan.fork,
             resume_at=plan.resume_at,
             session_store=plan.session_store,
+            urgent=d.urgent,
         )
         outcome, refused = await self._run(d, request, account)
         if d.why == "lost":
@@ -696,21 +705,23 @@ class Engine:
             log.exception("job %s: sending its message failed; the reconciler re-sends it", job_id)
 
     async def _heartbeat(self, d: Delivery) -> None:
-        """Extend the lease (and the account slot); a lost lease stops the run. Also catches missed cancels."""
+        """Extend the lease (and the account slot); a lost lease stops the run. Also catches missed cancels. Each
+        renewal moves `d.lease_until`, which `_lease_guard` watches without waiting on Redis."""
         ttl = self.settings.lease_ttl_s
         last_ok = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.heartbeat_s)
             try:
+                sent = time.monotonic()
                 ours = await asyncio.to_thread(self.store.heartbeat, d.job_id, self.worker_id, d.fence, ttl)
                 last_ok = time.monotonic()
                 if not ours:
                     log.warning("job %s: lease lost (expired or taken over); stopping the run", d.job_id)
-                    self._stop(d, "lost")
-                    d.why = "lost"
+                    self._lose(d)
                     return
                 if d.slot is not None:
                     await asyncio.to_thread(self.accounts.refresh, d.slot, ttl)
+                d.lease_until = max(d.lease_until, sent + ttl)
                 if d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
                     self._stop(d, "cancel")
             except redis.RedisError as exc:
@@ -718,10 +729,39 @@ class Engine:
                     # Cut off from Redis for about a lease: another worker may recover the job any moment. Stop
                     # our run now so the job never runs twice at once (the fence only guards the writes).
                     log.warning("job %s: no heartbeat for %.0f s (%s); stopping the run", d.job_id, ttl, exc)
-                    self._stop(d, "lost")
-                    d.why = "lost"
+                    self._lose(d)
                     return
                 log.warning("job %s: heartbeat failed (%s); retrying", d.job_id, type(exc).__name__)
+
+    def _lose(self, d: Delivery) -> None:
+        """The job is (or is about to be) no longer ours: stop the run at once, write nothing, free nothing."""
+        self._stop(d, "lost")
+        d.why = "lost"
+        d.urgent.set()
+
+    def lease_margin_s(self) -> float:
+        """How long before the lease could expire the guard stops the run: time for the CLI to stop."""
+        return max(self.settings.heartbeat_s, self.settings.lease_ttl_s / 3)
+
+    async def _lease_guard(self, d: Delivery) -> None:
+        """Stop the run before its lease or account slot can expire, on this process's monotonic clock alone: a
+        heartbeat stuck in a Redis call (a frozen network) cannot renew them, and cannot be relied on to notice.
+        The delivery is then `lost`: it writes nothing and frees nothing (another worker may hold the job and the
+        slot by the time the lease is gone)."""
+        margin = self.lease_margin_s()
+        while True:
+            left = d.lease_until - margin - time.monotonic()
+            if left <= 0:
+                if d.why != "lost":
+                    log.warning(
+                        "job %s: lease not renewed in time (Redis unreachable?); stopping the run %.1f s before it "
+                        "can expire",
+                        d.job_id,
+                        max(0.0, d.lease_until - time.monotonic()),
+                    )
+                    self._lose(d)
+                return
+            await asyncio.sleep(left)
 
     def _emitter(self, d: Delivery, attempt: int, account: str) -> EventSink:
         async def emit(event: Event) -> None:

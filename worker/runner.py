@@ -77,6 +77,9 @@ class RunRequest:
     fork: bool = False
     resume_at: str | None = None  # message uuid for resume_session_at
     session_store: Any | None = None  # an SDK SessionStore
+    #: Set when the job is no longer this worker's (lease lost or about to expire): SIGKILL the run's processes at
+    #: once instead of the graceful stop, so it is gone before another worker can take the job over.
+    urgent: asyncio.Event | None = None
 
 
 #: errno values with which starting the CLI fails for good: retrying the same command cannot help.
@@ -279,6 +282,7 @@ class Runner:
         client = ClaudeSDKClient(options)
         pump: asyncio.Task[None] | None = None
         stopped: StopReason | None = None
+        killer = asyncio.create_task(self._kill_when(req.urgent, run_id)) if req.urgent is not None else None
         try:
             await self._emit(
                 emit,
@@ -302,6 +306,8 @@ class Runner:
                 outcome.exit_code = exc.exit_code
             outcome.start_errno = start_errno(exc, outcome)
         finally:
+            if killer is not None and not killer.done():
+                killer.cancel()
             cleanup = asyncio.ensure_future(self._shutdown(client, pump, req.job_id, run_id))
             try:
                 await asyncio.shield(cleanup)
@@ -380,6 +386,13 @@ class Runner:
                 wake.set()  # a different timer applies now: the supervisor recomputes its wait
             for event in events:
                 await self._emit(emit, event)
+
+    @staticmethod
+    async def _kill_when(urgent: asyncio.Event, run_id: str) -> None:
+        """SIGKILL every process of the run the moment `urgent` is set (the graceful stop follows, on corpses)."""
+        await urgent.wait()
+        log.warning("run %s: the job is no longer ours; killing its processes now", run_id)
+        await asyncio.to_thread(lambda: procs.kill_and_wait(procs.run_pids(run_id), timeout_s=0))
 
     @staticmethod
     async def _supervise(
