@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint types pytest bench bench-scale clean
+.PHONY: venv demo test lint types pytest bench bench-scale compose-check clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,12 @@ pytest: venv
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: lint types pytest
+
+# Optional, needs a container engine (never part of `make test`; tests/unit/ops/test_compose.py checks the rest
+# everywhere): the compose client's own validation and an image build.
+compose-check:
+	docker compose --profile sim config --quiet
+	docker build -f ops/Dockerfile -t claudeq:local .
 
 bench: venv
 	$(BIN)/python -m bench.bench_simulator

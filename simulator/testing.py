@@ -148,9 +148,10 @@ def start_simulator_process(
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
-        # Keeps reading after the ready line so the pipe never fills and blocks the simulator.
-        for line in stdout:
-            lines.put(line)
+        # Keeps reading after the ready line so the pipe never fills and blocks the simulator; closes it at EOF.
+        with stdout:
+            for line in stdout:
+                lines.put(line)
         lines.put(None)
 
     threading.Thread(target=pump, name="claudeq-simulator-stdout", daemon=True).start()

@@ -87,14 +87,14 @@ def summed(scrapes: list[Samples], name: str, by: tuple[str, ...]) -> dict[tuple
 def start_exporter(settings: Settings, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     """`python -m claudeq.worker.exporter` as its own process, with the workers' configuration."""
     port = free_port()
-    log = (log_dir / "exporter.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "claudeq.worker.exporter", "--port", str(port), "--addr", "127.0.0.1"],
-        env=worker_env(settings, ACCOUNTS),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
+    with (log_dir / "exporter.log").open("wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "claudeq.worker.exporter", "--port", str(port), "--addr", "127.0.0.1"],
+            env=worker_env(settings, ACCOUNTS),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
 
     def up() -> bool:
         assert proc.poll() is None, (log_dir / "exporter.log").read_text()

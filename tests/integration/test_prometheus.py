@@ -76,17 +76,18 @@ class PrometheusServer:
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": t}]} for job, t in targets.items()],
         }
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.proc = subprocess.Popen(
-            [
-                prometheus_binary(),
-                f"--config.file={self.dir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-            ],
-            stdout=(self.dir / "log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        with (self.dir / "log").open("wb") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [
+                    prometheus_binary(),
+                    f"--config.file={self.dir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.url = f"http://127.0.0.1:{self.port}"
 
     def query(self, expr: str) -> list[dict[str, Any]]:
