@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -58,3 +59,16 @@ def test_no_accounts_stops_the_worker(settings: Settings, redis_client: object) 
     )
     assert done.returncode == 2
     assert "CLAUDEQ_ACCOUNTS_FILE" in done.stderr
+
+
+def test_worker_errors_never_show_the_redis_password(settings: Settings) -> None:
+    password = f"rpw{uuid.uuid4().hex}"
+    unreachable = settings.model_copy(update={"redis_url": f"redis://:{password}@127.0.0.1:1/0"})
+    check = _worker(unreachable, "--check", CLAUDEQ_REDIS_URL=unreachable.redis_url)
+    assert check.returncode == 1 and "redis unreachable" in check.stderr
+    bad_config = _worker(
+        unreachable, CLAUDEQ_REDIS_URL=unreachable.redis_url, CLAUDEQ_ACCOUNTS_FILE="/no/such/accounts.toml"
+    )
+    assert bad_config.returncode == 2 and "configuration error" in bad_config.stderr
+    for done in (check, bad_config):
+        assert password not in done.stdout + done.stderr

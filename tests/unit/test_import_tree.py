@@ -43,7 +43,9 @@ def test_every_loaded_claudeq_module_comes_from_this_checkout() -> None:
 
 def test_the_rooms_are_never_imported_under_a_second_top_level_name() -> None:
     # `worker`, `producer`... as top-level names would be second copies of claudeq.worker... (or a test folder).
-    assert not {"worker", "producer", "config", "simulator"} & set(sys.modules)
+    for name in ("worker", "producer", "config", "simulator"):
+        module = sys.modules.get(name)
+        assert module is None or not under_root(getattr(module, "__file__", None)), f"{name} imported from {ROOT}"
 
 
 def test_a_subprocess_started_elsewhere_imports_this_checkout(tmp_path: Path) -> None:
