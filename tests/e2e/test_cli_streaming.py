@@ -49,6 +49,13 @@ def run_cli(settings: Settings, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def close_pipes(proc: subprocess.Popen[str]) -> None:
+    """Close the pipes of an ended command (left open, they are unraisable ResourceWarnings at collection)."""
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
 def test_submit_wait_streams_progress_while_the_job_runs_then_prints_the_answer(
     settings: Settings, workers: WorkerFactory, client: Client, unique: str
 ) -> None:
@@ -68,6 +75,7 @@ def test_submit_wait_streams_progress_while_the_job_runs_then_prints_the_answer(
     stdout = proc.stdout.read()
     assert proc.wait(90) == 0, (stdout, reader.lines)
     pump.join(10)
+    close_pipes(proc)
     texts = [t for t, _ in reader.lines]
     running = [(t, s) for t, s in reader.lines if "running on account" in t]
     assert running, texts
@@ -84,8 +92,9 @@ def test_events_follow_streams_and_a_queued_job_without_worker_says_so(
     proc = run_cli(settings, "events", job.id, "--follow")
     assert proc.stderr is not None and proc.stdout is not None
     reader = Reader(client, job_id=job.id)  # the notice on stderr, the progress on stdout: both collected
-    for stream in (proc.stdout, proc.stderr):
-        threading.Thread(target=reader.pump, args=(stream,), daemon=True).start()
+    pumps = [threading.Thread(target=reader.pump, args=(stream,), daemon=True) for stream in (proc.stdout, proc.stderr)]
+    for pump in pumps:
+        pump.start()
     deadline = time.monotonic() + 30
     while not any("no live worker" in t for t, _ in reader.lines):
         assert time.monotonic() < deadline, reader.lines
@@ -93,7 +102,9 @@ def test_events_follow_streams_and_a_queued_job_without_worker_says_so(
         time.sleep(0.1)
     workers()
     assert proc.wait(90) == 0, reader.lines
-    time.sleep(0.5)  # the readers drain the pipes
+    for pump in pumps:  # the readers drain the pipes to their end
+        pump.join(10)
+    close_pipes(proc)
     texts = [t for t, _ in reader.lines]
     assert any("picked up by" in t for t in texts), texts
     assert any(t.endswith(" succeeded") for t in texts), texts

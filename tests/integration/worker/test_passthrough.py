@@ -105,7 +105,8 @@ class LockstepUpstream:
         self.thread.start()
 
     def _serve(self) -> None:
-        conn, _ = self.sock.accept()
+        with self.sock:  # one request: stop listening once it is accepted
+            conn, _ = self.sock.accept()
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:
