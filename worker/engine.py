@@ -740,8 +740,9 @@ class Engine:
         d.urgent.set()
 
     def lease_margin_s(self) -> float:
-        """How long before the lease could expire the guard stops the run: time for the CLI to stop."""
-        return max(self.settings.heartbeat_s, self.settings.lease_ttl_s / 3)
+        """How long before the lease could expire the guard stops the run: time to SIGKILL the run's processes, with
+        room for a loaded machine, while leaving the heartbeats of a healthy worker several tries (15 s TTL: 3 s)."""
+        return max(0.5, self.settings.lease_ttl_s / 5)
 
     async def _lease_guard(self, d: Delivery) -> None:
         """Stop the run before its lease or account slot can expire, on this process's monotonic clock alone: a

@@ -392,7 +392,9 @@ class Runner:
         """SIGKILL every process of the run the moment `urgent` is set (the graceful stop follows, on corpses)."""
         await urgent.wait()
         log.warning("run %s: the job is no longer ours; killing its processes now", run_id)
-        await asyncio.to_thread(lambda: procs.kill_and_wait(procs.run_pids(run_id), timeout_s=0))
+        # On the loop itself (a /proc scan and a few kill(2)): the thread pool may be full of Redis calls stuck on
+        # the very outage that made the job ours no more.
+        procs.kill_and_wait(procs.run_pids(run_id), timeout_s=0)
 
     @staticmethod
     async def _supervise(

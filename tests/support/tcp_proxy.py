@@ -36,6 +36,11 @@ class FreezableProxy:
         self._loop.run_until_complete(start())
         ready.set()
         self._loop.run_forever()
+        # Let the connection handlers see their writers closed and end before the loop closes.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -91,3 +96,5 @@ class FreezableProxy:
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._call(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
