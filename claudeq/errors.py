@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 
 class ClaudeqError(Exception):
     """Root of every error claudeq raises on purpose."""
@@ -78,17 +76,6 @@ class UnknownAccount(ClaudeqError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"no account named {name!r}")
-
-
-class RateLimited(ClaudeqError):
-    """An account was rejected by the service's rate limit."""
-
-    def __init__(self, account: str, resets_at: datetime | None, window: str | None) -> None:
-        self.account = account
-        self.resets_at = resets_at
-        self.window = window
-        when = resets_at.isoformat() if resets_at else "unknown"
-        super().__init__(f"account {account!r} rate limited (window {window or '?'}, resets {when})")
 
 
 class PolicyViolation(ClaudeqError):

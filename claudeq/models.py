@@ -155,11 +155,16 @@ class Attempt(BaseModel):
     finished_at: Timestamp | None = None
 
 
+#: How an attempt's session starts: fresh, resuming or forking a given session, continuing or retaking its own
+#: interrupted session, or fresh again because the session to resume is gone.
+SessionMode = Literal["new", "resume", "fork", "continue", "retake", "restart"]
+
+
 class PlannedSession(BaseModel):
     """How the job's first attempt started its session (kept in the record: a conversation's turn is recorded from it
     when the job ends, and a retry retakes from its `base`, however long the job's event stream has grown)."""
 
-    mode: str  # new | resume | fork | restart (a first attempt; retries continue or retake from this)
+    mode: SessionMode  # new | resume | fork | restart (a first attempt; retries continue or retake from this)
     resume: str | None = None  # the session it resumed (or forked)
     fork: bool = False
     base: str | None = None  # the last real message of that session when the attempt began

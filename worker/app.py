@@ -1,5 +1,9 @@
 """The Celery app (`celery -A claudeq.worker.app worker`, or `claudeq-worker`) and the task `claudeq.run(job_id)`.
 
+Nothing is read at import: `create_app(settings)` builds the app (`claudeq-worker` passes its settings with the
+command line's overrides); `app` and `settings` are created from the environment on first use, which is how
+`celery -A claudeq.worker.app` finds the app.
+
 The task hands the job to the process's engine and blocks its Celery thread until the engine is done with this
 delivery (run finished, deferred, requeued or dropped). It never raises for job problems: a bad message is logged
 and dropped, a bad record fails its job.
@@ -35,13 +39,45 @@ EXIT_FORCED = 130
 #: After a second shutdown signal, how long runs get to be requeued before the process exits anyway.
 FORCE_EXIT_AFTER_S = 8.0
 
-settings: Settings = load_settings()
-app: Any = make_celery(settings, main="claudeq-worker")
+_settings: Settings | None = None
+_app: Any = None
+_app_lock = threading.Lock()
+
+
+def create_app(cfg: Settings | None = None) -> Any:
+    """Build this process's Celery app with `cfg` (default: settings from the environment) and register the task."""
+    global _settings, _app
+    with _app_lock:
+        _settings = cfg if cfg is not None else load_settings()
+        _app = make_celery(_settings, main="claudeq-worker")
+        _app.task(name=TASK_RUN, acks_late=True, ignore_result=True)(run)
+        return _app
+
+
+def get_app() -> Any:
+    """This process's Celery app (created from the environment on first use)."""
+    return _app if _app is not None else create_app()
+
+
+def get_settings() -> Settings:
+    """The settings this process's app was created with."""
+    get_app()
+    assert _settings is not None
+    return _settings
+
+
+def __getattr__(name: str) -> Any:
+    # `claudeq.worker.app.app` / `.settings`: created on first use, so importing the module reads nothing.
+    if name == "app":
+        return get_app()
+    if name == "settings":
+        return get_settings()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_worker_id() -> str:
     """This process's worker id: CLAUDEQ_WORKER_ID, else host:pid."""
-    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    return get_settings().worker_id or f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass
@@ -109,22 +145,22 @@ def get_runtime() -> WorkerRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None or _runtime.pid != os.getpid():
-            _runtime = build_runtime(settings, default_worker_id())
+            cfg = get_settings()
+            _runtime = build_runtime(cfg, default_worker_id())
             if _runtime.passthrough is not None:
                 _runtime.passthrough.start()
             _runtime.engine.start()
-            log.info("engine started: worker %s, concurrency %d", _runtime.engine.worker_id, settings.concurrency)
+            log.info("engine started: worker %s, concurrency %d", _runtime.engine.worker_id, cfg.concurrency)
         return _runtime
 
 
-@app.task(name=TASK_RUN, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def run(job_id: Any = None, *_args: Any, **_kwargs: Any) -> str:
     """Run one delivery of a job (blocks this Celery thread until the engine is done with it)."""
     if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
         log.error("claudeq.run: malformed message (job id %r); dropped", str(job_id)[:80])
         return "dropped:malformed"
     try:
-        return get_runtime().engine.deliver_blocking(job_id)
+        return str(get_runtime().engine.deliver_blocking(job_id))
     except Exception:
         # Never crash the worker on one delivery; the reconciler recovers whatever state the job was left in.
         log.exception("job %s: delivery failed inside the worker", job_id)
@@ -140,8 +176,9 @@ _metrics_port: int | None = None
 def start_metrics() -> int | None:
     """Serve this process's /metrics on CLAUDEQ_METRICS_PORT (once); ConfigError when the port is taken."""
     global _metrics_port
-    if settings.metrics_port > 0 and _metrics_port is None:
-        _metrics_port = get_runtime().metrics.serve(settings.metrics_port)
+    port = get_settings().metrics_port
+    if port > 0 and _metrics_port is None:
+        _metrics_port = get_runtime().metrics.serve(port)
         log.info("metrics on :%d/metrics", _metrics_port)
     return _metrics_port
 
@@ -166,7 +203,7 @@ def _on_shutting_down(**_: Any) -> None:
     if runtime is None:
         return
     if _shutdown_signals == 1:
-        runtime.engine.begin_shutdown(settings.shutdown_grace_s)
+        runtime.engine.begin_shutdown(runtime.settings.shutdown_grace_s)
         return
     log.warning("second shutdown signal: stopping every run now; exiting within %.0f s", FORCE_EXIT_AFTER_S)
     runtime.engine.hurry()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import FREE_OUTCOMES, ErrorKind, JobError, Outcome
-from claudeq.producer.validation import MAX_ARG_STRLEN
+from claudeq.permissions import MAX_ARG_STRLEN
 from claudeq.worker.outcome import RunOutcome
 
 #: What the engine does next.

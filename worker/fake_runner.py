@@ -13,12 +13,11 @@ import contextlib
 import os
 import time
 import uuid
-from typing import Any
 
 from claudeq.models import Event, JobResult, JobSpec
-from claudeq.worker.outcome import RunOutcome
+from claudeq.worker.outcome import RunOutcome, RunRequest
 from claudeq.worker.parse import usage_from_model_usage
-from claudeq.worker.runner import EventSink
+from claudeq.worker.ports import EventSink
 
 #: The environment variable that turns the fake runner on (its value: seconds each run sleeps).
 BENCH_FAKE_RUNNER_ENV = "CLAUDEQ_BENCH_FAKE_RUNNER"
@@ -45,7 +44,7 @@ class FakeRunner:
     def check(self, spec: JobSpec) -> None:
         """Every spec is acceptable: nothing runs."""
 
-    async def run(self, req: Any, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
+    async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         """Sleep, emitting what a short real run emits (run_started, session, assistant_text, result)."""
         started = time.monotonic()
         outcome = RunOutcome(session_id=str(uuid.uuid4()))

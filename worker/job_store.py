@@ -280,6 +280,25 @@ class WorkerJobStore(JobStore):
                 dropped += int(self.redis.hdel(key, *old))
         return dropped
 
+    # ---- the fleet's worker index: `worker:{id}` hashes and the `workers` zset ------------------------------------
+
+    def record_worker(self, worker_id: str, fields: dict[str, str | int | float], ttl_s: int) -> None:
+        """Write a worker's heartbeat hash (expiring after `ttl_s`) and its `workers` entry (score = its heartbeat)."""
+        now = float(fields.get("heartbeat", time.time()))
+        key = self.keys.worker(worker_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={k: v for k, v in fields.items()})
+        pipe.expire(key, ttl_s)
+        pipe.zadd(self.keys.workers, {worker_id: now})
+        # Workers gone for a long time leave the zset (their hash expired long ago).
+        pipe.zremrangebyscore(self.keys.workers, "-inf", now - 100 * ttl_s)
+        pipe.execute()
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Remove a worker's heartbeat (clean exit)."""
+        self.redis.delete(self.keys.worker(worker_id))
+        self.redis.zrem(self.keys.workers, worker_id)
+
     def trim_index(self, page: int = 1000, max_checked: int = 20_000) -> int:
         """Drop ids of expired jobs from the `jobs` index; returns how many. Walks the entries older than the
         retention page by page past live ones (a job can outlive the retention while queued or running), checking

@@ -66,7 +66,6 @@ class Loops:
         self.engine = engine
         self.settings = engine.settings
         self.store = engine.store
-        self.keys = engine.store.keys
         self.host = socket.gethostname()
 
     def install(self) -> None:
@@ -225,13 +224,9 @@ class Loops:
         await asyncio.to_thread(self._beat)
 
     def _beat(self) -> None:
-        now = time.time()
-        ttl = worker_ttl_s(self.settings.heartbeat_s)
-        key = self.keys.worker(self.engine.worker_id)
-        pipe = self.store.redis.pipeline(transaction=True)
-        pipe.hset(
-            key,
-            mapping={
+        self.store.record_worker(
+            self.engine.worker_id,
+            {
                 "host": self.host,
                 "pid": os.getpid(),
                 "runs": self.engine.in_flight,
@@ -239,19 +234,14 @@ class Loops:
                 "queues": ",".join(self.settings.queues),
                 "state": "stopping" if self.engine.closing else "running",
                 "started_at": self.engine.started_at.isoformat(),
-                "heartbeat": now,
+                "heartbeat": time.time(),
             },
+            worker_ttl_s(self.settings.heartbeat_s),
         )
-        pipe.expire(key, ttl)
-        pipe.zadd(self.keys.workers, {self.engine.worker_id: now})
-        # Workers gone for a long time leave the zset (their hash expired long ago).
-        pipe.zremrangebyscore(self.keys.workers, "-inf", now - 100 * ttl)
-        pipe.execute()
 
     def forget(self) -> None:
         """Remove this worker's heartbeat (clean exit)."""
-        self.store.redis.delete(self.keys.worker(self.engine.worker_id))
-        self.store.redis.zrem(self.keys.workers, self.engine.worker_id)
+        self.store.forget_worker(self.engine.worker_id)
 
     # ---- cancel listener -------------------------------------------------------------------------------------
 
@@ -261,7 +251,7 @@ class Loops:
             client = aioredis.Redis.from_url(self.settings.redis_url)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self.keys.cancel_channel)
+                await pubsub.subscribe(self.store.keys.cancel_channel)
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is None:

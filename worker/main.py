@@ -39,17 +39,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def apply_overrides(args: argparse.Namespace) -> None:
-    """Command-line options win over the environment (claudeq.worker.app reads settings from it at import)."""
+def overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the command line sets (they win over the environment)."""
+    out: dict[str, object] = {}
     if args.concurrency is not None:
-        os.environ["CLAUDEQ_CONCURRENCY"] = str(args.concurrency)
+        out["concurrency"] = args.concurrency
     if args.queues:
-        queues = [q.strip() for q in args.queues.split(",") if q.strip()]
-        os.environ["CLAUDEQ_QUEUES"] = '["' + '","'.join(queues) + '"]'
+        out["queues"] = [q.strip() for q in args.queues.split(",") if q.strip()]
     if args.metrics_port is not None:
-        os.environ["CLAUDEQ_METRICS_PORT"] = str(args.metrics_port)
-    if args.bench_fake_runner is not None:
-        os.environ["CLAUDEQ_BENCH_FAKE_RUNNER"] = str(args.bench_fake_runner)
+        out["metrics_port"] = args.metrics_port
+    return out
 
 
 def check_health(settings: Settings) -> int:
@@ -94,9 +93,11 @@ def preflight(settings: Settings) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `claudeq-worker`."""
     args = parse_args(argv)
-    apply_overrides(args)
+    if args.bench_fake_runner is not None:
+        # Not a setting: claudeq.worker.fake_runner reads it from the environment when the runtime is built.
+        os.environ["CLAUDEQ_BENCH_FAKE_RUNNER"] = str(args.bench_fake_runner)
     try:
-        settings = load_settings()
+        settings = load_settings(**overrides(args))
         if args.check:
             return check_health(settings)
         preflight(settings)
@@ -108,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
         stream=sys.stderr,
     )
-    from claudeq.worker.app import app, start_metrics
+    from claudeq.worker.app import create_app, start_metrics
+
+    app = create_app(settings)
 
     try:
         start_metrics()  # before Celery starts: a taken port stops the worker with a clear message

@@ -1,7 +1,7 @@
 """Build the SDK's `ClaudeAgentOptions` for one run from the spec, the account and the worker policy (pure).
 
-The policy caps what any job gets: a forbidden tool, cwd, permission mode or an unknown MCP tool raises
-`PolicyViolation` (the engine fails the job with kind `input`).
+The permission policy (claudeq.permissions) caps what any job gets: a forbidden tool, cwd, permission mode or an
+unknown MCP tool raises `PolicyViolation` (the engine fails the job with kind `input`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from claude_agent_sdk.types import (
 )
 
 from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
-from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
+from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.cli_env import JOB_ID_VAR
 from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
 
@@ -35,36 +35,6 @@ PATH_FIELDS: tuple[str, ...] = ("file_path", "path", "notebook_path")
 #: Input fields holding glob patterns, which may not climb out with `..` or start at `/`.
 PATTERN_FIELDS: tuple[str, ...] = ("pattern", "glob")
 DEFAULT_THINKING_BUDGET = 8000
-
-
-def builtin_tools(spec: JobSpec, policy: WorkerPolicy) -> list[str]:
-    """The built-in tools a job gets (its profile or list), checked against the policy."""
-    tools = policy.tools_for(spec.tools)
-    forbidden = policy.forbidden_tools(tools)
-    if forbidden:
-        raise PolicyViolation("tools", f"not allowed on this fleet: {', '.join(forbidden)}")
-    return tools
-
-
-def check_spec(spec: JobSpec, policy: WorkerPolicy, registry: ToolRegistry | None) -> None:
-    """Raise PolicyViolation if the policy forbids anything the spec asks for (no I/O beyond stat of dirs)."""
-    builtin_tools(spec, policy)
-    if spec.mcp_tools:
-        unknown = spec.mcp_tools if registry is None else registry.unknown(spec.mcp_tools)
-        if unknown:
-            raise PolicyViolation("mcp_tools", f"not registered on this worker: {', '.join(unknown)}")
-        if registry is not None and registry.mixes_fleet(spec.mcp_tools):
-            raise PolicyViolation("mcp_tools", "fleet tools and worker-registered tools cannot be combined in one job")
-    if spec.permission_mode is not None and spec.permission_mode not in policy.permission_modes:
-        raise PolicyViolation("permission_mode", f"{spec.permission_mode!r} is not allowed on this fleet")
-    for field, paths in (("cwd", [spec.cwd] if spec.cwd else []), ("add_dirs", spec.add_dirs)):
-        for path in paths:
-            if not policy.workspace_roots:
-                raise PolicyViolation(field, "this fleet has no workspace roots; jobs cannot set a directory")
-            if not policy.path_allowed(path):
-                raise PolicyViolation(field, f"{path} is outside the workspace roots")
-            if not Path(path).is_dir():
-                raise PolicyViolation(field, f"{path} is not a directory")
 
 
 def default_cwd(own_uid: bool = False) -> Path:
@@ -86,7 +56,7 @@ def default_cwd(own_uid: bool = False) -> Path:
 
 def runs_under_own_uid(spec: JobSpec, policy: WorkerPolicy) -> bool:
     """Whether a run of `spec` is offered a tool that executes commands or writes files (so a uid of its own)."""
-    return bool(policy.isolated_tools(builtin_tools(spec, policy)))
+    return bool(policy.isolated_tools(allowed_builtin_tools(spec, policy)))
 
 
 def _outside(value: str, base: Path, policy: WorkerPolicy) -> bool:
@@ -214,7 +184,7 @@ def build_options(
     With `prompt_files` (what the runner always gives) the system prompts go to the CLI as files, else inline."""
     policy = settings.policy
     check_spec(spec, policy, tools)
-    builtin = builtin_tools(spec, policy)
+    builtin = allowed_builtin_tools(spec, policy)
     mcp_servers: dict[str, McpServerConfig] = {}
     if spec.mcp_tools:
         assert tools is not None  # check_spec refused unknown tools

@@ -1,15 +1,38 @@
-"""What one attempt observed, as plain data: the runner fills it in, the failure policy decides from it."""
+"""What one attempt is asked to do and what it observed, as plain data: the engine builds the `RunRequest`, the runner
+fills in the `RunOutcome`, the failure policy decides from it."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from claudeq.models import JobResult
+from claudeq.config.account_pool import AccountConfig
+from claudeq.models import JobResult, JobSpec
+
+if TYPE_CHECKING:
+    from claude_agent_sdk import SessionStore
 
 #: Why the worker itself stopped a run (watchdogs and cancel), or None when the CLI ended on its own.
 StopReason = Literal["first_byte", "idle", "deadline", "cancel", "shutdown"]
+
+
+@dataclass
+class RunRequest:
+    """One attempt of one job on one account."""
+
+    job_id: str
+    attempt: int  # 1-based attempt number
+    spec: JobSpec
+    account: AccountConfig
+    resume: str | None = None  # session id to resume
+    fork: bool = False
+    resume_at: str | None = None  # message uuid for resume_session_at
+    session_store: SessionStore | None = None  # where the run's transcript is mirrored (and resumed from)
+    #: Set when the job is no longer this worker's (lease lost or about to expire): SIGKILL the run's processes at
+    #: once instead of the graceful stop, so it is gone before another worker can take the job over.
+    urgent: asyncio.Event | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,17 @@ def run_pids(run_id: str) -> list[int]:
     return _pids_with(f"{RUN_ID_VAR}={run_id}".encode(), None)
 
 
+def cli_pid(run_id: str) -> int | None:
+    """The pid of a run's CLI: the process of the run that this worker process started itself (the wrapper execs the
+    CLI, so it keeps the pid the SDK spawned). None before it started or once it is gone."""
+    me = os.getpid()
+    for pid in run_pids(run_id):
+        info = _stat(pid)
+        if info is not None and info[1] == me:
+            return pid
+    return None
+
+
 def _pids_with(needle: bytes, parent: int | None) -> list[int]:
     found: list[int] = []
     for entry in _PROC.iterdir():

@@ -19,8 +19,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_
 from tenacity.wait import wait_base
 
 from claudeq.config.settings import Settings
-from claudeq.errors import RateLimited
-from claudeq.worker.waits import wait_rate_limit
+from claudeq.worker.delivery import Finish
+from claudeq.worker.waits import Cooldown, wait_rate_limit
 
 StepKind = Literal["done", "retry", "reroute", "wait"]
 
@@ -30,9 +30,20 @@ class Step:
     """How one pass of the attempt loop ended."""
 
     kind: StepKind
-    status: str = ""  # done: succeeded | failed | cancelled | deferred | requeued | lost | dropped
+    status: Finish | None = None  # done: how the delivery ended
     reason: str = ""  # retry: transient | timeout; wait: rate_limit (the retries_total label)
-    limited: RateLimited | None = None  # wait: the cooldown to sit out before the next pass
+    cooldown: Cooldown | None = None  # wait: the cooldown to sit out before the next pass
+
+    @staticmethod
+    def finished(status: Finish) -> Step:
+        """A `done` step."""
+        return Step("done", status)
+
+    @property
+    def done(self) -> Finish:
+        """The status a `done` step ended with."""
+        assert self.status is not None, f"a {self.kind} step has no final status"
+        return self.status
 
 
 class DeferInstead(Exception):
@@ -71,12 +82,12 @@ class JobBackoff(wait_base):
 OnRetry = Callable[[Step, float, bool], Awaitable[None]]
 
 
-def _limited(state: RetryCallState) -> RateLimited | None:
+def _cooldown(state: RetryCallState) -> Cooldown | None:
     """The cooldown a `wait` step asks to sit out (wait_rate_limit's `extract`)."""
     if state.outcome is None or state.outcome.failed:
         return None
     step = state.outcome.result()
-    return step.limited if isinstance(step, Step) and step.kind == "wait" else None
+    return step.cooldown if isinstance(step, Step) and step.kind == "wait" else None
 
 
 async def run_attempts(
@@ -95,7 +106,7 @@ async def run_attempts(
     in_place)` runs before each backoff (the retry event and metric); `interrupt` cuts a wait in place short
     (cancel, shutdown, lost lease: the next pass sees why).
     """
-    backoff = wait_rate_limit(JobBackoff(settings, counted), extract=_limited)
+    backoff = wait_rate_limit(JobBackoff(settings, counted), extract=_cooldown)
 
     async def before_sleep(state: RetryCallState) -> None:
         last = state.outcome.result() if state.outcome is not None else None

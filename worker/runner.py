@@ -22,10 +22,8 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from claude_agent_sdk import ClaudeSDKClient, ProcessError
 
@@ -33,6 +31,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
 from claudeq.models import Event, JobSpec
+from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker import procs
 from claudeq.worker.cli_env import build_env, redact, remember_settings_secrets
 from claudeq.worker.launcher import (
@@ -46,16 +45,15 @@ from claudeq.worker.launcher import (
     take_back,
     wrapper_path,
 )
-from claudeq.worker.options import PromptFiles, build_options, builtin_tools, check_spec, runs_under_own_uid
-from claudeq.worker.outcome import RunOutcome, StopReason
+from claudeq.worker.options import PromptFiles, build_options, runs_under_own_uid
+from claudeq.worker.outcome import RunOutcome, RunRequest, StopReason
 from claudeq.worker.parse import MessageParser
 from claudeq.worker.passthrough import PassThrough, RunGrant
+from claudeq.worker.ports import EventSink
 from claudeq.worker.tools import ToolRegistry
 from claudeq.worker.watchdog import Timeouts, Watchdog
 
 log = logging.getLogger(__name__)
-
-EventSink = Callable[[Event], Awaitable[None]]
 
 INTERRUPT_TIMEOUT_S = 1.0  # interrupt answers in ~15 ms when the CLI is healthy
 RESULT_GRACE_S = 0.3  # after interrupt, the CLI reports the cut-off turn (with its usage) almost at once
@@ -63,23 +61,6 @@ DISCONNECT_TIMEOUT_S = 2.0  # after interrupt disconnect takes ~0.5 s; past this
 REAP_TIMEOUT_S = 2.0
 STDERR_TAIL_LINES = 40
 STDERR_TAIL_CHARS = 4000
-
-
-@dataclass
-class RunRequest:
-    """One attempt of one job on one account."""
-
-    job_id: str
-    attempt: int  # 1-based attempt number
-    spec: JobSpec
-    account: AccountConfig
-    resume: str | None = None  # session id to resume
-    fork: bool = False
-    resume_at: str | None = None  # message uuid for resume_session_at
-    session_store: Any | None = None  # an SDK SessionStore
-    #: Set when the job is no longer this worker's (lease lost or about to expire): SIGKILL the run's processes at
-    #: once instead of the graceful stop, so it is gone before another worker can take the job over.
-    urgent: asyncio.Event | None = None
 
 
 #: errno values with which starting the CLI fails for good: retrying the same command cannot help.
@@ -118,14 +99,6 @@ def exec_errno(stderr_lines: Iterable[str], outcome: RunOutcome) -> int | None:
             if line.rstrip().endswith(os.strerror(code)):
                 return code
     return None
-
-
-def _cli_pid(client: ClaudeSDKClient) -> int | None:
-    """The CLI's pid, read through the SDK's private transport (None before spawn or after disconnect)."""
-    transport = getattr(client, "_transport", None)
-    process = getattr(transport, "_process", None)
-    pid = getattr(process, "pid", None)
-    return pid if isinstance(pid, int) else None
 
 
 class Runner:
@@ -167,7 +140,7 @@ class Runner:
         policy = self.settings.policy
         if not runs_under_own_uid(req.spec, policy):
             return None
-        wanted = policy.isolated_tools(builtin_tools(req.spec, policy))
+        wanted = policy.isolated_tools(allowed_builtin_tools(req.spec, policy))
         if not can_switch_uid():
             if policy.shared_uid_ok:
                 return None
@@ -280,6 +253,7 @@ class Runner:
             raise
         outcome = parser.outcome
         client = ClaudeSDKClient(options)
+        connected = asyncio.Event()  # connect() returned: the CLI answers control requests (interrupt)
         pump: asyncio.Task[None] | None = None
         stopped: StopReason | None = None
         killer = asyncio.create_task(self._kill_when(req.urgent, run_id)) if req.urgent is not None else None
@@ -293,7 +267,7 @@ class Runner:
                 ),
             )
             wake = asyncio.Event()
-            pump = asyncio.create_task(self._pump(client, req.spec.prompt, parser, watchdog, emit, wake))
+            pump = asyncio.create_task(self._pump(client, req.spec.prompt, parser, watchdog, emit, wake, connected))
             stopped = await self._supervise(pump, watchdog, cancel, wake)
             if stopped is None:
                 pump.result()  # re-raise what ended the stream abnormally
@@ -308,7 +282,7 @@ class Runner:
         finally:
             if killer is not None and not killer.done():
                 killer.cancel()
-            cleanup = asyncio.ensure_future(self._shutdown(client, pump, req.job_id, run_id))
+            cleanup = asyncio.ensure_future(self._shutdown(client, pump, connected.is_set(), req.job_id, run_id))
             try:
                 await asyncio.shield(cleanup)
             except asyncio.CancelledError:
@@ -374,8 +348,10 @@ class Runner:
         watchdog: Watchdog,
         emit: EventSink,
         wake: asyncio.Event,
+        connected: asyncio.Event,
     ) -> None:
         await client.connect(prompt)
+        connected.set()
         async for message in client.receive_response():
             events = parser.feed(message)
             before = (watchdog.first_byte_at is None, watchdog.tool_in_flight)
@@ -423,11 +399,11 @@ class Runner:
             woken.cancel()
 
     async def _shutdown(
-        self, client: ClaudeSDKClient, pump: asyncio.Task[None] | None, job_id: str, run_id: str
+        self, client: ClaudeSDKClient, pump: asyncio.Task[None] | None, connected: bool, job_id: str, run_id: str
     ) -> None:
         """Interrupt, let the CLI report, disconnect; SIGKILL whatever is left of this run (tool processes too)."""
-        pid = _cli_pid(client)
-        connected = getattr(client, "_query", None) is not None
+        # Found by the run id in its environment (the SDK keeps its process private); None before it started.
+        pid = await asyncio.to_thread(procs.cli_pid, run_id)
         if pump is not None and not pump.done():
             if connected and pid is not None and procs.alive(pid):
                 with contextlib.suppress(Exception):

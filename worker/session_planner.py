@@ -22,7 +22,6 @@ Every run gets the RedisSessionStore, so its transcript is mirrored and any work
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,12 +31,11 @@ from claude_agent_sdk import project_key_for_directory
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.jobs import JobStore
-from claudeq.models import Event, JobError, JobRecord, PlannedSession, utcnow
+from claudeq.models import Event, JobError, JobRecord, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.cli_env import redact
 from claudeq.worker.options import default_cwd, runs_under_own_uid
-
-EventSink = Callable[[Event], Awaitable[None]]
+from claudeq.worker.ports import EventSink
 
 #: What a continuing retry sends instead of the job's prompt (the prompt is already in the session).
 CONTINUE_PROMPT = "Continue from where you left off."
@@ -61,9 +59,9 @@ class SessionPlan:
     resume: str | None = None
     fork: bool = False
     resume_at: str | None = None
-    session_store: Any | None = None
+    session_store: RedisSessionStore | None = None
     prompt: str | None = None  # send this instead of the spec's prompt (a continuing retry)
-    mode: str = "new"  # new | resume | fork | continue | retake | restart
+    mode: SessionMode = "new"
     wait: TurnWait | None = None
     error: JobError | None = None
     base: str | None = None  # the entry of the resumed session the job's first attempt began at
@@ -281,7 +279,7 @@ class SessionPlanner:
             return SessionPlan(error=JobError(kind="input", message=message)), None, None
         entries = await store.load({"project_key": project, "session_id": target}) or []
         base = last_real_uuid([dict(e) for e in entries])
-        mode = "fork" if spec.fork else "resume"
+        mode: SessionMode = "fork" if spec.fork else "resume"
         return SessionPlan(resume=target, fork=spec.fork, session_store=store, mode=mode), base, None
 
     @staticmethod
@@ -337,10 +335,6 @@ class SessionPlanner:
         for _, event in self.jobs.read_events(job_id, count=500):
             if event.type == "session_plan":
                 return PlannedSession.model_validate(event.data)
-        return None
-
-    def after_success(self, record: JobRecord, session_id: str | None) -> None:
-        """Kept for callers of the first engine version: everything happens in `finished()` now."""
         return None
 
     async def aclose(self) -> None:

@@ -1,4 +1,4 @@
-"""A tenacity wait that sleeps until a rate limit resets instead of backing off blindly.
+"""A tenacity wait that sleeps until a rate-limit cooldown ends instead of backing off blindly.
 
 Used where a retry may wait in place: a short cooldown on the only eligible account. The caller still holds the wait
 to `settings.retry_in_place_max_s` (longer ones defer the job); this wait only says how long the right wait is.
@@ -8,37 +8,35 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from tenacity import RetryCallState
 from tenacity.wait import wait_base, wait_random_exponential
 
-from claudeq.errors import RateLimited
 from claudeq.models import utcnow
 
 
-def rate_limited_exception(state: RetryCallState) -> RateLimited | None:
-    """The RateLimited the last attempt raised, if that is how it ended."""
-    if state.outcome is None or not state.outcome.failed:
-        return None
-    exc = state.outcome.exception()
-    return exc if isinstance(exc, RateLimited) else None
+@dataclass(frozen=True)
+class Cooldown:
+    """A rate-limit cooldown to sit out: until `resets_at` (None: unknown, back off instead)."""
+
+    resets_at: datetime | None
 
 
 class wait_rate_limit(wait_base):
-    """Wait until the rejection's `resets_at` (+ up to `jitter_s`); any other outcome uses `fallback`.
+    """Wait until the cooldown's `resets_at` (+ up to `jitter_s`); any other outcome uses `fallback`.
 
-    A RateLimited without `resets_at` also uses `fallback`: with no reset to aim at, backing off is all there is.
-    `extract` finds the RateLimited of an attempt (default: the exception it raised), so a retry loop that returns
-    results rather than raising can plug in its own.
+    `extract` finds the Cooldown an attempt asks to sit out (None: none). A Cooldown without `resets_at` also uses
+    `fallback`: with no reset to aim at, backing off is all there is.
     """
 
     def __init__(
         self,
         fallback: wait_base | None = None,
         *,
+        extract: Callable[[RetryCallState], Cooldown | None],
         jitter_s: float = 0.5,
-        extract: Callable[[RetryCallState], RateLimited | None] = rate_limited_exception,
         clock: Callable[[], datetime] = utcnow,
         rng: random.Random | None = None,
     ) -> None:
@@ -50,9 +48,9 @@ class wait_rate_limit(wait_base):
 
     def __call__(self, retry_state: RetryCallState) -> float:
         """Seconds to sleep before the next attempt."""
-        limited = self.extract(retry_state)
-        if limited is None or limited.resets_at is None:
+        cooldown = self.extract(retry_state)
+        if cooldown is None or cooldown.resets_at is None:
             return float(self.fallback(retry_state))
-        until_reset = (limited.resets_at - self.clock()).total_seconds()
+        until_reset = (cooldown.resets_at - self.clock()).total_seconds()
         # Jitter spreads the workers that all waited for the same reset, so they do not arrive in one burst.
         return max(0.0, until_reset) + self.rng.uniform(0, self.jitter_s)

@@ -47,7 +47,6 @@ class Harness:
             metrics=self.metrics,
             send=lambda job_id, spec: self.sent.append(job_id),
             worker_id="w1",
-            request_factory=lambda **fields: type("Req", (), fields)(),
         )
         self.engine.start()
 
@@ -57,7 +56,7 @@ class Harness:
         return self.store.create(record)[0]
 
     def deliver(self, job_id: str) -> str:
-        return self.engine.deliver_blocking(job_id)
+        return str(self.engine.deliver_blocking(job_id))
 
     def start_delivery(self, job_id: str, started: threading.Event) -> Callable[[], list[str]]:
         """Deliver from another thread (as Celery does); return once the run started, with a `finish()` that
@@ -416,8 +415,8 @@ def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, sto
 def test_a_delivery_claimed_as_shutdown_begins_is_requeued_without_running(make: Any) -> None:
     h = make(success())
     job = h.submit()
-    h.engine.closing = True  # the shutdown began between the claim and the first attempt
-    assert h.engine.call(h.engine._deliver(job)).result(5) == "requeued"
+    h.engine.handler.closing = lambda: True  # the shutdown began between the claim and the first attempt
+    assert h.deliver(job) == "requeued"
     assert h.runner.requests == []
     assert h.store.get(job).status == "queued"
     assert h.sent == [job]

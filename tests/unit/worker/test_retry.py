@@ -10,6 +10,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.worker.retry import DeferInstead, JobBackoff, Step, run_attempts
+from claudeq.worker.waits import Cooldown
 from tests.conftest import make_settings
 
 
@@ -108,11 +109,10 @@ def test_backoff_is_full_jitter_and_grows_with_counted_attempts(unique: str) -> 
 async def test_a_wait_step_sleeps_until_the_cooldown_ends_not_a_blind_backoff(unique: str) -> None:
     from datetime import timedelta
 
-    from claudeq.errors import RateLimited
     from claudeq.models import utcnow
 
-    limited = RateLimited("a", utcnow() + timedelta(seconds=0.6), None)
-    script = Script(Step("wait", reason="rate_limit", limited=limited), Step("done", "succeeded"))
+    limited = Cooldown(utcnow() + timedelta(seconds=0.6))
+    script = Script(Step("wait", reason="rate_limit", cooldown=limited), Step("done", "succeeded"))
     started = time.monotonic()
     result = await go(script, cfg(unique, retry_in_place_max_s=2.0))
     assert result == Step("done", "succeeded")
@@ -126,11 +126,10 @@ async def test_a_wait_step_sleeps_until_the_cooldown_ends_not_a_blind_backoff(un
 async def test_a_wait_past_the_in_place_bound_defers(unique: str) -> None:
     from datetime import timedelta
 
-    from claudeq.errors import RateLimited
     from claudeq.models import utcnow
 
-    limited = RateLimited("a", utcnow() + timedelta(seconds=30), None)
-    script = Script(Step("wait", reason="rate_limit", limited=limited), Step("done", "succeeded"))
+    limited = Cooldown(utcnow() + timedelta(seconds=30))
+    script = Script(Step("wait", reason="rate_limit", cooldown=limited), Step("done", "succeeded"))
     with pytest.raises(DeferInstead) as info:
         await go(script, cfg(unique, retry_in_place_max_s=2.0))
     assert info.value.wait_s >= 29

@@ -1,0 +1,129 @@
+"""The permission policy: what a job may ask for on this fleet (tools, directories, permission modes, sizes).
+
+Both sides apply it: the producer refuses a spec at submit (`spec_problems`, via claudeq.producer.validation) and
+the worker checks it again before a run (`spec_problems` and `check_spec`, which also knows the worker's registered
+MCP tools and the local file system). Not to be confused with the failure policy (claudeq.worker.failure), which
+decides what happens after an attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import PolicyViolation
+from claudeq.models import JobSpec
+
+
+class ToolNames(Protocol):
+    """The worker's MCP tool registry, as the permission check sees it."""
+
+    def unknown(self, names: list[str]) -> list[str]:
+        """Those of `names` that are not registered."""
+
+    def mixes_fleet(self, names: list[str]) -> bool:
+        """Whether `names` combine fleet tools with worker-registered ones."""
+
+
+#: Linux's MAX_ARG_STRLEN: one command-line argument holds at most this many bytes, its terminating NUL included.
+MAX_ARG_STRLEN = 128 * 1024
+
+
+def argv_problems(spec: JobSpec) -> list[tuple[str, str]]:
+    """Spec fields the worker passes to the CLI as one command-line argument, where they are too big for one.
+
+    The system prompts are not among them: the worker hands them to the CLI as files (any size the spec allows)."""
+    limit = MAX_ARG_STRLEN - 1
+    args: list[tuple[str, str]] = [
+        ("model", spec.model or ""),
+        ("fallback_model", spec.fallback_model or ""),
+        ("resume", spec.resume or ""),
+        *(("add_dirs", path) for path in spec.add_dirs),
+    ]
+    if spec.output_schema is not None:
+        args.append(("output_schema", json.dumps(spec.output_schema)))  # as the SDK serialises it
+    problems = []
+    for field, value in args:
+        size = len(value.encode())
+        if size > limit:
+            problems.append(
+                (
+                    field,
+                    f"is {size} bytes on the CLI's command line; one argument holds at most {limit} (MAX_ARG_STRLEN)",
+                )
+            )
+    return problems
+
+
+def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """What in `spec` the fleet's limits or its permission policy refuse, as (field, reason) pairs."""
+    problems: list[tuple[str, str]] = []
+    size = len(spec.prompt.encode())
+    if size > settings.max_prompt_bytes:
+        problems.append(
+            (
+                "prompt",
+                f"is {size} bytes; the limit is {settings.max_prompt_bytes} (CLAUDEQ_MAX_PROMPT_BYTES)",
+            )
+        )
+    spec_size = len(spec.model_dump_json().encode())
+    if spec_size > settings.max_spec_bytes and size <= settings.max_prompt_bytes:
+        problems.append(("spec", f"is {spec_size} bytes; the limit is {settings.max_spec_bytes}"))
+    problems += argv_problems(spec)
+    policy = settings.policy
+    forbidden = policy.forbidden_tools(policy.tools_for(spec.tools))
+    if forbidden:
+        problems.append(("tools", f"{', '.join(forbidden)} not allowed by the worker policy"))
+    for field, paths in (("cwd", [spec.cwd] if spec.cwd else []), ("add_dirs", spec.add_dirs)):
+        for path in paths:
+            if not policy.path_allowed(path):
+                roots = ", ".join(str(r) for r in policy.workspace_roots) or "none configured"
+                problems.append((field, f"{path} is outside the workspace roots ({roots})"))
+    if spec.permission_mode and spec.permission_mode not in policy.permission_modes:
+        problems.append(("permission_mode", f"{spec.permission_mode} is not allowed by the worker policy"))
+    if spec.deadline_s and spec.deadline_s > settings.max_deadline_s:
+        problems.append(("deadline_s", f"above the fleet's maximum of {settings.max_deadline_s:g} s"))
+    if spec.queue is not None and spec.queue not in settings.job_queues:
+        problems.append(
+            (
+                "queue",
+                f"{spec.queue!r} is not a configured queue (allowed: {', '.join(settings.job_queues)};"
+                " CLAUDEQ_QUEUE and CLAUDEQ_QUEUES)",
+            )
+        )
+    names = settings.accounts.names
+    if spec.account and names and spec.account not in names:
+        problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
+    return problems
+
+
+def allowed_builtin_tools(spec: JobSpec, policy: WorkerPolicy) -> list[str]:
+    """The built-in tools a job gets (its profile or list); PolicyViolation when the policy forbids one."""
+    tools = policy.tools_for(spec.tools)
+    forbidden = policy.forbidden_tools(tools)
+    if forbidden:
+        raise PolicyViolation("tools", f"not allowed on this fleet: {', '.join(forbidden)}")
+    return tools
+
+
+def check_spec(spec: JobSpec, policy: WorkerPolicy, registry: ToolNames | None) -> None:
+    """Raise PolicyViolation if the policy forbids anything the spec asks for (no I/O beyond stat of dirs)."""
+    allowed_builtin_tools(spec, policy)
+    if spec.mcp_tools:
+        unknown = spec.mcp_tools if registry is None else registry.unknown(spec.mcp_tools)
+        if unknown:
+            raise PolicyViolation("mcp_tools", f"not registered on this worker: {', '.join(unknown)}")
+        if registry is not None and registry.mixes_fleet(spec.mcp_tools):
+            raise PolicyViolation("mcp_tools", "fleet tools and worker-registered tools cannot be combined in one job")
+    if spec.permission_mode is not None and spec.permission_mode not in policy.permission_modes:
+        raise PolicyViolation("permission_mode", f"{spec.permission_mode!r} is not allowed on this fleet")
+    for field, paths in (("cwd", [spec.cwd] if spec.cwd else []), ("add_dirs", spec.add_dirs)):
+        for path in paths:
+            if not policy.workspace_roots:
+                raise PolicyViolation(field, "this fleet has no workspace roots; jobs cannot set a directory")
+            if not policy.path_allowed(path):
+                raise PolicyViolation(field, f"{path} is outside the workspace roots")
+            if not Path(path).is_dir():
+                raise PolicyViolation(field, f"{path} is not a directory")

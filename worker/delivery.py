@@ -1,0 +1,91 @@
+"""One delivery of a job in this process, and the typed answers the engine gives about it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from claudeq.models import FREE_OUTCOMES, Attempt, JobRecord, JobResult, Usage
+from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.job_store import ClaimResult
+
+#: Why a delivery's `cancel` event was set: a producer's cancel, the worker's shutdown, or the lease was lost.
+StopWhy = Literal["cancel", "shutdown", "lost"]
+
+#: How the handling of a delivery ended: the job's new status, `lost` (another worker owns the job now: nothing was
+#: written), `handed_back` (shutting down: re-sent unclaimed) or `dropped` (nothing to do; see `Delivered.reason`).
+DeliveryOutcome = Literal["succeeded", "failed", "cancelled", "deferred", "requeued", "lost", "handed_back", "dropped"]
+#: The outcomes the attempt loop ends with (a subset of DeliveryOutcome).
+Finish = Literal["succeeded", "failed", "cancelled", "deferred", "requeued", "lost"]
+#: Why a delivery was dropped: what the claim found, `redis` (unreachable; the reconciler re-sends), `malformed`
+#: (not a job id) or `error` (the worker failed inside; the reconciler recovers the job).
+DropReason = ClaimResult | Literal["redis", "malformed", "error"]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What became of one delivery; `str()` is the label the Celery task returns and logs
+    (`succeeded`, `dropped:busy`, ...)."""
+
+    outcome: DeliveryOutcome
+    reason: DropReason | None = None
+
+    def __str__(self) -> str:
+        return f"{self.outcome}:{self.reason}" if self.reason else self.outcome
+
+    @staticmethod
+    def dropped(reason: DropReason) -> Delivered:
+        """A delivery there was nothing to do for."""
+        return Delivered("dropped", reason)
+
+
+@dataclass
+class Delivery:
+    """One delivery of a job being handled by this process."""
+
+    job_id: str
+    fence: int
+    record: JobRecord
+    attempts: list[Attempt]
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)  # stops the run / cuts a wait short
+    why: StopWhy | None = None  # why `cancel` was set
+    slot: SlotLease | None = None  # the account slot held right now
+    result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
+    session_id: str | None = None
+    first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
+    #: Monotonic time before which the lease (and the account slot) are surely still ours: the send time of the
+    #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
+    lease_until: float = 0.0
+    urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
+
+    @property
+    def counted(self) -> int:
+        """Attempts so far that count against max attempts."""
+        return sum(1 for a in self.attempts if a.outcome is not None and a.outcome not in FREE_OUTCOMES)
+
+    @property
+    def lost(self) -> bool:
+        """Whether another worker may own the job now (this one must write nothing more)."""
+        return self.why == "lost"
+
+    def stop(self, why: StopWhy) -> None:
+        """Stop the run (or cut a wait short); the first reason given is the one acted on."""
+        if self.why is None:
+            self.why = why
+        self.cancel.set()
+
+    def lose(self) -> None:
+        """The job is (or is about to be) no longer ours: stop the run at once, write nothing, free nothing."""
+        self.stop("lost")
+        self.why = "lost"
+        self.urgent.set()
+
+
+def summed_usage(attempts: list[Attempt]) -> Usage:
+    """The usage of all attempts together (the record's result.usage)."""
+    total = Usage()
+    for attempt in attempts:
+        if attempt.usage is not None:
+            total = total + attempt.usage
+    return total

@@ -1,0 +1,367 @@
+"""The delivery state machine: what happens to a claimed job, from the permission check to the status it ends in.
+
+Per delivery: permission check -> attempts (session plan -> account slot -> run -> classify with the failure policy
+-> record the attempt) with retries in between (claudeq.worker.retry) -> a terminal status, a deferral or a requeue,
+each written through the delivery's fence (claudeq.worker.fenced). This is the one place a job's status changes on
+the worker side; the decision to retry is claudeq.worker.failure's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import ParamSpec
+
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.errors import ConfigError, PolicyViolation
+from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
+from claudeq.permissions import spec_problems
+from claudeq.worker.account_choice import NoAccount
+from claudeq.worker.delivery import Delivery, Finish, summed_usage
+from claudeq.worker.dispatch import Dispatch
+from claudeq.worker.failure import Decision, OutputCheck, decide
+from claudeq.worker.fenced import FencedWriter
+from claudeq.worker.metrics import primary_model
+from claudeq.worker.outcome import RunOutcome, RunRequest
+from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
+from claudeq.worker.ports import AccountsLike, EventSink, MetricsLike, RunnerLike
+from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
+from claudeq.worker.session_planner import SessionPlanner
+from claudeq.worker.waits import Cooldown
+
+log = logging.getLogger("claudeq.engine")
+
+P = ParamSpec("P")
+
+
+class DeliveryHandler:
+    """Carries one claimed delivery through its attempts to the status it ends in."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        accounts: AccountsLike,
+        runner: RunnerLike,
+        metrics: MetricsLike,
+        sessions: SessionPlanner,
+        writer: FencedWriter,
+        dispatch: Dispatch,
+        worker_id: str,
+        closing: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.store = writer.store
+        self.accounts = accounts
+        self.runner = runner
+        self.metrics = metrics
+        self.sessions = sessions
+        self.writer = writer
+        self.dispatch = dispatch
+        self.worker_id = worker_id
+        self.closing = closing
+
+    async def handle(self, d: Delivery) -> Finish:
+        """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
+        spec = d.record.spec
+        number = len(d.attempts) + 1
+        await self.event(d, Event(type="claimed", attempt=number, data={"worker": self.worker_id, "attempt": number}))
+        if d.first_claim:  # once per job: a job deferred before its first attempt is claimed again later
+            self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
+        problems = spec_problems(spec, self.settings)
+        try:
+            self.runner.check(spec)
+        except PolicyViolation as exc:
+            problems.append((exc.field, exc.reason))
+        if problems:
+            message = "refused by the worker policy: " + "; ".join(f"{f}: {r}" for f, r in problems)
+            return await self.finish(d, "failed", JobError(kind="input", message=message))
+        max_attempts = spec.max_attempts or self.settings.max_attempts
+
+        async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
+            self.metrics.retry(step.reason)
+            data = {"reason": step.reason, "wait_s": round(wait_s, 3), "next_attempt": len(d.attempts) + 1}
+            await self.event(d, Event(type="retry", data={**data, "in_place": in_place}))
+
+        async def attempt() -> Step:
+            return await self._attempt(d, max_attempts)
+
+        try:
+            step = await run_attempts(
+                attempt,
+                self.settings,
+                counted=lambda: d.counted,
+                max_passes=max_attempts + 2 * max(1, len(self.settings.accounts.names)) + 2,
+                on_retry=on_retry,
+                interrupt=d.cancel,
+            )
+        except DeferInstead as defer:
+            if d.why is not None:
+                return (await self._between_attempts(d)).done
+            ready = utcnow() + timedelta(seconds=defer.wait_s)
+            reason = f"a wait of {defer.wait_s:.1f} s is too long to sit out in place"
+            return await self._defer(d, ready, reason, [])
+        if step.kind != "done":
+            # Rerouted more times than there are accounts: let the cooldowns play out in the deferred set.
+            ready = utcnow() + timedelta(seconds=self.settings.rate_limit_cooldown_s)
+            return await self._defer(d, ready, "no account could take the job after several reroutes", [])
+        return step.done
+
+    async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
+        if d.why is None and self.closing():
+            d.stop("shutdown")  # claimed just as the shutdown began: requeue rather than start a run
+        if d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
+            d.stop("cancel")
+        if d.why is not None:
+            return await self._between_attempts(d)
+        spec = d.record.spec
+        plan = await self.sessions.plan(d.record, lambda event: self.event(d, event))
+        if plan.error is not None:
+            return Step.finished(await self.finish(d, "failed", plan.error))
+        if plan.wait is not None:  # another turn of the conversation comes first
+            status = await self._defer(d, plan.wait.ready_at, plan.wait.reason, [])
+            if status == "deferred" and await self.sessions.recheck(d.record):
+                await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
+            return Step.finished(status)
+        acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset())
+        if isinstance(acquired, NoAccount):
+            if acquired.permanent:
+                kind: ErrorKind = "account" if self.settings.accounts.names else "configuration"
+                return Step.finished(await self.finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
+            until_ready = (acquired.ready_at - utcnow()).total_seconds()
+            if acquired.cooldown and until_ready <= self.settings.retry_in_place_max_s:
+                # A cooldown about to end: sit it out in place (no slot held) rather than a round trip via deferral.
+                return Step("wait", reason="rate_limit", cooldown=Cooldown(acquired.ready_at))
+            return Step.finished(await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts))
+        d.slot = acquired
+        account: AccountConfig = acquired.account
+        number = len(d.attempts) + 1
+        attempt = Attempt(number=number, account=account.name, worker=self.worker_id, started_at=utcnow())
+        d.attempts.append(attempt)
+        if d.record.session_plan is None and self.sessions.enabled:
+            # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
+            d.record = d.record.model_copy(update={"session_plan": plan.stored()})
+            written = await self.writer.write(d, account=account.name, attempts=d.attempts, session_plan=plan.stored())
+        else:
+            written = await self.writer.write(d, account=account.name, attempts=d.attempts)
+        if not written:
+            return Step.finished("lost")
+        request = RunRequest(
+            job_id=d.job_id,
+            attempt=number,
+            spec=spec if plan.prompt is None else spec.model_copy(update={"prompt": plan.prompt}),
+            account=account,
+            resume=plan.resume,
+            fork=plan.fork,
+            resume_at=plan.resume_at,
+            session_store=plan.session_store,
+            urgent=d.urgent,
+        )
+        outcome, refused = await self._run(d, request, account)
+        if d.lost:
+            log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
+            return Step.finished("lost")
+        if refused is not None:
+            d.attempts[-1] = attempt.model_copy(
+                update={"outcome": "failed", "detail": refused.message, "finished_at": utcnow()}
+            )
+            self.metrics.attempt(account.name, "failed")
+            return Step.finished(await self.finish(d, "failed", refused))
+        assert outcome is not None
+        if outcome.stopped_by == "cancel" and d.why == "shutdown":
+            # The run was stopped for the shutdown, not by a user: requeue it. A run that finished before the stop
+            # took effect keeps its own outcome (a success is never thrown away and run again).
+            outcome = replace(outcome, stopped_by="shutdown")
+        decision = decide(
+            outcome,
+            account,
+            d.counted,
+            max_attempts,
+            now=utcnow(),
+            rate_limit_cooldown_s=self.settings.rate_limit_cooldown_s,
+            output_schema=spec.output_schema,
+            output_check=await self._check_output(spec, outcome),
+        )
+        await self._apply_account_effects(account, outcome, decision)
+        d.attempts[-1] = attempt.model_copy(
+            update={
+                "outcome": decision.outcome,
+                "detail": decision.detail,
+                "session_id": outcome.session_id,
+                "usage": outcome.result.usage,
+                "finished_at": utcnow(),
+            }
+        )
+        self.metrics.attempt(account.name, decision.outcome)
+        self.metrics.usage(account.name, outcome.result.usage)
+        d.result = outcome.result
+        d.session_id = outcome.session_id or d.session_id
+        await self.event(
+            d, Event(type="attempt_finished", data={"outcome": decision.outcome, "detail": decision.detail})
+        )
+        return await self._act(d, decision)
+
+    async def _run(
+        self, d: Delivery, request: RunRequest, account: AccountConfig
+    ) -> tuple[RunOutcome | None, JobError | None]:
+        """Run one attempt; (outcome, None), or (None, error) when the run was refused before it started."""
+        self.metrics.run_started(account.name)
+        started = time.monotonic()
+        outcome: RunOutcome | None = None
+        try:
+            outcome = await self.runner.run(request, self._emitter(d, request.attempt), d.cancel)
+            return outcome, None
+        except PolicyViolation as exc:
+            return None, JobError(kind="input", message=f"refused by the worker policy: {exc}")
+        except ConfigError as exc:
+            return None, JobError(kind="configuration", message=str(exc))
+        finally:
+            self.metrics.run_ended(account.name)
+            # Label by the model that actually answered (canonical id), not the alias the spec asked for.
+            model = primary_model(outcome.result.usage if outcome else None) or d.record.spec.model or "default"
+            self.metrics.run_duration(account.name, model, time.monotonic() - started)
+
+    async def _check_output(self, spec: JobSpec, outcome: RunOutcome) -> OutputCheck | None:
+        """Check a structured output against the job's schema in its own process, with a deadline: never on this
+        loop (a backtracking `pattern` would hold the GIL and stop every heartbeat of the worker)."""
+        data = outcome.result.structured_output
+        if spec.output_schema is None or data is None or not outcome.got_result or outcome.is_error:
+            return None
+        timeout_s = self.settings.output_check_timeout_s
+        try:
+            return OutputCheck(problem=await schema_problem(data, spec.output_schema, timeout_s))
+        except OutputCheckTimeout:
+            return OutputCheck(timed_out=f"{timeout_s:g} s")
+
+    async def _apply_account_effects(self, account: AccountConfig, outcome: RunOutcome, decision: Decision) -> None:
+        for signal in outcome.rate_limits:
+            self.metrics.rate_limit_event(account.name, signal)
+            await _quiet(self.accounts.observe, account.name, signal)
+        if decision.cool_until is not None:
+            await _quiet(self.accounts.cool, account.name, decision.cool_until, decision.detail)
+        if decision.disable_reason is not None:
+            log.warning("account %s disabled: %s", account.name, decision.disable_reason)
+            await _quiet(self.accounts.disable, account.name, decision.disable_reason)
+
+    async def _act(self, d: Delivery, decision: Decision) -> Step:
+        if decision.action == "succeed":
+            return Step.finished(await self.finish(d, "succeeded"))
+        if decision.action in ("fail", "cancel"):
+            assert decision.error is not None
+            status: TerminalStatus = "failed" if decision.action == "fail" else "cancelled"
+            return Step.finished(await self.finish(d, status, decision.error))
+        if decision.action == "requeue":
+            return Step.finished(await self._requeue(d, decision.detail))
+        # retry / reroute: record the attempt, free the slot (a wait never holds it), go round again.
+        if not await self.writer.write(d, attempts=d.attempts, result=self._result(d), session_id=d.session_id):
+            return Step.finished("lost")
+        await self.dispatch.release(d)
+        kind: StepKind = "retry" if decision.action == "retry" else "reroute"
+        return Step(kind, reason=decision.retry_reason or decision.outcome)
+
+    async def _between_attempts(self, d: Delivery) -> Step:
+        """No run in flight and the delivery was stopped: act on why."""
+        if d.why == "cancel":
+            error = JobError(kind="cancelled", message="cancelled by request")
+            return Step.finished(await self.finish(d, "cancelled", error))
+        if d.why == "shutdown":
+            return Step.finished(await self._requeue(d, "worker shutting down; job re-enqueued"))
+        return Step.finished("lost")
+
+    # ---- how a delivery ends -----------------------------------------------------------------------------------
+
+    def _result(self, d: Delivery) -> JobResult:
+        return d.result.model_copy(update={"usage": summed_usage(d.attempts)})
+
+    async def finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> Finish:
+        """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
+        data = {"kind": error.kind, "message": error.message} if error else {}
+        ok = await self.writer.write(
+            d,
+            status,
+            Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
+            attempts=d.attempts,
+            result=self._result(d),
+            session_id=d.session_id,
+            error=error,
+        )
+        await self.dispatch.release(d)
+        if not ok:
+            return "lost"
+        try:
+            waiting = await self.sessions.finished(d.record, status, d.session_id)
+        except Exception:
+            log.exception("job %s: conversation bookkeeping failed", d.job_id)
+            waiting = []
+        for job_id in waiting:
+            await self.dispatch.promote_and_send(job_id, force=True)
+        self.metrics.job_finished(d.record.spec.queue or self.settings.queue, status)
+        log.info(
+            "job %s: %s after %d attempt(s)%s", d.job_id, status, len(d.attempts), f" ({error.kind})" if error else ""
+        )
+        return status
+
+    async def _defer(self, d: Delivery, ready_at: datetime, reason: str, accounts: list[str]) -> Finish:
+        await self.dispatch.release(d)
+        ok = await self.writer.write(
+            d,
+            "deferred",
+            Event(type="deferred", data={"ready_at": ready_at.isoformat(), "reason": reason}),
+            ready_at=ready_at,
+            attempts=d.attempts,
+            result=self._result(d),
+            session_id=d.session_id,
+        )
+        if not ok:
+            return "lost"
+        if accounts:
+            await _quiet(self.accounts.add_waiter, accounts, d.job_id)
+        log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
+        return "deferred"
+
+    async def _requeue(self, d: Delivery, reason: str) -> Finish:
+        await self.dispatch.release(d)
+        requeued = Event(type="requeued", data={"reason": reason})
+        ok = await self.writer.write(
+            d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id
+        )
+        if not ok:
+            return "lost"
+        await self.dispatch.send_message(d.job_id, d.record.spec)
+        log.info("job %s: requeued (%s)", d.job_id, reason)
+        return "requeued"
+
+    # ---- events and metric routing -----------------------------------------------------------------------------
+
+    async def event(self, d: Delivery, event: Event) -> None:
+        """Store an event of the delivery (fenced: a lost delivery stores nothing)."""
+        await self.writer.event(d, event)
+
+    def _emitter(self, d: Delivery, attempt: int) -> EventSink:
+        """The runner's event sink: numbers events with the attempt and routes the ones metrics count."""
+
+        async def emit(event: Event) -> None:
+            if event.attempt is None:
+                event = event.model_copy(update={"attempt": attempt})
+            if event.type == "tool_call":
+                self.metrics.tool_call(str(event.data.get("tool", "")))
+            elif event.type == "mirror_error":
+                self.metrics.mirror_error()
+            elif event.type == "session" and event.data.get("session_id"):
+                d.session_id = str(event.data["session_id"])
+            await self.event(d, event)
+
+        return emit
+
+
+async def _quiet(fn: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
+    """Call a sync account-state method in a thread; a failure is logged, never fatal to the job."""
+    try:
+        await asyncio.to_thread(fn, *args, **kwargs)
+    except Exception:
+        log.exception("account update %s failed", getattr(fn, "__name__", fn))

@@ -1,0 +1,73 @@
+"""What the engine needs of the runner, the account manager and the metrics, as Protocols (fakes stand in for tests).
+
+No SDK here: the real implementations (claudeq.worker.runner.Runner, claudeq.worker.account_manager.AccountManager,
+claudeq.worker.metrics.WorkerMetrics) satisfy these structurally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Protocol
+
+from claudeq.models import Event, JobSpec, Outcome, TerminalStatus, Usage
+from claudeq.worker.account_choice import NoAccount
+from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
+
+#: Where a run's events go (the engine stores them on the job's stream).
+EventSink = Callable[[Event], Awaitable[None]]
+#: Sends the `claudeq.run` message for a job (spec None: the record is unreadable, use the default queue).
+Sender = Callable[[str, JobSpec | None], None]
+
+
+class RunnerLike(Protocol):
+    """claudeq.worker.runner.Runner as the engine uses it."""
+
+    def check(self, spec: JobSpec) -> None:
+        """PolicyViolation when this worker's permission policy forbids the spec."""
+
+    async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
+        """Run one attempt."""
+
+
+class AccountsLike(Protocol):
+    """claudeq.worker.account_manager.AccountManager as the engine uses it (sync; called in threads)."""
+
+    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = ...) -> SlotLease | NoAccount:
+        """A slot on the best eligible account, or when to look again."""
+
+    def refresh(self, lease: SlotLease, ttl_s: float) -> None:
+        """Extend a held slot."""
+
+    def release(self, lease: SlotLease) -> list[str]:
+        """Free a slot; the waiting jobs to promote now."""
+
+    def add_waiter(self, accounts: list[str], job_id: str) -> None:
+        """A deferred job waits for a slot on these accounts."""
+
+    def observe(self, account: str, signal: RateLimitSignal) -> None:
+        """Record a rate-limit signal."""
+
+    def cool(self, account: str, until: datetime, reason: str) -> None:
+        """Cool the account (fleet-wide) until `until`."""
+
+    def disable(self, account: str, reason: str) -> None:
+        """Disable the account."""
+
+
+class MetricsLike(Protocol):
+    """claudeq.worker.metrics.WorkerMetrics as the engine uses it (never raises)."""
+
+    def job_finished(self, queue: str, status: TerminalStatus) -> None: ...
+    def attempt(self, account: str, outcome: Outcome) -> None: ...
+    def run_duration(self, account: str, model: str, seconds: float) -> None: ...
+    def queue_wait(self, seconds: float) -> None: ...
+    def run_started(self, account: str) -> None: ...
+    def run_ended(self, account: str) -> None: ...
+    def usage(self, account: str, usage: Usage) -> None: ...
+    def rate_limit_event(self, account: str, signal: RateLimitSignal) -> None: ...
+    def retry(self, reason: str) -> None: ...
+    def tool_call(self, tool: str) -> None: ...
+    def mirror_error(self) -> None: ...
