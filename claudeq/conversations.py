@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
 from pydantic import BaseModel
@@ -23,7 +24,9 @@ from claudeq.config.settings import Settings
 from claudeq.job_scripts import NEXT_TURN_FN
 from claudeq.keys import Keys, text
 from claudeq.models import ACTIVE, Timestamp
-from claudeq.transcripts import RedisSessionStore
+
+if TYPE_CHECKING:  # the transcript store is the SDK's SessionStore: a producer never loads it
+    from claudeq.transcripts import RedisSessionStore
 
 # A job is active while queued, deferred or running; any other status (or no record) frees what it held.
 # `head` pops finished turns off the front of the order, at most `pops` of them per call (each pop is O(log n) and

@@ -26,7 +26,6 @@ from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.client import Client
-from claudeq.worker.exporter import exporter_command
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 
@@ -51,12 +50,28 @@ config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(conversation_app, name="conversation")
-app.command("exporter")(exporter_command)
 
 out = Console()
 err = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+#: The exporter's default port (workers use 9808, .env.example).
+EXPORTER_PORT = 9809
+
+
+@app.command("exporter")
+def exporter(
+    port: Annotated[
+        int, typer.Option("--port", envvar="CLAUDEQ_EXPORTER_PORT", help="Port of /metrics.")
+    ] = EXPORTER_PORT,
+    addr: Annotated[str, typer.Option("--addr", envvar="CLAUDEQ_EXPORTER_ADDR", help="Address to bind.")] = "0.0.0.0",
+) -> None:
+    """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
+    # Fleet code (prometheus_client): loaded when the exporter runs, never by a producer importing the CLI.
+    from claudeq.worker.exporter import exporter_command
+
+    exporter_command(port, addr)
 
 
 def _settings() -> Settings:

@@ -16,7 +16,6 @@ from rich.console import Console
 from claudeq.config.settings import Settings, load_settings
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
-from claudeq.transcripts import RedisSessionStore
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -83,6 +82,8 @@ def delete(name: str, as_json: JsonOpt = False) -> None:
     conversations = ConversationStore.from_settings(settings)
 
     async def run() -> list[str]:
+        from claudeq.transcripts import RedisSessionStore  # the SDK's SessionStore: loaded only to delete
+
         sessions = RedisSessionStore.from_settings(settings)
         try:
             return await delete_conversation(conversations, sessions, name)

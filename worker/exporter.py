@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Annotated
 
 import redis
 import typer
@@ -37,7 +36,7 @@ log = logging.getLogger(__name__)
 JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "deferred", "running", "succeeded", "failed", "cancelled")
 #: Every account state, so `claudeq_account_state{state}` is a full one-hot set per account.
 ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "disabled")
-DEFAULT_PORT = 9809  # workers use 9808 (.env.example)
+DEFAULT_PORT = 9809  # workers use 9808 (.env.example); also claudeq.producer.cli.EXPORTER_PORT
 
 
 class ClusterCollector(Collector):
@@ -241,13 +240,10 @@ def serve(settings: Settings, port: int, addr: str = "0.0.0.0") -> tuple[int, Ca
     return int(server.server_port), stop
 
 
-def exporter_command(
-    port: Annotated[
-        int, typer.Option("--port", envvar="CLAUDEQ_EXPORTER_PORT", help="Port of /metrics.")
-    ] = DEFAULT_PORT,
-    addr: Annotated[str, typer.Option("--addr", envvar="CLAUDEQ_EXPORTER_ADDR", help="Address to bind.")] = "0.0.0.0",
-) -> None:
-    """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
+def exporter_command(port: int = DEFAULT_PORT, addr: str = "0.0.0.0") -> None:
+    """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time, until a signal.
+
+    `claudeq exporter` (claudeq.producer.cli) declares the options and calls this."""
     try:
         settings = load_settings()
         # Account names come from the pool; touching it now turns a bad accounts file into a start-up error.
@@ -270,8 +266,10 @@ def exporter_command(
 
 
 def main() -> None:
-    """Entry point for `python -m claudeq.worker.exporter`."""
-    typer.run(exporter_command)
+    """Entry point for `python -m claudeq.worker.exporter` (the options of `claudeq exporter`)."""
+    from claudeq.producer.cli import exporter
+
+    typer.run(exporter)
 
 
 if __name__ == "__main__":

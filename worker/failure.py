@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from claudeq.config.account_pool import AccountConfig
-from claudeq.models import FREE_OUTCOMES, ErrorKind, JobError, Outcome
+from claudeq.models import ErrorKind, JobError, Outcome
 from claudeq.permissions import MAX_ARG_STRLEN
 from claudeq.worker.outcome import RunOutcome
 
@@ -51,11 +51,6 @@ class Decision:
     cool_until: datetime | None = None  # cool the account (fleet-wide) until then
     disable_reason: str | None = None  # disable the account with this reason
     retry_reason: str | None = None  # label for retries_total{reason} (transient | timeout)
-
-    @property
-    def counted(self) -> bool:
-        """Whether this attempt counts against the job's max attempts."""
-        return self.outcome not in FREE_OUTCOMES
 
 
 def decide(

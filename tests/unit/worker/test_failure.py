@@ -37,7 +37,7 @@ def run(
 def test_success_is_decided_from_is_error() -> None:
     d = run(ok())
     assert (d.outcome, d.action, d.error) == ("success", "succeed", None)
-    assert d.counted
+    assert d.outcome not in FREE_OUTCOMES
 
 
 def test_api_error_with_subtype_success_is_not_a_success() -> None:
@@ -50,7 +50,7 @@ def test_rejected_rate_limit_with_reset_cools_until_reset_and_reroutes_uncounted
     outcome = err(rate_limits=[RateLimitSignal("rejected", resets_at=resets, window="five_hour")], api_error_status=429)
     d = run(outcome, so_far=2, max_attempts=3)  # even on the last counted attempt: a rate limit is free
     assert (d.outcome, d.action, d.cool_until) == ("rate_limited", "reroute", resets)
-    assert not d.counted and d.error is None
+    assert d.outcome in FREE_OUTCOMES and d.error is None
     assert "five_hour" in d.detail
 
 
@@ -68,7 +68,7 @@ def test_reset_in_the_past_cools_until_now() -> None:
 def test_plain_429_on_api_key_account_cools_briefly(status: int | None, assistant_error: str | None) -> None:
     d = run(err(api_error_status=status, assistant_error=assistant_error), account=KEY, so_far=2)
     assert (d.outcome, d.action, d.cool_until) == ("rate_limited", "reroute", NOW + timedelta(seconds=60))
-    assert not d.counted
+    assert d.outcome in FREE_OUTCOMES
 
 
 def test_allowed_warning_is_only_recorded() -> None:
@@ -96,7 +96,7 @@ def test_earlier_rejection_then_success_is_a_success() -> None:
 def test_transient_failures_retry_while_attempts_remain(outcome: RunOutcome) -> None:
     d = run(outcome, so_far=1, max_attempts=3)
     assert (d.outcome, d.action, d.retry_reason, d.error) == ("transient_error", "retry", "transient", None)
-    assert d.counted
+    assert d.outcome not in FREE_OUTCOMES
 
 
 def test_transient_failure_on_the_last_attempt_fails_the_job() -> None:
@@ -150,7 +150,7 @@ def test_cancel_wins_over_everything() -> None:
 def test_shutdown_requeues_uncounted() -> None:
     d = run(RunOutcome(stopped_by="shutdown"), so_far=2, max_attempts=3)
     assert (d.outcome, d.action, d.error) == ("requeued", "requeue", None)
-    assert not d.counted
+    assert d.outcome in FREE_OUTCOMES
 
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
