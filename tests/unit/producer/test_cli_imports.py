@@ -1,5 +1,6 @@
-"""A producer that imports the client (or runs the CLI) loads no SDK, no Celery worker machinery, no Prometheus
-client and no worker code: those belong to the fleet, not to the applications that submit jobs."""
+"""The producer's front ends (the CLI, the MCP server) load no SDK, no Celery worker machinery, no Prometheus client
+and no worker code, like the client itself (tests/unit/test_layering.py): `claudeq exporter` loads the exporter only
+when it runs."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def loaded_after(statement: str, cwd: Path) -> list[str]:
 @pytest.mark.parametrize(
     "statement",
     [
-        "import claudeq.producer.client",
-        "from claudeq.producer.client import Client, AsyncClient",
         "import claudeq.producer.cli",
+        "from claudeq.producer.cli import app, main",
+        "import claudeq.producer.mcp_server",
     ],
 )
 def test_a_producer_loads_no_worker_machinery(statement: str, tmp_path: Path) -> None:
