@@ -51,7 +51,11 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.store = store
+        self.accounts = accounts
+        self.runner = runner
+        self.metrics = metrics
         self.worker_id = worker_id
+        self.sessions = sessions or SessionPlanner()
         self.started_at = utcnow()
         self.dispatch = Dispatch(store, accounts, send)
         self.writer = FencedWriter(store, settings.lease_ttl_s)
@@ -63,7 +67,7 @@ class Engine:
             accounts=accounts,
             runner=runner,
             metrics=metrics,
-            sessions=sessions or SessionPlanner(),
+            sessions=self.sessions,
             writer=self.writer,
             dispatch=self.dispatch,
             worker_id=worker_id,

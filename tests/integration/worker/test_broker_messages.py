@@ -74,7 +74,7 @@ def test_deferred_job_is_not_in_the_broker_and_its_promotion_is_sent_at_once_wit
     for name in queue_lists(queue):  # a worker took the message ...
         redis_client.delete(name)
 
-    assert engine.deliver_blocking(job.id) == "deferred"  # ... and found no free slot
+    assert engine.deliver_blocking(job.id).outcome == "deferred"  # ... and found no free slot
     record = client.get(job.id)
     assert record.status == "deferred" and record.ready_at is not None
     assert "deferred" in [e.type for e in client.events(job.id)]
@@ -99,7 +99,7 @@ def test_promoter_loop_sends_a_due_deferred_job_at_once(
     job = client.submit(prompt="wait for a slot", priority=0)
     for name in queue_lists(settings.queue):
         redis_client.delete(name)
-    assert engine.deliver_blocking(job.id) == "deferred"
+    assert engine.deliver_blocking(job.id).outcome == "deferred"
     engine.accounts.release(holder)
     redis_client.zadd(engine.store.keys.deferred, {job.id: 0})  # due now
     assert engine.call(runtime.loops.promote_once()).result(30) >= 1
