@@ -280,7 +280,10 @@ class JobStore:
         except (ValueError, AttributeError):
             queue = None
         try:
-            return Event(type="submitted", at=text(created_at), data={"queue": queue or self.default_queue})
+            # Validated from the stored text as any stored event is (the record keeps created_at as ISO 8601).
+            return Event.model_validate(
+                {"type": "submitted", "at": text(created_at), "data": {"queue": queue or self.default_queue}}
+            )
         except ValidationError:
             return None
 
