@@ -110,7 +110,7 @@ def engine(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Engi
 def test_a_run_taken_over_appends_neither_progress_nor_a_terminal_event(engine: Engine, wstore: WorkerJobStore) -> None:
     job = _job(wstore)
 
-    assert engine.deliver_blocking(job) == "lost"
+    assert engine.deliver_blocking(job).outcome == "lost"
 
     events = [e for _, e in wstore.read_events(job)]
     assert [e.data.get("text") for e in events if e.type == "assistant_text"] == ["before"]
