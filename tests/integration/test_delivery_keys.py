@@ -71,7 +71,6 @@ def engine(wstore: WorkerJobStore, scripts: Scripts, redis_url: str, unique: str
         metrics=FakeMetrics(),
         send=lambda job_id, spec: None,
         worker_id="w1",
-        request_factory=lambda **fields: type("Req", (), fields)(),
     )
     engine.start()
     yield engine
@@ -96,13 +95,13 @@ def test_a_redelivery_during_the_old_ones_stop_is_stopped_and_requeued_at_shutdo
 ) -> None:
     record = JobRecord(id=f"j-{utcnow().timestamp()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
     job = wstore.create(record)[0]
-    first = _in_thread(lambda: engine.deliver_blocking(job))
+    first = _in_thread(lambda: str(engine.deliver_blocking(job)))
     assert scripts.first_running.wait(10)
     # The worker froze past its lease: another reconciler recovered the job and its message came back here.
     wstore.redis.delete(wstore.keys.lease(job))
     assert wstore.recover(job, wstore.get(job).fence, None)
     assert scripts.first_stopping.wait(10)  # the old run saw the lease go and is stopping, slowly
-    second = _in_thread(lambda: engine.deliver_blocking(job))
+    second = _in_thread(lambda: str(engine.deliver_blocking(job)))
     assert scripts.second_running.wait(10)
     scripts.let_first_end.set()
     assert first() == "lost"

@@ -100,7 +100,6 @@ def engine(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Engi
         metrics=FakeMetrics(),
         send=lambda job_id, spec: None,
         worker_id="w1",
-        request_factory=lambda **fields: type("Req", (), fields)(),
     )
     engine.start()
     yield engine
