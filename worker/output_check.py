@@ -19,12 +19,18 @@ import json
 import sys
 from typing import Any
 
-#: The child: read {"schema", "data"} on stdin, print {"error": message or null}. The alarm ends it (SIGALRM's default
-#: action) if nobody else does.
-_CHILD = """
+#: The child's start-up: imports, then "ready" on stdout. Starting an interpreter and importing jsonschema takes
+#: ~0.1 s on a quiet machine and seconds on a loaded one, so the deadline starts only once the child says it is ready:
+#: a slow start must never fail a valid answer as `input`.
+_STARTUP = """
 import json, signal, sys
-signal.alarm(int(sys.argv[1]) + 1)
 import jsonschema
+"""
+#: The check: read {"schema", "data"} on stdin, print {"error": message or null}. The alarm ends it (SIGALRM's default
+#: action) if nobody else does.
+_CHECK = """
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+signal.alarm(int(sys.argv[1]) + 1)
 doc = json.load(sys.stdin)
 try:
     jsonschema.validate(doc["data"], doc["schema"])
@@ -33,6 +39,8 @@ except jsonschema.ValidationError as exc:
 else:
     print(json.dumps({"error": None}))
 """
+#: How long the child may take to start (a loaded machine); past it the check is an error, never a verdict.
+STARTUP_TIMEOUT_S = 120.0
 
 
 class OutputCheckTimeout(Exception):
@@ -45,30 +53,35 @@ async def schema_problem(data: Any, schema: dict[str, Any], timeout_s: float) ->
         sys.executable,
         "-I",
         "-c",
-        _CHILD,
+        _STARTUP + _CHECK,
         str(int(timeout_s)),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={},
     )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     payload = json.dumps({"schema": schema, "data": data}).encode()
     try:
-        out, err = await asyncio.wait_for(proc.communicate(payload), timeout_s)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise OutputCheckTimeout(f"did not finish within {timeout_s:g} s") from None
-    except BaseException:
+        try:
+            ready = await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT_S)
+        except TimeoutError:
+            raise RuntimeError(f"the schema check did not start within {STARTUP_TIMEOUT_S:g} s") from None
+        if ready.strip() != b"ready":
+            await proc.wait()
+            err = await proc.stderr.read()
+            raise RuntimeError(f"the schema check exited {proc.returncode}: {err.decode(errors='replace')[-300:]}")
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(payload), timeout_s)
+        except TimeoutError:
+            raise OutputCheckTimeout(f"did not finish within {timeout_s:g} s") from None
+    finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-        raise
     try:
         reply = json.loads(out)
     except ValueError:
-        raise RuntimeError(
-            f"the schema check exited {proc.returncode}: {err.decode(errors='replace')[-300:]}"
-        ) from None
+        raise RuntimeError(f"the schema check exited {proc.returncode} without a verdict") from None
     error = reply.get("error")
     return None if error is None else str(error)

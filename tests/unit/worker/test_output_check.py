@@ -23,3 +23,13 @@ async def test_a_backtracking_pattern_is_cut_off_at_the_deadline_and_its_process
     with pytest.raises(OutputCheckTimeout):
         await schema_problem("a" * 40 + "\ufeff", schema, 1)
     assert descendants(os.getpid()) == []
+
+
+async def test_a_slow_start_of_the_checker_never_counts_against_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded machine the child's start-up (interpreter + jsonschema import) can take longer than the deadline:
+    a valid answer must still be judged, not failed as a timeout."""
+    from claudeq.worker import output_check
+
+    monkeypatch.setattr(output_check, "_STARTUP", output_check._STARTUP + "import time; time.sleep(2)\n")
+    assert await schema_problem({"n": 3}, SCHEMA, 1) is None
+    assert await schema_problem({"n": "three"}, SCHEMA, 1) == "'three' is not of type 'integer'"
