@@ -18,7 +18,10 @@ import tty
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+import redis
+from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -27,7 +30,8 @@ from rich.text import Text
 
 from claudeq.account_state import AccountStore
 from claudeq.errors import ConfigError, RecordUnreadable
-from claudeq.models import TERMINAL, AccountState, JobRecord, utcnow
+from claudeq.keys import Keys, text
+from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
 from claudeq.producer.client import Client
 from claudeq.worker.broker import queue_lists
 from claudeq.worker.exporter import status_counts
@@ -50,13 +54,37 @@ class Snapshot:
     oldest_wait_s: float | None = None
     counts: dict[str, int] = field(default_factory=dict)
     running: list[JobRecord] = field(default_factory=list)
+    tokens_so_far: dict[str, tuple[int, int]] = field(default_factory=dict)  # job id -> (input, output)
     recent: list[JobRecord] = field(default_factory=list)
     jobs_per_s: float = 0.0
     workers: list[tuple[str, str, float]] = field(default_factory=list)  # id, runs/concurrency, heartbeat age
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+#: How many of a running job's latest events are read for its latest token figure.
+_TOKEN_EVENTS = 20
+
+
+def _tokens_so_far(r: redis.Redis, keys: Keys, rec: JobRecord) -> tuple[int, int]:
+    """(input, output) tokens a running job has used: its finished attempts plus what the current one's latest
+    progress event says (workers put `tokens_so_far` on assistant events)."""
+    done = rec.result.usage if rec.result else None
+    tokens_in = (done.input_tokens + done.cache_read_tokens + done.cache_creation_tokens) if done else 0
+    tokens_out = done.output_tokens if done else 0
+    attempt = len(rec.attempts)
+    entries: list[tuple[Any, dict[Any, Any]]] = r.xrevrange(keys.events(rec.id), count=_TOKEN_EVENTS)  # type: ignore[assignment]
+    for _entry_id, fields in entries:
+        raw = fields.get(b"event") or fields.get("event")
+        try:
+            event = Event.model_validate_json(raw or b"{}")
+        except ValidationError:
+            continue
+        so_far = event.data.get("tokens_so_far")
+        if isinstance(so_far, dict):
+            if event.attempt == attempt:
+                tokens_in += int(so_far.get("input", 0))
+                tokens_out += int(so_far.get("output", 0))
+            break
+    return tokens_in, tokens_out
 
 
 def collect(client: Client) -> Snapshot:
@@ -83,10 +111,12 @@ def collect(client: Client) -> Snapshot:
     oldest = r.zrange(keys.queued, 0, 0)
     if oldest:
         with contextlib.suppress(Exception):
-            snap.oldest_wait_s = (now - store.get(_text(oldest[0])).created_at).total_seconds()
-    for job_id in sorted(_text(i) for i in r.smembers(keys.running)):
+            snap.oldest_wait_s = (now - store.get(text(oldest[0])).created_at).total_seconds()
+    for job_id in sorted(text(i) for i in r.smembers(keys.running)):
         with contextlib.suppress(Exception):
-            snap.running.append(store.get(job_id))
+            rec = store.get(job_id)
+            snap.running.append(rec)
+            snap.tokens_so_far[job_id] = _tokens_so_far(r, keys, rec)
     snap.running.sort(key=lambda rec: rec.started_at or rec.created_at)
     finished = [
         rec
@@ -99,14 +129,14 @@ def collect(client: Client) -> Snapshot:
         sum(1 for rec in finished if rec.finished_at and (now - rec.finished_at).total_seconds() <= RATE_WINDOW_S)
         / RATE_WINDOW_S
     )
-    ids = [_text(i) for i in r.zrange(keys.workers, 0, -1)]
+    ids = [text(i) for i in r.zrange(keys.workers, 0, -1)]
     pipe = r.pipeline(transaction=False)
     for worker_id in ids:
         pipe.hmget(keys.worker(worker_id), ["runs", "concurrency", "heartbeat"])
     for worker_id, (runs, concurrency, beat) in zip(ids, pipe.execute(), strict=True):
         if beat is None:
             continue  # its heartbeat expired: not live
-        snap.workers.append((worker_id, f"{_text(runs)}/{_text(concurrency)}", now.timestamp() - float(_text(beat))))
+        snap.workers.append((worker_id, f"{text(runs)}/{text(concurrency)}", now.timestamp() - float(text(beat))))
     return snap
 
 
@@ -163,12 +193,8 @@ def render(snap: Snapshot, title: str) -> Group:
         "job", "account", "worker", "attempt", "elapsed", "tokens so far", "prompt", title="running", expand=True
     )
     for rec in snap.running:
-        usage = rec.result.usage if rec.result else None
-        tokens = (
-            f"{usage.input_tokens + usage.cache_read_tokens + usage.cache_creation_tokens}/{usage.output_tokens}"
-            if usage
-            else "-"
-        )
+        tokens_in, tokens_out = snap.tokens_so_far.get(rec.id, (0, 0))
+        tokens = f"{tokens_in}/{tokens_out}" if tokens_in or tokens_out else "-"
         started = rec.attempts[-1].started_at if rec.attempts else rec.started_at
         running.add_row(
             rec.id,

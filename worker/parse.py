@@ -173,6 +173,14 @@ class MessageParser:
                 self.outcome.tool_calls.append(block.name)
                 self.tools_in_flight[block.id] = block.name
                 events.append(self._event("tool_call", tool=block.name, id=block.id, input=_json_text(block.input)))
+        if events and self._stream_usage:
+            # What this attempt has used so far (from the stream events), so `claudeq top` can show a running job's
+            # tokens before its result: the last such event is the latest figure.
+            so_far = self.stream_usage()
+            events[-1].data["tokens_so_far"] = {
+                "input": so_far.input_tokens + so_far.cache_read_tokens + so_far.cache_creation_tokens,
+                "output": so_far.output_tokens,
+            }
         return events
 
     def _user(self, message: UserMessage) -> list[Event]:

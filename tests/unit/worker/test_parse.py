@@ -244,3 +244,28 @@ def test_structured_output_is_redacted_like_the_text() -> None:
     out = parser.finish()
     assert "opaque-structured-secret-42" not in json.dumps(out.result.structured_output)
     assert out.result.structured_output["n"] == 1
+
+
+def test_assistant_events_carry_the_tokens_the_attempt_used_so_far() -> None:
+    """`claudeq top` shows a running job's tokens from these, before the run has a result."""
+    parser = MessageParser(attempt=1)
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "model": "claude-sonnet-5-5",
+            "usage": {"input_tokens": 100, "output_tokens": 1, "cache_read_input_tokens": 20},
+        },
+    }
+    feed_all(
+        parser, [init(), stream(start), stream({"type": "message_delta", "delta": {}, "usage": {"output_tokens": 7}})]
+    )
+    events = feed_all(
+        parser,
+        [AssistantMessage(content=[TextBlock(text="partial")], model="claude-sonnet-5-5", session_id=SID)],
+    )
+    assert events == [("assistant_text", {"text": "partial", "tokens_so_far": {"input": 120, "output": 7}})]
+    # Without partial messages there is nothing to report: the event stays as it was.
+    plain = MessageParser(attempt=1)
+    events = feed_all(plain, [AssistantMessage(content=[TextBlock(text="hi")], model="m", session_id=SID)])
+    assert events == [("session", {"session_id": SID}), ("assistant_text", {"text": "hi"})]
