@@ -22,6 +22,7 @@ from claudeq.models import Event, JobSpec
 from claudeq.worker import procs
 from claudeq.worker.launcher import acquire_identity
 from claudeq.worker.runner import Runner, RunRequest
+from tests.support.procs import run_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +64,8 @@ def test_identities_are_distinct_swept_and_bounded_by_the_range() -> None:
             env={},
         )
         try:
-            procs_before = procs.uid_pids(one.uid)
-            assert stray.pid in procs_before
+            # Popen returns before setpriv has switched to the uid: wait until the process runs under it.
+            run_until(lambda: stray.pid in procs.uid_pids(one.uid), 30, what="the stray process under the run's uid")
             one.release()
             assert procs.uid_pids(one.uid) == []
         finally:
