@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, Self, TypedDict
 
 import redis
 from pydantic import BaseModel, ValidationError
@@ -14,6 +14,9 @@ from pydantic import BaseModel, ValidationError
 from claudeq import job_scripts as scripts
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.keys import Keys, text
+
+if TYPE_CHECKING:
+    from claudeq.config.settings import Settings
 from claudeq.models import (
     TERMINAL,
     Attempt,
@@ -91,6 +94,19 @@ class JobStore:
         self.default_queue: str | None = None
         self._create = client.register_script(scripts.CREATE)
         self._cancel = client.register_script(scripts.CANCEL)
+
+    @classmethod
+    def for_settings(cls, settings: Settings, client: redis.Redis | None = None) -> Self:
+        """A store on `settings`' Redis (a client of its own unless one is given), with the fleet's retention."""
+        store = cls(
+            client or redis.Redis.from_url(settings.redis_url),
+            Keys(settings.key_prefix),
+            result_ttl_s=settings.result_ttl_s,
+            events_maxlen=settings.events_maxlen,
+            conversation_ttl_s=settings.session_retention_s,
+        )
+        store.default_queue = settings.queue
+        return store
 
     # ---- create and read -------------------------------------------------------------------------------------
 

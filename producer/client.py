@@ -16,7 +16,6 @@ from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import BatchSpecError, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
-from claudeq.keys import Keys
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
 
@@ -28,15 +27,7 @@ def new_job_id() -> str:
 
 def make_store(settings: Settings, client: redis.Redis | None = None) -> JobStore:
     """A JobStore on `settings`' Redis."""
-    store = JobStore(
-        client or redis.Redis.from_url(settings.redis_url),
-        Keys(settings.key_prefix),
-        result_ttl_s=settings.result_ttl_s,
-        events_maxlen=settings.events_maxlen,
-        conversation_ttl_s=settings.session_retention_s,
-    )
-    store.default_queue = settings.queue
-    return store
+    return JobStore.for_settings(settings, client)
 
 
 def send_run(celery_app: Any, settings: Settings, job_id: str, spec: JobSpec) -> None:

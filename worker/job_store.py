@@ -328,12 +328,4 @@ class WorkerJobStore(JobStore):
 
 def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:
     """A WorkerJobStore on `settings`' Redis."""
-    store = WorkerJobStore(
-        client or redis.Redis.from_url(settings.redis_url),
-        Keys(settings.key_prefix),
-        result_ttl_s=settings.result_ttl_s,
-        events_maxlen=settings.events_maxlen,
-        conversation_ttl_s=settings.session_retention_s,
-    )
-    store.default_queue = settings.queue
-    return store
+    return WorkerJobStore.for_settings(settings, client)
