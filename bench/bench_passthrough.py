@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 from bench.bench_simulator import BODY, PROMPT, Connection, cpu_seconds  # noqa: E402
 from claudeq.simulator.testing import READY_PREFIX, start_simulator_process  # noqa: E402
 
-TOKEN = "sk-ant-oat01-bench-passthrough"
+TOKEN = "sk-ant-oat01-bench-pt"  # a made-up token the simulator accepts
 
 
 def serve_passthrough(upstream: str) -> None:
