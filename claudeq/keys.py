@@ -91,6 +91,39 @@ class Keys:
         """Sorted set: deferred job id -> time it began waiting (epoch s); a released slot pops the oldest."""
         return f"{self.prefix}acct:{name}:waiters"
 
+    def account_reserved(self, name: str) -> str:
+        """Hash: job id -> dollars reserved by the account's run in flight (its `max_budget_usd`) while capped."""
+        return f"{self.prefix}acct:{name}:reserved"
+
+    def account_spend(self, name: str) -> str:
+        """Hash: `h:<epoch hour>` / `d:<epoch day>` -> dollars the account's runs spent in that calendar window."""
+        return f"{self.prefix}acct:{name}:spend"
+
+    def tenant_runs(self, name: str) -> str:
+        """Sorted set: job id -> slot expiry (epoch s) of the tenant's runs in flight, fleet-wide."""
+        return f"{self.prefix}tenant:{name}:runs"
+
+    def tenant_reserved(self, name: str) -> str:
+        """Hash: job id -> dollars reserved by the tenant's run in flight while capped."""
+        return f"{self.prefix}tenant:{name}:reserved"
+
+    def tenant_waiters(self, name: str) -> str:
+        """Sorted set: deferred job id -> its place while waiting for one of the tenant's runs to end."""
+        return f"{self.prefix}tenant:{name}:waiters"
+
+    def tenant_spend(self, name: str) -> str:
+        """Hash: `h:<epoch hour>` / `d:<epoch day>` -> dollars the tenant's runs spent in that calendar window."""
+        return f"{self.prefix}tenant:{name}:spend"
+
+    def tenant_jobs(self, name: str) -> str:
+        """Sorted set: the tenant's active (not finished) job ids -> creation time (epoch s)."""
+        return f"{self.prefix}tenant:{name}:jobs"
+
+    @property
+    def fair_share(self) -> str:
+        """Hash: `v` the system virtual time, `t:<tenant>` each tenant's last virtual finish tag (fair share)."""
+        return f"{self.prefix}fair"
+
     def worker(self, worker_id: str) -> str:
         """Hash: heartbeat, host, pid, runs in flight; expires a few heartbeats after the last one."""
         return f"{self.prefix}worker:{worker_id}"

@@ -9,6 +9,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
+from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 
 JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 #: The statuses a job ends in.
@@ -40,6 +41,7 @@ ErrorKind = Literal[
     "cancelled",
     "internal",
     "poisoned",  # it lost its worker too many times (it froze or killed each one): failed rather than retried
+    "budget_exceeded",  # its tenant (on_budget = "fail") or every account it may use is over a spend cap
 ]
 
 
@@ -89,6 +91,11 @@ class JobSpec(BaseModel):
     account: str | None = Field(default=None, description="Pin the job to this account.")
     queue: str | None = None
     priority: int = Field(default=0, ge=0, le=9, description="0 (first) .. 9 (last), as Celery's Redis transport.")
+    tenant: str = Field(
+        default=DEFAULT_TENANT,
+        pattern=TENANT_NAME.pattern,
+        description="Who the job is for: its tenant's caps, weight, budgets and allow-lists apply.",
+    )
     deadline_s: float | None = Field(default=None, gt=0)
     idle_timeout_s: float | None = Field(default=None, gt=0)
     first_byte_timeout_s: float | None = Field(default=None, gt=0)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
-from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
 
@@ -96,6 +96,38 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     names = settings.accounts.names
     if spec.account and names and spec.account not in names:
         problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
+    problems += tenant_problems(spec, settings)
+    return problems
+
+
+def tenant_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """What the tenants file refuses in `spec`: an unknown tenant, or an account, model or tool profile outside the
+    tenant's allow-lists."""
+    tenants = settings.tenants
+    if not tenants.known(spec.tenant):
+        known = ", ".join(tenants.names) or "none"
+        return [("tenant", f"{spec.tenant!r} is not a configured tenant (configured: {known}; CLAUDEQ_TENANTS_FILE)")]
+    tenant = tenants.governing(spec.tenant)
+    problems: list[tuple[str, str]] = []
+    if tenant.accounts is not None and spec.account is not None and spec.account not in tenant.accounts:
+        problems.append(("account", f"{spec.account!r} is not one of tenant {spec.tenant!r}'s accounts"))
+    if tenant.models is not None and (spec.model is None or spec.model not in tenant.models):
+        allowed = ", ".join(tenant.models) or "none"
+        problems.append(
+            (
+                "model",
+                f"{spec.model or 'the default model'} is not allowed for tenant {spec.tenant!r} (allowed: {allowed})",
+            )
+        )
+    if tenant.tool_profiles is not None:
+        if isinstance(spec.tools, str):
+            if spec.tools not in tenant.tool_profiles:
+                problems.append(("tools", f"profile {spec.tools!r} is not allowed for tenant {spec.tenant!r}"))
+        else:
+            offered = {t for p in tenant.tool_profiles for t in TOOL_PROFILES.get(p, [])}
+            outside = [t for t in spec.tools if t not in offered]
+            if outside:
+                problems.append(("tools", f"{', '.join(outside)} not in tenant {spec.tenant!r}'s tool profiles"))
     return problems
 
 

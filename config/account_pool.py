@@ -37,6 +37,12 @@ class AccountConfig(BaseModel):
     )
     weight: float = Field(default=1.0, gt=0, description="Relative share of work; higher gets more.")
     models: list[str] = Field(default_factory=list, description="Models this account may run; empty = any.")
+    max_cost_usd_per_hour: float | None = Field(
+        default=None, gt=0, description="Spend cap per calendar hour (UTC) of the runs on this account."
+    )
+    max_cost_usd_per_day: float | None = Field(
+        default=None, gt=0, description="Spend cap per calendar day (UTC) of the runs on this account."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AccountConfig:
@@ -74,6 +80,11 @@ class AccountConfig(BaseModel):
         if not value:
             raise ConfigError(f"accounts.{self.name}.token_file", f"{self.token_file} is empty")
         return value
+
+    @property
+    def capped(self) -> bool:
+        """Whether the account has a spend cap."""
+        return self.max_cost_usd_per_hour is not None or self.max_cost_usd_per_day is not None
 
     def allows_model(self, model: str | None) -> bool:
         """Whether a job asking for `model` (None = the default) may run on this account."""

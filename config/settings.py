@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from claudeq.config.account_pool import AccountPool
+from claudeq.config.tenants import Tenants
 from claudeq.errors import ConfigError
 
 #: Built-in tool sets a job may ask for by name. `none` is the default: a plain LLM run with no tools at all.
@@ -196,6 +197,9 @@ class Settings(BaseSettings):
 
     # Accounts and policy
     accounts_file: Path | None = Field(default=None, description="TOML file with `[[accounts]]` tables.")
+    tenants_file: Path | None = Field(
+        default=None, description="TOML file with `[[tenants]]` tables (caps, weights, budgets); none = no limits."
+    )
     policy: WorkerPolicy = Field(default_factory=WorkerPolicy, description="What jobs may get on this fleet.")
 
     @field_validator("redis_url")
@@ -238,6 +242,21 @@ class Settings(BaseSettings):
         if self.accounts_file is not None:
             return AccountPool.from_toml(self.accounts_file)
         return AccountPool.from_environment()
+
+    @cached_property
+    def tenants(self) -> Tenants:
+        """The tenants: from `tenants_file`, else every tenant name accepted with no limits."""
+        if self.tenants_file is None:
+            return Tenants.unconfigured()
+        tenants = Tenants.from_toml(self.tenants_file)
+        for tenant in tenants.tenants:
+            unknown = [p for p in tenant.tool_profiles or [] if p not in TOOL_PROFILES]
+            if unknown:
+                raise ConfigError(
+                    f"{self.tenants_file}: tenants.{tenant.name}.tool_profiles",
+                    f"unknown profile(s) {', '.join(unknown)}; one of {', '.join(TOOL_PROFILES)}",
+                )
+        return tenants
 
     @property
     def worker_redis_timeout_s(self) -> float:

@@ -202,6 +202,7 @@ def submit(
     account: Annotated[str | None, typer.Option(help="Pin the job to this account.")] = None,
     queue: Annotated[str | None, typer.Option(help="Celery queue.")] = None,
     priority: Annotated[int, typer.Option(help="0 (first) .. 9 (last).")] = 0,
+    tenant: Annotated[str | None, typer.Option(help="Who the job is for (CLAUDEQ_TENANTS_FILE).")] = None,
     deadline_s: Annotated[float | None, typer.Option("--deadline", help="Hard deadline per attempt (s).")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
     cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
@@ -238,6 +239,7 @@ def submit(
         "resume": resume,
         "account": account,
         "queue": queue,
+        "tenant": tenant,
         "deadline_s": deadline_s,
         "max_attempts": max_attempts,
         "cwd": cwd,
@@ -437,6 +439,38 @@ def top(
         run(_client(), interval=interval, once=once, console=out)
     except KeyboardInterrupt:
         pass
+
+
+@app.command("tenants")
+@_guard
+def tenants_cmd(as_json: JsonOpt = False) -> None:
+    """Tenants: runs in flight (vs max_concurrency), jobs waiting, spend this hour and day (UTC) vs the caps."""
+    from claudeq.tenant_state import TenantStore
+
+    settings = _settings()
+    store = Client(settings).store
+    usage = TenantStore(store.redis, store.keys, settings.tenants).usage()
+    if as_json:
+        print(json.dumps({"tenants": [u.public() for u in usage]}))
+        return
+    table = Table("tenant", "in flight", "waiting", "weight", "spend / cap per hour", "per day", "on budget")
+    for u in usage:
+        table.add_row(
+            u.name,
+            f"{u.in_flight}/{u.max_concurrency}" if u.max_concurrency else str(u.in_flight),
+            str(u.waiting),
+            f"{u.weight:g}",
+            _spend(u.spend.hour, u.spend.cap_hour),
+            _spend(u.spend.day, u.spend.cap_day),
+            u.on_budget,
+        )
+    out.print(table)
+
+
+def _spend(spent: float, cap: float | None) -> str:
+    if cap is None:
+        return f"${spent:.4f}"
+    return f"${spent:.4f} / ${cap:.4f} ({spent / cap:.0%})"
 
 
 @app.command("mcp")

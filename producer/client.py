@@ -14,7 +14,7 @@ import redis
 from claudeq.broker_message import list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
-from claudeq.errors import BatchSpecError, JobSpecError, JobTimeout, RecordUnreadable
+from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
@@ -114,6 +114,7 @@ class Client:
         now = time.time()
         self.store.queue_create(pipe, record, now)
         self._queue_messages(pipe, [record], now)
+        self._index(pipe, [record], now)
         job_id, created = create_reply(pipe.execute()[0])
         return JobHandle(self, job_id, created)
 
@@ -169,7 +170,14 @@ class Client:
         if records:
             pipe = self.store.redis.pipeline(transaction=False)
             self._queue_messages(pipe, records, sent_at)
+            self._index(pipe, records, sent_at)
             pipe.execute()
+
+    def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float) -> None:
+        """Add the jobs to their tenants' active-job index (the waiting counts of `claudeq tenants`)."""
+        tenants = self.settings.tenants
+        for record in records:
+            pipe.zadd(self.store.keys.tenant_jobs(tenants.governing(record.spec.tenant).name), {record.id: created})
 
     def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
         """Queue each job's broker message (one LPUSH per broker list, in order); its `submitted` event is made
@@ -203,6 +211,12 @@ class Client:
             from claudeq.errors import JobNotFound
 
             raise JobNotFound(job_id)
+        if result == "cancelled":
+            try:
+                tenant = self.store.get(job_id).spec.tenant
+            except ClaudeqError:
+                return result
+            self.store.redis.zrem(self.store.keys.tenant_jobs(self.settings.tenants.governing(tenant).name), job_id)
         return result
 
     def events(self, job_id: str, follow: bool = False) -> Iterator[Event]:

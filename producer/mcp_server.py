@@ -28,6 +28,7 @@ from pydantic import Field
 
 from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings, load_settings
+from claudeq.config.tenants import Tenants
 from claudeq.errors import ConfigError, JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobStatus
 from claudeq.producer.client import Client
@@ -57,13 +58,31 @@ def _problem(exc: JobSpecError) -> ToolError:
     return ToolError("invalid arguments: " + "; ".join(f"{field}: {reason}" for field, reason in exc.errors))
 
 
-def _record_or_error(client: Client, job_id: str) -> JobRecord:
+def _record_or_error(client: Client, job_id: str, tenant: str | None = None) -> JobRecord:
+    """The job's record; a job of another tenant than the caller's (when bound to one) is as if missing."""
     try:
-        return client.get(job_id)
+        record = client.get(job_id)
     except JobNotFound:
         raise ToolError(f"job_id: no job {job_id!r} (never submitted, or its retention expired)") from None
     except RecordUnreadable as exc:
+        if tenant is not None:
+            raise ToolError(f"job_id: no job {job_id!r} (never submitted, or its retention expired)") from None
         raise ToolError(f"job_id: record unreadable: {exc.detail}") from None
+    if tenant is not None and record.spec.tenant != tenant:
+        raise ToolError(f"job_id: no job {job_id!r} (never submitted, or its retention expired)")
+    return record
+
+
+def bearer_tenant(tenants: Tenants, authorization: str | None) -> str:
+    """The tenant an HTTP caller's `Authorization: Bearer <token>` maps to (the tenants file's `mcp_token_env`);
+    ToolError when the header is missing or the token is nobody's."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ToolError("authorization: this server needs `Authorization: Bearer <token>` (a tenant's MCP token)")
+    tenant = tenants.by_token(token.strip())
+    if tenant is None:
+        raise ToolError("authorization: the bearer token is not any tenant's")
+    return tenant.name
 
 
 def build_server(
@@ -71,8 +90,14 @@ def build_server(
     *,
     parent_job_id: str | None = None,
     tools: Iterable[str] | None = None,
+    tenant: str | None = None,
+    require_token: bool = False,
 ) -> MCPServer:
-    """The MCP server over `client`'s fleet; `tools` limits the tools offered (default: all)."""
+    """The MCP server over `client`'s fleet; `tools` limits the tools offered (default: all).
+
+    `tenant`: bound to that tenant (a run's fleet tools): every job it submits is that tenant's, and it sees no
+    other tenant's jobs. `require_token` (HTTP with tenant tokens configured): each call's bearer token decides the
+    tenant the same way; a call without a known token is refused."""
     offered = list(FLEET_TOOLS if tools is None else dict.fromkeys(tools))
     unknown = [t for t in offered if t not in FLEET_TOOLS]
     if unknown:
@@ -80,8 +105,19 @@ def build_server(
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
     settings = client.settings
 
+    def caller(ctx: Context) -> str | None:
+        """The tenant this call is bound to (None: any)."""
+        if tenant is not None:
+            return tenant
+        if not require_token:
+            return None
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None)
+        return bearer_tenant(settings.tenants, headers.get("authorization") if headers is not None else None)
+
     async def submit_job(
         prompt: Annotated[str, Field(description="The prompt of the job.")],
+        ctx: Context,
         model: Annotated[str | None, Field(description="Model alias or id.")] = None,
         system_prompt: Annotated[str | None, Field(description="Replaces the system prompt.")] = None,
         append_system_prompt: Annotated[str | None, Field(description="Appended to the system prompt.")] = None,
@@ -104,8 +140,14 @@ def build_server(
             dict[str, str | int | float | bool | None] | None, Field(description="Free-form labels.")
         ] = None,
         idempotency_key: Annotated[str | None, Field(description="Same key, same job.")] = None,
+        tenant: Annotated[
+            str | None, Field(description="Who the job is for (default `default`; fixed when the server is bound).")
+        ] = None,
     ) -> dict[str, Any]:
         """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job."""
+        bound = caller(ctx)
+        if bound is not None and tenant is not None and tenant != bound:
+            raise ToolError(f"tenant: this caller submits as tenant {bound!r} only")
         given = {
             "prompt": prompt,
             "model": model,
@@ -121,6 +163,7 @@ def build_server(
             "deadline_s": deadline_s,
             "max_attempts": max_attempts,
             "idempotency_key": idempotency_key,
+            "tenant": bound or tenant,
         }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         fields["priority"] = priority
@@ -135,14 +178,15 @@ def build_server(
             handle = await asyncio.to_thread(client.submit, fields)
         except JobSpecError as exc:
             raise _problem(exc) from None
-        record = await asyncio.to_thread(_record_or_error, client, handle.id)
+        record = await asyncio.to_thread(_record_or_error, client, handle.id, bound)
         return {**record.public(), "created": handle.created}
 
-    async def get_job(job_id: Annotated[str, Field(description="The job's id.")]) -> dict[str, Any]:
+    async def get_job(job_id: Annotated[str, Field(description="The job's id.")], ctx: Context) -> dict[str, Any]:
         """A job's current record: status, attempts, account, result (text, structured output, usage) or error."""
-        return (await asyncio.to_thread(_record_or_error, client, job_id)).public()
+        return (await asyncio.to_thread(_record_or_error, client, job_id, caller(ctx))).public()
 
     async def list_jobs(
+        ctx: Context,
         status: Annotated[
             JobStatus | None, Field(description="Only jobs in this status (queued, deferred, running, …).")
         ] = None,
@@ -150,21 +194,27 @@ def build_server(
         limit: Annotated[int, Field(ge=1, le=200, description="At most this many, newest first.")] = 20,
     ) -> dict[str, Any]:
         """Recent jobs, newest first, optionally only one status and/or the children of one job."""
-        window = limit if parent_job_id is None else max(limit, 500)
+        bound = caller(ctx)
+        window = limit if parent_job_id is None and bound is None else max(limit, 500)
         items = await asyncio.to_thread(client.list, status, window)
         jobs: list[dict[str, Any]] = []
         for item in items:
             if isinstance(item, RecordUnreadable):
-                if parent_job_id is None:
+                if parent_job_id is None and bound is None:
                     jobs.append({"id": item.job_id, "unreadable": item.detail})
-            elif parent_job_id is None or item.parent_job_id == parent_job_id:
+            elif (parent_job_id is None or item.parent_job_id == parent_job_id) and (
+                bound is None or item.spec.tenant == bound
+            ):
                 jobs.append(item.public())
             if len(jobs) >= limit:
                 break
         return {"jobs": jobs}
 
-    async def cancel_job(job_id: Annotated[str, Field(description="The job's id.")]) -> dict[str, Any]:
+    async def cancel_job(job_id: Annotated[str, Field(description="The job's id.")], ctx: Context) -> dict[str, Any]:
         """Cancel a job: at once when it waits; a running job is stopped within about a second."""
+        bound = caller(ctx)
+        if bound is not None:
+            await asyncio.to_thread(_record_or_error, client, job_id, bound)
         try:
             result = await asyncio.to_thread(client.cancel, job_id)
         except JobNotFound:
@@ -181,7 +231,8 @@ def build_server(
         if not 0 <= timeout_s <= MAX_WAIT_S:
             raise ToolError(f"invalid arguments: timeout_s: must be between 0 and {MAX_WAIT_S:g}")
         store = client.store
-        await asyncio.to_thread(_record_or_error, client, job_id)
+        bound = caller(ctx)
+        await asyncio.to_thread(_record_or_error, client, job_id, bound)
         started = time.monotonic()
         deadline = started + timeout_s
         # Progress covers what happens while we wait, not the job's history.
@@ -209,7 +260,7 @@ def build_server(
                 last_report = now
                 await ctx.report_progress(step, None, f"{status}, waited {now - started:.0f} s")
             await asyncio.sleep(min(WAIT_POLL_S, max(0.0, deadline - now)))
-        return (await asyncio.to_thread(_record_or_error, client, job_id)).public()
+        return (await asyncio.to_thread(_record_or_error, client, job_id, bound)).public()
 
     async def accounts() -> dict[str, Any]:
         """The fleet's accounts: state (ok, warning, cooling, disabled), slots in use, cooldown, utilization."""
@@ -246,13 +297,16 @@ def serve(http: str | None = None, settings: Settings | None = None) -> None:
     """Run the server on stdio, or streamable HTTP at `http` (`HOST:PORT`, path /mcp). Blocks."""
     settings = settings or load_settings()
     client = Client(settings)
-    server = build_server(client, parent_job_id=os.environ.get(JOB_ID_VAR) or None)
+    tokens = http is not None and settings.tenants.token_mapping
+    server = build_server(client, parent_job_id=os.environ.get(JOB_ID_VAR) or None, require_token=tokens)
     try:
         if http is None:
             server.run("stdio")
             return
         host, port = parse_address(http)
-        if host not in ("127.0.0.1", "localhost", "::1"):
+        if tokens:
+            print("claudeq mcp: each call needs a tenant's bearer token (mcp_token_env)", file=sys.stderr)
+        elif host not in ("127.0.0.1", "localhost", "::1"):
             print(
                 f"warning: claudeq mcp on {host} lets anyone who reaches it submit jobs (no authentication)",
                 file=sys.stderr,

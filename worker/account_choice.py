@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from claudeq.config.account_pool import AccountConfig
-from claudeq.models import AccountState
+from claudeq.models import AccountState, ErrorKind
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class NoAccount:
     accounts: list[str]  # the accounts it waits for, soonest first
     permanent: bool = False  # nothing can ever run it -> fail the job
     cooldown: bool = False  # ready_at is the end of a rate-limit cooldown (not a slot freeing up)
+    kind: ErrorKind | None = None  # the error kind when permanent and not the usual (`budget_exceeded`)
+    tenant: str | None = None  # it waits for one of this tenant's runs to end (its max_concurrency)
 
 
 def utilization(state: AccountState, now: datetime) -> float:

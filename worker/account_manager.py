@@ -16,9 +16,11 @@ import redis
 from claudeq.account_state import AccountStore
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
+from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.tenant_state import AtMax, OverBudget, TenantStore
 from claudeq.worker.account_choice import AccountView, NoAccount, choose
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -37,6 +39,8 @@ class SlotLease:
 
     account: AccountConfig
     job_id: str
+    tenant: str | None = None  # the tenant whose run this is (None: a lease taken outside tenant admission)
+    budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
 
 
 class AccountManager:
@@ -46,6 +50,8 @@ class AccountManager:
         self.settings = settings
         self.pool = pool if pool is not None else settings.accounts
         self.store = AccountStore(redis, keys, self.pool)
+        self.tenants = settings.tenants
+        self.tenant_store = TenantStore(redis, keys, self.tenants)
         #: The pass-through reads every response's headers: 429s are acted on there (`record_response`), so a
         #: `rejected` RateLimitEvent without a reset adds nothing and must not cool or count a second time.
         self.headers_seen = settings.passthrough
@@ -57,35 +63,110 @@ class AccountManager:
     # ---- slots -----------------------------------------------------------------------------------------------
 
     def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+        """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
+        account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
+        most the spec's `max_budget_usd` and what the tenant and the account have left in their capped windows."""
+        tenant = self.tenants.governing(spec.tenant)
+        now = time.time()
+        admitted = self.tenant_store.admit(tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now)
+        if isinstance(admitted, AtMax):
+            reason = f"tenant {tenant.name!r} has {tenant.max_concurrency} run(s) in flight (its max_concurrency)"
+            # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound.
+            return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
+        if isinstance(admitted, OverBudget):
+            return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
+        lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd)
+        if isinstance(lease, NoAccount):
+            self.tenant_store.release(tenant, job_id, pop=False)
+            return lease
+        if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
+            self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd)
+        return lease
+
+    def _over_budget(self, who: str, tenant: TenantConfig, over: OverBudget) -> NoAccount:
+        reason = f"{who} is over its spend cap per {over.window} until {over.until.isoformat()}"
+        if tenant.on_budget == "fail":
+            return NoAccount(_dt(time.time()), reason, [], permanent=True, kind="budget_exceeded")
+        return NoAccount(over.until, reason, [])
+
+    def _acquire_slot(
+        self, job_id: str, spec: JobSpec, exclude: frozenset[str], tenant: TenantConfig, want: float | None
+    ) -> SlotLease | NoAccount:
         """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
+        over: dict[str, OverBudget] = {}
         for name in self.store.held_by(job_id):
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second.
             if name not in exclude and self.store.try_acquire(name, job_id, self.settings.lease_ttl_s) == 1:
-                return SlotLease(self.store.config(name), job_id)
+                held = self._budgeted(self.store.config(name), job_id, tenant, want)
+                if not isinstance(held, OverBudget):
+                    return held
+                over[name] = held
         decision: list[AccountConfig] | NoAccount = []
         for _ in range(_ACQUIRE_ROUNDS):
             now = time.time()
-            decision = choose(self._views(now), model=spec.model, pin=spec.account, now=_dt(now), exclude=exclude)
+            views = self._views(now, tenant.accounts)
+            decision = choose(views, model=spec.model, pin=spec.account, now=_dt(now), exclude=exclude | set(over))
             if isinstance(decision, NoAccount):
+                if over and not decision.permanent:
+                    first = min(over.items(), key=lambda item: item[1].until)
+                    return self._over_budget(f"account {first[0]!r}", tenant, first[1])
                 return decision
             for account in decision:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot.
                 if self.store.try_acquire(account.name, job_id, self.settings.lease_ttl_s, now) == 1:
-                    return SlotLease(account, job_id)
+                    lease = self._budgeted(account, job_id, tenant, want)
+                    if isinstance(lease, OverBudget):
+                        over[account.name] = lease
+                        continue
+                    return lease
         names = [a.name for a in decision] if isinstance(decision, list) else []
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
+    def _budgeted(
+        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None
+    ) -> SlotLease | OverBudget:
+        """The lease of a slot just taken on `account`, with the run's budget; an account over its spend cap gives
+        the slot back at once (no waiter was denied it: it was free)."""
+        if not account.capped:
+            return SlotLease(account, job_id, tenant.name, want)
+        reserved = self.tenant_store.admit_account(account, job_id, want)
+        if isinstance(reserved, OverBudget):
+            self.store.redis.zrem(self.store.keys.account_slots(account.name), job_id)
+            return reserved
+        return SlotLease(account, job_id, tenant.name, reserved.budget_usd)
+
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
-        """Extend the slot's expiry (called with the run's heartbeat)."""
+        """Extend the slot's expiry and the run's place among its tenant's runs (called with the run's heartbeat)."""
+        if lease.tenant is not None:
+            self.tenant_store.refresh(lease.tenant, lease.job_id, ttl_s)
         if not self.store.refresh(lease.account.name, lease.job_id, ttl_s):
             # Expired and dropped (a long pause): the run goes on, but the slot may have been handed out again.
             log.warning("slot of job %s on account %s had expired before refresh", lease.job_id, lease.account.name)
 
     def release(self, lease: SlotLease) -> list[str]:
-        """Free the slot; returns the job ids (0 or 1) popped from the account's waiters, to promote now."""
-        return self.store.release(lease.account.name, lease.job_id)
+        """Free the slot and the tenant's run; returns the job ids popped from the account's and the tenant's
+        waiters, to promote now."""
+        popped = self.store.release(lease.account.name, lease.job_id)
+        if lease.tenant is not None:
+            popped += self.tenant_store.release(self.tenants.governing(lease.tenant), lease.job_id)
+        return popped
+
+    def settle(self, lease: SlotLease, cost_usd: float) -> None:
+        """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
+        the run had reserved)."""
+        self.tenant_store.settle(lease.tenant or DEFAULT_TENANT, lease.account.name, lease.job_id, cost_usd)
+
+    def job_done(self, tenant: str, job_id: str) -> None:
+        """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""
+        self.tenant_store.unindex(self.tenants.governing(tenant).name, job_id)
+
+    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+        """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
+        config = self.tenants.governing(tenant)
+        if config.max_concurrency is not None and self.tenant_store.wait(config, job_id, score):
+            log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
     def add_waiter(self, accounts: list[str], job_id: str) -> None:
         """A deferred job waits for a slot on these accounts: the next release on any of them promotes it."""
@@ -253,9 +334,13 @@ class AccountManager:
         if self.store.cool(account, until, reason):
             log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
 
-    def _views(self, now: float) -> list[AccountView]:
+    def _views(self, now: float, allowed: list[str] | None = None) -> list[AccountView]:
         by_name = {a.name: a for a in self.pool.accounts}
-        return [AccountView(by_name[state.name], state, first_free) for state, first_free in self.store.snapshot(now)]
+        return [
+            AccountView(by_name[state.name], state, first_free)
+            for state, first_free in self.store.snapshot(now)
+            if allowed is None or state.name in allowed
+        ]
 
 
 def _reading(facts: LimitFacts, window: str) -> tuple[int, float, int | None] | None:

@@ -131,15 +131,20 @@ class DeliveryHandler:
         acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset())
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
-                kind: ErrorKind = "account" if self.settings.accounts.names else "configuration"
+                kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
                 return Step.finished(await self.finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
             until_ready = (acquired.ready_at - utcnow()).total_seconds()
             if acquired.cooldown and until_ready <= self.settings.retry_in_place_max_s:
                 # A cooldown about to end: sit it out in place (no slot held) rather than a round trip via deferral.
                 return Step("wait", reason="rate_limit", cooldown=Cooldown(acquired.ready_at))
-            return Step.finished(await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts))
+            return Step.finished(
+                await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts, acquired.tenant)
+            )
         d.slot = acquired
         account: AccountConfig = acquired.account
+        if acquired.budget_usd is not None:
+            # What the tenant and the account have left, or the spec's own budget when smaller.
+            spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
         number = len(d.attempts) + 1
         attempt = Attempt(number=number, account=account.name, worker=self.worker_id, started_at=utcnow())
         d.attempts.append(attempt)
@@ -163,6 +168,8 @@ class DeliveryHandler:
             urgent=d.urgent,
         )
         outcome, refused = await self._run(d, request, account)
+        # Spend is real whoever owns the job now: counted even when the lease was lost.
+        await _quiet(self.accounts.settle, acquired, outcome.result.usage.cost_usd if outcome else 0.0)
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
             return Step.finished("lost")
@@ -293,6 +300,7 @@ class DeliveryHandler:
         await self.dispatch.release(d)
         if not ok:
             return "lost"
+        await _quiet(self.accounts.job_done, d.record.spec.tenant, d.job_id)
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
         except Exception:
@@ -306,7 +314,9 @@ class DeliveryHandler:
         )
         return status
 
-    async def _defer(self, d: Delivery, ready_at: datetime, reason: str, accounts: list[str]) -> Finish:
+    async def _defer(
+        self, d: Delivery, ready_at: datetime, reason: str, accounts: list[str], tenant: str | None = None
+    ) -> Finish:
         await self.dispatch.release(d)
         ok = await self.writer.write(
             d,
@@ -321,6 +331,8 @@ class DeliveryHandler:
             return "lost"
         if accounts:
             await _quiet(self.accounts.add_waiter, accounts, d.job_id)
+        if tenant is not None:
+            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, d.record.created_at.timestamp())
         log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
         return "deferred"
 

@@ -188,7 +188,7 @@ def build_options(
     mcp_servers: dict[str, McpServerConfig] = {}
     if spec.mcp_tools:
         assert tools is not None  # check_spec refused unknown tools
-        mcp_servers[SERVER_NAME] = tools.server(spec.mcp_tools, job_id=env.get(JOB_ID_VAR))
+        mcp_servers[SERVER_NAME] = tools.server(spec.mcp_tools, job_id=env.get(JOB_ID_VAR), tenant=spec.tenant)
     hooks = None
     if FILE_TOOLS.intersection(builtin):
         hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[workspace_hook(policy)])]}

@@ -47,6 +47,15 @@ class AccountsLike(Protocol):
     def add_waiter(self, accounts: list[str], job_id: str) -> None:
         """A deferred job waits for a slot on these accounts."""
 
+    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+        """A deferred job waits for one of its tenant's runs to end."""
+
+    def settle(self, lease: SlotLease, cost_usd: float) -> None:
+        """Count a finished attempt's cost against its tenant's and account's spend."""
+
+    def job_done(self, tenant: str, job_id: str) -> None:
+        """The job finished: out of its tenant's active jobs."""
+
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         """Record a rate-limit signal."""
 

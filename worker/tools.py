@@ -87,25 +87,26 @@ class ToolRegistry:
         fleet = FLEET_TOOLS if self._fleet is not None else ()
         return [n for n in names if n not in self._tools and n not in fleet]
 
-    def server(self, names: list[str], job_id: str | None = None) -> McpSdkServerConfig:
+    def server(self, names: list[str], job_id: str | None = None, tenant: str | None = None) -> McpSdkServerConfig:
         """An in-process MCP server offering exactly the tools `names` (all must be registered); fleet tools are
-        served by `claudeq mcp`'s server bound to `job_id` (the parent of the jobs it submits)."""
+        served by `claudeq mcp`'s server bound to `job_id` (the parent of the jobs it submits) and to the run's
+        `tenant` (its jobs are that tenant's; it sees no other tenant's jobs)."""
         missing = self.unknown(names)
         if missing:
             raise KeyError(", ".join(missing))
         if self.mixes_fleet(names):
             raise KeyError("fleet tools and registered tools cannot be combined in one job")
         if any(n in FLEET_TOOLS and n not in self._tools for n in names):
-            return McpSdkServerConfig(type="sdk", name=SERVER_NAME, instance=self._fleet_server(names, job_id))
+            return McpSdkServerConfig(type="sdk", name=SERVER_NAME, instance=self._fleet_server(names, job_id, tenant))
         return create_sdk_mcp_server(name=SERVER_NAME, tools=[self._tools[n] for n in dict.fromkeys(names)])
 
-    def _fleet_server(self, names: list[str], job_id: str | None) -> Any:
+    def _fleet_server(self, names: list[str], job_id: str | None, tenant: str | None = None) -> Any:
         from claudeq.producer.client import Client
         from claudeq.producer.mcp_server import build_server
 
         assert self._fleet is not None
         if self._fleet_client is None:  # one producer client per worker, made on first use
             self._fleet_client = Client(self._fleet)
-        server = build_server(self._fleet_client, parent_job_id=job_id, tools=names)
+        server = build_server(self._fleet_client, parent_job_id=job_id, tools=names, tenant=tenant)
         # The SDK serves any low-level `mcp.server.Server` in-process (McpSdkServerConfig.instance).
         return server._lowlevel_server

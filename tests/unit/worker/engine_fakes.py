@@ -89,6 +89,9 @@ class FakeAccounts:
         self.disabled: dict[str, str] = {}
         self.observed: list[tuple[str, RateLimitSignal]] = []
         self.waiters: list[tuple[list[str], str]] = []
+        self.tenant_waiters: list[tuple[str, str]] = []
+        self.settled: list[tuple[str, float]] = []
+        self.done: list[tuple[str, str]] = []
         self.waiting_to_promote: list[str] = []
         self.released: list[str] = []
         self.refreshed = 0
@@ -123,6 +126,15 @@ class FakeAccounts:
 
     def add_waiter(self, accounts: list[str], job_id: str) -> None:
         self.waiters.append((accounts, job_id))
+
+    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+        self.tenant_waiters.append((tenant, job_id))
+
+    def settle(self, lease: SlotLease, cost_usd: float) -> None:
+        self.settled.append((lease.job_id, cost_usd))
+
+    def job_done(self, tenant: str, job_id: str) -> None:
+        self.done.append((tenant, job_id))
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         self.observed.append((account, signal))

@@ -1,0 +1,105 @@
+"""Lua scripts for tenants and spend caps: each runs atomically inside Redis (docs/architecture.md#tenants).
+
+Spend is kept per calendar window (UTC): field `h:<epoch hour>` and `d:<epoch day>` of a spend hash hold the dollars
+runs spent in that hour and day, added as each attempt finishes. A run in flight reserves the budget it was started
+with (the reserved hash: job id -> dollars), so runs started at the same time never share the same dollars left.
+"""
+
+from __future__ import annotations
+
+# KEYS: members (sorted set job -> slot expiry: a tenant's runs in flight, or an account's slots), reserved hash,
+#       spend hash.
+# ARGV: job_id, take ('1': add the job as a member, checking max; '0': the job is already a member), max ('' = no
+#       cap), expiry_s, now_s, hour_field, day_field, cap_hour ('' = none), cap_day ('' = none), want ('' = all
+#       that is left)
+# -> {1, grant ('' when uncapped)} admitted (a job already a member keeps its slot, refreshed), {0, ''} at max,
+#    {-4, window ('hour' | 'day')} nothing left in that window. Reservations of runs no longer in flight are dropped.
+RESERVE = """
+local now = tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local member = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if ARGV[2] == '1' and not member and ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return {0, ''}
+end
+local capped = ARGV[8] ~= '' or ARGV[9] ~= ''
+local grant = nil
+if capped then
+  local reserved = 0
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    if all[i] ~= ARGV[1] then
+      if redis.call('ZSCORE', KEYS[1], all[i]) then
+        reserved = reserved + tonumber(all[i + 1])
+      else
+        redis.call('HDEL', KEYS[2], all[i])
+      end
+    end
+  end
+  for _, w in ipairs({{ARGV[8], ARGV[6], 'hour'}, {ARGV[9], ARGV[7], 'day'}}) do
+    if w[1] ~= '' then
+      local left = tonumber(w[1]) - (tonumber(redis.call('HGET', KEYS[3], w[2]) or '0') or 0) - reserved
+      if left <= 0 then return {-4, w[3]} end
+      if grant == nil or left < grant then grant = left end
+    end
+  end
+end
+if ARGV[10] ~= '' and (grant == nil or tonumber(ARGV[10]) < grant) then grant = tonumber(ARGV[10]) end
+if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], ARGV[4], ARGV[1]) end
+if capped then redis.call('HSET', KEYS[2], ARGV[1], tostring(grant)) end
+if grant == nil then return {1, ''} end
+return {1, tostring(grant)}
+"""
+
+# KEYS: tenant runs, tenant reserved, tenant waiters. ARGV: job_id, job_key_prefix, max ('' = no cap), now_s
+# Ends a run of the tenant (its reservation too); when the tenant is under its cap again, pops its best waiter still
+# `deferred` (stale ones are dropped) -> {id} to promote, or {}.
+RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[4]))
+if ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {} end
+while true do
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+  if #head == 0 then return {} end
+  redis.call('ZREM', KEYS[3], head[1])
+  if redis.call('HGET', ARGV[2] .. head[1], 'status') == 'deferred' then return {head[1]} end
+end
+"""
+
+# KEYS: tenant runs, tenant waiters, deferred. ARGV: job_id, score, max, now_s
+# A deferred job waits for one of its tenant's runs to end (it keeps its place if already waiting). A run may have
+# ended between the caller's failed admission and this call (its release found nobody to promote): then the job's
+# deferred ready time moves to now, so the promoter picks it up at its next pass. -> 1 when it did.
+WAIT = """
+redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[4]))
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) and redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: fair-share hash, job hash. ARGV: tenant, weight
+# The job's virtual finish tag for weighted fair queueing (docs/architecture.md#fair-share), issued once per job and
+# kept in its hash (`vtag`): max(system virtual time, the tenant's last tag) + 1 / weight. The system virtual time
+# (`v`) is the largest tag admitted so far (ADVANCE). -> the tag, as a string.
+TAG = """
+local tag = redis.call('HGET', KEYS[2], 'vtag')
+if tag then return tag end
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0') or 0
+local last = tonumber(redis.call('HGET', KEYS[1], 't:' .. ARGV[1]) or '0') or 0
+local start = v
+if last > start then start = last end
+tag = tostring(start + 1 / tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 't:' .. ARGV[1], tag)
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'vtag', tag) end
+return tag
+"""
+
+# KEYS: fair-share hash. ARGV: tag. A job with this tag started: the system virtual time moves up to it.
+ADVANCE = """
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0') or 0
+if tonumber(ARGV[1]) > v then redis.call('HSET', KEYS[1], 'v', ARGV[1]) end
+return 1
+"""

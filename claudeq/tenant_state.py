@@ -1,0 +1,303 @@
+"""TenantStore: a tenant's runs in flight, its waiters, and the spend of tenants and accounts per calendar window.
+
+The worker's AccountManager admits runs through it (claudeq/tenant_scripts.py, atomic); `claudeq tenants` and the
+exporter read it without importing `worker`. Windows are calendar windows in UTC: the hour (`h:<epoch s // 3600>`)
+and the day (`d:<epoch s // 86400>`); a cap's window rolls at the top of the hour / at midnight UTC.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+import redis
+
+from claudeq import tenant_scripts
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.tenants import TenantConfig, Tenants
+from claudeq.keys import Keys, text
+
+HOUR_S = 3600
+DAY_S = 86400
+#: Spend hashes keep their windows this long after the last run's cost was added (a day's field must outlive it).
+SPEND_TTL_S = 2 * DAY_S
+
+Window = Literal["hour", "day"]
+
+
+def hour_field(now: float) -> str:
+    """The spend field of the calendar hour (UTC) `now` falls in."""
+    return f"h:{int(now // HOUR_S)}"
+
+
+def day_field(now: float) -> str:
+    """The spend field of the calendar day (UTC) `now` falls in."""
+    return f"d:{int(now // DAY_S)}"
+
+
+def window_end(window: Window, now: float) -> datetime:
+    """When the calendar window `now` falls in rolls over."""
+    size = HOUR_S if window == "hour" else DAY_S
+    return datetime.fromtimestamp((int(now // size) + 1) * size, UTC)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A run may start; `budget_usd` is what it may spend at most (None: no cap applies)."""
+
+    budget_usd: float | None
+
+
+@dataclass(frozen=True)
+class AtMax:
+    """The tenant has `max_concurrency` runs in flight."""
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """Nothing is left in a capped window until it rolls over at `until`."""
+
+    window: Window
+    until: datetime
+
+
+Admission = Admitted | AtMax | OverBudget
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What was spent in the current calendar hour and day, and the caps (None: no cap)."""
+
+    hour: float
+    day: float
+    cap_hour: float | None
+    cap_day: float | None
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """One tenant as `claudeq tenants` shows it."""
+
+    name: str
+    in_flight: int
+    waiting: int
+    max_concurrency: int | None
+    weight: float
+    spend: Spend
+    on_budget: str
+
+    def public(self) -> dict[str, object]:
+        """The JSON form of `claudeq tenants --json`."""
+        return {
+            "name": self.name,
+            "in_flight": self.in_flight,
+            "waiting": self.waiting,
+            "max_concurrency": self.max_concurrency,
+            "weight": self.weight,
+            "on_budget": self.on_budget,
+            "spend_usd": {"hour": self.spend.hour, "day": self.spend.day},
+            "cap_usd": {"hour": self.spend.cap_hour, "day": self.spend.cap_day},
+        }
+
+
+def _opt(value: float | None) -> str:
+    return "" if value is None else repr(value)
+
+
+class TenantStore:
+    """Reads and writes tenants' runs, waiters and spend, and accounts' spend; multi-step changes are Lua scripts."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, tenants: Tenants) -> None:
+        self.redis = client
+        self.keys = keys
+        self.tenants = tenants
+        self._reserve = client.register_script(tenant_scripts.RESERVE)
+        self._release = client.register_script(tenant_scripts.RELEASE)
+        self._wait = client.register_script(tenant_scripts.WAIT)
+        self._tag = client.register_script(tenant_scripts.TAG)
+        self._advance = client.register_script(tenant_scripts.ADVANCE)
+
+    # ---- admission -----------------------------------------------------------------------------------------
+
+    def admit(
+        self, tenant: TenantConfig, job_id: str, ttl_s: float, want: float | None, now: float | None = None
+    ) -> Admission:
+        """Start a run of `tenant` (its concurrency cap, then its spend caps): the run's budget is at most `want`
+        and what the tenant has left in each capped window, less what its other runs in flight reserved."""
+        now = time.time() if now is None else now
+        code, value = self._reserve(
+            keys=[
+                self.keys.tenant_runs(tenant.name),
+                self.keys.tenant_reserved(tenant.name),
+                self.keys.tenant_spend(tenant.name),
+            ],
+            args=[
+                job_id,
+                "1",
+                "" if tenant.max_concurrency is None else tenant.max_concurrency,
+                repr(now + ttl_s),
+                repr(now),
+                hour_field(now),
+                day_field(now),
+                _opt(tenant.max_cost_usd_per_hour),
+                _opt(tenant.max_cost_usd_per_day),
+                _opt(want),
+            ],
+        )
+        return _admission(int(code), text(value), now)
+
+    def admit_account(
+        self, account: AccountConfig, job_id: str, want: float | None, now: float | None = None
+    ) -> Admitted | OverBudget:
+        """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps)."""
+        now = time.time() if now is None else now
+        code, value = self._reserve(
+            keys=[
+                self.keys.account_slots(account.name),
+                self.keys.account_reserved(account.name),
+                self.keys.account_spend(account.name),
+            ],
+            args=[
+                job_id,
+                "0",
+                "",
+                "",
+                repr(now),
+                hour_field(now),
+                day_field(now),
+                _opt(account.max_cost_usd_per_hour),
+                _opt(account.max_cost_usd_per_day),
+                _opt(want),
+            ],
+        )
+        result = _admission(int(code), text(value), now)
+        assert not isinstance(result, AtMax)
+        return result
+
+    def set_reserved(self, tenant: str, job_id: str, budget_usd: float) -> None:
+        """Lower a run's reservation to the budget it was finally started with."""
+        self.redis.hset(self.keys.tenant_reserved(tenant), job_id, repr(budget_usd))
+
+    def refresh(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
+        """Extend the run's place among the tenant's runs in flight (with the run's heartbeat)."""
+        now = time.time() if now is None else now
+        self.redis.zadd(self.keys.tenant_runs(tenant), {job_id: now + ttl_s}, xx=True)
+
+    def release(self, tenant: TenantConfig, job_id: str, now: float | None = None, pop: bool = True) -> list[str]:
+        """End a run of the tenant; returns the waiter (0 or 1 job id) to promote now (`pop` False: none, for a run
+        that never started)."""
+        now = time.time() if now is None else now
+        if not pop:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.zrem(self.keys.tenant_runs(tenant.name), job_id)
+            pipe.hdel(self.keys.tenant_reserved(tenant.name), job_id)
+            pipe.execute()
+            return []
+        popped = self._release(
+            keys=[
+                self.keys.tenant_runs(tenant.name),
+                self.keys.tenant_reserved(tenant.name),
+                self.keys.tenant_waiters(tenant.name),
+            ],
+            args=[
+                job_id,
+                self.keys.job(""),
+                "" if tenant.max_concurrency is None else tenant.max_concurrency,
+                repr(now),
+            ],
+        )
+        return [text(j) for j in popped]
+
+    def wait(self, tenant: TenantConfig, job_id: str, score: float, now: float | None = None) -> bool:
+        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now)."""
+        now = time.time() if now is None else now
+        return bool(
+            self._wait(
+                keys=[self.keys.tenant_runs(tenant.name), self.keys.tenant_waiters(tenant.name), self.keys.deferred],
+                args=[job_id, repr(score), tenant.max_concurrency or 0, repr(now)],
+            )
+        )
+
+    def settle(self, tenant: str, account: str, job_id: str, cost_usd: float, now: float | None = None) -> None:
+        """Count a finished attempt's real cost against its tenant and account (current hour and day), and drop the
+        budget its run had reserved."""
+        now = time.time() if now is None else now
+        pipe = self.redis.pipeline(transaction=True)
+        for spend, reserved in (
+            (self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant)),
+            (self.keys.account_spend(account), self.keys.account_reserved(account)),
+        ):
+            if cost_usd > 0:
+                pipe.hincrbyfloat(spend, hour_field(now), cost_usd)
+                pipe.hincrbyfloat(spend, day_field(now), cost_usd)
+                pipe.expire(spend, SPEND_TTL_S)
+            pipe.hdel(reserved, job_id)
+        pipe.execute()
+
+    # ---- fair share ----------------------------------------------------------------------------------------
+
+    def tag(self, tenant: TenantConfig, job_id: str) -> float:
+        """The job's virtual finish tag (issued once, kept in its hash): its place in weighted fair queueing."""
+        value = self._tag(keys=[self.keys.fair_share, self.keys.job(job_id)], args=[tenant.name, repr(tenant.weight)])
+        return float(text(value))
+
+    def advance(self, tag: float) -> None:
+        """A job with this tag started: the system virtual time moves up to it."""
+        self._advance(keys=[self.keys.fair_share], args=[repr(tag)])
+
+    # ---- the active-job index (waiting counts) -------------------------------------------------------------
+
+    def unindex(self, tenant: str, job_id: str) -> None:
+        """Remove a finished job from its tenant's index."""
+        self.redis.zrem(self.keys.tenant_jobs(tenant), job_id)
+
+    # ---- reads ---------------------------------------------------------------------------------------------
+
+    def spend(self, kind: Literal["tenant", "account"], name: str, now: float | None = None) -> tuple[float, float]:
+        """(hour, day) dollars spent by a tenant's or an account's runs in the current calendar windows."""
+        now = time.time() if now is None else now
+        key = self.keys.tenant_spend(name) if kind == "tenant" else self.keys.account_spend(name)
+        hour, day = self.redis.hmget(key, [hour_field(now), day_field(now)])
+        return float(text(hour)) if hour else 0.0, float(text(day)) if day else 0.0
+
+    def usage(self, now: float | None = None) -> list[TenantUsage]:
+        """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps."""
+        now = time.time() if now is None else now
+        tenants = self.tenants.tenants or [self.tenants.governing("default")]
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.zcount(self.keys.tenant_runs(tenant.name), f"({now}", "+inf")
+            pipe.zcard(self.keys.tenant_jobs(tenant.name))
+            pipe.hmget(self.keys.tenant_spend(tenant.name), [hour_field(now), day_field(now)])
+        replies = pipe.execute()
+        out = []
+        for i, tenant in enumerate(tenants):
+            in_flight, active, (hour, day) = replies[3 * i : 3 * i + 3]
+            out.append(
+                TenantUsage(
+                    name=tenant.name,
+                    in_flight=int(in_flight),
+                    waiting=max(0, int(active) - int(in_flight)),
+                    max_concurrency=tenant.max_concurrency,
+                    weight=tenant.weight,
+                    on_budget=tenant.on_budget,
+                    spend=Spend(
+                        hour=float(text(hour)) if hour else 0.0,
+                        day=float(text(day)) if day else 0.0,
+                        cap_hour=tenant.max_cost_usd_per_hour,
+                        cap_day=tenant.max_cost_usd_per_day,
+                    ),
+                )
+            )
+        return out
+
+
+def _admission(code: int, value: str, now: float) -> Admission:
+    if code == 1:
+        return Admitted(float(value) if value else None)
+    if code == 0:
+        return AtMax()
+    window: Window = "day" if value == "day" else "hour"
+    return OverBudget(window, window_end(window, now))

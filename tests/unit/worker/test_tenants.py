@@ -1,0 +1,193 @@
+"""Tenants on fakeredis: the tenants file, submit-time checks, concurrency caps, spend caps and the budget clamp."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import fakeredis
+import pytest
+from pydantic import ValidationError
+
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.config.tenants import TenantConfig, Tenants
+from claudeq.errors import ConfigError, JobSpecError
+from claudeq.keys import Keys
+from claudeq.models import JobSpec
+from claudeq.producer.validation import validate_spec
+from claudeq.tenant_state import Admitted, OverBudget, TenantStore, hour_field
+from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
+from tests.conftest import make_settings
+
+TENANTS = """
+[[tenants]]
+name = "a"
+max_concurrency = 2
+weight = 3
+
+[[tenants]]
+name = "b"
+max_cost_usd_per_hour = 0.05
+on_budget = "fail"
+models = ["haiku"]
+tool_profiles = ["none", "read-only"]
+accounts = ["y"]
+"""
+
+
+@pytest.fixture
+def tenants_settings(unique: str, tmp_path: Path) -> Settings:
+    path = tmp_path / "tenants.toml"
+    path.write_text(TENANTS)
+    return make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path)
+
+
+def manager(settings: Settings, redis: fakeredis.FakeRedis, *accounts: AccountConfig) -> AccountManager:
+    return AccountManager(settings, redis, Keys(settings.key_prefix), AccountPool(accounts=list(accounts)))
+
+
+def account(name: str, n: int = 4, **caps: float) -> AccountConfig:
+    return AccountConfig(name=name, kind="api_key", token_env=f"T_{name}", max_concurrency=n, **caps)
+
+
+def lease(result: SlotLease | NoAccount) -> SlotLease:
+    assert isinstance(result, SlotLease), result
+    return result
+
+
+def test_the_file_loads_and_bad_files_name_the_field(tmp_path: Path, unique: str) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(TENANTS)
+    tenants = Tenants.from_toml(path)
+    assert tenants.names == ["a", "b"]
+    assert tenants.get("b") is not None and tenants.get("b").on_budget == "fail"  # type: ignore[union-attr]
+    path.write_text('[[tenants]]\nname = "a"\nweight = 0\n')
+    with pytest.raises(ConfigError, match="weight"):
+        Tenants.from_toml(path)
+    path.write_text('[[tenants]]\nname = "a"\ntool_profiles = ["root"]\n')
+    with pytest.raises(ConfigError, match="tool_profiles"):
+        _ = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path).tenants
+
+
+def test_without_a_file_every_tenant_is_accepted(fake_settings: Settings) -> None:
+    assert validate_spec({"prompt": "x", "tenant": "anyone"}, fake_settings).tenant == "anyone"
+    assert JobSpec(prompt="x").tenant == "default"
+
+
+def test_submit_refuses_unknown_tenants_and_what_the_allow_lists_exclude(tenants_settings: Settings) -> None:
+    with pytest.raises(JobSpecError) as unknown:
+        validate_spec({"prompt": "x", "tenant": "nobody"}, tenants_settings)
+    assert [f for f, _ in unknown.value.errors] == ["tenant"]
+    with pytest.raises(JobSpecError) as default:
+        validate_spec({"prompt": "x"}, tenants_settings)  # `default` is not in the file either
+    assert [f for f, _ in default.value.errors] == ["tenant"]
+    with pytest.raises(JobSpecError) as outside:
+        validate_spec({"prompt": "x", "tenant": "b", "model": "opus", "tools": "web"}, tenants_settings)
+    assert sorted(f for f, _ in outside.value.errors) == ["model", "tools"]
+    with pytest.raises(JobSpecError):
+        validate_spec({"prompt": "x", "tenant": "b", "model": "haiku", "tools": ["WebFetch"]}, tenants_settings)
+    ok = validate_spec({"prompt": "x", "tenant": "b", "model": "haiku", "tools": ["Read"]}, tenants_settings)
+    assert ok.tenant == "b"
+    for bad in ("has:colon", "a b", ""):
+        with pytest.raises(ValidationError):
+            JobSpec(prompt="x", tenant=bad)
+
+
+def test_allow_unknown_governs_strangers_by_the_default_entry(tmp_path: Path, unique: str) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('allow_unknown = true\n[[tenants]]\nname = "default"\nmax_concurrency = 1\n')
+    settings = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path)
+    assert validate_spec({"prompt": "x", "tenant": "stranger"}, settings).tenant == "stranger"
+    assert settings.tenants.governing("stranger").max_concurrency == 1
+    assert settings.tenants.label("stranger") == "other"
+    assert settings.tenants.label("default") == "default"
+
+
+def test_a_tenant_at_max_concurrency_waits_and_a_release_promotes_its_waiter(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    m = manager(tenants_settings, fake_redis, account("x", 8))
+    spec = JobSpec(prompt="x", tenant="a")
+    first, second = lease(m.acquire("j1", spec)), lease(m.acquire("j2", spec))
+    assert first.tenant == second.tenant == "a"
+    third = m.acquire("j3", spec)
+    assert isinstance(third, NoAccount) and third.tenant == "a" and not third.permanent
+    assert "max_concurrency" in third.reason
+    keys = Keys(tenants_settings.key_prefix)
+    fake_redis.hset(keys.job("j3"), "status", "deferred")
+    fake_redis.zadd(keys.deferred, {"j3": time.time() + 60})
+    m.add_tenant_waiter("a", "j3", 1.0)
+    assert m.release(first) == ["j3"]  # one of the tenant's runs ended: its waiter goes next
+    assert isinstance(m.acquire("j3", spec), SlotLease)
+    # Another tenant is not held back by `a`'s cap.
+    assert isinstance(m.acquire("k1", JobSpec(prompt="x")), SlotLease)
+
+
+def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    m = manager(tenants_settings, fake_redis, account("y", 8))
+    spec = JobSpec(prompt="x", tenant="b", model="haiku", max_budget_usd=0.02)
+    one, two = lease(m.acquire("j1", spec)), lease(m.acquire("j2", spec))
+    assert one.budget_usd == pytest.approx(0.02) and two.budget_usd == pytest.approx(0.02)
+    three = lease(m.acquire("j3", spec))
+    assert three.budget_usd == pytest.approx(0.01)  # 0.05 - two runs' reservations: never the same dollars twice
+    refused = m.acquire("j4", spec)
+    assert isinstance(refused, NoAccount) and refused.permanent and refused.kind == "budget_exceeded"
+    # Real costs replace the reservations as attempts finish.
+    m.settle(one, 0.004)
+    m.release(one)
+    again = lease(m.acquire("j4", spec))
+    assert again.budget_usd == pytest.approx(0.05 - 0.004 - 0.02 - 0.01)
+    store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
+    assert store.spend("tenant", "b") == (pytest.approx(0.004), pytest.approx(0.004))
+    assert store.spend("account", "y")[0] == pytest.approx(0.004)
+
+
+def test_a_waiting_tenant_defers_until_the_window_rolls(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
+    wait = TenantConfig(name="w", max_cost_usd_per_hour=1.0)
+    now = 7200.0 * 1000 + 1800  # half past some hour
+    fake_redis.hset(Keys(tenants_settings.key_prefix).tenant_spend("w"), hour_field(now), "1.0")
+    over = store.admit(wait, "j1", 15, None, now)
+    assert isinstance(over, OverBudget) and over.window == "hour"
+    assert over.until.timestamp() == 7200.0 * 1000 + 3600
+    assert isinstance(store.admit(wait, "j1", 15, None, now + 1800), Admitted)  # the next hour
+
+
+def test_account_caps_route_around_a_spent_account_then_wait(
+    fake_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    m = manager(fake_settings, fake_redis, account("p", 4, max_cost_usd_per_hour=0.01), account("q", 4))
+    keys = Keys(fake_settings.key_prefix)
+    fake_redis.hset(keys.account_spend("p"), hour_field(time.time()), "0.01")
+    got = lease(m.acquire("j1", JobSpec(prompt="x", account=None)))
+    assert got.account.name == "q"
+    pinned = m.acquire("j2", JobSpec(prompt="x", account="p"))
+    assert isinstance(pinned, NoAccount) and not pinned.permanent and "spend cap" in pinned.reason
+    assert fake_redis.zscore(keys.account_slots("p"), "j2") is None  # the slot went back at once
+
+
+def test_an_account_cap_clamps_the_run_budget(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
+    m = manager(fake_settings, fake_redis, account("p", 4, max_cost_usd_per_day=0.03))
+    assert lease(m.acquire("j1", JobSpec(prompt="x", max_budget_usd=1.0))).budget_usd == pytest.approx(0.03)
+    assert isinstance(m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0)), NoAccount)  # all reserved
+
+
+def test_fair_share_tags_give_slots_by_weight(tenants_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
+    store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
+    a = TenantConfig(name="a", weight=3)
+    b = TenantConfig(name="b", weight=1)
+    keys = Keys(tenants_settings.key_prefix)
+    for job in [*(f"a{i}" for i in range(30)), *(f"b{i}" for i in range(10))]:
+        fake_redis.hset(keys.job(job), "status", "queued")
+    tags = [(store.tag(a, f"a{i}"), "a") for i in range(30)] + [(store.tag(b, f"b{i}"), "b") for i in range(10)]
+    first = [who for _, who in sorted(tags)[:20]]
+    assert first.count("a") == 15 and first.count("b") == 5  # 3:1 while both wait
+    assert store.tag(a, "a0") == tags[0][0]  # issued once
+    # An idle tenant banks nothing: after the fleet moved on, its next tag starts from the fleet's virtual time.
+    store.advance(9.0)
+    assert store.tag(b, "b-late") == pytest.approx(11.0)
