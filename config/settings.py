@@ -185,6 +185,15 @@ class Settings(BaseSettings):
         "headers of every response; runs get a stand-in credential, never the real token).",
     )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
+    warm_clients: int | None = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="Idle CLIs a worker process keeps warm for later jobs with exactly the same options "
+        "(docs/architecture.md#warm-clis); 0 turns warm CLIs off; unset: the concurrency.",
+    )
+    warm_max_jobs: int = Field(default=100, ge=1, description="A warm CLI is stopped after this many jobs.")
+    warm_idle_s: float = Field(default=120, gt=0, description="A warm CLI left idle this long is stopped.")
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
@@ -229,6 +238,11 @@ class Settings(BaseSettings):
             if name in KOMBU_RESERVED_KEYS or name.startswith("_kombu."):
                 raise ValueError(f"queue {name!r} is a key Celery's Redis transport uses itself")
         return value
+
+    @property
+    def warm_budget(self) -> int:
+        """Idle CLIs this worker process may keep warm (0: warm CLIs are off)."""
+        return self.concurrency if self.warm_clients is None else self.warm_clients
 
     @property
     def job_queues(self) -> list[str]:

@@ -90,6 +90,7 @@ class WorkerRuntime:
     metrics: Any
     pid: int
     passthrough: Any = None  # claudeq.worker.passthrough.PassThrough, when runs go through it
+    warm: Any = None  # claudeq.worker.warm.WarmPool: the idle CLIs kept for later jobs
 
 
 _runtime: WorkerRuntime | None = None
@@ -137,7 +138,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     )
     loops = Loops(engine)
     loops.install()
-    return WorkerRuntime(cfg, engine, loops, metrics, os.getpid(), passthrough)
+    return WorkerRuntime(cfg, engine, loops, metrics, os.getpid(), passthrough, runner.pool)
 
 
 def get_runtime() -> WorkerRuntime:
@@ -223,6 +224,11 @@ def _on_worker_shutdown(**_: Any) -> None:
         runtime.engine.begin_shutdown(0).result(timeout=FORCE_EXIT_AFTER_S)
     except Exception:
         log.exception("shutdown: runs did not stop in time")
+    if runtime.warm is not None:
+        try:
+            runtime.engine.call(runtime.warm.close()).result(timeout=FORCE_EXIT_AFTER_S)
+        except Exception:
+            log.exception("shutdown: warm CLIs did not stop in time")
     try:
         runtime.loops.forget()
     except redis.RedisError:

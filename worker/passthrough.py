@@ -75,6 +75,10 @@ class RunGrant:
     generation: int  # the server that issued it
     hint: LimitHint | None = None  # what was done about the last 429 of this run
     pending: list[concurrent.futures.Future[None]] = field(default_factory=list)
+    #: A warm CLI between jobs (docs/architecture.md#warm-clis): its stand-in stays registered, but a request with
+    #: it is refused and counted (an idle CLI has no business calling the API, and holds no account slot).
+    parked: bool = False
+    idle_requests: int = 0
 
 
 @dataclass
@@ -224,6 +228,25 @@ class PassThrough:
         with self._lock:
             self._grants.pop(grant.token, None)
 
+    def park(self, grant: RunGrant) -> None:
+        """A warm CLI goes idle: refuse its requests until `unpark`."""
+        with self._lock:
+            grant.parked = True
+
+    def unpark(self, grant: RunGrant) -> None:
+        """A warm CLI takes its next job: its requests go through again, and what the pass-through learns
+        (a 429's cooldown, records to wait for) starts afresh for that job."""
+        with self._lock:
+            grant.hint = None
+            grant.pending = []
+            grant.parked = False
+
+    def valid(self, grant: RunGrant) -> bool:
+        """Whether the grant's stand-in is still honoured by a serving pass-through."""
+        with self._lock:
+            registered = self._grants.get(grant.token) is grant
+        return registered and self.failure_for(grant) is None
+
     async def settle(self, grant: RunGrant, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until what this run's responses said is recorded (so the next acquire sees it)."""
         pending = [f for f in grant.pending if not f.done()]
@@ -309,6 +332,17 @@ class PassThrough:
                 401,
                 "authentication_error",
                 "claudeq pass-through: unknown or expired stand-in credential",
+                close=request.close,
+            )
+            return True, b""
+        if grant.parked:
+            grant.idle_requests += 1
+            log.warning("run %s: a request while its CLI was idle between jobs; refused", grant.run_id)
+            await _local_error(
+                writer,
+                401,
+                "authentication_error",
+                "claudeq pass-through: this CLI is idle between jobs",
                 close=request.close,
             )
             return True, b""

@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from claude_agent_sdk import ClaudeSDKClient, ProcessError
@@ -51,6 +51,7 @@ from claudeq.worker.parse import MessageParser
 from claudeq.worker.passthrough import PassThrough, RunGrant
 from claudeq.worker.ports import EventSink
 from claudeq.worker.tools import ToolRegistry
+from claudeq.worker.warm import WarmCli, WarmPool, fingerprint, new_cli_id, warm_eligible
 from claudeq.worker.watchdog import Timeouts, Watchdog
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class Runner:
         #: The worker's pass-through: runs get a stand-in credential and their responses' rate-limit headers are
         #: read (None: the CLI gets the real token and talks to the model service directly).
         self.passthrough = passthrough
+        #: Idle CLIs kept for later jobs with the same options (docs/architecture.md#warm-clis).
+        self.pool = WarmPool(settings, lambda: self.passthrough)
         remember_settings_secrets(settings)
 
     def check(self, spec: JobSpec) -> None:
@@ -121,6 +124,21 @@ class Runner:
     async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         """Run one attempt; run failures go into the outcome, only ConfigError/PolicyViolation are raised."""
         self.check(req.spec)
+        self.pool.busy += 1
+        try:
+            if self.warm_refusal(req) is None:
+                return await self._run_warm(req, emit, cancel)
+            return await self._run_cold(req, emit, cancel)
+        finally:
+            self.pool.busy -= 1
+
+    def warm_refusal(self, req: RunRequest) -> str | None:
+        """Why the run of `req` starts a CLI of its own rather than reuse a warm one (None: it may reuse one)."""
+        if self.passthrough is None:
+            return "no pass-through (a warm CLI's credential must be a stand-in the worker can revoke)"
+        return warm_eligible(req, self.settings, self.tools)
+
+    async def _run_cold(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         # A run that may execute commands or write files gets a uid of its own (None: the worker's uid).
         acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
         try:
@@ -252,6 +270,7 @@ class Runner:
                 self.passthrough.close_run(grant)
             raise
         outcome = parser.outcome
+        await self.pool.make_room()
         client = ClaudeSDKClient(options)
         connected = asyncio.Event()  # connect() returned: the CLI answers control requests (interrupt)
         pump: asyncio.Task[None] | None = None
@@ -267,7 +286,10 @@ class Runner:
                 ),
             )
             wake = asyncio.Event()
-            pump = asyncio.create_task(self._pump(client, req.spec.prompt, parser, watchdog, emit, wake, connected))
+            prompt = req.spec.prompt
+            pump = asyncio.create_task(
+                self._pump(lambda: client.connect(prompt), client, parser, watchdog, emit, wake, connected)
+            )
             stopped = await self._supervise(pump, watchdog, cancel, wake)
             if stopped is None:
                 pump.result()  # re-raise what ended the stream abnormally
@@ -303,10 +325,205 @@ class Runner:
             await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
         return parser.finish()
 
+    # ---- warm CLIs (docs/architecture.md#warm-clis) ----------------------------------------------------------------
+
+    def _warm_key(self, req: RunRequest) -> str:
+        """The fingerprint of every option a CLI for `req` starts with (per-CLI values replaced by placeholders)."""
+        env = build_env(
+            req.account,
+            self.settings,
+            token="-",
+            passthrough_url="http://passthrough",
+            job_id="-",
+            config_dir=Path("/config"),
+            cli_bin=str(locate_cli(self.settings)),
+            run_id="-",
+        )
+        env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+        options = build_options(
+            req.spec,
+            self.settings,
+            env=env,
+            cli_path=wrapper_path(),
+            tools=self.tools,
+            session_store=req.session_store,
+        )
+        return fingerprint(options, req.account)
+
+    async def _start_warm(self, req: RunRequest, key: str) -> WarmCli | RunOutcome:
+        """A new CLI for warm use (not started yet: the job's prompt connects it), or the outcome of a run that
+        could not get a stand-in."""
+        assert self.passthrough is not None
+        cli_path = await asyncio.to_thread(locate_cli, self.settings)
+        wrapper = wrapper_path()
+        await asyncio.to_thread(req.account.read_token)  # ConfigError now when the token is missing
+        cli_id = new_cli_id()
+        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, None, f"claudeq-{cli_id}-")
+        try:
+            grant = await asyncio.to_thread(self.passthrough.open_run, cli_id, req.account)
+        except Exception as exc:
+            await asyncio.to_thread(shutil.rmtree, run_dir, True)
+            failed = RunOutcome(exception=redact(f"pass-through unavailable: {type(exc).__name__}: {exc}"))
+            failed.passthrough_failed = failed.exception
+            return failed
+        try:
+            env = build_env(
+                req.account,
+                self.settings,
+                token=grant.token,
+                passthrough_url=grant.base_url,
+                job_id=cli_id,  # the CLI outlives the job: its processes carry its own id, not a job's
+                config_dir=run_dir / "config",
+                cli_bin=str(cli_path),
+                run_id=cli_id,
+            )
+            env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+            options = build_options(
+                req.spec,
+                self.settings,
+                env=env,
+                cli_path=wrapper,
+                tools=self.tools,
+                session_store=req.session_store,
+                stderr=stderr.append,
+                prompt_files=prompt_files,
+            )
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            self.passthrough.close_run(grant)
+            raise
+        self.pool.started += 1
+        return WarmCli(
+            key=key,
+            account=req.account.name,
+            cli_id=cli_id,
+            client=ClaudeSDKClient(options),
+            run_dir=run_dir,
+            grant=grant,
+            stderr=stderr,
+        )
+
+    async def _run_warm(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
+        """Run the attempt on a warm CLI of exactly its options, or on a new one that may be reused afterwards.
+
+        The CLI goes back to the pool (cleared and checked in the background) only when the job ended normally: a
+        result without error, nothing stopped it, nothing went wrong in the pass-through. Otherwise it is stopped
+        like a cold run's CLI (interrupt, disconnect, SIGKILL of all its processes) and its stand-in revoked."""
+        assert self.passthrough is not None
+        started = time.monotonic()
+        key = await asyncio.to_thread(self._warm_key, req)
+        cli = await self.pool.take(key)
+        fresh = cli is None
+        if cli is None:
+            await self.pool.make_room()
+            made = await self._start_warm(req, key)
+            if isinstance(made, RunOutcome):
+                return made
+            cli = made
+        elif cli.grant is not None:
+            self.passthrough.unpark(cli.grant)
+        cli.jobs += 1
+        cli.stderr.clear()
+        parser = MessageParser(attempt=req.attempt)
+        watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
+        outcome = parser.outcome
+        connected = asyncio.Event()
+        pump: asyncio.Task[None] | None = None
+        stopped: StopReason | None = None
+        clean_end = False
+        client = cli.client
+        prompt = req.spec.prompt
+        start: Callable[[], Awaitable[None]] = (
+            (lambda: client.connect(prompt)) if fresh else (lambda: client.query(prompt))
+        )
+        killer = asyncio.create_task(self._kill_when(req.urgent, cli.cli_id)) if req.urgent is not None else None
+        try:
+            await self._emit(
+                emit,
+                Event(
+                    type="run_started",
+                    attempt=req.attempt,
+                    data={
+                        "account": req.account.name,
+                        "model": req.spec.model,
+                        "attempt": req.attempt,
+                        "warm": not fresh,
+                    },
+                ),
+            )
+            wake = asyncio.Event()
+            pump = asyncio.create_task(self._pump(start, client, parser, watchdog, emit, wake, connected))
+            stopped = await self._supervise(pump, watchdog, cancel, wake)
+            if stopped is None:
+                pump.result()  # re-raise what ended the stream abnormally
+                clean_end = True
+        except asyncio.CancelledError:
+            stopped = stopped or "cancel"
+            raise
+        except Exception as exc:
+            outcome.exception = redact(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, ProcessError):
+                outcome.exit_code = exc.exit_code
+            outcome.start_errno = start_errno(exc, outcome)
+        finally:
+            if killer is not None and not killer.done():
+                killer.cancel()
+            if cli.pid is None:
+                cli.pid = await asyncio.to_thread(procs.cli_pid, cli.cli_id)
+            if cli.grant is not None:
+                await self._settle_grant(cli.grant, outcome)
+            reuse = (
+                clean_end
+                and outcome.got_result
+                and not outcome.is_error
+                and outcome.exception is None
+                and outcome.passthrough_failed is None
+                and outcome.limit_hint is None
+                and not cancel.is_set()
+                and not (req.urgent is not None and req.urgent.is_set())
+            )
+            cli.session_id = outcome.session_id
+            if reuse:
+                self.pool.give_back(cli)
+            else:
+                cleanup = asyncio.ensure_future(self._stop_warm(cli, pump, connected.is_set()))
+                try:
+                    await asyncio.shield(cleanup)
+                except asyncio.CancelledError:
+                    procs.kill_and_wait(procs.run_pids(cli.cli_id), timeout_s=0)
+                    raise
+                finally:
+                    outcome.stopped_by = stopped
+            outcome.stopped_by = stopped
+            outcome.duration_s = time.monotonic() - started
+            tail = "\n".join(cli.stderr)[-STDERR_TAIL_CHARS:]
+            outcome.stderr_tail = redact(tail) if tail else None
+            if outcome.exception is not None and outcome.start_errno is None:
+                outcome.start_errno = exec_errno(cli.stderr, outcome)
+        if stopped is not None:
+            await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
+        return parser.finish()
+
+    async def _stop_warm(self, cli: WarmCli, pump: asyncio.Task[None] | None, connected: bool) -> None:
+        """Stop a CLI whose job did not end normally: never reused."""
+        self.pool.stopped["abnormal"] = self.pool.stopped.get("abnormal", 0) + 1
+        try:
+            await self._shutdown(cli.client, pump, connected, cli.cli_id, cli.cli_id)
+        finally:
+            if cli.grant is not None and self.passthrough is not None:
+                self.passthrough.close_run(cli.grant)
+            await asyncio.to_thread(shutil.rmtree, cli.run_dir, True)
+
     async def _close_grant(self, grant: RunGrant, outcome: RunOutcome) -> None:
         """Revoke the run's stand-in; carry what the pass-through learnt (a 429's cooldown, its own failure)."""
         assert self.passthrough is not None
         self.passthrough.close_run(grant)
+        await self._settle_grant(grant, outcome)
+
+    async def _settle_grant(self, grant: RunGrant, outcome: RunOutcome) -> None:
+        """Carry what the pass-through learnt in this run into its outcome (the stand-in stays valid)."""
+        assert self.passthrough is not None
         await self.passthrough.settle(grant)
         outcome.limit_hint = grant.hint
         failure = self.passthrough.failure_for(grant)
@@ -315,12 +532,15 @@ class Runner:
             outcome.passthrough_failed = redact(failure)
             log.error("run %s: the pass-through it used stopped: %s", grant.run_id, outcome.passthrough_failed)
 
-    def _make_run_dir(self, req: RunRequest, identity: RunIdentity | None) -> tuple[Path, PromptFiles]:
+    def _make_run_dir(
+        self, req: RunRequest, identity: RunIdentity | None, prefix: str | None = None
+    ) -> tuple[Path, PromptFiles]:
         """The run's own directory (mode 0700; owned by the run's uid when it has one): its CLI config dir, temp
-        dir and system prompt files. Removed after the run."""
+        dir and system prompt files. Removed after the run (a warm CLI's: when the CLI stops)."""
         root = self.settings.run_root or Path(tempfile.gettempdir())
         root.mkdir(mode=0o711, parents=True, exist_ok=True)  # runs may enter it, not list it (when we make it)
-        path = Path(tempfile.mkdtemp(prefix=f"claudeq-run-{req.job_id[:40]}-{req.attempt}-", dir=root))
+        prefix = prefix or f"claudeq-run-{req.job_id[:40]}-{req.attempt}-"
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
         try:
             (path / "config").mkdir(mode=0o700)
             (path / "tmp").mkdir(mode=0o700)
@@ -342,15 +562,15 @@ class Runner:
 
     async def _pump(
         self,
+        start: Callable[[], Awaitable[None]],
         client: ClaudeSDKClient,
-        prompt: str,
         parser: MessageParser,
         watchdog: Watchdog,
         emit: EventSink,
         wake: asyncio.Event,
         connected: asyncio.Event,
     ) -> None:
-        await client.connect(prompt)
+        await start()  # connect with the prompt (a new CLI), or send the prompt (a warm one)
         connected.set()
         async for message in client.receive_response():
             events = parser.feed(message)
