@@ -26,10 +26,46 @@ local function held(hash, n, now)
 end
 """
 
-# KEYS: slots, account hash. ARGV: job_id, max_concurrency, expiry_s, now_s
-# -> 1 acquired (or already held: ZADD refreshes, so a redelivery never takes two slots), 0 full,
-#    -1 disabled, -2 cooling, -3 held (see _HELD). The account's state is checked here too, so a cooldown written by
-#    another worker a moment ago is honoured even when the caller's snapshot was older.
+# The waiting line (docs/architecture.md#the-waiting-line): the jobs waiting for a slot on an account are the sorted
+# set `acct:{name}:waiters`, scored by rank (lower goes first: priority, then age; see worker/waiting_line.py). A slot
+# that frees goes to the best waiter still `deferred`: `admit` puts that job in the semaphore itself (a handoff, with
+# the slot's usual expiry) and promotes it in the same step (`deferred` -> `queued`, as PROMOTE in
+# worker/job_scripts.py does), so no job that arrives meanwhile can take that slot and no other account's line hands
+# the same job a second slot; the caller sends the named jobs' messages. Waiters no longer deferred (served by
+# another account, cancelled, finished) are dropped on the way. `jk` = {deferred, queued, counts} keys.
+_ADMIT = """
+local function admit(waiters, slots, hash, max, expiry, now, job_prefix, jk, out)
+  if redis.call('HGET', hash, 'state') == 'disabled' then return end
+  local until_s = tonumber(redis.call('HGET', hash, 'cooldown_until') or '0') or 0
+  if until_s > now then return end
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  while true do
+    local n = redis.call('ZCARD', slots)
+    if n >= max or held(hash, n, now) then return end
+    local head = redis.call('ZRANGE', waiters, 0, 0)
+    if #head == 0 then return end
+    redis.call('ZREM', waiters, head[1])
+    local job = job_prefix .. head[1]
+    if redis.call('HGET', job, 'status') == 'deferred' then
+      redis.call('ZADD', slots, expiry, head[1])
+      redis.call('HINCRBY', hash, 'n:acquired', 1)
+      redis.call('ZREM', jk[1], head[1])
+      redis.call('HSET', job, 'status', 'queued')
+      redis.call('HDEL', job, 'ready_at')
+      redis.call('ZADD', jk[2], now, head[1])
+      redis.call('HINCRBY', jk[3], 'deferred', -1)
+      redis.call('HINCRBY', jk[3], 'queued', 1)
+      out[#out + 1] = head[1]
+    end
+  end
+end
+"""
+
+# KEYS: slots, account hash, waiters. ARGV: job_id, max_concurrency, expiry_s, now_s, rank ('' = none), job_key_prefix
+# -> 1 acquired (or already held: ZADD refreshes, so a redelivery never takes two slots; a slot handed over by
+#    `admit` is taken this way), 0 full, -1 disabled, -2 cooling, -3 held (see _HELD), -4 the free slots belong to
+#    waiters ranked before this job (it waits in line). The account's state is checked here too, so a cooldown
+#    written by another worker a moment ago is honoured even when the caller's snapshot was older.
 ACQUIRE = (
     _HELD
     + """
@@ -42,29 +78,63 @@ if redis.call('HGET', KEYS[2], 'state') == 'disabled' then return -1 end
 local until_s = tonumber(redis.call('HGET', KEYS[2], 'cooldown_until') or '0') or 0
 if until_s > tonumber(ARGV[4]) then return -2 end
 local n = redis.call('ZCARD', KEYS[1])
-if n >= tonumber(ARGV[2]) then return 0 end
+local free = tonumber(ARGV[2]) - n
+if free <= 0 then return 0 end
 if held(KEYS[2], n, tonumber(ARGV[4])) then return -3 end
+if ARGV[5] ~= '' then
+  -- Waiters still deferred and ranked strictly before this job have first call on the free slots.
+  local ahead, offset = 0, 0
+  while ahead < free do
+    local e = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[5], 'LIMIT', offset, 1)
+    if #e == 0 then break end
+    if e[1] == ARGV[1] then
+      offset = offset + 1
+    elseif redis.call('HGET', ARGV[6] .. e[1], 'status') == 'deferred' then
+      ahead = ahead + 1
+      offset = offset + 1
+    else
+      redis.call('ZREM', KEYS[3], e[1])
+    end
+  end
+  if ahead >= free then return -4 end
+end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'n:acquired', 1)
 return 1
 """
 )
 
-# KEYS: slots, waiters, account hash. ARGV: job_id, job_key_prefix, now_s
-# Frees the job's slot, then pops the oldest waiter that is still `deferred` (stale ones are dropped) so one
-# released slot promotes one job. A cooling or disabled account promotes nobody: its waiters would only re-defer.
-RELEASE = """
+# KEYS: slots, waiters, account hash, deferred, queued, counts. ARGV: job_id, job_key_prefix, now_s,
+# max_concurrency, expiry_s
+# Frees the job's slot, then hands the free slots to the best waiters still `deferred` (`admit`) -> their ids, now
+# queued: the caller sends their messages. A cooling or disabled account admits nobody.
+RELEASE = (
+    _HELD
+    + _ADMIT
+    + """
 redis.call('ZREM', KEYS[1], ARGV[1])
-if redis.call('HGET', KEYS[3], 'state') == 'disabled' then return {} end
-local until_s = tonumber(redis.call('HGET', KEYS[3], 'cooldown_until') or '0') or 0
-if until_s > tonumber(ARGV[3]) then return {} end
-while true do
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-  if #head == 0 then return {} end
-  redis.call('ZREM', KEYS[2], head[1])
-  if redis.call('HGET', ARGV[2] .. head[1], 'status') == 'deferred' then return {head[1]} end
-end
+local out = {}
+admit(KEYS[2], KEYS[1], KEYS[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[3]), ARGV[2], {KEYS[4], KEYS[5], KEYS[6]},
+      out)
+return out
 """
+)
+
+# KEYS: slots, waiters, account hash, deferred, queued, counts. ARGV: job_key_prefix, now_s, max_concurrency,
+# expiry_s
+# The promoter's pass over an account: hand its free slots to its best waiters (after a cooldown ends, a hold
+# lifts, or a slot expired) -> their ids, now queued: the caller sends their messages.
+ADMIT = (
+    _HELD
+    + _ADMIT
+    + """
+local out = {}
+admit(KEYS[2], KEYS[1], KEYS[3], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[2]), ARGV[1], {KEYS[4], KEYS[5], KEYS[6]},
+      out)
+return out
+"""
+)
 
 # KEYS: account hash. ARGV: until_s, reason
 # Cooling never shortens a cooldown already in place (a later reset seen by another worker wins).
@@ -85,33 +155,27 @@ redis.call('HSET', KEYS[1], 'state', ARGV[1], 'warn_window', ARGV[2])
 return 1
 """
 
-# KEYS: deferred, then per account: waiters, slots, account hash. ARGV: job_id, now_s, then per account: max
-# Registers the waiter on each account. A slot may have been released between the caller's failed acquire and
-# this call (that release found no waiter to promote): then the job's deferred ready time moves to now, so the
-# promoter picks it up at its next pass instead of at the slot's expiry. -> 1 when it did.
+# KEYS: deferred, queued, counts, then per account: waiters, slots, account hash. ARGV: job_id, rank,
+# job_key_prefix, now_s, expiry_s, then per account: max_concurrency
+# Puts a deferred job in each account's waiting line at its rank (a job already in line keeps its place), then lets
+# each account admit: a slot may have been released between the caller's failed acquire and this call, or the
+# caller yielded to better-ranked waiters that nobody has promoted yet. -> the ids handed a slot, now queued: the
+# caller sends their messages (its own job among them when it is first in line for a free slot).
 ADD_WAITER = (
     _HELD
+    + _ADMIT
     + """
-local free = false
-local n = (#KEYS - 1) / 3
+local out = {}
+local n = (#KEYS - 3) / 3
+if redis.call('HGET', ARGV[3] .. ARGV[1], 'status') ~= 'deferred' then return out end
 for i = 0, n - 1 do
-  local waiters, slots, hash = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
-  redis.call('ZADD', waiters, 'NX', ARGV[2], ARGV[1])
-  if not free then
-    redis.call('ZREMRANGEBYSCORE', slots, '-inf', ARGV[2])
-    local until_s = tonumber(redis.call('HGET', hash, 'cooldown_until') or '0') or 0
-    if redis.call('HGET', hash, 'state') ~= 'disabled' and until_s <= tonumber(ARGV[2])
-       and redis.call('ZCARD', slots) < tonumber(ARGV[3 + i])
-       and not held(hash, redis.call('ZCARD', slots), tonumber(ARGV[2])) then
-      free = true
-    end
-  end
+  redis.call('ZADD', KEYS[4 + 3 * i], 'NX', ARGV[2], ARGV[1])
 end
-if free and redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
-  return 1
+for i = 0, n - 1 do
+  admit(KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i], tonumber(ARGV[6 + i]), ARGV[5], tonumber(ARGV[4]),
+        ARGV[3], {KEYS[1], KEYS[2], KEYS[3]}, out)
 end
-return 0
+return out
 """
 )
 

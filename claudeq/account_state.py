@@ -58,6 +58,7 @@ class AccountStore:
         self._cool = client.register_script(account_scripts.COOL)
         self._set_state = client.register_script(account_scripts.SET_STATE)
         self._add_waiter = client.register_script(account_scripts.ADD_WAITER)
+        self._admit = client.register_script(account_scripts.ADMIT)
         self._backoff = client.register_script(account_scripts.BACKOFF)
         self._record_limits = client.register_script(account_scripts.RECORD_LIMITS)
 
@@ -112,19 +113,29 @@ class AccountStore:
         return [a.name for a, score in zip(self.pool.accounts, scores, strict=True) if score and float(score) > now]
 
     def waiters(self, name: str) -> list[str]:
-        """Job ids waiting for a slot on `name`, oldest first."""
+        """Job ids waiting for a slot on `name`, first in line first (best rank: priority, then age)."""
         return [text(m) for m in self.redis.zrange(self.keys.account_waiters(name), 0, -1)]
 
-    # ---- the semaphore ---------------------------------------------------------------------------------------
+    # ---- the semaphore and its waiting line --------------------------------------------------------------------
 
-    def try_acquire(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> int:
-        """Take a slot on `name` for `job_id`: 1 acquired (or already held), 0 full, -1 disabled, -2 cooling,
-        -3 held (what the API said is left is spoken for by the runs in flight)."""
+    def try_acquire(
+        self, name: str, job_id: str, ttl_s: float, now: float | None = None, rank: float | None = None
+    ) -> int:
+        """Take a slot on `name` for `job_id`: 1 acquired (or already held, e.g. handed over by a release), 0 full,
+        -1 disabled, -2 cooling, -3 held (what the API said is left is spoken for by the runs in flight), -4 the
+        free slots belong to waiters ranked before `rank` (None: no waiting line is consulted)."""
         account = self.config(name)
         now = time.time() if now is None else now
         result = self._acquire(
-            keys=[self.keys.account_slots(name), self.keys.account(name)],
-            args=[job_id, account.max_concurrency, repr(now + ttl_s), repr(now)],
+            keys=[self.keys.account_slots(name), self.keys.account(name), self.keys.account_waiters(name)],
+            args=[
+                job_id,
+                account.max_concurrency,
+                repr(now + ttl_s),
+                repr(now),
+                "" if rank is None else repr(rank),
+                self.keys.job(""),
+            ],
         )
         return int(result)
 
@@ -133,33 +144,67 @@ class AccountStore:
         now = time.time() if now is None else now
         return bool(self.redis.zadd(self.keys.account_slots(name), {job_id: now + ttl_s}, xx=True, ch=True))
 
-    def release(self, name: str, job_id: str, now: float | None = None) -> list[str]:
-        """Free `job_id`'s slot on `name`; returns the oldest still-deferred waiter popped (0 or 1 job id)."""
+    def _job_keys(self) -> list[str]:
+        return [self.keys.deferred, self.keys.queued, self.keys.status_counts]
+
+    def release(self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
+        """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
+        ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
+        account = self.config(name)
         now = time.time() if now is None else now
-        popped = self._release(
-            keys=[self.keys.account_slots(name), self.keys.account_waiters(name), self.keys.account(name)],
-            args=[job_id, self.keys.job(""), repr(now)],
+        admitted = self._release(
+            keys=[
+                self.keys.account_slots(name),
+                self.keys.account_waiters(name),
+                self.keys.account(name),
+                *self._job_keys(),
+            ],
+            args=[job_id, self.keys.job(""), repr(now), account.max_concurrency, repr(now + ttl_s)],
         )
-        return [text(j) for j in popped]
+        return [text(j) for j in admitted]
 
-    def add_waiter(self, names: Iterable[str], job_id: str, now: float | None = None) -> bool:
-        """Register a deferred job as waiting for a slot on each of `names` (keeps its place if already there).
+    def admit(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
+        """Hand `name`'s free slots to its best waiters still deferred (as `release` does, without freeing one)."""
+        account = self.config(name)
+        now = time.time() if now is None else now
+        admitted = self._admit(
+            keys=[
+                self.keys.account_slots(name),
+                self.keys.account_waiters(name),
+                self.keys.account(name),
+                *self._job_keys(),
+            ],
+            args=[self.keys.job(""), repr(now), account.max_concurrency, repr(now + ttl_s)],
+        )
+        return [text(j) for j in admitted]
 
-        True when one of them has a free slot right now: the job's deferred ready time was moved to now.
-        """
+    def add_waiter(
+        self, names: Iterable[str], job_id: str, rank: float, ttl_s: float = 15.0, now: float | None = None
+    ) -> list[str]:
+        """Put a deferred job in the waiting line of each of `names` at `rank` (a job already in a line keeps its
+        place), then let each account admit its best waiters into its free slots. Returns the ids admitted (now
+        `queued`, each holding a slot): the caller sends their messages. `job_id` itself is among them when it is
+        first in line for a slot that is free right now."""
         now = time.time() if now is None else now
         accounts = [self.config(name) for name in names]
         if not accounts:
-            return False
-        keys = [self.keys.deferred]
+            return []
+        keys = self._job_keys()
         for account in accounts:
             keys += [
                 self.keys.account_waiters(account.name),
                 self.keys.account_slots(account.name),
                 self.keys.account(account.name),
             ]
-        args: list[str | int] = [job_id, repr(now), *(a.max_concurrency for a in accounts)]
-        return bool(self._add_waiter(keys=keys, args=args))
+        args: list[str | int] = [
+            job_id,
+            repr(rank),
+            self.keys.job(""),
+            repr(now),
+            repr(now + ttl_s),
+            *(a.max_concurrency for a in accounts),
+        ]
+        return [text(j) for j in self._add_waiter(keys=keys, args=args)]
 
     # ---- state writes ----------------------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ log = logging.getLogger("claudeq.accounts")
 
 #: How often acquire re-reads state after losing every slot race before it reports NoAccount.
 _ACQUIRE_ROUNDS = 3
+#: try_acquire's answer when the free slots belong to better-ranked waiters.
+_IN_LINE = -4
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,16 @@ class AccountManager:
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
-    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+    def acquire(
+        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), rank: float | None = None
+    ) -> SlotLease | NoAccount:
         """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
         account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
-        most the spec's `max_budget_usd` and what the tenant and the account have left in their capped windows."""
+        most the spec's `max_budget_usd` and what the tenant and the account have left in their capped windows.
+
+        `rank` is the job's place in the waiting line (claudeq.worker.waiting_line): a free slot that better-ranked
+        waiters are due for is theirs, and the job waits in line too (None: take any free slot).
+        """
         tenant = self.tenants.governing(spec.tenant)
         now = time.time()
         admitted = self.tenant_store.admit(tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now)
@@ -75,7 +83,7 @@ class AccountManager:
             return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
         if isinstance(admitted, OverBudget):
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
-        lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd)
+        lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank)
         if isinstance(lease, NoAccount):
             self.tenant_store.release(tenant, job_id, pop=False)
             return lease
@@ -90,18 +98,26 @@ class AccountManager:
         return NoAccount(over.until, reason, [])
 
     def _acquire_slot(
-        self, job_id: str, spec: JobSpec, exclude: frozenset[str], tenant: TenantConfig, want: float | None
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str],
+        tenant: TenantConfig,
+        want: float | None,
+        rank: float | None,
     ) -> SlotLease | NoAccount:
         """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
         over: dict[str, OverBudget] = {}
         for name in self.store.held_by(job_id):
-            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second.
+            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second; so
+            # does a waiter a release handed a slot to.
             if name not in exclude and self.store.try_acquire(name, job_id, self.settings.lease_ttl_s) == 1:
                 held = self._budgeted(self.store.config(name), job_id, tenant, want)
                 if not isinstance(held, OverBudget):
                     return held
                 over[name] = held
         decision: list[AccountConfig] | NoAccount = []
+        in_line: list[str] = []
         for _ in range(_ACQUIRE_ROUNDS):
             now = time.time()
             views = self._views(now, tenant.accounts)
@@ -111,16 +127,27 @@ class AccountManager:
                     first = min(over.items(), key=lambda item: item[1].until)
                     return self._over_budget(f"account {first[0]!r}", tenant, first[1])
                 return decision
+            in_line = []
             for account in decision:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot.
-                if self.store.try_acquire(account.name, job_id, self.settings.lease_ttl_s, now) == 1:
+                got = self.store.try_acquire(account.name, job_id, self.settings.lease_ttl_s, now, rank)
+                if got == 1:
                     lease = self._budgeted(account, job_id, tenant, want)
                     if isinstance(lease, OverBudget):
                         over[account.name] = lease
                         continue
                     return lease
+                if got == _IN_LINE:
+                    in_line.append(account.name)
+            if in_line and len(in_line) == len(decision):
+                break  # every free slot is spoken for by better-ranked waiters: no use racing again
         names = [a.name for a in decision] if isinstance(decision, list) else []
+        if in_line:
+            # Our turn comes through the waiting line (a release or the promoter's pass hands us a slot); the ready
+            # time is only the fallback should every worker miss it.
+            later = _dt(time.time() + self.settings.lease_ttl_s)
+            return NoAccount(later, f"waiting in line behind better-ranked jobs on {', '.join(in_line)}", names)
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
@@ -146,9 +173,9 @@ class AccountManager:
             log.warning("slot of job %s on account %s had expired before refresh", lease.job_id, lease.account.name)
 
     def release(self, lease: SlotLease) -> list[str]:
-        """Free the slot and the tenant's run; returns the job ids popped from the account's and the tenant's
-        waiters, to promote now."""
-        popped = self.store.release(lease.account.name, lease.job_id)
+        """Free the slot and the tenant's run; returns the jobs to wake: the account's waiter the slot was handed to
+        (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote)."""
+        popped = self.store.release(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
         if lease.tenant is not None:
             popped += self.tenant_store.release(self.tenants.governing(lease.tenant), lease.job_id)
         return popped
@@ -168,10 +195,21 @@ class AccountManager:
         if config.max_concurrency is not None and self.tenant_store.wait(config, job_id, score):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
-    def add_waiter(self, accounts: list[str], job_id: str) -> None:
-        """A deferred job waits for a slot on these accounts: the next release on any of them promotes it."""
-        if self.store.add_waiter([a for a in accounts if self.pool.get(a) is not None], job_id):
-            log.info("job %s: a slot freed while it was being deferred; it is due now", job_id)
+    def add_waiter(self, accounts: list[str], job_id: str, rank: float) -> list[str]:
+        """A deferred job waits in line for a slot on these accounts; returns the jobs admitted into a free slot
+        right away (already `queued`, holding it; maybe this very job): send their messages."""
+        names = [a for a in accounts if self.pool.get(a) is not None]
+        admitted = self.store.add_waiter(names, job_id, rank, self.settings.lease_ttl_s)
+        if job_id in admitted:
+            log.info("job %s: a slot was free when it joined the line; it is due now", job_id)
+        return admitted
+
+    def admit(self) -> list[str]:
+        """Hand every account's free slots to its best waiters (the promoter's pass); returns the jobs admitted."""
+        admitted: list[str] = []
+        for account in self.pool.accounts:
+            admitted += self.store.admit(account.name, self.settings.lease_ttl_s)
+        return admitted
 
     # ---- signals ---------------------------------------------------------------------------------------------
 

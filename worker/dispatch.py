@@ -1,4 +1,4 @@
-"""Slots and messages of the engine: release an account slot (promoting the jobs that waited for it), promote
+"""Slots and messages of the engine: release an account slot (sending the waiter it is handed to), promote
 deferred jobs, (re-)send a job's `claudeq.run` message. Shared by the deliveries and the background loops."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ class Dispatch:
         self.send = send
 
     async def release(self, d: Delivery) -> None:
-        """Give back the delivery's account slot (if it holds one) and promote the job that waited for it."""
+        """Give back the delivery's account slot (if it holds one) and wake the jobs that waited for it: the
+        account's waiter the slot was handed to (already queued: sent) and its tenant's waiter (promoted, sent)."""
         slot, d.slot = d.slot, None
         if slot is None or d.lost:
             # A worker that lost the job must not touch it: the new owner may hold this very slot (members are job
@@ -36,7 +37,16 @@ class Dispatch:
             log.exception("job %s: releasing the account slot failed (it expires on its own)", d.job_id)
             return
         for job_id in waiters:
-            await self.promote_and_send(job_id, force=True)
+            if await self.promote_and_send(job_id, force=True):
+                continue
+            if await asyncio.to_thread(self.store.status, job_id) == "queued":
+                await self.send_admitted([job_id])  # admitted by the waiting line: queued, holding the slot
+
+    async def send_admitted(self, job_ids: list[str]) -> None:
+        """Send the messages of waiters the waiting line admitted (already `queued`, each holding a slot)."""
+        for job_id in job_ids:
+            log.info("job %s: admitted from the waiting line", job_id)
+            await self.resend(job_id)
 
     async def promote_and_send(self, job_id: str, force: bool = False) -> bool:
         """Move a deferred job back to the queue (atomic, once across workers) and send its message."""

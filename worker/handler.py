@@ -32,6 +32,7 @@ from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
 from claudeq.worker.ports import AccountsLike, EventSink, MetricsLike, RunnerLike
 from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.session_planner import SessionPlanner
+from claudeq.worker.waiting_line import rank
 from claudeq.worker.waits import Cooldown
 
 log = logging.getLogger("claudeq.engine")
@@ -128,7 +129,7 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
-        acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset())
+        acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset(), rank(d.record))
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
@@ -330,7 +331,12 @@ class DeliveryHandler:
         if not ok:
             return "lost"
         if accounts:
-            await _quiet(self.accounts.add_waiter, accounts, d.job_id)
+            try:
+                admitted = await asyncio.to_thread(self.accounts.add_waiter, accounts, d.job_id, rank(d.record))
+            except Exception:
+                log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
+                admitted = []
+            await self.dispatch.send_admitted(admitted)
         if tenant is not None:
             await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, d.record.created_at.timestamp())
         log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)

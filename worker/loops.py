@@ -93,8 +93,15 @@ class Loops:
         await self._forever("promoter", self.promote_once, self.settings.loop_interval_s)
 
     async def promote_once(self) -> int:
-        """One promoter pass; returns how many jobs it sent."""
-        sent = 0
+        """One promoter pass; returns how many jobs it sent.
+
+        First the waiting lines: every account's free slots go to its best waiters (a cooldown that ended, a hold
+        that lifted, a slot that expired frees slots no release hands over). Then deferred jobs whose ready time
+        came (the fallback for a waiter nobody admitted, and the jobs deferred for other reasons).
+        """
+        admitted = await asyncio.to_thread(self.engine.accounts.admit)
+        await self.engine.dispatch.send_admitted(admitted)
+        sent = len(admitted)
         for job_id in await asyncio.to_thread(self.store.due_deferred):
             if await self.engine.promote_and_send(job_id):
                 log.info("job %s: promoted from deferred", job_id)

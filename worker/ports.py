@@ -35,17 +35,22 @@ class RunnerLike(Protocol):
 class AccountsLike(Protocol):
     """claudeq.worker.account_manager.AccountManager as the engine uses it (sync; called in threads)."""
 
-    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = ...) -> SlotLease | NoAccount:
-        """A slot on the best eligible account, or when to look again."""
+    def acquire(
+        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = ..., rank: float | None = ...
+    ) -> SlotLease | NoAccount:
+        """A slot on the best eligible account (better-ranked waiters first), or when to look again."""
 
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
         """Extend a held slot."""
 
     def release(self, lease: SlotLease) -> list[str]:
-        """Free a slot; the waiting jobs to promote now."""
+        """Free a slot; the waiters admitted into it (already queued): send their messages."""
 
-    def add_waiter(self, accounts: list[str], job_id: str) -> None:
-        """A deferred job waits for a slot on these accounts."""
+    def add_waiter(self, accounts: list[str], job_id: str, rank: float) -> list[str]:
+        """A deferred job waits in line on these accounts; the waiters admitted at once (already queued)."""
+
+    def admit(self) -> list[str]:
+        """Hand every account's free slots to its best waiters; the jobs admitted (already queued)."""
 
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end."""

@@ -71,31 +71,73 @@ def test_acquire_refuses_a_cooling_or_disabled_account(store: AccountStore) -> N
     assert store.try_acquire("a", "j1", 10) == 1
 
 
-def test_release_promotes_the_oldest_deferred_waiter(store: AccountStore, fake_redis: fakeredis.FakeRedis) -> None:
-    for job_id, status in [("w1", "queued"), ("w2", "deferred"), ("w3", "deferred")]:
-        fake_redis.hset(KEYS.job(job_id), "status", status)
+def _defer(fake_redis: fakeredis.FakeRedis, *job_ids: str, ready: float = 0.0) -> None:
+    for job_id in job_ids:
+        fake_redis.hset(KEYS.job(job_id), "status", "deferred")
+        fake_redis.zadd(KEYS.deferred, {job_id: ready or time.time() + 60})
+        fake_redis.hincrby(KEYS.status_counts, "deferred", 1)
+
+
+def test_release_hands_the_slot_to_the_best_ranked_deferred_waiter(
+    store: AccountStore, fake_redis: fakeredis.FakeRedis
+) -> None:
+    assert store.try_acquire("b", "j1", 10) == 1
+    _defer(fake_redis, "w2", "w3", "w9")
+    fake_redis.hset(KEYS.job("w1"), "status", "queued")
     now = time.time()
-    store.add_waiter(["b"], "w1", now=now)
-    store.add_waiter(["b"], "w2", now=now + 1)
-    store.add_waiter(["b"], "w3", now=now + 2)
-    store.add_waiter(["b"], "w2", now=now + 3)  # already waiting: keeps its place
-    store.try_acquire("b", "j1", 10)
-    # w1 is no longer deferred: skipped and dropped; w2 is the oldest deferred one.
+    assert store.add_waiter(["b"], "w9", rank=9e10 + now, now=now) == []  # priority 9, oldest
+    assert store.add_waiter(["b"], "w1", rank=1.0, now=now) == []  # not deferred: never joins
+    assert store.add_waiter(["b"], "w3", rank=now + 2, now=now) == []
+    assert store.add_waiter(["b"], "w2", rank=now + 1, now=now) == []
+    assert store.add_waiter(["b"], "w2", rank=now + 5, now=now) == []  # already in line: keeps its place
+    assert store.waiters("b") == ["w2", "w3", "w9"]
+    # The slot goes to w2 (priority 0, older than w3), in the same step: it holds the slot and is queued.
     assert store.release("b", "j1") == ["w2"]
-    assert store.waiters("b") == ["w3"]
+    assert set(store.slot_holders("b")) == {"w2"}
+    assert fake_redis.hget(KEYS.job("w2"), "status") == b"queued"
+    assert fake_redis.zscore(KEYS.deferred, "w2") is None
+    assert fake_redis.zscore(KEYS.queued, "w2") is not None
+    assert fake_redis.hgetall(KEYS.status_counts) == {b"deferred": b"2", b"queued": b"1"}
+    assert store.waiters("b") == ["w3", "w9"]
+    # Its claim finds the slot handed over (refreshed, not a second one).
+    assert store.try_acquire("b", "w2", 10, rank=now + 1) == 1
+    assert store.release("b", "w2") == ["w3"]
+    fake_redis.hset(KEYS.job("w9"), "status", "cancelled")  # gone meanwhile: dropped, nobody admitted
+    assert store.release("b", "w3") == []
+    assert store.waiters("b") == []
     assert store.slot_holders("b") == {}
-    assert store.release("b", "j1") == ["w3"]
-    assert store.release("b", "j1") == []
 
 
-def test_release_on_a_cooling_account_promotes_nobody(store: AccountStore, fake_redis: fakeredis.FakeRedis) -> None:
-    fake_redis.hset(KEYS.job("w1"), "status", "deferred")
-    store.add_waiter(["a"], "w1")
+def test_a_new_job_yields_the_free_slot_to_better_ranked_waiters(
+    store: AccountStore, fake_redis: fakeredis.FakeRedis
+) -> None:
+    now = time.time()
+    _defer(fake_redis, "urgent")
+    fake_redis.zadd(KEYS.account_waiters("a"), {"urgent": 5.0, "stale": 1.0})  # stale: not deferred any more
+    assert store.try_acquire("a", "bulk", 10, now=now, rank=9e10) == 1  # two slots, one waiter ahead: one is free
+    assert store.try_acquire("a", "bulk2", 10, now=now, rank=9e10) == -4  # the last free slot is the waiter's
+    assert store.waiters("a") == ["urgent"]  # the stale entry was dropped on the way
+    assert store.try_acquire("a", "early", 10, now=now, rank=1.0) == 1  # ranked before it: takes the slot
+    assert store.release("a", "early") == ["urgent"]  # and the next slot to free is the waiter's
+    # Without a rank (no waiting line consulted) only capacity counts.
+    _defer(fake_redis, "late")
+    fake_redis.zadd(KEYS.account_waiters("a"), {"late": 2.0})
+    store.release("a", "bulk")  # handed to `late`
+    store.release("a", "late")  # nobody left in line: free
+    assert store.try_acquire("a", "other", 10, now=now) == 1
+
+
+def test_release_on_a_cooling_account_admits_nobody(store: AccountStore, fake_redis: fakeredis.FakeRedis) -> None:
     store.try_acquire("a", "j1", 10)
+    store.try_acquire("a", "j2", 10)
+    _defer(fake_redis, "w1")
+    assert store.add_waiter(["a"], "w1", rank=1.0) == []
     store.cool("a", datetime.now(UTC) + timedelta(seconds=30), "rejected")
     assert store.release("a", "j1") == []
     assert store.waiters("a") == ["w1"]
-    assert store.slot_holders("a") == {}
+    assert set(store.slot_holders("a")) == {"j2"}
+    # Once the cooldown is over, the promoter's pass admits it.
+    assert store.admit("a", now=time.time() + 31) == ["w1"]
 
 
 def test_cooldown_is_never_shortened(store: AccountStore) -> None:
@@ -176,23 +218,34 @@ def test_held_by(store: AccountStore) -> None:
     assert store.held_by("j2") == []
 
 
-def test_a_slot_freed_before_the_waiter_registered_makes_the_job_due_now(
+def test_a_slot_freed_before_the_waiter_joined_admits_it_at_once(
     store: AccountStore, fake_redis: fakeredis.FakeRedis
 ) -> None:
     now = time.time()
-    fake_redis.zadd(KEYS.deferred, {"w1": now + 15})
+    _defer(fake_redis, "w1", ready=now + 15)
     store.try_acquire("b", "j1", 15, now=now)
-    # Still full: the job keeps its ready time (the slot's expiry) and waits for a release.
-    assert not store.add_waiter(["b"], "w1", now=now)
+    # Still full: the job keeps its ready time (the fallback) and waits in line.
+    assert store.add_waiter(["b"], "w1", rank=now, now=now) == []
     assert fake_redis.zscore(KEYS.deferred, "w1") == now + 15
-    # The slot was released before the waiter registered (that release promoted nobody): due at once.
+    # A slot released with nobody in line is free: a job joining the line takes it at once.
+    fake_redis.zrem(KEYS.account_waiters("b"), "w1")
     store.release("b", "j1")
-    assert store.add_waiter(["b"], "w1", now=now + 1)
-    assert fake_redis.zscore(KEYS.deferred, "w1") == pytest.approx(now + 1)
-    # A cooling account is no reason to wake it.
-    fake_redis.zadd(KEYS.deferred, {"w2": now + 50})
+    assert store.add_waiter(["b"], "w1", rank=now, now=now + 1) == ["w1"]
+    assert fake_redis.zscore(KEYS.deferred, "w1") is None
+    assert set(store.slot_holders("b", now=now + 1)) == {"w1"}
+    # A cooling account is no reason to admit it.
+    _defer(fake_redis, "w2")
     store.cool("a", datetime.now(UTC) + timedelta(seconds=50), "rejected")
-    assert not store.add_waiter(["a"], "w2")
+    assert store.add_waiter(["a"], "w2", rank=now) == []
     # Nor is a job that is no longer deferred.
-    assert not store.add_waiter(["b"], "gone")
-    assert fake_redis.zscore(KEYS.deferred, "gone") is None
+    assert store.add_waiter(["a", "b"], "gone", rank=0.0) == []
+    assert store.waiters("a") == ["w2"]
+
+
+def test_one_job_in_several_lines_is_admitted_once(store: AccountStore, fake_redis: fakeredis.FakeRedis) -> None:
+    _defer(fake_redis, "w1")
+    assert store.add_waiter(["a", "b"], "w1", rank=1.0) == ["w1"]  # both free: one slot, on the first account
+    assert set(store.slot_holders("a")) == {"w1"}
+    assert store.slot_holders("b") == {}
+    assert store.admit("b") == []  # its entry in b's line is stale now (queued): dropped
+    assert store.waiters("b") == []

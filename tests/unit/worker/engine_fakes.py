@@ -97,7 +97,9 @@ class FakeAccounts:
         self.refreshed = 0
         self.lock = threading.Lock()
 
-    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+    def acquire(
+        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), rank: float | None = None
+    ) -> SlotLease | NoAccount:
         with self.lock:
             if self.permanent:
                 return NoAccount(utcnow(), "no account allows this job", [], permanent=True)
@@ -124,8 +126,12 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
-    def add_waiter(self, accounts: list[str], job_id: str) -> None:
+    def add_waiter(self, accounts: list[str], job_id: str, rank: float) -> list[str]:
         self.waiters.append((accounts, job_id))
+        return []
+
+    def admit(self) -> list[str]:
+        return []
 
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         self.tenant_waiters.append((tenant, job_id))
@@ -182,10 +188,12 @@ class FlakyAccounts(FakeAccounts):
         super().__init__(*accounts)
         self.failures = failures
 
-    def acquire(self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset()) -> SlotLease | NoAccount:
+    def acquire(
+        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), rank: float | None = None
+    ) -> SlotLease | NoAccount:
         if self.failures > 0:
             self.failures -= 1
             import redis
 
             raise redis.ConnectionError("Redis went away")
-        return super().acquire(job_id, spec, exclude)
+        return super().acquire(job_id, spec, exclude, rank)

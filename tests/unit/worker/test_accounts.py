@@ -163,14 +163,31 @@ def test_exclude_routes_to_another_account(manager: AccountManager) -> None:
     assert lease(manager.acquire("j1", SPEC, exclude=frozenset({"a"}))).account.name == "b"
 
 
-def test_release_promotes_a_waiter(manager: AccountManager, fake_redis: fakeredis.FakeRedis) -> None:
-    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a")))
-    waiting = manager.acquire("j2", JobSpec(prompt="x", account="a"))
+def test_release_hands_the_slot_to_a_waiter(manager: AccountManager, fake_redis: fakeredis.FakeRedis) -> None:
+    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0))
+    waiting = manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0)
     assert isinstance(waiting, NoAccount)
     fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
-    manager.add_waiter([*waiting.accounts, "unknown"], "j2")
+    assert manager.add_waiter([*waiting.accounts, "unknown"], "j2", 9.0) == []
     assert manager.release(held) == ["j2"]
-    assert lease(manager.acquire("j2", JobSpec(prompt="x", account="a"))).account.name == "a"
+    # A job that arrives now finds no free slot: the one released is j2's.
+    late = manager.acquire("j3", JobSpec(prompt="x", account="a"), rank=1.0)
+    assert isinstance(late, NoAccount)
+    assert lease(manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0)).account.name == "a"
+
+
+def test_a_new_job_waits_in_line_behind_better_ranked_waiters(
+    manager: AccountManager, fake_redis: fakeredis.FakeRedis
+) -> None:
+    fake_redis.hset(manager.store.keys.job("urgent"), "status", "deferred")
+    fake_redis.zadd(manager.store.keys.account_waiters("a"), {"urgent": 1.0})
+    pinned = JobSpec(prompt="x", account="a")
+    waiting = manager.acquire("bulk", pinned, rank=9e10)
+    assert isinstance(waiting, NoAccount)
+    assert "waiting in line" in waiting.reason and waiting.accounts == ["a"]
+    # Its turn comes through the line: the ready time is only the fallback.
+    assert waiting.ready_at > datetime.now(UTC) + timedelta(seconds=manager.settings.lease_ttl_s / 2)
+    assert manager.admit() == ["urgent"]
 
 
 def test_refresh_keeps_the_slot(manager: AccountManager) -> None:
