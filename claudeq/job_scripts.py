@@ -33,6 +33,32 @@ local function compact_events(job, stream)
 end
 """
 
+#: Lua: the compacted `events` of a job that finishes now: the stream's entries, then `argv[from..to]` (events the
+#: finishing write brings, never written to the stream) with entry ids after the stream's last one (`now_ms`-n, or
+#: the last id's millisecond when the clock is behind it). Returns the JSON for the record's `events` field (a list of
+#: [entry id, event JSON], as COMPACT_EVENTS writes it), or nil when there is nothing. The caller deletes the stream.
+PACK_EVENTS = """
+local function pack_events(stream, argv, from, to, now_ms)
+  local entries = redis.call('XRANGE', stream, '-', '+')
+  if #entries == 0 and to < from then return nil end
+  local packed = {}
+  local last_ms, last_seq = 0, -1
+  for i, entry in ipairs(entries) do packed[i] = {entry[1], entry[2][2]} end
+  if #entries > 0 then
+    local id = entries[#entries][1]
+    local dash = string.find(id, '-', 1, true)
+    last_ms, last_seq = tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+  end
+  local ms, seq = math.floor(now_ms), 0
+  if ms <= last_ms then ms, seq = last_ms, last_seq + 1 end
+  for i = from, to do
+    packed[#packed + 1] = {string.format('%d-%d', ms, seq), argv[i]}
+    seq = seq + 1
+  end
+  return cjson.encode(packed)
+end
+"""
+
 #: Lua: give job `id` (hash `job`) the next turn number of a conversation (sorted set `waiters` scored by turn
 #: number, counter `seq`) and record both in the job hash (`turn`, and `turns` = the waiters key, read back by
 #: CANCEL). A counter that expired restarts after the highest number still waiting, so order never goes backwards.

@@ -63,6 +63,17 @@ def _encode(field: str, value: object) -> str:
     return "" if value is None else str(value)
 
 
+def encode_event(event: Event) -> str:
+    """An event as stored (stream entry, compacted list): JSON without the fields at their defaults (no attempt, no
+    data), which read back as the same Event."""
+    exclude = set()
+    if event.attempt is None:
+        exclude.add("attempt")
+    if not event.data:
+        exclude.add("data")
+    return event.model_dump_json(exclude=exclude or None)
+
+
 def encode_fields(fields: Mapping[str, object]) -> list[str]:
     """Flatten record fields into Redis hash field/value pairs."""
     out: list[str] = []
@@ -222,7 +233,7 @@ class JobStore:
                     utcnow().isoformat(),
                     self.result_ttl_s,
                     error,
-                    Event(type="cancelled", data={"reason": reason}).model_dump_json(),
+                    encode_event(Event(type="cancelled", data={"reason": reason})),
                     self.events_maxlen,
                     self.keys.finished_counts_prefix,
                 ],
@@ -242,7 +253,7 @@ class JobStore:
         """Add an event to the job's stream (trimmed to about `events_maxlen`)."""
         entry_id = self.redis.xadd(
             self.keys.events(job_id),
-            {"event": event.model_dump_json()},
+            {"event": encode_event(event)},
             maxlen=self.events_maxlen,
             approximate=True,
         )
@@ -377,4 +388,4 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i : i + size]
 
 
-__all__ = ["JobFields", "JobResult", "JobSpec", "JobStore", "encode_fields", "parse_record"]
+__all__ = ["JobFields", "JobResult", "JobSpec", "JobStore", "encode_event", "encode_fields", "parse_record"]

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-from claudeq.models import FREE_OUTCOMES, Attempt, JobRecord, JobResult, Usage
+from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, Usage
 from claudeq.worker.account_manager import SlotLease
 from claudeq.worker.job_store import ClaimResult
 
@@ -58,6 +58,11 @@ class Delivery:
     #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
     lease_until: float = 0.0
     urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
+    #: Events emitted but not stored yet: the next fenced write takes them, or a flush shortly after (FencedWriter).
+    pending_events: list[Event] = field(default_factory=list)
+    #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
 
     @property
     def counted(self) -> int:

@@ -18,6 +18,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.jobs import parse_record
 from claudeq.models import JobError, utcnow
 from claudeq.worker.delivery import Delivered, Delivery
 from claudeq.worker.dispatch import Dispatch
@@ -197,7 +198,12 @@ class Engine:
             log.info("job %s: delivery dropped (%s)", job_id, claim.result)
             return Delivered.dropped(claim.result)
         try:
-            record = await asyncio.to_thread(self.store.get, job_id)
+            # The claim read the record in the same step; an older store's claim did not.
+            record = (
+                parse_record(job_id, claim.fields)
+                if claim.fields is not None
+                else await asyncio.to_thread(self.store.get, job_id)
+            )
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
@@ -234,6 +240,7 @@ class Engine:
         finally:
             heartbeat.cancel()
             guard.cancel()
+            await self.writer.close(delivery)
             await self.dispatch.release(delivery)
             del self._deliveries[key]
             if not self._deliveries:

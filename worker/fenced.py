@@ -3,6 +3,10 @@
 A write whose fence is stale (another worker took the job over) marks the delivery lost: it stops its run and writes
 nothing more. Redis blips are retried for up to half a lease; a retried write whose first try landed with its reply
 lost is recognised as landed.
+
+Events are batched: an emitted event waits at most `EVENT_LINGER_S` and goes to Redis with the events emitted in the
+meantime (one fenced append), or with the delivery's next fenced write if that comes first (a terminal write puts
+them straight into the record's compacted events). A run's burst of events costs one script call, not one each.
 """
 
 from __future__ import annotations
@@ -21,23 +25,38 @@ from claudeq.worker.job_store import WorkerJobStore
 
 log = logging.getLogger("claudeq.engine")
 
+#: How long an emitted event may wait for others to share its append (s): what a follower's view may lag behind.
+EVENT_LINGER_S = 0.1
+
 
 class FencedWriter:
     """Writes a delivery's record and events through its fencing token."""
 
-    def __init__(self, store: WorkerJobStore, lease_ttl_s: float) -> None:
+    def __init__(self, store: WorkerJobStore, lease_ttl_s: float, linger_s: float = EVENT_LINGER_S) -> None:
         self.store = store
         self.lease_ttl_s = lease_ttl_s
+        self.linger_s = linger_s
 
     async def write(
         self, d: Delivery, status: JobStatus | None = None, event: Event | None = None, **fields: Unpack[JobFields]
     ) -> bool:
-        """Write `fields` (and move to `status`, appending `event` in the same script) while the fence holds; False
-        (and the delivery lost) when stale."""
+        """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
+        the fence holds; False (and the delivery lost) when stale."""
         if d.lost:
             return False
         if event is not None and event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
+        async with d.write_lock:
+            events, d.pending_events = d.pending_events, []
+            if event is not None:
+                events.append(event)
+            return await self._write_locked(d, status, events, fields)
+
+    async def _write_locked(
+        self, d: Delivery, status: JobStatus | None, events: list[Event], fields: JobFields
+    ) -> bool:
+        if d.lost:
+            return False
         tries = 0
         ok = False
         async for attempt in AsyncRetrying(
@@ -48,7 +67,7 @@ class FencedWriter:
         ):
             with attempt:
                 tries += 1
-                ok = await asyncio.to_thread(self._write_once, d, status, event, fields)
+                ok = await asyncio.to_thread(self._write_once, d, status, events, fields)
         if not ok and tries > 1:
             # The first try may have landed with its reply lost: then the job already holds what we wrote.
             ok = await asyncio.to_thread(self._landed, d, status)
@@ -58,8 +77,8 @@ class FencedWriter:
             d.cancel.set()
         return ok
 
-    def _write_once(self, d: Delivery, status: JobStatus | None, event: Event | None, fields: JobFields) -> bool:
-        return self.store.write(d.job_id, d.fence, status, event=event, **fields)
+    def _write_once(self, d: Delivery, status: JobStatus | None, events: list[Event], fields: JobFields) -> bool:
+        return self.store.write(d.job_id, d.fence, status, events=events, **fields)
 
     def _landed(self, d: Delivery, status: JobStatus | None) -> bool:
         fence, current = self.store.fence_and_status(d.job_id)
@@ -68,19 +87,42 @@ class FencedWriter:
         return status is None or current == status
 
     async def event(self, d: Delivery, event: Event) -> None:
-        """Append an event to the job's stream (numbered with the current attempt), refused once the fence no longer
-        holds the job (which marks the delivery lost); a Redis error only logs."""
+        """Queue an event for the job's stream (numbered with the current attempt): stored within `linger_s`, with
+        the events emitted meanwhile, or by the next fenced write; refused once the fence no longer holds the job
+        (which marks the delivery lost)."""
         if d.lost:
             return
         if event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
-        try:
-            stored = await asyncio.to_thread(self.store.append_event_fenced, d.job_id, d.fence, event)
-        except redis.RedisError as exc:
-            log.warning("job %s: event %s not stored (%s)", d.job_id, event.type, type(exc).__name__)
-            return
-        if stored is None and not d.lost:
-            # The fence no longer holds the job: another worker owns it. Stop, and write nothing more.
-            log.warning("job %s: stale fence %d, event refused (another worker owns the job)", d.job_id, d.fence)
-            d.why = "lost"
-            d.cancel.set()
+        d.pending_events.append(event)
+        if d.flusher is None or d.flusher.done():
+            d.flusher = asyncio.create_task(self._flush_later(d))
+
+    async def _flush_later(self, d: Delivery) -> None:
+        await asyncio.sleep(self.linger_s)
+        await self.flush(d)
+
+    async def flush(self, d: Delivery) -> None:
+        """Store the delivery's pending events now (one fenced append); a Redis error only logs."""
+        async with d.write_lock:
+            events, d.pending_events = d.pending_events, []
+            if not events or d.lost:
+                return
+            try:
+                stored = await asyncio.to_thread(self.store.append_events_fenced, d.job_id, d.fence, events)
+            except redis.RedisError as exc:
+                log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
+                return
+            if stored is None and not d.lost:
+                # The fence no longer holds the job: another worker owns it. Stop, and write nothing more.
+                log.warning("job %s: stale fence %d, event refused (another worker owns the job)", d.job_id, d.fence)
+                d.why = "lost"
+                d.cancel.set()
+
+    async def close(self, d: Delivery) -> None:
+        """The delivery ends: store what is still pending (refused if the job moved on) and stop its flush timer."""
+        flusher, d.flusher = d.flusher, None
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+        if d.pending_events and not d.lost:
+            await self.flush(d)

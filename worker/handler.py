@@ -121,6 +121,8 @@ class DeliveryHandler:
         if d.why is not None:
             return await self._between_attempts(d)
         spec = d.record.spec
+        if len(d.record.attempts) != len(d.attempts):  # the planner reads the attempts of this delivery too
+            d.record = d.record.model_copy(update={"attempts": list(d.attempts)})
         plan = await self.sessions.plan(d.record, lambda event: self.event(d, event))
         if plan.error is not None:
             return Step.finished(await self.finish(d, "failed", plan.error))

@@ -6,27 +6,38 @@ overwrite). The idempotency key's expiry follows its job's (see claudeq/job_scri
 
 from __future__ import annotations
 
-from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED
+from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
 
 # KEYS: job, lease, queued, running, counts. ARGV: job_id, worker, lease_ttl_ms, now_iso
-# -> {result, fence, first}: first = 1 on the job's first claim ever (its queue wait ends here)
+# -> {result, fence, first, record}: first = 1 on the job's first claim ever (its queue wait ends here); record = the
+# job hash as it was before the claim (flat field/value list), so the worker needs no second round trip to read it.
+# One HGETALL reads status, fence and started_at too: a claim costs 8 commands inside Redis.
 CLAIM = """
-local status = redis.call('HGET', KEYS[1], 'status')
+local flat = redis.call('HGETALL', KEYS[1])
+if #flat == 0 then return {'missing', 0} end
+local cur = {}
+for i = 1, #flat, 2 do cur[flat[i]] = flat[i + 1] end
+local status = cur['status']
 if not status then return {'missing', 0} end
 if status == 'running' then
   if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', 0} end
   return {'orphan', 0}
 end
 if status ~= 'queued' then return {status, 0} end
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2])
-local first = redis.call('HSETNX', KEYS[1], 'started_at', ARGV[4])
+local fence = (tonumber(cur['fence']) or 0) + 1
+local first = 0
+if cur['started_at'] then
+  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'fence', fence)
+else
+  first = 1
+  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'fence', fence, 'started_at', ARGV[4])
+end
 redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('HINCRBY', KEYS[5], 'queued', -1)
 redis.call('HINCRBY', KEYS[5], 'running', 1)
-return {'ok', fence, first}
+return {'ok', fence, first, flat}
 """
 
 # KEYS: lease. ARGV: worker|fence, ttl_ms
@@ -40,51 +51,70 @@ return 0
 
 # KEYS: job, lease, queued, running, deferred, events, cancel, counts
 # ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
-#       event_json ('' = none), events_maxlen, field, value, ...
-# The event (a terminal, `deferred` or `requeued` one) goes in with the status, under the same fence check: a
-# follower that sees the status finds its event, and a worker that lost the job appends nothing.
+#       n_events, events_maxlen, now_ms, then n_events event JSONs, then field, value, ...
+# The events (what the run emitted since its last append, then the status's own: a terminal, `deferred` or
+# `requeued` one) go in with the status, under the same fence check: a follower that sees the status finds its
+# events, and a worker that lost the job appends nothing. A terminal write puts them straight into the record's
+# compacted `events` (after the stream's entries, with ids after the last one) instead of the stream it deletes.
 WRITE = (
     COUNT_FINISHED
-    + COMPACT_EVENTS
+    + PACK_EVENTS
     + """
-local cur = redis.call('HMGET', KEYS[1], 'fence', 'status')
+local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem')
 if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
   return 0
 end
-if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
-if ARGV[7] ~= '' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[7]) end
+local n = tonumber(ARGV[7])
 local new = ARGV[3]
-if new == '' then return 1 end
-redis.call('HSET', KEYS[1], 'status', new)
-redis.call('DEL', KEYS[2])
+local terminal = new ~= '' and new ~= 'queued' and new ~= 'deferred'
+local fields = {}
+for i = 10 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
+if not terminal then
+  for i = 10, 9 + n do redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i]) end
+end
+if new == '' then
+  if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
+  return 1
+end
+fields[#fields + 1] = 'status'
+fields[#fields + 1] = new
 redis.call('SREM', KEYS[4], ARGV[1])
 redis.call('HINCRBY', KEYS[8], 'running', -1)
 if new == 'queued' then
+  redis.call('DEL', KEYS[2])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
   redis.call('HINCRBY', KEYS[8], 'queued', 1)
 elseif new == 'deferred' then
+  redis.call('DEL', KEYS[2])
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
   redis.call('HINCRBY', KEYS[8], 'deferred', 1)
 else
+  local packed = pack_events(KEYS[6], ARGV, 10, 9 + n, tonumber(ARGV[9]))
+  if packed then
+    fields[#fields + 1] = 'events'
+    fields[#fields + 1] = packed
+  end
   count_finished(ARGV[6], new, ARGV[4])
-  compact_events(KEYS[1], KEYS[6])
+  redis.call('DEL', KEYS[2], KEYS[6], KEYS[7])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('DEL', KEYS[7])
-  local idem = redis.call('HGET', KEYS[1], 'idem')
-  if idem then redis.call('EXPIRE', idem, ARGV[4]) end
+  if cur[3] then redis.call('EXPIRE', cur[3], ARGV[4]) end
 end
+redis.call('HSET', KEYS[1], unpack(fields))
 return 1
 """
 )
 
-# KEYS: job, events. ARGV: fence, event_json, events_maxlen -> the entry id, or false when `fence` no longer holds
-# the running job (the run was taken over, or the job moved on): a superseded run's events are refused.
+# KEYS: job, events. ARGV: fence, events_maxlen, event JSON, ... -> the last entry id, or false when `fence` no
+# longer holds the running job (the run was taken over, or the job moved on): a superseded run's events are refused.
+# Several events of a run go in one call (the worker batches what a run emits within a few milliseconds).
 APPEND = """
 local cur = redis.call('HMGET', KEYS[1], 'fence', 'status')
 if cur[1] ~= ARGV[1] or cur[2] ~= 'running' then
   return false
 end
-return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'event', ARGV[2])
+local id = false
+for i = 3, #ARGV do id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'event', ARGV[i]) end
+return id
 """
 
 # KEYS: deferred, job, queued, counts. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)

@@ -7,6 +7,7 @@ on the same Redis. Every status change is one atomic Lua script (claudeq/worker/
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Unpack, cast
 
@@ -14,7 +15,7 @@ import redis
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
-from claudeq.jobs import JobFields, JobStore, encode_fields
+from claudeq.jobs import JobFields, JobStore, encode_event, encode_fields
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.worker import job_scripts as scripts
@@ -31,6 +32,8 @@ class Claim:
     result: ClaimResult
     fence: int = 0
     first: bool = False  # the job's first claim ever: its queue wait ends now
+    #: The job hash as the claim left it (status, fence, worker, started_at set): the record, without a second read.
+    fields: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,7 +76,9 @@ class WorkerJobStore(JobStore):
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
 
     def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
-        """Atomically take a queued job: status running, a lease with a new fencing token."""
+        """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
+        the same step: `Claim.fields`)."""
+        now = utcnow().isoformat()
         reply = self._claim(
             keys=[
                 self.keys.job(job_id),
@@ -82,10 +87,18 @@ class WorkerJobStore(JobStore):
                 self.keys.running,
                 self.keys.status_counts,
             ],
-            args=[job_id, worker, int(lease_ttl_s * 1000), utcnow().isoformat()],
+            args=[job_id, worker, int(lease_ttl_s * 1000), now],
         )
-        first = len(reply) > 2 and int(reply[2]) == 1
-        return Claim(cast(ClaimResult, text(reply[0])), int(reply[1]), first)
+        result, fence = cast(ClaimResult, text(reply[0])), int(reply[1])
+        if result != "ok":
+            return Claim(result, fence)
+        first = int(reply[2]) == 1
+        flat = [text(v) for v in reply[3]]
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        fields.update(status="running", fence=str(fence), worker=worker)
+        if first:
+            fields["started_at"] = now
+        return Claim(result, fence, first, fields)
 
     def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""
@@ -100,10 +113,11 @@ class WorkerJobStore(JobStore):
         status: JobStatus | None = None,
         score: float = 0,
         event: Event | None = None,
+        events: Sequence[Event] = (),
         **fields: Unpack[JobFields],
     ) -> bool:
-        """Write fields (and optionally move status, and append `event`) only while `fence` still holds the job, in
-        one script. False = stale: nothing written, no event."""
+        """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
+        the job, in one script. False = stale: nothing written, no event."""
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -112,6 +126,7 @@ class WorkerJobStore(JobStore):
             score = time.time()
         if status == "deferred":
             score = fields["ready_at"].timestamp()
+        payloads = [encode_event(e) for e in (*events, *(() if event is None else (event,)))]
         return bool(
             self._write(
                 keys=[
@@ -131,8 +146,10 @@ class WorkerJobStore(JobStore):
                     self.result_ttl_s,
                     score,
                     self.keys.finished_counts_prefix,
-                    "" if event is None else event.model_dump_json(),
+                    len(payloads),
                     self.events_maxlen,
+                    int(time.time() * 1000),
+                    *payloads,
                     *encode_fields(fields),
                 ],
             )
@@ -141,9 +158,16 @@ class WorkerJobStore(JobStore):
     def append_event_fenced(self, job_id: str, fence: int, event: Event) -> str | None:
         """Append a running job's event while `fence` still holds it; None (nothing appended) once the run was
         superseded or the job moved on. Workers append every event of a run this way."""
+        return self.append_events_fenced(job_id, fence, [event])
+
+    def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+        """Append several events of a running job, in order, in one script (see append_event_fenced); returns the
+        last entry id, None when refused."""
+        if not events:
+            raise ValueError("no events to append")
         entry_id = self._append(
             keys=[self.keys.job(job_id), self.keys.events(job_id)],
-            args=[fence, event.model_dump_json(), self.events_maxlen],
+            args=[fence, self.events_maxlen, *(encode_event(e) for e in events)],
         )
         return None if entry_id is None else text(entry_id)
 
@@ -215,7 +239,7 @@ class WorkerJobStore(JobStore):
                     job_id,
                     fence,
                     time.time(),
-                    "" if event is None else event.model_dump_json(),
+                    "" if event is None else encode_event(event),
                     self.events_maxlen,
                     "queued" if error is None else "failed",
                     self.result_ttl_s,

@@ -191,7 +191,9 @@ class SessionPlanner:
         store = self.store()
         own_uid = self.settings is not None and runs_under_own_uid(spec, self.settings.policy)
         project = project_key_for_directory(spec.cwd or default_cwd(own_uid))
-        plan = await self._continuation(record, store, project)
+        # A job that never started a run (no attempt recorded: the attempt is written before its run starts) has no
+        # session to continue: no need to read its events.
+        plan = await self._continuation(record, store, project) if record.attempts else None
         restarted_from: str | None = None
         if plan is None:
             plan, base, restarted_from = await self._base_plan(record, store, project)

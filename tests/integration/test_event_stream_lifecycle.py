@@ -61,3 +61,59 @@ def test_a_queued_job_costs_no_stream_memory(client: Client, redis_client: redis
     assert not any(redis_client.exists(client.store.keys.events(h.id)) for h in handles)
     record_bytes = max(int(redis_client.memory_usage(client.store.keys.job(h.id)) or 0) for h in handles)
     assert record_bytes < 2048, record_bytes  # a one-event stream alone cost ~4.7 KB
+
+
+def test_events_a_terminal_write_brings_go_straight_into_the_record_after_the_stream(
+    client: Client, redis_client: redis.Redis
+) -> None:
+    store = make_worker_store(client.settings, redis_client)
+    handle = client.submit(prompt="packed at the end")
+    claim = store.claim(handle.id, "w1", 30)
+    assert store.append_events_fenced(
+        handle.id, claim.fence, [Event(type="claimed", attempt=1), Event(type="run_started", attempt=1)]
+    )
+    streamed = [entry_id for entry_id, _ in store.read_events(handle.id)]
+    seen: list[str] = []
+    follower = threading.Thread(target=lambda: seen.extend(e.type for e in client.events(handle.id, follow=True)))
+    follower.start()
+    tail = [Event(type="assistant_text", attempt=1, data={"text": "done"}), Event(type="result", attempt=1)]
+    assert store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail)
+    follower.join(timeout=30)
+    assert not follower.is_alive()
+
+    expected = ["submitted", "claimed", "run_started", "assistant_text", "result", "succeeded"]
+    assert seen == expected
+    assert not redis_client.exists(store.keys.events(handle.id))
+    read = store.read_events(handle.id)
+    assert [e.type for _, e in read] == expected
+    assert [entry_id for entry_id, _ in read[:3]] == streamed  # the stream's entries keep their ids
+    ids = [entry_id for entry_id, _ in read]
+    keys = [tuple(int(part) for part in entry_id.split("-")) for entry_id in ids]
+    assert keys == sorted(keys) and len(set(ids)) == len(ids)  # the packed ones come after, in order
+    assert [e.type for _, e in store.read_events(handle.id, after=ids[3])] == expected[4:]
+    assert read[3][1].data == {"text": "done"}
+
+
+def test_a_terminal_write_of_a_job_without_a_stream_packs_its_events(client: Client, redis_client: redis.Redis) -> None:
+    store = make_worker_store(client.settings, redis_client)
+    handle = client.submit(prompt="never streamed")
+    claim = store.claim(handle.id, "w1", 30)
+    assert store.write(handle.id, claim.fence, "failed", event=Event(type="failed"), events=[Event(type="claimed")])
+    assert [e.type for e in client.events(handle.id)] == ["submitted", "claimed", "failed"]
+    assert not redis_client.exists(store.keys.events(handle.id))
+
+
+def test_several_events_go_in_one_fenced_append_in_order_and_a_stale_fence_appends_none(
+    client: Client, redis_client: redis.Redis
+) -> None:
+    store = make_worker_store(client.settings, redis_client)
+    handle = client.submit(prompt="batched")
+    old = store.claim(handle.id, "w1", 30)
+    batch = [Event(type="assistant_text", data={"text": str(i)}) for i in range(5)]
+    assert store.append_events_fenced(handle.id, old.fence, batch)
+    redis_client.delete(store.keys.lease(handle.id))
+    assert store.recover(handle.id, old.fence, None)
+    assert store.claim(handle.id, "w2", 30).ok
+    assert store.append_events_fenced(handle.id, old.fence, [Event(type="assistant_text", data={"text": "x"})]) is None
+    texts = [e.data["text"] for _, e in store.read_events(handle.id) if e.type == "assistant_text"]
+    assert texts == ["0", "1", "2", "3", "4"]

@@ -19,6 +19,7 @@ from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.outcome import RunOutcome
 from tests.conftest import make_settings
+from tests.support.procs import run_until
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
 
 pytestmark = pytest.mark.integration
@@ -80,6 +81,13 @@ class _Takeover:
     async def __call__(self, req: Any, emit: Callable[[Event], Awaitable[None]], cancel: asyncio.Event) -> RunOutcome:
         await emit(Event(type="assistant_text", data={"text": "before"}))
         job = req.job_id
+
+        # Events are stored within a short linger (batched): wait until "before" is in, as a run that went on for a
+        # moment would have it stored before it was paused.
+        def stored() -> bool:
+            return "before" in [e.data.get("text") for _, e in self.store.read_events(job)]
+
+        await asyncio.to_thread(run_until, stored, 30, 0.02, what="the event emitted before the pause stored")
         await asyncio.to_thread(self.store.redis.delete, self.store.keys.lease(job))
         record = await asyncio.to_thread(self.store.get, job)
         assert await asyncio.to_thread(self.store.recover, job, record.fence, None)

@@ -9,6 +9,7 @@ import fakeredis
 import pytest
 
 from claudeq.config.settings import Settings
+from claudeq.jobs import parse_record
 from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 
@@ -259,3 +260,15 @@ def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store:
     assert fake_store.fence_of(job_id) == claim.fence
     assert fake_store.recover(job_id, claim.fence, None)
     assert fake_store.status(job_id) == "queued"
+
+
+def test_the_claim_reads_the_record_in_the_same_step(fake_store: WorkerJobStore) -> None:
+    job_id = _queued(fake_store)
+    claim = fake_store.claim(job_id, "w1", 10)
+    assert claim.fields is not None
+    assert parse_record(job_id, claim.fields) == fake_store.get(job_id)
+    assert not fake_store.claim(job_id, "w2", 10).fields  # a refused claim reads nothing
+    fake_store.write(job_id, claim.fence, "queued")
+    again = fake_store.claim(job_id, "w2", 10)
+    assert again.fields is not None and not again.first
+    assert parse_record(job_id, again.fields) == fake_store.get(job_id)

@@ -12,7 +12,7 @@ from claude_agent_sdk import project_key_for_directory
 
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
-from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import make_store
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.options import default_cwd
@@ -86,6 +86,12 @@ class World:
         self.jobs.create(record)
         self.jobs.redis.hset(self.jobs.keys.job(record.id), "status", status)
         return record
+
+    @staticmethod
+    def ran(record: JobRecord) -> JobRecord:
+        """The record as a retry sees it: its first attempt was written before that attempt's run started."""
+        attempt = Attempt(number=len(record.attempts) + 1, started_at=utcnow(), outcome="transient_error")
+        return record.model_copy(update={"attempts": [*record.attempts, attempt]})
 
     def finish(self, record: JobRecord, status: str) -> None:
         """The engine writes the terminal status before calling `finished()`."""
@@ -172,12 +178,24 @@ async def test_retry_continues_its_own_session_instead_of_resending_the_prompt(w
     await world.transcript(
         "s1", _user("p", "the prompt"), _assistant("a1"), _user("r1", TOOL_RESULT), _assistant("e", "<synthetic>")
     )
-    plan = await world.planner.plan(job, world.emit)
+    plan = await world.planner.plan(world.ran(job), world.emit)
     assert (plan.mode, plan.resume, plan.resume_at, plan.prompt) == ("continue", "s1", "r1", CONTINUE_PROMPT)
 
     fresh_retry = world.job()
     world.jobs.append_event(fresh_retry.id, Event(type="session", data={"session_id": "s2"}))  # prompt never stored
-    assert (await world.planner.plan(fresh_retry)).mode == "new"
+    assert (await world.planner.plan(world.ran(fresh_retry))).mode == "new"
+
+
+async def test_a_job_that_never_ran_is_planned_without_reading_its_events(world: World) -> None:
+    job = world.job()
+
+    def no_read(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the first attempt's plan read the job's events")
+
+    world.jobs.read_events = no_read  # type: ignore[method-assign]
+    assert (await world.planner.plan(job, world.emit)).mode == "new"
+    with pytest.raises(AssertionError, match="read the job's events"):
+        await world.planner.plan(world.ran(job), world.emit)  # a retry looks for its own session
 
 
 async def test_retry_of_an_unanswered_prompt_starts_fresh_instead_of_continuing(world: World) -> None:
@@ -187,7 +205,7 @@ async def test_retry_of_an_unanswered_prompt_starts_fresh_instead_of_continuing(
     world.jobs.append_event(job.id, Event(type="session", data={"session_id": "s1"}))
     # The first request failed (e.g. 529): the transcript holds the prompt and a synthetic error message only.
     await world.transcript("s1", _user("p", job.spec.prompt), _assistant("e", "<synthetic>"))
-    plan = await world.planner.plan(job, world.emit)
+    plan = await world.planner.plan(world.ran(job), world.emit)
     assert plan.mode == "new"
     assert plan.resume is None
     assert plan.prompt is None  # the original prompt is sent, once
@@ -206,5 +224,5 @@ async def test_retry_of_an_unanswered_conversation_turn_retakes_it_from_the_same
         {"project_key": world.project, "session_id": "s0"},
         [_user("p2", job.spec.prompt), _assistant("e2", "<synthetic>")],  # type: ignore[list-item]
     )
-    plan = await world.planner.plan(job, world.emit)
+    plan = await world.planner.plan(world.ran(job), world.emit)
     assert (plan.mode, plan.resume, plan.resume_at, plan.prompt) == ("retake", "s0", "a0", None)

@@ -1,0 +1,101 @@
+"""FencedWriter batches a delivery's events (claudeq/worker/fenced.py): a burst goes in one fenced append, events
+pending when a fenced write comes ride in that write, in the order they were emitted, and nothing of a delivery that
+lost its job is stored."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import fakeredis
+import pytest
+
+from claudeq.config.settings import Settings
+from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.worker.delivery import Delivery
+from claudeq.worker.fenced import FencedWriter
+from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+
+
+class _CountingStore(WorkerJobStore):
+    appends: list[int]
+
+    def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+        self.appends.append(len(events))
+        return super().append_events_fenced(job_id, fence, events)
+
+
+@pytest.fixture
+def store(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> _CountingStore:
+    plain = make_worker_store(fake_settings, fake_redis)
+    counting = _CountingStore(
+        fake_redis, plain.keys, result_ttl_s=plain.result_ttl_s, events_maxlen=plain.events_maxlen
+    )
+    counting.appends = []
+    return counting
+
+
+def _delivery(store: WorkerJobStore, job_id: str = "j1") -> Delivery:
+    record = JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
+    store.create(record)
+    claim = store.claim(job_id, "w1", 30)
+    return Delivery(job_id, claim.fence, record, [])
+
+
+def _types(store: WorkerJobStore, job_id: str) -> list[str]:
+    return [e.type for _, e in store.read_events(job_id)]
+
+
+async def test_a_burst_of_events_costs_one_append(store: _CountingStore) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=0.01)
+    for kind in ("run_started", "session", "assistant_text"):
+        await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
+    assert d.flusher is not None
+    await d.flusher
+    assert store.appends == [3]
+    assert _types(store, "j1") == ["submitted", "run_started", "session", "assistant_text"]
+
+
+async def test_pending_events_ride_in_the_next_write_before_its_own_event(store: _CountingStore) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=60)  # the linger never ends within the test
+    await writer.event(d, Event(type="claimed"))
+    assert await writer.write(d, account="a")  # an attempt write: the event goes to the stream with it
+    await writer.event(d, Event(type="assistant_text"))
+    await writer.event(d, Event(type="result"))
+    assert await writer.write(d, "succeeded", Event(type="succeeded"))
+    await writer.close(d)
+    assert store.appends == []
+    assert _types(store, "j1") == ["submitted", "claimed", "assistant_text", "result", "succeeded"]
+    assert not store.redis.exists(store.keys.events("j1"))
+
+
+async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(store: _CountingStore) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=60)
+    await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
+    store.redis.delete(store.keys.lease("j1"))
+    assert store.recover("j1", d.fence, None)
+    assert store.claim("j1", "w2", 30).ok
+    await writer.close(d)  # the pending event is refused: another worker owns the job
+    assert d.lost
+    assert "assistant_text" not in _types(store, "j1")
+    await writer.event(d, Event(type="result"))
+    assert not d.pending_events  # nothing is even queued once lost
+
+
+async def test_the_flush_and_a_write_never_reorder_events(store: _CountingStore) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=0)
+    tasks: list[Any] = []
+    for i in range(20):
+        await writer.event(d, Event(type="assistant_text", data={"i": i}))
+        if i % 7 == 0:
+            tasks.append(asyncio.create_task(writer.write(d, account="a")))
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert await writer.write(d, "succeeded", Event(type="succeeded"))
+    got = [e.data["i"] for _, e in store.read_events("j1") if e.type == "assistant_text"]
+    assert got == list(range(20))
