@@ -55,12 +55,18 @@ def _encode(field: str, value: object) -> str:
         if value is None:
             return ""
         if isinstance(value, list):
-            return json.dumps([v.model_dump(mode="json") for v in value])
+            return "[" + ",".join(compact_json(v) for v in value) + "]"
         assert isinstance(value, BaseModel)
-        return json.dumps(value.model_dump(mode="json"))
+        return compact_json(value)
     if isinstance(value, datetime):
         return value.isoformat()
     return "" if value is None else str(value)
+
+
+def compact_json(model: BaseModel) -> str:
+    """A stored document: compact JSON without the fields at their defaults (a spec is mostly defaults). It reads back
+    as the same model; records written with every field spelled out (older versions) read the same way."""
+    return model.model_dump_json(exclude_defaults=True)
 
 
 def encode_event(event: Event) -> str:
@@ -75,10 +81,13 @@ def encode_event(event: Event) -> str:
 
 
 def encode_fields(fields: Mapping[str, object]) -> list[str]:
-    """Flatten record fields into Redis hash field/value pairs."""
+    """Flatten record fields into Redis hash field/value pairs. A field with no value (None, an empty list) is left
+    out: the record reads it as absent either way, and a hash field costs memory."""
     out: list[str] = []
     for field, value in fields.items():
-        out += [field, _encode(field, value)]
+        encoded = _encode(field, value)
+        if encoded and encoded != "[]":
+            out += [field, encoded]
     return out
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import fakeredis
 import pytest
 
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.jobs import JobStore
-from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.jobs import JobStore, encode_event, encode_fields, parse_record
+from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, Usage, utcnow
 
 
 def _record(job_id: str = "j1", **spec: object) -> JobRecord:
@@ -84,3 +86,72 @@ def test_cancelling_a_waiting_job_expires_its_idempotency_key_with_it(fake_store
     job_id, _ = fake_store.create(_record("a", idempotency_key="k2"))
     assert fake_store.cancel(job_id) == "cancelled"
     assert 0 < fake_store.redis.ttl(fake_store.keys.idem("k2")) <= fake_store.result_ttl_s
+
+
+def _finished_record() -> JobRecord:
+    usage = Usage(input_tokens=1200, output_tokens=300, cost_usd=0.0093, model_usage={"m": {"inputTokens": 1200}})
+    attempt = Attempt(
+        number=1, account="a", worker="w1", outcome="success", session_id="s1", usage=usage, started_at=utcnow()
+    )
+    return JobRecord(
+        id="old",
+        spec=JobSpec(prompt="hi", metadata={"ticket": 7}, tools=["Read"], priority=3),
+        status="succeeded",
+        attempts=[attempt.model_copy(update={"finished_at": utcnow()})],
+        account="a",
+        worker="w1",
+        session_id="s1",
+        result=JobResult(text="done", num_turns=1, usage=usage),
+        created_at=utcnow(),
+        started_at=utcnow(),
+        finished_at=utcnow(),
+        fence=1,
+    )
+
+
+def test_records_and_events_written_by_the_older_encoding_read_the_same(fake_store: JobStore) -> None:
+    """Before records were compacted, every document was spelled out in full (`json.dumps(model_dump(mode="json"))`,
+    defaults, nulls and empty lists included) and events carried `"attempt": null, "data": {}`."""
+    record = _finished_record()
+    old_event = {"type": "claimed", "at": utcnow().isoformat(), "attempt": None, "data": {}}
+    events = [["1-0", json.dumps(old_event)], ["2-0", json.dumps(Event(type="succeeded").model_dump(mode="json"))]]
+    fake_store.redis.hset(
+        fake_store.keys.job("old"),
+        mapping={
+            "status": "succeeded",
+            "spec": json.dumps(record.spec.model_dump(mode="json")),
+            "attempts": json.dumps([a.model_dump(mode="json") for a in record.attempts]),
+            "result": json.dumps(record.result.model_dump(mode="json") if record.result else None),
+            "error": "",
+            "account": "a",
+            "worker": "w1",
+            "session_id": "s1",
+            "created_at": record.created_at.isoformat(),
+            "started_at": record.started_at.isoformat() if record.started_at else "",
+            "finished_at": record.finished_at.isoformat() if record.finished_at else "",
+            "fence": "1",
+            "v": "1",
+            "events": json.dumps(events),
+        },
+    )
+    assert fake_store.get("old") == record
+    read = fake_store.read_events("old")
+    assert [(entry_id, e.type, e.attempt, e.data) for entry_id, e in read[1:]] == [
+        ("1-0", "claimed", None, {}),
+        ("2-0", "succeeded", None, {}),
+    ]
+
+
+def test_the_compact_encoding_reads_back_as_the_same_record_and_is_smaller() -> None:
+    record = _finished_record()
+    fields = encode_fields({"spec": record.spec, "attempts": record.attempts, "result": record.result, "error": None})
+    stored = dict(zip(fields[::2], fields[1::2], strict=True))
+    assert "error" not in stored  # no value: no field
+    full = json.dumps(record.spec.model_dump(mode="json"))
+    assert len(stored["spec"]) < len(full) / 3
+    base = {"status": "succeeded", "created_at": record.created_at.isoformat(), "fence": "1"}
+    parsed = parse_record("old", {**base, **stored})
+    assert (parsed.spec, parsed.attempts, parsed.result) == (record.spec, record.attempts, record.result)
+    event = Event(type="claimed")
+    assert Event.model_validate_json(encode_event(event)) == event
+    assert "attempt" not in encode_event(event) and "data" not in encode_event(event)
