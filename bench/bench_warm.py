@@ -1,0 +1,178 @@
+"""Warm CLIs: short jobs at 1, 2 and 4 lanes, in one run, three ways: claudeq with warm CLIs, claudeq cold (a CLI
+per job), and the SDK called directly (a CLI per job: `query()`). Real Redis, real `claudeq-worker` processes (one per
+way and lane count, `--concurrency` = lanes), the real CLI, the simulator, the pass-through on.
+
+For each lane count: throughput of `--jobs` short jobs (submit of the whole batch -> the last one seen finished by
+the producer; the direct SDK: start -> last result), the ratios against the targets, and the median per-job time
+(direct: query() start -> result; claudeq: from the job's start on its worker to its finish, from the record).
+Each worker first runs a batch of `lanes` jobs that is not measured (imports, the first CLI start read from disk,
+and for the warm worker the pool filled), as the direct path runs one CLI first.
+
+    .venv/bin/python -m bench.bench_warm [--jobs 24] [--lanes 1 2 4] [--repeats 1]
+
+Targets: warm/cold >= 2.5x at 1 lane and >= 1.8x at 2-4 lanes; claudeq warm / SDK direct >= 1.5x at 2 lanes;
+claudeq cold / SDK direct >= 0.97.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from bench.bench_overhead import direct
+from claudeq.producer.client import Client
+from claudeq.simulator.testing import SimulatorServer
+from tests.conftest import make_settings
+from tests.support.redis_server import redis_url_for_tests
+from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
+
+PROMPT = '[[sim: text "ok"]] short job {tag} {n}'
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass
+class Cell:
+    """One way at one lane count: batch times (s) and per-job times (s)."""
+
+    batches: list[float] = field(default_factory=list)
+    per_job: list[float] = field(default_factory=list)
+
+    def rate(self, jobs: int) -> float:
+        """Jobs per second, median over the repeats."""
+        return jobs / statistics.median(self.batches)
+
+
+def through_claudeq(client: Client, n_jobs: int, tag: str) -> tuple[float, list[float]]:
+    """Submit a batch and wait for all of it; (batch seconds, per-job run seconds from the records)."""
+    start = time.monotonic()
+    ids = [client.submit(prompt=PROMPT.format(tag=tag, n=n)).id for n in range(n_jobs)]
+    pending = set(ids)
+    while pending:
+        for job_id in list(pending):
+            status = client.store.status(job_id)
+            if status in TERMINAL:
+                if status != "succeeded":
+                    raise RuntimeError(f"job {job_id} {status}: {client.get(job_id).error}")
+                pending.discard(job_id)
+        time.sleep(0.005)
+    elapsed = time.monotonic() - start
+    per_job: list[float] = []
+    for job_id in ids:
+        record = client.get(job_id)
+        attempt = record.attempts[-1]
+        if attempt.started_at is not None and attempt.finished_at is not None:
+            per_job.append((attempt.finished_at - attempt.started_at).total_seconds())
+    return elapsed, per_job
+
+
+async def direct_timed(
+    n_jobs: int, lanes: int, account: SimAccount, base_url: str, root: Path
+) -> tuple[float, list[float]]:
+    """The SDK directly: (batch seconds, per-job seconds)."""
+    start = time.monotonic()
+    done = await direct(n_jobs, lanes, account, base_url, root)
+    elapsed = time.monotonic() - start
+    # Per-job time, one lane at a time gives it exactly; at several lanes the completion gaps times lanes.
+    gaps = [b - a for a, b in zip([0.0, *done], done, strict=False)]
+    return elapsed, [g * lanes for g in gaps]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the three ways at each lane count and print the figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=24)
+    parser.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    url, private = redis_url_for_tests()
+    unique = uuid.uuid4().hex[:10]
+    account = SimAccount("bench", max_concurrency=max(args.lanes))
+    root = Path(tempfile.mkdtemp(prefix="claudeq-bench-warm-"))
+    cells: dict[tuple[str, int], Cell] = {}
+    load_before = os.getloadavg()
+    prefixes: list[str] = []
+    try:
+        with SimulatorServer({"accounts": [{"name": account.name, "token": account.token_value}]}) as sim:
+            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim.base_url)
+            first = root / "first"
+            first.mkdir()
+            asyncio.run(direct(1, 1, account, sim.base_url, first))  # the first CLI start reads it from disk
+            for repeat in range(args.repeats):
+                for lanes in args.lanes:
+                    where = root / f"direct-{repeat}-{lanes}"
+                    where.mkdir()
+                    elapsed, per_job = asyncio.run(direct_timed(args.jobs, lanes, account, sim.base_url, where))
+                    cell = cells.setdefault(("direct", lanes), Cell())
+                    cell.batches.append(elapsed)
+                    cell.per_job += per_job
+                    for way, warm in (("cold", 0), ("warm", lanes)):
+                        tag = f"{way}-{repeat}-{lanes}"
+                        settings = make_settings(
+                            url,
+                            f"{unique}-{tag}",
+                            accounts_file=accounts_file,
+                            concurrency=lanes,
+                            warm_clients=warm,
+                            run_root=root / f"runs-{tag}",
+                        )
+                        prefixes.append(settings.key_prefix)
+                        worker = start_worker(settings, [account], root, worker_id=f"bench-{tag}")
+                        try:
+                            client = Client(settings)
+                            through_claudeq(client, lanes, f"{tag}-prime")
+                            elapsed, per_job = through_claudeq(client, args.jobs, tag)
+                        finally:
+                            stop_all([worker])
+                        cell = cells.setdefault((way, lanes), Cell())
+                        cell.batches.append(elapsed)
+                        cell.per_job += per_job
+                        print(f"  {way:6s} lanes={lanes}: {elapsed:.2f} s", flush=True)
+                    print(f"  direct lanes={lanes}: {cells[('direct', lanes)].batches[-1]:.2f} s", flush=True)
+    finally:
+        cleanup = redis.Redis.from_url(url)
+        for prefix in prefixes:
+            for key in cleanup.scan_iter(match=f"{prefix}*", count=1000):
+                cleanup.delete(key)
+        cleanup.close()
+        if private is not None:
+            private.stop()
+    load_after = os.getloadavg()
+
+    print(f"jobs={args.jobs} lanes={args.lanes} repeats={args.repeats}")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    print(f"{'lanes':>5} {'direct j/s':>10} {'cold j/s':>9} {'warm j/s':>9}   medians per job (ms): direct cold warm")
+    for lanes in args.lanes:
+        d, c, w = (cells[(way, lanes)] for way in ("direct", "cold", "warm"))
+        print(
+            f"{lanes:>5} {d.rate(args.jobs):>10.2f} {c.rate(args.jobs):>9.2f} {w.rate(args.jobs):>9.2f}   "
+            f"{statistics.median(d.per_job) * 1000:.0f} {statistics.median(c.per_job) * 1000:.0f} "
+            f"{statistics.median(w.per_job) * 1000:.0f}"
+        )
+    print("ratios (throughput) against the targets:")
+    met = True
+    for lanes in args.lanes:
+        d, c, w = (cells[(way, lanes)].rate(args.jobs) for way in ("direct", "cold", "warm"))
+        checks = [("warm/cold", w / c, 2.5 if lanes == 1 else 1.8), ("cold/direct", c / d, 0.97)]
+        if lanes == 2:
+            checks.append(("warm/direct", w / d, 1.5))
+        for name, ratio, target in checks:
+            ok = ratio >= target
+            met = met and ok
+            print(f"  lanes={lanes} {name:12s} {ratio:5.2f}x  target >= {target:.2f}  {'met' if ok else 'MISSED'}")
+    print("all targets met" if met else "some targets missed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
