@@ -186,7 +186,7 @@ class Settings(BaseSettings):
     )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
     warm_clients: int | None = Field(
-        default=0,
+        default=None,
         ge=0,
         le=256,
         description="Idle CLIs a worker process keeps warm for later jobs with exactly the same options "

@@ -44,6 +44,9 @@ FAST_E2E: dict[str, Any] = {
     "idle_timeout_s": 30,
     "deadline_s": 120,
     "concurrency": 2,
+    # Cold runs: these tests find a job's CLI by the job id in its environment, which a warm CLI cannot carry (it
+    # serves many jobs). tests/e2e/test_warm.py turns them on.
+    "warm_clients": 0,
 }
 
 

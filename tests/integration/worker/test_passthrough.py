@@ -266,7 +266,9 @@ def test_the_rate_limit_headers_of_each_response_are_recorded_for_its_account(
 
 @pytest.fixture
 def runner(accounts: dict[str, AccountConfig], passthrough: PassThrough, tmp_path: Path) -> Runner:
-    settings = Settings(_env_file=None, run_root=tmp_path / "runs", cli_max_retries=0)  # type: ignore[call-arg]
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, run_root=tmp_path / "runs", cli_max_retries=0, warm_clients=0
+    )
     settings.__dict__["accounts"] = AccountPool(accounts=list(accounts.values()))
     return Runner(settings, passthrough=passthrough)
 

@@ -1,0 +1,107 @@
+"""The warm-CLI key: equal only for runs whose every option (account, model, tools, prompts, env, …) is equal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.models import JobSpec
+from claudeq.worker.outcome import RunRequest
+from claudeq.worker.passthrough import PassThrough
+from claudeq.worker.runner import Runner
+from claudeq.worker.tools import ToolRegistry
+from claudeq.worker.warm import warm_eligible
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Runner:
+    monkeypatch.setenv("CQT_KEY_A", "sk-ant-oat01-test-key-a")
+    monkeypatch.setenv("CQT_KEY_B", "sk-ant-oat01-test-key-b")
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        run_root=tmp_path / "runs",
+        policy=WorkerPolicy(
+            allowed_tools=["Read", "Glob", "Grep", "Bash", "Write"],
+            workspace_roots=[tmp_path / "work"],
+            mcp_tools_module="tests.support.sample_tools",
+            fleet_tools=True,
+            shared_uid_ok=True,
+        ),
+    )
+    settings.__dict__["accounts"] = AccountPool(
+        accounts=[
+            AccountConfig(name="a", kind="oauth", token_env="CQT_KEY_A"),
+            AccountConfig(name="b", kind="oauth", token_env="CQT_KEY_B"),
+        ]
+    )
+    (tmp_path / "work").mkdir()
+    return Runner(settings, passthrough=PassThrough())
+
+
+def req(runner: Runner, account: str = "a", **spec: Any) -> RunRequest:
+    acct = runner.settings.accounts.get(account)
+    assert acct is not None
+    return RunRequest(job_id="j1", attempt=1, spec=JobSpec(prompt=spec.pop("prompt", "p"), **spec), account=acct)
+
+
+def test_the_key_ignores_the_prompt_and_the_job_but_not_any_option(runner: Runner) -> None:
+    base = runner._warm_key(req(runner))
+    assert runner._warm_key(req(runner, prompt="another prompt")) == base
+    other = runner._warm_key(RunRequest(job_id="j2", attempt=3, spec=JobSpec(prompt="x"), account=req(runner).account))
+    assert other == base
+    variants: list[dict[str, Any]] = [
+        {"model": "haiku"},
+        {"fallback_model": "haiku"},
+        {"system_prompt": "terse"},
+        {"append_system_prompt": "terse"},
+        {"max_turns": 2},
+        {"max_budget_usd": 0.5},
+        {"effort": "low"},
+        {"thinking": "disabled"},
+        {"tools": "read-only"},
+        {"mcp_tools": ["add"]},
+        {"output_schema": {"type": "object"}},
+        {"permission_mode": "dontAsk"},
+    ]
+    keys = {runner._warm_key(req(runner, **v)) for v in variants}
+    assert base not in keys and len(keys) == len(variants)
+    assert runner._warm_key(req(runner, account="b")) != base
+    # The same MCP tools give the same key (the server instance is made per run).
+    assert runner._warm_key(req(runner, mcp_tools=["add"])) == runner._warm_key(req(runner, mcp_tools=["add"]))
+
+
+def test_the_key_covers_the_environment(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = runner._warm_key(req(runner))
+    runner.settings = runner.settings.model_copy(update={"cli_max_retries": 3})
+    assert runner._warm_key(req(runner)) != base
+
+
+def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
+    tools = ToolRegistry.from_settings(runner.settings)
+    settings = runner.settings
+    assert warm_eligible(req(runner), settings, tools) is None
+    assert warm_eligible(req(runner, tools="read-only", cwd=str(tmp_path / "work")), settings, tools) is None
+    assert warm_eligible(req(runner, conversation="c"), settings, tools) == "a conversation turn"
+    resumed = req(runner)
+    resumed.resume = "0e0b1e37-0000-4000-8000-000000000000"
+    assert warm_eligible(resumed, settings, tools) == "resumes a session"
+    assert warm_eligible(req(runner, tools=["Bash"]), settings, tools) == "runs shell or file-writing tools"
+    assert warm_eligible(req(runner, tools=["Write"]), settings, tools) == "runs shell or file-writing tools"
+    assert warm_eligible(req(runner, mcp_tools=["submit_job"]), settings, tools) == "fleet tools are bound to the job"
+    assert warm_eligible(req(runner, mcp_tools=["add"]), settings, tools) is None
+    off = settings.model_copy(update={"warm_clients": 0})
+    assert warm_eligible(req(runner), off, tools) == "warm CLIs are off"
+    # File tools that could reach the CLIs' config dirs (the run root under a workspace root) run cold.
+    exposed = settings.model_copy(update={"run_root": tmp_path / "work" / "runs"})
+    assert warm_eligible(req(runner, tools="read-only", cwd=str(tmp_path / "work")), exposed, tools) is not None
+    assert warm_eligible(req(runner), exposed, tools) is None
+
+
+def test_the_budget_defaults_to_the_concurrency() -> None:
+    assert Settings(_env_file=None, concurrency=3).warm_budget == 3  # type: ignore[call-arg]
+    assert Settings(_env_file=None, concurrency=3, warm_clients=0).warm_budget == 0  # type: ignore[call-arg]
+    assert Settings(_env_file=None, concurrency=3, warm_clients=8).warm_budget == 8  # type: ignore[call-arg]
