@@ -623,8 +623,10 @@ class Runner:
     ) -> None:
         """Interrupt, let the CLI report, disconnect; SIGKILL whatever is left of this run (tool processes too)."""
         # Found by the run id in its environment (the SDK keeps its process private); None before it started.
-        pid = await asyncio.to_thread(procs.cli_pid, run_id)
+        # Looked up only when it is needed (a /proc scan): a run that ended by itself is swept by run id below.
+        pid: int | None = None
         if pump is not None and not pump.done():
+            pid = await asyncio.to_thread(procs.cli_pid, run_id)
             if connected and pid is not None and procs.alive(pid):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(client.interrupt(), INTERRUPT_TIMEOUT_S)
@@ -642,6 +644,7 @@ class Runner:
         done, _ = await asyncio.wait({disconnect}, timeout=DISCONNECT_TIMEOUT_S)
         if not done:
             log.warning("CLI of job %s did not stop on disconnect; killing it", job_id)
+            pid = pid or await asyncio.to_thread(procs.cli_pid, run_id)
             procs.kill_and_wait([pid] if pid else [], timeout_s=0)
             await asyncio.wait({disconnect}, timeout=DISCONNECT_TIMEOUT_S)
         if disconnect.done() and not disconnect.cancelled() and disconnect.exception() is not None:
