@@ -141,6 +141,7 @@ class Simulator:
             await self._send_error(conn, ApiError(500, "Internal server error (simulator bug)"), request_id, entry)
         finally:
             conn.close()
+            entry["ended"] = time.time()
             if account is not None:
                 stats.end(account.name)
 

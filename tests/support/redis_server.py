@@ -43,12 +43,20 @@ def _server_binary() -> str:
 
 
 class PrivateRedis:
-    """A redis-server process of our own on a free loopback port (`password`: started with --requirepass)."""
+    """A redis-server process of our own on a free loopback port (`password`: started with --requirepass;
+    `appendonly`: with an append-only file fsynced every second, as docker-compose.yml runs it, so `restart()`
+    brings the data back)."""
 
-    def __init__(self, password: str | None = None) -> None:
+    def __init__(self, password: str | None = None, appendonly: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="claudeq-redis-")
         self.port = _free_port()
-        self.proc = subprocess.Popen(
+        self.password = password
+        self.appendonly = appendonly
+        self.url = f"redis://{':' + password + '@' if password else ''}127.0.0.1:{self.port}/0"
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
             [
                 _server_binary(),
                 "--port",
@@ -58,29 +66,43 @@ class PrivateRedis:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.appendonly else "no",
+                "--appendfsync",
+                "everysec",
                 "--dir",
                 self.dir,
                 "--maxmemory-policy",
                 "noeviction",
-                *(["--requirepass", password] if password else []),
+                *(["--requirepass", self.password] if self.password else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.url = f"redis://{':' + password + '@' if password else ''}127.0.0.1:{self.port}/0"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not _answers(self.url):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"private redis-server did not start (exit {self.proc.poll()})")
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"private redis-server did not start (exit {proc.poll()})")
             time.sleep(0.05)
+        return proc
 
-    def stop(self) -> None:
+    def _halt(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(5)
+            self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Shut the server down (SIGTERM: the append-only file is flushed), stay down `down_s`, start it again on
+        the same port and directory."""
+        self._halt()
+        time.sleep(down_s)
+        self.proc = self._start()
+
+    def stop(self) -> None:
+        self._halt()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -39,7 +39,10 @@ async def test_stall_sends_message_start_then_goes_silent(server: SimulatorServe
         assert "message_stop" in rest
     stats = server.stats()["accounts"]["a"]
     assert stats["stalls_injected"] == 1 and stats["in_flight"] == 0
-    assert server.requests()[-1]["stall_s"] == 1.5
+    entry = server.requests()[-1]
+    assert entry["stall_s"] == 1.5
+    # The log spans the request from arrival to the end of its answer (how overlapping runs are seen).
+    assert entry["ended"] - entry["time"] >= 1.5
 
 
 async def test_client_leaving_during_a_stall_ends_the_request(server: SimulatorServer) -> None:
@@ -54,6 +57,7 @@ async def test_client_leaving_during_a_stall_ends_the_request(server: SimulatorS
     assert server.stats()["accounts"]["a"]["in_flight"] == 0
     entry = server.requests()[-1]
     assert entry["outcome"] == "disconnected"
+    assert entry["time"] <= entry["ended"] < entry["time"] + 25  # ended when the client left, not after the stall
     # Input was billed with message_start; no output was ever sent.
     assert server.stats()["accounts"]["a"]["tokens"]["output"] == 0
 
