@@ -50,13 +50,59 @@ def _json_text(value: Any, limit: int = TEXT_LIMIT) -> str:
     return truncate(redact(text), limit)
 
 
-def _result_text(content: str | list[dict[str, Any]] | None) -> str:
+def _result_text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    parts = [str(c.get("text", "")) if c.get("type") == "text" else f"[{c.get('type', '?')}]" for c in content]
+    if not isinstance(content, list):
+        return _text(content)
+    parts = [
+        _text(c.get("text", "")) if c.get("type") == "text" else f"[{_text(c.get('type', '?'))}]"
+        for c in (item if isinstance(item, dict) else {"type": "text", "text": item} for item in content)
+    ]
     return "\n".join(parts)
+
+
+# The SDK builds its messages from the CLI's JSON without checking types: a field may hold any JSON value. The
+# helpers below read a field as the type the parser needs, so a malformed message never ends a run by itself.
+
+
+def _text(value: Any) -> str:
+    """A text field as text (another JSON value as its JSON)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _opt_text(value: Any) -> str | None:
+    """An optional text field: None stays None."""
+    return None if value is None else _text(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    """An optional integer field: anything but a finite number is None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return int(value)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _number(value: Any) -> float | None:
+    """An optional number field: anything but a number is None."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """An object field: anything but an object is empty."""
+    return value if isinstance(value, dict) else {}
 
 
 def _epoch(value: int | float | None) -> datetime | None:
@@ -64,7 +110,7 @@ def _epoch(value: int | float | None) -> datetime | None:
         return None
     try:
         return datetime.fromtimestamp(float(value), UTC)
-    except (OverflowError, OSError, ValueError):
+    except (OverflowError, OSError, ValueError, TypeError):
         return None
 
 
@@ -85,7 +131,7 @@ class _StreamUsage:
 
 
 def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+    return _opt_int(value) or 0
 
 
 @dataclass
@@ -138,16 +184,17 @@ class MessageParser:
         if self.outcome.first_byte_at is None:
             self.outcome.first_byte_at = now
 
-    def _session(self, session_id: str | None) -> list[Event]:
+    def _session(self, raw: object) -> list[Event]:
+        session_id = raw if isinstance(raw, str) else None
         if not session_id or session_id == self.outcome.session_id:
             return []
         self.outcome.session_id = session_id
         return [self._event("session", session_id=session_id)]
 
     def _system(self, message: SystemMessage) -> list[Event]:
-        data = message.data
+        data = _dict(message.data)
         if message.subtype == "init":
-            self.model = data.get("model") or self.model
+            self.model = _opt_text(data.get("model")) or self.model
             return self._session(data.get("session_id"))
         if message.subtype == "api_retry":
             self.outcome.api_retries += 1
@@ -165,14 +212,15 @@ class MessageParser:
     def _assistant(self, message: AssistantMessage) -> list[Event]:
         events = self._session(message.session_id)
         if message.error is not None:
-            self.outcome.assistant_error = message.error
-        for block in message.content:
+            self.outcome.assistant_error = _text(message.error)
+        for block in message.content if isinstance(message.content, list) else []:
             if isinstance(block, TextBlock) and block.text:
-                events.append(self._event("assistant_text", text=truncate(redact(block.text))))
+                events.append(self._event("assistant_text", text=truncate(redact(_text(block.text)))))
             elif isinstance(block, ToolUseBlock):
-                self.outcome.tool_calls.append(block.name)
-                self.tools_in_flight[block.id] = block.name
-                events.append(self._event("tool_call", tool=block.name, id=block.id, input=_json_text(block.input)))
+                name, use_id = _text(block.name), _text(block.id)
+                self.outcome.tool_calls.append(name)
+                self.tools_in_flight[use_id] = name
+                events.append(self._event("tool_call", tool=name, id=use_id, input=_json_text(block.input)))
         if events and self._stream_usage:
             # What this attempt has used so far (from the stream events), so `claudeq top` can show a running job's
             # tokens before its result: the last such event is the latest figure.
@@ -185,24 +233,23 @@ class MessageParser:
 
     def _user(self, message: UserMessage) -> list[Event]:
         events: list[Event] = []
-        if isinstance(message.content, str):
+        if not isinstance(message.content, list):
             return events
         for block in message.content:
             if isinstance(block, ToolResultBlock):
-                self.tools_in_flight.pop(block.tool_use_id, None)
+                use_id = _text(block.tool_use_id)
+                self.tools_in_flight.pop(use_id, None)
                 text = truncate(redact(_result_text(block.content)))
-                events.append(
-                    self._event("tool_result", id=block.tool_use_id, is_error=bool(block.is_error), text=text)
-                )
+                events.append(self._event("tool_result", id=use_id, is_error=bool(block.is_error), text=text))
         return events
 
     def _rate_limit(self, message: RateLimitEvent) -> list[Event]:
         info = message.rate_limit_info
         signal = RateLimitSignal(
-            status=info.status,
-            resets_at=_epoch(info.resets_at),
-            window=info.rate_limit_type,
-            utilization=info.utilization,
+            status=_text(info.status),
+            resets_at=_epoch(_number(info.resets_at)),
+            window=_opt_text(info.rate_limit_type),
+            utilization=_number(info.utilization),
         )
         self.outcome.rate_limits.append(signal)
         return [
@@ -219,51 +266,52 @@ class MessageParser:
         events = self._session(message.session_id)
         out = self.outcome
         out.got_result = True
-        out.is_error = message.is_error
-        out.subtype = message.subtype
-        out.terminal_reason = message.terminal_reason
-        out.api_error_status = message.api_error_status
-        out.errors = [redact(e) for e in (message.errors or [])]
+        out.is_error = message.is_error is not False  # success only when the CLI said so plainly
+        out.subtype = _opt_text(message.subtype)
+        out.terminal_reason = _opt_text(message.terminal_reason)
+        out.api_error_status = _opt_int(message.api_error_status)
+        out.errors = [redact(_text(e)) for e in message.errors] if isinstance(message.errors, list) else []
         self.tools_in_flight.clear()
         result = out.result
-        result.text = redact(message.result) if message.result is not None else result.text
+        result.text = redact(_text(message.result)) if message.result is not None else result.text
         result.structured_output = _redacted(message.structured_output)
-        result.stop_reason = message.stop_reason
-        result.num_turns = message.num_turns
-        result.duration_ms = message.duration_ms
-        if message.model_usage:
-            result.usage = usage_from_model_usage(message.model_usage, message.total_cost_usd)
+        result.stop_reason = _opt_text(message.stop_reason)
+        result.num_turns = _opt_int(message.num_turns)
+        result.duration_ms = _opt_int(message.duration_ms)
+        cost = _number(message.total_cost_usd)
+        if message.model_usage and isinstance(message.model_usage, dict):
+            result.usage = usage_from_model_usage(message.model_usage, cost)
         else:
             result.usage = self.stream_usage()
-            if message.total_cost_usd is not None:
-                result.usage.cost_usd = float(message.total_cost_usd)
+            if cost is not None:
+                result.usage.cost_usd = cost
         events.append(
             self._event(
                 "result",
-                is_error=message.is_error,
-                subtype=message.subtype,
-                num_turns=message.num_turns,
-                duration_ms=message.duration_ms,
+                is_error=out.is_error,
+                subtype=out.subtype,
+                num_turns=result.num_turns,
+                duration_ms=result.duration_ms,
                 cost_usd=result.usage.cost_usd,
-                stop_reason=message.stop_reason,
+                stop_reason=result.stop_reason,
             )
         )
         return events
 
     def _stream(self, message: StreamEvent, now: float) -> None:
         self._first_byte(now)
-        event = message.event
+        event = _dict(message.event)
         kind = event.get("type")
         if kind == "message_start":
-            msg = event.get("message") or {}
-            key = str(msg.get("id") or f"anon-{self._anon}")
+            msg = _dict(event.get("message"))
+            key = _text(msg.get("id") or f"anon-{self._anon}")
             self._anon += 1
-            usage = msg.get("usage") or {}
-            creation = usage.get("cache_creation") or {}
+            usage = _dict(msg.get("usage"))
+            creation = _dict(usage.get("cache_creation"))
             total_write = _int(usage.get("cache_creation_input_tokens"))
             write_1h = _int(creation.get("ephemeral_1h_input_tokens"))
             self._stream_usage[key] = _StreamUsage(
-                model=msg.get("model") or self.model,
+                model=_opt_text(msg.get("model")) or self.model,
                 input_tokens=_int(usage.get("input_tokens")),
                 output_tokens=_int(usage.get("output_tokens")),
                 cache_read=_int(usage.get("cache_read_input_tokens")),
@@ -273,7 +321,7 @@ class MessageParser:
             self._current = key
         elif kind == "message_delta":
             current = self._stream_usage.get(self._current)
-            usage = event.get("usage") or {}
+            usage = _dict(event.get("usage"))
             if current is not None and "output_tokens" in usage:
                 # message_delta carries the cumulative output count of the message, not an increment.
                 current.output_tokens = _int(usage.get("output_tokens"))
@@ -327,15 +375,14 @@ class MessageParser:
 
 def usage_from_model_usage(model_usage: Any, total_cost_usd: float | None = None) -> Usage:
     """`Usage` from `ResultMessage.model_usage` (subagents included), the per-model dicts kept verbatim."""
-    usage = Usage(model_usage={str(k): dict(v) for k, v in dict(model_usage).items()})
+    usage = Usage(model_usage={str(k): dict(v) for k, v in dict(model_usage).items() if isinstance(v, dict)})
     cost = 0.0
     for entry in usage.model_usage.values():
         usage.input_tokens += _int(entry.get("inputTokens"))
         usage.output_tokens += _int(entry.get("outputTokens"))
         usage.cache_read_tokens += _int(entry.get("cacheReadInputTokens"))
         usage.cache_creation_tokens += _int(entry.get("cacheCreationInputTokens"))
-        value = entry.get("costUSD")
-        cost += float(value) if isinstance(value, int | float) else 0.0
+        cost += _number(entry.get("costUSD")) or 0.0
     usage.cost_usd = cost if usage.model_usage else float(total_cost_usd or 0.0)
     return usage
 
