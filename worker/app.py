@@ -50,6 +50,10 @@ def create_app(cfg: Settings | None = None) -> Any:
     with _app_lock:
         _settings = cfg if cfg is not None else load_settings()
         _app = make_celery(_settings, main="claudeq-worker")
+        if _settings.redis_url.split("://", 1)[0] in ("redis", "rediss"):
+            from claudeq.worker.broker_transport import TRANSPORT_PATH
+
+            _app.conf.broker_transport = TRANSPORT_PATH  # a queue entry that is not a message is dropped, logged
         _app.task(name=TASK_RUN, acks_late=True, ignore_result=True)(run)
         return _app
 
