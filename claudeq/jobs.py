@@ -174,14 +174,21 @@ class JobStore:
 
     def get(self, job_id: str) -> JobRecord:
         """The record of `job_id`; JobNotFound or RecordUnreadable when it cannot be had."""
-        raw = self.redis.hgetall(self.keys.job(job_id))
+        try:
+            raw = self.redis.hgetall(self.keys.job(job_id))
+        except redis.ResponseError as exc:
+            raise _unreadable_key(job_id, exc) from None
         if not raw:
             raise JobNotFound(job_id)
         return parse_record(job_id, {text(k): text(v) for k, v in raw.items()})
 
     def status(self, job_id: str) -> JobStatus | None:
-        """Only the status (cheap), or None when the job does not exist."""
-        value = self.redis.hget(self.keys.job(job_id), "status")
+        """Only the status (cheap), or None when the job does not exist; RecordUnreadable when its key is not a
+        record."""
+        try:
+            value = self.redis.hget(self.keys.job(job_id), "status")
+        except redis.ResponseError as exc:
+            raise _unreadable_key(job_id, exc) from None
         return None if value is None else text(value)  # type: ignore[return-value]
 
     def list_jobs(self, status: str | None = None, limit: int = 50) -> list[JobRecord | RecordUnreadable]:
@@ -195,7 +202,11 @@ class JobStore:
             pipe = self.redis.pipeline(transaction=False)
             for job_id in ids:
                 pipe.hgetall(self.keys.job(job_id))
-            for job_id, raw in zip(ids, pipe.execute(), strict=True):
+            for job_id, raw in zip(ids, pipe.execute(raise_on_error=False), strict=True):
+                if isinstance(raw, redis.ResponseError):  # the key is not a hash: report it, list the rest
+                    if status is None:
+                        out.append(_unreadable_key(job_id, raw))
+                    continue
                 if not raw:
                     continue
                 fields = {text(k): text(v) for k, v in raw.items()}
@@ -364,6 +375,11 @@ def _compacted_events(raw: Any, after: str) -> list[tuple[str, Any]]:
         for e in entries
         if isinstance(e, list) and len(e) == 2 and isinstance(e[1], str) and _entry_key(e[0]) > floor
     ]
+
+
+def _unreadable_key(job_id: str, exc: redis.ResponseError) -> RecordUnreadable:
+    """A job key Redis refused to read as a record (e.g. WRONGTYPE: something else wrote a string there)."""
+    return RecordUnreadable(job_id, f"its key is not a record ({str(exc).split(' ', 1)[0]})")
 
 
 def create_reply(reply: Any) -> tuple[str, bool]:
