@@ -10,14 +10,28 @@ from the hash, so claudeq needs a single Redis node (or a primary with replicas)
 
 from __future__ import annotations
 
-#: Lua: count one more finished job of status `st` in the hash named `prefix .. st`, under the hour by whose end its
-#: retention of `ttl` seconds is over (the exporter sums the hours still to come: O(hours), never O(jobs)).
-COUNT_FINISHED = """
-local function count_finished(prefix, st, ttl)
-  local now = redis.call('TIME')
-  redis.call('HINCRBY', prefix .. st, math.floor((tonumber(now[1]) + tonumber(ttl)) / 3600) + 1, 1)
+#: Lua: add `n` to the counter `field` of hash `key`. A counter that is not an integer (damaged by hand or by another
+#: program) starts again from `n` instead of failing the script: the counters are gauges, the statuses are the truth,
+#: and a script that stops half-way keeps the writes it made before (Redis has no rollback), leaving a job half-moved
+#: — a damaged `counts` hash once stopped every claim of the fleet.
+BUMP = """
+local function bump(key, field, n)
+  local r = redis.pcall('HINCRBY', key, field, n)
+  if type(r) == 'table' and r.err then redis.call('HSET', key, field, n) end
 end
 """
+
+#: Lua: count one more finished job of status `st` in the hash named `prefix .. st`, under the hour by whose end its
+#: retention of `ttl` seconds is over (the exporter sums the hours still to come: O(hours), never O(jobs)).
+COUNT_FINISHED = (
+    BUMP
+    + """
+local function count_finished(prefix, st, ttl)
+  local now = redis.call('TIME')
+  bump(prefix .. st, math.floor((tonumber(now[1]) + tonumber(ttl)) / 3600) + 1, 1)
+end
+"""
+)
 
 #: Lua: move a finished job's event stream into its record (`events`: a JSON list of [entry id, event JSON]) and
 #: delete the stream: a stream costs ~4.7 KB however few its events, the field about their JSON size, and it expires
@@ -81,7 +95,8 @@ end
 # ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, field, value, ...
 # A conversation turn is numbered here, at submit: the turn lock (claudeq/conversations.py) follows that order.
 CREATE = (
-    NEXT_TURN_FN
+    BUMP
+    + NEXT_TURN_FN
     + """
 if KEYS[4] ~= '' then
   local existing = redis.call('GET', KEYS[4])
@@ -96,7 +111,7 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 if KEYS[5] ~= '' then next_turn(KEYS[1], KEYS[5], KEYS[6], ARGV[1], ARGV[5]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-redis.call('HINCRBY', KEYS[7], 'queued', 1)
+bump(KEYS[7], 'queued', 1)
 return {1, ARGV[1]}
 """
 )
@@ -122,7 +137,7 @@ if status == 'queued' or status == 'deferred' then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
-  redis.call('HINCRBY', KEYS[6], status, -1)
+  bump(KEYS[6], status, -1)
   count_finished(ARGV[7], 'cancelled', ARGV[3])
   return 'cancelled'
 end

@@ -207,11 +207,19 @@ def status_counts(client: redis.Redis, keys: Keys, now: float) -> dict[str, int]
     for status in finished:
         pipe.hgetall(keys.finished_counts(status))
     active, *hours = pipe.execute()
-    counts = {s: max(0, int(v or 0)) for s, v in zip(("queued", "deferred", "running"), active, strict=True)}
+    counts = {s: max(0, _count(v)) for s, v in zip(("queued", "deferred", "running"), active, strict=True)}
     current = int(now // 3600)
     for status, by_hour in zip(finished, hours, strict=True):
-        counts[status] = max(0, sum(int(n) for hour, n in by_hour.items() if int(hour) > current))
+        counts[status] = max(0, sum(_count(n) for hour, n in by_hour.items() if _count(hour) > current))
     return counts
+
+
+def _count(value: bytes | str | None) -> int:
+    """A stored counter; one that is not an integer (damaged) counts as 0 rather than failing the scrape."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
 
 
 def build_registry(settings: Settings, client: redis.Redis | None = None) -> CollectorRegistry:

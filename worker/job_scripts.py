@@ -6,13 +6,15 @@ overwrite). The idempotency key's expiry follows its job's (see claudeq/job_scri
 
 from __future__ import annotations
 
-from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
+from claudeq.job_scripts import BUMP, COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
 
 # KEYS: job, lease, queued, running, counts. ARGV: job_id, worker, lease_ttl_ms, now_iso
 # -> {result, fence, first, record}: first = 1 on the job's first claim ever (its queue wait ends here); record = the
 # job hash as it was before the claim (flat field/value list), so the worker needs no second round trip to read it.
 # One HGETALL reads status, fence and started_at too: a claim costs 8 commands inside Redis.
-CLAIM = """
+CLAIM = (
+    BUMP
+    + """
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
 local cur = {}
@@ -35,10 +37,11 @@ end
 redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
-redis.call('HINCRBY', KEYS[5], 'queued', -1)
-redis.call('HINCRBY', KEYS[5], 'running', 1)
+bump(KEYS[5], 'queued', -1)
+bump(KEYS[5], 'running', 1)
 return {'ok', fence, first, flat}
 """
+)
 
 # KEYS: lease. ARGV: worker|fence, ttl_ms
 HEARTBEAT = """
@@ -79,15 +82,15 @@ end
 fields[#fields + 1] = 'status'
 fields[#fields + 1] = new
 redis.call('SREM', KEYS[4], ARGV[1])
-redis.call('HINCRBY', KEYS[8], 'running', -1)
+bump(KEYS[8], 'running', -1)
 if new == 'queued' then
   redis.call('DEL', KEYS[2])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-  redis.call('HINCRBY', KEYS[8], 'queued', 1)
+  bump(KEYS[8], 'queued', 1)
 elseif new == 'deferred' then
   redis.call('DEL', KEYS[2])
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
-  redis.call('HINCRBY', KEYS[8], 'deferred', 1)
+  bump(KEYS[8], 'deferred', 1)
 else
   local packed = pack_events(KEYS[6], ARGV, 10, 9 + n, tonumber(ARGV[9]))
   if packed then
@@ -118,7 +121,9 @@ return id
 """
 
 # KEYS: deferred, job, queued, counts. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
-PROMOTE = """
+PROMOTE = (
+    BUMP
+    + """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then return 0 end
 if ARGV[2] ~= '+inf' and tonumber(score) > tonumber(ARGV[2]) then return 0 end
@@ -128,10 +133,11 @@ redis.call('HSET', KEYS[2], 'status', 'queued')
 redis.call('HDEL', KEYS[2], 'ready_at')
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[3], now[1], ARGV[1])
-redis.call('HINCRBY', KEYS[4], 'deferred', -1)
-redis.call('HINCRBY', KEYS[4], 'queued', 1)
+bump(KEYS[4], 'deferred', -1)
+bump(KEYS[4], 'queued', 1)
 return 1
 """
+)
 
 # KEYS: job, lease, running, queued, counts, events, cancel.
 # ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
@@ -152,10 +158,10 @@ if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
 if ARGV[4] ~= '' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[6])
 redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('HINCRBY', KEYS[5], 'running', -1)
+bump(KEYS[5], 'running', -1)
 if ARGV[6] == 'queued' then
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
-  redis.call('HINCRBY', KEYS[5], 'queued', 1)
+  bump(KEYS[5], 'queued', 1)
 else
   count_finished(ARGV[8], ARGV[6], ARGV[7])
   compact_events(KEYS[1], KEYS[6])
