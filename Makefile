@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint types pytest bench bench-scale compose-check clean
+.PHONY: venv demo test lint types pytest bench bench-scale soak compose-check clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,11 @@ pytest: venv
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: lint types pytest
+
+# The long chaos soak (tests/chaos/): 3,000 jobs through 3 workers while a killer SIGKILLs them, Redis restarts and
+# the simulator injects faults; prints the table of what the witnesses saw. Smaller: make soak SOAK_ARGS="--jobs 300"
+soak: venv
+	$(BIN)/python -m tests.chaos.soak $(SOAK_ARGS)
 
 # Optional, needs a container engine (never part of `make test`; tests/unit/ops/test_compose.py checks the rest
 # everywhere): the compose client's own validation and an image build.

@@ -1,0 +1,202 @@
+"""The status scripts against a model of the job state machine, on the real Redis: claim, heartbeat, fenced write
+(any target status, `deferred` included), cancel, promote, recover, resend and lease expiry, in any order, with the
+right fence, a stale one or a future one (hypothesis `RuleBasedStateMachine`). After every step Redis must agree
+with the model — status, fence, lease holder, cancel flag, the queued / deferred / running indexes, the status
+counters — and a terminal job never moves again."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from claudeq.keys import Keys
+from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
+from claudeq.producer.client import new_job_id
+from claudeq.worker.job_store import WorkerJobStore
+from tests.support.redis_server import redis_url_for_tests
+
+JOBS = 2
+WORKERS = ("w1", "w2")
+TTL_S = 3600  # leases never expire by themselves here: the `expire` rule is time passing
+
+
+@dataclass
+class ModelJob:
+    """What the state machine says about one job."""
+
+    id: str
+    status: str = "queued"
+    fence: int = 0
+    lease: str | None = None  # "worker|fence" while a lease exists
+    cancel_flag: bool = False
+    in_queued: bool = True
+    in_deferred: bool = False
+    history: list[str] = field(default_factory=list)
+
+
+class StatusScripts(RuleBasedStateMachine):
+    """One prefix per run; JOBS jobs created through the real CREATE script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        url, self.server = redis_url_for_tests()
+        self.redis = redis.Redis.from_url(url)
+        self.keys = Keys(f"cqt-sm-{uuid.uuid4().hex[:10]}:")
+        self.store = WorkerJobStore(self.redis, self.keys, result_ttl_s=600, events_maxlen=100)
+        self.jobs: list[ModelJob] = []
+        for _ in range(JOBS):
+            record = JobRecord(id=new_job_id(), spec=JobSpec(prompt="model"), status="queued", created_at=utcnow())
+            job_id, created = self.store.create(record)
+            assert created
+            self.jobs.append(ModelJob(job_id))
+
+    def teardown(self) -> None:
+        for key in self.redis.scan_iter(match=f"{self.keys.prefix}*", count=1000):
+            self.redis.delete(key)
+        self.redis.close()
+        if self.server is not None:
+            self.server.stop()
+
+    # --- helpers ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def fence_for(job: ModelJob, offset: int) -> int:
+        """The job's fence, one behind (a superseded run) or one ahead (never handed out)."""
+        return max(0, job.fence + offset)
+
+    def moved(self, job: ModelJob, status: str) -> None:
+        assert job.status not in TERMINAL, f"{job.id}: a terminal job moved ({job.history})"
+        job.history.append(f"{job.status}->{status}")
+        job.status = status
+        job.in_queued = status == "queued"
+        job.in_deferred = status == "deferred"
+        if status != "running":
+            job.lease = None
+        if status in TERMINAL:
+            job.cancel_flag = False
+
+    # --- rules -----------------------------------------------------------------------------------------------
+
+    @rule(i=st.integers(0, JOBS - 1), worker=st.sampled_from(WORKERS))
+    def claim(self, i: int, worker: str) -> None:
+        job = self.jobs[i]
+        got = self.store.claim(job.id, worker, TTL_S)
+        if job.status == "queued":
+            assert got.ok and got.fence == job.fence + 1, (got, job)
+            job.fence = got.fence
+            self.moved(job, "running")
+            job.lease = f"{worker}|{job.fence}"
+        elif job.status == "running":
+            assert got.result == ("busy" if job.lease else "orphan"), (got, job)
+        else:
+            assert not got.ok and got.result == job.status, (got, job)
+
+    @rule(i=st.integers(0, JOBS - 1), worker=st.sampled_from(WORKERS), offset=st.integers(-1, 1))
+    def heartbeat(self, i: int, worker: str, offset: int) -> None:
+        job = self.jobs[i]
+        fence = self.fence_for(job, offset)
+        alive = self.store.heartbeat(job.id, worker, fence, TTL_S)
+        assert alive == (job.lease == f"{worker}|{fence}"), (alive, job)
+
+    @rule(
+        i=st.integers(0, JOBS - 1),
+        offset=st.integers(-1, 1),
+        status=st.sampled_from([None, "queued", "deferred", "succeeded", "failed", "cancelled"]),
+    )
+    def write(self, i: int, offset: int, status: str | None) -> None:
+        job = self.jobs[i]
+        fence = self.fence_for(job, offset)
+        ready = {"ready_at": utcnow() - timedelta(seconds=1)} if status == "deferred" else {}
+        event = Event(type=status) if status in ("deferred", "succeeded", "failed", "cancelled") else None
+        ok = self.store.write(job.id, fence, status, event=event, **ready)  # type: ignore[arg-type]
+        expected = job.status == "running" and fence == job.fence
+        assert ok == expected, (ok, fence, job)
+        if ok and status is not None:
+            self.moved(job, status)
+
+    @rule(i=st.integers(0, JOBS - 1))
+    def cancel(self, i: int) -> None:
+        job = self.jobs[i]
+        answer = self.store.cancel(job.id)
+        if job.status in ("queued", "deferred"):
+            assert answer == "cancelled", (answer, job)
+            self.moved(job, "cancelled")
+        elif job.status == "running":
+            assert answer == "running", (answer, job)
+            job.cancel_flag = True
+        else:
+            assert answer == job.status, (answer, job)
+
+    @rule(i=st.integers(0, JOBS - 1), force=st.booleans())
+    def promote(self, i: int, force: bool) -> None:
+        job = self.jobs[i]
+        ok = self.store.promote(job.id, force=force)
+        # Deferred jobs here are due (ready a second ago), so force makes no difference.
+        assert ok == (job.status == "deferred"), (ok, job)
+        if ok:
+            self.moved(job, "queued")
+
+    @rule(i=st.integers(0, JOBS - 1), offset=st.integers(-1, 1), poisoned=st.booleans())
+    def recover(self, i: int, offset: int, poisoned: bool) -> None:
+        job = self.jobs[i]
+        fence = self.fence_for(job, offset)
+        error = None
+        if poisoned:
+            from claudeq.models import JobError
+
+            error = JobError(kind="poisoned", message="lost its worker too often")
+        ok = self.store.recover(job.id, fence, None, Event(type="requeued"), error=error)
+        expected = job.status == "running" and fence == job.fence and job.lease is None
+        assert ok == expected, (ok, fence, job)
+        if ok:
+            self.moved(job, "failed" if poisoned else "queued")
+
+    @rule(i=st.integers(0, JOBS - 1))
+    def resend(self, i: int) -> None:
+        job = self.jobs[i]
+        ok = self.store.claim_resend(job.id, older_than_s=-3600)  # any send time counts as old
+        assert ok == (job.status == "queued"), (ok, job)
+
+    @rule(i=st.integers(0, JOBS - 1))
+    def expire(self, i: int) -> None:
+        """Time passes: the job's lease (if any) expires."""
+        job = self.jobs[i]
+        self.redis.delete(self.keys.lease(job.id))
+        job.lease = None
+
+    # --- what must always hold -------------------------------------------------------------------------------
+
+    @invariant()
+    def redis_agrees_with_the_model(self) -> None:
+        for job in self.jobs:
+            fence, status = self.store.fence_and_status(job.id)
+            assert status == job.status and (fence or 0) == job.fence, (status, fence, job)
+            lease = self.redis.get(self.keys.lease(job.id))
+            assert (lease.decode() if lease else None) == job.lease, (lease, job)
+            assert bool(self.redis.exists(self.keys.cancel(job.id))) == job.cancel_flag, job
+            assert (self.redis.zscore(self.keys.queued, job.id) is not None) == job.in_queued, job
+            assert (self.redis.zscore(self.keys.deferred, job.id) is not None) == job.in_deferred, job
+            assert bool(self.redis.sismember(self.keys.running, job.id)) == (job.status == "running"), job
+            if job.status in TERMINAL:
+                assert self.redis.ttl(self.keys.job(job.id)) > 0, job  # retention set
+            else:
+                assert self.redis.ttl(self.keys.job(job.id)) == -1, job
+
+    @invariant()
+    def counters_match_the_statuses(self) -> None:
+        counts = {k.decode(): int(v) for k, v in self.redis.hgetall(self.keys.status_counts).items()}
+        for status in ("queued", "deferred", "running"):
+            expected = sum(1 for j in self.jobs if j.status == status)
+            assert counts.get(status, 0) == expected, (status, counts, [(j.status, j.history) for j in self.jobs])
+
+
+TestStatusScripts = StatusScripts.TestCase
+TestStatusScripts.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
