@@ -158,6 +158,7 @@ class Attempt(BaseModel):
     detail: str | None = None
     session_id: str | None = None
     usage: Usage | None = None  # what this attempt consumed (the record's result.usage is the sum)
+    budget_usd: float | None = None  # the max_budget_usd its run started with, when a spend cap clamped it
     started_at: Timestamp
     finished_at: Timestamp | None = None
 

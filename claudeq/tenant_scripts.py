@@ -10,10 +10,12 @@ from __future__ import annotations
 # KEYS: members (sorted set job -> slot expiry: a tenant's runs in flight, or an account's slots), reserved hash,
 #       spend hash.
 # ARGV: job_id, take ('1': add the job as a member, checking max; '0': the job is already a member), max ('' = no
-#       cap), expiry_s, now_s, hour_field, day_field, cap_hour ('' = none), cap_day ('' = none), want ('' = all
-#       that is left)
+#       cap), expiry_s, now_s, hour_field, day_field, cap_hour ('' = none), cap_day ('' = none), want ('' = the spec
+#       gave no budget), share ('' = none: the most runs in flight at once, to split what is left between when the
+#       spec gave no budget)
 # -> {1, grant ('' when uncapped)} admitted (a job already a member keeps its slot, refreshed), {0, ''} at max,
-#    {-4, window ('hour' | 'day')} nothing left in that window. Reservations of runs no longer in flight are dropped.
+#    {-4, window ('hour' | 'day')} nothing left in that window, {-5, window} what is left is reserved by the runs in
+#    flight (wait for one to end). Reservations of runs no longer in flight are dropped.
 RESERVE = """
 local now = tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -37,10 +39,19 @@ if capped then
   end
   for _, w in ipairs({{ARGV[8], ARGV[6], 'hour'}, {ARGV[9], ARGV[7], 'day'}}) do
     if w[1] ~= '' then
-      local left = tonumber(w[1]) - (tonumber(redis.call('HGET', KEYS[3], w[2]) or '0') or 0) - reserved
-      if left <= 0 then return {-4, w[3]} end
+      local unspent = tonumber(w[1]) - (tonumber(redis.call('HGET', KEYS[3], w[2]) or '0') or 0)
+      if unspent <= 0 then return {-4, w[3]} end
+      local left = unspent - reserved
+      if left <= 0 then return {-5, w[3]} end
       if grant == nil or left < grant then grant = left end
     end
+  end
+  if ARGV[10] == '' and ARGV[11] ~= '' then
+    -- No budget of its own: share what is left with the runs that may still start beside it.
+    local others = redis.call('ZCARD', KEYS[1])
+    if member then others = others - 1 end
+    local free = tonumber(ARGV[11]) - others
+    if free > 1 then grant = grant / free end
   end
 end
 if ARGV[10] ~= '' and (grant == nil or tonumber(ARGV[10]) < grant) then grant = tonumber(ARGV[10]) end

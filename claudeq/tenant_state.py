@@ -56,6 +56,13 @@ class AtMax:
 
 
 @dataclass(frozen=True)
+class Reserved:
+    """What is left in a capped window is reserved by the runs in flight: wait for one of them to end."""
+
+    window: Window
+
+
+@dataclass(frozen=True)
 class OverBudget:
     """Nothing is left in a capped window until it rolls over at `until`."""
 
@@ -63,7 +70,7 @@ class OverBudget:
     until: datetime
 
 
-Admission = Admitted | AtMax | OverBudget
+Admission = Admitted | AtMax | Reserved | OverBudget
 
 
 @dataclass(frozen=True)
@@ -144,13 +151,14 @@ class TenantStore:
                 _opt(tenant.max_cost_usd_per_hour),
                 _opt(tenant.max_cost_usd_per_day),
                 _opt(want),
+                "" if tenant.max_concurrency is None else tenant.max_concurrency,
             ],
         )
         return _admission(int(code), text(value), now)
 
     def admit_account(
         self, account: AccountConfig, job_id: str, want: float | None, now: float | None = None
-    ) -> Admitted | OverBudget:
+    ) -> Admitted | Reserved | OverBudget:
         """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps)."""
         now = time.time() if now is None else now
         code, value = self._reserve(
@@ -170,6 +178,7 @@ class TenantStore:
                 _opt(account.max_cost_usd_per_hour),
                 _opt(account.max_cost_usd_per_day),
                 _opt(want),
+                account.max_concurrency,
             ],
         )
         result = _admission(int(code), text(value), now)
@@ -300,4 +309,6 @@ def _admission(code: int, value: str, now: float) -> Admission:
     if code == 0:
         return AtMax()
     window: Window = "day" if value == "day" else "hour"
+    if code == -5:
+        return Reserved(window)
     return OverBudget(window, window_end(window, now))

@@ -20,7 +20,7 @@ from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, JobSpec, WindowInfo
-from claudeq.tenant_state import AtMax, OverBudget, TenantStore
+from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore
 from claudeq.worker.account_choice import AccountView, NoAccount, choose
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -77,8 +77,11 @@ class AccountManager:
         tenant = self.tenants.governing(spec.tenant)
         now = time.time()
         admitted = self.tenant_store.admit(tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now)
-        if isinstance(admitted, AtMax):
-            reason = f"tenant {tenant.name!r} has {tenant.max_concurrency} run(s) in flight (its max_concurrency)"
+        if isinstance(admitted, AtMax | Reserved):
+            if isinstance(admitted, AtMax):
+                reason = f"tenant {tenant.name!r} has {tenant.max_concurrency} run(s) in flight (its max_concurrency)"
+            else:
+                reason = f"what tenant {tenant.name!r} has left per {admitted.window} is reserved by its runs in flight"
             # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound.
             return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
         if isinstance(admitted, OverBudget):
@@ -108,21 +111,31 @@ class AccountManager:
     ) -> SlotLease | NoAccount:
         """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
         over: dict[str, OverBudget] = {}
+        reserved: set[str] = set()
         for name in self.store.held_by(job_id):
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second; so
             # does a waiter a release handed a slot to.
             if name not in exclude and self.store.try_acquire(name, job_id, self.settings.lease_ttl_s) == 1:
                 held = self._budgeted(self.store.config(name), job_id, tenant, want)
-                if not isinstance(held, OverBudget):
+                if isinstance(held, OverBudget):
+                    over[name] = held
+                elif isinstance(held, Reserved):
+                    reserved.add(name)
+                else:
                     return held
-                over[name] = held
         decision: list[AccountConfig] | NoAccount = []
         in_line: list[str] = []
         for _ in range(_ACQUIRE_ROUNDS):
             now = time.time()
             views = self._views(now, tenant.accounts)
-            decision = choose(views, model=spec.model, pin=spec.account, now=_dt(now), exclude=exclude | set(over))
+            decision = choose(
+                views, model=spec.model, pin=spec.account, now=_dt(now), exclude=exclude | set(over) | reserved
+            )
             if isinstance(decision, NoAccount):
+                if reserved and not decision.permanent:
+                    # A run in flight on it ends and frees its reservation (its release promotes a waiter).
+                    reason = f"what account(s) {', '.join(reserved)} have left is reserved by their runs in flight"
+                    return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, sorted(reserved))
                 if over and not decision.permanent:
                     first = min(over.items(), key=lambda item: item[1].until)
                     return self._over_budget(f"account {first[0]!r}", tenant, first[1])
@@ -136,6 +149,9 @@ class AccountManager:
                     lease = self._budgeted(account, job_id, tenant, want)
                     if isinstance(lease, OverBudget):
                         over[account.name] = lease
+                        continue
+                    if isinstance(lease, Reserved):
+                        reserved.add(account.name)
                         continue
                     return lease
                 if got == _IN_LINE:
@@ -153,13 +169,14 @@ class AccountManager:
 
     def _budgeted(
         self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None
-    ) -> SlotLease | OverBudget:
-        """The lease of a slot just taken on `account`, with the run's budget; an account over its spend cap gives
-        the slot back at once (no waiter was denied it: it was free)."""
+    ) -> SlotLease | Reserved | OverBudget:
+        """The lease of a slot just taken on `account`, with the run's budget; an account over its spend cap (or
+        whose budget left is reserved by its runs in flight) gives the slot back at once (no waiter was denied it:
+        it was free)."""
         if not account.capped:
             return SlotLease(account, job_id, tenant.name, want)
         reserved = self.tenant_store.admit_account(account, job_id, want)
-        if isinstance(reserved, OverBudget):
+        if isinstance(reserved, OverBudget | Reserved):
             self.store.redis.zrem(self.store.keys.account_slots(account.name), job_id)
             return reserved
         return SlotLease(account, job_id, tenant.name, reserved.budget_usd)
@@ -192,7 +209,7 @@ class AccountManager:
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
         config = self.tenants.governing(tenant)
-        if config.max_concurrency is not None and self.tenant_store.wait(config, job_id, score):
+        if self.tenant_store.wait(config, job_id, score):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
     def add_waiter(self, accounts: list[str], job_id: str, rank: float) -> list[str]:

@@ -28,6 +28,7 @@ from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import TERMINAL, JobStatus
 from claudeq.producer.client import make_store
+from claudeq.tenant_state import TenantStore
 from claudeq.worker.broker import KOMBU_PRIORITIES, queue_lists
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class ClusterCollector(Collector):
         self.store = make_store(settings, client)
         # The accounts come from the pool (the same accounts file the workers read); their state from Redis.
         self.accounts = AccountStore(client, self.keys, pool if pool is not None else settings.accounts)
+        self.tenants = TenantStore(client, self.keys, settings.tenants)
         self.now = now
         # A worker whose last heartbeat is older than its lease TTL has stopped renewing its leases.
         self.stale_after_s = max(settings.lease_ttl_s, 3 * settings.heartbeat_s)
@@ -74,6 +76,7 @@ class ClusterCollector(Collector):
                 *self._jobs(),
                 *self._deferred(),
                 *self._accounts(),
+                *self._tenants(),
                 *self._workers(),
             ]
         except redis.RedisError as exc:
@@ -183,6 +186,62 @@ class ClusterCollector(Collector):
             limit.add_metric([account.name], account.max_concurrency)
             held.add_metric([account.name], 1 if account.held_until is not None else 0)
         return [state, cooldown, utilization, slots, limit, remaining, window_limit, resets, held]
+
+    def _tenants(self) -> list[Metric]:
+        in_flight = GaugeMetricFamily(
+            "claudeq_tenant_runs_in_flight", "The tenant's runs in flight, fleet-wide.", labels=["tenant"]
+        )
+        max_concurrency = GaugeMetricFamily(
+            "claudeq_tenant_max_concurrency", "The tenant's max_concurrency (absent: no cap).", labels=["tenant"]
+        )
+        waiting = GaugeMetricFamily(
+            "claudeq_tenant_jobs_waiting",
+            "The tenant's jobs queued or deferred (not finished, not running).",
+            labels=["tenant"],
+        )
+        spend = GaugeMetricFamily(
+            "claudeq_tenant_spend_usd",
+            "Dollars the tenant's runs spent in the current calendar window (hour, day; UTC).",
+            labels=["tenant", "window"],
+        )
+        cap = GaugeMetricFamily(
+            "claudeq_tenant_cost_cap_usd",
+            "The tenant's spend cap per window (absent: no cap).",
+            labels=["tenant", "window"],
+        )
+        account_spend = GaugeMetricFamily(
+            "claudeq_account_spend_usd",
+            "Dollars the account's runs spent in the current calendar window (hour, day; UTC).",
+            labels=["account", "window"],
+        )
+        account_cap = GaugeMetricFamily(
+            "claudeq_account_cost_cap_usd",
+            "The account's spend cap per window (absent: no cap).",
+            labels=["account", "window"],
+        )
+        now = self.now()
+        for usage in self.tenants.usage(now):
+            in_flight.add_metric([usage.name], usage.in_flight)
+            waiting.add_metric([usage.name], usage.waiting)
+            if usage.max_concurrency is not None:
+                max_concurrency.add_metric([usage.name], usage.max_concurrency)
+            for window, spent, limit in (
+                ("hour", usage.spend.hour, usage.spend.cap_hour),
+                ("day", usage.spend.day, usage.spend.cap_day),
+            ):
+                spend.add_metric([usage.name, window], spent)
+                if limit is not None:
+                    cap.add_metric([usage.name, window], limit)
+        for account in self.accounts.pool.accounts:
+            hour, day = self.tenants.spend("account", account.name, now)
+            for window, spent, limit in (
+                ("hour", hour, account.max_cost_usd_per_hour),
+                ("day", day, account.max_cost_usd_per_day),
+            ):
+                account_spend.add_metric([account.name, window], spent)
+                if limit is not None:
+                    account_cap.add_metric([account.name, window], limit)
+        return [in_flight, max_concurrency, waiting, spend, cap, account_spend, account_cap]
 
     def _workers(self) -> list[Metric]:
         workers = GaugeMetricFamily("claudeq_workers", "Workers by heartbeat freshness (live|stale).", labels=["state"])

@@ -149,7 +149,13 @@ class DeliveryHandler:
             # What the tenant and the account have left, or the spec's own budget when smaller.
             spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
         number = len(d.attempts) + 1
-        attempt = Attempt(number=number, account=account.name, worker=self.worker_id, started_at=utcnow())
+        attempt = Attempt(
+            number=number,
+            account=account.name,
+            worker=self.worker_id,
+            started_at=utcnow(),
+            budget_usd=acquired.budget_usd if acquired.budget_usd != d.record.spec.max_budget_usd else None,
+        )
         d.attempts.append(attempt)
         if d.record.session_plan is None and self.sessions.enabled:
             # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
@@ -172,7 +178,9 @@ class DeliveryHandler:
         )
         outcome, refused = await self._run(d, request, account)
         # Spend is real whoever owns the job now: counted even when the lease was lost.
-        await _quiet(self.accounts.settle, acquired, outcome.result.usage.cost_usd if outcome else 0.0)
+        cost = outcome.result.usage.cost_usd if outcome else 0.0
+        await _quiet(self.accounts.settle, acquired, cost)
+        self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
             return Step.finished("lost")
@@ -221,6 +229,7 @@ class DeliveryHandler:
     ) -> tuple[RunOutcome | None, JobError | None]:
         """Run one attempt; (outcome, None), or (None, error) when the run was refused before it started."""
         self.metrics.run_started(account.name)
+        self.metrics.tenant_run(self.settings.tenants.label(request.spec.tenant))
         started = time.monotonic()
         outcome: RunOutcome | None = None
         try:

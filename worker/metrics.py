@@ -195,6 +195,18 @@ class WorkerMetrics:
         )
         self.retries = Counter("claudeq_retries", "Retries scheduled, by reason.", ["reason"], registry=reg)
         self.tool_calls = Counter("claudeq_tool_calls", "Tool calls made by runs, by tool.", ["tool"], registry=reg)
+        self.tenant_runs = Counter(
+            "claudeq_tenant_runs",
+            "Runs started, by tenant (configured tenants and `default`; any other `other`).",
+            ["tenant"],
+            registry=reg,
+        )
+        self.tenant_cost_usd = Counter(
+            "claudeq_tenant_cost_usd",
+            "Cost in US dollars of finished attempts, by tenant (what its spend caps count).",
+            ["tenant"],
+            registry=reg,
+        )
         self.session_mirror_errors = Counter(
             "claudeq_session_mirror_errors", "Session-store mirror errors reported by the SDK.", registry=reg
         )
@@ -255,6 +267,16 @@ class WorkerMetrics:
             # Touch every type so each series exists from the first run (dashboards and alerts see a 0, not nothing).
             self.tokens.labels(account, model, kind).inc(count)
         self.cost_usd.labels(account, model).inc(cost_usd)
+
+    @_never_raise
+    def tenant_run(self, tenant: str) -> None:
+        """A run of `tenant` (a bounded label: claudeq.config.tenants.Tenants.label) started."""
+        self.tenant_runs.labels(token_label(tenant)).inc()
+
+    @_never_raise
+    def tenant_cost(self, tenant: str, cost_usd: float) -> None:
+        """Add a finished attempt's cost to its tenant (touched even at 0, so the series exists)."""
+        self.tenant_cost_usd.labels(token_label(tenant)).inc(_number(cost_usd))
 
     @_never_raise
     def rate_limit_event(self, account: str, signal: RateLimitSignal) -> None:

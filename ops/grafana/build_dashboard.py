@@ -254,6 +254,62 @@ def panels() -> list[dict[str, Any]]:
             unit="ops",
         ),
     ]
+    out.append(row("Tenants", 66))
+    out += [
+        panel(
+            "Runs in flight per tenant",
+            "timeseries",
+            (0, 67, 8, 8),
+            [
+                target("max by (tenant) (claudeq_tenant_runs_in_flight)", "{{tenant}}"),
+                target("max by (tenant) (claudeq_tenant_max_concurrency)", "{{tenant}} max"),
+            ],
+            description="Runs of each tenant in flight fleet-wide, against its max_concurrency.",
+        ),
+        panel(
+            "Jobs waiting per tenant",
+            "timeseries",
+            (8, 67, 8, 8),
+            [target("max by (tenant) (claudeq_tenant_jobs_waiting)", "{{tenant}}")],
+            description="Queued or deferred jobs of each tenant (its backlog).",
+        ),
+        panel(
+            "Runs started /s per tenant (slot share)",
+            "timeseries",
+            (16, 67, 8, 8),
+            [target(f"sum by (tenant) (rate(claudeq_tenant_runs_total[{RATE}]))", "{{tenant}}")],
+            unit="ops",
+            stack=True,
+            description="Under contention, the shares follow the tenants' weights.",
+        ),
+        panel(
+            "Spend vs cap",
+            "timeseries",
+            (0, 75, 12, 8),
+            [
+                target(
+                    "max by (tenant, window) (claudeq_tenant_spend_usd / claudeq_tenant_cost_cap_usd)",
+                    "tenant {{tenant}} per {{window}}",
+                ),
+                target(
+                    "max by (account, window) (claudeq_account_spend_usd / claudeq_account_cost_cap_usd)",
+                    "account {{account}} per {{window}}",
+                ),
+            ],
+            unit="percentunit",
+            description="Spend in the current calendar hour / day (UTC) over the cap; alerts at 80% and 100%.",
+        ),
+        panel(
+            "Cost per tenant",
+            "timeseries",
+            (12, 75, 12, 8),
+            [
+                target(f"sum by (tenant) (rate(claudeq_tenant_cost_usd_total[{RATE}])) * 3600", "{{tenant}} $/h"),
+                target('max by (tenant) (claudeq_tenant_spend_usd{window="hour"})', "{{tenant}} this hour"),
+            ],
+            unit="currencyUSD",
+        ),
+    ]
     for i, item in enumerate(out, start=1):
         item["id"] = i
     return out

@@ -141,7 +141,14 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     client_redis = redis.Redis.from_url(redis_url)
     with SimulatorServer(sim_config) as sim:
         accounts_file = write_accounts_toml(tmp / "accounts.toml", ACCOUNTS, sim.base_url)
-        settings = make_settings(redis_url, uuid.uuid4().hex[:10], accounts_file=accounts_file, **FAST_E2E)
+        # Spend caps far above what the scenario spends, so the tenants row of the dashboard has every series.
+        text = accounts_file.read_text().replace('name = "alpha"', 'name = "alpha"\nmax_cost_usd_per_day = 100.0')
+        accounts_file.write_text(text)
+        tenants_file = tmp / "tenants.toml"
+        tenants_file.write_text('[[tenants]]\nname = "default"\nmax_concurrency = 100\nmax_cost_usd_per_day = 100.0\n')
+        settings = make_settings(
+            redis_url, uuid.uuid4().hex[:10], accounts_file=accounts_file, tenants_file=tenants_file, **FAST_E2E
+        )
         settings = settings.model_copy(
             update={"policy": settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})}
         )

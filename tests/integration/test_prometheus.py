@@ -27,6 +27,7 @@ from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, Usage, utcnow
+from claudeq.tenant_state import Admitted, TenantStore
 from claudeq.worker import exporter
 from claudeq.worker.metrics import WorkerMetrics
 from claudeq.worker.outcome import RateLimitSignal
@@ -144,10 +145,16 @@ def empty_queries(prometheus: PrometheusServer) -> list[str]:
 def fleet_settings(redis_url: str, unique: str, tmp_path: Path) -> Settings:
     accounts = tmp_path / "accounts.toml"
     accounts.write_text(
-        '[[accounts]]\nname = "alpha"\nkind = "oauth"\ntoken_env = "CQT_T_ALPHA"\nmax_concurrency = 2\n\n'
+        '[[accounts]]\nname = "alpha"\nkind = "oauth"\ntoken_env = "CQT_T_ALPHA"\nmax_concurrency = 2\n'
+        "max_cost_usd_per_hour = 1.0\n\n"
         '[[accounts]]\nname = "beta"\nkind = "api_key"\ntoken_env = "CQT_T_BETA"\n'
     )
-    return make_settings(redis_url, unique, accounts_file=accounts)
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(
+        '[[tenants]]\nname = "default"\n\n'
+        '[[tenants]]\nname = "team-a"\nmax_concurrency = 2\nweight = 3\nmax_cost_usd_per_hour = 0.5\n'
+    )
+    return make_settings(redis_url, unique, accounts_file=accounts, tenants_file=tenants)
 
 
 @pytest.fixture
@@ -174,6 +181,13 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     metrics.retry("server_error")
     metrics.tool_call("mcp__calc__add")
     metrics.mirror_error()
+    metrics.tenant_run("team-a")
+    metrics.tenant_cost("team-a", 0.2)
+    # A run of team-a in flight and its spend so far, as the worker's admission and settling leave them.
+    tenants = TenantStore(redis_client, keys, fleet_settings.tenants)
+    team_a = fleet_settings.tenants.governing("team-a")
+    assert isinstance(tenants.admit(team_a, "job0", 600, 0.1), Admitted)
+    tenants.settle("team-a", "alpha", "job9", 0.2)
     return metrics
 
 
@@ -197,6 +211,13 @@ def test_every_dashboard_query_returns_series_from_a_real_prometheus(
         assert float(cost[0]["value"][1]) == pytest.approx(7.4e-5)
         cooling = prometheus.query('claudeq_account_state{account="beta",state="cooling"}')
         assert float(cooling[0]["value"][1]) == 1
+        share = prometheus.query(
+            'claudeq_tenant_spend_usd{tenant="team-a",window="hour"} / ignoring(window) '
+            'claudeq_tenant_cost_cap_usd{tenant="team-a",window="hour"}'
+        )
+        assert float(share[0]["value"][1]) == pytest.approx(0.4)
+        in_flight = prometheus.query('claudeq_tenant_runs_in_flight{tenant="team-a"}')
+        assert float(in_flight[0]["value"][1]) == 1
     finally:
         prometheus.stop()
         stop_exporter()

@@ -48,7 +48,7 @@ def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from panel.get("panels", [])
 
 
-def exposed_names(fake_settings: Settings) -> set[str]:
+def exposed_names(fake_settings: Settings, tmp_path: Path) -> set[str]:
     """Every sample name the workers and the exporter can expose (each method exercised once)."""
     worker = WorkerMetrics(CollectorRegistry())
     worker.job_finished("q", "succeeded")
@@ -61,11 +61,15 @@ def exposed_names(fake_settings: Settings) -> set[str]:
     worker.retry("server_error")
     worker.tool_call("Read")
     worker.mirror_error()
+    worker.tenant_run("default")
+    worker.tenant_cost("default", 0.1)
     redis = fakeredis.FakeRedis()
     redis.zadd(Keys(fake_settings.key_prefix).deferred, {"j": 1.0})
-    pool = AccountPool(accounts=[AccountConfig(name="a", kind="oauth", token_env="T")])
+    pool = AccountPool(accounts=[AccountConfig(name="a", kind="oauth", token_env="T", max_cost_usd_per_hour=1.0)])
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[[tenants]]\nname = "default"\nmax_concurrency = 2\nmax_cost_usd_per_day = 5\n')
     exporter = CollectorRegistry()
-    exporter.register(ClusterCollector(fake_settings, redis, pool=pool))
+    exporter.register(ClusterCollector(fake_settings.model_copy(update={"tenants_file": tenants}), redis, pool=pool))
     return {s.name for reg in (worker.registry, exporter) for family in reg.collect() for s in family.samples}
 
 
@@ -116,12 +120,19 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "claudeq_rate_limit_events_total",
         "claudeq_retries_total",
         "claudeq_tool_calls_total",
+        "claudeq_tenant_runs_in_flight",
+        "claudeq_tenant_jobs_waiting",
+        "claudeq_tenant_runs_total",
+        "claudeq_tenant_spend_usd",
+        "claudeq_tenant_cost_cap_usd",
+        "claudeq_account_spend_usd",
+        "claudeq_tenant_cost_usd_total",
     ):
         assert name in exprs
 
 
-def test_every_metric_in_dashboard_and_alerts_is_exposed(fake_settings: Settings) -> None:
-    exposed = exposed_names(fake_settings)
+def test_every_metric_in_dashboard_and_alerts_is_exposed(fake_settings: Settings, tmp_path: Path) -> None:
+    exposed = exposed_names(fake_settings, tmp_path)
     dashboard = set(_NAME.findall(" ".join(dashboard_exprs(json.loads(DASHBOARD.read_text())))))
     rules = yaml.safe_load((OPS / "prometheus/alerts.yml").read_text())
     alert_exprs = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
@@ -140,6 +151,10 @@ def test_every_alert_the_issue_asks_for_exists() -> None:
         "ClaudeqBacklogGrowing",
         "ClaudeqNoLiveWorker",
         "ClaudeqCostPerHourHigh",
+        "ClaudeqTenantBudget80",
+        "ClaudeqTenantBudgetExhausted",
+        "ClaudeqAccountBudget80",
+        "ClaudeqAccountBudgetExhausted",
     } <= names
 
 

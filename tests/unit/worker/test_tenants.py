@@ -133,8 +133,10 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     assert one.budget_usd == pytest.approx(0.02) and two.budget_usd == pytest.approx(0.02)
     three = lease(m.acquire("j3", spec))
     assert three.budget_usd == pytest.approx(0.01)  # 0.05 - two runs' reservations: never the same dollars twice
-    refused = m.acquire("j4", spec)
-    assert isinstance(refused, NoAccount) and refused.permanent and refused.kind == "budget_exceeded"
+    reserved = m.acquire("j4", spec)
+    # Nothing is spent yet, all is reserved: wait for a run of the tenant to end, not for the window.
+    assert isinstance(reserved, NoAccount) and not reserved.permanent and reserved.tenant == "b"
+    assert "reserved" in reserved.reason
     # Real costs replace the reservations as attempts finish.
     m.settle(one, 0.004)
     m.release(one)
@@ -143,6 +145,12 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
     assert store.spend("tenant", "b") == (pytest.approx(0.004), pytest.approx(0.004))
     assert store.spend("account", "y")[0] == pytest.approx(0.004)
+    # Spent to the cap: on_budget = "fail" fails the job as budget_exceeded.
+    for done in (two, three, again):
+        m.settle(done, 0.05 / 3)
+        m.release(done)
+    refused = m.acquire("j5", spec)
+    assert isinstance(refused, NoAccount) and refused.permanent and refused.kind == "budget_exceeded"
 
 
 def test_a_waiting_tenant_defers_until_the_window_rolls(
@@ -173,8 +181,16 @@ def test_account_caps_route_around_a_spent_account_then_wait(
 
 def test_an_account_cap_clamps_the_run_budget(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
     m = manager(fake_settings, fake_redis, account("p", 4, max_cost_usd_per_day=0.03))
-    assert lease(m.acquire("j1", JobSpec(prompt="x", max_budget_usd=1.0))).budget_usd == pytest.approx(0.03)
-    assert isinstance(m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0)), NoAccount)  # all reserved
+    first = lease(m.acquire("j1", JobSpec(prompt="x", max_budget_usd=1.0)))
+    assert first.budget_usd == pytest.approx(0.03)
+    waits = m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0))  # all reserved: wait for the account's run
+    assert isinstance(waits, NoAccount) and waits.accounts == ["p"] and not waits.permanent
+    m.settle(first, 0.01)
+    m.release(first)
+    # Runs without a budget of their own share what is left with the slots that may still start beside them.
+    shared = [lease(m.acquire(f"k{i}", JobSpec(prompt="x"))) for i in range(2)]
+    assert shared[0].budget_usd == pytest.approx(0.02 / 4)
+    assert shared[1].budget_usd == pytest.approx((0.02 - 0.02 / 4) / 3)
 
 
 def test_fair_share_tags_give_slots_by_weight(tenants_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:

@@ -1,0 +1,217 @@
+"""Tenants on a shared fleet: fair share by weight, one tenant's flood against another's trickle, and a spend cap.
+
+Real `claudeq-worker` processes, the real CLI, the simulator (no fake runner: the CLI hides nothing measured here).
+Two accounts of `--slots` / 2 slots each; two workers with more task threads than there are slots, so a flood of
+messages is taken off the broker and put in the waiting line at once instead of sitting in the broker's FIFO.
+Tenants `a` (weight 3) and `b` (weight 1); every job's run takes about `--run-s` seconds (a simulator delay).
+
+1. Empty fleet: `b` submits `--trickle` jobs, one every `--gap-s` seconds; its wait (submit -> its run starts) is the
+   baseline.
+2. Flood: `a` submits `--flood` jobs at once (submit_many), then `b` submits `--trickle` jobs, one every `--gap-s`
+   seconds, while `a`'s backlog waits. Printed: `b`'s p50 / p95 wait against the baseline (target: p50 <= 2x).
+3. Contention: `b` submits a burst as large as the slots x 10 while `a`'s backlog still waits; runs started by each
+   tenant while both have jobs waiting (target: a:b within 5% of 3:1).
+4. Spend cap: tenant `c` (max_cost_usd_per_hour = 0.05, on_budget = wait) submits 10 jobs of ~$0.024 each with
+   max_budget_usd = 0.02; what it spent against the cap + one run's budget (target: <=).
+
+    .venv/bin/python -m bench.bench_tenants [--flood 1000] [--trickle 50] [--slots 6] [--run-s 1.5] [--gap-s 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from claudeq.models import JobRecord
+from claudeq.producer.client import Client
+from claudeq.simulator.testing import SimulatorServer
+from claudeq.tenant_state import TenantStore
+from tests.conftest import make_settings
+from tests.support.redis_server import redis_url_for_tests
+from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
+
+TENANTS = """
+[[tenants]]
+name = "a"
+weight = 3
+
+[[tenants]]
+name = "b"
+weight = 1
+
+[[tenants]]
+name = "c"
+max_cost_usd_per_hour = 0.05
+on_budget = "wait"
+"""
+WORKERS = 2
+#: A run that costs about $0.024 (6,000 input tokens at the default model's price).
+COSTLY = "[[sim: tokens in=6000]] [[sim: text ok]]"
+
+
+def job(tenant: str, n: int, run_s: float, unique: str) -> dict[str, object]:
+    return {"prompt": f"[[sim: delay {run_s}]] [[sim: text ok]] {tenant} {n} {unique}", "tenant": tenant}
+
+
+def wait_s(record: JobRecord) -> float | None:
+    """Submit -> its first run started (None: it has not started)."""
+    if not record.attempts:
+        return None
+    return (record.attempts[0].started_at - record.created_at).total_seconds()
+
+
+def waits(client: Client, ids: list[str], timeout: float) -> list[float]:
+    deadline = time.monotonic() + timeout
+    out: list[float] = []
+    for job_id in ids:
+        while True:
+            value = wait_s(client.get(job_id))
+            if value is not None:
+                out.append(value)
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"job {job_id} did not start within {timeout:g} s")
+            time.sleep(0.2)
+    return out
+
+
+def trickle(client: Client, tenant: str, n: int, gap_s: float, run_s: float, unique: str) -> list[str]:
+    ids = []
+    for i in range(n):
+        started = time.monotonic()
+        ids.append(client.submit(job(tenant, i, run_s, unique)).id)
+        time.sleep(max(0.0, gap_s - (time.monotonic() - started)))
+    return ids
+
+
+def p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def started_between(client: Client, ids: list[str], t0: float, t1: float) -> int:
+    return sum(1 for job_id in ids for a in client.get(job_id).attempts[:1] if t0 <= a.started_at.timestamp() < t1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--flood", type=int, default=1000)
+    parser.add_argument("--trickle", type=int, default=50)
+    parser.add_argument("--slots", type=int, default=6)
+    parser.add_argument("--run-s", type=float, default=1.5)
+    parser.add_argument("--gap-s", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=10, help="task threads per worker (above slots / workers)")
+    args = parser.parse_args(argv)
+    url, private = redis_url_for_tests()
+    root = Path(tempfile.mkdtemp(prefix="claudeq-tenants-"))
+    unique = uuid.uuid4().hex[:10]
+    per_account = max(1, args.slots // 2)
+    accounts = [SimAccount(f"acct-{i}", kind="api_key", max_concurrency=per_account) for i in (1, 2)]
+    config = {"accounts": [{"name": a.name, "token": a.token_value, "kind": a.kind} for a in accounts]}
+    workers = []
+    try:
+        with SimulatorServer(config) as sim:
+            accounts_file = write_accounts_toml(root / "accounts.toml", accounts, sim.base_url)
+            tenants_file = root / "tenants.toml"
+            tenants_file.write_text(TENANTS)
+            settings = make_settings(
+                url,
+                unique,
+                accounts_file=accounts_file,
+                tenants_file=tenants_file,
+                concurrency=args.threads,
+                cli_max_retries=0,
+                shutdown_grace_s=2,
+            )
+            client = Client(settings)
+            workers = [start_worker(settings, accounts, root, wait=False) for _ in range(WORKERS)]
+            for worker in workers:
+                worker.wait_ready(240)
+            print(f"{WORKERS} workers x {args.threads} threads, {len(accounts)} accounts x {per_account} slots")
+
+            # 1. the empty fleet
+            base_ids = trickle(client, "b", max(10, args.trickle // 5), args.gap_s, args.run_s, unique)
+            base = waits(client, base_ids, 120)
+            print(
+                f"empty fleet: b's wait p50 {statistics.median(base) * 1000:.0f} ms, p95 {p(base, 0.95) * 1000:.0f} ms"
+            )
+
+            # 2. a floods, b trickles
+            t0 = time.time()
+            flood = [h.id for h in client.submit_many([job("a", i, args.run_s, unique) for i in range(args.flood)])]
+            print(f"a submitted {args.flood} jobs in {time.time() - t0:.1f} s")
+            b_ids = trickle(client, "b", args.trickle, args.gap_s, args.run_s, unique)
+            contended = waits(client, b_ids, 300)
+            ratio = statistics.median(contended) / statistics.median(base)
+            print(
+                f"a's flood: b's wait p50 {statistics.median(contended) * 1000:.0f} ms "
+                f"(x{ratio:.2f} the empty fleet's; target <= 2), p95 {p(contended, 0.95) * 1000:.0f} ms"
+            )
+
+            # 3. both backlogged: slot share
+            burst = [
+                h.id
+                for h in client.submit_many([job("b", 10_000 + i, args.run_s, unique) for i in range(args.slots * 10)])
+            ]
+            t1 = time.time()
+            time.sleep(2 * args.run_s)  # the slots turn over to the fair share first
+            t2 = time.time()
+            while True:
+                b_left = sum(1 for j in burst if not client.get(j).attempts)
+                a_left = sum(1 for j in flood if not client.get(j).attempts)
+                if b_left < args.slots or a_left < args.slots or time.time() - t2 > 120:
+                    break
+                time.sleep(1.0)
+            t3 = time.time()
+            a_runs, b_runs = started_between(client, flood, t2, t3), started_between(client, burst, t2, t3)
+            share = a_runs / max(1, b_runs)
+            print(
+                f"contention for {t3 - t2:.0f} s (after {t2 - t1:.0f} s): runs started a {a_runs}, b {b_runs}: "
+                f"a:b = {share:.2f}:1 (target 3:1 within 5%: 2.85 .. 3.15)"
+            )
+
+            # 4. a spend cap
+            for j in [*flood, *burst]:
+                client.cancel(j)
+            c_ids = [
+                client.submit(prompt=f"{COSTLY} c {i} {unique}", tenant="c", max_budget_usd=0.02).id for i in range(10)
+            ]
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                records = [client.get(j) for j in c_ids]
+                if all(r.status in ("succeeded", "failed", "deferred") for r in records) and any(
+                    r.status == "deferred" for r in records
+                ):
+                    break
+                time.sleep(0.5)
+            records = [client.get(j) for j in c_ids]
+            spent = sum(r.result.usage.cost_usd for r in records if r.result)
+            hour, _ = TenantStore(client.store.redis, client.store.keys, settings.tenants).spend("tenant", "c")
+            ran = sum(1 for r in records if r.attempts)
+            print(
+                f"spend cap $0.05/h: c ran {ran} of {len(records)} jobs and spent ${spent:.4f} (counted ${hour:.4f}); "
+                f"cap + one run's budget = $0.0700 (target: spent <=)"
+            )
+            for j in c_ids:
+                client.cancel(j)
+    finally:
+        stop_all(workers, timeout=15)
+        cleanup = redis.Redis.from_url(url)
+        for key in cleanup.scan_iter(match=f"cqt-{unique}:*", count=1000):
+            cleanup.delete(key)
+        cleanup.delete(f"claudeq-test-{unique}")
+        cleanup.close()
+        if private is not None:
+            private.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
