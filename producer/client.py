@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from claudeq import tenant_scripts
 from claudeq.broker_message import list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
@@ -91,6 +92,7 @@ class Client:
         self.settings = settings or load_settings()
         self.store = make_store(self.settings, redis_client)
         self.celery = celery_app or make_celery(self.settings, main="claudeq-producer")
+        self._tag = self.store.redis.register_script(tenant_scripts.TAG)
 
     def validate(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobSpec:
         """Check a spec without submitting it; JobSpecError names the field and the reason."""
@@ -113,8 +115,8 @@ class Client:
         pipe = self.store.redis.pipeline(transaction=True)
         now = time.time()
         self.store.queue_create(pipe, record, now)
-        self._queue_messages(pipe, [record], now)
         self._index(pipe, [record], now)
+        self._queue_messages(pipe, [record], now)
         job_id, created = create_reply(pipe.execute()[0])
         return JobHandle(self, job_id, created)
 
@@ -169,15 +171,22 @@ class Client:
     def _enqueue(self, records: builtins.list[JobRecord], sent_at: float) -> None:
         if records:
             pipe = self.store.redis.pipeline(transaction=False)
-            self._queue_messages(pipe, records, sent_at)
             self._index(pipe, records, sent_at)
+            self._queue_messages(pipe, records, sent_at)
             pipe.execute()
 
     def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float) -> None:
-        """Add the jobs to their tenants' active-job index (the waiting counts of `claudeq tenants`)."""
+        """Add the jobs to their tenants' active-job index (the waiting counts of `claudeq tenants`) and, with
+        tenants configured, give each its fair-share tag now, in submit order (docs/architecture.md#fair-share)."""
         tenants = self.settings.tenants
+        keys = self.store.keys
         for record in records:
-            pipe.zadd(self.store.keys.tenant_jobs(tenants.governing(record.spec.tenant).name), {record.id: created})
+            tenant = tenants.governing(record.spec.tenant)
+            pipe.zadd(keys.tenant_jobs(tenant.name), {record.id: created})
+            if tenants.configured:
+                self._tag(
+                    keys=[keys.fair_share, keys.job(record.id)], args=[tenant.name, repr(tenant.weight)], client=pipe
+                )
 
     def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
         """Queue each job's broker message (one LPUSH per broker list, in order); its `submitted` event is made

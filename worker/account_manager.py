@@ -24,6 +24,7 @@ from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore
 from claudeq.worker.account_choice import AccountView, NoAccount, choose
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
+from claudeq.worker.waiting_line import PRIORITY_SPAN
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
 
@@ -82,9 +83,12 @@ class AccountManager:
                 reason = f"tenant {tenant.name!r} has {tenant.max_concurrency} run(s) in flight (its max_concurrency)"
             else:
                 reason = f"what tenant {tenant.name!r} has left per {admitted.window} is reserved by its runs in flight"
-            # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound.
+            # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound. A slot the
+            # waiting line handed it goes back (the promoter's next pass hands it on).
+            self._drop_slots(job_id)
             return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
         if isinstance(admitted, OverBudget):
+            self._drop_slots(job_id)
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
         lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank)
         if isinstance(lease, NoAccount):
@@ -92,7 +96,20 @@ class AccountManager:
             return lease
         if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
             self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd)
+        if self.tenants.configured and rank is not None:
+            self.tenant_store.advance(rank - spec.priority * PRIORITY_SPAN)  # the fleet's virtual time moves on
         return lease
+
+    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+        """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing
+        over tenants; issued once per job). None without a tenants file: the creation time orders."""
+        if not self.tenants.configured:
+            return None
+        return self.tenant_store.tag(self.tenants.governing(spec.tenant), job_id)
+
+    def _drop_slots(self, job_id: str) -> None:
+        for name in self.store.held_by(job_id):
+            self.store.redis.zrem(self.store.keys.account_slots(name), job_id)
 
     def _over_budget(self, who: str, tenant: TenantConfig, over: OverBudget) -> NoAccount:
         reason = f"{who} is over its spend cap per {over.window} until {over.until.isoformat()}"

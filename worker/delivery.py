@@ -58,6 +58,7 @@ class Delivery:
     #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
     lease_until: float = 0.0
     urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
+    rank: float | None = None  # the job's place in the waiting line, once known (claudeq.worker.waiting_line)
     #: Events emitted but not stored yet: the next fenced write takes them, or a flush shortly after (FencedWriter).
     pending_events: list[Event] = field(default_factory=list)
     #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.

@@ -131,7 +131,7 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
-        acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset(), rank(d.record))
+        acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset(), await self._rank(d))
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
@@ -245,6 +245,18 @@ class DeliveryHandler:
             model = primary_model(outcome.result.usage if outcome else None) or d.record.spec.model or "default"
             self.metrics.run_duration(account.name, model, time.monotonic() - started)
 
+    async def _rank(self, d: Delivery) -> float:
+        """The job's place in the waiting line (kept for the delivery): priority, then its virtual finish tag with
+        tenants configured (fair share), else its creation time."""
+        if d.rank is None:
+            try:
+                key = await asyncio.to_thread(self.accounts.fair_key, d.job_id, d.record.spec)
+            except Exception:
+                log.exception("job %s: no fair-share tag (its creation time orders it)", d.job_id)
+                key = None
+            d.rank = rank(d.record, key)
+        return d.rank
+
     async def _check_output(self, spec: JobSpec, outcome: RunOutcome) -> OutputCheck | None:
         """Check a structured output against the job's schema in its own process, with a deadline: never on this
         loop (a backtracking `pattern` would hold the GIL and stop every heartbeat of the worker)."""
@@ -343,7 +355,7 @@ class DeliveryHandler:
             return "lost"
         if accounts:
             try:
-                admitted = await asyncio.to_thread(self.accounts.add_waiter, accounts, d.job_id, rank(d.record))
+                admitted = await asyncio.to_thread(self.accounts.add_waiter, accounts, d.job_id, await self._rank(d))
             except Exception:
                 log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
                 admitted = []

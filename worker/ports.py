@@ -52,6 +52,9 @@ class AccountsLike(Protocol):
     def admit(self) -> list[str]:
         """Hand every account's free slots to its best waiters; the jobs admitted (already queued)."""
 
+    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+        """The job's virtual finish tag in the waiting line (tenants configured), else None."""
+
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end."""
 

@@ -24,7 +24,9 @@ from claudeq.models import JobRecord
 PRIORITY_SPAN = 1e10
 
 
-def rank(record: JobRecord) -> float:
-    """The job's place in every account's waiting line (lower goes first): priority, then creation time."""
-    age_key = min(max(record.created_at.timestamp(), 0.0), PRIORITY_SPAN - 1.0)
-    return record.spec.priority * PRIORITY_SPAN + age_key
+def rank(record: JobRecord, fair_key: float | None = None) -> float:
+    """The job's place in every account's waiting line (lower goes first): priority, then creation time — or, with
+    tenants configured, its virtual finish tag (`fair_key`: weighted fair queueing over tenants, see
+    docs/architecture.md#fair-share) in place of the creation time."""
+    key = record.created_at.timestamp() if fair_key is None else fair_key
+    return record.spec.priority * PRIORITY_SPAN + min(max(key, 0.0), PRIORITY_SPAN - 1.0)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import httpx2
 import pytest
 from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
@@ -64,3 +67,77 @@ def test_a_bad_address_is_refused(settings: Settings) -> None:
         timeout=60,
     )
     assert run.returncode == 2 and "--http" in run.stderr
+
+
+TOKENS = {"CQT_MCP_TOKEN_A": "token-of-team-a-7f3e", "CQT_MCP_TOKEN_B": "token-of-team-b-91c2"}
+
+
+@pytest.fixture
+def token_server(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Client]]:
+    """`claudeq mcp --http` with two tenants mapped by bearer tokens; yields its URL and a client of the fleet."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(
+        '[[tenants]]\nname = "team-a"\nmcp_token_env = "CQT_MCP_TOKEN_A"\n\n'
+        '[[tenants]]\nname = "team-b"\nmcp_token_env = "CQT_MCP_TOKEN_B"\n'
+    )
+    fleet = settings.model_copy(update={"tenants_file": tenants})
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "claudeq.producer.cli", "mcp", "--http", f"127.0.0.1:{port}"],
+        env={**worker_env(fleet, []), **settings_env(fleet), **TOKENS},
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = Client(fleet)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, "claudeq mcp --http exited"
+                assert time.monotonic() < deadline, "claudeq mcp --http did not listen"
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/mcp", client
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        client.close()
+
+
+@asynccontextmanager
+async def as_caller(url: str, token: str | None) -> AsyncIterator[McpClient]:
+    """An MCP client session sending `Authorization: Bearer <token>` (none without a token)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        McpClient(streamable_http_client(url, http_client=http)) as mcp,
+    ):
+        yield mcp
+
+
+async def test_a_bearer_token_decides_the_tenant_and_what_the_caller_sees(token_server: tuple[str, Client]) -> None:
+    url, client = token_server
+    async with as_caller(url, None) as anonymous:
+        refused = await anonymous.call_tool("submit_job", {"prompt": "who am I"})
+        assert refused.is_error and "authorization" in refused.content[0].text  # type: ignore[union-attr]
+    async with as_caller(url, "not-a-token") as stranger:
+        refused = await stranger.call_tool("list_jobs", {})
+        assert refused.is_error and "authorization" in refused.content[0].text  # type: ignore[union-attr]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        done = await team_a.call_tool("submit_job", {"prompt": "for team a"})
+        assert not done.is_error and done.structured_content is not None
+        a_job = done.structured_content["id"]
+        assert client.get(a_job).spec.tenant == "team-a"
+        other = await team_a.call_tool("submit_job", {"prompt": "pretend", "tenant": "team-b"})
+        assert other.is_error and "tenant" in other.content[0].text  # type: ignore[union-attr]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+        hidden = await team_b.call_tool("get_job", {"job_id": a_job})
+        assert hidden.is_error and "no job" in hidden.content[0].text  # type: ignore[union-attr]
+        cancel = await team_b.call_tool("cancel_job", {"job_id": a_job})
+        assert cancel.is_error
+        listed = await team_b.call_tool("list_jobs", {})
+        assert listed.structured_content == {"jobs": []}
+    assert client.get(a_job).status == "queued"  # team b could not cancel it

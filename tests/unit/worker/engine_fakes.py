@@ -133,6 +133,9 @@ class FakeAccounts:
     def admit(self) -> list[str]:
         return []
 
+    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+        return None
+
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         self.tenant_waiters.append((tenant, job_id))
 
