@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self, TypedDict
 
@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from claudeq import job_scripts as scripts
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.keys import Keys, text
+from claudeq.resp import execute_packed, pack_command, packed_capable
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
@@ -138,39 +139,50 @@ class JobStore:
         """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer. `now`
         is the send time of the job's first message (its score in the `queued` set). A conversation turn gets its
         turn number here, in the order the CREATEs run."""
+        keys, args = self._create_call(record, time.time() if now is None else now)
+        return self._create(client=client, keys=keys, args=args)
+
+    def create_many(self, records: Sequence[JobRecord], now: float) -> list[tuple[str, bool]]:
+        """CREATE each record, in order, in one round trip (see queue_create); -> (id, created) per record."""
+        if not packed_capable(self.redis):
+            pipe = self.redis.pipeline(transaction=False)
+            for record in records:
+                self.queue_create(pipe, record, now)
+            return [create_reply(reply) for reply in pipe.execute()]
+        # SCRIPT LOAD first, on the same connection: the EVALSHAs after it find the script even on a fresh Redis.
+        commands = [pack_command("SCRIPT", "LOAD", scripts.CREATE)]
+        sha = self._create.sha
+        for record in records:
+            keys, args = self._create_call(record, now)
+            commands.append(pack_command("EVALSHA", sha, len(keys), *keys, *args))
+        replies = execute_packed(self.redis, b"".join(commands), len(commands))
+        return [create_reply(reply) for reply in replies[1:]]
+
+    def _create_call(self, record: JobRecord, now: float) -> tuple[list[str], list[str | int | float]]:
         idem = record.spec.idempotency_key
         conversation = record.spec.conversation
+        # No `fence` (a job never claimed has fence 0) and no empty attempts: the record reads them as absent.
         fields = encode_fields(
-            {
-                "status": record.status,
-                "spec": record.spec,
-                "attempts": record.attempts,
-                "created_at": record.created_at,
-                "fence": 0,
-                "v": 1,
-            }
+            {"status": record.status, "spec": record.spec, "attempts": record.attempts, "created_at": record.created_at}
         )
-        now = time.time() if now is None else now
-        return self._create(
-            client=client,
-            keys=[
-                self.keys.job(record.id),
-                self.keys.jobs,
-                self.keys.queued,
-                self.keys.idem(idem) if idem else "",
-                self.keys.conversation_waiters(conversation) if conversation else "",
-                self.keys.conversation_seq(conversation) if conversation else "",
-                self.keys.status_counts,
-            ],
-            args=[
-                record.id,
-                int(record.created_at.timestamp() * 1000),
-                now,
-                self.keys.job(""),
-                self.conversation_ttl_s,
-                *fields,
-            ],
-        )
+        keys = [
+            self.keys.job(record.id),
+            self.keys.jobs,
+            self.keys.queued,
+            self.keys.idem(idem) if idem else "",
+            self.keys.conversation_waiters(conversation) if conversation else "",
+            self.keys.conversation_seq(conversation) if conversation else "",
+            self.keys.status_counts,
+        ]
+        args: list[str | int | float] = [
+            record.id,
+            int(record.created_at.timestamp() * 1000),
+            now,
+            self.keys.job(""),
+            self.conversation_ttl_s,
+            *fields,
+        ]
+        return keys, args
 
     def get(self, job_id: str) -> JobRecord:
         """The record of `job_id`; JobNotFound or RecordUnreadable when it cannot be had."""

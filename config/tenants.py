@@ -8,6 +8,7 @@ A secret never appears here: an MCP bearer token is named by the environment var
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -100,7 +101,7 @@ class Tenants(BaseModel):
 
     def governing(self, name: str) -> TenantConfig:
         """The entry whose limits apply to jobs of `name`: its own, else `default`'s, else no limits."""
-        return self.get(name) or self.get(DEFAULT_TENANT) or TenantConfig(name=DEFAULT_TENANT)
+        return self.get(name) or self.get(DEFAULT_TENANT) or _unlimited()
 
     def label(self, name: str) -> str:
         """A bounded metrics label: a configured tenant's name (or `default`), anything else `other`."""
@@ -142,3 +143,9 @@ class Tenants(BaseModel):
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
             raise ConfigError(f"{path}: {loc}", first["msg"]) from None
+
+
+@functools.cache
+def _unlimited() -> TenantConfig:
+    """The limits of a tenant no entry governs: none (one instance: validating a new one per job costs)."""
+    return TenantConfig(name=DEFAULT_TENANT)

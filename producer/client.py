@@ -161,10 +161,7 @@ class Client:
         now = utcnow()
         records = [JobRecord(id=new_job_id(), spec=spec, status="queued", created_at=now) for spec in specs]
         sent_at = time.time()  # the jobs' scores in `queued` and their messages' send time: the same
-        pipe = self.store.redis.pipeline(transaction=False)
-        for record in records:
-            self.store.queue_create(pipe, record, sent_at)
-        replies = [create_reply(reply) for reply in pipe.execute()]
+        replies = self.store.create_many(records, sent_at)
         self._enqueue([record for record, (_, created) in zip(records, replies, strict=True) if created], sent_at)
         return [JobHandle(self, job_id, created) for job_id, created in replies]
 
@@ -180,13 +177,16 @@ class Client:
         tenants configured, give each its fair-share tag now, in submit order (docs/architecture.md#fair-share)."""
         tenants = self.settings.tenants
         keys = self.store.keys
+        by_tenant: dict[str, dict[str, float]] = {}
         for record in records:
             tenant = tenants.governing(record.spec.tenant)
-            pipe.zadd(keys.tenant_jobs(tenant.name), {record.id: created})
+            by_tenant.setdefault(tenant.name, {})[record.id] = created
             if tenants.configured:
                 self._tag(
                     keys=[keys.fair_share, keys.job(record.id)], args=[tenant.name, repr(tenant.weight)], client=pipe
                 )
+        for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
+            pipe.zadd(keys.tenant_jobs(name), members)
 
     def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
         """Queue each job's broker message (one LPUSH per broker list, in order); its `submitted` event is made
