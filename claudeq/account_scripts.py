@@ -10,142 +10,243 @@ from __future__ import annotations
 # last `remaining` the API reported for requests (`rq_rem`, window resetting at `rq_reset`, limit `rq_lim`) and
 # tokens (`tk_rem`, `tk_reset`, `tk_lim`, about `tk_est` tokens per request), a new run is held back while the runs
 # in flight (n) may use up what is left: left - n <= 0 requests, or left - n * tk_est <= 0 tokens. Once the window
-# has reset, what is left is its limit.
+# has reset, what is left is its limit. -> the time the hold lifts at the latest, or false.
 _HELD = """
 local function left(rem, reset, lim, now)
-  if rem and reset and reset > now then return rem end
-  return lim
+  if rem and reset and reset > now then return rem, reset end
+  return lim, now + 1
 end
 local function held(hash, n, now)
   local f = redis.call('HMGET', hash, 'rq_rem', 'rq_reset', 'rq_lim', 'tk_rem', 'tk_reset', 'tk_lim', 'tk_est')
-  local rq = left(tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), now)
-  if rq and rq - n <= 0 then return true end
-  local tk = left(tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), now)
-  if tk and tk - n * (tonumber(f[7]) or 0) <= 0 then return true end
+  local rq, rq_at = left(tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), now)
+  if rq and rq - n <= 0 then return rq_at end
+  local tk, tk_at = left(tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), now)
+  if tk and tk - n * (tonumber(f[7]) or 0) <= 0 then return tk_at end
   return false
 end
 """
 
-# The waiting line (docs/architecture.md#the-waiting-line): the jobs waiting for a slot on an account are the sorted
-# set `acct:{name}:waiters`, scored by rank (lower goes first: priority, then age; see worker/waiting_line.py). A slot
-# that frees goes to the best waiter still `deferred`: `admit` puts that job in the semaphore itself (a handoff, with
-# the slot's usual expiry) and promotes it in the same step (`deferred` -> `queued`, as PROMOTE in
-# worker/job_scripts.py does), so no job that arrives meanwhile can take that slot and no other account's line hands
-# the same job a second slot; the caller sends the named jobs' messages. Waiters no longer deferred (served by
-# another account, cancelled, finished) are dropped on the way. `jk` = {deferred, queued, counts} keys.
-_ADMIT = """
-local function admit(waiters, slots, hash, max, expiry, now, job_prefix, jk, out)
-  if redis.call('HGET', hash, 'state') == 'disabled' then return end
+# Window-aware admission (docs/architecture.md#window-aware-admission; `claudeq.account_state.reservations` is the
+# same rule in Python). `pu:<window>` = "utilization reset est ceiling family" of each window that reports a
+# utilization (`pws` lists them): a new run of model family `fam` ('-' = a job for no particular family) is refused
+# while a window that applies to it (family '-' applies to every job, `opus` only to opus jobs) has not reset and
+#   utilization >= ceiling                              (reserved: the ceiling is reached), or, predictive,
+#   utilization + (n + 1) * est > ceiling               (the n runs in flight and this one would likely pass it;
+#                                                        est = what one request added to that window so far).
+# `cd:<fam>` is a cooldown of one model family (a 429 on its own window). The ramp: once a cooldown or a
+# reservation ends (`ramp_at`, plus `ramp_j` s of jitter), at most `rate` runs start per second until every slot
+# could have started (`ramp_last` = the last start).
+_GATE = """
+local FAMS = {'-', 'opus', 'sonnet', 'haiku'}
+local function reserved(hash, n, now, fam, predictive)
+  local names = redis.call('HGET', hash, 'pws')
+  if not names then return false end
+  local best = false
+  for w in string.gmatch(names, '%S+') do
+    local v = redis.call('HGET', hash, 'pu:' .. w)
+    if v then
+      local u, reset, est, ceil, wf = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+      u, reset, est, ceil = tonumber(u), tonumber(reset), tonumber(est), tonumber(ceil)
+      if u and reset and est and ceil and reset > now and (wf == '-' or wf == fam) then
+        local hit = u >= ceil - 1e-9
+        if not hit and predictive and est > 0 then hit = u + (n + 1) * est > ceil + 1e-9 end
+        if hit and (not best or reset > best) then best = reset end
+      end
+    end
+  end
+  return best
+end
+local function ramp_from(hash, t, jitter)
+  local at = tonumber(redis.call('HGET', hash, 'ramp_at') or '0') or 0
+  if t > at then redis.call('HSET', hash, 'ramp_at', string.format('%.6f', t), 'ramp_j', jitter) end
+end
+local function paced(hash, now, rate, max)
+  if rate <= 0 then return false end
+  local f = redis.call('HMGET', hash, 'ramp_at', 'ramp_j', 'ramp_last')
+  local at, j = tonumber(f[1]), tonumber(f[2]) or 0
+  if not at or now < at or now >= at + j + (max + 1) / rate then return false end
+  if now < at + j then return at + j end
+  local last = tonumber(f[3]) or 0
+  if last >= at and now - last < 1 / rate - 1e-6 then return last + 1 / rate end
+  return false
+end
+local function started(hash, now)
+  local at = tonumber(redis.call('HGET', hash, 'ramp_at') or '')
+  if at and now >= at then redis.call('HSET', hash, 'ramp_last', string.format('%.6f', now)) end
+end
+-- A new run of family `fam` on this account now: 1 open, else 0 full, -1 disabled, -2 cooling, -3 held,
+-- -5 reserved (ceiling reached, or predicted to be), -6 ramping (the next start is due a little later).
+local function gate(hash, n, max, now, fam, predictive, rate, jitter)
+  if redis.call('HGET', hash, 'state') == 'disabled' then return -1 end
   local until_s = tonumber(redis.call('HGET', hash, 'cooldown_until') or '0') or 0
-  if until_s > now then return end
+  if until_s > now then return -2 end
+  if fam ~= '-' and (tonumber(redis.call('HGET', hash, 'cd:' .. fam) or '0') or 0) > now then return -2 end
+  if n >= max then return 0 end
+  local h = held(hash, n, now)
+  if h then ramp_from(hash, h, jitter) return -3 end
+  local r = reserved(hash, n, now, fam, predictive)
+  if r then ramp_from(hash, r, jitter) return -5 end
+  if paced(hash, now, rate, max) then return -6 end
+  return 1
+end
+"""
+
+# The waiting line (docs/architecture.md#the-waiting-line): the jobs waiting for a slot on an account are sorted sets
+# scored by rank (lower goes first: priority, then age; see worker/waiting_line.py), one line per model family
+# (`acct:{name}:waiters` for jobs of no particular family, `…:waiters:opus`, `…:sonnet`, `…:haiku`), so a family
+# held back on the account never blocks the others. A slot that frees goes to the best-ranked waiter still
+# `deferred` among the lines whose family the account admits now (`gate`): `admit` puts that job in the semaphore
+# itself (a handoff, with the slot's usual expiry) and promotes it in the same step (`deferred` -> `queued`, as
+# PROMOTE in worker/job_scripts.py does), so no job that arrives meanwhile can take that slot and no other account's
+# line hands the same job a second slot; the caller sends the named jobs' messages. Waiters no longer deferred
+# (served by another account, cancelled, finished) are dropped on the way. `lines` = the four line keys in FAMS
+# order; `jk` = {deferred, queued, counts} keys; `o` = {predictive, rate, jitter}.
+_ADMIT = """
+local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, out)
   redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
   while true do
     local n = redis.call('ZCARD', slots)
-    if n >= max or held(hash, n, now) then return end
-    local head = redis.call('ZRANGE', waiters, 0, 0)
-    if #head == 0 then return end
-    redis.call('ZREM', waiters, head[1])
-    local job = job_prefix .. head[1]
-    if redis.call('HGET', job, 'status') == 'deferred' then
-      redis.call('ZADD', slots, expiry, head[1])
-      redis.call('HINCRBY', hash, 'n:acquired', 1)
-      redis.call('ZREM', jk[1], head[1])
-      redis.call('HSET', job, 'status', 'queued')
-      redis.call('HDEL', job, 'ready_at')
-      redis.call('ZADD', jk[2], now, head[1])
-      redis.call('HINCRBY', jk[3], 'deferred', -1)
-      redis.call('HINCRBY', jk[3], 'queued', 1)
-      out[#out + 1] = head[1]
+    local best, best_score, best_line = nil, nil, nil
+    for i = 1, 4 do
+      if gate(hash, n, max, now, FAMS[i], o[1], o[2], o[3]) == 1 then
+        while true do
+          local head = redis.call('ZRANGE', lines[i], 0, 0, 'WITHSCORES')
+          if #head == 0 then break end
+          if redis.call('HGET', job_prefix .. head[1], 'status') == 'deferred' then
+            local score = tonumber(head[2])
+            if best == nil or score < best_score then best, best_score, best_line = head[1], score, lines[i] end
+            break
+          end
+          redis.call('ZREM', lines[i], head[1])
+        end
+      end
     end
+    if best == nil then return end
+    redis.call('ZREM', best_line, best)
+    local job = job_prefix .. best
+    redis.call('ZADD', slots, expiry, best)
+    redis.call('HINCRBY', hash, 'n:acquired', 1)
+    started(hash, now)
+    redis.call('ZREM', jk[1], best)
+    redis.call('HSET', job, 'status', 'queued')
+    redis.call('HDEL', job, 'ready_at')
+    redis.call('ZADD', jk[2], now, best)
+    redis.call('HINCRBY', jk[3], 'deferred', -1)
+    redis.call('HINCRBY', jk[3], 'queued', 1)
+    out[#out + 1] = best
   end
 end
 """
 
-# KEYS: slots, account hash, waiters. ARGV: job_id, max_concurrency, expiry_s, now_s, rank ('' = none), job_key_prefix
+_ADMISSION = _HELD + _GATE + _ADMIT
+
+# KEYS: slots, account hash, the four lines. ARGV: job_id, max_concurrency, expiry_s, now_s, rank ('' = none),
+# job_key_prefix, family index (1..4 in FAMS), predictive ('1'/''), ramp rate, jitter_s
 # -> 1 acquired (or already held: ZADD refreshes, so a redelivery never takes two slots; a slot handed over by
-#    `admit` is taken this way), 0 full, -1 disabled, -2 cooling, -3 held (see _HELD), -4 the free slots belong to
-#    waiters ranked before this job (it waits in line). The account's state is checked here too, so a cooldown
-#    written by another worker a moment ago is honoured even when the caller's snapshot was older.
+#    `admit` is taken this way, unless the job's family was closed meanwhile: then it is given back, -5), 0 full,
+#    -1 disabled, -2 cooling (the account, or the job's model family), -3 held (see _HELD), -4 the free slots
+#    belong to waiters ranked before this job (it waits in line), -5 reserved, -6 ramping (see _GATE). The
+#    account's state is checked here too, so a cooldown written by another worker a moment ago is honoured even
+#    when the caller's snapshot was older.
 ACQUIRE = (
-    _HELD
+    _ADMISSION
     + """
+local now, max = tonumber(ARGV[4]), tonumber(ARGV[2])
+local fam, predictive, rate = FAMS[tonumber(ARGV[7])], ARGV[8] == '1', tonumber(ARGV[9])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4])
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  local others = redis.call('ZCARD', KEYS[1]) - 1
+  local closed = fam ~= '-' and (tonumber(redis.call('HGET', KEYS[2], 'cd:' .. fam) or '0') or 0) > now
+  if closed or reserved(KEYS[2], others, now, fam, predictive) then
+    redis.call('ZREM', KEYS[1], ARGV[1])
+    return -5
+  end
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
   return 1
 end
-if redis.call('HGET', KEYS[2], 'state') == 'disabled' then return -1 end
-local until_s = tonumber(redis.call('HGET', KEYS[2], 'cooldown_until') or '0') or 0
-if until_s > tonumber(ARGV[4]) then return -2 end
 local n = redis.call('ZCARD', KEYS[1])
-local free = tonumber(ARGV[2]) - n
-if free <= 0 then return 0 end
-if held(KEYS[2], n, tonumber(ARGV[4])) then return -3 end
+local g = gate(KEYS[2], n, max, now, fam, predictive, rate, ARGV[10])
+if g ~= 1 then return g end
 if ARGV[5] ~= '' then
-  -- Waiters still deferred and ranked strictly before this job have first call on the free slots.
-  local ahead, offset = 0, 0
-  while ahead < free do
-    local e = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[5], 'LIMIT', offset, 1)
-    if #e == 0 then break end
-    if e[1] == ARGV[1] then
-      offset = offset + 1
-    elseif redis.call('HGET', ARGV[6] .. e[1], 'status') == 'deferred' then
-      ahead = ahead + 1
-      offset = offset + 1
-    else
-      redis.call('ZREM', KEYS[3], e[1])
+  -- Waiters still deferred, ranked strictly before this job, in a line the account admits now, have first call on
+  -- the free slots.
+  local free, ahead = max - n, 0
+  for i = 1, 4 do
+    if ahead >= free then break end
+    if i == 1 or gate(KEYS[2], n, max, now, FAMS[i], predictive, rate, ARGV[10]) == 1 then
+      local offset = 0
+      while ahead < free do
+        local e = redis.call('ZRANGEBYSCORE', KEYS[2 + i], '-inf', '(' .. ARGV[5], 'LIMIT', offset, 1)
+        if #e == 0 then break end
+        if e[1] == ARGV[1] then
+          offset = offset + 1
+        elseif redis.call('HGET', ARGV[6] .. e[1], 'status') == 'deferred' then
+          ahead = ahead + 1
+          offset = offset + 1
+        else
+          redis.call('ZREM', KEYS[2 + i], e[1])
+        end
+      end
     end
   end
   if ahead >= free then return -4 end
 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[2 + tonumber(ARGV[7])], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'n:acquired', 1)
+started(KEYS[2], now)
 return 1
 """
 )
 
-# KEYS: slots, waiters, account hash, deferred, queued, counts. ARGV: job_id, job_key_prefix, now_s,
-# max_concurrency, expiry_s
+# KEYS: slots, account hash, the four lines, deferred, queued, counts. ARGV: job_id, job_key_prefix, now_s,
+# max_concurrency, expiry_s, predictive, ramp rate, jitter_s
 # Frees the job's slot, then hands the free slots to the best waiters still `deferred` (`admit`) -> their ids, now
 # queued: the caller sends their messages. A cooling or disabled account admits nobody.
 RELEASE = (
-    _HELD
-    + _ADMIT
+    _ADMISSION
     + """
 redis.call('ZREM', KEYS[1], ARGV[1])
 local out = {}
-admit(KEYS[2], KEYS[1], KEYS[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[3]), ARGV[2], {KEYS[4], KEYS[5], KEYS[6]},
-      out)
+admit({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], KEYS[2], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[3]), ARGV[2],
+      {KEYS[7], KEYS[8], KEYS[9]}, {ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]}, out)
 return out
 """
 )
 
-# KEYS: slots, waiters, account hash, deferred, queued, counts. ARGV: job_key_prefix, now_s, max_concurrency,
-# expiry_s
+# KEYS: slots, account hash, the four lines, deferred, queued, counts. ARGV: job_key_prefix, now_s,
+# max_concurrency, expiry_s, predictive, ramp rate, jitter_s
 # The promoter's pass over an account: hand its free slots to its best waiters (after a cooldown ends, a hold
-# lifts, or a slot expired) -> their ids, now queued: the caller sends their messages.
+# lifts, a window resets, or a slot expired) -> their ids, now queued: the caller sends their messages.
 ADMIT = (
-    _HELD
-    + _ADMIT
+    _ADMISSION
     + """
 local out = {}
-admit(KEYS[2], KEYS[1], KEYS[3], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[2]), ARGV[1], {KEYS[4], KEYS[5], KEYS[6]},
-      out)
+admit({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], KEYS[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[2]), ARGV[1],
+      {KEYS[7], KEYS[8], KEYS[9]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
 return out
 """
 )
 
-# KEYS: account hash. ARGV: until_s, reason
-# Cooling never shortens a cooldown already in place (a later reset seen by another worker wins).
-COOL = """
-local current = tonumber(redis.call('HGET', KEYS[1], 'cooldown_until') or '0') or 0
+# KEYS: account hash. ARGV: until_s, reason, jitter_s, family ('' = the whole account)
+# Cooling never shortens a cooldown already in place (a later reset seen by another worker wins). A family's cooldown
+# (`cd:<family>`, a 429 on that model family's own window) holds back only that family's jobs. The ramp starts when
+# the cooldown ends.
+COOL = (
+    _HELD
+    + _GATE
+    + """
+local field, why = 'cooldown_until', 'cooldown_reason'
+if ARGV[4] ~= '' then field, why = 'cd:' .. ARGV[4], 'cd_why:' .. ARGV[4] end
+local current = tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0
 local new = tonumber(ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'n:cooled', 1)
 if new <= current then return 0 end
-redis.call('HSET', KEYS[1], 'cooldown_until', ARGV[1], 'cooldown_reason', ARGV[2])
+redis.call('HSET', KEYS[1], field, ARGV[1], why, ARGV[2])
+ramp_from(KEYS[1], new, ARGV[3])
 return 1
 """
+)
 
 # KEYS: account hash. ARGV: state, warn_window
 # A rate-limit signal sets ok/warning but never overwrites `disabled` (only an operator enables).
@@ -155,35 +256,41 @@ redis.call('HSET', KEYS[1], 'state', ARGV[1], 'warn_window', ARGV[2])
 return 1
 """
 
-# KEYS: deferred, queued, counts, then per account: waiters, slots, account hash. ARGV: job_id, rank,
-# job_key_prefix, now_s, expiry_s, then per account: max_concurrency
-# Puts a deferred job in each account's waiting line at its rank (a job already in line keeps its place), then lets
-# each account admit: a slot may have been released between the caller's failed acquire and this call, or the
-# caller yielded to better-ranked waiters that nobody has promoted yet. -> the ids handed a slot, now queued: the
-# caller sends their messages (its own job among them when it is first in line for a free slot).
+# KEYS: deferred, queued, counts, then per account: slots, account hash, the four lines. ARGV: job_id, rank,
+# job_key_prefix, now_s, expiry_s, family index (1..4), predictive, jitter_s, then per account: max_concurrency, ramp
+# rate
+# Puts a deferred job in its family's waiting line of each account at its rank (a job already in line keeps its
+# place), then lets each account admit: a slot may have been released between the caller's failed acquire and this
+# call, or the caller yielded to better-ranked waiters that nobody has promoted yet. -> the ids handed a slot, now
+# queued: the caller sends their messages (its own job among them when it is first in line for a free slot).
 ADD_WAITER = (
-    _HELD
-    + _ADMIT
+    _ADMISSION
     + """
 local out = {}
-local n = (#KEYS - 3) / 3
+local n = (#KEYS - 3) / 6
 if redis.call('HGET', ARGV[3] .. ARGV[1], 'status') ~= 'deferred' then return out end
+local fi = tonumber(ARGV[6])
 for i = 0, n - 1 do
-  redis.call('ZADD', KEYS[4 + 3 * i], 'NX', ARGV[2], ARGV[1])
+  redis.call('ZADD', KEYS[3 + 6 * i + 2 + fi], 'NX', ARGV[2], ARGV[1])
 end
 for i = 0, n - 1 do
-  admit(KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i], tonumber(ARGV[6 + i]), ARGV[5], tonumber(ARGV[4]),
-        ARGV[3], {KEYS[1], KEYS[2], KEYS[3]}, out)
+  local b = 3 + 6 * i
+  admit({KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]}, KEYS[b + 1], KEYS[b + 2], tonumber(ARGV[9 + 2 * i]),
+        ARGV[5], tonumber(ARGV[4]), ARGV[3], {KEYS[1], KEYS[2], KEYS[3]},
+        {ARGV[7] == '1', tonumber(ARGV[10 + 2 * i]), ARGV[8]}, out)
 end
 return out
 """
 )
 
-# KEYS: account hash. ARGV: now_s, base_s, cap_s, reason
+# KEYS: account hash. ARGV: now_s, base_s, cap_s, reason, jitter_s
 # A 429 that said nothing about when to come back: cool for base * 2^(n-1) s (at most cap), n = rejections in a row
 # without a success in between (`bo_n`; a success clears it). Never shortens a cooldown already in place.
 # -> {until_s as a string, n}
-BACKOFF = """
+BACKOFF = (
+    _HELD
+    + _GATE
+    + """
 local n = redis.call('HINCRBY', KEYS[1], 'bo_n', 1)
 local wait = math.min(tonumber(ARGV[3]), tonumber(ARGV[2]) * 2 ^ (n - 1))
 local new = tonumber(ARGV[1]) + wait
@@ -191,9 +298,11 @@ local current = tonumber(redis.call('HGET', KEYS[1], 'cooldown_until') or '0') o
 redis.call('HINCRBY', KEYS[1], 'n:cooled', 1)
 if new > current then
   redis.call('HSET', KEYS[1], 'cooldown_until', tostring(new), 'cooldown_reason', ARGV[4] .. ' (' .. wait .. ' s)')
+  ramp_from(KEYS[1], new, ARGV[5])
 end
 return {tostring(new), n}
 """
+)
 
 # KEYS: account hash. ARGV: rq_rem, rq_reset, rq_lim, tk_rem, tk_reset, tk_lim, tk_est, success ('' = not given)
 # The readings behind admission (see _HELD). Responses arrive out of order: a reading for a later reset replaces the
@@ -218,3 +327,47 @@ if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'tk_est', ARGV[7]) end
 if ARGV[8] == '1' then redis.call('HDEL', KEYS[1], 'bo_n') end
 return 1
 """
+
+# KEYS: account hash. ARGV: jitter_s, then per window: name, utilization, reset_s, ceiling, family ('-' = every job)
+# The utilization readings behind window-aware admission (see _GATE). Responses arrive out of order: a reading for a
+# later reset replaces the stored one (a new window; what one request adds, `est`, carries over); for the same reset
+# the larger utilization wins, and its rise over the stored one is a sample of what one request adds (est: the mean
+# of the last sample and the previous est); an older window's reading is dropped. A window at or over its ceiling
+# starts the ramp at its reset.
+RECORD_UTIL = (
+    _HELD
+    + _GATE
+    + """
+local names = redis.call('HGET', KEYS[1], 'pws') or ''
+for i = 2, #ARGV, 5 do
+  local w, u, reset, ceil, fam = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
+  local old = redis.call('HGET', KEYS[1], 'pu:' .. w)
+  local ou, oreset, oest = nil, 0, 0
+  if old then
+    local a, b, c = string.match(old, '^(%S+) (%S+) (%S+)')
+    ou, oreset, oest = tonumber(a), tonumber(b) or 0, tonumber(c) or 0
+  end
+  local value = nil
+  if not old or reset > oreset + 0.5 then
+    value = {u, reset, oest}
+  elseif reset >= oreset - 0.5 then
+    local est = oest
+    if ou and u > ou + 1e-9 then
+      local sample = u - ou
+      if est > 0 then est = (est + sample) / 2 else est = sample end
+    end
+    value = {math.max(u, ou or 0), oreset, est}
+  end
+  if value then
+    redis.call('HSET', KEYS[1], 'pu:' .. w,
+      string.format('%.6g %.3f %.6g %s %s', value[1], value[2], value[3], ceil, fam))
+    if not string.find(' ' .. names .. ' ', ' ' .. w .. ' ', 1, true) then
+      names = names == '' and w or (names .. ' ' .. w)
+      redis.call('HSET', KEYS[1], 'pws', names)
+    end
+    if value[1] >= tonumber(ceil) - 1e-9 then ramp_from(KEYS[1], value[2], ARGV[1]) end
+  end
+end
+return 1
+"""
+)

@@ -14,10 +14,15 @@ The account hash `keys.account(name)` holds:
   rq_rem, rq_reset, rq_lim  the last `requests-remaining` the API reported, its window's reset (epoch s), its limit
   tk_rem, tk_reset, tk_lim  the same for the tightest token family; tk_est: tokens one request takes, about
   bo_n             429s without a hint in a row (adaptive backoff); a success clears it
+  pws, pu:<window> the windows reporting a utilization, each "utilization reset est ceiling family" (window-aware
+                   admission: docs/architecture.md#window-aware-admission)
+  cd:<family>, cd_why:<family>  a model family's cooldown (a 429 on its own window) and why
+  ramp_at, ramp_j, ramp_last    when the last cooldown or reservation ended, the ramp's jitter, the last start since
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -30,7 +35,28 @@ from claudeq import account_scripts
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
-from claudeq.models import AccountState, AccountStateName, WindowInfo
+from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
+
+#: Model families with waiting lines and windows of their own (`-`: a job for no particular family, and the windows
+#: that apply to every job). Order matters: the scripts index it.
+FAMILIES: tuple[str, ...] = ("-", "opus", "sonnet", "haiku")
+
+
+def model_family(model: str | None) -> str:
+    """The family of a job's model (`opus`, `sonnet`, `haiku`), `-` for the default model or any other."""
+    if not model:
+        return "-"
+    lowered = model.lower()
+    return next((family for family in FAMILIES[1:] if family in lowered), "-")
+
+
+def window_family(window: str) -> str:
+    """The model family a window applies to: `seven_day_opus` -> `opus`; `-` for windows every job counts against."""
+    if window.startswith("seven_day_"):
+        suffix = window[len("seven_day_") :]
+        if suffix in FAMILIES:
+            return suffix
+    return "-"
 
 
 def _epoch(value: datetime) -> float:
@@ -49,10 +75,16 @@ def _from_epoch(value: str | None) -> datetime | None:
 class AccountStore:
     """Reads and writes account state and slots in Redis; every multi-step change is one Lua script."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, pool: AccountPool) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, pool: AccountPool, *, predictive: bool = True, jitter_s: float = 0.0
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.pool = pool
+        #: Window-aware admission predicts from each window's utilization per request (docs/architecture.md).
+        self.predictive = predictive
+        #: Each ramp after a cooldown or reservation waits a random 0..jitter_s s before its first start.
+        self.jitter_s = jitter_s
         self._acquire = client.register_script(account_scripts.ACQUIRE)
         self._release = client.register_script(account_scripts.RELEASE)
         self._cool = client.register_script(account_scripts.COOL)
@@ -61,6 +93,7 @@ class AccountStore:
         self._admit = client.register_script(account_scripts.ADMIT)
         self._backoff = client.register_script(account_scripts.BACKOFF)
         self._record_limits = client.register_script(account_scripts.RECORD_LIMITS)
+        self._record_util = client.register_script(account_scripts.RECORD_UTIL)
 
     def config(self, name: str) -> AccountConfig:
         """The configured account `name`; UnknownAccount otherwise."""
@@ -92,7 +125,7 @@ class AccountStore:
         for i, account in enumerate(self.pool.accounts):
             raw = {text(k): text(v) for k, v in replies[2 * i].items()}
             slots: list[tuple[Any, float]] = replies[2 * i + 1]
-            state = parse_state(account, raw, slots_in_use=len(slots), now=now)
+            state = parse_state(account, raw, slots_in_use=len(slots), now=now, predictive=self.predictive)
             first_free = datetime.fromtimestamp(min(s for _, s in slots), UTC) if slots else None
             out.append((state, first_free))
         return out
@@ -113,21 +146,41 @@ class AccountStore:
         return [a.name for a, score in zip(self.pool.accounts, scores, strict=True) if score and float(score) > now]
 
     def waiters(self, name: str) -> list[str]:
-        """Job ids waiting for a slot on `name`, first in line first (best rank: priority, then age)."""
-        return [text(m) for m in self.redis.zrange(self.keys.account_waiters(name), 0, -1)]
+        """Job ids waiting for a slot on `name`, first in line first (best rank: priority, then age), all families."""
+        pipe = self.redis.pipeline(transaction=False)
+        for family in FAMILIES:
+            pipe.zrange(self.keys.account_waiters(name, family), 0, -1, withscores=True)
+        rows = [(float(score), text(member)) for reply in pipe.execute() for member, score in reply]
+        return [member for _, member in sorted(rows)]
 
-    # ---- the semaphore and its waiting line --------------------------------------------------------------------
+    # ---- the semaphore and its waiting lines -------------------------------------------------------------------
+
+    def _lines(self, name: str) -> list[str]:
+        return [self.keys.account_waiters(name, family) for family in FAMILIES]
+
+    def _job_keys(self) -> list[str]:
+        return [self.keys.deferred, self.keys.queued, self.keys.status_counts]
+
+    def _jitter(self) -> str:
+        return repr(round(random.uniform(0.0, self.jitter_s), 3)) if self.jitter_s > 0 else "0"
 
     def try_acquire(
-        self, name: str, job_id: str, ttl_s: float, now: float | None = None, rank: float | None = None
+        self,
+        name: str,
+        job_id: str,
+        ttl_s: float,
+        now: float | None = None,
+        rank: float | None = None,
+        family: str = "-",
     ) -> int:
-        """Take a slot on `name` for `job_id`: 1 acquired (or already held, e.g. handed over by a release), 0 full,
-        -1 disabled, -2 cooling, -3 held (what the API said is left is spoken for by the runs in flight), -4 the
-        free slots belong to waiters ranked before `rank` (None: no waiting line is consulted)."""
+        """Take a slot on `name` for a job of model `family`: 1 acquired (or already held, e.g. handed over by a
+        release), 0 full, -1 disabled, -2 cooling (the account or the family), -3 held (what the API said is left is
+        spoken for by the runs in flight), -4 the free slots belong to waiters ranked before `rank` (None: no waiting
+        line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping."""
         account = self.config(name)
         now = time.time() if now is None else now
         result = self._acquire(
-            keys=[self.keys.account_slots(name), self.keys.account(name), self.keys.account_waiters(name)],
+            keys=[self.keys.account_slots(name), self.keys.account(name), *self._lines(name)],
             args=[
                 job_id,
                 account.max_concurrency,
@@ -135,6 +188,10 @@ class AccountStore:
                 repr(now),
                 "" if rank is None else repr(rank),
                 self.keys.job(""),
+                FAMILIES.index(family) + 1,
+                "1" if self.predictive else "",
+                repr(account.ramp_starts_per_s),
+                self._jitter(),
             ],
         )
         return int(result)
@@ -144,22 +201,23 @@ class AccountStore:
         now = time.time() if now is None else now
         return bool(self.redis.zadd(self.keys.account_slots(name), {job_id: now + ttl_s}, xx=True, ch=True))
 
-    def _job_keys(self) -> list[str]:
-        return [self.keys.deferred, self.keys.queued, self.keys.status_counts]
-
     def release(self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
         ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
         account = self.config(name)
         now = time.time() if now is None else now
         admitted = self._release(
-            keys=[
-                self.keys.account_slots(name),
-                self.keys.account_waiters(name),
-                self.keys.account(name),
-                *self._job_keys(),
+            keys=[self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()],
+            args=[
+                job_id,
+                self.keys.job(""),
+                repr(now),
+                account.max_concurrency,
+                repr(now + ttl_s),
+                "1" if self.predictive else "",
+                repr(account.ramp_starts_per_s),
+                self._jitter(),
             ],
-            args=[job_id, self.keys.job(""), repr(now), account.max_concurrency, repr(now + ttl_s)],
         )
         return [text(j) for j in admitted]
 
@@ -168,41 +226,51 @@ class AccountStore:
         account = self.config(name)
         now = time.time() if now is None else now
         admitted = self._admit(
-            keys=[
-                self.keys.account_slots(name),
-                self.keys.account_waiters(name),
-                self.keys.account(name),
-                *self._job_keys(),
+            keys=[self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()],
+            args=[
+                self.keys.job(""),
+                repr(now),
+                account.max_concurrency,
+                repr(now + ttl_s),
+                "1" if self.predictive else "",
+                repr(account.ramp_starts_per_s),
+                self._jitter(),
             ],
-            args=[self.keys.job(""), repr(now), account.max_concurrency, repr(now + ttl_s)],
         )
         return [text(j) for j in admitted]
 
     def add_waiter(
-        self, names: Iterable[str], job_id: str, rank: float, ttl_s: float = 15.0, now: float | None = None
+        self,
+        names: Iterable[str],
+        job_id: str,
+        rank: float,
+        ttl_s: float = 15.0,
+        now: float | None = None,
+        family: str = "-",
     ) -> list[str]:
-        """Put a deferred job in the waiting line of each of `names` at `rank` (a job already in a line keeps its
-        place), then let each account admit its best waiters into its free slots. Returns the ids admitted (now
-        `queued`, each holding a slot): the caller sends their messages. `job_id` itself is among them when it is
-        first in line for a slot that is free right now."""
+        """Put a deferred job in its family's waiting line of each of `names` at `rank` (a job already in a line
+        keeps its place), then let each account admit its best waiters into its free slots. Returns the ids admitted
+        (now `queued`, each holding a slot): the caller sends their messages. `job_id` itself is among them when it
+        is first in line for a slot that is free right now."""
         now = time.time() if now is None else now
         accounts = [self.config(name) for name in names]
         if not accounts:
             return []
         keys = self._job_keys()
+        per_account: list[str | int] = []
         for account in accounts:
-            keys += [
-                self.keys.account_waiters(account.name),
-                self.keys.account_slots(account.name),
-                self.keys.account(account.name),
-            ]
+            keys += [self.keys.account_slots(account.name), self.keys.account(account.name), *self._lines(account.name)]
+            per_account += [account.max_concurrency, repr(account.ramp_starts_per_s)]
         args: list[str | int] = [
             job_id,
             repr(rank),
             self.keys.job(""),
             repr(now),
             repr(now + ttl_s),
-            *(a.max_concurrency for a in accounts),
+            FAMILIES.index(family) + 1,
+            "1" if self.predictive else "",
+            self._jitter(),
+            *per_account,
         ]
         return [text(j) for j in self._add_waiter(keys=keys, args=args)]
 
@@ -239,7 +307,9 @@ class AccountStore:
 
     def backoff(self, name: str, now: float, base_s: float, cap_s: float, reason: str) -> tuple[datetime, int]:
         """Cool after a 429 without a hint: base * 2^(n-1) s, at most cap, n the rejections in a row."""
-        until, n = self._backoff(keys=[self.keys.account(name)], args=[repr(now), repr(base_s), repr(cap_s), reason])
+        until, n = self._backoff(
+            keys=[self.keys.account(name)], args=[repr(now), repr(base_s), repr(cap_s), reason, self._jitter()]
+        )
         return datetime.fromtimestamp(float(text(until)), UTC), int(n)
 
     def set_warning(self, name: str, window: str | None) -> None:
@@ -250,14 +320,29 @@ class AccountStore:
         """Back to `ok` after an `allowed` signal (unless disabled)."""
         self._set_state_unless_disabled(name, "ok", warn_window="")
 
-    def cool(self, name: str, until: datetime, reason: str) -> bool:
-        """Cool until `until` (never shortens a longer cooldown); True when the cooldown was extended."""
-        return bool(self._cool(keys=[self.keys.account(name)], args=[repr(_epoch(until)), reason]))
+    def cool(self, name: str, until: datetime, reason: str, family: str = "-") -> bool:
+        """Cool until `until` (never shortens a longer cooldown); True when the cooldown was extended. A model
+        `family` other than `-` cools only that family's jobs on the account."""
+        args = [repr(_epoch(until)), reason, self._jitter(), "" if family == "-" else family]
+        return bool(self._cool(keys=[self.keys.account(name)], args=args))
+
+    def record_utilization(self, name: str, readings: list[tuple[str, float, float]]) -> None:
+        """Store (window, utilization, reset epoch s) readings of one response, with the account's ceiling for each
+        window: what window-aware admission decides on."""
+        account = self.config(name)
+        args: list[str] = [self._jitter()]
+        for window, utilization, reset in readings:
+            args += [window, repr(utilization), repr(reset), repr(account.ceiling(window)), window_family(window)]
+        if len(args) > 1:
+            self._record_util(keys=[self.keys.account(name)], args=args)
 
     def clear_cooldown(self, name: str) -> None:
-        """End a cooldown now (operator)."""
+        """End a cooldown now, the model families' too (operator)."""
         self.config(name)
-        self.redis.hdel(self.keys.account(name), "cooldown_until", "cooldown_reason")
+        fields = ["cooldown_until", "cooldown_reason"]
+        for family in FAMILIES[1:]:
+            fields += [f"cd:{family}", f"cd_why:{family}"]
+        self.redis.hdel(self.keys.account(name), *fields)
 
     def disable(self, name: str, reason: str) -> None:
         """Disable: no new run goes to the account until it is enabled."""
@@ -285,8 +370,11 @@ class AccountStore:
         self._set_state(keys=[self.keys.account(name)], args=[state, warn_window])
 
 
-def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: int, now: float) -> AccountState:
-    """Build the effective AccountState from the stored hash: an expired cooldown or warning reads as `ok`."""
+def parse_state(
+    account: AccountConfig, raw: dict[str, str], *, slots_in_use: int, now: float, predictive: bool = True
+) -> AccountState:
+    """Build the effective AccountState from the stored hash: an expired cooldown or warning reads as `ok`; an
+    account with a window at its ceiling (one that applies to every job) reads as `reserved`."""
     windows: dict[str, WindowInfo] = {}
     counters: dict[str, int] = {}
     for field, value in raw.items():
@@ -302,6 +390,12 @@ def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: in
                 continue
     cooldown_until = _from_epoch(raw.get("cooldown_until"))
     cooling = cooldown_until is not None and cooldown_until.timestamp() > now
+    kept = reservations(raw, slots_in_use, now, predictive)
+    family_cooldowns = {
+        family: until
+        for family in FAMILIES[1:]
+        if (until := _from_epoch(raw.get(f"cd:{family}"))) is not None and until.timestamp() > now
+    }
     stored = raw.get("state", "ok")
     state: AccountStateName
     reason: str | None = None
@@ -309,6 +403,13 @@ def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: in
         state, reason = "disabled", raw.get("disabled_reason") or None
     elif cooling:
         state, reason = "cooling", raw.get("cooldown_reason") or None
+    elif general := [r for r in kept if r.family == "-" and not r.predicted]:
+        first = max(general, key=lambda r: r.until)
+        state = "reserved"
+        reason = (
+            f"{first.window} utilization {first.utilization:.2f} at its ceiling {first.ceiling:.2f} "
+            f"until {first.until.isoformat()}"
+        )
     elif stored == "warning" and _warning_live(windows.get(raw.get("warn_window", "")), now):
         window = raw.get("warn_window", "")
         state = "warning"
@@ -324,11 +425,46 @@ def parse_state(account: AccountConfig, raw: dict[str, str], *, slots_in_use: in
         cooldown_until=cooldown_until if cooling else None,
         held_until=hold[0] if hold else None,
         held_reason=hold[1] if hold else None,
+        reservations=kept,
+        family_cooldowns=family_cooldowns,
         windows=windows,
         slots_in_use=slots_in_use,
         max_concurrency=account.max_concurrency,
         counters=counters,
     )
+
+
+def reservations(raw: dict[str, str], slots_in_use: int, now: float, predictive: bool = True) -> list[Reservation]:
+    """The windows keeping new runs off the account (the `reserved` rule of account_scripts' _GATE, in Python).
+
+    A window that has not reset is at its ceiling (utilization >= ceiling), or, predictive, would likely pass it
+    with the runs in flight and one more: utilization + (n + 1) * est > ceiling, est being what one request added.
+    """
+    out: list[Reservation] = []
+    for window in raw.get("pws", "").split():
+        parts = raw.get(f"pu:{window}", "").split()
+        if len(parts) != 5:
+            continue
+        try:
+            utilization, reset, est, ceiling = (float(p) for p in parts[:4])
+        except ValueError:
+            continue
+        if reset <= now:
+            continue
+        hit = utilization >= ceiling - 1e-9
+        predicted = not hit and predictive and est > 0 and utilization + (slots_in_use + 1) * est > ceiling + 1e-9
+        if hit or predicted:
+            out.append(
+                Reservation(
+                    window=window,
+                    family=parts[4],
+                    until=datetime.fromtimestamp(reset, UTC),
+                    utilization=utilization,
+                    ceiling=ceiling,
+                    predicted=predicted,
+                )
+            )
+    return out
 
 
 def _reading_args(reading: tuple[int, float, int | None] | None) -> tuple[str, str, str]:

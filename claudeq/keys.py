@@ -87,9 +87,12 @@ class Keys:
         """Sorted set: job id -> slot lease expiry (epoch s); the per-account semaphore."""
         return f"{self.prefix}acct:{name}:slots"
 
-    def account_waiters(self, name: str) -> str:
-        """Sorted set: deferred job id -> time it began waiting (epoch s); a released slot pops the oldest."""
-        return f"{self.prefix}acct:{name}:waiters"
+    def account_waiters(self, name: str, family: str = "-") -> str:
+        """Sorted set: the account's waiting line for jobs of one model family (`-`: no particular family): deferred
+        job id -> rank (lower first); a released slot goes to the best-ranked one."""
+        if family == "-":
+            return f"{self.prefix}acct:{name}:waiters"
+        return f"{self.prefix}acct:{name}:waiters:{family}"
 
     def account_reserved(self, name: str) -> str:
         """Hash: job id -> dollars reserved by the account's run in flight (its `max_budget_usd`) while capped."""

@@ -306,7 +306,7 @@ class Event(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
-AccountStateName = Literal["ok", "warning", "cooling", "disabled"]
+AccountStateName = Literal["ok", "warning", "cooling", "reserved", "disabled"]
 
 
 class WindowInfo(BaseModel):
@@ -328,6 +328,20 @@ class WindowInfo(BaseModel):
     surpassed_threshold: float | None = None  # unified windows: the warning threshold the API said was passed
 
 
+class Reservation(BaseModel):
+    """A window that keeps new runs off an account until it resets (window-aware admission).
+
+    `predicted`: not at the ceiling yet, but the runs in flight and one more would likely take it past.
+    """
+
+    window: str
+    family: str = "-"  # the model family held back (`-`: every job)
+    until: Timestamp
+    utilization: float
+    ceiling: float
+    predicted: bool = False
+
+
 class AccountState(BaseModel):
     """What Redis holds about an account (no secret ever)."""
 
@@ -339,6 +353,10 @@ class AccountState(BaseModel):
     #: in flight (requests or tokens), and the window resets then (admission before exhaustion).
     held_until: Timestamp | None = None
     held_reason: str | None = None
+    #: Windows at (or, predicted, about to pass) their ceiling; a family's own window holds back only its jobs.
+    reservations: list[Reservation] = Field(default_factory=list)
+    #: Model families cooling on this account (a 429 on a family's own window) -> until when.
+    family_cooldowns: dict[str, Timestamp] = Field(default_factory=dict)
     windows: dict[str, WindowInfo] = Field(default_factory=dict)
     slots_in_use: int = 0
     max_concurrency: int = 1

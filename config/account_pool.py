@@ -18,6 +18,7 @@ from claudeq.errors import ConfigError
 
 AccountKind = Literal["oauth", "api_key"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_WINDOW = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 
 class AccountConfig(BaseModel):
@@ -37,6 +38,21 @@ class AccountConfig(BaseModel):
     )
     weight: float = Field(default=1.0, gt=0, description="Relative share of work; higher gets more.")
     models: list[str] = Field(default_factory=list, description="Models this account may run; empty = any.")
+    utilization_ceiling: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Take no new run once a window's reported utilization reaches this (headroom for people).",
+    )
+    ceilings: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ceiling per window (five_hour, seven_day, seven_day_opus, …); others use utilization_ceiling.",
+    )
+    ramp_starts_per_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="After a cooldown or reservation ends, at most this many runs start per second (0: no ramp).",
+    )
     max_cost_usd_per_hour: float | None = Field(
         default=None, gt=0, description="Spend cap per calendar hour (UTC) of the runs on this account."
     )
@@ -50,6 +66,11 @@ class AccountConfig(BaseModel):
             raise ValueError("name must be 1-63 letters, digits, '_', '.', '-' and start with a letter or digit")
         if (self.token_env is None) == (self.token_file is None):
             raise ValueError("set exactly one of token_env or token_file (never the token itself)")
+        for window, ceiling in self.ceilings.items():
+            if not _WINDOW.match(window):
+                raise ValueError(f"ceilings: {window!r} is not a window name (five_hour, seven_day, seven_day_opus, …)")
+            if not 0 < ceiling <= 1:
+                raise ValueError(f"ceilings.{window} must be above 0 and at most 1")
         if self.config_dir is not None and self.max_concurrency > 1:
             # Concurrent CLIs sharing one config dir corrupt its .claude.json (claude-code #29051, #28829).
             raise ValueError("an account with config_dir runs one job at a time: set max_concurrency = 1")
@@ -85,6 +106,10 @@ class AccountConfig(BaseModel):
     def capped(self) -> bool:
         """Whether the account has a spend cap."""
         return self.max_cost_usd_per_hour is not None or self.max_cost_usd_per_day is not None
+
+    def ceiling(self, window: str) -> float:
+        """The utilization at which the account takes no new run on `window` (its family's, else the account's)."""
+        return self.ceilings.get(window, self.utilization_ceiling)
 
     def allows_model(self, model: str | None) -> bool:
         """Whether a job asking for `model` (None = the default) may run on this account."""

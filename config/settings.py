@@ -179,6 +179,17 @@ class Settings(BaseSettings):
     rate_limit_backoff_s: float = Field(
         default=2.0, gt=0, description="First cooldown after a 429 without a hint; doubles while 429s repeat."
     )
+    ramp_jitter_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="When a cooldown or reservation ends, each account's first start waits a random 0..this "
+        "many seconds, so accounts that reset together do not all start at once.",
+    )
+    predictive_admission: bool = Field(
+        default=True,
+        description="Hold an account back when the runs in flight would likely take a window's reported "
+        "utilization past its ceiling (one request each, at what one request added so far).",
+    )
     passthrough: bool = Field(
         default=True,
         description="Runs talk to the model service through the worker's loopback pass-through (rate-limit "

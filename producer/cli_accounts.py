@@ -108,7 +108,22 @@ def _left(state: AccountState, windows: tuple[str, ...], now: datetime) -> str:
     return min(shown)[1] if shown else "-"
 
 
-_STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "disabled": "red"}
+_STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "reserved": "magenta", "disabled": "red"}
+
+
+def _reserved(state: AccountState, now: datetime) -> list[str]:
+    """One line per window keeping runs off the account, and per model family cooling: which, until when."""
+    lines = []
+    for r in state.reservations:
+        who = "every job" if r.family == "-" else f"{r.family} jobs"
+        why = "predicted to pass" if r.predicted else "at"
+        lines.append(
+            f"{who}: {r.window} {r.utilization:.2f} {why} ceiling {r.ceiling:.2f}, until {r.until.isoformat()} "
+            f"({_relative(r.until, now)})"
+        )
+    for family, until in state.family_cooldowns.items():
+        lines.append(f"{family} jobs: cooling until {until.isoformat()} ({_relative(until, now)})")
+    return lines
 
 
 def _show(store: AccountStore, as_json: bool) -> None:
@@ -123,6 +138,7 @@ def _show(store: AccountStore, as_json: bool) -> None:
     kinds = {a.name: a.kind for a in store.pool.accounts}
     table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization")
     limits = Table("name", "requests left", "tokens left", "holding back")
+    reserved = Table("name", "held back")
     for s in states:
         style = _STYLE.get(s.state, "")
         table.add_row(
@@ -138,7 +154,12 @@ def _show(store: AccountStore, as_json: bool) -> None:
         if (requests, tokens) != ("-", "-") or s.held_until is not None:
             held = f"until {_relative(s.held_until, now)}: {s.held_reason}" if s.held_until is not None else "-"
             limits.add_row(s.name, requests, tokens, held)
+        for line in _reserved(s, now):
+            reserved.add_row(s.name, line)
     out.print(table)
+    if reserved.row_count:
+        # Window-aware admission: windows at (or predicted to pass) their ceiling, model families cooling.
+        out.print(reserved)
     if limits.row_count:
         # What the API said is left (API-key accounts, read from response headers by the workers' pass-through).
         out.print(limits)

@@ -150,7 +150,7 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-_STATE_STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "disabled": "red"}
+_STATE_STYLE = {"ok": "green", "warning": "yellow", "cooling": "cyan", "reserved": "magenta", "disabled": "red"}
 _STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 
 

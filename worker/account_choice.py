@@ -41,6 +41,23 @@ class AccountView:
         """Every slot is taken."""
         return self.state.slots_in_use >= self.config.max_concurrency
 
+    def reserved_until(self, now: datetime, family: str) -> tuple[datetime, bool] | None:
+        """End of what keeps runs of model `family` off the account — a window at its ceiling or predicted to pass
+        it, or the family's own cooldown — and whether it is only a prediction (it lifts when a run in flight ends);
+        None when nothing does."""
+        ends: list[tuple[datetime, bool]] = [
+            (r.until, r.predicted)
+            for r in self.state.reservations
+            if r.until > now and (r.family == "-" or r.family == family)
+        ]
+        cooling = self.state.family_cooldowns.get(family)
+        if cooling is not None and cooling > now:
+            ends.append((cooling, False))
+        if not ends:
+            return None
+        hard = [at for at, predicted in ends if not predicted]
+        return (max(hard), False) if hard else (max(at for at, _ in ends), True)
+
 
 @dataclass(frozen=True)
 class NoAccount:
@@ -79,8 +96,10 @@ def choose(
     pin: str | None,
     now: datetime,
     exclude: Collection[str] = frozenset(),
+    family: str = "-",
 ) -> list[AccountConfig] | NoAccount:
-    """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can)."""
+    """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can). `family` is
+    the job's model family: windows and cooldowns of other families do not hold it back."""
     if not accounts:
         return NoAccount(now, "no accounts are configured", [], permanent=True)
     pool = list(enumerate(accounts))
@@ -103,24 +122,36 @@ def choose(
     ready = [
         (i, a)
         for i, a in live
-        if a.name not in exclude and a.cooling_until(now) is None and a.held_until(now) is None and not a.full()
+        if a.name not in exclude
+        and a.cooling_until(now) is None
+        and a.held_until(now) is None
+        and a.reserved_until(now, family) is None
+        and not a.full()
     ]
     if ready:
         ready.sort(key=lambda item: _order(item[1], item[0], now))
         return [a.config for _, a in ready]
-    return _wait(live, now, exclude)
+    return _wait(live, now, exclude, family)
 
 
-def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collection[str]) -> NoAccount:
+def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collection[str], family: str) -> NoAccount:
     """When the soonest of the live accounts may take the job."""
     free_at: list[tuple[datetime, int, str, bool]] = []
-    cooling = full = excluded = held = 0
+    cooling = full = excluded = held = reserved = 0
     for index, view in live:
         until = view.cooling_until(now)
         hold = view.held_until(now)
+        reservation = view.reserved_until(now, family)
         if until is not None:
             cooling += 1
             at = until
+        elif reservation is not None:
+            reserved += 1
+            # At its ceiling: until the window resets (the waiting line admits the job then). Predicted only: a run
+            # in flight ending may lift it earlier (its release admits a waiter).
+            at, predicted = reservation
+            if predicted:
+                at = min(at, view.next_slot_free_at or at)
         elif hold is not None:
             held += 1
             # A run in flight ending frees its share earlier (its release promotes a waiter); the reset is the bound.
@@ -141,6 +172,8 @@ def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collectio
         parts.append(f"{cooling} cooling")
     if held:
         parts.append(f"{held} holding back (rate-limit headroom used up until the window resets)")
+    if reserved:
+        parts.append(f"{reserved} reserved (a window at or near its utilization ceiling until it resets)")
     if full:
         parts.append(f"{full} at max concurrency")
     if excluded:

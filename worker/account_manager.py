@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from claudeq.account_state import AccountStore
+from claudeq.account_state import AccountStore, model_family, window_family
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
@@ -32,8 +32,11 @@ log = logging.getLogger("claudeq.accounts")
 
 #: How often acquire re-reads state after losing every slot race before it reports NoAccount.
 _ACQUIRE_ROUNDS = 3
-#: try_acquire's answer when the free slots belong to better-ranked waiters.
+#: try_acquire's answers: the free slots belong to better-ranked waiters; a window at (or predicted past) its
+#: ceiling; starts paced after a reset.
 _IN_LINE = -4
+_RESERVED = -5
+_RAMPING = -6
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class AccountManager:
     def __init__(self, settings: Settings, redis: redis.Redis, keys: Keys, pool: AccountPool | None = None) -> None:
         self.settings = settings
         self.pool = pool if pool is not None else settings.accounts
-        self.store = AccountStore(redis, keys, self.pool)
+        self.store = AccountStore(
+            redis, keys, self.pool, predictive=settings.predictive_admission, jitter_s=settings.ramp_jitter_s
+        )
         self.tenants = settings.tenants
         self.tenant_store = TenantStore(redis, keys, self.tenants)
         #: The pass-through reads every response's headers: 429s are acted on there (`record_response`), so a
@@ -129,10 +134,12 @@ class AccountManager:
         """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
         over: dict[str, OverBudget] = {}
         reserved: set[str] = set()
+        family = model_family(spec.model)
+        ttl = self.settings.lease_ttl_s
         for name in self.store.held_by(job_id):
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second; so
-            # does a waiter a release handed a slot to.
-            if name not in exclude and self.store.try_acquire(name, job_id, self.settings.lease_ttl_s) == 1:
+            # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
+            if name not in exclude and self.store.try_acquire(name, job_id, ttl, family=family) == 1:
                 held = self._budgeted(self.store.config(name), job_id, tenant, want)
                 if isinstance(held, OverBudget):
                     over[name] = held
@@ -146,7 +153,12 @@ class AccountManager:
             now = time.time()
             views = self._views(now, tenant.accounts)
             decision = choose(
-                views, model=spec.model, pin=spec.account, now=_dt(now), exclude=exclude | set(over) | reserved
+                views,
+                model=spec.model,
+                pin=spec.account,
+                now=_dt(now),
+                exclude=exclude | set(over) | reserved,
+                family=family,
             )
             if isinstance(decision, NoAccount):
                 if reserved and not decision.permanent:
@@ -158,10 +170,11 @@ class AccountManager:
                     return self._over_budget(f"account {first[0]!r}", tenant, first[1])
                 return decision
             in_line = []
+            ramping: list[str] = []
             for account in decision:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot.
-                got = self.store.try_acquire(account.name, job_id, self.settings.lease_ttl_s, now, rank)
+                got = self.store.try_acquire(account.name, job_id, ttl, now, rank, family)
                 if got == 1:
                     lease = self._budgeted(account, job_id, tenant, want)
                     if isinstance(lease, OverBudget):
@@ -171,11 +184,17 @@ class AccountManager:
                         reserved.add(account.name)
                         continue
                     return lease
-                if got == _IN_LINE:
+                if got in (_IN_LINE, _RESERVED):
                     in_line.append(account.name)
-            if in_line and len(in_line) == len(decision):
-                break  # every free slot is spoken for by better-ranked waiters: no use racing again
+                elif got == _RAMPING:
+                    ramping.append(account.name)
+            if len(in_line) + len(ramping) == len(decision):
+                break  # no use racing again: every free slot is spoken for, or starts are being paced
         names = [a.name for a in decision] if isinstance(decision, list) else []
+        if ramping and not in_line:
+            # Just out of a cooldown or a reservation: starts are paced; the next one is due within a second or so.
+            soon = _dt(time.time() + 1.0 / max(0.1, min(self.store.config(n).ramp_starts_per_s for n in ramping)))
+            return NoAccount(soon, f"starts on {', '.join(ramping)} are ramping up after a reset", names, cooldown=True)
         if in_line:
             # Our turn comes through the waiting line (a release or the promoter's pass hands us a slot); the ready
             # time is only the fallback should every worker miss it.
@@ -229,11 +248,11 @@ class AccountManager:
         if self.tenant_store.wait(config, job_id, score):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
-    def add_waiter(self, accounts: list[str], job_id: str, rank: float) -> list[str]:
-        """A deferred job waits in line for a slot on these accounts; returns the jobs admitted into a free slot
-        right away (already `queued`, holding it; maybe this very job): send their messages."""
+    def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = None) -> list[str]:
+        """A deferred job (of `model`) waits in line for a slot on these accounts; returns the jobs admitted into a
+        free slot right away (already `queued`, holding it; maybe this very job): send their messages."""
         names = [a for a in accounts if self.pool.get(a) is not None]
-        admitted = self.store.add_waiter(names, job_id, rank, self.settings.lease_ttl_s)
+        admitted = self.store.add_waiter(names, job_id, rank, self.settings.lease_ttl_s, family=model_family(model))
         if job_id in admitted:
             log.info("job %s: a slot was free when it joined the line; it is due now", job_id)
         return admitted
@@ -276,7 +295,8 @@ class AccountManager:
             else:
                 until = _dt(now + self.settings.rate_limit_cooldown_s)
                 reason = f"rate limited on {window} (no reset given); cooling {self.settings.rate_limit_cooldown_s:g} s"
-            self._cool(account, until, reason)
+            # A model family's own window (seven_day_opus) holds back only that family's jobs on the account.
+            self._cool(account, until, reason, window_family(window))
         elif signal.status == "allowed_warning":
             self.store.incr(account, "warnings")
             self.store.set_warning(account, window)
@@ -306,14 +326,23 @@ class AccountManager:
                 success=success,
             )
         self._unified_state(account, facts)
+        readings = [
+            (name, info.utilization, info.resets_at.timestamp())
+            for name, info in facts.windows.items()
+            if info.utilization is not None and info.resets_at is not None
+        ]
+        if readings:
+            self.store.record_utilization(account, readings)
         if not facts.rejected:
             return None
         self.store.incr(account, "rejected")
         hint = facts.until()
         if hint is not None:
             until, said = hint
-            reason = f"429: {said}, cooling until {until.isoformat()}"
-            self._cool(account, until, reason)
+            family = _rejected_family(facts)
+            scope = "" if family == "-" else f" ({family} jobs only)"
+            reason = f"429: {said}, cooling until {until.isoformat()}{scope}"
+            self._cool(account, until, reason, family)
             return LimitHint(until, said)
         base = min(self.settings.rate_limit_backoff_s, self.settings.rate_limit_cooldown_s)
         until, n = self.store.backoff(
@@ -402,8 +431,8 @@ class AccountManager:
 
     # ---- internals -------------------------------------------------------------------------------------------
 
-    def _cool(self, account: str, until: datetime, reason: str) -> None:
-        if self.store.cool(account, until, reason):
+    def _cool(self, account: str, until: datetime, reason: str, family: str = "-") -> None:
+        if self.store.cool(account, until, reason, family):
             log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
 
     def _views(self, now: float, allowed: list[str] | None = None) -> list[AccountView]:
@@ -413,6 +442,15 @@ class AccountManager:
             for state, first_free in self.store.snapshot(now)
             if allowed is None or state.name in allowed
         ]
+
+
+def _rejected_family(facts: LimitFacts) -> str:
+    """The model family a 429 is about: when every window the API reports rejected is one family's own
+    (seven_day_opus), only that family's jobs are held back; `-` (the whole account) otherwise."""
+    rejected = {window_family(name) for name, info in facts.windows.items() if info.status == "rejected"}
+    if len(rejected) == 1 and facts.retry_after_s is None:
+        return rejected.pop()
+    return "-"
 
 
 def _reading(facts: LimitFacts, window: str) -> tuple[int, float, int | None] | None:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 #: Every job status, so each `claudeq_jobs{status}` series exists (as 0) from the first scrape.
 JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "deferred", "running", "succeeded", "failed", "cancelled")
 #: Every account state, so `claudeq_account_state{state}` is a full one-hot set per account.
-ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "disabled")
+ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "reserved", "disabled")
 DEFAULT_PORT = 9809  # workers use 9808 (.env.example); also claudeq.producer.cli.EXPORTER_PORT
 
 
@@ -131,7 +131,7 @@ class ClusterCollector(Collector):
     def _accounts(self) -> list[Metric]:
         state = GaugeMetricFamily(
             "claudeq_account_state",
-            "1 for the account's current state (ok|warning|cooling|disabled), 0 for the others.",
+            "1 for the account's current state (ok|warning|cooling|reserved|disabled), 0 for the others.",
             labels=["account", "state"],
         )
         cooldown = GaugeMetricFamily(
@@ -164,8 +164,20 @@ class ClusterCollector(Collector):
         )
         held = GaugeMetricFamily(
             "claudeq_account_held",
-            "1 while the account holds new runs back: what the API said is left is spoken for by the runs in flight.",
+            "1 while the account holds new runs back: what the API said is left is spoken for by the runs in flight, "
+            "or they would likely take a window past its ceiling.",
             labels=["account"],
+        )
+        ceiling = GaugeMetricFamily(
+            "claudeq_account_ceiling_ratio",
+            "The utilization ceiling of a window (the account's utilization_ceiling or its [ceilings] entry).",
+            labels=["account", "window"],
+        )
+        reserved = GaugeMetricFamily(
+            "claudeq_account_reserved_seconds",
+            "Seconds until a window at its utilization ceiling resets (the account, or for a model family's own "
+            "window that family, takes no new run until then); absent when none is.",
+            labels=["account", "window"],
         )
         now = self.now()
         for account in self.accounts.states(now):
@@ -173,9 +185,12 @@ class ClusterCollector(Collector):
                 state.add_metric([account.name, name], 1 if account.state == name else 0)
             until = account.cooldown_until.timestamp() if account.cooldown_until else 0.0
             cooldown.add_metric([account.name], max(0.0, until - now))
+            config = self.accounts.pool.get(account.name)
             for window, info in account.windows.items():
                 if info.utilization is not None:
                     utilization.add_metric([account.name, window], info.utilization)
+                    if config is not None:
+                        ceiling.add_metric([account.name, window], config.ceiling(window))
                 if info.remaining is not None:
                     remaining.add_metric([account.name, window], info.remaining)
                 if info.limit is not None:
@@ -184,8 +199,12 @@ class ClusterCollector(Collector):
                     resets.add_metric([account.name, window], max(0.0, info.resets_at.timestamp() - now))
             slots.add_metric([account.name], account.slots_in_use)
             limit.add_metric([account.name], account.max_concurrency)
-            held.add_metric([account.name], 1 if account.held_until is not None else 0)
-        return [state, cooldown, utilization, slots, limit, remaining, window_limit, resets, held]
+            predicted = any(r.predicted for r in account.reservations)
+            held.add_metric([account.name], 1 if account.held_until is not None or predicted else 0)
+            for r in account.reservations:
+                if not r.predicted:
+                    reserved.add_metric([account.name, r.window], max(0.0, r.until.timestamp() - now))
+        return [state, cooldown, utilization, slots, limit, remaining, window_limit, resets, held, ceiling, reserved]
 
     def _tenants(self) -> list[Metric]:
         in_flight = GaugeMetricFamily(

@@ -355,7 +355,9 @@ class DeliveryHandler:
             return "lost"
         if accounts:
             try:
-                admitted = await asyncio.to_thread(self.accounts.add_waiter, accounts, d.job_id, await self._rank(d))
+                admitted = await asyncio.to_thread(
+                    self.accounts.add_waiter, accounts, d.job_id, await self._rank(d), d.record.spec.model
+                )
             except Exception:
                 log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
                 admitted = []

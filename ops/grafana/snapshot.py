@@ -297,9 +297,13 @@ def draw_values(ax: Axes, panel: dict[str, Any], series: list[Series], unit: str
         value = fmt_value(s.last, unit) if not panel["title"].startswith("Account state") else s.name.split(": ")[-1]
         name = s.name if not panel["title"].startswith("Account state") else s.name.split(": ")[0]
         if panel["title"].startswith("Account state"):
-            colour = {"ok": "#73bf69", "warning": "#f2cc0c", "cooling": "#5794f2", "disabled": "#f2495c"}.get(
-                value, colour
-            )
+            colour = {
+                "ok": "#73bf69",
+                "warning": "#f2cc0c",
+                "cooling": "#5794f2",
+                "reserved": "#b877d9",
+                "disabled": "#f2495c",
+            }.get(value, colour)
         ax.text(
             cx,
             cy + 0.06,

@@ -26,7 +26,9 @@ from claudeq.worker.exporter import ClusterCollector
 NOW = 1_800_000_000.0
 POOL = AccountPool(
     accounts=[
-        AccountConfig(name="alpha", kind="oauth", token_env="TOKEN_ALPHA", max_concurrency=3),
+        AccountConfig(
+            name="alpha", kind="oauth", token_env="TOKEN_ALPHA", max_concurrency=3, ceilings={"five_hour": 0.8}
+        ),
         AccountConfig(name="beta", kind="api_key", token_env="TOKEN_BETA"),
     ]
 )
@@ -127,7 +129,7 @@ def test_deferred_count_and_earliest_ready(
 def _state(registry: CollectorRegistry, account: str) -> str:
     on = [
         s
-        for s in ("ok", "warning", "cooling", "disabled")
+        for s in ("ok", "warning", "cooling", "reserved", "disabled")
         if registry.get_sample_value("claudeq_account_state", {"account": account, "state": s}) == 1
     ]
     assert len(on) == 1, on
@@ -167,6 +169,33 @@ def test_utilization_per_window_and_warning_state(
     assert registry.get_sample_value(util, {"account": "alpha", "window": "five_hour"}) == pytest.approx(0.91)
     assert registry.get_sample_value(util, {"account": "alpha", "window": "seven_day"}) == pytest.approx(0.4)
     assert _state(registry, "alpha") == "warning"
+
+
+def test_reserved_accounts_their_windows_and_ceilings(
+    collector: ClusterCollector, fake_redis: fakeredis.FakeRedis, keys: Keys
+) -> None:
+    window = {"status": "allowed", "utilization": 0.85, "resets_at": NOW + 30}
+    fake_redis.hset(keys.account("alpha"), "w:five_hour", json.dumps(window))
+    fake_redis.hset(keys.account("alpha"), mapping={"pws": "five_hour", "pu:five_hour": f"0.85 {NOW + 30} 0 0.8 -"})
+    fake_redis.hset(keys.account("beta"), "w:seven_day_opus", json.dumps({**window, "utilization": 0.5}))
+    fake_redis.hset(
+        keys.account("beta"),
+        mapping={"pws": "seven_day_opus", "pu:seven_day_opus": f"0.5 {NOW + 30} 0.2 1 opus"},
+    )
+    registry = scrape(collector)
+    assert _state(registry, "alpha") == "reserved"
+    assert (
+        registry.get_sample_value("claudeq_account_reserved_seconds", {"account": "alpha", "window": "five_hour"}) == 30
+    )
+    assert (
+        registry.get_sample_value("claudeq_account_ceiling_ratio", {"account": "alpha", "window": "five_hour"}) == 0.8
+    )
+    # Predicted only (0.5 + 1 * 0.2 is under 1): beta is ok, not held, nothing reserved.
+    assert _state(registry, "beta") == "ok"
+    assert registry.get_sample_value("claudeq_account_held", {"account": "beta"}) == 0
+    assert (
+        registry.get_sample_value("claudeq_account_ceiling_ratio", {"account": "beta", "window": "seven_day_opus"}) == 1
+    )
 
 
 def test_remaining_limits_resets_and_holds_per_account(

@@ -126,7 +126,7 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
-    def add_waiter(self, accounts: list[str], job_id: str, rank: float) -> list[str]:
+    def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = None) -> list[str]:
         self.waiters.append((accounts, job_id))
         return []
 
