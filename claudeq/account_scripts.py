@@ -31,8 +31,11 @@ end
 # utilization (`pws` lists them): a new run of model family `fam` ('-' = a job for no particular family) is refused
 # while a window that applies to it (family '-' applies to every job, `opus` only to opus jobs) has not reset and
 #   utilization >= ceiling                              (reserved: the ceiling is reached), or, predictive,
-#   utilization + (n + 1) * est > ceiling               (the n runs in flight and this one would likely pass it;
-#                                                        est = what one request added to that window so far).
+#   n > 0 and utilization + (n + 1) * est > ceiling     (the n runs in flight and this one would likely pass it;
+#                                                        est = what one request added to that window so far, or
+#                                                        before any rise was seen, utilization / k, the k readings
+#                                                        of this window: every use counted as ours, an upper bound).
+# With nothing in flight a run below the ceiling always may start: a wrong estimate never holds an account for good.
 # `cd:<fam>` is a cooldown of one model family (a 429 on its own window). The ramp: once a cooldown or a
 # reservation ends (`ramp_at`, plus `ramp_j` s of jitter), at most `rate` runs start per second until every slot
 # could have started (`ramp_last` = the last start).
@@ -45,11 +48,12 @@ local function reserved(hash, n, now, fam, predictive)
   for w in string.gmatch(names, '%S+') do
     local v = redis.call('HGET', hash, 'pu:' .. w)
     if v then
-      local u, reset, est, ceil, wf = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
-      u, reset, est, ceil = tonumber(u), tonumber(reset), tonumber(est), tonumber(ceil)
-      if u and reset and est and ceil and reset > now and (wf == '-' or wf == fam) then
+      local u, reset, est, ceil, wf, k = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+      u, reset, est, ceil, k = tonumber(u), tonumber(reset), tonumber(est), tonumber(ceil), tonumber(k)
+      if u and reset and est and ceil and k and reset > now and (wf == '-' or wf == fam) then
+        if est <= 0 and k > 0 then est = u / k end
         local hit = u >= ceil - 1e-9
-        if not hit and predictive and est > 0 then hit = u + (n + 1) * est > ceil + 1e-9 end
+        if not hit and predictive and n > 0 and est > 0 then hit = u + (n + 1) * est > ceil + 1e-9 end
         if hit and (not best or reset > best) then best = reset end
       end
     end
@@ -330,9 +334,10 @@ return 1
 
 # KEYS: account hash. ARGV: jitter_s, then per window: name, utilization, reset_s, ceiling, family ('-' = every job)
 # The utilization readings behind window-aware admission (see _GATE). Responses arrive out of order: a reading for a
-# later reset replaces the stored one (a new window; what one request adds, `est`, carries over); for the same reset
-# the larger utilization wins, and its rise over the stored one is a sample of what one request adds (est: the mean
-# of the last sample and the previous est); an older window's reading is dropped. A window at or over its ceiling
+# later reset replaces the stored one (a new window; what one request adds, `est`, carries over; k = 1 reading); for
+# the same reset the larger utilization wins, k counts the readings, and a rise over the stored utilization is a
+# sample of what one request adds (est: the mean of the last sample and the previous est); an older window's
+# reading is dropped. A window at or over its ceiling
 # starts the ramp at its reset.
 RECORD_UTIL = (
     _HELD
@@ -342,25 +347,25 @@ local names = redis.call('HGET', KEYS[1], 'pws') or ''
 for i = 2, #ARGV, 5 do
   local w, u, reset, ceil, fam = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
   local old = redis.call('HGET', KEYS[1], 'pu:' .. w)
-  local ou, oreset, oest = nil, 0, 0
+  local ou, oreset, oest, ok = nil, 0, 0, 0
   if old then
-    local a, b, c = string.match(old, '^(%S+) (%S+) (%S+)')
-    ou, oreset, oest = tonumber(a), tonumber(b) or 0, tonumber(c) or 0
+    local a, b, c, d = string.match(old, '^(%S+) (%S+) (%S+) %S+ %S+ (%S+)')
+    ou, oreset, oest, ok = tonumber(a), tonumber(b) or 0, tonumber(c) or 0, tonumber(d) or 0
   end
   local value = nil
   if not old or reset > oreset + 0.5 then
-    value = {u, reset, oest}
+    value = {u, reset, oest, 1}
   elseif reset >= oreset - 0.5 then
     local est = oest
     if ou and u > ou + 1e-9 then
       local sample = u - ou
       if est > 0 then est = (est + sample) / 2 else est = sample end
     end
-    value = {math.max(u, ou or 0), oreset, est}
+    value = {math.max(u, ou or 0), oreset, est, ok + 1}
   end
   if value then
     redis.call('HSET', KEYS[1], 'pu:' .. w,
-      string.format('%.6g %.3f %.6g %s %s', value[1], value[2], value[3], ceil, fam))
+      string.format('%.6g %.3f %.6g %s %s %d', value[1], value[2], value[3], ceil, fam, value[4]))
     if not string.find(' ' .. names .. ' ', ' ' .. w .. ' ', 1, true) then
       names = names == '' and w or (names .. ' ' .. w)
       redis.call('HSET', KEYS[1], 'pws', names)

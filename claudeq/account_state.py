@@ -14,7 +14,7 @@ The account hash `keys.account(name)` holds:
   rq_rem, rq_reset, rq_lim  the last `requests-remaining` the API reported, its window's reset (epoch s), its limit
   tk_rem, tk_reset, tk_lim  the same for the tightest token family; tk_est: tokens one request takes, about
   bo_n             429s without a hint in a row (adaptive backoff); a success clears it
-  pws, pu:<window> the windows reporting a utilization, each "utilization reset est ceiling family" (window-aware
+  pws, pu:<window> the windows reporting a utilization, each "utilization reset est ceiling family k" (window-aware
                    admission: docs/architecture.md#window-aware-admission)
   cd:<family>, cd_why:<family>  a model family's cooldown (a 429 on its own window) and why
   ramp_at, ramp_j, ramp_last    when the last cooldown or reservation ended, the ramp's jitter, the last start since
@@ -438,21 +438,25 @@ def reservations(raw: dict[str, str], slots_in_use: int, now: float, predictive:
     """The windows keeping new runs off the account (the `reserved` rule of account_scripts' _GATE, in Python).
 
     A window that has not reset is at its ceiling (utilization >= ceiling), or, predictive, would likely pass it
-    with the runs in flight and one more: utilization + (n + 1) * est > ceiling, est being what one request added.
+    with the n > 0 runs in flight and one more: utilization + (n + 1) * est > ceiling, est being what one request
+    added (before any rise was seen: utilization / the readings of this window).
     """
     out: list[Reservation] = []
     for window in raw.get("pws", "").split():
         parts = raw.get(f"pu:{window}", "").split()
-        if len(parts) != 5:
+        if len(parts) != 6:
             continue
         try:
-            utilization, reset, est, ceiling = (float(p) for p in parts[:4])
+            utilization, reset, est, ceiling, readings = (float(p) for p in (*parts[:4], parts[5]))
         except ValueError:
             continue
         if reset <= now:
             continue
+        if est <= 0 and readings > 0:
+            est = utilization / readings  # no rise seen yet: every use of the window counted as ours
         hit = utilization >= ceiling - 1e-9
-        predicted = not hit and predictive and est > 0 and utilization + (slots_in_use + 1) * est > ceiling + 1e-9
+        n = slots_in_use
+        predicted = not hit and predictive and n > 0 and est > 0 and utilization + (n + 1) * est > ceiling + 1e-9
         if hit or predicted:
             out.append(
                 Reservation(

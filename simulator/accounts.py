@@ -23,7 +23,11 @@ CLAIMS: dict[str, str] = {
     "7d": "seven_day",
     "7d_oi": "seven_day_overage_included",
     "overage": "overage",
+    "7d_opus": "seven_day_opus",
+    "7d_sonnet": "seven_day_sonnet",
 }
+# Model-family windows: only requests for a model whose id contains the family's name count against them.
+MODEL_FAMILY_WINDOWS: dict[str, str] = {"7d_opus": "opus", "7d_sonnet": "sonnet"}
 
 UNIFIED = "anthropic-ratelimit-unified"
 
@@ -132,21 +136,40 @@ class Account:
     windows: list[Window] = field(default_factory=list)
     cache: PromptCache = field(default_factory=PromptCache)
 
-    def admit(self, now: float) -> Window | None:
-        """Count a request against every window; return the blocking window instead if one is exhausted."""
-        for w in self.windows:
+    def applicable(self, model: str | None) -> list[Window]:
+        """The windows a request for `model` counts against: every window but other model families' own."""
+        name = (model or "").lower()
+        return [
+            w
+            for w in self.windows
+            if w.config.family not in MODEL_FAMILY_WINDOWS or MODEL_FAMILY_WINDOWS[w.config.family] in name
+        ]
+
+    def admit(self, now: float, model: str | None = None) -> Window | None:
+        """Count a request for `model` against every window it applies to; return the blocking window instead if
+        one of them is exhausted."""
+        windows = self.applicable(model)
+        for w in windows:
             w.roll(now)
-        blocking = [w for w in self.windows if w.exhausted()]
+        blocking = [w for w in windows if w.exhausted()]
         if blocking:
             # Blocked until the last of the exhausted windows resets.
             return max(blocking, key=lambda w: w.reset_at(now))
-        for w in self.windows:
+        for w in windows:
             w.requests += 1
         return None
 
-    def add_tokens(self, tokens: int) -> None:
-        """Charge tokens to every window."""
-        for w in self.windows:
+    def utilization_before(self, now: float, model: str | None = None) -> dict[str, float]:
+        """Utilization per window (CLI name) a request for `model` finds before it is counted."""
+        out = {}
+        for w in self.applicable(model):
+            w.roll(now)
+            out[CLAIMS[w.config.family]] = round(w.utilization(), 4)
+        return out
+
+    def add_tokens(self, tokens: int, model: str | None = None) -> None:
+        """Charge tokens to every window a request for `model` counts against."""
+        for w in self.applicable(model) if model is not None else self.windows:
             w.tokens += tokens
 
     def _representative(self, now: float) -> Window | None:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-WindowFamily = Literal["5h", "7d", "7d_oi", "overage"]
+WindowFamily = Literal["5h", "7d", "7d_oi", "overage", "7d_opus", "7d_sonnet"]
 AccountKind = Literal["oauth", "api_key"]
 
 
@@ -80,7 +80,8 @@ class WindowConfig(_Strict):
     """One rate-limit window of an account.
 
     A window of any length is reported to the CLI under one of the families it knows (`5h`, `7d`, `7d_oi`,
-    `overage`) with its own reset time, so a 60 s window can stand in for the 5-hour one.
+    `overage`) with its own reset time, so a 60 s window can stand in for the 5-hour one. The model-family weekly
+    windows (`7d_opus`, `7d_sonnet`) count and refuse only requests for a model of that family.
     """
 
     family: WindowFamily = Field("5h", description="Header family the window is reported under.")

@@ -247,7 +247,8 @@ class Simulator:
         if status is not None:
             stats.errors_injected += 1
             raise self._injected_error(status, account, now, steering)
-        blocking = account.admit(now)
+        entry["utilization_before"] = account.utilization_before(now, req.model)
+        blocking = account.admit(now, req.model)
         if blocking is not None:
             stats.rejected += 1
             entry["outcome"] = "rejected"
@@ -321,7 +322,7 @@ class Simulator:
         def bill(part: Usage) -> None:
             self.stats.bill(account.name, session_id, part, title)
             if not title:
-                account.add_tokens(part.total())
+                account.add_tokens(part.total(), req.model)
 
         headers = {**rate_headers, "request-id": request_id}
         if not req.stream:

@@ -58,6 +58,7 @@ class SimAccount:
     kind: str = "oauth"
     max_concurrency: int = 2
     token: str = ""
+    toml: str = ""  # more lines of the account's table in the accounts file (e.g. ceilings)
 
     @property
     def token_value(self) -> str:
@@ -82,6 +83,7 @@ def write_accounts_toml(path: Path, accounts: list[SimAccount], base_url: str) -
             f'token_env = "{account.token_env}"',
             f"max_concurrency = {account.max_concurrency}",
             f'base_url = "{base_url}"',
+            *([account.toml] if account.toml else []),
             "",
         ]
     path.write_text("\n".join(lines))

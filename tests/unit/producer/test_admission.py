@@ -60,7 +60,7 @@ def test_families() -> None:
 def test_a_window_at_its_ceiling_reserves_the_account_until_it_resets(store: AccountStore) -> None:
     now = time.time()
     reset = now + 100
-    store.record_utilization("a", [("five_hour", 0.79, reset), ("seven_day", 0.5, now + 5000)])
+    store.record_utilization("a", [("five_hour", 0.79, reset), ("seven_day", 0.01, now + 5000)])
     assert store.try_acquire("a", "j1", 10, now=now) == 1
     store.record_utilization("a", [("five_hour", 0.8, reset)])  # five_hour's own ceiling: 0.8
     assert store.try_acquire("a", "j2", 10, now=now) == -5
@@ -79,6 +79,7 @@ def test_a_window_at_its_ceiling_reserves_the_account_until_it_resets(store: Acc
 
 def test_a_model_family_window_holds_back_only_that_family(store: AccountStore) -> None:
     now = time.time()
+    store.record_utilization("b", [("seven_day", 0.2, now + 100)])
     store.record_utilization("b", [("seven_day_opus", 1.0, now + 100), ("seven_day", 0.3, now + 100)])
     assert store.try_acquire("b", "opus-job", 10, now=now, family="opus") == -5
     assert store.try_acquire("b", "sonnet-job", 10, now=now, family="sonnet") == 1
@@ -107,7 +108,7 @@ def test_predictive_admission_stops_before_the_runs_in_flight_would_pass_the_cei
     store.record_utilization("b", [("five_hour", 0.5, reset)])
     assert store.try_acquire("b", "j1", 10, now=now) == 1  # 0.5 + 1 * 0.25 <= 1
     assert store.try_acquire("b", "j2", 10, now=now) == 1  # 0.5 + 2 * 0.25 = 1: the window's last request
-    store.redis.hset(KEYS.account("b"), "pu:five_hour", f"0.5 {reset} 0.25 1 -")
+    store.redis.hset(KEYS.account("b"), "pu:five_hour", f"0.5 {reset} 0.25 1 - 2")
     assert store.state("b", now=now).reservations[0].predicted  # and one more would pass it
     store.release("b", "j1", now=now)
     store.record_utilization("b", [("five_hour", 0.75, reset)])  # j1's request
@@ -194,3 +195,22 @@ def test_a_handed_slot_is_given_back_when_its_family_closed_meanwhile(
     store.record_utilization("b", [("seven_day_opus", 1.0, now + 100)])
     assert store.try_acquire("b", "opus-1", 10, now=now, family="opus") == -5
     assert store.slot_holders("b", now=now) == {}
+
+
+def test_before_any_rise_each_reading_of_the_window_counts_as_one_of_ours(store: AccountStore) -> None:
+    now = time.time()
+    store.record_utilization("a", [("five_hour", 0.25, now + 100)])  # one reading: one request took 0.25
+    assert store.try_acquire("a", "j1", 10, now=now) == 1  # nothing in flight: a run below the ceiling may start
+    assert store.try_acquire("a", "j2", 10, now=now) == 1  # 0.25 + 2 * 0.25 = 0.75 <= five_hour's ceiling 0.8
+    assert store.try_acquire("a", "j3", 10, now=now) == -5  # 0.25 + 3 * 0.25 > 0.8
+    # A human's use before ours makes the estimate too high, but never holds an idle account: with nothing in flight
+    # a run below the ceiling starts, and its reading gives a real rise.
+    store.release("a", "j1", now=now)
+    store.release("a", "j2", now=now)
+    store.record_utilization("b", [("five_hour", 0.6, now + 100)])
+    assert store.try_acquire("b", "k1", 10, now=now) == 1
+    assert store.try_acquire("b", "k2", 10, now=now) == -5
+    store.release("b", "k1", now=now)
+    store.record_utilization("b", [("five_hour", 0.61, now + 100)])
+    assert store.try_acquire("b", "k1", 10, now=now) == 1
+    assert store.try_acquire("b", "k2", 10, now=now) == 1  # 0.61 + 2 * 0.01

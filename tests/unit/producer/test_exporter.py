@@ -176,11 +176,11 @@ def test_reserved_accounts_their_windows_and_ceilings(
 ) -> None:
     window = {"status": "allowed", "utilization": 0.85, "resets_at": NOW + 30}
     fake_redis.hset(keys.account("alpha"), "w:five_hour", json.dumps(window))
-    fake_redis.hset(keys.account("alpha"), mapping={"pws": "five_hour", "pu:five_hour": f"0.85 {NOW + 30} 0 0.8 -"})
+    fake_redis.hset(keys.account("alpha"), mapping={"pws": "five_hour", "pu:five_hour": f"0.85 {NOW + 30} 0 0.8 - 1"})
     fake_redis.hset(keys.account("beta"), "w:seven_day_opus", json.dumps({**window, "utilization": 0.5}))
     fake_redis.hset(
         keys.account("beta"),
-        mapping={"pws": "seven_day_opus", "pu:seven_day_opus": f"0.5 {NOW + 30} 0.2 1 opus"},
+        mapping={"pws": "seven_day_opus", "pu:seven_day_opus": f"0.5 {NOW + 30} 0.2 1 opus 1"},
     )
     registry = scrape(collector)
     assert _state(registry, "alpha") == "reserved"

@@ -142,3 +142,23 @@ def test_config_refuses_two_windows_of_one_family() -> None:
         SimConfig.model_validate(
             {"accounts": [{"name": "x", "token": "t", "windows": [{"family": "5h"}, {"family": "5h"}]}]}
         )
+
+
+def test_a_model_family_window_counts_and_refuses_only_that_family() -> None:
+    acct = account(
+        WindowConfig(family="5h", length_s=60, requests=10), WindowConfig(family="7d_opus", length_s=600, requests=1)
+    )
+    assert acct.utilization_before(NOW, "claude-opus-4-1") == {"five_hour": 0.0, "seven_day_opus": 0.0}
+    assert acct.admit(NOW, "claude-opus-4-1") is None
+    blocking = acct.admit(NOW + 1, "claude-opus-4-1")
+    assert blocking is not None
+    err = acct.rejection(blocking, NOW + 1)
+    assert err.headers[f"{UNIFIED}-representative-claim"] == "seven_day_opus"
+    assert err.headers[f"{UNIFIED}-7d_opus-status"] == "rejected"
+    assert err.headers[f"{UNIFIED}-reset"] == str(int(NOW + 600))
+    # Sonnet (and the default model) keep going, and never count against the opus window.
+    assert acct.admit(NOW + 2, "claude-sonnet-4-5") is None
+    assert acct.admit(NOW + 3, None) is None
+    assert acct.utilization_before(NOW + 4, "sonnet") == {"five_hour": 0.3}
+    # Every answer reports the family window's utilization.
+    assert acct.allowed_headers(NOW + 4)[f"{UNIFIED}-7d_opus-utilization"] == "1.0"
