@@ -145,6 +145,11 @@ def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collectio
         if until is not None:
             cooling += 1
             at = until
+        elif hold is not None:
+            held += 1
+            # A run in flight ending frees its share earlier (its release promotes a waiter); the reset is the bound.
+            until = hold
+            at = min(hold, view.next_slot_free_at or hold)
         elif reservation is not None:
             reserved += 1
             # At its ceiling: until the window resets (the waiting line admits the job then). Predicted only: a run
@@ -152,11 +157,6 @@ def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collectio
             at, predicted = reservation
             if predicted:
                 at = min(at, view.next_slot_free_at or at)
-        elif hold is not None:
-            held += 1
-            # A run in flight ending frees its share earlier (its release promotes a waiter); the reset is the bound.
-            until = hold
-            at = min(hold, view.next_slot_free_at or hold)
         elif view.full():
             full += 1
             # A slot released earlier than its expiry promotes a waiter anyway; the expiry is the latest bound.
