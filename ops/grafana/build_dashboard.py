@@ -189,7 +189,8 @@ def panels() -> list[dict[str, Any]]:
             "stat",
             (0, 41, 8, 8),
             [target("max by (account, state) (claudeq_account_state) == 1", "{{account}}: {{state}}", instant=True)],
-            description="ok / warning (chosen last) / cooling (rate limited) / disabled (e.g. 401).",
+            description="ok / warning (chosen last) / cooling (rate limited) / reserved (a window at its utilization "
+            "ceiling) / disabled (e.g. 401).",
             extra={"options": {"textMode": "name", "colorMode": "background"}},
         ),
         panel(
@@ -228,12 +229,38 @@ def panels() -> list[dict[str, Any]]:
             ],
         ),
     ]
-    out.append(row("Retries and tools", 57))
+    out += [
+        panel(
+            "Reserved accounts (until the window resets)",
+            "timeseries",
+            (0, 57, 12, 8),
+            [target("max by (account, window) (claudeq_account_reserved_seconds)", "{{account}} {{window}}")],
+            unit="s",
+            description="Accounts (or, for a model family's own window, that family) taking no new run because a "
+            "window is at its utilization ceiling: seconds until it resets.",
+        ),
+        panel(
+            "Utilization against ceiling",
+            "timeseries",
+            (12, 57, 12, 8),
+            [
+                target(
+                    "max by (account, window) (claudeq_account_utilization_ratio)"
+                    " / on (account, window) max by (account, window) (claudeq_account_ceiling_ratio)",
+                    "{{account}} {{window}}",
+                )
+            ],
+            unit="percentunit",
+            description="Each window's reported utilization as a fraction of its ceiling (utilization_ceiling or "
+            "[accounts.ceilings]): at 100% the account is reserved for that window until it resets.",
+        ),
+    ]
+    out.append(row("Retries and tools", 65))
     out += [
         panel(
             "Retries /s by reason",
             "timeseries",
-            (0, 58, 8, 8),
+            (0, 66, 8, 8),
             [target(f"sum by (reason) (rate(claudeq_retries_total[{RATE}]))", "{{reason}}")],
             unit="ops",
             stack=True,
@@ -241,7 +268,7 @@ def panels() -> list[dict[str, Any]]:
         panel(
             "Tool calls /s by tool",
             "timeseries",
-            (8, 58, 8, 8),
+            (8, 66, 8, 8),
             [target(f"sum by (tool) (rate(claudeq_tool_calls_total[{RATE}]))", "{{tool}}")],
             unit="ops",
             stack=True,
@@ -249,17 +276,17 @@ def panels() -> list[dict[str, Any]]:
         panel(
             "Session mirror errors /s",
             "timeseries",
-            (16, 58, 8, 8),
+            (16, 66, 8, 8),
             [target(f"sum(rate(claudeq_session_mirror_errors_total[{RATE}]))", "mirror errors")],
             unit="ops",
         ),
     ]
-    out.append(row("Tenants", 66))
+    out.append(row("Tenants", 74))
     out += [
         panel(
             "Runs in flight per tenant",
             "timeseries",
-            (0, 67, 8, 8),
+            (0, 75, 8, 8),
             [
                 target("max by (tenant) (claudeq_tenant_runs_in_flight)", "{{tenant}}"),
                 target("max by (tenant) (claudeq_tenant_max_concurrency)", "{{tenant}} max"),
@@ -269,14 +296,14 @@ def panels() -> list[dict[str, Any]]:
         panel(
             "Jobs waiting per tenant",
             "timeseries",
-            (8, 67, 8, 8),
+            (8, 75, 8, 8),
             [target("max by (tenant) (claudeq_tenant_jobs_waiting)", "{{tenant}}")],
             description="Queued or deferred jobs of each tenant (its backlog).",
         ),
         panel(
             "Runs started /s per tenant (slot share)",
             "timeseries",
-            (16, 67, 8, 8),
+            (16, 75, 8, 8),
             [target(f"sum by (tenant) (rate(claudeq_tenant_runs_total[{RATE}]))", "{{tenant}}")],
             unit="ops",
             stack=True,
@@ -285,7 +312,7 @@ def panels() -> list[dict[str, Any]]:
         panel(
             "Spend vs cap",
             "timeseries",
-            (0, 75, 12, 8),
+            (0, 83, 12, 8),
             [
                 target(
                     "max by (tenant, window) (claudeq_tenant_spend_usd / claudeq_tenant_cost_cap_usd)",
@@ -302,7 +329,7 @@ def panels() -> list[dict[str, Any]]:
         panel(
             "Cost per tenant",
             "timeseries",
-            (12, 75, 12, 8),
+            (12, 83, 12, 8),
             [
                 target(f"sum by (tenant) (rate(claudeq_tenant_cost_usd_total[{RATE}])) * 3600", "{{tenant}} $/h"),
                 target('max by (tenant) (claudeq_tenant_spend_usd{window="hour"})', "{{tenant}} this hour"),

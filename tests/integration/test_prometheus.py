@@ -26,7 +26,7 @@ from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
-from claudeq.models import JobRecord, JobSpec, Usage, utcnow
+from claudeq.models import JobRecord, JobSpec, Usage, WindowInfo, utcnow
 from claudeq.tenant_state import Admitted, TenantStore
 from claudeq.worker import exporter
 from claudeq.worker.metrics import WorkerMetrics
@@ -146,7 +146,7 @@ def fleet_settings(redis_url: str, unique: str, tmp_path: Path) -> Settings:
     accounts = tmp_path / "accounts.toml"
     accounts.write_text(
         '[[accounts]]\nname = "alpha"\nkind = "oauth"\ntoken_env = "CQT_T_ALPHA"\nmax_concurrency = 2\n'
-        "max_cost_usd_per_hour = 1.0\n\n"
+        "max_cost_usd_per_hour = 1.0\nutilization_ceiling = 0.8\n\n"
         '[[accounts]]\nname = "beta"\nkind = "api_key"\ntoken_env = "CQT_T_BETA"\n'
     )
     tenants = tmp_path / "tenants.toml"
@@ -167,6 +167,11 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     AccountStore(redis_client, keys, fleet_settings.accounts).cool(
         "beta", datetime.fromtimestamp(time.time() + 600, UTC), "429"
     )
+    # alpha's five-hour window at its ceiling: reserved until it resets.
+    alpha = AccountStore(redis_client, keys, fleet_settings.accounts)
+    resets = datetime.fromtimestamp(time.time() + 600, UTC)
+    alpha.record_window("alpha", "five_hour", WindowInfo(status="allowed", utilization=0.85, resets_at=resets))
+    alpha.record_utilization("alpha", [("five_hour", 0.85, resets.timestamp())])
     metrics = WorkerMetrics(CollectorRegistry(), mcp_tools=["mcp__calc__add"])
     metrics.run_started("alpha")
     metrics.queue_wait(0.4)
@@ -218,6 +223,16 @@ def test_every_dashboard_query_returns_series_from_a_real_prometheus(
         assert float(share[0]["value"][1]) == pytest.approx(0.4)
         in_flight = prometheus.query('claudeq_tenant_runs_in_flight{tenant="team-a"}')
         assert float(in_flight[0]["value"][1]) == 1
+        reserved = prometheus.query('claudeq_account_state{account="alpha",state="reserved"}')
+        assert float(reserved[0]["value"][1]) == 1
+        against = prometheus.query(
+            "max by (account, window) (claudeq_account_utilization_ratio)"
+            " / on (account, window) max by (account, window) (claudeq_account_ceiling_ratio)"
+        )
+        # The highest utilization any worker or the exporter reported (0.91, a worker's event) over the ceiling (0.8).
+        assert [(r["metric"]["account"], float(r["value"][1])) for r in against] == [
+            ("alpha", pytest.approx(0.91 / 0.8))
+        ]
     finally:
         prometheus.stop()
         stop_exporter()

@@ -65,6 +65,9 @@ def exposed_names(fake_settings: Settings, tmp_path: Path) -> set[str]:
     worker.tenant_cost("default", 0.1)
     redis = fakeredis.FakeRedis()
     redis.zadd(Keys(fake_settings.key_prefix).deferred, {"j": 1.0})
+    keys = Keys(fake_settings.key_prefix)
+    redis.hset(keys.account("a"), "w:five_hour", '{"status": "allowed", "utilization": 1.0}')
+    redis.hset(keys.account("a"), mapping={"pws": "five_hour", "pu:five_hour": "1.0 9999999999 0 1 - 1"})
     pool = AccountPool(accounts=[AccountConfig(name="a", kind="oauth", token_env="T", max_cost_usd_per_hour=1.0)])
     tenants = tmp_path / "tenants.toml"
     tenants.write_text('[[tenants]]\nname = "default"\nmax_concurrency = 2\nmax_cost_usd_per_day = 5\n')
@@ -117,6 +120,8 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "claudeq_account_state",
         "claudeq_account_utilization_ratio",
         "claudeq_account_cooldown_seconds",
+        "claudeq_account_reserved_seconds",
+        "claudeq_account_ceiling_ratio",
         "claudeq_rate_limit_events_total",
         "claudeq_retries_total",
         "claudeq_tool_calls_total",
