@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml
 
 PROMPT = '[[sim: text "ok"]] goodput job {n}'
+#: The window-aware admission scenarios.
+ADMISSION = ["ceilings", "stampede", "family", "priorities", "predictive"]
 WORKERS = 3
 CONCURRENCY = 2  # per worker process; also each account's max_concurrency
 
@@ -72,7 +74,7 @@ naive_app.conf.update(
     retry_jitter=True,
     max_retries=100,
 )
-def naive_run(self: Any, n: int, account: str) -> None:
+def naive_run(self: Any, n: int, account: str, model: str | None = None) -> None:
     """Run one job on its account through the SDK; any error is retried by Celery with exponential backoff."""
     from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
@@ -83,6 +85,7 @@ def naive_run(self: Any, n: int, account: str) -> None:
     options = ClaudeAgentOptions(
         tools=[],
         setting_sources=[],
+        model=model,
         env={
             "ANTHROPIC_BASE_URL": acct["base_url"],
             token_var: acct["token"],
@@ -105,7 +108,7 @@ def naive_run(self: Any, n: int, account: str) -> None:
         asyncio.run(go())
         ok = True
     finally:
-        entry = {"n": n, "account": account, "start": started, "end": time.time(), "ok": ok}
+        entry = {"n": n, "account": account, "start": started, "end": time.time(), "ok": ok, "model": model}
         client = redis.Redis.from_url(_NAIVE["redis_url"])
         client.rpush(_NAIVE["log_key"], json.dumps(entry))
         client.close()
@@ -124,6 +127,10 @@ class Figures:
     rejected_spawns: int
     rejected_slot_s: float
     waiting_slot_s: float
+    #: The simulator's request log, and per job: n, model, priority, submitted, started (the successful run's
+    #: start), ended, ok, account — for the admission scenarios' figures.
+    log: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fraction(self) -> float:
@@ -189,6 +196,19 @@ def token_capacity(sim: SimulatorServer, tokens: dict[str, int], window_s: float
     return sum(tokens.values()) * run_s / window_s / per_job
 
 
+@dataclass(frozen=True)
+class Job:
+    """One job of a scenario's backlog: its model and priority (None: the defaults)."""
+
+    model: str | None = None
+    priority: int = 0
+
+
+def backlog(capacity: float) -> list[Job]:
+    """The default backlog: half again what the accounts can serve, plus a few."""
+    return [Job() for _ in range(int(capacity * 1.5) + 6)]
+
+
 def run_claudeq(
     url: str,
     accounts: list[SimAccount],
@@ -197,15 +217,26 @@ def run_claudeq(
     run_s: float,
     root: Path,
     tokens: dict[str, int] | None = None,
+    *,
+    sim_cfg: dict[str, Any] | None = None,
+    jobs: list[Job] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Figures:
     """Fixed-time run through claudeq workers; counts jobs finished within `run_s` of the first submit."""
     unique = uuid.uuid4().hex[:10]
     capacity = sum(limits.values()) * run_s / window_s
+    jobs = jobs if jobs is not None else backlog(capacity)
     workers: list[WorkerProcess] = []
-    with SimulatorServer(sim_config(accounts, limits, window_s, tokens)) as sim:
+    with SimulatorServer(sim_cfg or sim_config(accounts, limits, window_s, tokens)) as sim:
         accounts_file = write_accounts_toml(root / f"accounts-{unique}.toml", accounts, sim.base_url)
         settings = make_settings(
-            url, unique, accounts_file=accounts_file, concurrency=CONCURRENCY, cli_max_retries=0, shutdown_grace_s=2
+            url,
+            unique,
+            accounts_file=accounts_file,
+            concurrency=CONCURRENCY,
+            cli_max_retries=0,
+            shutdown_grace_s=2,
+            **(overrides or {}),
         )
         client = Client(settings)
         try:
@@ -213,16 +244,20 @@ def run_claudeq(
             for worker in workers:
                 worker.wait_ready(240)
             t0 = time.time()
-            ids = [client.submit(prompt=PROMPT.format(n=n)).id for n in range(int(capacity * 1.5) + 6)]
+            ids = [
+                client.submit(prompt=PROMPT.format(n=n), model=job.model, priority=job.priority).id
+                for n, job in enumerate(jobs)
+            ]
             time.sleep(max(0.0, t0 + run_s - time.time()))
             records = [client.store.get(i) for i in ids]
+            log = sim.requests()
             until = t0 + run_s
             if tokens is not None:
                 capacity = token_capacity(sim, tokens, window_s, run_s)
             figures = Figures(
                 completed=sum(1 for r in records if _done_by(r, until)),
                 capacity=capacity,
-                rejected_per_window=rejected_by_window(sim.requests(), window_s, until),
+                rejected_per_window=rejected_by_window(log, window_s, until),
                 rejected_spawns=sum(1 for r in records for a in r.attempts if a.outcome == "rate_limited"),
                 rejected_slot_s=sum(
                     (a.finished_at - a.started_at).total_seconds()
@@ -231,6 +266,8 @@ def run_claudeq(
                     if a.outcome == "rate_limited" and a.finished_at is not None
                 ),
                 waiting_slot_s=sum(_waits_in_place(client, r.id, settings.retry_in_place_max_s) for r in records),
+                log=log,
+                runs=[_claudeq_run(n, job, r) for n, (job, r) in enumerate(zip(jobs, records, strict=True))],
             )
         finally:
             stop_all(workers, timeout=15)
@@ -241,6 +278,20 @@ def run_claudeq(
             cleanup.close()
             client.close()
     return figures
+
+
+def _claudeq_run(n: int, job: Job, record: JobRecord) -> dict[str, Any]:
+    ok = next((a for a in record.attempts if a.outcome == "success"), None)
+    return {
+        "n": n,
+        "model": job.model,
+        "priority": job.priority,
+        "submitted": record.created_at.timestamp(),
+        "started": ok.started_at.timestamp() if ok is not None else None,
+        "ended": record.finished_at.timestamp() if ok is not None and record.finished_at else None,
+        "ok": ok is not None,
+        "account": ok.account if ok is not None else None,
+    }
 
 
 def _done_by(record: JobRecord, until: float) -> bool:
@@ -264,14 +315,19 @@ def run_naive(
     run_s: float,
     root: Path,
     tokens: dict[str, int] | None = None,
+    *,
+    sim_cfg: dict[str, Any] | None = None,
+    jobs: list[Job] | None = None,
 ) -> Figures:
     """Fixed-time run through plain Celery workers with autoretry_for and exponential backoff."""
     unique = uuid.uuid4().hex[:10]
     capacity = sum(limits.values()) * run_s / window_s
+    jobs = jobs if jobs is not None else backlog(capacity)
     queue = f"naive-{unique}"
     log_key = f"naive-{unique}:log"
     procs: list[subprocess.Popen[bytes]] = []
-    with SimulatorServer(sim_config(accounts, limits, window_s, tokens)) as sim:
+    submitted: dict[int, float] = {}
+    with SimulatorServer(sim_cfg or sim_config(accounts, limits, window_s, tokens)) as sim:
         config = {
             "redis_url": url,
             "queue": queue,
@@ -297,8 +353,12 @@ def run_naive(
             _wait_celery_ready(app, len(procs))
             t0 = time.time()
             names = [a.name for a in accounts]
-            for n in range(int(capacity * 1.5) + 6):
-                app.send_task("naive.run", args=[n, names[n % len(names)]], queue=queue)
+            for n, job in enumerate(jobs):
+                submitted[n] = time.time()
+                # A user who sets priorities passes them on, as Celery's send_task offers.
+                app.send_task(
+                    "naive.run", args=[n, names[n % len(names)], job.model], queue=queue, priority=job.priority
+                )
             time.sleep(max(0.0, t0 + run_s - time.time()))
             entries = [json.loads(e) for e in client.lrange(log_key, 0, -1)]
             log_entries = sim.requests()
@@ -327,7 +387,29 @@ def run_naive(
         rejected_spawns=len(failed),
         rejected_slot_s=sum(min(e["end"], until) - e["start"] for e in failed),
         waiting_slot_s=0.0,  # autoretry_for re-sends with a countdown: the wait holds no pool thread
+        log=log_entries,
+        runs=_naive_runs(jobs, submitted, entries),
     )
+
+
+def _naive_runs(jobs: list[Job], submitted: dict[int, float], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ok = {e["n"]: e for e in entries if e["ok"]}
+    out = []
+    for n, job in enumerate(jobs):
+        e = ok.get(n)
+        out.append(
+            {
+                "n": n,
+                "model": job.model,
+                "priority": job.priority,
+                "submitted": submitted.get(n),
+                "started": e["start"] if e else None,
+                "ended": e["end"] if e else None,
+                "ok": e is not None,
+                "account": e["account"] if e else None,
+            }
+        )
+    return out
 
 
 def _wait_celery_ready(app: Celery, n: int, timeout: float = 60) -> None:
@@ -377,6 +459,149 @@ def compare(
     return naive, ours
 
 
+# ---- window-aware admission scenarios ------------------------------------------------------------------------------
+
+OPUS = "claude-opus-4-1"
+SONNET = "claude-sonnet-4-5"
+
+
+def served(log: list[dict[str, Any]], until: float) -> list[dict[str, Any]]:
+    """Main requests the simulator answered (not rejected) within the run."""
+    return [e for e in log if e.get("kind") == "main" and e.get("status") == 200 and e["time"] <= until]
+
+
+def beyond_ceiling(log: list[dict[str, Any]], ceiling: float, until: float) -> int:
+    """Requests the simulator served while the account's five-hour window was already at or above `ceiling`."""
+    return sum(1 for e in served(log, until) if e.get("utilization_before", {}).get("five_hour", 0.0) >= ceiling - 1e-9)
+
+
+def reset_peak(log: list[dict[str, Any]], window_s: float, until: float) -> int:
+    """Most requests any account started within the first second after one of its windows reset (a window starts at
+    the first request after the last one reset, as the simulator has it)."""
+    peak = 0
+    by_account: dict[str, list[float]] = {}
+    for e in log:
+        if e.get("kind") == "main" and e.get("account") and e["time"] <= until:
+            by_account.setdefault(e["account"], []).append(e["time"])
+    for times in by_account.values():
+        times.sort()
+        start = times[0]
+        for t in times:
+            if t >= start + window_s:
+                reset = start + window_s
+                peak = max(peak, sum(1 for u in times if reset <= u < reset + 1.0))
+                start = t
+    return peak
+
+
+def p50_wait(runs: list[dict[str, Any]], priority: int, until: float) -> float:
+    """Median wait (submit -> the successful run's start) of the jobs of one priority; a job not started by the end of
+    the run counts as waiting until then (a lower bound)."""
+    waits = sorted(
+        (r["started"] if r["started"] is not None and r["started"] <= until else until) - r["submitted"]
+        for r in runs
+        if r["priority"] == priority and r["submitted"] is not None
+    )
+    return waits[len(waits) // 2] if waits else float("nan")
+
+
+def admission(url: str, root: Path, run_s: float, window_s: float, requests: int, chosen: list[str]) -> None:
+    """The window-aware admission scenarios, each against the naive baseline in the same run."""
+    names = ("acct-1", "acct-2", "acct-3")
+    if "ceilings" in chosen:
+        ceiling = 0.5
+        toml = f"[accounts.ceilings]\nfive_hour = {ceiling}"
+        accounts = [SimAccount(n, max_concurrency=CONCURRENCY, toml=toml) for n in names]
+        limits = {n: requests for n in names}
+        at_ceiling = {n: max(1, int(requests * ceiling)) for n in names}
+        cfg = sim_config(accounts, limits, window_s)
+        print(
+            f"ceilings: five_hour ceiling {ceiling} on {requests} requests per {window_s:g} s window, run {run_s:g} s"
+        )
+        naive = run_naive(url, accounts, at_ceiling, window_s, run_s, root, sim_cfg=cfg)
+        ours = run_claudeq(url, accounts, at_ceiling, window_s, run_s, root, sim_cfg=cfg)
+        t_n, t_o = _until(naive, run_s), _until(ours, run_s)
+        for name, f, until in (("naive", naive, t_n), ("claudeq", ours, t_o)):
+            print(
+                f"  {name:8} completed {f.completed:3d} / capacity under the ceiling {f.capacity:5.1f} = "
+                f"{f.fraction:4.2f}   requests served beyond the ceiling: {beyond_ceiling(f.log, ceiling, until)}"
+            )
+        print("  target: 0 requests served beyond a ceiling")
+    if "stampede" in chosen:
+        ramp, slots, length, per_window = 2.0, WORKERS * CONCURRENCY, 10.0, WORKERS * CONCURRENCY
+        accounts = [SimAccount("acct-1", max_concurrency=slots, toml=f"ramp_starts_per_s = {ramp}")]
+        limits = {"acct-1": per_window}
+        print(
+            f"reset stampede: 1 account, {slots} slots, {per_window} requests per {length:g} s window, ramp {ramp:g}/s"
+        )
+        naive = run_naive(url, accounts, limits, length, run_s, root)
+        ours = run_claudeq(url, accounts, limits, length, run_s, root)
+        for name, f in (("naive", naive), ("claudeq", ours)):
+            peak = reset_peak(f.log, length, _until(f, run_s))
+            print(
+                f"  {name:8} completed {f.completed:3d} / capacity {f.capacity:5.1f} = {f.fraction:4.2f}   "
+                f"peak starts in the first second after a reset: {peak}   rejected: "
+                f"{sum(sum(v) for v in f.rejected_per_window.values())}"
+            )
+        print(f"  target: starts in the first second after a reset <= the ramp ({ramp:g})")
+    if "family" in chosen:
+        accounts = [SimAccount(n, max_concurrency=CONCURRENCY) for n in names[:2]]
+        limits = {n: requests for n in names[:2]}
+        cfg = sim_config(accounts, limits, window_s)
+        opus_week = {"family": "7d_opus", "length_s": 3600.0, "requests": 1, "used_requests": 1}
+        cfg["accounts"][0]["windows"].append(opus_week)
+        jobs = [Job(model=OPUS if n % 2 else SONNET) for n in range(int(sum(limits.values()) * run_s / window_s * 1.5))]
+        print(f"model-family weekly limit: {names[0]}'s seven_day_opus used up, half the jobs opus, run {run_s:g} s")
+        naive = run_naive(url, accounts, limits, window_s, run_s, root, sim_cfg=cfg, jobs=jobs)
+        ours = run_claudeq(url, accounts, limits, window_s, run_s, root, sim_cfg=cfg, jobs=jobs)
+        for name, f in (("naive", naive), ("claudeq", ours)):
+            until = _until(f, run_s)
+            done = [r for r in f.runs if r["ok"] and r["ended"] is not None and r["ended"] <= until]
+            others_there = sum(1 for r in done if r["model"] == SONNET and r["account"] == names[0])
+            opus_done = sum(1 for r in done if r["model"] == OPUS)
+            opus_429 = sum(
+                1 for e in f.log if e.get("status") == 429 and "opus" in str(e.get("model")) and e["time"] <= until
+            )
+            print(
+                f"  {name:8} completed {len(done):3d} / capacity {f.capacity:5.1f}   sonnet jobs run on {names[0]}: "
+                f"{others_there}   opus jobs done: {opus_done}   opus requests rejected: {opus_429}"
+            )
+        print(f"  target: other models keep running on {names[0]}; opus is not retried against its used-up window")
+    if "priorities" in chosen:
+        accounts = [SimAccount(n, max_concurrency=CONCURRENCY) for n in names]
+        limits = {n: requests for n in names}
+        total = int(sum(limits.values()) * run_s / window_s * 1.5) + 6
+        jobs = [Job(priority=0 if n % 4 == 3 else 9) for n in range(total)]
+        print(f"mixed priorities under scarcity: {total} jobs, 1 in 4 priority 0 (the rest 9), run {run_s:g} s")
+        naive = run_naive(url, accounts, limits, window_s, run_s, root, jobs=jobs)
+        ours = run_claudeq(url, accounts, limits, window_s, run_s, root, jobs=jobs)
+        for name, f in (("naive", naive), ("claudeq", ours)):
+            until = _until(f, run_s)
+            p0, p9 = p50_wait(f.runs, 0, until), p50_wait(f.runs, 9, until)
+            print(
+                f"  {name:8} completed {f.completed:3d} / capacity {f.capacity:5.1f}   p50 wait priority 0: "
+                f"{p0:5.1f} s, priority 9: {p9:5.1f} s (p0/p9 {p0 / p9 if p9 else float('nan'):.2f})"
+            )
+        print("  target: priority-0 p50 wait <= 1/5 of priority-9's")
+    if "predictive" in chosen:
+        accounts = [SimAccount(n, max_concurrency=CONCURRENCY) for n in names]
+        limits = {n: requests for n in names}
+        print(f"predictive admission: {requests} requests per {window_s:g} s window, run {run_s:g} s")
+        naive = run_naive(url, accounts, limits, window_s, run_s, root)
+        show("naive", naive)
+        plain = run_claudeq(url, accounts, limits, window_s, run_s, root, overrides={"predictive_admission": False})
+        show("claudeq, no prediction", plain)
+        ours = run_claudeq(url, accounts, limits, window_s, run_s, root)
+        show("claudeq", ours)
+        print("  target: <= 0.5 rejected requests per account-window at >= 0.98 capacity used")
+
+
+def _until(f: Figures, run_s: float) -> float:
+    """The end of a run: its first submit + run_s."""
+    starts = [r["submitted"] for r in f.runs if r["submitted"] is not None]
+    return (min(starts) if starts else 0.0) + run_s
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both systems on each scenario and print the figures."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -386,9 +611,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=["oauth", "api-key", "tokens"],
+        choices=["oauth", "api-key", "tokens", *ADMISSION],
         help="oauth (equal and unequal accounts), api-key (6 requests per 20 s window, plain 429 with retry-after, "
-        "60 s), tokens (a token limit per 20 s window, 60 s); default: all",
+        "60 s), tokens (a token limit per 20 s window, 60 s); window-aware admission: ceilings, stampede (reset "
+        "stampede), family (a model-family weekly limit), priorities (under scarcity), predictive; default: all",
     )
     parser.add_argument("--api-key-run-s", type=float, default=60.0)
     parser.add_argument(
@@ -401,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         "--tokens", type=int, default=2000, help="tokens per 20 s window (tokens scenario; a job takes ~330)"
     )
     args = parser.parse_args(argv)
-    chosen = args.scenario or ["oauth", "api-key", "tokens"]
+    chosen = args.scenario or ["oauth", "api-key", "tokens", *ADMISSION]
 
     url, private = redis_url_for_tests()
     root = Path(tempfile.mkdtemp(prefix="claudeq-goodput-"))
@@ -421,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             limits = {a.name: args.api_key_requests for a in keys}
             compare("api-key", url, keys, limits, 20.0, args.api_key_run_s, root)
             print("  target: claudeq completes >= naive, with <= 1/10 of its rejected requests")
+        admission(url, root, args.run_s, args.window_s, args.requests, chosen)
         if "tokens" in chosen:
             compare(
                 "tokens",
