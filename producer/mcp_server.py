@@ -298,7 +298,14 @@ def serve(http: str | None = None, settings: Settings | None = None) -> None:
     settings = settings or load_settings()
     client = Client(settings)
     tokens = http is not None and settings.tenants.token_mapping
-    server = build_server(client, parent_job_id=os.environ.get(JOB_ID_VAR) or None, require_token=tokens)
+    parent = os.environ.get(JOB_ID_VAR) or None
+    tenant = None
+    if parent is not None:  # started inside a run: its jobs are the run's tenant's, as the run's fleet tools
+        try:
+            tenant = client.get(parent).spec.tenant
+        except (JobNotFound, RecordUnreadable):
+            tenant = None
+    server = build_server(client, parent_job_id=parent, require_token=tokens, tenant=tenant)
     try:
         if http is None:
             server.run("stdio")

@@ -75,3 +75,21 @@ def test_parse_address() -> None:
     for bad in ("8765", "host:", "host:99999", ":80"):
         with pytest.raises(ValueError):
             parse_address(bad)
+
+
+async def test_a_server_bound_to_a_tenant_submits_and_sees_only_that_tenants_jobs(fleet: Client) -> None:
+    other = fleet.submit(prompt="someone else's", tenant="team-b")
+    async with McpClient(build_server(fleet, parent_job_id="p-1", tenant="team-a")) as mcp:
+        ok = await mcp.call_tool("submit_job", {"prompt": "mine"})
+        assert not ok.is_error and ok.structured_content is not None
+        assert fleet.get(ok.structured_content["id"]).spec.tenant == "team-a"
+        forged = await mcp.call_tool("submit_job", {"prompt": "theirs", "tenant": "team-b"})
+        assert forged.is_error and "tenant" in forged.content[0].text  # type: ignore[union-attr]
+        for tool in ("get_job", "cancel_job", "wait_job"):
+            args = {"job_id": other.id, **({"timeout_s": 0} if tool == "wait_job" else {})}
+            hidden = await mcp.call_tool(tool, args)
+            assert hidden.is_error and "no job" in hidden.content[0].text, tool  # type: ignore[union-attr]
+        listed = await mcp.call_tool("list_jobs", {})
+        assert listed.structured_content is not None
+        assert [j["id"] for j in listed.structured_content["jobs"]] == [ok.structured_content["id"]]
+    assert fleet.get(other.id).status == "queued"

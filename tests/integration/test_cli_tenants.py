@@ -1,0 +1,73 @@
+"""`claudeq tenants` and `claudeq submit --tenant` against a real Redis, configured only through the environment."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from claudeq.config.settings import Settings
+from claudeq.producer.cli import app
+from claudeq.tenant_state import hour_field
+
+pytestmark = pytest.mark.integration
+
+
+def test_tenants_shows_in_flight_waiting_and_spend_against_the_caps(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(
+        '[[tenants]]\nname = "team-a"\nmax_concurrency = 2\nweight = 3\nmax_cost_usd_per_hour = 0.5\n\n'
+        '[[tenants]]\nname = "team-b"\non_budget = "fail"\n'
+    )
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("CLAUDEQ_KEY_PREFIX", settings.key_prefix)
+    monkeypatch.setenv("CLAUDEQ_QUEUE", settings.queue)
+    monkeypatch.setenv("CLAUDEQ_QUEUES", json.dumps(settings.queues))
+    monkeypatch.setenv("CLAUDEQ_TENANTS_FILE", str(tenants))
+    runner = CliRunner()
+
+    refused = runner.invoke(app, ["submit", "hello", "--tenant", "team-c", "--json"])
+    assert refused.exit_code == 2, refused.output
+    assert json.loads(refused.output)["fields"][0]["field"] == "tenant"
+    refused = runner.invoke(app, ["submit", "hello", "--json"])  # `default` is not in the file
+    assert refused.exit_code == 2, refused.output
+    for _ in range(3):
+        done = runner.invoke(app, ["submit", "hello", "--tenant", "team-a", "--json"])
+        assert done.exit_code == 0, done.output
+    job = json.loads(done.output)["id"]
+    assert json.loads(runner.invoke(app, ["status", job, "--json"]).output)["spec"]["tenant"] == "team-a"
+    # One of them runs (as a worker's admission leaves it) and the tenant spent a fifth of its hourly cap.
+    now = time.time()
+    redis_client.zadd(f"{settings.key_prefix}tenant:team-a:runs", {job: now + 60})
+    redis_client.hset(f"{settings.key_prefix}tenant:team-a:spend", hour_field(now), "0.1")
+
+    shown = runner.invoke(app, ["tenants", "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = {row["name"]: row for row in json.loads(shown.output)["tenants"]}
+    assert rows["team-a"]["in_flight"] == 1
+    assert rows["team-a"]["waiting"] == 2
+    assert rows["team-a"]["max_concurrency"] == 2
+    assert rows["team-a"]["spend_usd"]["hour"] == pytest.approx(0.1)
+    assert rows["team-a"]["cap_usd"] == {"hour": 0.5, "day": None}
+    assert rows["team-b"] == {
+        "name": "team-b",
+        "in_flight": 0,
+        "waiting": 0,
+        "max_concurrency": None,
+        "weight": 1.0,
+        "on_budget": "fail",
+        "spend_usd": {"hour": 0.0, "day": 0.0},
+        "cap_usd": {"hour": None, "day": None},
+    }
+    cancelled = runner.invoke(app, ["cancel", json.loads(done.output)["id"], "--json"])
+    assert cancelled.exit_code == 0
+    table = runner.invoke(app, ["tenants"])
+    assert table.exit_code == 0 and "team-a" in table.output and "20%" in table.output
+    assert json.loads(runner.invoke(app, ["tenants", "--json"]).output)["tenants"][0]["waiting"] == 1
