@@ -154,6 +154,29 @@ def progress_counts(client: redis.Redis, keys: Any) -> tuple[int, int]:
     return int(queued) + int(deferred) + int(running), int(running)
 
 
+def monitor_sample(url: str, prefix: str, seconds: float) -> dict[str, int]:
+    """Every command Redis runs for `seconds` (MONITOR, commands inside scripts included), split by whose it is:
+    `claudeq` (its scripts and the commands inside them, its keys, the broker messages it pushes) or `celery/kombu`
+    (the broker traffic of Celery's consumers: BRPOP, the unacked bookkeeping, task events, MULTI/EXEC)."""
+    counts = {"claudeq": 0, "celery/kombu": 0}
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + seconds
+    with client.monitor() as monitor:
+        for entry in monitor.listen():
+            command = str(entry.get("command", ""))
+            name, _, rest = command.partition(" ")
+            origin = str(entry.get("client_address", ""))
+            ours = origin == "lua" or name.upper() in ("EVALSHA", "EVAL") or rest.startswith(prefix)
+            if ours or (name.upper() == "LPUSH" and "claudeq_sent" in rest):  # a message claudeq pushed
+                counts["claudeq"] += 1
+            elif name.upper() not in ("PING", "INFO", "MONITOR", "CLIENT", "HELLO"):
+                counts["celery/kombu"] += 1
+            if time.monotonic() > deadline:
+                break
+    client.close()
+    return counts
+
+
 def rss_mb(workers: list[WorkerProcess]) -> float:
     """Resident memory of the worker processes and their children (MB)."""
     total = 0
@@ -270,10 +293,17 @@ def main(argv: list[str] | None = None) -> int:
         rss_samples: list[tuple[float, int]] = []
         deadline = time.monotonic() + args.timeout
         last_print = 0.0
+        split: dict[str, int] = {}
         while True:
             left, running = progress_counts(r, keys)
             now = time.monotonic()
             samples.append((now, total - left))
+            if not split and total - left >= total // 2:  # mid-run: whose commands are they?
+                try:
+                    split = monitor_sample(server.url, keys.prefix, 2.0)
+                except (redis.RedisError, ValueError, KeyError) as exc:
+                    print(f"    (MONITOR sample failed: {exc!r})", file=sys.stderr)
+                    split = {"failed": 0}
             if running > 0 and len(samples) % 4 == 0:
                 rss_samples.append((rss_mb(workers), running))
             if now - last_print > 10:
@@ -391,6 +421,13 @@ def main(argv: list[str] | None = None) -> int:
         if not finished_all:
             print(f"  (the batch did not finish within --timeout: {samples[-1][1]}/{total})")
 
+        if split.get("claudeq") or split.get("celery/kombu"):
+            share = split["celery/kombu"] / sum(split.values())
+            print(
+                f"\nwhose commands (MONITOR, 2 s mid-run): claudeq {(1 - share) * per_job_cmds:.1f} per job,"
+                f" Celery/kombu's own broker traffic {share * per_job_cmds:.1f} per job ({share:.0%}: BRPOP, unacked"
+                " bookkeeping, task events; claudeq cannot cut these without replacing the transport)"
+            )
         print("\ntop Redis commands per job")
         for name, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][0])[:12]:
             print(f"  {name:<14} {c / total:6.2f} calls  {u / total:8.1f} us")

@@ -64,6 +64,8 @@ class Delivery:
     #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
+    #: The claim already said whether a cancel flag was set: the first attempt need not ask Redis again.
+    cancel_known: bool = False
 
     @property
     def counted(self) -> int:

@@ -217,6 +217,10 @@ class Engine:
         )
         if record.result is not None:
             delivery.result = record.result
+        if claim.cancelled is not None:
+            delivery.cancel_known = True
+            if claim.cancelled:
+                delivery.stop("cancel")
         delivery.lease_until = claim_sent + self.settings.lease_ttl_s
         key = (job_id, claim.fence)
         self._deliveries[key] = delivery

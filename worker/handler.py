@@ -116,7 +116,9 @@ class DeliveryHandler:
     async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
         if d.why is None and self.closing():
             d.stop("shutdown")  # claimed just as the shutdown began: requeue rather than start a run
-        if d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
+        if d.cancel_known:
+            d.cancel_known = False  # the claim just read the flag; later attempts ask again
+        elif d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
             d.stop("cancel")
         if d.why is not None:
             return await self._between_attempts(d)

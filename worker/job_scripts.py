@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from claudeq.job_scripts import BUMP, COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
 
-# KEYS: job, lease, queued, running, counts. ARGV: job_id, worker, lease_ttl_ms, now_iso
-# -> {result, fence, first, record}: first = 1 on the job's first claim ever (its queue wait ends here); record = the
-# job hash as it was before the claim (flat field/value list), so the worker needs no second round trip to read it.
+# KEYS: job, lease, queued, running, counts, cancel. ARGV: job_id, worker, lease_ttl_ms, now_iso
+# -> {result, fence, first, record, cancelled}: first = 1 on the job's first claim ever (its queue wait ends here);
+# record = the job hash as it was before the claim (flat field/value list) and cancelled = 1 when a cancel flag is
+# set, so the worker needs no second round trip before its first attempt.
 # One HGETALL reads status, fence and started_at too: a claim costs 8 commands inside Redis.
 CLAIM = (
     BUMP
@@ -39,7 +40,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 bump(KEYS[5], 'queued', -1)
 bump(KEYS[5], 'running', 1)
-return {'ok', fence, first, flat}
+return {'ok', fence, first, flat, redis.call('EXISTS', KEYS[6])}
 """
 )
 
@@ -97,7 +98,7 @@ else
     fields[#fields + 1] = 'events'
     fields[#fields + 1] = packed
   end
-  count_finished(ARGV[6], new, ARGV[4])
+  count_finished(ARGV[6], new, ARGV[4], tonumber(ARGV[9]) / 1000)
   redis.call('DEL', KEYS[2], KEYS[6], KEYS[7])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   if cur[3] then redis.call('EXPIRE', cur[3], ARGV[4]) end

@@ -34,6 +34,8 @@ class Claim:
     first: bool = False  # the job's first claim ever: its queue wait ends now
     #: The job hash as the claim left it (status, fence, worker, started_at set): the record, without a second read.
     fields: dict[str, str] | None = None
+    #: Whether a cancel flag was set when the job was claimed (None: this claim did not say).
+    cancelled: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,6 +88,7 @@ class WorkerJobStore(JobStore):
                 self.keys.queued,
                 self.keys.running,
                 self.keys.status_counts,
+                self.keys.cancel(job_id),
             ],
             args=[job_id, worker, int(lease_ttl_s * 1000), now],
         )
@@ -98,7 +101,7 @@ class WorkerJobStore(JobStore):
         fields.update(status="running", fence=str(fence), worker=worker)
         if first:
             fields["started_at"] = now
-        return Claim(result, fence, first, fields)
+        return Claim(result, fence, first, fields, bool(int(reply[4])) if len(reply) > 4 else None)
 
     def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""

@@ -272,3 +272,11 @@ def test_the_claim_reads_the_record_in_the_same_step(fake_store: WorkerJobStore)
     again = fake_store.claim(job_id, "w2", 10)
     assert again.fields is not None and not again.first
     assert parse_record(job_id, again.fields) == fake_store.get(job_id)
+
+
+def test_the_claim_says_whether_a_cancel_flag_is_set(fake_store: WorkerJobStore) -> None:
+    job_id = _queued(fake_store)
+    assert fake_store.claim(job_id, "w1", 10).cancelled is False
+    fake_store.write(job_id, 1, "queued")
+    fake_store.redis.set(fake_store.keys.cancel(job_id), "1")  # asked while it ran, then requeued
+    assert fake_store.claim(job_id, "w1", 10).cancelled is True
