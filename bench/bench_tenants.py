@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-s", type=float, default=1.5)
     parser.add_argument("--gap-s", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=10, help="task threads per worker (above slots / workers)")
+    parser.add_argument("--phases", default="1234", help="which phases to run after the baseline (default: all)")
     args = parser.parse_args(argv)
     url, private = redis_url_for_tests()
     root = Path(tempfile.mkdtemp(prefix="claudeq-tenants-"))
@@ -156,56 +157,65 @@ def main(argv: list[str] | None = None) -> int:
                 f"(x{ratio:.2f} the empty fleet's; target <= 2), p95 {p(contended, 0.95) * 1000:.0f} ms"
             )
 
+            burst: list[str] = []
+            if "3" not in args.phases:
+                for j in flood:
+                    client.cancel(j)
             # 3. both backlogged: slot share
-            burst = [
-                h.id
-                for h in client.submit_many([job("b", 10_000 + i, args.run_s, unique) for i in range(args.slots * 10)])
-            ]
-            t1 = time.time()
-            time.sleep(2 * args.run_s)  # the slots turn over to the fair share first
-            t2 = time.time()
-            while True:
-                b_left = sum(1 for j in burst if not client.get(j).attempts)
-                a_left = sum(1 for j in flood if not client.get(j).attempts)
-                if b_left < args.slots or a_left < args.slots or time.time() - t2 > 120:
-                    break
-                time.sleep(1.0)
-            t3 = time.time()
-            a_runs, b_runs = started_between(client, flood, t2, t3), started_between(client, burst, t2, t3)
-            share = a_runs / max(1, b_runs)
-            print(
-                f"contention for {t3 - t2:.0f} s (after {t2 - t1:.0f} s): runs started a {a_runs}, b {b_runs}: "
-                f"a:b = {share:.2f}:1 (target 3:1 within 5%: 2.85 .. 3.15)"
-            )
+            if "3" in args.phases:
+                burst = [
+                    h.id
+                    for h in client.submit_many(
+                        [job("b", 10_000 + i, args.run_s, unique) for i in range(args.slots * 10)]
+                    )
+                ]
+                t1 = time.time()
+                time.sleep(2 * args.run_s)  # the slots turn over to the fair share first
+                t2 = time.time()
+                while True:
+                    b_left = sum(1 for j in burst if not client.get(j).attempts)
+                    a_left = sum(1 for j in flood if not client.get(j).attempts)
+                    if b_left < args.slots or a_left < args.slots or time.time() - t2 > 120:
+                        break
+                    time.sleep(1.0)
+                t3 = time.time()
+                a_runs, b_runs = started_between(client, flood, t2, t3), started_between(client, burst, t2, t3)
+                share = a_runs / max(1, b_runs)
+                print(
+                    f"contention for {t3 - t2:.0f} s (after {t2 - t1:.0f} s): runs started a {a_runs}, b {b_runs}: "
+                    f"a:b = {share:.2f}:1 (target 3:1 within 5%: 2.85 .. 3.15)"
+                )
 
             # 4. a spend cap
-            for j in [*flood, *burst]:
-                client.cancel(j)
-            c_ids = [
-                client.submit(prompt=f"{COSTLY} c {i} {unique}", tenant="c", max_budget_usd=0.02).id for i in range(10)
-            ]
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
+            if "4" in args.phases:
+                for j in [*flood, *burst]:
+                    client.cancel(j)
+                c_ids = [
+                    client.submit(prompt=f"{COSTLY} c {i} {unique}", tenant="c", max_budget_usd=0.02).id
+                    for i in range(10)
+                ]
+                deadline = time.monotonic() + 180
+                while time.monotonic() < deadline:
+                    records = [client.get(j) for j in c_ids]
+                    next_hour = window_end("hour", time.time()).timestamp()
+                    # Done when nothing runs or is about to, and what waits, waits for the next hour (its cap).
+                    if all(r.status in ("succeeded", "failed", "deferred") for r in records) and all(
+                        r.ready_at is not None and r.ready_at.timestamp() >= next_hour - 1
+                        for r in records
+                        if r.status == "deferred"
+                    ):
+                        break
+                    time.sleep(0.5)
                 records = [client.get(j) for j in c_ids]
-                next_hour = window_end("hour", time.time()).timestamp()
-                # Done when nothing runs or is about to, and what waits, waits for the next hour (its cap).
-                if all(r.status in ("succeeded", "failed", "deferred") for r in records) and all(
-                    r.ready_at is not None and r.ready_at.timestamp() >= next_hour - 1
-                    for r in records
-                    if r.status == "deferred"
-                ):
-                    break
-                time.sleep(0.5)
-            records = [client.get(j) for j in c_ids]
-            spent = sum(r.result.usage.cost_usd for r in records if r.result)
-            hour, _ = TenantStore(client.store.redis, client.store.keys, settings.tenants).spend("tenant", "c")
-            ran = sum(1 for r in records if r.attempts)
-            print(
-                f"spend cap $0.05/h: c ran {ran} of {len(records)} jobs and spent ${spent:.4f} (counted ${hour:.4f}); "
-                f"cap + one run's budget = $0.0700 (target: spent <=)"
-            )
-            for j in c_ids:
-                client.cancel(j)
+                spent = sum(r.result.usage.cost_usd for r in records if r.result)
+                hour, _ = TenantStore(client.store.redis, client.store.keys, settings.tenants).spend("tenant", "c")
+                ran = sum(1 for r in records if r.attempts)
+                print(
+                    f"spend cap $0.05/h: c ran {ran} of {len(records)} jobs and spent ${spent:.4f} "
+                    f"(counted ${hour:.4f}); cap + one run's budget = $0.0700 (target: spent <=)"
+                )
+                for j in c_ids:
+                    client.cancel(j)
     finally:
         stop_all(workers, timeout=15)
         cleanup = redis.Redis.from_url(url)

@@ -49,6 +49,11 @@ def push_run(client: Any, queue: str, job_id: str, priority: int = 0) -> None:
 
 #: submit_many writes this many jobs per pipeline round trip.
 SUBMIT_CHUNK = 500
+#: With tenants configured, a tenant with more jobs not finished than this sends new jobs' messages at the broker's
+#: last priority step (BACKLOG_PRIORITY), so a flood waits in the broker behind other tenants' jobs
+#: (docs/architecture.md#fair-share).
+TENANT_BACKLOG = 100
+BACKLOG_PRIORITY = 9
 
 
 class JobHandle:
@@ -188,15 +193,38 @@ class Client:
         for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
             pipe.zadd(keys.tenant_jobs(name), members)
 
+    def _backlogged(self, records: builtins.list[JobRecord]) -> set[str]:
+        """The tenants of `records` whose jobs not finished, these included, exceed TENANT_BACKLOG (tenants
+        configured; one round trip)."""
+        tenants = self.settings.tenants
+        if not tenants.configured:
+            return set()
+        batch: dict[str, int] = {}
+        for record in records:
+            name = tenants.governing(record.spec.tenant).name
+            batch[name] = batch.get(name, 0) + 1
+        pipe = self.store.redis.pipeline(transaction=False)
+        for name in batch:
+            pipe.zcard(self.store.keys.tenant_jobs(name))
+        active = pipe.execute()
+        return {name for (name, n), m in zip(batch.items(), active, strict=True) if n + int(m) > TENANT_BACKLOG}
+
     def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
         """Queue each job's broker message (one LPUSH per broker list, in order); its `submitted` event is made
         from the record when read (no stream until a job has another event). `sent_at` goes in the messages:
-        never later than the jobs' scores in the `queued` set (the reconciler relies on it)."""
+        never later than the jobs' scores in the `queued` set (the reconciler relies on it). A backlogged
+        tenant's messages go to the broker's last priority step: they wait there behind other tenants' jobs, not
+        the other way round (their place in the waiting line is still their own priority and fair-share tag)."""
         lists: dict[str, builtins.list[str]] = {}
+        backlogged = self._backlogged(records)
+        tenants = self.settings.tenants
         for record in records:
             queue = record.spec.queue or self.settings.queue
-            message = run_message(record.id, queue, record.spec.priority, sent_at)
-            lists.setdefault(list_for(queue, record.spec.priority), []).append(message)
+            priority = record.spec.priority
+            if backlogged and tenants.governing(record.spec.tenant).name in backlogged:
+                priority = BACKLOG_PRIORITY
+            message = run_message(record.id, queue, priority, sent_at)
+            lists.setdefault(list_for(queue, priority), []).append(message)
         for name, messages in lists.items():
             pipe.lpush(name, *messages)
 

@@ -207,3 +207,21 @@ def test_fair_share_tags_give_slots_by_weight(tenants_settings: Settings, fake_r
     # An idle tenant banks nothing: after the fleet moved on, its next tag starts from the fleet's virtual time.
     store.advance(9.0)
     assert store.tag(b, "b-late") == pytest.approx(11.0)
+
+
+def test_a_backlogged_tenants_messages_wait_behind_other_tenants_in_the_broker(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    from claudeq.broker_message import list_for
+    from claudeq.producer.client import TENANT_BACKLOG, Client
+
+    client = Client(tenants_settings, redis_client=fake_redis, celery_app=object())
+    queue = tenants_settings.queue
+    client.submit_many([{"prompt": f"a {i}", "tenant": "a"} for i in range(TENANT_BACKLOG - 1)])
+    assert fake_redis.llen(list_for(queue, 0)) == TENANT_BACKLOG - 1
+    flood = client.submit_many([{"prompt": f"a more {i}", "tenant": "a"} for i in range(5)])
+    late = client.submit(prompt="b's", tenant="b", model="haiku")
+    assert fake_redis.llen(list_for(queue, 9)) == 5  # past the backlog: the last priority step
+    assert fake_redis.llen(list_for(queue, 0)) == TENANT_BACKLOG  # b's job is picked up before a's flood
+    assert client.get(flood[0].id).spec.priority == 0  # its place in the waiting line is unchanged
+    assert late.id.encode() in fake_redis.lindex(list_for(queue, 0), 0)  # type: ignore[operator]
