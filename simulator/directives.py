@@ -102,6 +102,12 @@ def _decode(text: str, i: int, what: str) -> tuple[Any, int]:
     return value, end
 
 
+class _Quoted(str):
+    """A JSON string argument: text, never a key=value option even when it looks like one."""
+
+    __slots__ = ()
+
+
 def _scan(text: str, start: int) -> tuple[list[Any], int, str]:
     """Tokens of the directive whose `[[sim:` is at `start`, the index after its `]]`, and its raw body."""
     i = start + len(OPEN)
@@ -116,7 +122,7 @@ def _scan(text: str, start: int) -> tuple[list[Any], int, str]:
             return tokens, i + 2, text[start + len(OPEN) : i].strip()
         if text[i] in '{["':
             value, i = _decode(text, i, f"in directive at {text[i : i + 40]!r}")
-            tokens.append(value)
+            tokens.append(_Quoted(value) if isinstance(value, str) else value)
             continue
         j = i
         while j < n and not text[j].isspace() and not text.startswith("]]", j):
@@ -167,7 +173,7 @@ def _split(tokens: list[Any]) -> tuple[str, list[Any], dict[str, Any]]:
         if isinstance(tok, tuple):
             options[tok[0]] = tok[1]
             continue
-        m = _OPTION.match(tok) if isinstance(tok, str) else None
+        m = _OPTION.match(tok) if isinstance(tok, str) and not isinstance(tok, _Quoted) else None
         if m:
             options[m.group(1)] = m.group(2)
         else:
