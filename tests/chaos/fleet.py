@@ -70,6 +70,7 @@ class SoakConfig:
     small_window_s: float = 20.0
     small_window_requests: int = 5
     seed: int = 13
+    warm: bool = False  # warm CLIs on (the workers' default) instead of a cold CLI per run (the e2e default)
     deadline_s: float = 900.0  # the whole run must be over by then (a bound, not a performance assertion)
     log_dir: Path = field(default_factory=Path)
 
@@ -222,7 +223,9 @@ class ChaosFleet:
         self.sim.start()
         accounts_file = write_accounts_toml(self.work_dir / "accounts.toml", self.accounts, self.sim.base_url)
         self.settings = make_settings(self.server.url, self.unique, accounts_file=accounts_file, **CHAOS_SETTINGS)
-        self.settings = self.settings.model_copy(update={"concurrency": self.config.concurrency})
+        self.settings = self.settings.model_copy(
+            update={"concurrency": self.config.concurrency, "warm_clients": None if self.config.warm else 0}
+        )
         self.redis = redis.Redis.from_url(self.server.url)
         for _ in range(self.config.workers):
             self.workers.append(self.start_worker())

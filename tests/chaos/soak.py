@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=10.0, help="seconds between worker SIGKILLs (0: none)")
     parser.add_argument("--redis-restarts", type=int, default=3)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--cold", action="store_true", help="a new CLI per run (default: warm CLIs, as workers run)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="claudeq-soak-") as tmp:
         server = PrivateRedis(appendonly=True)
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                 kill_every_s=args.kill_every or None,
                 redis_restarts=args.redis_restarts,
                 seed=args.seed,
+                warm=not args.cold,
                 deadline_s=max(900.0, args.jobs * 3.0),
                 log_dir=Path(tmp),
             )
