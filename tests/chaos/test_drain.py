@@ -34,7 +34,8 @@ def overlapping(entries: list[dict[str, Any]]) -> bool:
 def test_sigterm_drains_short_runs_in_place_and_hands_long_ones_to_another_worker(
     client: Client, workers: WorkerFactory, simulator: Any, unique: str
 ) -> None:
-    draining = workers(concurrency=4, shutdown_grace_s=8)
+    draining = workers(concurrency=4, shutdown_grace_s=8, wait=False)
+    draining.wait_ready(120)
     short = [f"short-{unique}-{i}" for i in range(2)]
     long = [f"long-{unique}-{i}" for i in range(2)]
     jobs = {m: client.submit(prompt=f"[[sim: stall 3]] {m}", idle_timeout_s=120).id for m in short}
@@ -44,8 +45,9 @@ def test_sigterm_drains_short_runs_in_place_and_hands_long_ones_to_another_worke
     run_until(lambda: all(requests_of(simulator, m) for m in jobs), 60, what="every run's request in flight")
 
     draining.proc.send_signal(15)
-    taker = workers(concurrency=4)  # consumes only once the draining worker has stopped claiming
+    taker = workers(concurrency=4, wait=False)  # consumes only once the draining worker has stopped claiming
     assert draining.proc.wait(120) == 0
+    taker.wait_ready(120)
 
     for marker, job_id in jobs.items():
         record = client.wait(job_id, timeout=120)

@@ -54,7 +54,9 @@ def requests_of(simulator: Any, marker: str) -> list[dict[str, Any]]:
 def test_runs_in_flight_survive_a_redis_restart_and_clients_reconnect(
     client: Client, workers: WorkerFactory, simulator: Any, aof_redis: PrivateRedis, unique: str
 ) -> None:
-    fleet = [workers(), workers()]
+    fleet = [workers(wait=False), workers(wait=False)]
+    for worker in fleet:
+        worker.wait_ready(120)  # two worker starts at once on a loaded machine take a while
     markers = [f"restart-{unique}-{i}" for i in range(4)]
     jobs = [client.submit(prompt=f"[[sim: stall 8]] {m}", idle_timeout_s=60) for m in markers]
     ids = [j.id for j in jobs]
