@@ -34,7 +34,8 @@ def overlapping(entries: list[dict[str, Any]]) -> bool:
 def test_sigterm_drains_short_runs_in_place_and_hands_long_ones_to_another_worker(
     client: Client, workers: WorkerFactory, simulator: Any, unique: str
 ) -> None:
-    draining = workers(concurrency=4, shutdown_grace_s=8, wait=False)
+    # Leases of 10 s: a worker starved of CPU on a loaded machine keeps its runs (this test is about the drain).
+    draining = workers(concurrency=4, shutdown_grace_s=8, lease_ttl_s=10, wait=False)
     draining.wait_ready(120)
     short = [f"short-{unique}-{i}" for i in range(2)]
     long = [f"long-{unique}-{i}" for i in range(2)]
@@ -45,7 +46,7 @@ def test_sigterm_drains_short_runs_in_place_and_hands_long_ones_to_another_worke
     run_until(lambda: all(requests_of(simulator, m) for m in jobs), 60, what="every run's request in flight")
 
     draining.proc.send_signal(15)
-    taker = workers(concurrency=4, wait=False)  # consumes only once the draining worker has stopped claiming
+    taker = workers(concurrency=4, lease_ttl_s=10, wait=False)  # consumes once the draining worker stops claiming
     assert draining.proc.wait(120) == 0
     taker.wait_ready(120)
 
@@ -56,7 +57,9 @@ def test_sigterm_drains_short_runs_in_place_and_hands_long_ones_to_another_worke
         if marker in short:
             assert outcomes == ["success"] and record.worker == draining.worker_id, (marker, record.attempts)
         else:
-            assert outcomes == ["requeued", "success"] and record.worker == taker.worker_id, (marker, outcomes)
+            # Handed back (free), then finished elsewhere, once; a lease lost on the way (free) may come between.
+            assert outcomes[0] == "requeued" and outcomes[-1] == "success", (marker, outcomes)
+            assert set(outcomes[1:-1]) <= {"worker_lost"} and record.worker == taker.worker_id, (marker, outcomes)
             assert record.counted_attempts == 1
         assert not overlapping(requests_of(simulator, marker)), marker
         assert [e.type for e in client.events(job_id)].count("succeeded") == 1
