@@ -279,10 +279,15 @@ class MessageParser:
         result.num_turns = _opt_int(message.num_turns)
         result.duration_ms = _opt_int(message.duration_ms)
         cost = _number(message.total_cost_usd)
+        seen = self.stream_usage()
         if message.model_usage and isinstance(message.model_usage, dict):
             result.usage = usage_from_model_usage(message.model_usage, cost)
+            if _tokens(seen) > _tokens(result.usage):
+                # The result of an interrupted run (a watchdog, a cancel) leaves out the API message that was cut
+                # off, which the service billed all the same (its message_start went out): the stream saw it.
+                result.usage = seen
         else:
-            result.usage = self.stream_usage()
+            result.usage = seen
             if cost is not None:
                 result.usage.cost_usd = cost
         events.append(
@@ -371,6 +376,10 @@ class MessageParser:
         if not self.outcome.got_result:
             self.outcome.result.usage = self.stream_usage()
         return self.outcome
+
+
+def _tokens(usage: Usage) -> int:
+    return usage.input_tokens + usage.output_tokens + usage.cache_read_tokens + usage.cache_creation_tokens
 
 
 def usage_from_model_usage(model_usage: Any, total_cost_usd: float | None = None) -> Usage:

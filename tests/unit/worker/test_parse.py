@@ -206,6 +206,28 @@ def test_stream_events_give_liveness_and_usage_of_a_killed_run() -> None:
     assert usage.model_usage["claude-opus-5-5"]["inputTokens"] == 1000
 
 
+def test_an_interrupted_runs_result_keeps_the_cut_off_message_the_stream_showed() -> None:
+    # A watchdog interrupted the run mid-answer: the CLI's result counts only the messages it finished, but the
+    # service billed the cut-off one's input (its message_start went out). The chaos soak saw the difference.
+    parser = MessageParser(attempt=1)
+    start = {
+        "type": "message_start",
+        "message": {"id": "msg_cut", "model": "claude-sonnet-5-5", "usage": {"input_tokens": 257}},
+    }
+    feed_all(parser, [init(), stream(start)])
+    small = {"claude-sonnet-5-5": {"inputTokens": 0, "outputTokens": 0, "costUSD": 0.0}}
+    feed_all(parser, [result(is_error=True, subtype="error_during_execution", model_usage=small)])
+    assert parser.finish().result.usage.input_tokens == 257
+    # A result that counts at least what the stream showed (subagents included) stays as the CLI reported it.
+    whole = MessageParser(attempt=1)
+    seen = {
+        "type": "message_start",
+        "message": {"id": "msg_1", "model": "claude-sonnet-5-5", "usage": {"input_tokens": 12}},
+    }
+    feed_all(whole, [init(), stream(seen), result()])
+    assert whole.finish().result.usage.input_tokens == 112
+
+
 def test_unknown_model_costs_zero_but_counts_tokens() -> None:
     assert cost_usd("claude-mystery-9", input_tokens=10**6) == 0.0
     assert cost_usd("sonnet", input_tokens=12, output_tokens=5) == pytest.approx(0.000074)
