@@ -5,7 +5,7 @@ on). Afterwards every invariant is read from a witness outside claudeq (tests/ch
 request log and in-flight counters, the process table, Redis.
 
 Workers keep warm CLIs, as they do by default. Size: 60 jobs, about 2.5 minutes on the 2-core development machine
-under other suites' load (158 s at load average ~15 with warm CLIs; 155 s at ~9 and 383 s at ~13 with a cold CLI
+under other suites' load (68 s at load average ~8-15 and 158 s at ~15 with warm CLIs; 155 s at ~9 and 383 s at ~13 with a cold CLI
 per run, ~1.6 s of CPU per job with its worker's share). 300 jobs took ~10 minutes there with cold CLIs, past the
 bounded suite's budget of ~5 minutes for all of tests/chaos/. `make soak` runs 3,000."""
 
