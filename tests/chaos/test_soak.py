@@ -4,10 +4,10 @@ connections), a killer that SIGKILLs a random worker every ~10 s and starts a ne
 on). Afterwards every invariant is read from a witness outside claudeq (tests/chaos/fleet.py): the simulator's
 request log and in-flight counters, the process table, Redis.
 
-Workers keep warm CLIs, as they do by default. Size: 60 jobs, about 2.5 minutes on the 2-core development machine
-under other suites' load (68 s at load average ~8-15 and 158 s at ~15 with warm CLIs; 155 s at ~9 and 383 s at ~13 with a cold CLI
-per run, ~1.6 s of CPU per job with its worker's share). 300 jobs took ~10 minutes there with cold CLIs, past the
-bounded suite's budget of ~5 minutes for all of tests/chaos/. `make soak` runs 3,000."""
+Workers keep warm CLIs, as they do by default. Size: 60 jobs, one to three minutes on the 2-core development
+machine under other suites' load (68 s at load average ~8-15, 158 s at ~15; with a cold CLI per run, ~1.6 s of CPU
+per job with its worker's share: 155 s at ~9, 383 s at ~13). 300 jobs took ~16 minutes there at load ~20-27, past
+the bounded suite's budget of ~5 minutes for all of tests/chaos/. `make soak` runs 3,000."""
 
 from __future__ import annotations
 
