@@ -11,10 +11,11 @@ Tenants `a` (weight 3) and `b` (weight 1); every job's run takes about `--run-s`
    seconds, while `a`'s backlog waits. Printed: `b`'s p50 / p95 wait against the baseline (target: p50 <= 2x).
 3. Contention: `b` submits a burst as large as the slots x 10 while `a`'s backlog still waits; runs started by each
    tenant while both have jobs waiting (target: a:b within 5% of 3:1).
-4. Spend cap: tenant `c` (max_cost_usd_per_hour = 0.05, on_budget = wait) submits 10 jobs of ~$0.024 each with
-   max_budget_usd = 0.02; what it spent against the cap + one run's budget (target: <=).
+4. Spend cap: tenants `c` and `d` (max_cost_usd_per_hour = 0.05, on_budget = wait) each submit 10 jobs of ~$0.024
+   (one turn) with max_budget_usd = 0.02 (below one turn's cost: the CLI, which checks its budget after a turn,
+   overshoots every run's own budget) and 0.03; what each spent against the cap + one run's budget (target: <=).
 
-    .venv/bin/python -m bench.bench_tenants [--flood 1000] [--trickle 50] [--slots 6] [--run-s 1.5] [--gap-s 1.0]
+    .venv/bin/python -m bench.bench_tenants [--flood 1000] [--trickle 50] [--slots 6] [--run-s 1.5] [--gap-s 1.0] [--phases 1234]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import redis
 
+from claudeq.config.settings import Settings
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
@@ -48,6 +50,11 @@ weight = 1
 
 [[tenants]]
 name = "c"
+max_cost_usd_per_hour = 0.05
+on_budget = "wait"
+
+[[tenants]]
+name = "d"
 max_cost_usd_per_hour = 0.05
 on_budget = "wait"
 """
@@ -98,6 +105,38 @@ def p(values: list[float], q: float) -> float:
 
 def started_between(client: Client, ids: list[str], t0: float, t1: float) -> int:
     return sum(1 for job_id in ids for a in client.get(job_id).attempts[:1] if t0 <= a.started_at.timestamp() < t1)
+
+
+def spend_cap(client: Client, settings: Settings, tenant: str, budget: float, unique: str) -> None:
+    """10 costly jobs of `tenant` (cap $0.05/h) with `budget` each: what it spent against cap + one run's budget."""
+    ids = [
+        client.submit(prompt=f"{COSTLY} {tenant} {i} {unique}", tenant=tenant, max_budget_usd=budget).id
+        for i in range(10)
+    ]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        records = [client.get(j) for j in ids]
+        next_hour = window_end("hour", time.time()).timestamp()
+        # Done when nothing runs or is about to, and what waits, waits for the next hour (its cap).
+        if all(r.status in ("succeeded", "failed", "deferred") for r in records) and all(
+            r.ready_at is not None and r.ready_at.timestamp() >= next_hour - 1
+            for r in records
+            if r.status == "deferred"
+        ):
+            break
+        time.sleep(0.5)
+    records = [client.get(j) for j in ids]
+    spent = sum(r.result.usage.cost_usd for r in records if r.result)
+    hour, _ = TenantStore(client.store.redis, client.store.keys, settings.tenants).spend("tenant", tenant)
+    ran = sum(1 for r in records if r.attempts)
+    per_run = max((r.result.usage.cost_usd for r in records if r.result and r.attempts), default=0.0)
+    print(
+        f"spend cap $0.05/h, max_budget_usd {budget}: {tenant} ran {ran} of {len(records)} jobs (a run costs "
+        f"${per_run:.4f}) and spent ${spent:.4f} (counted ${hour:.4f}); cap + one run's budget = "
+        f"${0.05 + budget:.4f} (target: spent <=)"
+    )
+    for j in ids:
+        client.cancel(j)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,36 +225,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"a:b = {share:.2f}:1 (target 3:1 within 5%: 2.85 .. 3.15)"
                 )
 
-            # 4. a spend cap
+            # 4. a spend cap: c's jobs have a budget below one turn's cost (the CLI overshoots each run's own
+            # budget by that turn), d's a budget above it.
             if "4" in args.phases:
                 for j in [*flood, *burst]:
                     client.cancel(j)
-                c_ids = [
-                    client.submit(prompt=f"{COSTLY} c {i} {unique}", tenant="c", max_budget_usd=0.02).id
-                    for i in range(10)
-                ]
-                deadline = time.monotonic() + 180
-                while time.monotonic() < deadline:
-                    records = [client.get(j) for j in c_ids]
-                    next_hour = window_end("hour", time.time()).timestamp()
-                    # Done when nothing runs or is about to, and what waits, waits for the next hour (its cap).
-                    if all(r.status in ("succeeded", "failed", "deferred") for r in records) and all(
-                        r.ready_at is not None and r.ready_at.timestamp() >= next_hour - 1
-                        for r in records
-                        if r.status == "deferred"
-                    ):
-                        break
-                    time.sleep(0.5)
-                records = [client.get(j) for j in c_ids]
-                spent = sum(r.result.usage.cost_usd for r in records if r.result)
-                hour, _ = TenantStore(client.store.redis, client.store.keys, settings.tenants).spend("tenant", "c")
-                ran = sum(1 for r in records if r.attempts)
-                print(
-                    f"spend cap $0.05/h: c ran {ran} of {len(records)} jobs and spent ${spent:.4f} "
-                    f"(counted ${hour:.4f}); cap + one run's budget = $0.0700 (target: spent <=)"
-                )
-                for j in c_ids:
-                    client.cancel(j)
+                for tenant, budget in (("c", 0.02), ("d", 0.03)):
+                    spend_cap(client, settings, tenant, budget, unique)
     finally:
         stop_all(workers, timeout=15)
         cleanup = redis.Redis.from_url(url)
