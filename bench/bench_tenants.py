@@ -15,7 +15,8 @@ Tenants `a` (weight 3) and `b` (weight 1); every job's run takes about `--run-s`
    (one turn) with max_budget_usd = 0.02 (below one turn's cost: the CLI, which checks its budget after a turn,
    overshoots every run's own budget) and 0.03; what each spent against the cap + one run's budget (target: <=).
 
-    .venv/bin/python -m bench.bench_tenants [--flood 1000] [--trickle 50] [--slots 6] [--run-s 1.5] [--gap-s 1.0] [--phases 1234]
+    .venv/bin/python -m bench.bench_tenants [--flood 1000] [--trickle 50] [--slots 6] [--run-s 1.5] [--gap-s 1.0]
+        [--phases 1234]
 """
 
 from __future__ import annotations

@@ -47,6 +47,10 @@ def _origin() -> str:
     return _origin_cache[1]
 
 
+#: The broker priority a backlogged tenant's messages are sent at (producer/client.py TENANT_BACKLOG): the last step.
+BACKLOG_PRIORITY = 9
+
+
 def list_for(queue: str, priority: int) -> str:
     """The Redis list a message of this priority goes to (kombu's `_q_for_pri`)."""
     step = KOMBU_PRIORITY_STEPS[bisect(KOMBU_PRIORITY_STEPS, max(0, min(9, priority))) - 1]

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from claudeq import tenant_scripts
-from claudeq.broker_message import list_for, run_message
+from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, RecordUnreadable
@@ -53,7 +53,6 @@ SUBMIT_CHUNK = 500
 #: last priority step (BACKLOG_PRIORITY), so a flood waits in the broker behind other tenants' jobs
 #: (docs/architecture.md#fair-share).
 TENANT_BACKLOG = 100
-BACKLOG_PRIORITY = 9
 
 
 class JobHandle:

@@ -19,7 +19,7 @@ import time
 import redis
 import redis.asyncio as aioredis
 
-from claudeq.broker_message import list_for
+from claudeq.broker_message import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import Attempt, Event, JobError, JobRecord, utcnow
 from claudeq.worker.engine import Engine
@@ -218,6 +218,8 @@ class Loops:
                 spec = None
             queue = (spec.queue if spec else None) or self.settings.queue
             jobs.append((job_id, list_for(queue, spec.priority if spec else 0), sent))
+            # A backlogged tenant's message waits at the last priority step instead (producer/client.py).
+            jobs.append((job_id, list_for(queue, BACKLOG_PRIORITY), sent))
         return self.store.may_be_waiting(jobs)
 
     # ---- worker heartbeat ------------------------------------------------------------------------------------

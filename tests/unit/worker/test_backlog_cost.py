@@ -175,3 +175,17 @@ def test_a_submitted_jobs_own_message_counts_as_waiting(
     while store.redis.rpop(list_for(settings.queue, 0)) is not None:
         pass  # every priority-0 message consumed: those jobs' messages have left the queue
     assert loops._waiting_in_broker(jobs) == {batch[1]}
+
+
+def test_a_backlogged_tenants_message_at_the_last_priority_step_counts_as_waiting(
+    loops: Loops, store: WorkerJobStore, settings: Settings
+) -> None:
+    from claudeq.broker_message import BACKLOG_PRIORITY
+
+    # As a producer sends a backlogged tenant's job: spec priority 0, message at the last priority step.
+    record = JobRecord(id="flooded", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow())
+    sent = time.time()
+    store.create(record)
+    store.redis.zadd(store.keys.queued, {"flooded": sent}, xx=True)
+    store.redis.lpush(list_for(settings.queue, BACKLOG_PRIORITY), run_message("flooded", settings.queue, 9, sent))
+    assert loops._waiting_in_broker(["flooded"]) == {"flooded"}  # never re-sent while it waits there
