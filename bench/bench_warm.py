@@ -2,13 +2,16 @@
 per job), and the SDK called directly (a CLI per job: `query()`). Real Redis, real `claudeq-worker` processes (one per
 way and lane count, `--concurrency` = lanes), the real CLI, the simulator, the pass-through on.
 
-For each lane count: throughput of `--jobs` short jobs (submit of the whole batch -> the last one seen finished by
-the producer; the direct SDK: start -> last result), the ratios against the targets, and the median per-job time
-(direct: query() start -> result; claudeq: from the job's start on its worker to its finish, from the record).
-Each worker first runs a batch of `lanes` jobs that is not measured (imports, the first CLI start read from disk,
-and for the warm worker the pool filled), as the direct path runs one CLI first.
+For each lane count, `--rounds` batches of each way, interleaved in a rotating order (a busy machine's load drifts
+over the run; interleaving spreads it over the three ways alike). Per way: the throughput of a batch of `--jobs`
+short jobs (submit of the whole batch -> the last one seen finished by the producer; the direct SDK: start -> last
+result), median over the rounds; the ratios against the targets; the median per-job time (direct: the gaps between
+results times the lanes; claudeq: from the attempt's start on its worker to its finish, from the record). Both
+workers of a lane count run at once, each on its own queue, and first run a batch of `lanes` jobs that is not
+measured (imports, the first CLI start read from disk, and for the warm worker the pool filled), as the direct path
+runs one CLI first.
 
-    .venv/bin/python -m bench.bench_warm [--jobs 24] [--lanes 1 2 4] [--repeats 1]
+    .venv/bin/python -m bench.bench_warm [--jobs 12] [--rounds 3] [--lanes 1 2 4]
 
 Targets: warm/cold >= 2.5x at 1 lane and >= 1.8x at 2-4 lanes; claudeq warm / SDK direct >= 1.5x at 2 lanes;
 claudeq cold / SDK direct >= 0.97.
@@ -48,7 +51,7 @@ class Cell:
     per_job: list[float] = field(default_factory=list)
 
     def rate(self, jobs: int) -> float:
-        """Jobs per second, median over the repeats."""
+        """Jobs per second, median over the rounds."""
         return jobs / statistics.median(self.batches)
 
 
@@ -88,16 +91,16 @@ async def direct_timed(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the three ways at each lane count and print the figures."""
+    """Run the three ways at each lane count, in interleaved rounds, and print the figures."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=24)
+    parser.add_argument("--jobs", type=int, default=12, help="jobs per batch")
+    parser.add_argument("--rounds", type=int, default=3, help="batches of each way per lane count, interleaved")
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args(argv)
 
     url, private = redis_url_for_tests()
     unique = uuid.uuid4().hex[:10]
-    account = SimAccount("bench", max_concurrency=max(args.lanes))
+    account = SimAccount("bench", max_concurrency=2 * max(args.lanes))
     root = Path(tempfile.mkdtemp(prefix="claudeq-bench-warm-"))
     cells: dict[tuple[str, int], Cell] = {}
     load_before = os.getloadavg()
@@ -108,16 +111,12 @@ def main(argv: list[str] | None = None) -> int:
             first = root / "first"
             first.mkdir()
             asyncio.run(direct(1, 1, account, sim.base_url, first))  # the first CLI start reads it from disk
-            for repeat in range(args.repeats):
-                for lanes in args.lanes:
-                    where = root / f"direct-{repeat}-{lanes}"
-                    where.mkdir()
-                    elapsed, per_job = asyncio.run(direct_timed(args.jobs, lanes, account, sim.base_url, where))
-                    cell = cells.setdefault(("direct", lanes), Cell())
-                    cell.batches.append(elapsed)
-                    cell.per_job += per_job
+            for lanes in args.lanes:
+                clients: dict[str, Client] = {}
+                workers = []
+                try:
                     for way, warm in (("cold", 0), ("warm", lanes)):
-                        tag = f"{way}-{repeat}-{lanes}"
+                        tag = f"{way}-{lanes}"
                         settings = make_settings(
                             url,
                             f"{unique}-{tag}",
@@ -127,18 +126,28 @@ def main(argv: list[str] | None = None) -> int:
                             run_root=root / f"runs-{tag}",
                         )
                         prefixes.append(settings.key_prefix)
-                        worker = start_worker(settings, [account], root, worker_id=f"bench-{tag}")
-                        try:
-                            client = Client(settings)
-                            through_claudeq(client, lanes, f"{tag}-prime")
-                            elapsed, per_job = through_claudeq(client, args.jobs, tag)
-                        finally:
-                            stop_all([worker])
-                        cell = cells.setdefault((way, lanes), Cell())
-                        cell.batches.append(elapsed)
-                        cell.per_job += per_job
-                        print(f"  {way:6s} lanes={lanes}: {elapsed:.2f} s", flush=True)
-                    print(f"  direct lanes={lanes}: {cells[('direct', lanes)].batches[-1]:.2f} s", flush=True)
+                        workers.append(start_worker(settings, [account], root, worker_id=f"bench-{tag}"))
+                        clients[way] = Client(settings)
+                        through_claudeq(clients[way], lanes, f"{tag}-prime")
+                    ways = ["direct", "cold", "warm"]
+                    for round_ in range(args.rounds):
+                        # Interleaved, in a rotating order: load drifting over the run hits every way alike.
+                        for way in ways[round_ % 3 :] + ways[: round_ % 3]:
+                            tag = f"{way}-{lanes}-{round_}"
+                            if way == "direct":
+                                where = root / tag
+                                where.mkdir()
+                                elapsed, per_job = asyncio.run(
+                                    direct_timed(args.jobs, lanes, account, sim.base_url, where)
+                                )
+                            else:
+                                elapsed, per_job = through_claudeq(clients[way], args.jobs, tag)
+                            cell = cells.setdefault((way, lanes), Cell())
+                            cell.batches.append(elapsed)
+                            cell.per_job += per_job
+                            print(f"  lanes={lanes} round {round_} {way:6s}: {elapsed:.2f} s", flush=True)
+                finally:
+                    stop_all(workers)
     finally:
         cleanup = redis.Redis.from_url(url)
         for prefix in prefixes:
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             private.stop()
     load_after = os.getloadavg()
 
-    print(f"jobs={args.jobs} lanes={args.lanes} repeats={args.repeats}")
+    print(f"jobs per batch={args.jobs} rounds={args.rounds} lanes={args.lanes}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print(f"{'lanes':>5} {'direct j/s':>10} {'cold j/s':>9} {'warm j/s':>9}   medians per job (ms): direct cold warm")
     for lanes in args.lanes:

@@ -30,7 +30,8 @@ def describe(event: Event) -> str | None:
         return f"picked up by {d.get('worker', '?')} (attempt {d.get('attempt', '?')})"
     if kind == "run_started":
         model = f", model {d['model']}" if d.get("model") else ""
-        return f"running on account {d.get('account', '?')}{model}"
+        warm = " (warm CLI)" if d.get("warm") else ""
+        return f"running on account {d.get('account', '?')}{model}{warm}"
     if kind == "assistant_text":
         return f"assistant: {_clip(d.get('text', ''))}"
     if kind == "tool_call":

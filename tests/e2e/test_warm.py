@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from claudeq.config.settings import Settings
+from claudeq.keys import Keys
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.transcripts import RedisSessionStore
@@ -114,12 +116,16 @@ def test_fifty_jobs_through_warm_clis_never_share_a_request_and_keep_their_own_s
         assert [w for w in words if w in transcript] == [word]
 
 
-def test_sigkill_of_the_worker_leaves_no_warm_cli(client: Client, workers: WorkerFactory, tmp_path: Path) -> None:
+def test_sigkill_of_the_worker_leaves_no_warm_cli(
+    client: Client, workers: WorkerFactory, tmp_path: Path, redis_client: redis.Redis
+) -> None:
     run_root = tmp_path / "runs"
     worker = workers(warm_clients=2, run_root=run_root)
-    ids = [client.submit(prompt=f"warm me {n}").id for n in range(3)]
+    ids = [client.submit(prompt=f"warm me {n}", account="a").id for n in range(3)]
     records = wait_all(client, ids)
     assert all(r.status == "succeeded" for r in records)
     idle = run_until(lambda: warm_clis(run_root), 10, what="an idle warm CLI")
+    # An idle CLI holds no account slot.
+    assert redis_client.zcard(Keys(client.settings.key_prefix).account_slots("a")) == 0
     worker.kill()
     run_until(lambda: not any(procs.alive(pid) for pid in idle) and not warm_clis(run_root), 5, what="warm CLIs gone")
