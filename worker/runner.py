@@ -140,6 +140,8 @@ class Runner:
 
     async def _run_cold(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         # A run that may execute commands or write files gets a uid of its own (None: the worker's uid).
+        if not runs_under_own_uid(req.spec, self.settings.policy):
+            return await self._run(req, emit, cancel, None)
         acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
         try:
             identity = await asyncio.shield(acquiring)
@@ -216,26 +218,22 @@ class Runner:
         self, req: RunRequest, emit: EventSink, cancel: asyncio.Event, identity: RunIdentity | None
     ) -> RunOutcome:
         # File system work happens off the engine loop: every run's heartbeat and watchdog share that loop.
-        cli = await asyncio.to_thread(locate_cli, self.settings)
-        wrapper = wrapper_path()
-        token = await asyncio.to_thread(req.account.read_token)  # ConfigError now when the token is missing
         started = time.monotonic()
         parser = MessageParser(attempt=req.attempt)
         watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
         stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         run_id = f"{req.job_id}.{req.attempt}.{uuid.uuid4().hex[:8]}"
-        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, identity)
-        grant: RunGrant | None = None
-        if self.passthrough is not None:
-            del token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
-            try:
-                grant = await asyncio.to_thread(self.passthrough.open_run, run_id, req.account)
-            except Exception as exc:
-                await asyncio.to_thread(shutil.rmtree, run_dir, True)
-                failed = RunOutcome(exception=redact(f"pass-through unavailable: {type(exc).__name__}: {exc}"))
-                failed.passthrough_failed = failed.exception
-                return failed
-            token = grant.token
+        wrapper = wrapper_path()
+        # One trip to a thread for all of it (each trip waits for a thread, which a loaded machine makes slow).
+        cli, token, run_dir, prompt_files, grant, failure = await asyncio.to_thread(
+            self._prepare_cold, req, identity, run_id
+        )
+        if failure is not None:
+            failed = RunOutcome(exception=failure)
+            failed.passthrough_failed = failure
+            return failed
+        if grant is not None:
+            token = grant.token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
         try:
             env = build_env(
                 req.account,
@@ -325,6 +323,30 @@ class Runner:
             await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
         return parser.finish()
 
+    def _prepare_cold(
+        self, req: RunRequest, identity: RunIdentity | None, run_id: str
+    ) -> tuple[Path, str, Path, PromptFiles, RunGrant | None, str | None]:
+        """Blocking set-up of a cold run: (CLI, token, run dir, prompt files, stand-in grant, why the pass-through
+        could not give one). ConfigError when the CLI or the token is missing."""
+        cli = locate_cli(self.settings)
+        token = req.account.read_token()  # ConfigError now when the token is missing
+        run_dir, prompt_files = self._make_run_dir(req, identity)
+        if self.passthrough is None:
+            return cli, token, run_dir, prompt_files, None, None
+        try:
+            grant = self.passthrough.open_run(run_id, req.account)
+        except Exception as exc:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return (
+                cli,
+                "",
+                run_dir,
+                prompt_files,
+                None,
+                redact(f"pass-through unavailable: {type(exc).__name__}: {exc}"),
+            )
+        return cli, "", run_dir, prompt_files, grant, None
+
     # ---- warm CLIs (docs/architecture.md#warm-clis) ----------------------------------------------------------------
 
     def _warm_key(self, req: RunRequest) -> str:
@@ -412,7 +434,7 @@ class Runner:
         like a cold run's CLI (interrupt, disconnect, SIGKILL of all its processes) and its stand-in revoked."""
         assert self.passthrough is not None
         started = time.monotonic()
-        key = await asyncio.to_thread(self._warm_key, req)
+        key = self._warm_key(req)  # no blocking I/O worth a thread: two stat calls
         cli = await self.pool.take(key)
         fresh = cli is None
         if cli is None:
