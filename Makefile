@@ -48,6 +48,7 @@ bench: venv
 	$(BIN)/python -m bench.bench_simulator
 	$(BIN)/python -m bench.bench_passthrough
 	$(BIN)/python -m bench.bench_overhead
+	$(BIN)/python -m bench.bench_warm
 	$(BIN)/python -m bench.bench_goodput
 
 # The control plane alone at fleet scale (fake runner, private Redis). Smaller: make bench-scale BENCH_SCALE_ARGS="--jobs 20000"

@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with SimulatorServer({"accounts": [{"name": account.name, "token": account.token_value}]}) as sim:
             accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim.base_url)
-            settings = make_settings(url, unique, accounts_file=accounts_file, concurrency=args.concurrency)
+            # Cold runs (a CLI per job, as the direct path): what claudeq adds; warm CLIs are bench_warm's.
+            settings = make_settings(
+                url, unique, accounts_file=accounts_file, concurrency=args.concurrency, warm_clients=0
+            )
             warm = root / "warm"
             warm.mkdir()
             asyncio.run(direct(1, 1, account, sim.base_url, warm))  # the first CLI start reads it from disk

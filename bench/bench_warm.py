@@ -9,7 +9,8 @@ result), median over the rounds; the ratios against the targets; the median per-
 results times the lanes; claudeq: from the attempt's start on its worker to its finish, from the record). Both
 workers of a lane count run at once, each on its own queue, and first run a batch of `lanes` jobs that is not
 measured (imports, the first CLI start read from disk, and for the warm worker the pool filled), as the direct path
-runs one CLI first.
+runs one CLI first. CPU per job (less sensitive to a busy machine than wall time): the worker process with the CLIs
+it reaped, against this process with its CLIs (the simulator runs in a process of its own).
 
     .venv/bin/python -m bench.bench_warm [--jobs 12] [--rounds 3] [--lanes 1 2 4]
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -34,7 +36,7 @@ import redis
 
 from bench.bench_overhead import direct
 from claudeq.producer.client import Client
-from claudeq.simulator.testing import SimulatorServer
+from claudeq.simulator.testing import start_simulator_process
 from tests.conftest import make_settings
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
@@ -45,14 +47,24 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 @dataclass
 class Cell:
-    """One way at one lane count: batch times (s) and per-job times (s)."""
+    """One way at one lane count: batch times (s), per-job times (s), CPU seconds per job of each batch."""
 
     batches: list[float] = field(default_factory=list)
     per_job: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
     def rate(self, jobs: int) -> float:
         """Jobs per second, median over the rounds."""
         return jobs / statistics.median(self.batches)
+
+
+def process_cpu(pid: int | None = None) -> float:
+    """CPU seconds of a process and of its children it reaped (the CLIs): this process when `pid` is None."""
+    if pid is None:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def through_claudeq(client: Client, n_jobs: int, tag: str) -> tuple[float, list[float]]:
@@ -106,13 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     prefixes: list[str] = []
     try:
-        with SimulatorServer({"accounts": [{"name": account.name, "token": account.token_value}]}) as sim:
-            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim.base_url)
+        # The simulator in a process of its own: the CPU this process uses is then the direct path's alone.
+        sim_config = root / "sim.toml"
+        sim_config.write_text(f'[[accounts]]\nname = "{account.name}"\ntoken = "{account.token_value}"\n')
+        sim_proc, sim_url = start_simulator_process(sim_config)
+        try:
+            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim_url)
             first = root / "first"
             first.mkdir()
-            asyncio.run(direct(1, 1, account, sim.base_url, first))  # the first CLI start reads it from disk
+            asyncio.run(direct(1, 1, account, sim_url, first))  # the first CLI start reads it from disk
             for lanes in args.lanes:
                 clients: dict[str, Client] = {}
+                pids: dict[str, int] = {}
                 workers = []
                 try:
                     for way, warm in (("cold", 0), ("warm", lanes)):
@@ -127,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         prefixes.append(settings.key_prefix)
                         workers.append(start_worker(settings, [account], root, worker_id=f"bench-{tag}"))
+                        pids[way] = workers[-1].pid
                         clients[way] = Client(settings)
                         through_claudeq(clients[way], lanes, f"{tag}-prime")
                     ways = ["direct", "cold", "warm"]
@@ -134,20 +152,24 @@ def main(argv: list[str] | None = None) -> int:
                         # Interleaved, in a rotating order: load drifting over the run hits every way alike.
                         for way in ways[round_ % 3 :] + ways[: round_ % 3]:
                             tag = f"{way}-{lanes}-{round_}"
+                            pid = pids.get(way)
+                            cpu_before = process_cpu(pid)
                             if way == "direct":
                                 where = root / tag
                                 where.mkdir()
-                                elapsed, per_job = asyncio.run(
-                                    direct_timed(args.jobs, lanes, account, sim.base_url, where)
-                                )
+                                elapsed, per_job = asyncio.run(direct_timed(args.jobs, lanes, account, sim_url, where))
                             else:
                                 elapsed, per_job = through_claudeq(clients[way], args.jobs, tag)
                             cell = cells.setdefault((way, lanes), Cell())
+                            cell.cpu.append((process_cpu(pid) - cpu_before) / args.jobs)
                             cell.batches.append(elapsed)
                             cell.per_job += per_job
                             print(f"  lanes={lanes} round {round_} {way:6s}: {elapsed:.2f} s", flush=True)
                 finally:
                     stop_all(workers)
+        finally:
+            sim_proc.terminate()
+            sim_proc.wait(10)
     finally:
         cleanup = redis.Redis.from_url(url)
         for prefix in prefixes:
@@ -167,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{lanes:>5} {d.rate(args.jobs):>10.2f} {c.rate(args.jobs):>9.2f} {w.rate(args.jobs):>9.2f}   "
             f"{statistics.median(d.per_job) * 1000:.0f} {statistics.median(c.per_job) * 1000:.0f} "
             f"{statistics.median(w.per_job) * 1000:.0f}"
+        )
+    print("CPU per job (ms; the worker process and its CLIs / the direct path's process and its CLIs), medians:")
+    for lanes in args.lanes:
+        d, c, w = (statistics.median(cells[(way, lanes)].cpu) * 1000 for way in ("direct", "cold", "warm"))
+        print(
+            f"  lanes={lanes} direct {d:.0f}  cold {c:.0f}  warm {w:.0f}   "
+            f"cold/direct {c / d:.2f}  warm/cold {w / c:.2f}"
         )
     print("ratios (throughput) against the targets:")
     met = True
