@@ -68,18 +68,29 @@ def process_cpu(pid: int | None = None) -> float:
 
 
 def through_claudeq(client: Client, n_jobs: int, tag: str) -> tuple[float, list[float]]:
-    """Submit a batch and wait for all of it; (batch seconds, per-job run seconds from the records)."""
+    """Submit a batch and wait for all of it; (batch seconds, per-job run seconds from the records).
+
+    The wait reads every pending status in one pipelined round trip every 20 ms: a tighter loop of one call per job
+    would take CPU from the CLIs it measures on a 2-core machine."""
     start = time.monotonic()
     ids = [client.submit(prompt=PROMPT.format(tag=tag, n=n)).id for n in range(n_jobs)]
-    pending = set(ids)
+    pending = list(ids)
     while pending:
-        for job_id in list(pending):
-            status = client.store.status(job_id)
+        pipe = client.store.redis.pipeline(transaction=False)
+        for job_id in pending:
+            pipe.hget(client.store.keys.job(job_id), "status")
+        statuses = pipe.execute()
+        left = []
+        for job_id, raw in zip(pending, statuses, strict=True):
+            status = raw.decode() if isinstance(raw, bytes) else raw
             if status in TERMINAL:
                 if status != "succeeded":
                     raise RuntimeError(f"job {job_id} {status}: {client.get(job_id).error}")
-                pending.discard(job_id)
-        time.sleep(0.005)
+            else:
+                left.append(job_id)
+        pending = left
+        if pending:
+            time.sleep(0.02)
     elapsed = time.monotonic() - start
     per_job: list[float] = []
     for job_id in ids:
