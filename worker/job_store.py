@@ -15,7 +15,7 @@ import redis
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
-from claudeq.jobs import JobFields, JobStore, encode_event, encode_fields
+from claudeq.jobs import JobFields, JobStore, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.worker import job_scripts as scripts
@@ -80,7 +80,7 @@ class WorkerJobStore(JobStore):
     def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
         """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
         the same step: `Claim.fields`)."""
-        now = utcnow().isoformat()
+        now = stored_time(utcnow())
         reply = self._claim(
             keys=[
                 self.keys.job(job_id),

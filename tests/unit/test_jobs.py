@@ -155,3 +155,11 @@ def test_the_compact_encoding_reads_back_as_the_same_record_and_is_smaller() -> 
     event = Event(type="claimed")
     assert Event.model_validate_json(encode_event(event)) == event
     assert "attempt" not in encode_event(event) and "data" not in encode_event(event)
+
+
+def test_timestamps_are_stored_with_z_and_read_back_the_same(fake_store: JobStore) -> None:
+    record = _record("tz")
+    fake_store.create(record)
+    raw = fake_store.redis.hget(fake_store.keys.job("tz"), "created_at")
+    assert raw is not None and raw.decode().endswith("Z") and "+00:00" not in raw.decode()
+    assert fake_store.get("tz").created_at == record.created_at
