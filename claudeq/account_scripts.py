@@ -37,8 +37,8 @@ end
 #                                                        of this window: every use counted as ours, an upper bound).
 # With nothing in flight a run below the ceiling always may start: a wrong estimate never holds an account for good.
 # `cd:<fam>` is a cooldown of one model family (a 429 on its own window). The ramp: once a cooldown or a
-# reservation ends (`ramp_at`, plus `ramp_j` s of jitter), at most `rate` runs start per second until every slot
-# could have started (`ramp_last` = the last start).
+# reservation ends (`ramp_at`, plus `ramp_j` s of jitter), at most `rate` runs start per second until as many runs
+# as the account has slots have started (`ramp_n`; `ramp_last` = the last start).
 _GATE = """
 local FAMS = {'-', 'opus', 'sonnet', 'haiku'}
 local function reserved(hash, n, now, fam, predictive)
@@ -62,13 +62,13 @@ local function reserved(hash, n, now, fam, predictive)
 end
 local function ramp_from(hash, t, jitter)
   local at = tonumber(redis.call('HGET', hash, 'ramp_at') or '0') or 0
-  if t > at then redis.call('HSET', hash, 'ramp_at', string.format('%.6f', t), 'ramp_j', jitter) end
+  if t > at then redis.call('HSET', hash, 'ramp_at', string.format('%.6f', t), 'ramp_j', jitter, 'ramp_n', 0) end
 end
 local function paced(hash, now, rate, max)
   if rate <= 0 then return false end
-  local f = redis.call('HMGET', hash, 'ramp_at', 'ramp_j', 'ramp_last')
+  local f = redis.call('HMGET', hash, 'ramp_at', 'ramp_j', 'ramp_last', 'ramp_n')
   local at, j = tonumber(f[1]), tonumber(f[2]) or 0
-  if not at or now < at or now >= at + j + (max + 1) / rate then return false end
+  if not at or now < at or (tonumber(f[4]) or 0) >= max then return false end
   if now < at + j then return at + j end
   local last = tonumber(f[3]) or 0
   if last >= at and now - last < 1 / rate - 1e-6 then return last + 1 / rate end
@@ -76,7 +76,10 @@ local function paced(hash, now, rate, max)
 end
 local function started(hash, now)
   local at = tonumber(redis.call('HGET', hash, 'ramp_at') or '')
-  if at and now >= at then redis.call('HSET', hash, 'ramp_last', string.format('%.6f', now)) end
+  if at and now >= at then
+    redis.call('HSET', hash, 'ramp_last', string.format('%.6f', now))
+    redis.call('HINCRBY', hash, 'ramp_n', 1)
+  end
 end
 -- A new run of family `fam` on this account now: 1 open, else 0 full, -1 disabled, -2 cooling, -3 held,
 -- -5 reserved (ceiling reached, or predicted to be), -6 ramping (the next start is due a little later).

@@ -17,7 +17,8 @@ The account hash `keys.account(name)` holds:
   pws, pu:<window> the windows reporting a utilization, each "utilization reset est ceiling family k" (window-aware
                    admission: docs/architecture.md#window-aware-admission)
   cd:<family>, cd_why:<family>  a model family's cooldown (a 429 on its own window) and why
-  ramp_at, ramp_j, ramp_last    when the last cooldown or reservation ended, the ramp's jitter, the last start since
+  ramp_at, ramp_j, ramp_last, ramp_n  when the last cooldown or reservation ended, the ramp's jitter, the last start
+                   since and how many started
 """
 
 from __future__ import annotations

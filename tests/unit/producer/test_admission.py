@@ -146,10 +146,12 @@ def test_starts_are_ramped_after_a_cooldown_ends(store: AccountStore, fake_redis
     assert store.try_acquire("a", "j1", 10, now=after) == 1
     assert store.try_acquire("a", "j2", 10, now=after + 0.1) == -6  # 2 per second: the next start is due at +0.5
     assert store.try_acquire("a", "j2", 10, now=after + 0.5) == 1
-    assert store.try_acquire("a", "j3", 10, now=after + 0.6) == -6
-    assert store.try_acquire("a", "j3", 10, now=after + 1.0) == 1
-    # Once every slot could have started, the ramp is over.
-    assert store.try_acquire("a", "j4", 10, now=after + 10) == 1
+    # However late the next start comes, starts are paced until as many runs as the account has slots (4) started.
+    assert store.try_acquire("a", "j3", 10, now=after + 10) == 1
+    assert store.try_acquire("a", "j4", 10, now=after + 10.1) == -6
+    assert store.try_acquire("a", "j4", 10, now=after + 10.5) == 1
+    store.release("a", "j1", now=after + 10.5)
+    assert store.try_acquire("a", "j5", 10, now=after + 10.6) == 1  # four started: the ramp is over
     # An account without a ramp starts everything at once.
     store.cool("b", datetime.fromtimestamp(now + 10, UTC), "429")
     assert [store.try_acquire("b", f"k{i}", 10, now=after) for i in range(2)] == [1, 1]
