@@ -127,6 +127,7 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
 if status == 'queued' or status == 'deferred' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[2], 'error', ARGV[4])
+  redis.call('DEL', KEYS[4])  -- a flag set while it ran (then requeued) has nothing left to stop
   redis.call('HDEL', KEYS[1], 'ready_at')
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
