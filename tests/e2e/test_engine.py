@@ -160,7 +160,8 @@ def test_duplicate_delivery_while_running_runs_once(client: Client, workers: Wor
     from claudeq.producer.client import send_run
 
     worker = workers()
-    job = client.submit(prompt="[[sim: stall 3]] only once", idle_timeout_s=60)
+    # Long enough that the duplicate reaches a worker while the run is still alive, even on a loaded machine.
+    job = client.submit(prompt="[[sim: stall 10]] only once", idle_timeout_s=60)
     run_until(lambda: client.store.status(job.id) == "running", 60, 0.05, what="running")
     send_run(client.celery, client.settings, job.id, client.get(job.id).spec)
     record = wait(client, job.id)
