@@ -16,7 +16,7 @@ import redis
 
 from claudeq import tenant_scripts
 from claudeq.config.account_pool import AccountConfig
-from claudeq.config.tenants import TenantConfig, Tenants
+from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig, Tenants
 from claudeq.keys import Keys, text
 
 HOUR_S = 3600
@@ -259,8 +259,15 @@ class TenantStore:
     # ---- the active-job index (waiting counts) -------------------------------------------------------------
 
     def unindex(self, tenant: str, job_id: str) -> None:
-        """Remove a finished job from its tenant's index."""
-        self.redis.zrem(self.keys.tenant_jobs(tenant), job_id)
+        """Remove a finished (or cancelled) job of `tenant` (the name it gives) from the active-job index. The
+        producer indexed it under the entry governing it in the producer's own view, which need not be this
+        process's (a producer without the tenants file files every job under `default`): so every name it can
+        have been filed under — its own, the one governing it here, `default` — loses it."""
+        names = {tenant, self.tenants.governing(tenant).name, DEFAULT_TENANT}
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.zrem(self.keys.tenant_jobs(name), job_id)
+        pipe.execute()
 
     # ---- reads ---------------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeou
 from claudeq.jobs import JobStore, create_reply
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
+from claudeq.tenant_state import TenantStore
 
 
 def new_job_id() -> str:
@@ -252,7 +253,7 @@ class Client:
                 tenant = self.store.get(job_id).spec.tenant
             except ClaudeqError:
                 return result
-            self.store.redis.zrem(self.store.keys.tenant_jobs(self.settings.tenants.governing(tenant).name), job_id)
+            TenantStore(self.store.redis, self.store.keys, self.settings.tenants).unindex(tenant, job_id)
         return result
 
     def events(self, job_id: str, follow: bool = False) -> Iterator[Event]:

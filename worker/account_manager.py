@@ -240,7 +240,7 @@ class AccountManager:
 
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""
-        self.tenant_store.unindex(self.tenants.governing(tenant).name, job_id)
+        self.tenant_store.unindex(tenant, job_id)
 
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""

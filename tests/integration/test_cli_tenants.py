@@ -71,3 +71,35 @@ def test_tenants_shows_in_flight_waiting_and_spend_against_the_caps(
     table = runner.invoke(app, ["tenants"])
     assert table.exit_code == 0 and "team-a" in table.output and "20%" in table.output
     assert json.loads(runner.invoke(app, ["tenants", "--json"]).output)["tenants"][0]["waiting"] == 1
+
+
+def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A producer without the tenants file (an app that only submits) and workers with it: the jobs are counted as
+    waiting (under `default`, all the producer knows of), and no count is left behind once they finished or were
+    cancelled."""
+    from claudeq.config.account_pool import AccountPool
+    from claudeq.keys import Keys
+    from claudeq.producer.client import Client
+    from claudeq.tenant_state import TenantStore
+    from claudeq.worker.account_manager import AccountManager
+
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[[tenants]]\nname = "default"\n\n[[tenants]]\nname = "team-a"\nweight = 3\n')
+    worker_settings = settings.model_copy(update={"tenants_file": tenants})
+    client = Client(settings, redis_client=redis_client)  # no tenants file: accepts any name
+    done, cancelled = client.submit(prompt="hi", tenant="team-a"), client.submit(prompt="hi", tenant="team-a")
+    untagged = client.submit(prompt="hi")
+    store = TenantStore(redis_client, Keys(settings.key_prefix), worker_settings.tenants)
+
+    def waiting() -> dict[str, int]:
+        return {u.name: u.waiting for u in store.usage()}
+
+    assert sum(waiting().values()) == 3
+    manager = AccountManager(worker_settings, redis_client, Keys(settings.key_prefix), AccountPool(accounts=[]))
+    manager.job_done("team-a", done.id)  # what a worker does once the job is terminal
+    manager.job_done("default", untagged.id)
+    assert client.cancel(cancelled.id) == "cancelled"
+    assert waiting() == {"default": 0, "team-a": 0}
+    assert not list(redis_client.scan_iter(match=f"{settings.key_prefix}tenant:*"))
