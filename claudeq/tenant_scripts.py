@@ -12,10 +12,16 @@ from __future__ import annotations
 # ARGV: job_id, take ('1': add the job as a member, checking max; '0': the job is already a member), max ('' = no
 #       cap), expiry_s, now_s, hour_field, day_field, cap_hour ('' = none), cap_day ('' = none), want ('' = the spec
 #       gave no budget), share ('' = none: the most runs in flight at once, to split what is left between when the
-#       spec gave no budget)
-# -> {1, grant ('' when uncapped)} admitted (a job already a member keeps its slot, refreshed), {0, ''} at max,
-#    {-4, window ('hour' | 'day')} nothing left in that window, {-5, window} what is left is reserved by the runs in
-#    flight (wait for one to end). Reservations of runs no longer in flight are dropped.
+#       spec gave no budget), turn field ('' = none: the spend hash's field holding what one turn of this model's
+#       runs costs, `turn:<model>`, see TURN)
+# A capped run may spend its budget and one more turn (the CLI checks its budget after each turn): it reserves its
+# grant plus one turn's estimated cost, and starts only when what is left in every capped window, less what the
+# runs in flight reserved, is more than one turn. With no estimate yet (no run of this model finished here), a run
+# starts only when no other run reserved anything: the first run alone teaches the estimate.
+# -> {1, grant ('' when uncapped), turn reserved beside it ('' = none)} admitted (a job already a member keeps its
+#    slot, refreshed), {0, ''} at max, {-4, window ('hour' | 'day')} nothing (or less than one turn) left in that
+#    window, {-5, window} what is left is reserved by the runs in flight (wait for one to end). Reservations of runs
+#    no longer in flight are dropped.
 RESERVE = """
 local now = tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -24,25 +30,30 @@ if ARGV[2] == '1' and not member and ARGV[3] ~= '' and redis.call('ZCARD', KEYS[
   return {0, ''}
 end
 local capped = ARGV[8] ~= '' or ARGV[9] ~= ''
-local grant = nil
+local grant, turn = nil, 0
 if capped then
-  local reserved = 0
+  local reserved, others = 0, 0
   local all = redis.call('HGETALL', KEYS[2])
   for i = 1, #all, 2 do
     if all[i] ~= ARGV[1] then
       if redis.call('ZSCORE', KEYS[1], all[i]) then
         reserved = reserved + tonumber(all[i + 1])
+        others = others + 1
       else
         redis.call('HDEL', KEYS[2], all[i])
       end
     end
   end
+  local known = nil
+  if ARGV[12] ~= nil and ARGV[12] ~= '' then known = tonumber(redis.call('HGET', KEYS[3], ARGV[12]) or '') end
+  if known then turn = known end
   for _, w in ipairs({{ARGV[8], ARGV[6], 'hour'}, {ARGV[9], ARGV[7], 'day'}}) do
     if w[1] ~= '' then
       local unspent = tonumber(w[1]) - (tonumber(redis.call('HGET', KEYS[3], w[2]) or '0') or 0)
-      if unspent <= 0 then return {-4, w[3]} end
-      local left = unspent - reserved
-      if left <= 0 then return {-5, w[3]} end
+      if unspent - turn <= 1e-9 then return {-4, w[3]} end
+      if not known and others > 0 then return {-5, w[3]} end
+      local left = unspent - reserved - turn
+      if left <= 1e-9 then return {-5, w[3]} end
       if grant == nil or left < grant then grant = left end
     end
   end
@@ -56,9 +67,24 @@ if capped then
 end
 if ARGV[10] ~= '' and (grant == nil or tonumber(ARGV[10]) < grant) then grant = tonumber(ARGV[10]) end
 if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], ARGV[4], ARGV[1]) end
-if capped then redis.call('HSET', KEYS[2], ARGV[1], tostring(grant)) end
-if grant == nil then return {1, ''} end
-return {1, tostring(grant)}
+if capped then redis.call('HSET', KEYS[2], ARGV[1], tostring(grant + turn)) end
+if grant == nil then return {1, '', ''} end
+if turn > 0 then return {1, tostring(grant), tostring(turn)} end
+return {1, tostring(grant), ''}
+"""
+
+# KEYS: spend hash. ARGV: field (`turn:<model>`), sample (dollars one turn of a finished run cost), ttl_s
+# What one turn of a model's runs costs, learned from finished runs: a sample above the estimate replaces it at
+# once (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an overestimate
+# only makes runs wait). Kept in the tenant's / account's spend hash, with its expiry.
+TURN = """
+local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
+local sample = tonumber(ARGV[2])
+local est = sample
+if old and old > sample then est = (3 * old + sample) / 4 end
+redis.call('HSET', KEYS[1], ARGV[1], tostring(est))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return tostring(est)
 """
 
 # KEYS: tenant runs, tenant reserved, tenant waiters. ARGV: job_id, job_key_prefix, max ('' = no cap), now_s

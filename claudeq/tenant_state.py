@@ -37,6 +37,11 @@ def day_field(now: float) -> str:
     return f"d:{int(now // DAY_S)}"
 
 
+def turn_field(model: str | None) -> str:
+    """The spend-hash field holding what one turn of `model`'s runs costs (None: the default model)."""
+    return f"turn:{model or '-'}"
+
+
 def window_end(window: Window, now: float) -> datetime:
     """When the calendar window `now` falls in rolls over."""
     size = HOUR_S if window == "hour" else DAY_S
@@ -45,9 +50,11 @@ def window_end(window: Window, now: float) -> datetime:
 
 @dataclass(frozen=True)
 class Admitted:
-    """A run may start; `budget_usd` is what it may spend at most (None: no cap applies)."""
+    """A run may start; `budget_usd` is what it may spend at most (None: no cap applies); `turn_usd` the estimated
+    cost of one turn reserved beside it (the CLI may run one turn past its budget; 0: none known or no cap)."""
 
     budget_usd: float | None
+    turn_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -125,16 +132,24 @@ class TenantStore:
         self._wait = client.register_script(tenant_scripts.WAIT)
         self._tag = client.register_script(tenant_scripts.TAG)
         self._advance = client.register_script(tenant_scripts.ADVANCE)
+        self._turn = client.register_script(tenant_scripts.TURN)
 
     # ---- admission -----------------------------------------------------------------------------------------
 
     def admit(
-        self, tenant: TenantConfig, job_id: str, ttl_s: float, want: float | None, now: float | None = None
+        self,
+        tenant: TenantConfig,
+        job_id: str,
+        ttl_s: float,
+        want: float | None,
+        now: float | None = None,
+        model: str | None = None,
     ) -> Admission:
         """Start a run of `tenant` (its concurrency cap, then its spend caps): the run's budget is at most `want`
-        and what the tenant has left in each capped window, less what its other runs in flight reserved."""
+        and what the tenant has left in each capped window, less what its other runs in flight reserved and one
+        turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py)."""
         now = time.time() if now is None else now
-        code, value = self._reserve(
+        reply = self._reserve(
             keys=[
                 self.keys.tenant_runs(tenant.name),
                 self.keys.tenant_reserved(tenant.name),
@@ -152,16 +167,23 @@ class TenantStore:
                 _opt(tenant.max_cost_usd_per_day),
                 _opt(want),
                 "" if tenant.max_concurrency is None else tenant.max_concurrency,
+                turn_field(model),
             ],
         )
-        return _admission(int(code), text(value), now)
+        return _admission(reply, now)
 
     def admit_account(
-        self, account: AccountConfig, job_id: str, want: float | None, now: float | None = None
+        self,
+        account: AccountConfig,
+        job_id: str,
+        want: float | None,
+        now: float | None = None,
+        model: str | None = None,
     ) -> Admitted | Reserved | OverBudget:
-        """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps)."""
+        """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps), and one
+        turn of `model`'s runs on it beside it."""
         now = time.time() if now is None else now
-        code, value = self._reserve(
+        reply = self._reserve(
             keys=[
                 self.keys.account_slots(account.name),
                 self.keys.account_reserved(account.name),
@@ -179,15 +201,16 @@ class TenantStore:
                 _opt(account.max_cost_usd_per_day),
                 _opt(want),
                 account.max_concurrency,
+                turn_field(model),
             ],
         )
-        result = _admission(int(code), text(value), now)
+        result = _admission(reply, now=now)
         assert not isinstance(result, AtMax)
         return result
 
-    def set_reserved(self, tenant: str, job_id: str, budget_usd: float) -> None:
-        """Lower a run's reservation to the budget it was finally started with."""
-        self.redis.hset(self.keys.tenant_reserved(tenant), job_id, repr(budget_usd))
+    def set_reserved(self, tenant: str, job_id: str, budget_usd: float, turn_usd: float = 0.0) -> None:
+        """Lower a run's reservation to the budget it was finally started with (and the turn reserved beside it)."""
+        self.redis.hset(self.keys.tenant_reserved(tenant), job_id, repr(budget_usd + turn_usd))
 
     def refresh(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
         """Extend the run's place among the tenant's runs in flight (with the run's heartbeat)."""
@@ -229,9 +252,19 @@ class TenantStore:
             )
         )
 
-    def settle(self, tenant: str, account: str, job_id: str, cost_usd: float, now: float | None = None) -> None:
-        """Count a finished attempt's real cost against its tenant and account (current hour and day), and drop the
-        budget its run had reserved."""
+    def settle(
+        self,
+        tenant: str,
+        account: str,
+        job_id: str,
+        cost_usd: float,
+        now: float | None = None,
+        model: str | None = None,
+        turns: int | None = None,
+    ) -> None:
+        """Count a finished attempt's real cost against its tenant and account (current hour and day), drop the
+        budget its run had reserved, and learn what one turn of `model`'s runs costs there (the run's cost over its
+        `turns`; a run that reported none counts as one turn: an overestimate only makes runs wait)."""
         now = time.time() if now is None else now
         pipe = self.redis.pipeline(transaction=True)
         for spend, reserved in (
@@ -241,9 +274,17 @@ class TenantStore:
             if cost_usd > 0:
                 pipe.hincrbyfloat(spend, hour_field(now), cost_usd)
                 pipe.hincrbyfloat(spend, day_field(now), cost_usd)
+                sample = cost_usd / max(1, turns or 1)
+                self._turn(keys=[spend], args=[turn_field(model), repr(sample), SPEND_TTL_S], client=pipe)
                 pipe.expire(spend, SPEND_TTL_S)
             pipe.hdel(reserved, job_id)
         pipe.execute()
+
+    def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
+        """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""
+        key = self.keys.tenant_spend(name) if kind == "tenant" else self.keys.account_spend(name)
+        value = self.redis.hget(key, turn_field(model))
+        return float(text(value)) if value else None
 
     # ---- fair share ----------------------------------------------------------------------------------------
 
@@ -310,9 +351,11 @@ class TenantStore:
         return out
 
 
-def _admission(code: int, value: str, now: float) -> Admission:
+def _admission(reply: list[object], now: float) -> Admission:
+    code, value = int(text(reply[0])), text(reply[1])
     if code == 1:
-        return Admitted(float(value) if value else None)
+        turn = text(reply[2]) if len(reply) > 2 else ""
+        return Admitted(float(value) if value else None, float(turn) if turn else 0.0)
     if code == 0:
         return AtMax()
     window: Window = "day" if value == "day" else "hour"

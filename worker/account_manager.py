@@ -47,6 +47,7 @@ class SlotLease:
     job_id: str
     tenant: str | None = None  # the tenant whose run this is (None: a lease taken outside tenant admission)
     budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
+    model: str | None = None  # the spec's model: what one turn costs is learned per model
 
 
 class AccountManager:
@@ -82,7 +83,9 @@ class AccountManager:
         """
         tenant = self.tenants.governing(spec.tenant)
         now = time.time()
-        admitted = self.tenant_store.admit(tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now)
+        admitted = self.tenant_store.admit(
+            tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model
+        )
         if isinstance(admitted, AtMax | Reserved):
             if isinstance(admitted, AtMax):
                 reason = f"tenant {tenant.name!r} has {tenant.max_concurrency} run(s) in flight (its max_concurrency)"
@@ -100,7 +103,7 @@ class AccountManager:
             self.tenant_store.release(tenant, job_id, pop=False)
             return lease
         if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
-            self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd)
+            self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
         if self.tenants.configured and rank is not None:
             self.tenant_store.advance(rank - spec.priority * PRIORITY_SPAN)  # the fleet's virtual time moves on
         return lease
@@ -140,7 +143,7 @@ class AccountManager:
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second; so
             # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
             if name not in exclude and self.store.try_acquire(name, job_id, ttl, family=family) == 1:
-                held = self._budgeted(self.store.config(name), job_id, tenant, want)
+                held = self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
                 if isinstance(held, OverBudget):
                     over[name] = held
                 elif isinstance(held, Reserved):
@@ -176,7 +179,7 @@ class AccountManager:
                 # or cooled the account since the snapshot.
                 got = self.store.try_acquire(account.name, job_id, ttl, now, rank, family)
                 if got == 1:
-                    lease = self._budgeted(account, job_id, tenant, want)
+                    lease = self._budgeted(account, job_id, tenant, want, spec.model)
                     if isinstance(lease, OverBudget):
                         over[account.name] = lease
                         continue
@@ -204,18 +207,18 @@ class AccountManager:
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
     def _budgeted(
-        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None
+        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
     ) -> SlotLease | Reserved | OverBudget:
         """The lease of a slot just taken on `account`, with the run's budget; an account over its spend cap (or
         whose budget left is reserved by its runs in flight) gives the slot back at once (no waiter was denied it:
         it was free)."""
         if not account.capped:
-            return SlotLease(account, job_id, tenant.name, want)
-        reserved = self.tenant_store.admit_account(account, job_id, want)
+            return SlotLease(account, job_id, tenant.name, want, model)
+        reserved = self.tenant_store.admit_account(account, job_id, want, model=model)
         if isinstance(reserved, OverBudget | Reserved):
             self.store.redis.zrem(self.store.keys.account_slots(account.name), job_id)
             return reserved
-        return SlotLease(account, job_id, tenant.name, reserved.budget_usd)
+        return SlotLease(account, job_id, tenant.name, reserved.budget_usd, model)
 
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
         """Extend the slot's expiry and the run's place among its tenant's runs (called with the run's heartbeat)."""
@@ -233,10 +236,17 @@ class AccountManager:
             popped += self.tenant_store.release(self.tenants.governing(lease.tenant), lease.job_id)
         return popped
 
-    def settle(self, lease: SlotLease, cost_usd: float) -> None:
+    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
-        the run had reserved)."""
-        self.tenant_store.settle(lease.tenant or DEFAULT_TENANT, lease.account.name, lease.job_id, cost_usd)
+        the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran)."""
+        self.tenant_store.settle(
+            lease.tenant or DEFAULT_TENANT,
+            lease.account.name,
+            lease.job_id,
+            cost_usd,
+            model=lease.model,
+            turns=turns,
+        )
 
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""

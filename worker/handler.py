@@ -181,7 +181,7 @@ class DeliveryHandler:
         outcome, refused = await self._run(d, request, account)
         # Spend is real whoever owns the job now: counted even when the lease was lost.
         cost = outcome.result.usage.cost_usd if outcome else 0.0
-        await _quiet(self.accounts.settle, acquired, cost)
+        await _quiet(self.accounts.settle, acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)

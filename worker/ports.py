@@ -58,7 +58,7 @@ class AccountsLike(Protocol):
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end."""
 
-    def settle(self, lease: SlotLease, cost_usd: float) -> None:
+    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's cost against its tenant's and account's spend."""
 
     def job_done(self, tenant: str, job_id: str) -> None:

@@ -41,6 +41,11 @@ on_budget = "wait"
 name = "strict"
 max_cost_usd_per_hour = {cap}
 on_budget = "fail"
+
+[[tenants]]
+name = "tight"
+max_cost_usd_per_hour = {cap}
+on_budget = "wait"
 """
 
 
@@ -148,6 +153,43 @@ def test_spend_caps_wait_or_fail_and_runs_start_with_what_is_left(
     assert failed.status == "failed" and failed.error is not None
     assert failed.error.kind == "budget_exceeded"
     assert failed.attempts == []
+
+
+def test_runs_with_a_budget_below_one_turn_never_take_the_tenant_past_its_cap(
+    client: Client, workers: WorkerFactory, unique: str, cost_cap: float
+) -> None:
+    """Each run's budget ($0.02) is below what its one turn costs (~$0.024): the CLI checks its budget only after a
+    turn, so every run spends a whole turn whatever its budget. Runs started side by side on what is left must not
+    take the tenant past its cap by more than one run's budget."""
+    if near_hour_end():
+        time.sleep(window_end("hour", time.time()).timestamp() - time.time() + 1)
+    workers(concurrency=3)
+    budget = 0.02
+    jobs = [
+        client.submit(
+            prompt=f"[[sim: delay 1]] {COSTLY} tight {i} {unique}",
+            tenant="tight",
+            account="wide",
+            max_budget_usd=budget,
+        )
+        for i in range(6)
+    ]
+    run_until(
+        lambda: (
+            sum(1 for j in jobs if client.get(j.id).status == "deferred") >= 1
+            and all(client.get(j.id).status in ("deferred", "succeeded", "failed") for j in jobs)
+        ),
+        120,
+        what="tight's jobs ran until its cap and the rest waited",
+    )
+    records = [client.get(j.id) for j in jobs]
+    costs = [r.result.usage.cost_usd for r in records if r.result and r.attempts]
+    assert costs and min(costs) > budget, f"a run cost {costs}: it must cost more than its budget for this test"
+    spent = sum(costs)
+    assert spent <= cost_cap + budget, f"spent ${spent:.4f} > cap ${cost_cap} + one run's budget ${budget}"
+    for record in records:
+        if record.status == "deferred":
+            client.cancel(record.id)
 
 
 def test_a_run_is_clamped_to_what_its_tenant_has_left(

@@ -139,7 +139,7 @@ class FakeAccounts:
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         self.tenant_waiters.append((tenant, job_id))
 
-    def settle(self, lease: SlotLease, cost_usd: float) -> None:
+    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         self.settled.append((lease.job_id, cost_usd))
 
     def job_done(self, tenant: str, job_id: str) -> None:

@@ -128,29 +128,49 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
 ) -> None:
     m = manager(tenants_settings, fake_redis, account("y", 8))
+    store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
     spec = JobSpec(prompt="x", tenant="b", model="haiku", max_budget_usd=0.02)
-    one, two = lease(m.acquire("j1", spec)), lease(m.acquire("j2", spec))
-    assert one.budget_usd == pytest.approx(0.02) and two.budget_usd == pytest.approx(0.02)
+    one = lease(m.acquire("j1", spec))
+    assert one.budget_usd == pytest.approx(0.02)
+    # What one turn costs is not known yet: the first run goes alone and teaches it.
+    first_alone = m.acquire("j2", spec)
+    assert isinstance(first_alone, NoAccount) and not first_alone.permanent and "reserved" in first_alone.reason
+    m.settle(one, 0.004, turns=1)
+    m.release(one)
+    assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.004)
+    assert store.turn_cost("account", "y", "haiku") == pytest.approx(0.004)
+    # Each run reserves its budget and one turn beside it (the CLI may run a turn past its budget).
+    two = lease(m.acquire("j2", spec))
+    assert two.budget_usd == pytest.approx(0.02)
     three = lease(m.acquire("j3", spec))
-    assert three.budget_usd == pytest.approx(0.01)  # 0.05 - two runs' reservations: never the same dollars twice
+    assert three.budget_usd == pytest.approx(0.05 - 0.004 - (0.02 + 0.004) - 0.004)  # never the same dollars twice
     reserved = m.acquire("j4", spec)
-    # Nothing is spent yet, all is reserved: wait for a run of the tenant to end, not for the window.
+    # All that is left is reserved: wait for a run of the tenant to end, not for the window.
     assert isinstance(reserved, NoAccount) and not reserved.permanent and reserved.tenant == "b"
     assert "reserved" in reserved.reason
-    # Real costs replace the reservations as attempts finish.
-    m.settle(one, 0.004)
-    m.release(one)
-    again = lease(m.acquire("j4", spec))
-    assert again.budget_usd == pytest.approx(0.05 - 0.004 - 0.02 - 0.01)
-    store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
     assert store.spend("tenant", "b") == (pytest.approx(0.004), pytest.approx(0.004))
     assert store.spend("account", "y")[0] == pytest.approx(0.004)
-    # Spent to the cap: on_budget = "fail" fails the job as budget_exceeded.
-    for done in (two, three, again):
-        m.settle(done, 0.05 / 3)
+    # Spent to within less than one turn of the cap: on_budget = "fail" fails the job as budget_exceeded.
+    for done in (two, three):
+        m.settle(done, 0.021, turns=1)
         m.release(done)
+    assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.021)
     refused = m.acquire("j5", spec)
     assert isinstance(refused, NoAccount) and refused.permanent and refused.kind == "budget_exceeded"
+
+
+def test_the_turn_estimate_rises_at_once_and_falls_slowly(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
+    store.settle("b", "y", "j1", 0.03, model="haiku", turns=3)
+    assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.01)
+    store.settle("b", "y", "j2", 0.02, model="haiku", turns=1)
+    assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.02)
+    store.settle("b", "y", "j3", 0.01, model="haiku", turns=None)  # no turns reported: one turn
+    assert store.turn_cost("tenant", "b", "haiku") == pytest.approx((3 * 0.02 + 0.01) / 4)
+    assert store.turn_cost("tenant", "b", "opus") is None  # per model
+    assert store.turn_cost("tenant", "a", "haiku") is None  # per tenant
 
 
 def test_a_waiting_tenant_defers_until_the_window_rolls(
@@ -185,12 +205,14 @@ def test_an_account_cap_clamps_the_run_budget(fake_settings: Settings, fake_redi
     assert first.budget_usd == pytest.approx(0.03)
     waits = m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0))  # all reserved: wait for the account's run
     assert isinstance(waits, NoAccount) and waits.accounts == ["p"] and not waits.permanent
-    m.settle(first, 0.01)
+    m.settle(first, 0.01, turns=4)  # one turn: $0.0025
     m.release(first)
-    # Runs without a budget of their own share what is left with the slots that may still start beside them.
+    # Runs without a budget of their own share what is left, less one turn, with the slots that may still start
+    # beside them; each reserves its share and a turn.
     shared = [lease(m.acquire(f"k{i}", JobSpec(prompt="x"))) for i in range(2)]
-    assert shared[0].budget_usd == pytest.approx(0.02 / 4)
-    assert shared[1].budget_usd == pytest.approx((0.02 - 0.02 / 4) / 3)
+    turn = 0.0025
+    assert shared[0].budget_usd == pytest.approx((0.02 - turn) / 4)
+    assert shared[1].budget_usd == pytest.approx((0.02 - (0.02 - turn) / 4 - turn - turn) / 3)
 
 
 def test_fair_share_tags_give_slots_by_weight(tenants_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
