@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import re
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import redis
 
 from claudeq.config.settings import Settings
+from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.jobs import parse_record
 from claudeq.models import JobError, utcnow
@@ -207,7 +209,11 @@ class Engine:
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
-            await asyncio.to_thread(self.store.write, job_id, claim.fence, "failed", error=error)
+            if await asyncio.to_thread(self.store.write, job_id, claim.fence, "failed", error=error):
+                try:  # out of its tenant's active jobs: the tenant its damaged spec still names, else `default`
+                    await asyncio.to_thread(self.accounts.job_done, _tenant_hint(claim.fields), job_id)
+                except Exception:
+                    log.exception("job %s: tenant bookkeeping failed", job_id)
             return Delivered("failed")
         except JobNotFound:
             log.info("job %s: vanished after claim", job_id)
@@ -249,3 +255,13 @@ class Engine:
             del self._deliveries[key]
             if not self._deliveries:
                 self._idle.set()
+
+
+#: The tenant a job's spec names, read from its raw JSON text (the spec may not parse).
+_TENANT_IN_SPEC = re.compile(r'"tenant"\s*:\s*"([A-Za-z0-9][A-Za-z0-9_.-]{0,62})"')
+
+
+def _tenant_hint(fields: dict[str, str] | None) -> str:
+    """The tenant an unreadable record's spec names, if it can still be read; else `default`."""
+    found = _TENANT_IN_SPEC.search((fields or {}).get("spec", ""))
+    return found.group(1) if found else DEFAULT_TENANT

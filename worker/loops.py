@@ -175,6 +175,10 @@ class Loops:
         if not await asyncio.to_thread(self.store.recover, record.id, record.fence, attempts, event, error):
             return False
         log.error("job %s: %s", record.id, message)
+        try:  # out of its tenant's active jobs, as a job the handler finishes
+            await asyncio.to_thread(self.engine.accounts.job_done, record.spec.tenant, record.id)
+        except Exception:
+            log.exception("job %s: tenant bookkeeping failed", record.id)
         self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, "failed")
         try:
             waiting = await self.engine.sessions.finished(record, "failed", record.session_id)

@@ -207,7 +207,9 @@ def test_bad_input_fails_the_job_or_drops_the_message_and_the_worker_keeps_runni
 
     # Records written past the client's validation (another version, a bug): one damaged, one the policy forbids.
     unreadable, forbidden = new_record(store), new_record(store)
-    store.redis.hset(store.keys.job(unreadable), "spec", "{broken")
+    store.redis.hset(store.keys.job(unreadable), "spec", '{"tenant": "team-u", broken')
+    for name in ("team-u", "default"):  # as a producer indexes a job of its tenant (`claudeq tenants` counts these)
+        store.redis.zadd(store.keys.tenant_jobs(name), {unreadable: time.time()})
     store.redis.hset(store.keys.job(forbidden), "spec", '{"prompt": "x", "tools": ["Bash"]}')
     for job_id in (unreadable, forbidden):
         celery.send_task(TASK_RUN, args=[job_id], queue=queue)
@@ -215,6 +217,12 @@ def test_bad_input_fails_the_job_or_drops_the_message_and_the_worker_keeps_runni
     run_until(lambda: store.status(unreadable) == "failed", 30, what="unreadable record failed")
     raw = store.redis.hget(store.keys.job(unreadable), "error").decode()
     assert '"internal"' in raw and "cannot be read" in raw
+    # Failed, so no longer counted among its tenant's active jobs: the tenant its broken spec names, else default.
+    run_until(
+        lambda: not any(store.redis.zscore(store.keys.tenant_jobs(n), unreadable) for n in ("team-u", "default")),
+        10,
+        what="the unreadable job left the tenants' index",
+    )
     run_until(lambda: store.status(forbidden) == "failed", 30, what="forbidden spec failed")
     error = client.get(forbidden).error
     assert error is not None and error.kind == "input" and "Bash" in error.message

@@ -42,9 +42,10 @@ def loops(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Loops
     engine.stop()
 
 
-def _lost_so_far(store: WorkerJobStore, earlier_losses: int) -> str:
+def _lost_so_far(store: WorkerJobStore, earlier_losses: int, tenant: str = "default") -> str:
     """A running job whose worker just died mid-attempt (lease gone), after `earlier_losses` lost workers."""
-    record = JobRecord(id=f"j-{utcnow().timestamp()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
+    spec = JobSpec(prompt="p", tenant=tenant)
+    record = JobRecord(id=f"j-{utcnow().timestamp()}", spec=spec, status="queued", created_at=utcnow())
     job = store.create(record)[0]
     attempts = [
         Attempt(number=i + 1, worker=f"w{i}", outcome="worker_lost", started_at=utcnow(), finished_at=utcnow())
@@ -71,6 +72,17 @@ def test_the_third_lost_worker_fails_the_job_as_poisoned(loops: Loops, wstore: W
     assert job not in wstore.running_ids() and wstore.redis.ttl(wstore.keys.job(job)) > 0
 
 
+def test_a_poisoned_job_leaves_its_tenants_active_jobs(loops: Loops, wstore: WorkerJobStore) -> None:
+    job = _lost_so_far(wstore, earlier_losses=2, tenant="team-p")
+
+    assert loops.engine.call(loops.recover_once()).result(10) == [job]
+
+    # Out of the index `claudeq tenants` counts waiting jobs from, as any other finished job.
+    accounts = loops.engine.accounts
+    assert isinstance(accounts, FakeAccounts)
+    assert accounts.done == [("team-p", job)]
+
+
 def test_a_second_lost_worker_still_requeues(loops: Loops, wstore: WorkerJobStore) -> None:
     job = _lost_so_far(wstore, earlier_losses=1)
 
@@ -78,4 +90,6 @@ def test_a_second_lost_worker_still_requeues(loops: Loops, wstore: WorkerJobStor
 
     record = wstore.get(job)
     assert record.status == "queued" and record.error is None
+    accounts = loops.engine.accounts
+    assert isinstance(accounts, FakeAccounts) and accounts.done == []
     assert [e.type for _, e in wstore.read_events(job)][-1] == "requeued"
