@@ -1,7 +1,8 @@
 """`make dashboard-snapshot`: the Grafana dashboard as an operator sees it, with data, drawn to docs/dashboard.png.
 
 It runs a short simulated workload on a fleet of its own (a private Redis, the simulator with three accounts — one
-with a small window, so it is rate-limited —, two workers and the exporter), lets a real Prometheus scrape it every
+with a small window and a utilization ceiling, so it is reserved or rate-limited —, three tenants with weights and
+spend caps, two workers and the exporter), lets a real Prometheus scrape it every
 second, then evaluates every panel's query over that time range and draws the panels where Grafana lays them out
 (timeseries as lines, stats as numbers, bar gauges as bars, with Grafana's units and legends).
 
@@ -49,6 +50,8 @@ from claudeq.producer.client import Client  # noqa: E402
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "claudeq.json"
 OUT = ROOT / "docs" / "dashboard.png"
 ACCOUNTS = ("team-small", "team-a", "team-b")
+#: Tenants sharing the fleet: name, weight, spend cap per hour (USD). Most jobs are `batch`'s.
+TENANTS = (("default", 1, 20.0), ("support", 3, 5.0), ("batch", 1, 2.0))
 RATE_INTERVAL = "30s"  # $__rate_interval for a 1 s scrape over a few minutes
 STEP_S = 2
 
@@ -100,6 +103,12 @@ def workload_spec(n: int, rng: random.Random, run_id: str) -> dict[str, Any]:
         return {"prompt": f"Check item {n}. {run_id}", "output_schema": schema}
     model = rng.choice(("sonnet", "sonnet", "opus", "haiku"))
     return {"prompt": base, "model": model}
+
+
+def with_tenant(spec: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The job under one of the tenants: mostly the batch, some support work, a few untagged."""
+    tenant = rng.choices([t[0] for t in TENANTS], weights=(1, 3, 6))[0]
+    return spec if tenant == "default" else {**spec, "tenant": tenant}
 
 
 @dataclass
@@ -408,8 +417,18 @@ def main() -> int:
         accounts.write_text(
             "".join(
                 f'[[accounts]]\nname = "{n}"\nkind = "oauth"\ntoken_env = "{token_env(n)}"\n'
-                f'max_concurrency = {2 if n == "team-small" else 3}\nbase_url = "{sim_url}"\n\n'
+                f'max_concurrency = {2 if n == "team-small" else 3}\nbase_url = "{sim_url}"\n'
+                # The small account keeps half of its window for people: it shows as reserved once it reaches that.
+                + ("utilization_ceiling = 0.5\n\n" if n == "team-small" else "\n")
                 for n in ACCOUNTS
+            )
+        )
+        tenants = workdir / "tenants.toml"
+        tenants.write_text(
+            "allow_unknown = false\n"
+            + "".join(
+                f'[[tenants]]\nname = "{name}"\nweight = {weight}\nmax_cost_usd_per_hour = {cap}\n\n'
+                for name, weight, cap in TENANTS
             )
         )
         env = {
@@ -419,6 +438,7 @@ def main() -> int:
             "CLAUDEQ_QUEUE": queue,
             "CLAUDEQ_QUEUES": json.dumps([queue]),
             "CLAUDEQ_ACCOUNTS_FILE": str(accounts),
+            "CLAUDEQ_TENANTS_FILE": str(tenants),
             "CLAUDEQ_RUN_ROOT": str(workdir / "runs"),
             "CLAUDEQ_CONCURRENCY": "4",
             "CLAUDEQ_RETRY_BASE_S": "0.5",
@@ -463,7 +483,9 @@ def main() -> int:
         )
         prom = Prometheus.start({"workers": targets, "exporter": [f"127.0.0.1:{exporter_port}"]}, workdir)
         stack.callback(prom.stop)
-        settings = Settings(_env_file=None, redis_url=redis_url, key_prefix=prefix, queue=queue, queues=[queue])
+        settings = Settings(
+            _env_file=None, redis_url=redis_url, key_prefix=prefix, queue=queue, queues=[queue], tenants_file=tenants
+        )
         client = Client(settings)
         stack.callback(client.close)
         print(f"fleet up: 2 workers, exporter, Prometheus at {prom.url}; workload for {args.seconds:.0f} s", flush=True)
@@ -475,7 +497,7 @@ def main() -> int:
             # out and is routed around, then everything drains.
             per_s = 0.2 + 0.9 * math.sin(math.pi * phase) ** 2
             n += 1
-            handle = client.submit(workload_spec(n, rng, run_id))
+            handle = client.submit(with_tenant(workload_spec(n, rng, run_id), rng))
             if rng.random() < 0.03:
                 client.cancel(handle.id)
             time.sleep(rng.expovariate(per_s))
