@@ -157,7 +157,7 @@ def progress_counts(client: redis.Redis, keys: Any) -> tuple[int, int]:
 def monitor_sample(url: str, prefix: str, seconds: float) -> dict[str, int]:
     """Every command Redis runs for `seconds` (MONITOR, commands inside scripts included), split by whose it is:
     `claudeq` (its scripts and the commands inside them, its keys, the broker messages it pushes) or `celery/kombu`
-    (the broker traffic of Celery's consumers: BRPOP, the unacked bookkeeping, task events, MULTI/EXEC)."""
+    (the broker traffic of Celery's consumers: BRPOP, the unacked bookkeeping, MULTI/EXEC; task events when on)."""
     counts = {"claudeq": 0, "celery/kombu": 0}
     client = redis.Redis.from_url(url)
     deadline = time.monotonic() + seconds
@@ -426,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"\nwhose commands (MONITOR, 2 s mid-run): claudeq {(1 - share) * per_job_cmds:.1f} per job,"
                 f" Celery/kombu's own broker traffic {share * per_job_cmds:.1f} per job ({share:.0%}: BRPOP, unacked"
-                " bookkeeping, task events; claudeq cannot cut these without replacing the transport)"
+                " bookkeeping, MULTI/EXEC; Celery task events are off unless CLAUDEQ_CELERY_EVENTS; claudeq cannot"
+                " cut the rest without replacing the transport)"
             )
         print("\ntop Redis commands per job")
         for name, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][0])[:12]:

@@ -31,8 +31,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "broker_connection_retry_on_startup": True,
         "task_track_started": True,
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        "worker_send_task_events": settings.celery_events,
+        "task_send_sent_event": settings.celery_events,
         "worker_hijack_root_logger": False,
     }
 

@@ -196,6 +196,12 @@ class Settings(BaseSettings):
         "headers of every response; runs get a stand-in credential, never the real token).",
     )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
+    celery_events: bool = Field(
+        default=False,
+        description="Celery's task events (task-sent/received/started/succeeded, for Flower or `celery events`). "
+        "Off by default: each job would publish three more messages through Redis; the job record and its events "
+        "are claudeq's own monitoring.",
+    )
     warm_clients: int | None = Field(
         default=None,
         ge=0,

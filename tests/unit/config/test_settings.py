@@ -55,6 +55,15 @@ def test_celery_config_has_the_long_run_settings() -> None:
     assert conf["visibility_timeout"] == visibility
 
 
+def test_celery_task_events_are_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More broker messages per job only when something reads them (Flower under compose)."""
+    conf = celery_config(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert not conf["worker_send_task_events"] and not conf["task_send_sent_event"]
+    monkeypatch.setenv("CLAUDEQ_CELERY_EVENTS", "true")
+    conf = celery_config(load_settings(_env_file=None))
+    assert conf["worker_send_task_events"] and conf["task_send_sent_event"]
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "accounts.toml"
     path.write_text(text)
