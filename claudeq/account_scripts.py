@@ -264,12 +264,15 @@ return 1
 """
 
 # KEYS: deferred, queued, counts, then per account: slots, account hash, the four lines. ARGV: job_id, rank,
-# job_key_prefix, now_s, expiry_s, family index (1..4), predictive, jitter_s, then per account: max_concurrency, ramp
-# rate
+# job_key_prefix, now_s, expiry_s, family index (1..4), predictive, jitter_s, fallback_s (epoch), then per account:
+# max_concurrency, ramp rate
 # Puts a deferred job in its family's waiting line of each account at its rank (a job already in line keeps its
-# place), then lets each account admit: a slot may have been released between the caller's failed acquire and this
-# call, or the caller yielded to better-ranked waiters that nobody has promoted yet. -> the ids handed a slot, now
-# queued: the caller sends their messages (its own job among them when it is first in line for a free slot).
+# place) and moves its ready time in the deferred set out to `fallback_s` (never earlier): in line, a freed slot is
+# handed to it, and the ready time is only the fallback should that never happen. A job deferred but not yet in line
+# (its worker died in between) keeps the short ready time it was deferred with. Then lets each account admit: a slot
+# may have been released between the caller's failed acquire and this call, or the caller yielded to better-ranked
+# waiters that nobody has promoted yet. -> the ids handed a slot, now queued: the caller sends their messages (its
+# own job among them when it is first in line for a free slot).
 ADD_WAITER = (
     _ADMISSION
     + """
@@ -280,11 +283,13 @@ local fi = tonumber(ARGV[6])
 for i = 0, n - 1 do
   redis.call('ZADD', KEYS[3 + 6 * i + 2 + fi], 'NX', ARGV[2], ARGV[1])
 end
+local ready = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if ready and ready < tonumber(ARGV[9]) then redis.call('ZADD', KEYS[1], 'XX', ARGV[9], ARGV[1]) end
 for i = 0, n - 1 do
   local b = 3 + 6 * i
-  admit({KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]}, KEYS[b + 1], KEYS[b + 2], tonumber(ARGV[9 + 2 * i]),
+  admit({KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]}, KEYS[b + 1], KEYS[b + 2], tonumber(ARGV[10 + 2 * i]),
         ARGV[5], tonumber(ARGV[4]), ARGV[3], {KEYS[1], KEYS[2], KEYS[3]},
-        {ARGV[7] == '1', tonumber(ARGV[10 + 2 * i]), ARGV[8]}, out)
+        {ARGV[7] == '1', tonumber(ARGV[11 + 2 * i]), ARGV[8]}, out)
 end
 return out
 """

@@ -248,11 +248,13 @@ class AccountStore:
         ttl_s: float = 15.0,
         now: float | None = None,
         family: str = "-",
+        fallback_s: float = 300.0,
     ) -> list[str]:
         """Put a deferred job in its family's waiting line of each of `names` at `rank` (a job already in a line
-        keeps its place), then let each account admit its best waiters into its free slots. Returns the ids admitted
-        (now `queued`, each holding a slot): the caller sends their messages. `job_id` itself is among them when it
-        is first in line for a slot that is free right now."""
+        keeps its place) and move its ready time out to `fallback_s` from now (never earlier: a freed slot is handed
+        to it, the ready time is only the fallback), then let each account admit its best waiters into its free
+        slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
+        `job_id` itself is among them when it is first in line for a slot that is free right now."""
         now = time.time() if now is None else now
         accounts = [self.config(name) for name in names]
         if not accounts:
@@ -271,6 +273,7 @@ class AccountStore:
             FAMILIES.index(family) + 1,
             "1" if self.predictive else "",
             self._jitter(),
+            repr(now + fallback_s),
             *per_account,
         ]
         return [text(j) for j in self._add_waiter(keys=keys, args=args)]

@@ -170,6 +170,12 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(default=3, gt=0, description="Lease and worker heartbeat interval.")
     loop_interval_s: float = Field(default=1.0, gt=0, description="Period of the promoter and reconciler loops.")
     unclaimed_resend_s: float = Field(default=120, gt=0, description="Re-send a queued job nobody claimed this long.")
+    waiter_fallback_s: float = Field(
+        default=300,
+        gt=0,
+        description="Re-send a job waiting in an account's line that no freed slot was handed to this long (a fallback "
+        "only: a release or the promoter's pass hands a waiter its slot).",
+    )
     retry_base_s: float = Field(default=1.0, gt=0, description="Transient retry backoff base (full jitter).")
     retry_max_s: float = Field(default=60.0, gt=0, description="Transient retry backoff cap.")
     retry_in_place_max_s: float = Field(default=5.0, ge=0, description="Longest wait in place; longer re-enqueues.")

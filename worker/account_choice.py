@@ -89,6 +89,14 @@ def _order(view: AccountView, index: int, now: datetime) -> tuple[bool, float, f
     return (view.state.state == "warning", utilization(view.state, now) / weight, load / weight, index)
 
 
+def eligible(accounts: Sequence[AccountView], *, model: str | None, pin: str | None) -> list[str]:
+    """The accounts that may ever run the job (pinned, allowing its model, not disabled), in pool order: the lines it
+    waits in, so that a slot freeing on any of them is handed to it."""
+    return [
+        a.name for a in accounts if (pin is None or a.name == pin) and a.config.allows_model(model) and not a.disabled()
+    ]
+
+
 def choose(
     accounts: Sequence[AccountView],
     *,

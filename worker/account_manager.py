@@ -21,7 +21,7 @@ from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore
-from claudeq.worker.account_choice import AccountView, NoAccount, choose
+from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
 from claudeq.worker.waiting_line import PRIORITY_SPAN
@@ -152,6 +152,7 @@ class AccountManager:
                     return held
         decision: list[AccountConfig] | NoAccount = []
         in_line: list[str] = []
+        views: list[AccountView] = []
         for _ in range(_ACQUIRE_ROUNDS):
             now = time.time()
             views = self._views(now, tenant.accounts)
@@ -199,10 +200,14 @@ class AccountManager:
             soon = _dt(time.time() + 1.0 / max(0.1, min(self.store.config(n).ramp_starts_per_s for n in ramping)))
             return NoAccount(soon, f"starts on {', '.join(ramping)} are ramping up after a reset", names, cooldown=True)
         if in_line:
-            # Our turn comes through the waiting line (a release or the promoter's pass hands us a slot); the ready
-            # time is only the fallback should every worker miss it.
+            # Our turn comes through the waiting line: a release or the promoter's pass hands us a slot. We wait in
+            # the line of every account that may run the job, not only the ones that yielded, so a slot freeing on
+            # an account that was full a moment ago is handed to us too. Joining the line moves the ready time out
+            # to the fallback (`waiter_fallback_s`); this one counts should the worker die before the job joins.
+            skip = set(in_line) | exclude | set(over) | reserved
+            lines = in_line + [n for n in eligible(views, model=spec.model, pin=spec.account) if n not in skip]
             later = _dt(time.time() + self.settings.lease_ttl_s)
-            return NoAccount(later, f"waiting in line behind better-ranked jobs on {', '.join(in_line)}", names)
+            return NoAccount(later, f"waiting in line behind better-ranked jobs on {', '.join(in_line)}", lines)
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
@@ -259,10 +264,18 @@ class AccountManager:
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
     def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = None) -> list[str]:
-        """A deferred job (of `model`) waits in line for a slot on these accounts; returns the jobs admitted into a
-        free slot right away (already `queued`, holding it; maybe this very job): send their messages."""
+        """A deferred job (of `model`) waits in line for a slot on these accounts (its ready time becomes the fallback,
+        `waiter_fallback_s` away); returns the jobs admitted into a free slot right away (already `queued`, holding
+        it; maybe this very job): send their messages."""
         names = [a for a in accounts if self.pool.get(a) is not None]
-        admitted = self.store.add_waiter(names, job_id, rank, self.settings.lease_ttl_s, family=model_family(model))
+        admitted = self.store.add_waiter(
+            names,
+            job_id,
+            rank,
+            self.settings.lease_ttl_s,
+            family=model_family(model),
+            fallback_s=self.settings.waiter_fallback_s,
+        )
         if job_id in admitted:
             log.info("job %s: a slot was free when it joined the line; it is due now", job_id)
         return admitted

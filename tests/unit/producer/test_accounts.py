@@ -224,9 +224,9 @@ def test_a_slot_freed_before_the_waiter_joined_admits_it_at_once(
     now = time.time()
     _defer(fake_redis, "w1", ready=now + 15)
     store.try_acquire("b", "j1", 15, now=now)
-    # Still full: the job keeps its ready time (the fallback) and waits in line.
-    assert store.add_waiter(["b"], "w1", rank=now, now=now) == []
-    assert fake_redis.zscore(KEYS.deferred, "w1") == now + 15
+    # Still full: the job waits in line; its ready time is only the fallback now.
+    assert store.add_waiter(["b"], "w1", rank=now, now=now, fallback_s=300) == []
+    assert fake_redis.zscore(KEYS.deferred, "w1") == now + 300
     # A slot released with nobody in line is free: a job joining the line takes it at once.
     fake_redis.zrem(KEYS.account_waiters("b"), "w1")
     store.release("b", "j1")
@@ -240,6 +240,26 @@ def test_a_slot_freed_before_the_waiter_joined_admits_it_at_once(
     # Nor is a job that is no longer deferred.
     assert store.add_waiter(["a", "b"], "gone", rank=0.0) == []
     assert store.waiters("a") == ["w2"]
+
+
+def test_joining_the_line_moves_the_ready_time_out_to_the_fallback_never_earlier(
+    store: AccountStore, fake_redis: fakeredis.FakeRedis
+) -> None:
+    now = time.time()
+    store.try_acquire("b", "j1", 15, now=now)
+    # Deferred until the slot's expiry: in line, a freed slot is handed to it; no re-send every lease TTL.
+    _defer(fake_redis, "w1", ready=now + 15)
+    assert store.add_waiter(["b"], "w1", rank=now, now=now, fallback_s=300) == []
+    assert fake_redis.zscore(KEYS.deferred, "w1") == now + 300
+    # A later ready time (a cooldown ending in an hour) is kept.
+    _defer(fake_redis, "w2", ready=now + 3600)
+    assert store.add_waiter(["b"], "w2", rank=now + 1, now=now, fallback_s=300) == []
+    assert fake_redis.zscore(KEYS.deferred, "w2") == now + 3600
+    # A job no longer deferred is neither put in line nor put back in the deferred set.
+    fake_redis.hset(KEYS.job("w3"), "status", "queued")
+    assert store.add_waiter(["b"], "w3", rank=now + 2, now=now, fallback_s=300) == []
+    assert fake_redis.zscore(KEYS.deferred, "w3") is None
+    assert store.waiters("b") == ["w1", "w2"]
 
 
 def test_one_job_in_several_lines_is_admitted_once(store: AccountStore, fake_redis: fakeredis.FakeRedis) -> None:

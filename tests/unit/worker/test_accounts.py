@@ -190,6 +190,25 @@ def test_a_new_job_waits_in_line_behind_better_ranked_waiters(
     assert manager.admit() == ["urgent"]
 
 
+def test_a_job_in_line_waits_in_the_line_of_every_account_that_may_run_it(
+    manager: AccountManager, fake_redis: fakeredis.FakeRedis
+) -> None:
+    # `a`'s free slot is spoken for by a better-ranked waiter; `b` is full. The job waits in both lines, so the slot
+    # `b` frees next is handed to it (joining `a`'s line alone, it would sit there until its fallback).
+    fake_redis.hset(manager.store.keys.job("urgent"), "status", "deferred")
+    fake_redis.zadd(manager.store.keys.account_waiters("a"), {"urgent": 1.0})
+    held = [lease(manager.acquire(f"b{i}", JobSpec(prompt="x", account="b"))) for i in range(2)]
+    waiting = manager.acquire("bulk", SPEC, rank=9e10)
+    assert isinstance(waiting, NoAccount)
+    assert "waiting in line" in waiting.reason and waiting.accounts == ["a", "b"]
+    fake_redis.hset(manager.store.keys.job("bulk"), "status", "deferred")
+    fake_redis.zadd(manager.store.keys.deferred, {"bulk": waiting.ready_at.timestamp()})
+    assert manager.add_waiter(waiting.accounts, "bulk", 9e10) == ["urgent"]  # a's free slot: the better waiter's
+    fallback = fake_redis.zscore(manager.store.keys.deferred, "bulk")
+    assert fallback is not None and fallback > time.time() + manager.settings.waiter_fallback_s - 5
+    assert manager.release(held[0]) == ["bulk"]
+
+
 def test_refresh_keeps_the_slot(manager: AccountManager) -> None:
     held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a")))
     manager.refresh(held, 120)
