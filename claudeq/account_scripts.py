@@ -6,6 +6,30 @@ does). The account hash fields are described in claudeq/account_state.py.
 
 from __future__ import annotations
 
+# The account hash's admission fields, read once per script run (one HMGET; a second one reads the `pu:<window>`
+# fields of the windows `pws` lists): `st` is that copy, and every write below to one of these fields updates it, so
+# a script that gates several times (a release handing out slots, an acquire looking at the waiting lines) reads
+# the hash once instead of field by field.
+_STATE = """
+local FIELDS = {'state', 'cooldown_until', 'cd:opus', 'cd:sonnet', 'cd:haiku', 'rq_rem', 'rq_reset', 'rq_lim',
+                'tk_rem', 'tk_reset', 'tk_lim', 'tk_est', 'pws', 'ramp_at', 'ramp_j', 'ramp_last', 'ramp_n'}
+local unpack_ = table.unpack or unpack
+local function account_state(hash)
+  local v = redis.call('HMGET', hash, unpack_(FIELDS))
+  local st = {}
+  for i = 1, #FIELDS do st[FIELDS[i]] = v[i] end
+  if st.pws then
+    local fields = {}
+    for w in string.gmatch(st.pws, '%S+') do fields[#fields + 1] = 'pu:' .. w end
+    if #fields > 0 then
+      local u = redis.call('HMGET', hash, unpack_(fields))
+      for i = 1, #fields do st[fields[i]] = u[i] end
+    end
+  end
+  return st
+end
+"""
+
 # Admission before exhaustion (the `held` rule; `claudeq.account_state.held` is the same rule in Python): with the
 # last `remaining` the API reported for requests (`rq_rem`, window resetting at `rq_reset`, limit `rq_lim`) and
 # tokens (`tk_rem`, `tk_reset`, `tk_lim`, about `tk_est` tokens per request), a new run is held back while the runs
@@ -16,12 +40,11 @@ local function left(rem, reset, lim, now)
   if rem and reset and reset > now then return rem, reset end
   return lim, now + 1
 end
-local function held(hash, n, now)
-  local f = redis.call('HMGET', hash, 'rq_rem', 'rq_reset', 'rq_lim', 'tk_rem', 'tk_reset', 'tk_lim', 'tk_est')
-  local rq, rq_at = left(tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), now)
+local function held(st, n, now)
+  local rq, rq_at = left(tonumber(st.rq_rem), tonumber(st.rq_reset), tonumber(st.rq_lim), now)
   if rq and rq - n <= 0 then return rq_at end
-  local tk, tk_at = left(tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), now)
-  if tk and tk - n * (tonumber(f[7]) or 0) <= 0 then return tk_at end
+  local tk, tk_at = left(tonumber(st.tk_rem), tonumber(st.tk_reset), tonumber(st.tk_lim), now)
+  if tk and tk - n * (tonumber(st.tk_est) or 0) <= 0 then return tk_at end
   return false
 end
 """
@@ -41,12 +64,12 @@ end
 # as the account has slots have started (`ramp_n`; `ramp_last` = the last start).
 _GATE = """
 local FAMS = {'-', 'opus', 'sonnet', 'haiku'}
-local function reserved(hash, n, now, fam, predictive)
-  local names = redis.call('HGET', hash, 'pws')
+local function reserved(st, n, now, fam, predictive)
+  local names = st.pws
   if not names then return false end
   local best = false
   for w in string.gmatch(names, '%S+') do
-    local v = redis.call('HGET', hash, 'pu:' .. w)
+    local v = st['pu:' .. w]
     if v then
       local u, reset, est, ceil, wf, k = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
       u, reset, est, ceil, k = tonumber(u), tonumber(reset), tonumber(est), tonumber(ceil), tonumber(k)
@@ -60,40 +83,45 @@ local function reserved(hash, n, now, fam, predictive)
   end
   return best
 end
-local function ramp_from(hash, t, jitter)
-  local at = tonumber(redis.call('HGET', hash, 'ramp_at') or '0') or 0
-  if t > at then redis.call('HSET', hash, 'ramp_at', string.format('%.6f', t), 'ramp_j', jitter, 'ramp_n', 0) end
+local function ramp_from(hash, st, t, jitter)
+  local at = tonumber(st.ramp_at or '0') or 0
+  if t > at then
+    local v = string.format('%.6f', t)
+    redis.call('HSET', hash, 'ramp_at', v, 'ramp_j', jitter, 'ramp_n', 0)
+    st.ramp_at, st.ramp_j, st.ramp_n = v, jitter, '0'
+  end
 end
-local function paced(hash, now, rate, max)
+local function paced(st, now, rate, max)
   if rate <= 0 then return false end
-  local f = redis.call('HMGET', hash, 'ramp_at', 'ramp_j', 'ramp_last', 'ramp_n')
-  local at, j = tonumber(f[1]), tonumber(f[2]) or 0
-  if not at or now < at or (tonumber(f[4]) or 0) >= max then return false end
+  local at, j = tonumber(st.ramp_at), tonumber(st.ramp_j) or 0
+  if not at or now < at or (tonumber(st.ramp_n) or 0) >= max then return false end
   if now < at + j then return at + j end
-  local last = tonumber(f[3]) or 0
+  local last = tonumber(st.ramp_last) or 0
   if last >= at and now - last < 1 / rate - 1e-6 then return last + 1 / rate end
   return false
 end
-local function started(hash, now)
-  local at = tonumber(redis.call('HGET', hash, 'ramp_at') or '')
+local function started(hash, st, now)
+  local at = tonumber(st.ramp_at or '')
   if at and now >= at then
-    redis.call('HSET', hash, 'ramp_last', string.format('%.6f', now))
-    redis.call('HINCRBY', hash, 'ramp_n', 1)
+    local v = string.format('%.6f', now)
+    redis.call('HSET', hash, 'ramp_last', v)
+    st.ramp_last = v
+    st.ramp_n = tostring(redis.call('HINCRBY', hash, 'ramp_n', 1))
   end
 end
 -- A new run of family `fam` on this account now: 1 open, else 0 full, -1 disabled, -2 cooling, -3 held,
 -- -5 reserved (ceiling reached, or predicted to be), -6 ramping (the next start is due a little later).
-local function gate(hash, n, max, now, fam, predictive, rate, jitter)
-  if redis.call('HGET', hash, 'state') == 'disabled' then return -1 end
-  local until_s = tonumber(redis.call('HGET', hash, 'cooldown_until') or '0') or 0
+local function gate(hash, st, n, max, now, fam, predictive, rate, jitter)
+  if st.state == 'disabled' then return -1 end
+  local until_s = tonumber(st.cooldown_until or '0') or 0
   if until_s > now then return -2 end
-  if fam ~= '-' and (tonumber(redis.call('HGET', hash, 'cd:' .. fam) or '0') or 0) > now then return -2 end
+  if fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now then return -2 end
   if n >= max then return 0 end
-  local h = held(hash, n, now)
-  if h then ramp_from(hash, h, jitter) return -3 end
-  local r = reserved(hash, n, now, fam, predictive)
-  if r then ramp_from(hash, r, jitter) return -5 end
-  if paced(hash, now, rate, max) then return -6 end
+  local h = held(st, n, now)
+  if h then ramp_from(hash, st, h, jitter) return -3 end
+  local r = reserved(st, n, now, fam, predictive)
+  if r then ramp_from(hash, st, r, jitter) return -5 end
+  if paced(st, now, rate, max) then return -6 end
   return 1
 end
 """
@@ -111,12 +139,14 @@ end
 _ADMIT = """
 local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, out)
   redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local st = account_state(hash)
   while true do
     local n = redis.call('ZCARD', slots)
+    local waiting = redis.call('EXISTS', lines[1], lines[2], lines[3], lines[4]) > 0
     local best, best_score, best_line = nil, nil, nil
     for i = 1, 4 do
-      if gate(hash, n, max, now, FAMS[i], o[1], o[2], o[3]) == 1 then
-        while true do
+      if gate(hash, st, n, max, now, FAMS[i], o[1], o[2], o[3]) == 1 then
+        while waiting do
           local head = redis.call('ZRANGE', lines[i], 0, 0, 'WITHSCORES')
           if #head == 0 then break end
           if redis.call('HGET', job_prefix .. head[1], 'status') == 'deferred' then
@@ -133,7 +163,7 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
     local job = job_prefix .. best
     redis.call('ZADD', slots, expiry, best)
     redis.call('HINCRBY', hash, 'n:acquired', 1)
-    started(hash, now)
+    started(hash, st, now)
     redis.call('ZREM', jk[1], best)
     redis.call('HSET', job, 'status', 'queued')
     redis.call('HDEL', job, 'ready_at')
@@ -145,7 +175,7 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
 end
 """
 
-_ADMISSION = _HELD + _GATE + _ADMIT
+_ADMISSION = _STATE + _HELD + _GATE + _ADMIT
 
 # KEYS: slots, account hash, the four lines. ARGV: job_id, max_concurrency, expiry_s, now_s, rank ('' = none),
 # job_key_prefix, family index (1..4 in FAMS), predictive ('1'/''), ramp rate, jitter_s
@@ -161,10 +191,11 @@ ACQUIRE = (
 local now, max = tonumber(ARGV[4]), tonumber(ARGV[2])
 local fam, predictive, rate = FAMS[tonumber(ARGV[7])], ARGV[8] == '1', tonumber(ARGV[9])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4])
+local st = account_state(KEYS[2])
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   local others = redis.call('ZCARD', KEYS[1]) - 1
-  local closed = fam ~= '-' and (tonumber(redis.call('HGET', KEYS[2], 'cd:' .. fam) or '0') or 0) > now
-  if closed or reserved(KEYS[2], others, now, fam, predictive) then
+  local closed = fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now
+  if closed or reserved(st, others, now, fam, predictive) then
     redis.call('ZREM', KEYS[1], ARGV[1])
     return -5
   end
@@ -172,17 +203,19 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 1
 end
 local n = redis.call('ZCARD', KEYS[1])
-local g = gate(KEYS[2], n, max, now, fam, predictive, rate, ARGV[10])
+local g = gate(KEYS[2], st, n, max, now, fam, predictive, rate, ARGV[10])
 if g ~= 1 then return g end
+-- With no rank, or no line holding anyone, the job is in no line.
+local waiting = ARGV[5] == '' or redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6]) > 0
 if ARGV[5] ~= '' then
   -- Waiters still deferred, ranked strictly before this job, in a line the account admits now, have first call on
   -- the free slots.
   local free, ahead = max - n, 0
   for i = 1, 4 do
     if ahead >= free then break end
-    if i == 1 or gate(KEYS[2], n, max, now, FAMS[i], predictive, rate, ARGV[10]) == 1 then
+    if i == 1 or gate(KEYS[2], st, n, max, now, FAMS[i], predictive, rate, ARGV[10]) == 1 then
       local offset = 0
-      while ahead < free do
+      while waiting and ahead < free do
         local e = redis.call('ZRANGEBYSCORE', KEYS[2 + i], '-inf', '(' .. ARGV[5], 'LIMIT', offset, 1)
         if #e == 0 then break end
         if e[1] == ARGV[1] then
@@ -199,9 +232,9 @@ if ARGV[5] ~= '' then
   if ahead >= free then return -4 end
 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-redis.call('ZREM', KEYS[2 + tonumber(ARGV[7])], ARGV[1])
+if waiting then redis.call('ZREM', KEYS[2 + tonumber(ARGV[7])], ARGV[1]) end
 redis.call('HINCRBY', KEYS[2], 'n:acquired', 1)
-started(KEYS[2], now)
+started(KEYS[2], st, now)
 return 1
 """
 )
@@ -240,7 +273,8 @@ return out
 # (`cd:<family>`, a 429 on that model family's own window) holds back only that family's jobs. The ramp starts when
 # the cooldown ends.
 COOL = (
-    _HELD
+    _STATE
+    + _HELD
     + _GATE
     + """
 local field, why = 'cooldown_until', 'cooldown_reason'
@@ -250,7 +284,7 @@ local new = tonumber(ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'n:cooled', 1)
 if new <= current then return 0 end
 redis.call('HSET', KEYS[1], field, ARGV[1], why, ARGV[2])
-ramp_from(KEYS[1], new, ARGV[3])
+ramp_from(KEYS[1], {ramp_at = redis.call('HGET', KEYS[1], 'ramp_at')}, new, ARGV[3])
 return 1
 """
 )
@@ -300,7 +334,8 @@ return out
 # without a success in between (`bo_n`; a success clears it). Never shortens a cooldown already in place.
 # -> {until_s as a string, n}
 BACKOFF = (
-    _HELD
+    _STATE
+    + _HELD
     + _GATE
     + """
 local n = redis.call('HINCRBY', KEYS[1], 'bo_n', 1)
@@ -310,7 +345,7 @@ local current = tonumber(redis.call('HGET', KEYS[1], 'cooldown_until') or '0') o
 redis.call('HINCRBY', KEYS[1], 'n:cooled', 1)
 if new > current then
   redis.call('HSET', KEYS[1], 'cooldown_until', tostring(new), 'cooldown_reason', ARGV[4] .. ' (' .. wait .. ' s)')
-  ramp_from(KEYS[1], new, ARGV[5])
+  ramp_from(KEYS[1], {ramp_at = redis.call('HGET', KEYS[1], 'ramp_at')}, new, ARGV[5])
 end
 return {tostring(new), n}
 """
@@ -348,10 +383,12 @@ return 1
 # reading is dropped. A window at or over its ceiling
 # starts the ramp at its reset.
 RECORD_UTIL = (
-    _HELD
+    _STATE
+    + _HELD
     + _GATE
     + """
 local names = redis.call('HGET', KEYS[1], 'pws') or ''
+local st = {ramp_at = redis.call('HGET', KEYS[1], 'ramp_at')}
 for i = 2, #ARGV, 5 do
   local w, u, reset, ceil, fam = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
   local old = redis.call('HGET', KEYS[1], 'pu:' .. w)
@@ -378,7 +415,7 @@ for i = 2, #ARGV, 5 do
       names = names == '' and w or (names .. ' ' .. w)
       redis.call('HSET', KEYS[1], 'pws', names)
     end
-    if value[1] >= tonumber(ceil) - 1e-9 then ramp_from(KEYS[1], value[2], ARGV[1]) end
+    if value[1] >= tonumber(ceil) - 1e-9 then ramp_from(KEYS[1], st, value[2], ARGV[1]) end
   end
 end
 return 1
