@@ -123,6 +123,12 @@ class Keys:
         return f"{self.prefix}tenant:{name}:jobs"
 
     @property
+    def tenants_in_use(self) -> str:
+        """String: set by every worker started with a tenants file. A producer without the file indexes its jobs
+        under `default` (`tenant_jobs`) only once it is set: a fleet without tenants keeps no per-tenant index."""
+        return f"{self.prefix}tenants-in-use"
+
+    @property
     def fair_share(self) -> str:
         """Hash: `v` the system virtual time, `t:<tenant>` each tenant's last virtual finish tag (fair share)."""
         return f"{self.prefix}fair"

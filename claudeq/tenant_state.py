@@ -149,6 +149,11 @@ class TenantStore:
         and what the tenant has left in each capped window, less what its other runs in flight reserved and one
         turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py)."""
         now = time.time() if now is None else now
+        if tenant.max_concurrency is None and not tenant.capped:
+            # Nothing to check (RESERVE would admit it with the spec's budget and no turn): the run is only counted,
+            # in one command; the tenant's RELEASE drops expired runs.
+            self.redis.zadd(self.keys.tenant_runs(tenant.name), {job_id: now + ttl_s})
+            return Admitted(want)
         reply = self._reserve(
             keys=[
                 self.keys.tenant_runs(tenant.name),
@@ -221,6 +226,9 @@ class TenantStore:
         """End a run of the tenant; returns the waiter (0 or 1 job id) to promote now (`pop` False: none, for a run
         that never started)."""
         now = time.time() if now is None else now
+        if not pop and tenant.max_concurrency is None and not tenant.capped:
+            self.redis.zrem(self.keys.tenant_runs(tenant.name), job_id)  # an uncapped tenant reserves nothing
+            return []
         if not pop:
             pipe = self.redis.pipeline(transaction=True)
             pipe.zrem(self.keys.tenant_runs(tenant.name), job_id)
@@ -261,13 +269,16 @@ class TenantStore:
         now: float | None = None,
         model: str | None = None,
         turns: int | None = None,
+        *,
+        reserved: bool = True,
     ) -> None:
         """Count a finished attempt's real cost against its tenant and account (current hour and day), drop the
-        budget its run had reserved, and learn what one turn of `model`'s runs costs there (the run's cost over its
-        `turns`; a run that reported none counts as one turn: an overestimate only makes runs wait)."""
+        budget its run had reserved (`reserved` False: it was started without a budget, so it reserved none), and
+        learn what one turn of `model`'s runs costs there (the run's cost over its `turns`; a run that reported none
+        counts as one turn: an overestimate only makes runs wait). Each step stands on its own: no transaction."""
         now = time.time() if now is None else now
-        pipe = self.redis.pipeline(transaction=True)
-        for spend, reserved in (
+        pipe = self.redis.pipeline(transaction=False)
+        for spend, held in (
             (self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant)),
             (self.keys.account_spend(account), self.keys.account_reserved(account)),
         ):
@@ -277,8 +288,10 @@ class TenantStore:
                 sample = cost_usd / max(1, turns or 1)
                 self._turn(keys=[spend], args=[turn_field(model), repr(sample), SPEND_TTL_S], client=pipe)
                 pipe.expire(spend, SPEND_TTL_S)
-            pipe.hdel(reserved, job_id)
-        pipe.execute()
+            if reserved:
+                pipe.hdel(held, job_id)
+        if len(pipe):
+            pipe.execute()
 
     def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
         """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""
@@ -320,15 +333,23 @@ class TenantStore:
         return float(text(hour)) if hour else 0.0, float(text(day)) if day else 0.0
 
     def usage(self, now: float | None = None) -> list[TenantUsage]:
-        """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps."""
+        """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps. Without
+        a tenants file, `default`'s runs and jobs are every job's: read from the status counters (running; queued +
+        deferred), not from per-tenant indexes."""
         now = time.time() if now is None else now
         tenants = self.tenants.tenants or [self.tenants.governing("default")]
         pipe = self.redis.pipeline(transaction=False)
         for tenant in tenants:
-            pipe.zcount(self.keys.tenant_runs(tenant.name), f"({now}", "+inf")
-            pipe.zcard(self.keys.tenant_jobs(tenant.name))
+            if self.tenants.configured:
+                pipe.zcount(self.keys.tenant_runs(tenant.name), f"({now}", "+inf")
+                pipe.zcard(self.keys.tenant_jobs(tenant.name))
+            else:
+                pipe.hmget(self.keys.status_counts, ["running", "queued", "deferred"])
             pipe.hmget(self.keys.tenant_spend(tenant.name), [hour_field(now), day_field(now)])
         replies = pipe.execute()
+        if not self.tenants.configured:
+            running, queued, deferred = (max(0, int(text(n))) if n else 0 for n in replies[0])
+            replies = [running, running + queued + deferred, replies[1]]
         out = []
         for i, tenant in enumerate(tenants):
             in_flight, active, (hour, day) = replies[3 * i : 3 * i + 3]

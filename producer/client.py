@@ -54,6 +54,8 @@ SUBMIT_CHUNK = 500
 #: last priority step (BACKLOG_PRIORITY), so a flood waits in the broker behind other tenants' jobs
 #: (docs/architecture.md#fair-share).
 TENANT_BACKLOG = 100
+#: How long a producer without a tenants file trusts what it read about the fleet using tenants (s).
+TENANTS_IN_USE_CHECK_S = 30.0
 
 
 class JobHandle:
@@ -98,6 +100,7 @@ class Client:
         self.store = make_store(self.settings, redis_client)
         self.celery = celery_app or make_celery(self.settings, main="claudeq-producer")
         self._tag = self.store.redis.register_script(tenant_scripts.TAG)
+        self._tenants_in_use: tuple[float, bool] | None = None  # (monotonic time read, whether the fleet uses them)
 
     def validate(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobSpec:
         """Check a spec without submitting it; JobSpecError names the field and the reason."""
@@ -179,8 +182,11 @@ class Client:
 
     def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float) -> None:
         """Add the jobs to their tenants' active-job index (the waiting counts of `claudeq tenants`) and, with
-        tenants configured, give each its fair-share tag now, in submit order (docs/architecture.md#fair-share)."""
+        tenants configured, give each its fair-share tag now, in submit order (docs/architecture.md#fair-share).
+        A fleet without tenants keeps no index: `default`'s jobs are every job, counted by the status counters."""
         tenants = self.settings.tenants
+        if not tenants.configured and not self._fleet_uses_tenants():
+            return
         keys = self.store.keys
         by_tenant: dict[str, dict[str, float]] = {}
         for record in records:
@@ -192,6 +198,14 @@ class Client:
                 )
         for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
             pipe.zadd(keys.tenant_jobs(name), members)
+
+    def _fleet_uses_tenants(self) -> bool:
+        """Whether a worker with a tenants file has started on this Redis (it sets `tenants_in_use`): a producer
+        without the file then still indexes its jobs, under `default`. Read at most every TENANTS_IN_USE_CHECK_S."""
+        now = time.monotonic()
+        if self._tenants_in_use is None or now - self._tenants_in_use[0] > TENANTS_IN_USE_CHECK_S:
+            self._tenants_in_use = (now, bool(self.store.redis.exists(self.store.keys.tenants_in_use)))
+        return self._tenants_in_use[1]
 
     def _backlogged(self, records: builtins.list[JobRecord]) -> set[str]:
         """The tenants of `records` whose jobs not finished, these included, exceed TENANT_BACKLOG (tenants

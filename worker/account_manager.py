@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import redis
@@ -61,6 +61,9 @@ class AccountManager:
         )
         self.tenants = settings.tenants
         self.tenant_store = TenantStore(redis, keys, self.tenants)
+        if self.tenants.configured:
+            # Producers without the tenants file index their jobs (under `default`) only in a fleet that uses them.
+            redis.set(keys.tenants_in_use, "1")
         #: The pass-through reads every response's headers: 429s are acted on there (`record_response`), so a
         #: `rejected` RateLimitEvent without a reset adds nothing and must not cool or count a second time.
         self.headers_seen = settings.passthrough
@@ -82,6 +85,11 @@ class AccountManager:
         waiters are due for is theirs, and the job waits in line too (None: take any free slot).
         """
         tenant = self.tenants.governing(spec.tenant)
+        if not self.tenants.configured:
+            # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
+            # `default` from the status counters); its spend is still tallied under `default` when the run settles.
+            taken = self._acquire_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank)
+            return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
         now = time.time()
         admitted = self.tenant_store.admit(
             tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model
@@ -251,6 +259,7 @@ class AccountManager:
             cost_usd,
             model=lease.model,
             turns=turns,
+            reserved=lease.budget_usd is not None,  # a run started without a budget reserved none
         )
 
     def job_done(self, tenant: str, job_id: str) -> None:

@@ -88,6 +88,8 @@ def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
     tenants = tmp_path / "tenants.toml"
     tenants.write_text('[[tenants]]\nname = "default"\n\n[[tenants]]\nname = "team-a"\nweight = 3\n')
     worker_settings = settings.model_copy(update={"tenants_file": tenants})
+    # A worker with the file has started: it marks the fleet as using tenants, so file-less producers index too.
+    manager = AccountManager(worker_settings, redis_client, Keys(settings.key_prefix), AccountPool(accounts=[]))
     client = Client(settings, redis_client=redis_client)  # no tenants file: accepts any name
     done, cancelled = client.submit(prompt="hi", tenant="team-a"), client.submit(prompt="hi", tenant="team-a")
     untagged = client.submit(prompt="hi")
@@ -97,9 +99,24 @@ def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
         return {u.name: u.waiting for u in store.usage()}
 
     assert sum(waiting().values()) == 3
-    manager = AccountManager(worker_settings, redis_client, Keys(settings.key_prefix), AccountPool(accounts=[]))
     manager.job_done("team-a", done.id)  # what a worker does once the job is terminal
     manager.job_done("default", untagged.id)
     assert client.cancel(cancelled.id) == "cancelled"
     assert waiting() == {"default": 0, "team-a": 0}
     assert not list(redis_client.scan_iter(match=f"{settings.key_prefix}tenant:*"))
+
+
+def test_a_fleet_without_tenants_keeps_no_tenant_index_and_shows_default_from_the_counters(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    """No tenants file anywhere: a queued job costs no per-tenant index entry; `claudeq tenants` still shows
+    `default` with its jobs waiting (the status counters)."""
+    from claudeq.producer.client import Client
+    from claudeq.tenant_state import TenantStore
+
+    client = Client(settings, redis_client=redis_client)
+    client.submit(prompt="hi")
+    client.submit_many([{"prompt": "a"}, {"prompt": "b", "tenant": "team-x"}])
+    assert not list(redis_client.scan_iter(match=f"{settings.key_prefix}tenant:*"))
+    (usage,) = TenantStore(redis_client, client.store.keys, settings.tenants).usage()
+    assert (usage.name, usage.in_flight, usage.waiting) == ("default", 0, 3)

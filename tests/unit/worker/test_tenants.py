@@ -247,3 +247,45 @@ def test_a_backlogged_tenants_messages_wait_behind_other_tenants_in_the_broker(
     assert fake_redis.llen(list_for(queue, 0)) == TENANT_BACKLOG  # b's job is picked up before a's flood
     assert client.get(flood[0].id).spec.priority == 0  # its place in the waiting line is unchanged
     assert late.id.encode() in fake_redis.lindex(list_for(queue, 0), 0)  # type: ignore[operator]
+
+
+def test_without_a_tenants_file_runs_are_not_indexed_per_tenant_and_spend_is_still_tallied(
+    fake_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    # No tenants file: nothing caps a tenant, so a run costs no tenant bookkeeping; `claudeq tenants` shows
+    # `default` from the status counters, and its spend is still tallied.
+    accounts = manager(fake_settings, fake_redis, account("x"))
+    keys = Keys(fake_settings.key_prefix)
+    lease = accounts.acquire("j1", JobSpec(prompt="p"))
+    assert isinstance(lease, SlotLease) and lease.budget_usd is None and lease.tenant is None
+    budgeted = accounts.acquire("j2", JobSpec(prompt="p", max_budget_usd=0.5))
+    assert isinstance(budgeted, SlotLease) and budgeted.budget_usd == 0.5  # the spec's own budget, as before
+    accounts.settle(lease, 0.25)
+    assert accounts.release(lease) == []
+    accounts.job_done("default", "j1")
+    for key in (keys.tenant_runs, keys.tenant_reserved, keys.tenant_jobs, keys.tenant_waiters):
+        assert not fake_redis.exists(key("default"))
+    assert accounts.tenant_store.spend("tenant", "default") == (0.25, 0.25)
+    assert accounts.tenant_store.spend("account", "x") == (0.25, 0.25)
+    fake_redis.hset(keys.status_counts, mapping={"running": 2, "queued": 5, "deferred": 1})
+    (usage,) = accounts.tenant_store.usage()
+    assert (usage.name, usage.in_flight, usage.waiting, usage.spend.hour) == ("default", 2, 6, 0.25)
+
+
+def test_an_uncapped_tenant_in_a_tenants_file_is_counted_without_reserving(
+    unique: str, tmp_path: Path, fake_redis: fakeredis.FakeRedis
+) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text('[[tenants]]\nname = "c"\n')
+    settings = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path)
+    accounts = manager(settings, fake_redis, account("x"))
+    keys = Keys(settings.key_prefix)
+    lease = accounts.acquire("j1", JobSpec(prompt="p", tenant="c", max_budget_usd=0.5))
+    assert isinstance(lease, SlotLease) and lease.tenant == "c" and lease.budget_usd == 0.5
+    assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is not None
+    assert not fake_redis.exists(keys.tenant_reserved("c"))
+    assert accounts.tenant_store.usage()[0].in_flight == 1
+    accounts.settle(lease, 0.1)
+    accounts.release(lease)
+    assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is None
+    assert accounts.tenant_store.spend("tenant", "c") == (0.1, 0.1)
