@@ -13,7 +13,7 @@ from __future__ import annotations
 #       cap), expiry_s, now_s, hour_field, day_field, cap_hour ('' = none), cap_day ('' = none), want ('' = the spec
 #       gave no budget), share ('' = none: the most runs in flight at once, to split what is left between when the
 #       spec gave no budget), turn field ('' = none: the spend hash's field holding what one turn of this model's
-#       runs costs, `turn:<model>`, see TURN)
+#       runs costs, `turn:<model>`, see SETTLE)
 # A capped run may spend its budget and one more turn (the CLI checks its budget after each turn): it reserves its
 # grant plus one turn's estimated cost, and starts only when what is left in every capped window, less what the
 # runs in flight reserved, is more than one turn. With no estimate yet (no run of this model finished here), a run
@@ -73,18 +73,28 @@ if turn > 0 then return {1, tostring(grant), tostring(turn)} end
 return {1, tostring(grant), ''}
 """
 
-# KEYS: spend hash. ARGV: field (`turn:<model>`), sample (dollars one turn of a finished run cost), ttl_s
-# What one turn of a model's runs costs, learned from finished runs: a sample above the estimate replaces it at
-# once (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an overestimate
-# only makes runs wait). Kept in the tenant's / account's spend hash, with its expiry.
-TURN = """
-local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
-local sample = tonumber(ARGV[2])
-local est = sample
-if old and old > sample then est = (3 * old + sample) / 4 end
-redis.call('HSET', KEYS[1], ARGV[1], tostring(est))
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return tostring(est)
+# KEYS: tenant spend, tenant reserved, account spend, account reserved. ARGV: job_id, cost (dollars; <= 0: none),
+# hour_field, day_field, turn field (`turn:<model>`), sample (dollars one turn of the run cost), ttl_s, drop ('1':
+# drop the run's reservations)
+# A finished attempt's cost is added to the current hour and day of the tenant's and the account's spend, each hash
+# read once and written once. What one turn of a model's runs costs is learned from it: a sample above the estimate
+# replaces it at once (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an
+# overestimate only makes runs wait). Kept in the spend hash, with its expiry.
+SETTLE = """
+local cost, sample = tonumber(ARGV[2]), tonumber(ARGV[6])
+for i = 1, 3, 2 do
+  if cost > 0 then
+    local f = redis.call('HMGET', KEYS[i], ARGV[3], ARGV[4], ARGV[5])
+    local old = tonumber(f[3] or '')
+    local est = sample
+    if old and old > sample then est = (3 * old + sample) / 4 end
+    redis.call('HSET', KEYS[i], ARGV[3], tostring((tonumber(f[1] or '0') or 0) + cost),
+               ARGV[4], tostring((tonumber(f[2] or '0') or 0) + cost), ARGV[5], tostring(est))
+    redis.call('EXPIRE', KEYS[i], ARGV[7])
+  end
+  if ARGV[8] == '1' then redis.call('HDEL', KEYS[i + 1], ARGV[1]) end
+end
+return 1
 """
 
 # KEYS: tenant runs, tenant reserved, tenant waiters. ARGV: job_id, job_key_prefix, max ('' = no cap), now_s

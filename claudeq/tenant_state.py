@@ -132,7 +132,7 @@ class TenantStore:
         self._wait = client.register_script(tenant_scripts.WAIT)
         self._tag = client.register_script(tenant_scripts.TAG)
         self._advance = client.register_script(tenant_scripts.ADVANCE)
-        self._turn = client.register_script(tenant_scripts.TURN)
+        self._settle = client.register_script(tenant_scripts.SETTLE)
 
     # ---- admission -----------------------------------------------------------------------------------------
 
@@ -275,23 +275,28 @@ class TenantStore:
         """Count a finished attempt's real cost against its tenant and account (current hour and day), drop the
         budget its run had reserved (`reserved` False: it was started without a budget, so it reserved none), and
         learn what one turn of `model`'s runs costs there (the run's cost over its `turns`; a run that reported none
-        counts as one turn: an overestimate only makes runs wait). Each step stands on its own: no transaction."""
+        counts as one turn: an overestimate only makes runs wait). One SETTLE script (claudeq/tenant_scripts.py)."""
+        if cost_usd <= 0 and not reserved:
+            return
         now = time.time() if now is None else now
-        pipe = self.redis.pipeline(transaction=False)
-        for spend, held in (
-            (self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant)),
-            (self.keys.account_spend(account), self.keys.account_reserved(account)),
-        ):
-            if cost_usd > 0:
-                pipe.hincrbyfloat(spend, hour_field(now), cost_usd)
-                pipe.hincrbyfloat(spend, day_field(now), cost_usd)
-                sample = cost_usd / max(1, turns or 1)
-                self._turn(keys=[spend], args=[turn_field(model), repr(sample), SPEND_TTL_S], client=pipe)
-                pipe.expire(spend, SPEND_TTL_S)
-            if reserved:
-                pipe.hdel(held, job_id)
-        if len(pipe):
-            pipe.execute()
+        self._settle(
+            keys=[
+                self.keys.tenant_spend(tenant),
+                self.keys.tenant_reserved(tenant),
+                self.keys.account_spend(account),
+                self.keys.account_reserved(account),
+            ],
+            args=[
+                job_id,
+                repr(cost_usd),
+                hour_field(now),
+                day_field(now),
+                turn_field(model),
+                repr(cost_usd / max(1, turns or 1)),
+                SPEND_TTL_S,
+                "1" if reserved else "",
+            ],
+        )
 
     def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
         """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""
