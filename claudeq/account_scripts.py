@@ -133,7 +133,8 @@ end
 # `deferred` among the lines whose family the account admits now (`gate`): `admit` puts that job in the semaphore
 # itself (a handoff, with the slot's usual expiry) and promotes it in the same step (`deferred` -> `queued`, as
 # PROMOTE in worker/job_scripts.py does), so no job that arrives meanwhile can take that slot and no other account's
-# line hands the same job a second slot; the caller sends the named jobs' messages. Waiters no longer deferred
+# line hands the same job a second slot; the caller sends the named jobs' messages. The job's hash names the slots
+# key it was handed (`slot`): its next acquire looks for the slot there. Waiters no longer deferred
 # (served by another account, cancelled, finished) are dropped on the way. `lines` = the four line keys in FAMS
 # order; `jk` = {deferred, queued, counts} keys; `o` = {predictive, rate, jitter}.
 _ADMIT = """
@@ -165,7 +166,7 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
     redis.call('HINCRBY', hash, 'n:acquired', 1)
     started(hash, st, now)
     redis.call('ZREM', jk[1], best)
-    redis.call('HSET', job, 'status', 'queued')
+    redis.call('HSET', job, 'status', 'queued', 'slot', slots)
     redis.call('HDEL', job, 'ready_at')
     redis.call('ZADD', jk[2], now, best)
     redis.call('HINCRBY', jk[3], 'deferred', -1)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -137,14 +137,22 @@ class AccountStore:
         rows: list[Any] = self.redis.zrangebyscore(self.keys.account_slots(name), f"({now}", "+inf", withscores=True)
         return {text(row[0]): float(row[1]) for row in rows}
 
-    def held_by(self, job_id: str, now: float | None = None) -> list[str]:
-        """Accounts on which `job_id` holds a live slot (normally none or one)."""
+    def held_by(self, job_id: str, now: float | None = None, among: Collection[str] | None = None) -> list[str]:
+        """Accounts on which `job_id` holds a live slot (normally none or one); only those in `among` are looked at
+        (None: every account; names or slots keys)."""
         now = time.time() if now is None else now
+        accounts = [
+            a
+            for a in self.pool.accounts
+            if among is None or a.name in among or self.keys.account_slots(a.name) in among
+        ]
+        if not accounts:
+            return []
         pipe = self.redis.pipeline(transaction=False)
-        for account in self.pool.accounts:
+        for account in accounts:
             pipe.zscore(self.keys.account_slots(account.name), job_id)
         scores = pipe.execute()
-        return [a.name for a, score in zip(self.pool.accounts, scores, strict=True) if score and float(score) > now]
+        return [a.name for a, score in zip(accounts, scores, strict=True) if score and float(score) > now]
 
     def waiters(self, name: str) -> list[str]:
         """Job ids waiting for a slot on `name`, first in line first (best rank: priority, then age), all families."""

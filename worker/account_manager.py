@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -32,6 +33,11 @@ log = logging.getLogger("claudeq.accounts")
 
 #: How often acquire re-reads state after losing every slot race before it reports NoAccount.
 _ACQUIRE_ROUNDS = 3
+#: An acquire may first choose from the accounts' states another acquire of this process read at most this long ago
+#: (s): the ACQUIRE script re-checks everything atomically, so a reused read only orders the candidates, and nothing
+#: is decided from it without a fresh read (no account, or every answer a wait). Reading every account's state and
+#: live slots costs two commands per account, O(runs in flight) for the slots.
+_VIEW_REUSE_S = 0.25
 #: try_acquire's answers: the free slots belong to better-ranked waiters; a window at (or predicted past) its
 #: ceiling; starts paced after a reset.
 _IN_LINE = -4
@@ -71,11 +77,17 @@ class AccountManager:
         # two readings of one window, per request, estimates what one request takes.
         self._last_tokens: dict[str, tuple[float, int, int]] = {}
         self._tokens_per_request: dict[str, float] = {}
+        self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
     def acquire(
-        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), rank: float | None = None
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = frozenset(),
+        rank: float | None = None,
+        holds: Collection[str] | None = None,
     ) -> SlotLease | NoAccount:
         """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
         account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
@@ -83,12 +95,15 @@ class AccountManager:
 
         `rank` is the job's place in the waiting line (claudeq.worker.waiting_line): a free slot that better-ranked
         waiters are due for is theirs, and the job waits in line too (None: take any free slot).
+
+        `holds`: the only accounts (names, or slots keys) on which the job may already hold a slot — the one the
+        waiting line handed it, the ones its attempts ran on (None: look at every account).
         """
         tenant = self.tenants.governing(spec.tenant)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            taken = self._acquire_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank)
+            taken = self._acquire_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds)
             return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
         now = time.time()
         admitted = self.tenant_store.admit(
@@ -106,7 +121,7 @@ class AccountManager:
         if isinstance(admitted, OverBudget):
             self._drop_slots(job_id)
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
-        lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank)
+        lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
         if isinstance(lease, NoAccount):
             self.tenant_store.release(tenant, job_id, pop=False)
             return lease
@@ -141,13 +156,14 @@ class AccountManager:
         tenant: TenantConfig,
         want: float | None,
         rank: float | None,
+        holds: Collection[str] | None = None,
     ) -> SlotLease | NoAccount:
         """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
         over: dict[str, OverBudget] = {}
         reserved: set[str] = set()
         family = model_family(spec.model)
         ttl = self.settings.lease_ttl_s
-        for name in self.store.held_by(job_id):
+        for name in self.store.held_by(job_id, among=holds):
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second; so
             # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
             if name not in exclude and self.store.try_acquire(name, job_id, ttl, family=family) == 1:
@@ -161,9 +177,11 @@ class AccountManager:
         decision: list[AccountConfig] | NoAccount = []
         in_line: list[str] = []
         views: list[AccountView] = []
-        for _ in range(_ACQUIRE_ROUNDS):
+        rounds, reuse = 0, True
+        while rounds < _ACQUIRE_ROUNDS:
             now = time.time()
-            views = self._views(now, tenant.accounts)
+            views, reused = self._views(now, tenant.accounts, reuse)
+            rounds, reuse = rounds + (0 if reused else 1), False
             decision = choose(
                 views,
                 model=spec.model,
@@ -173,6 +191,8 @@ class AccountManager:
                 family=family,
             )
             if isinstance(decision, NoAccount):
+                if reused:
+                    continue  # read again before saying no
                 if reserved and not decision.permanent:
                     # A run in flight on it ends and frees its reservation (its release promotes a waiter).
                     reason = f"what account(s) {', '.join(reserved)} have left is reserved by their runs in flight"
@@ -200,7 +220,7 @@ class AccountManager:
                     in_line.append(account.name)
                 elif got == _RAMPING:
                     ramping.append(account.name)
-            if len(in_line) + len(ramping) == len(decision):
+            if len(in_line) + len(ramping) == len(decision) and not reused:
                 break  # no use racing again: every free slot is spoken for, or starts are being paced
         names = [a.name for a in decision] if isinstance(decision, list) else []
         if ramping and not in_line:
@@ -467,13 +487,23 @@ class AccountManager:
         if self.store.cool(account, until, reason, family):
             log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
 
-    def _views(self, now: float, allowed: list[str] | None = None) -> list[AccountView]:
+    def _views(
+        self, now: float, allowed: list[str] | None = None, reuse: bool = False
+    ) -> tuple[list[AccountView], bool]:
+        """The accounts as the chooser sees them, and whether that is a reused read (`reuse`: one at most
+        _VIEW_REUSE_S old will do)."""
+        read = self._snapshot
+        reused = reuse and read is not None and 0 <= now - read[0] <= _VIEW_REUSE_S
+        if not reused or read is None:
+            read = (now, self.store.snapshot(now))
+            self._snapshot = read
         by_name = {a.name: a for a in self.pool.accounts}
-        return [
+        views = [
             AccountView(by_name[state.name], state, first_free)
-            for state, first_free in self.store.snapshot(now)
+            for state, first_free in read[1]
             if allowed is None or state.name in allowed
         ]
+        return views, reused
 
 
 def _rejected_family(facts: LimitFacts) -> str:

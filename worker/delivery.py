@@ -66,6 +66,9 @@ class Delivery:
     flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
     #: The claim already said whether a cancel flag was set: the first attempt need not ask Redis again.
     cancel_known: bool = False
+    #: Where the job may hold an account slot as the delivery starts, as the claim read it: the slots key the waiting
+    #: line handed it (`slot`), the account its last attempt ran on. None: not known (every account is looked at).
+    may_hold: frozenset[str] | None = None
 
     @property
     def counted(self) -> int:

@@ -223,6 +223,8 @@ class Engine:
         )
         if record.result is not None:
             delivery.result = record.result
+        if claim.fields is not None:
+            delivery.may_hold = frozenset(claim.fields[f] for f in ("slot", "account") if claim.fields.get(f))
         if claim.cancelled is not None:
             delivery.cancel_known = True
             if claim.cancelled:

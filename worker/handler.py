@@ -133,7 +133,11 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
-        acquired = await asyncio.to_thread(self.accounts.acquire, d.job_id, spec, frozenset(), await self._rank(d))
+        # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
+        holds = None if d.may_hold is None else d.may_hold | {a.account for a in d.attempts if a.account}
+        acquired = await asyncio.to_thread(
+            self.accounts.acquire, d.job_id, spec, frozenset(), await self._rank(d), holds
+        )
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")

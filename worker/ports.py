@@ -7,7 +7,7 @@ claudeq.worker.metrics.WorkerMetrics) satisfy these structurally.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Protocol
 
@@ -36,9 +36,15 @@ class AccountsLike(Protocol):
     """claudeq.worker.account_manager.AccountManager as the engine uses it (sync; called in threads)."""
 
     def acquire(
-        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = ..., rank: float | None = ...
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = ...,
+        rank: float | None = ...,
+        holds: Collection[str] | None = ...,
     ) -> SlotLease | NoAccount:
-        """A slot on the best eligible account (better-ranked waiters first), or when to look again."""
+        """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
+        the job may already hold one (None: anywhere)."""
 
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
         """Extend a held slot."""

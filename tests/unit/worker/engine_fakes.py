@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -98,7 +98,12 @@ class FakeAccounts:
         self.lock = threading.Lock()
 
     def acquire(
-        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), rank: float | None = None
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = frozenset(),
+        rank: float | None = None,
+        holds: Collection[str] | None = None,
     ) -> SlotLease | NoAccount:
         with self.lock:
             if self.permanent:
@@ -192,7 +197,12 @@ class FlakyAccounts(FakeAccounts):
         self.failures = failures
 
     def acquire(
-        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), rank: float | None = None
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = frozenset(),
+        rank: float | None = None,
+        holds: Collection[str] | None = None,
     ) -> SlotLease | NoAccount:
         if self.failures > 0:
             self.failures -= 1

@@ -237,3 +237,47 @@ def test_racing_threads_never_exceed_max_concurrency(fake_settings: Settings, fa
     by_account = {name: sum(1 for x in got if x.account.name == name) for name in ("a", "b")}
     assert by_account == {"a": 2, "b": 3}
     assert {s.name: s.slots_in_use for s in managers[0].states()} == {"a": 2, "b": 3}
+
+
+def test_an_acquire_reuses_a_fresh_read_of_the_accounts_but_never_says_no_from_it(
+    manager: AccountManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[float] = []
+    snapshot = manager.store.snapshot
+
+    def counted(now: float | None = None) -> list[tuple[object, object]]:
+        reads.append(time.time())
+        return snapshot(now)  # type: ignore[return-value]
+
+    monkeypatch.setattr(manager.store, "snapshot", counted)
+    first, second = lease(manager.acquire("j1", SPEC)), lease(manager.acquire("j2", SPEC))
+    assert len(reads) == 1  # the second acquire chose from the first one's read
+    assert {first.account.name, second.account.name} <= {"a", "b"}
+    # Cooled meanwhile: the reused read still shows `b` open; the script refuses it and a fresh read routes away.
+    manager.cool("b", datetime.now(UTC) + timedelta(seconds=60), "test")
+    reads.clear()
+    taken = manager.acquire("j3", SPEC)
+    full = manager.acquire("j4", SPEC)
+    assert isinstance(taken, SlotLease) or "cooling" in taken.reason
+    # Nothing decided from a reused read: the answer is the one a fresh read gives (every slot taken or cooling).
+    assert isinstance(full, NoAccount) and not full.permanent
+    assert len(reads) >= 2
+
+
+def test_a_waiter_handed_a_slot_finds_it_where_its_record_says(
+    manager: AccountManager, fake_redis: fakeredis.FakeRedis
+) -> None:
+    # `b` has room, but the slot the waiting line handed the job is on `a`: its record names it (`slot`), and an
+    # acquire told to look only there takes that slot back, never a second one.
+    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0))
+    fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
+    assert manager.add_waiter(["a"], "j2", 9.0) == []
+    assert manager.release(held) == ["j2"]
+    hint = fake_redis.hget(manager.store.keys.job("j2"), "slot")
+    assert hint is not None and hint.decode() == manager.store.keys.account_slots("a")
+    again = lease(manager.acquire("j2", SPEC, rank=9.0, holds=frozenset({hint.decode()})))
+    assert again.account.name == "a"
+    assert manager.store.held_by("j2") == ["a"]
+    # A job that may hold no slot anywhere looks at no account's slots before choosing.
+    assert manager.store.held_by("j2", among=frozenset()) == []
+    assert manager.store.held_by("j2", among={"b"}) == []
