@@ -79,7 +79,8 @@ return {1, tostring(grant), ''}
 # A finished attempt's cost is added to the current hour and day of the tenant's and the account's spend, each hash
 # read once and written once. What one turn of a model's runs costs is learned from it: a sample above the estimate
 # replaces it at once (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an
-# overestimate only makes runs wait). Kept in the spend hash, with its expiry.
+# overestimate only makes runs wait). Kept in the spend hash, whose expiry is set with the first cost of each hour
+# (so it lasts ttl_s after the start of the last hour with a cost, one EXPIRE an hour rather than one per run).
 SETTLE = """
 local cost, sample = tonumber(ARGV[2]), tonumber(ARGV[6])
 for i = 1, 3, 2 do
@@ -90,7 +91,7 @@ for i = 1, 3, 2 do
     if old and old > sample then est = (3 * old + sample) / 4 end
     redis.call('HSET', KEYS[i], ARGV[3], tostring((tonumber(f[1] or '0') or 0) + cost),
                ARGV[4], tostring((tonumber(f[2] or '0') or 0) + cost), ARGV[5], tostring(est))
-    redis.call('EXPIRE', KEYS[i], ARGV[7])
+    if not f[1] then redis.call('EXPIRE', KEYS[i], ARGV[7]) end
   end
   if ARGV[8] == '1' then redis.call('HDEL', KEYS[i + 1], ARGV[1]) end
 end

@@ -21,7 +21,8 @@ from claudeq.keys import Keys, text
 
 HOUR_S = 3600
 DAY_S = 86400
-#: Spend hashes keep their windows this long after the last run's cost was added (a day's field must outlive it).
+#: Spend hashes keep their windows this long after the first cost of the last hour with a cost (a day's field must
+#: outlive its day).
 SPEND_TTL_S = 2 * DAY_S
 
 Window = Literal["hour", "day"]

@@ -16,7 +16,7 @@ from claudeq.errors import ConfigError, JobSpecError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.producer.validation import validate_spec
-from claudeq.tenant_state import Admitted, OverBudget, TenantStore, hour_field
+from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore, hour_field
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
 from tests.conftest import make_settings
 
@@ -289,3 +289,19 @@ def test_an_uncapped_tenant_in_a_tenants_file_is_counted_without_reserving(
     accounts.release(lease)
     assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is None
     assert accounts.tenant_store.spend("tenant", "c") == (0.1, 0.1)
+
+
+def test_the_spend_expiry_is_set_with_the_first_cost_of_each_hour(
+    fake_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    store = TenantStore(fake_redis, Keys(fake_settings.key_prefix), fake_settings.tenants)
+    key = Keys(fake_settings.key_prefix).tenant_spend("default")
+    now = 1_800_000_000.0
+    store.settle("default", "x", "j1", 0.01, now=now)
+    assert 0 < fake_redis.ttl(key) <= SPEND_TTL_S
+    fake_redis.expire(key, 1000)  # as if most of it had run down
+    store.settle("default", "x", "j2", 0.02, now=now + 60)  # same hour: the expiry stands
+    assert fake_redis.ttl(key) <= 1000
+    store.settle("default", "x", "j3", 0.04, now=now + 3600)  # a new hour: set again
+    assert fake_redis.ttl(key) > 1000
+    assert store.spend("tenant", "default", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
