@@ -164,8 +164,10 @@ class AccountManager:
         family = model_family(spec.model)
         ttl = self.settings.lease_ttl_s
         for name in self.store.held_by(job_id, among=holds):
-            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), never a second; so
+            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
             # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
+            # Only where a slot can be is looked at (`holds`): a worker that died in the instant between taking a
+            # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
             if name not in exclude and self.store.try_acquire(name, job_id, ttl, family=family) == 1:
                 held = self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
                 if isinstance(held, OverBudget):
