@@ -218,6 +218,15 @@ class TenantStore:
         """Lower a run's reservation to the budget it was finally started with (and the turn reserved beside it)."""
         self.redis.hset(self.keys.tenant_reserved(tenant), job_id, repr(budget_usd + turn_usd))
 
+    def hold(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
+        """Count a job waiting in an account's line among its tenant's runs (until `ttl_s` from now, or its start)."""
+        now = time.time() if now is None else now
+        self.redis.zadd(self.keys.tenant_runs(tenant), {job_id: now + ttl_s})
+
+    def unreserve(self, tenant: str, job_id: str) -> None:
+        """Drop what a job that did not start reserved of its tenant's budget (it keeps its place among the runs)."""
+        self.redis.hdel(self.keys.tenant_reserved(tenant), job_id)
+
     def refresh(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
         """Extend the run's place among the tenant's runs in flight (with the run's heartbeat)."""
         now = time.time() if now is None else now
@@ -251,13 +260,22 @@ class TenantStore:
         )
         return [text(j) for j in popped]
 
-    def wait(self, tenant: TenantConfig, job_id: str, score: float, now: float | None = None) -> bool:
-        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now)."""
+    def wait(
+        self, tenant: TenantConfig, job_id: str, score: float, now: float | None = None, fallback_s: float | None = None
+    ) -> bool:
+        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now).
+        Otherwise its ready time moves out to `fallback_s` from now (never earlier; None: left as it is)."""
         now = time.time() if now is None else now
         return bool(
             self._wait(
                 keys=[self.keys.tenant_runs(tenant.name), self.keys.tenant_waiters(tenant.name), self.keys.deferred],
-                args=[job_id, repr(score), tenant.max_concurrency or 0, repr(now)],
+                args=[
+                    job_id,
+                    repr(score),
+                    tenant.max_concurrency or 0,
+                    repr(now),
+                    "" if fallback_s is None else repr(now + fallback_s),
+                ],
             )
         )
 

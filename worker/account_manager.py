@@ -123,7 +123,14 @@ class AccountManager:
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
         lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
         if isinstance(lease, NoAccount):
-            self.tenant_store.release(tenant, job_id, pop=False)
+            if tenant.max_concurrency is not None and lease.accounts and not lease.permanent:
+                # It waits in the accounts' lines: it keeps its place among its tenant's runs (until its slot expiry)
+                # so the tenant's jobs in line and in flight stay within max_concurrency. Otherwise a capped
+                # tenant's backlog queues in the lines past its cap, ahead of other tenants' later-tagged jobs, and
+                # takes the slots its cap was meant to leave free (then gives them back: it is at its cap).
+                self.tenant_store.unreserve(tenant.name, job_id)
+            else:
+                self.tenant_store.release(tenant, job_id, pop=False)
             return lease
         if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
             self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
@@ -266,10 +273,36 @@ class AccountManager:
     def release(self, lease: SlotLease) -> list[str]:
         """Free the slot and the tenant's run; returns the jobs to wake: the account's waiter the slot was handed to
         (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote)."""
-        popped = self.store.release(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
+        woken: list[str] = []
         if lease.tenant is not None:
-            popped += self.tenant_store.release(self.tenants.governing(lease.tenant), lease.job_id)
-        return popped
+            tenant = self.tenants.governing(lease.tenant)
+            for waiter in self.tenant_store.release(tenant, lease.job_id):
+                # The tenant's waiter joins this account's line at its own rank, holding its place among its
+                # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
+                # tenant's turn), not to whoever waits in line while its message makes the round trip through the
+                # broker. A job this account may not run is promoted as before.
+                admitted = self._line_up(lease.account, tenant, waiter)
+                woken += [waiter] if admitted is None else admitted
+        woken = self.store.release(lease.account.name, lease.job_id, self.settings.lease_ttl_s) + woken
+        return list(dict.fromkeys(woken))
+
+    def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
+        """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
+        may run it; returns the jobs the line admitted at once (see add_waiter), None when it did not join."""
+        spec_json, tag = self.store.redis.hmget(self.store.keys.job(job_id), ["spec", "vtag"])
+        if not spec_json or not tag:
+            return None
+        try:
+            spec = JobSpec.model_validate_json(spec_json)
+        except ValueError:
+            return None
+        if spec.account not in (None, account.name) or not account.allows_model(spec.model):
+            return None
+        if tenant.accounts is not None and account.name not in tenant.accounts:
+            return None
+        self.tenant_store.hold(tenant.name, job_id, self.settings.lease_ttl_s)
+        key = min(max(float(tag), 0.0), PRIORITY_SPAN - 1.0)
+        return self.add_waiter([account.name], job_id, spec.priority * PRIORITY_SPAN + key, spec.model)
 
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
@@ -291,7 +324,7 @@ class AccountManager:
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
         config = self.tenants.governing(tenant)
-        if self.tenant_store.wait(config, job_id, score):
+        if self.tenant_store.wait(config, job_id, score, fallback_s=self.settings.waiter_fallback_s):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
     def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = None) -> list[str]:

@@ -124,6 +124,66 @@ def test_a_tenant_at_max_concurrency_waits_and_a_release_promotes_its_waiter(
     assert isinstance(m.acquire("k1", JobSpec(prompt="x")), SlotLease)
 
 
+def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    m = manager(tenants_settings, fake_redis, account("x", 8))
+    spec = JobSpec(prompt="x", tenant="a")
+    first, _ = lease(m.acquire("j1", spec)), lease(m.acquire("j2", spec))
+    at_max = m.acquire("j3", spec)
+    assert isinstance(at_max, NoAccount) and at_max.tenant == "a"
+    keys = Keys(tenants_settings.key_prefix)
+    fake_redis.hset(keys.job("j3"), "status", "deferred")
+    fake_redis.zadd(keys.deferred, {"j3": at_max.ready_at.timestamp()})
+    now = time.time()
+    m.add_tenant_waiter("a", "j3", 1.0)
+    # In the tenant's line, the end of one of its runs promotes it: its ready time is only the fallback, far out (a
+    # re-send every lease TTL would send a whole backlog through the broker again and again).
+    ready = fake_redis.zscore(keys.deferred, "j3")
+    assert ready is not None and ready >= now + tenants_settings.waiter_fallback_s - 1
+    assert m.release(first) == ["j3"]
+
+
+def _deferred(redis: fakeredis.FakeRedis, keys: Keys, job_id: str, spec: JobSpec, tag: float) -> None:
+    """A job deferred as a worker leaves it: its hash (status, spec, fair-share tag) and its deferred ready time."""
+    redis.hset(keys.job(job_id), mapping={"status": "deferred", "spec": spec.model_dump_json(), "vtag": repr(tag)})
+    redis.zadd(keys.deferred, {job_id: time.time() + 15})
+
+
+def test_a_capped_tenants_job_waiting_for_a_slot_counts_toward_its_cap(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    m = manager(tenants_settings, fake_redis, account("x", 1))
+    assert isinstance(m.acquire("other", JobSpec(prompt="x")), SlotLease)  # the account is full
+    spec = JobSpec(prompt="x", tenant="a")  # max_concurrency 2
+    for job_id in ("a1", "a2"):
+        waits = m.acquire(job_id, spec)
+        assert isinstance(waits, NoAccount) and waits.accounts == ["x"]  # they wait in x's line
+    # Two of a's jobs wait in line: a third is at a's cap and waits for one of a's runs, not in the accounts' lines
+    # (else a's backlog would queue there past its cap and take the slots the cap leaves to other tenants).
+    third = m.acquire("a3", spec)
+    assert isinstance(third, NoAccount) and third.tenant == "a" and "max_concurrency" in third.reason
+
+
+def test_a_freed_slot_goes_to_the_capped_tenants_waiter_when_it_ranks_first(
+    tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    keys = Keys(tenants_settings.key_prefix)
+    m = manager(tenants_settings, fake_redis, account("x", 3))
+    spec_a, spec_d = JobSpec(prompt="x", tenant="a"), JobSpec(prompt="x")
+    runs = [lease(m.acquire("a1", spec_a)), lease(m.acquire("a2", spec_a)), lease(m.acquire("d1", spec_d))]
+    # a's next job waits for one of a's runs (its cap, 2); another tenant's job waits in x's line, ranked after it.
+    _deferred(fake_redis, keys, "a3", spec_a, tag=1.0)
+    m.add_tenant_waiter("a", "a3", 1.0)
+    _deferred(fake_redis, keys, "d2", spec_d, tag=5.0)
+    assert m.add_waiter(["x"], "d2", 5.0) == []
+    # a's run ends: its slot goes to a's waiter (ranked first), not to the job that happened to wait in the line.
+    assert m.release(runs[0]) == ["a3"]
+    assert fake_redis.hget(keys.job("a3"), "status") == b"queued"
+    assert fake_redis.zscore(keys.account_slots("x"), "a3") is not None
+    assert fake_redis.hget(keys.job("d2"), "status") == b"deferred"
+
+
 def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
 ) -> None:
