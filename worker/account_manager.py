@@ -232,19 +232,28 @@ class AccountManager:
             if len(in_line) + len(ramping) == len(decision) and not reused:
                 break  # no use racing again: every free slot is spoken for, or starts are being paced
         names = [a.name for a in decision] if isinstance(decision, list) else []
-        if ramping and not in_line:
+        if ramping and not in_line and rank is None:
             # Just out of a cooldown or a reservation: starts are paced; the next one is due within a second or so.
+            # (A job without a rank cannot wait in line: it waits in place.)
             soon = _dt(time.time() + 1.0 / max(0.1, min(self.store.config(n).ramp_starts_per_s for n in ramping)))
             return NoAccount(soon, f"starts on {', '.join(ramping)} are ramping up after a reset", names, cooldown=True)
-        if in_line:
+        if in_line or ramping:
             # Our turn comes through the waiting line: a release or the promoter's pass hands us a slot. We wait in
             # the line of every account that may run the job, not only the ones that yielded, so a slot freeing on
             # an account that was full a moment ago is handed to us too. Joining the line moves the ready time out
             # to the fallback (`waiter_fallback_s`); this one counts should the worker die before the job joins.
-            skip = set(in_line) | exclude | set(over) | reserved
-            lines = in_line + [n for n in eligible(views, model=spec.model, pin=spec.account) if n not in skip]
+            # The paced starts of a ramp after a reset are handed out from the line too, so they go by rank (a job
+            # waiting in place for one would be in no line and take it only by asking first).
+            skip = set(in_line) | set(ramping) | exclude | set(over) | reserved
+            named = in_line + ramping
+            lines = named + [n for n in eligible(views, model=spec.model, pin=spec.account) if n not in skip]
             later = _dt(time.time() + self.settings.lease_ttl_s)
-            return NoAccount(later, f"waiting in line behind better-ranked jobs on {', '.join(in_line)}", lines)
+            why = (
+                f"waiting in line behind better-ranked jobs on {', '.join(in_line)}"
+                if in_line
+                else f"waiting in line while starts on {', '.join(ramping)} ramp up after a reset"
+            )
+            return NoAccount(later, why, lines)
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 

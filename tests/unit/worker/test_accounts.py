@@ -281,3 +281,35 @@ def test_a_waiter_handed_a_slot_finds_it_where_its_record_says(
     # A job that may hold no slot anywhere looks at no account's slots before choosing.
     assert manager.store.held_by("j2", among=frozenset()) == []
     assert manager.store.held_by("j2", among={"b"}) == []
+
+
+def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
+    """A priority-0 job that arrives while starts are ramping up after a reset gets the next start before a
+    priority-9 job already waiting: both wait in the line, and the paced starts are handed out from it by rank."""
+    from claudeq.worker.waiting_line import PRIORITY_SPAN
+
+    settings = fake_settings.model_copy(update={"ramp_jitter_s": 0.0})
+    account = AccountConfig(name="a", kind="oauth", token_env="TOKEN_a", max_concurrency=4, ramp_starts_per_s=2.0)
+    manager = AccountManager(settings, fake_redis, Keys(settings.key_prefix), AccountPool(accounts=[account]))
+    keys = Keys(settings.key_prefix)
+    manager.store.cool("a", datetime.now(UTC) + timedelta(seconds=0.05), "429")
+    time.sleep(0.1)  # the cooldown ended: starts are paced, 2 per second
+
+    def arrive(job_id: str, priority: int) -> None:
+        """What the delivery handler does with the answer: run, wait in place (a cooldown about to end), or wait
+        deferred in the line of the accounts it names."""
+        rank = priority * PRIORITY_SPAN + time.time()
+        got = manager.acquire(job_id, JobSpec(prompt="hi", priority=priority), rank=rank)
+        if isinstance(got, SlotLease):
+            return
+        if got.cooldown and (got.ready_at - datetime.now(UTC)).total_seconds() <= settings.retry_in_place_max_s:
+            return  # waiting in place: in no line
+        fake_redis.hset(keys.job(job_id), "status", "deferred")
+        manager.add_waiter(got.accounts, job_id, rank)
+
+    arrive("first", 9)  # takes the first start
+    assert manager.store.held_by("first") == ["a"]
+    arrive("bulk", 9)
+    arrive("urgent", 0)
+    time.sleep(0.55)  # the next start is due
+    assert manager.admit() == ["urgent"]
