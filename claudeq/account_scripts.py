@@ -210,8 +210,11 @@ if g ~= 1 then return g end
 local waiting = ARGV[5] == '' or redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6]) > 0
 if ARGV[5] ~= '' then
   -- Waiters still deferred, ranked strictly before this job, in a line the account admits now, have first call on
-  -- the free slots.
+  -- the free slots. During a ramp only one start is due (`paced` said so): however many slots are free, a waiter
+  -- ranked before this job has first call on it.
   local free, ahead = max - n, 0
+  local ramp_at = tonumber(st.ramp_at)
+  if rate > 0 and ramp_at and now >= ramp_at and (tonumber(st.ramp_n) or 0) < max then free = 1 end
   for i = 1, 4 do
     if ahead >= free then break end
     if i == 1 or gate(KEYS[2], st, n, max, now, FAMS[i], predictive, rate, ARGV[10]) == 1 then

@@ -313,3 +313,28 @@ def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake
     arrive("urgent", 0)
     time.sleep(0.55)  # the next start is due
     assert manager.admit() == ["urgent"]
+
+
+def test_a_paced_start_goes_to_the_best_waiter_not_to_a_worse_ranked_newcomer(
+    fake_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    """While starts ramp up after a reset only one start is due at a time: a job arriving when it is due, ranked
+    behind a job waiting in line, waits too (the free slots are many, the start is one)."""
+    from claudeq.worker.waiting_line import PRIORITY_SPAN
+
+    settings = fake_settings.model_copy(update={"ramp_jitter_s": 0.0})
+    account = AccountConfig(name="a", kind="oauth", token_env="TOKEN_a", max_concurrency=4, ramp_starts_per_s=2.0)
+    manager = AccountManager(settings, fake_redis, Keys(settings.key_prefix), AccountPool(accounts=[account]))
+    keys = Keys(settings.key_prefix)
+    manager.store.cool("a", datetime.now(UTC) + timedelta(seconds=0.05), "429")
+    time.sleep(0.1)
+    assert isinstance(manager.acquire("first", SPEC, rank=9 * PRIORITY_SPAN + time.time()), SlotLease)
+    urgent_rank = time.time()
+    waiting = manager.acquire("urgent", JobSpec(prompt="hi", priority=0), rank=urgent_rank)
+    assert isinstance(waiting, NoAccount)
+    fake_redis.hset(keys.job("urgent"), "status", "deferred")  # what the handler does: defer, join the line
+    assert manager.add_waiter(waiting.accounts, "urgent", urgent_rank) == []
+    time.sleep(0.55)  # the next start is due
+    late = manager.acquire("late", JobSpec(prompt="hi", priority=9), rank=9 * PRIORITY_SPAN + time.time())
+    assert isinstance(late, NoAccount), late
+    assert manager.admit() == ["urgent"]
