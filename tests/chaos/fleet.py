@@ -368,10 +368,14 @@ class ChaosFleet:
                 worker.kill()
 
     def scrape_metrics(self) -> list[str]:
-        """Every live worker's /metrics and the exporter's cluster collector output."""
+        """Every live worker's /metrics and the exporter's cluster collector output. A worker the killer killed
+        just as the chaos stopped (it stops before starting the replacement) serves nothing: its counters died
+        with it."""
         assert self.settings is not None and self.redis is not None
         texts = []
         for worker in self.workers:
+            if not worker.alive():
+                continue
             port = self.metrics_ports[worker.worker_id]
             texts.append(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
         registry = CollectorRegistry()
