@@ -137,22 +137,59 @@ end
 # key it was handed (`slot`): its next acquire looks for the slot there. Waiters no longer deferred
 # (served by another account, cancelled, finished) are dropped on the way. `lines` = the four line keys in FAMS
 # order; `jk` = {deferred, queued, counts} keys; `o` = {predictive, rate, jitter}.
+#
+# Priority within a tenant (with a tenants file; docs/architecture.md#fair-share): the lines are scored by virtual
+# finish tag, so the best-ranked waiter's tag says whose turn the slot is. The turn goes to that tenant's best job
+# still deferred in one of this account's open lines by priority, then creation time: the waiter's hash names its
+# tenant's line (`tl`: job -> priority x 1e10 + creation time, see ADD_WAITER). A better job found there takes the
+# turn and swaps tags with the waiter (in every line the waiter sits in, `wl`, and in the job hashes' `vtag`), so the
+# tenant's tags, its turns, are unchanged: its share is the same, and which of its jobs a turn serves is decided
+# by that order alone (jobs of one priority go in submit order whichever tags they hold).
 _ADMIT = """
+local function within(tl, w, ws, wline, lines, open, job_prefix)
+  local wp = redis.call('ZSCORE', tl, w)
+  if not wp then return w, wline end
+  local cands = redis.call('ZRANGEBYSCORE', tl, '-inf', '(' .. wp, 'LIMIT', 0, 32)
+  for _, c in ipairs(cands) do
+    if redis.call('HGET', job_prefix .. c, 'status') ~= 'deferred' then
+      redis.call('ZREM', tl, c)
+    else
+      for i = 1, 4 do
+        local cs = open[i] and redis.call('ZSCORE', lines[i], c)
+        if cs then
+          local wjob = job_prefix .. w
+          for key in string.gmatch(redis.call('HGET', wjob, 'wl') or '', '%S+') do
+            redis.call('ZADD', key, 'XX', cs, w)
+          end
+          redis.call('ZADD', wline, 'XX', cs, w)
+          redis.call('HSET', wjob, 'vtag', cs)
+          redis.call('HSET', job_prefix .. c, 'vtag', ws)
+          return c, lines[i]
+        end
+      end
+    end
+  end
+  return w, wline
+end
 local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, out)
   redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
   local st = account_state(hash)
   while true do
     local n = redis.call('ZCARD', slots)
     local waiting = redis.call('EXISTS', lines[1], lines[2], lines[3], lines[4]) > 0
-    local best, best_score, best_line = nil, nil, nil
+    local best, best_score, best_raw, best_line = nil, nil, nil, nil
+    local open = {}
     for i = 1, 4 do
       if gate(hash, st, n, max, now, FAMS[i], o[1], o[2], o[3]) == 1 then
+        open[i] = true
         while waiting do
           local head = redis.call('ZRANGE', lines[i], 0, 0, 'WITHSCORES')
           if #head == 0 then break end
           if redis.call('HGET', job_prefix .. head[1], 'status') == 'deferred' then
             local score = tonumber(head[2])
-            if best == nil or score < best_score then best, best_score, best_line = head[1], score, lines[i] end
+            if best == nil or score < best_score then
+              best, best_score, best_raw, best_line = head[1], score, head[2], lines[i]
+            end
             break
           end
           redis.call('ZREM', lines[i], head[1])
@@ -160,8 +197,14 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
       end
     end
     if best == nil then return end
+    local tl = redis.call('HGET', job_prefix .. best, 'tl')
+    if tl then best, best_line = within(tl, best, best_raw, best_line, lines, open, job_prefix) end
     redis.call('ZREM', best_line, best)
     local job = job_prefix .. best
+    if tl then
+      redis.call('ZREM', tl, best)
+      redis.call('HDEL', job, 'tl', 'wl')
+    end
     redis.call('ZADD', slots, expiry, best)
     redis.call('HINCRBY', hash, 'n:acquired', 1)
     started(hash, st, now)
@@ -302,15 +345,16 @@ return 1
 """
 
 # KEYS: deferred, queued, counts, then per account: slots, account hash, the four lines. ARGV: job_id, rank,
-# job_key_prefix, now_s, expiry_s, family index (1..4), predictive, jitter_s, fallback_s (epoch), then per account:
-# max_concurrency, ramp rate
+# job_key_prefix, now_s, expiry_s, family index (1..4), predictive, jitter_s, fallback_s (epoch), tenant line
+# ('' = none), the job's score in it, then per account: max_concurrency, ramp rate
 # Puts a deferred job in its family's waiting line of each account at its rank (a job already in line keeps its
-# place) and moves its ready time in the deferred set out to `fallback_s` (never earlier): in line, a freed slot is
-# handed to it, and the ready time is only the fallback should that never happen. A job deferred but not yet in line
-# (its worker died in between) keeps the short ready time it was deferred with. Then lets each account admit: a slot
-# may have been released between the caller's failed acquire and this call, or the caller yielded to better-ranked
-# waiters that nobody has promoted yet. -> the ids handed a slot, now queued: the caller sends their messages (its
-# own job among them when it is first in line for a free slot).
+# place; with a tenant line, the job joins it too and its hash records that line, `tl`, and the account lines it
+# sits in, `wl`: see `within`) and moves its ready time in the deferred set out to `fallback_s` (never earlier):
+# in line, a freed slot is handed to it, and the ready time is only the fallback should that never happen. A job
+# deferred but not yet in line (its worker died in between) keeps the short ready time it was deferred with. Then
+# lets each account admit: a slot may have been released between the caller's failed acquire and this call, or the
+# caller yielded to better-ranked waiters that nobody has promoted yet. -> the ids handed a slot, now queued: the
+# caller sends their messages (its own job among them when it is first in line for a free slot).
 ADD_WAITER = (
     _ADMISSION
     + """
@@ -321,13 +365,31 @@ local fi = tonumber(ARGV[6])
 for i = 0, n - 1 do
   redis.call('ZADD', KEYS[3 + 6 * i + 2 + fi], 'NX', ARGV[2], ARGV[1])
 end
+if ARGV[10] ~= '' then
+  local job = ARGV[3] .. ARGV[1]
+  redis.call('ZADD', ARGV[10], 'NX', ARGV[11], ARGV[1])
+  local wl = redis.call('HGET', job, 'wl') or ''
+  for i = 0, n - 1 do
+    local key = KEYS[3 + 6 * i + 2 + fi]
+    if not string.find(' ' .. wl .. ' ', ' ' .. key .. ' ', 1, true) then
+      wl = wl == '' and key or (wl .. ' ' .. key)
+    end
+  end
+  redis.call('HSET', job, 'tl', ARGV[10], 'wl', wl)
+  -- Entries of jobs no longer waiting leave the tenant's line from its head (`within`), its tail here, and at the end
+  -- of their job (TenantStore.unindex).
+  local tail = redis.call('ZRANGE', ARGV[10], -2, -1)
+  for _, t in ipairs(tail) do
+    if redis.call('HGET', ARGV[3] .. t, 'status') ~= 'deferred' then redis.call('ZREM', ARGV[10], t) end
+  end
+end
 local ready = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if ready and ready < tonumber(ARGV[9]) then redis.call('ZADD', KEYS[1], 'XX', ARGV[9], ARGV[1]) end
 for i = 0, n - 1 do
   local b = 3 + 6 * i
-  admit({KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]}, KEYS[b + 1], KEYS[b + 2], tonumber(ARGV[10 + 2 * i]),
+  admit({KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]}, KEYS[b + 1], KEYS[b + 2], tonumber(ARGV[12 + 2 * i]),
         ARGV[5], tonumber(ARGV[4]), ARGV[3], {KEYS[1], KEYS[2], KEYS[3]},
-        {ARGV[7] == '1', tonumber(ARGV[11 + 2 * i]), ARGV[8]}, out)
+        {ARGV[7] == '1', tonumber(ARGV[13 + 2 * i]), ARGV[8]}, out)
 end
 return out
 """

@@ -257,12 +257,14 @@ class AccountStore:
         now: float | None = None,
         family: str = "-",
         fallback_s: float = 300.0,
+        tenant_line: tuple[str, float] | None = None,
     ) -> list[str]:
         """Put a deferred job in its family's waiting line of each of `names` at `rank` (a job already in a line
         keeps its place) and move its ready time out to `fallback_s` from now (never earlier: a freed slot is handed
         to it, the ready time is only the fallback), then let each account admit its best waiters into its free
         slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
-        `job_id` itself is among them when it is first in line for a slot that is free right now."""
+        `job_id` itself is among them when it is first in line for a slot that is free right now. `tenant_line`:
+        (its tenant's line key, its score there) when tenants order the lines (priority within a tenant)."""
         now = time.time() if now is None else now
         accounts = [self.config(name) for name in names]
         if not accounts:
@@ -282,6 +284,8 @@ class AccountStore:
             "1" if self.predictive else "",
             self._jitter(),
             repr(now + fallback_s),
+            "" if tenant_line is None else tenant_line[0],
+            "" if tenant_line is None else repr(tenant_line[1]),
             *per_account,
         ]
         return [text(j) for j in self._add_waiter(keys=keys, args=args)]

@@ -114,6 +114,11 @@ class Keys:
         """Sorted set: deferred job id -> its place while waiting for one of the tenant's runs to end."""
         return f"{self.prefix}tenant:{name}:waiters"
 
+    def tenant_line(self, name: str) -> str:
+        """Sorted set: the tenant's jobs waiting in the accounts' lines -> priority x 1e10 + virtual finish tag: which
+        of its jobs takes the tenant's turn when a slot goes to it (priority within a tenant)."""
+        return f"{self.prefix}tenant:{name}:line"
+
     def tenant_spend(self, name: str) -> str:
         """Hash: `h:<epoch hour>` / `d:<epoch day>` -> dollars the tenant's runs spent in that calendar window."""
         return f"{self.prefix}tenant:{name}:spend"

@@ -340,11 +340,14 @@ class TenantStore:
         """Remove a finished (or cancelled) job of `tenant` (the name it gives) from the active-job index. The
         producer indexed it under the entry governing it in the producer's own view, which need not be this
         process's (a producer without the tenants file files every job under `default`): so every name it can
-        have been filed under — its own, the one governing it here, `default` — loses it."""
+        have been filed under — its own, the one governing it here, `default` — loses it. So does the tenant's line
+        (a job that ended while waiting in it, e.g. cancelled)."""
         names = {tenant, self.tenants.governing(tenant).name, DEFAULT_TENANT}
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.zrem(self.keys.tenant_jobs(name), job_id)
+        if self.tenants.configured:
+            pipe.zrem(self.keys.tenant_line(self.tenants.governing(tenant).name), job_id)
         pipe.execute()
 
     # ---- reads ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
 from claudeq.errors import UnknownAccount
-from claudeq.keys import Keys
+from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
@@ -135,7 +135,7 @@ class AccountManager:
         if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
             self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
         if self.tenants.configured and rank is not None:
-            self.tenant_store.advance(rank - spec.priority * PRIORITY_SPAN)  # the fleet's virtual time moves on
+            self.tenant_store.advance(rank)  # the fleet's virtual time moves on (with tenants the rank is the tag)
         return lease
 
     def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
@@ -298,11 +298,12 @@ class AccountManager:
     def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
         """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
         may run it; returns the jobs the line admitted at once (see add_waiter), None when it did not join."""
-        spec_json, tag = self.store.redis.hmget(self.store.keys.job(job_id), ["spec", "vtag"])
-        if not spec_json or not tag:
+        spec_json, tag, created = self.store.redis.hmget(self.store.keys.job(job_id), ["spec", "vtag", "created_at"])
+        if not spec_json or not tag or not created:
             return None
         try:
             spec = JobSpec.model_validate_json(spec_json)
+            created_s = datetime.fromisoformat(text(created)).timestamp()
         except ValueError:
             return None
         if spec.account not in (None, account.name) or not account.allows_model(spec.model):
@@ -311,7 +312,8 @@ class AccountManager:
             return None
         self.tenant_store.hold(tenant.name, job_id, self.settings.lease_ttl_s)
         key = min(max(float(tag), 0.0), PRIORITY_SPAN - 1.0)
-        return self.add_waiter([account.name], job_id, spec.priority * PRIORITY_SPAN + key, spec.model)
+        place = spec.priority * PRIORITY_SPAN + created_s  # its place among its tenant's jobs (tenant_rank)
+        return self.add_waiter([account.name], job_id, key, spec.model, (spec.tenant, place))
 
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
@@ -336,11 +338,23 @@ class AccountManager:
         if self.tenant_store.wait(config, job_id, score, fallback_s=self.settings.waiter_fallback_s):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
-    def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = None) -> list[str]:
+    def add_waiter(
+        self,
+        accounts: list[str],
+        job_id: str,
+        rank: float,
+        model: str | None = None,
+        tenant: tuple[str, float] | None = None,
+    ) -> list[str]:
         """A deferred job (of `model`) waits in line for a slot on these accounts (its ready time becomes the fallback,
         `waiter_fallback_s` away); returns the jobs admitted into a free slot right away (already `queued`, holding
-        it; maybe this very job): send their messages."""
+        it; maybe this very job): send their messages. `tenant`: (its tenant, its place among the tenant's jobs,
+        `waiting_line.tenant_rank`): with a tenants file it joins its tenant's line at that place too, so a slot that
+        goes to its tenant goes to the tenant's best job."""
         names = [a for a in accounts if self.pool.get(a) is not None]
+        line = None
+        if tenant is not None and self.tenants.configured:
+            line = (self.store.keys.tenant_line(self.tenants.governing(tenant[0]).name), tenant[1])
         admitted = self.store.add_waiter(
             names,
             job_id,
@@ -348,6 +362,7 @@ class AccountManager:
             self.settings.lease_ttl_s,
             family=model_family(model),
             fallback_s=self.settings.waiter_fallback_s,
+            tenant_line=line,
         )
         if job_id in admitted:
             log.info("job %s: a slot was free when it joined the line; it is due now", job_id)

@@ -32,7 +32,7 @@ from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
 from claudeq.worker.ports import AccountsLike, EventSink, MetricsLike, RunnerLike
 from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.session_planner import SessionPlanner
-from claudeq.worker.waiting_line import rank
+from claudeq.worker.waiting_line import rank, tenant_rank
 from claudeq.worker.waits import Cooldown
 
 log = logging.getLogger("claudeq.engine")
@@ -252,8 +252,8 @@ class DeliveryHandler:
             self.metrics.run_duration(account.name, model, time.monotonic() - started)
 
     async def _rank(self, d: Delivery) -> float:
-        """The job's place in the waiting line (kept for the delivery): priority, then its virtual finish tag with
-        tenants configured (fair share), else its creation time."""
+        """The job's place in the waiting line (kept for the delivery): its virtual finish tag with tenants
+        configured (fair share; priority orders within its tenant), else priority then its creation time."""
         if d.rank is None:
             try:
                 key = await asyncio.to_thread(self.accounts.fair_key, d.job_id, d.record.spec)
@@ -361,15 +361,22 @@ class DeliveryHandler:
             return "lost"
         if accounts:
             try:
+                spec, place = d.record.spec, await self._rank(d)
                 admitted = await asyncio.to_thread(
-                    self.accounts.add_waiter, accounts, d.job_id, await self._rank(d), d.record.spec.model
+                    self.accounts.add_waiter,
+                    accounts,
+                    d.job_id,
+                    place,
+                    spec.model,
+                    (spec.tenant, tenant_rank(d.record)),
                 )
             except Exception:
                 log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
                 admitted = []
             await self.dispatch.send_admitted(admitted)
         if tenant is not None:
-            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, d.record.created_at.timestamp())
+            # Its place among its tenant's waiters: priority, then creation time.
+            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, tenant_rank(d.record))
         log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
         return "deferred"
 

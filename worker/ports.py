@@ -52,7 +52,14 @@ class AccountsLike(Protocol):
     def release(self, lease: SlotLease) -> list[str]:
         """Free a slot; the waiters admitted into it (already queued): send their messages."""
 
-    def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = ...) -> list[str]:
+    def add_waiter(
+        self,
+        accounts: list[str],
+        job_id: str,
+        rank: float,
+        model: str | None = ...,
+        tenant: tuple[str, float] | None = ...,
+    ) -> list[str]:
         """A deferred job waits in line on these accounts; the waiters admitted at once (already queued)."""
 
     def admit(self) -> list[str]:

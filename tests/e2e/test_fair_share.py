@@ -64,3 +64,30 @@ def test_waiting_slots_go_to_tenants_by_weight(
     assert order[4:].count("fb") == 1, order
     # Within a tenant, submit order holds.
     assert [j.id for j in started if records[j.id].spec.tenant == "fa"] == [j.id for j in a_jobs]
+
+
+def test_priority_orders_within_a_tenant_not_across_tenants(
+    client: Client, workers: WorkerFactory, unique: str, settings: Settings, redis_client: redis.Redis
+) -> None:
+    workers(concurrency=4)
+    busy = client.submit(prompt=f"[[sim: stall 6]] hold the only slot {unique}", idle_timeout_s=60)
+    run_until(lambda: claude_pids([busy.id]), 60, what="the busy job's CLI")
+    line = Keys(settings.key_prefix).account_waiters("scarce")
+    low = [client.submit(prompt=f"[[sim: text a]] a {i} {unique}", tenant="fa", priority=5) for i in range(3)]
+    run_until(lambda: redis_client.zcard(line) == 3, 30, what="fa's priority-5 jobs in line")
+    other = client.submit(prompt=f"[[sim: text b]] b {unique}", tenant="fb", priority=9)
+    run_until(lambda: redis_client.zcard(line) == 4, 30, what="fb's job in line")
+    urgent = client.submit(prompt=f"[[sim: text a]] urgent {unique}", tenant="fa", priority=0)
+    run_until(lambda: redis_client.zcard(line) == 5, 30, what="fa's urgent job in line")
+    assert client.get(busy.id).status == "running"  # everything waited for the only slot
+
+    jobs = [busy, *low, other, urgent]
+    records = {j.id: client.wait(j.id, timeout=180, poll_s=0.2) for j in jobs}
+    assert all(r.status == "succeeded" for r in records.values()), {k: r.error for k, r in records.items()}
+    started = [j.id for j in sorted(jobs[1:], key=lambda j: records[j.id].attempts[0].started_at)]
+    # fa's first turn serves its urgent job; fb's priority-9 job gets its share of turns (3:1) instead of waiting
+    # behind fa's priority-5 backlog (priority orders within a tenant, fair share across tenants); fa's jobs of one
+    # priority go in submit order.
+    assert started[0] == urgent.id, started
+    assert other.id in started[:4], started
+    assert [j for j in started if j in {x.id for x in low}] == [x.id for x in low]

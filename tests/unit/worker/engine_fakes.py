@@ -131,7 +131,14 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
-    def add_waiter(self, accounts: list[str], job_id: str, rank: float, model: str | None = None) -> list[str]:
+    def add_waiter(
+        self,
+        accounts: list[str],
+        job_id: str,
+        rank: float,
+        model: str | None = None,
+        tenant: tuple[str, float] | None = None,
+    ) -> list[str]:
         self.waiters.append((accounts, job_id))
         return []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import fakeredis
@@ -18,6 +19,7 @@ from claudeq.models import JobSpec
 from claudeq.producer.validation import validate_spec
 from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore, hour_field
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
+from claudeq.worker.waiting_line import PRIORITY_SPAN
 from tests.conftest import make_settings
 
 TENANTS = """
@@ -144,10 +146,65 @@ def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
     assert m.release(first) == ["j3"]
 
 
-def _deferred(redis: fakeredis.FakeRedis, keys: Keys, job_id: str, spec: JobSpec, tag: float) -> None:
-    """A job deferred as a worker leaves it: its hash (status, spec, fair-share tag) and its deferred ready time."""
-    redis.hset(keys.job(job_id), mapping={"status": "deferred", "spec": spec.model_dump_json(), "vtag": repr(tag)})
+def _deferred(
+    redis: fakeredis.FakeRedis, keys: Keys, job_id: str, spec: JobSpec, tag: float, created: float = 1.7e9
+) -> None:
+    """A job deferred as a worker leaves it: its hash (status, spec, fair-share tag, creation time) and its deferred
+    ready time."""
+    fields = {"status": "deferred", "spec": spec.model_dump_json(), "vtag": repr(tag)}
+    fields["created_at"] = datetime.fromtimestamp(created, UTC).isoformat()
+    redis.hset(keys.job(job_id), mapping=fields)
     redis.zadd(keys.deferred, {job_id: time.time() + 15})
+
+
+PEERS = """
+[[tenants]]
+name = "p"
+
+[[tenants]]
+name = "q"
+"""
+
+
+def _line_up(m: AccountManager, redis: fakeredis.FakeRedis, keys: Keys, job_id: str, spec: JobSpec, tag: float) -> None:
+    """A job of `spec` (created in the order of the calls) waits in x's line at its tag, as a worker's defer leaves
+    it; nothing is admitted (x's only slot is taken)."""
+    created = 1.7e9 + len(redis.keys(keys.job("*")))
+    _deferred(redis, keys, job_id, spec, tag, created)
+    place = spec.priority * PRIORITY_SPAN + created
+    assert m.add_waiter(["x"], job_id, tag, None, (spec.tenant, place)) == []
+
+
+def test_a_tenants_turn_goes_to_its_best_job_by_priority_and_its_share_is_unchanged(
+    unique: str, tmp_path: Path, fake_redis: fakeredis.FakeRedis
+) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text(PEERS)
+    settings = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path)
+    keys = Keys(settings.key_prefix)
+    m = manager(settings, fake_redis, account("x", 1))
+    busy = lease(m.acquire("busy", JobSpec(prompt="x")))
+    # Tenant p: three jobs at priority 5 (turns 1, 2, 3), then an urgent one (turn 4); tenant q: one job at priority
+    # 9 (turn 1.5): its turn comes after p's first, whatever p's priorities.
+    low = [f"p5-{i}" for i in range(3)]
+    for i, job in enumerate(low):
+        _line_up(m, fake_redis, keys, job, JobSpec(prompt="x", tenant="p", priority=5), 1.0 + i)
+    _line_up(m, fake_redis, keys, "q9", JobSpec(prompt="x", tenant="q", priority=9), 1.5)
+    _line_up(m, fake_redis, keys, "p0", JobSpec(prompt="x", tenant="p", priority=0), 4.0)
+    order: list[str] = []
+    running = busy
+    for _ in range(5):
+        (handed,) = m.release(running)
+        order.append(handed)
+        tag = float(fake_redis.hget(keys.job(handed), "vtag") or 0)
+        spec = JobSpec.model_validate_json(fake_redis.hget(keys.job(handed), "spec") or b"")
+        running = lease(m.acquire(handed, spec, rank=tag))
+    # p's first turn serves its urgent job; q's job does not wait behind p's backlog (nor p's priority-0 job behind
+    # q's priority-9 one: priority orders within a tenant); p's priority-5 jobs go in submit order, on p's turns.
+    assert order == ["p0", "q9", *low]
+    # The turns moved, the tags did not: the urgent job ran on turn 1, p's jobs of priority 5 on turns 2, 3, 4.
+    assert [float(fake_redis.hget(keys.job(j), "vtag") or 0) for j in ["p0", *low]] == [1.0, 2.0, 3.0, 4.0]
+    assert fake_redis.zcard(keys.tenant_line("p")) == 0 and fake_redis.zcard(keys.tenant_line("q")) == 0
 
 
 def test_a_capped_tenants_job_waiting_for_a_slot_counts_toward_its_cap(
