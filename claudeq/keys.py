@@ -128,6 +128,12 @@ class Keys:
         return f"{self.prefix}tenant:{name}:jobs"
 
     @property
+    def tenants_done(self) -> str:
+        """Hash: tenant name -> when (epoch s) its last job finished; kept only with `reserve_share`, whose idle grace
+        (`share_idle_s`) counts a tenant active for a while after its last job (docs/architecture.md#fair-share)."""
+        return f"{self.prefix}tenants-done"
+
+    @property
     def tenants_in_use(self) -> str:
         """String: set by every worker started with a tenants file. A producer without the file indexes its jobs
         under `default` (`tenant_jobs`) only once it is set: a fleet without tenants keeps no per-tenant index."""

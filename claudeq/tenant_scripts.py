@@ -99,19 +99,23 @@ return 1
 """
 
 # KEYS: tenant runs, tenant reserved, tenant waiters. ARGV: job_id, job_key_prefix, max ('' = no cap), now_s
-# Ends a run of the tenant (its reservation too); when the tenant is under its cap again, pops its best waiter still
-# `deferred` (stale ones are dropped) -> {id} to promote, or {}.
+# Ends a run of the tenant (its reservation too); when the tenant is under its cap again, pops its best waiters still
+# `deferred` (stale ones are dropped), as many as it is under its cap (one without a cap; more when the cap rose, a
+# share cap as other tenants went idle) -> {ids} to promote, best first, or {}.
 RELEASE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[4]))
-if ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {} end
-while true do
+local room = 1
+if ARGV[3] ~= '' then room = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[1]) end
+local out = {}
+while #out < room do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-  if #head == 0 then return {} end
+  if #head == 0 then return out end
   redis.call('ZREM', KEYS[3], head[1])
-  if redis.call('HGET', ARGV[2] .. head[1], 'status') == 'deferred' then return {head[1]} end
+  if redis.call('HGET', ARGV[2] .. head[1], 'status') == 'deferred' then out[#out + 1] = head[1] end
 end
+return out
 """
 
 # KEYS: tenant runs, tenant waiters, deferred. ARGV: job_id, score, max, now_s, fallback_s (epoch)

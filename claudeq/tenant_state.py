@@ -121,6 +121,13 @@ def _opt(value: float | None) -> str:
     return "" if value is None else repr(value)
 
 
+def effective_cap(tenant: TenantConfig, share: int | None) -> int | None:
+    """The most runs `tenant` may hold: its `max_concurrency` and its share cap (reserve_share), whichever is lower
+    (None: neither applies)."""
+    caps = [c for c in (tenant.max_concurrency, share) if c is not None]
+    return min(caps) if caps else None
+
+
 class TenantStore:
     """Reads and writes tenants' runs, waiters and spend, and accounts' spend; multi-step changes are Lua scripts."""
 
@@ -145,12 +152,15 @@ class TenantStore:
         want: float | None,
         now: float | None = None,
         model: str | None = None,
+        share: int | None = None,
     ) -> Admission:
         """Start a run of `tenant` (its concurrency cap, then its spend caps): the run's budget is at most `want`
         and what the tenant has left in each capped window, less what its other runs in flight reserved and one
-        turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py)."""
+        turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py). `share`: its share cap (reserve_share), a
+        concurrency cap beside `max_concurrency`."""
         now = time.time() if now is None else now
-        if tenant.max_concurrency is None and not tenant.capped:
+        cap = effective_cap(tenant, share)
+        if cap is None and not tenant.capped:
             # Nothing to check (RESERVE would admit it with the spec's budget and no turn): the run is only counted,
             # in one command; the tenant's RELEASE drops expired runs.
             self.redis.zadd(self.keys.tenant_runs(tenant.name), {job_id: now + ttl_s})
@@ -164,7 +174,7 @@ class TenantStore:
             args=[
                 job_id,
                 "1",
-                "" if tenant.max_concurrency is None else tenant.max_concurrency,
+                "" if cap is None else cap,
                 repr(now + ttl_s),
                 repr(now),
                 hour_field(now),
@@ -232,9 +242,12 @@ class TenantStore:
         now = time.time() if now is None else now
         self.redis.zadd(self.keys.tenant_runs(tenant), {job_id: now + ttl_s}, xx=True)
 
-    def release(self, tenant: TenantConfig, job_id: str, now: float | None = None, pop: bool = True) -> list[str]:
-        """End a run of the tenant; returns the waiter (0 or 1 job id) to promote now (`pop` False: none, for a run
-        that never started)."""
+    def release(
+        self, tenant: TenantConfig, job_id: str, now: float | None = None, pop: bool = True, share: int | None = None
+    ) -> list[str]:
+        """End a run of the tenant; returns the waiters to promote now, best first (`pop` False: none, for a run
+        that never started): one, or as many as it is under its cap (`max_concurrency` and `share`, its share cap
+        under reserve_share, which rises when other tenants go idle)."""
         now = time.time() if now is None else now
         if not pop and tenant.max_concurrency is None and not tenant.capped:
             self.redis.zrem(self.keys.tenant_runs(tenant.name), job_id)  # an uncapped tenant reserves nothing
@@ -254,17 +267,24 @@ class TenantStore:
             args=[
                 job_id,
                 self.keys.job(""),
-                "" if tenant.max_concurrency is None else tenant.max_concurrency,
+                _opt_int(effective_cap(tenant, share)),
                 repr(now),
             ],
         )
         return [text(j) for j in popped]
 
     def wait(
-        self, tenant: TenantConfig, job_id: str, score: float, now: float | None = None, fallback_s: float | None = None
+        self,
+        tenant: TenantConfig,
+        job_id: str,
+        score: float,
+        now: float | None = None,
+        fallback_s: float | None = None,
+        share: int | None = None,
     ) -> bool:
-        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now).
-        Otherwise its ready time moves out to `fallback_s` from now (never earlier; None: left as it is)."""
+        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now: under
+        its cap, `max_concurrency` and `share`). Otherwise its ready time moves out to `fallback_s` from now (never
+        earlier; None: left as it is)."""
         now = time.time() if now is None else now
         return bool(
             self._wait(
@@ -272,7 +292,7 @@ class TenantStore:
                 args=[
                     job_id,
                     repr(score),
-                    tenant.max_concurrency or 0,
+                    effective_cap(tenant, share) or 0,
                     repr(now),
                     "" if fallback_s is None else repr(now + fallback_s),
                 ],
@@ -348,7 +368,29 @@ class TenantStore:
             pipe.zrem(self.keys.tenant_jobs(name), job_id)
         if self.tenants.configured:
             pipe.zrem(self.keys.tenant_line(self.tenants.governing(tenant).name), job_id)
+        if self.tenants.reserve_share:  # the idle grace counts from its last job's end
+            pipe.hset(self.keys.tenants_done, self.tenants.governing(tenant).name, repr(time.time()))
         pipe.execute()
+
+    def active(self, now: float | None = None) -> set[str]:
+        """The tenants active for reserved fair share: with jobs not finished (their active-job index exists), or
+        whose last job finished less than `share_idle_s` ago. One pipeline."""
+        now = time.time() if now is None else now
+        names = self.tenants.share_names
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(self.keys.tenant_jobs(name))
+        pipe.hgetall(self.keys.tenants_done)
+        *indexed, done = pipe.execute()
+        active = {name for name, n in zip(names, indexed, strict=True) if n}
+        grace = self.tenants.share_idle_s
+        for name, at in done.items():
+            try:
+                if now - float(text(at)) < grace:
+                    active.add(text(name))
+            except ValueError:
+                continue
+        return active & set(names)
 
     # ---- reads ---------------------------------------------------------------------------------------------
 
@@ -397,6 +439,10 @@ class TenantStore:
                 )
             )
         return out
+
+
+def _opt_int(value: int | None) -> str | int:
+    return "" if value is None else value
 
 
 def _admission(reply: list[object], now: float) -> Admission:

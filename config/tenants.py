@@ -9,9 +9,11 @@ A secret never appears here: an MCP bearer token is named by the environment var
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
@@ -74,6 +76,12 @@ class Tenants(BaseModel):
 
     tenants: list[TenantConfig] = Field(default_factory=list)
     allow_unknown: bool = False
+    #: Reserved fair share (docs/architecture.md#fair-share): while more than one tenant is active, a tenant holds at
+    #: most its weighted share of the fleet's slots (runs in flight and jobs waiting in the accounts' lines).
+    reserve_share: bool = False
+    #: A tenant stays active this long (s) after its last job finished, so a tenant submitting one job after another
+    #: keeps its share reserved between them.
+    share_idle_s: float = Field(default=10.0, ge=0)
     #: False when no file is configured: every name is accepted, nothing is capped.
     configured: bool = True
 
@@ -102,6 +110,26 @@ class Tenants(BaseModel):
     def governing(self, name: str) -> TenantConfig:
         """The entry whose limits apply to jobs of `name`: its own, else `default`'s, else no limits."""
         return self.get(name) or self.get(DEFAULT_TENANT) or _unlimited()
+
+    @property
+    def share_names(self) -> list[str]:
+        """The names jobs are indexed under as active (`tenant:{name}:jobs`): every configured tenant, and `default`
+        when it governs strangers (`allow_unknown`)."""
+        names = self.names
+        if self.allow_unknown and DEFAULT_TENANT not in names:
+            names.append(DEFAULT_TENANT)
+        return names
+
+    def share_cap(self, tenant: TenantConfig, active: Collection[str], slots: int) -> int | None:
+        """The most runs `tenant` may hold (in flight and in the accounts' lines) under reserved fair share, or None
+        when `reserve_share` is off: max(1, floor(slots x its weight / the active tenants' weights)), `tenant` itself
+        counted active. Alone it keeps every slot (`slots`): its backlog still waits in its own line, not the
+        accounts', so another tenant that becomes active finds at most `slots` of its jobs ahead of it."""
+        if not self.reserve_share or slots <= 0:
+            return None
+        names = set(active) | {tenant.name}
+        total = sum(self.governing(name).weight for name in names if name != tenant.name) + tenant.weight
+        return max(1, math.floor(slots * tenant.weight / total + 1e-9))
 
     def label(self, name: str) -> str:
         """A bounded metrics label: a configured tenant's name (or `default`), anything else `other`."""

@@ -21,7 +21,7 @@ from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
-from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore
+from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -78,6 +78,9 @@ class AccountManager:
         self._last_tokens: dict[str, tuple[float, int, int]] = {}
         self._tokens_per_request: dict[str, float] = {}
         self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
+        #: The fleet's slots as this worker knows them (reserved fair share divides them among active tenants).
+        self.slots = sum(a.max_concurrency for a in self.pool.accounts)
+        self._active: tuple[float, set[str]] | None = None  # (read at, active tenants), reused like _snapshot
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
@@ -105,13 +108,20 @@ class AccountManager:
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
             taken = self._acquire_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds)
             return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
+        share = self._share(tenant)
+        cap = effective_cap(tenant, share)
         now = time.time()
         admitted = self.tenant_store.admit(
-            tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model
+            tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model, share=share
         )
         if isinstance(admitted, AtMax | Reserved):
-            if isinstance(admitted, AtMax):
-                reason = f"tenant {tenant.name!r} has {tenant.max_concurrency} run(s) in flight (its max_concurrency)"
+            if isinstance(admitted, AtMax) and cap == tenant.max_concurrency:
+                reason = f"tenant {tenant.name!r} has {cap} run(s) in flight (its max_concurrency)"
+            elif isinstance(admitted, AtMax):
+                reason = (
+                    f"tenant {tenant.name!r} holds {cap} slot(s), its share of the fleet's {self.slots} while other "
+                    "tenants are active (reserve_share)"
+                )
             else:
                 reason = f"what tenant {tenant.name!r} has left per {admitted.window} is reserved by its runs in flight"
             # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound. A slot the
@@ -123,11 +133,12 @@ class AccountManager:
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
         lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
         if isinstance(lease, NoAccount):
-            if tenant.max_concurrency is not None and lease.accounts and not lease.permanent:
+            if cap is not None and lease.accounts and not lease.permanent:
                 # It waits in the accounts' lines: it keeps its place among its tenant's runs (until its slot expiry)
-                # so the tenant's jobs in line and in flight stay within max_concurrency. Otherwise a capped
-                # tenant's backlog queues in the lines past its cap, ahead of other tenants' later-tagged jobs, and
-                # takes the slots its cap was meant to leave free (then gives them back: it is at its cap).
+                # so the tenant's jobs in line and in flight stay within its cap (max_concurrency, or its share cap
+                # under reserve_share). Otherwise a capped tenant's backlog queues in the lines past its cap, ahead
+                # of other tenants' later-tagged jobs, and takes the slots its cap was meant to leave free (then
+                # gives them back: it is at its cap).
                 self.tenant_store.unreserve(tenant.name, job_id)
             else:
                 self.tenant_store.release(tenant, job_id, pop=False)
@@ -137,6 +148,20 @@ class AccountManager:
         if self.tenants.configured and rank is not None:
             self.tenant_store.advance(rank)  # the fleet's virtual time moves on (with tenants the rank is the tag)
         return lease
+
+    def _share(self, tenant: TenantConfig) -> int | None:
+        """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
+        the fleet's slots among the tenants active now (docs/architecture.md#fair-share). The active tenants are
+        read with one pipeline, or taken from a read under _VIEW_REUSE_S old (RESERVE re-checks the runs
+        atomically; only which tenants are active may be that old)."""
+        if not self.tenants.configured or not self.tenants.reserve_share:
+            return None
+        now = time.time()
+        read = self._active
+        if read is None or not 0 <= now - read[0] <= _VIEW_REUSE_S:
+            read = (now, self.tenant_store.active(now))
+            self._active = read
+        return self.tenants.share_cap(tenant, read[1], self.slots)
 
     def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing
@@ -285,12 +310,15 @@ class AccountManager:
         woken: list[str] = []
         if lease.tenant is not None:
             tenant = self.tenants.governing(lease.tenant)
-            for waiter in self.tenant_store.release(tenant, lease.job_id):
+            popped = self.tenant_store.release(tenant, lease.job_id, share=self._share(tenant))
+            for i, waiter in enumerate(popped):
                 # The tenant's waiter joins this account's line at its own rank, holding its place among its
                 # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
                 # tenant's turn), not to whoever waits in line while its message makes the round trip through the
-                # broker. A job this account may not run is promoted as before.
-                admitted = self._line_up(lease.account, tenant, waiter)
+                # broker. A job this account may not run is promoted as before, and so are the waiters popped
+                # beyond the first (its cap rose: a share cap as other tenants went idle), whose slots may be free
+                # on any account.
+                admitted = self._line_up(lease.account, tenant, waiter) if i == 0 else None
                 woken += [waiter] if admitted is None else admitted
         woken = self.store.release(lease.account.name, lease.job_id, self.settings.lease_ttl_s) + woken
         return list(dict.fromkeys(woken))
@@ -335,7 +363,8 @@ class AccountManager:
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
         config = self.tenants.governing(tenant)
-        if self.tenant_store.wait(config, job_id, score, fallback_s=self.settings.waiter_fallback_s):
+        share = self._share(config)
+        if self.tenant_store.wait(config, job_id, score, fallback_s=self.settings.waiter_fallback_s, share=share):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
     def add_waiter(
