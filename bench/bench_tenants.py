@@ -8,7 +8,9 @@ Tenants `a` (weight 3) and `b` (weight 1); every job's run takes about `--run-s`
 Each configuration runs on a fleet of its own (fresh workers and keys):
   (a) weights alone;
   (b) weights, and `a` capped at `max_concurrency` = `--cap-a` (default 3/4 of the slots: under contention 3:1 still
-      holds, and a quarter of the slots stays free for `b` whatever `a` submits).
+      holds, and a quarter of the slots stays free for `b` whatever `a` submits);
+  (c) weights and reserved fair share (`reserve_share = true`, `share_idle_s` = `--idle-s`): no cap by hand; while
+      both tenants are active each holds at most its weighted share of the slots (a 6, b 2 of 8), alone every slot.
 
 1. Empty fleet: `b` submits `--trickle` / 5 jobs, one every `--gap-s` seconds; its wait (submit -> its run starts)
    is the baseline.
@@ -24,7 +26,7 @@ Each configuration runs on a fleet of its own (fresh workers and keys):
    budget (target: <=).
 
     .venv/bin/python -m bench.bench_tenants [--flood 1000] [--trickle 50] [--slots 8] [--cap-a 6] [--run-s 1.5]
-        [--gap-s 1.0] [--configs ab] [--phases 1234]
+        [--gap-s 1.0] [--configs abc] [--phases 1234] [--idle-s 10]
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
 
 TENANTS = """
+{reserve}
+
 [[tenants]]
 name = "a"
 weight = 3
@@ -161,19 +165,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gap-s", type=float, default=1.0)
     parser.add_argument("--warm-s", type=float, default=None, help="contention counted from burst + this (2 runs)")
     parser.add_argument("--threads", type=int, default=10, help="task threads per worker (above slots / workers)")
-    parser.add_argument("--configs", default="ab", help="(a) weights alone, (b) weights and a's max_concurrency")
+    parser.add_argument(
+        "--configs", default="abc", help="(a) weights alone, (b) and a's max_concurrency, (c) and reserve_share"
+    )
+    parser.add_argument("--idle-s", type=float, default=None, help="share_idle_s in (c) (default: the file's)")
     parser.add_argument("--phases", default="1234", help="which phases to run after the baseline (default: all)")
     args = parser.parse_args(argv)
     cap_a = args.cap_a if args.cap_a is not None else max(1, args.slots * 3 // 4)
     for config in args.configs:
-        cap = None if config == "a" else cap_a
-        label = "(a) weights alone" if cap is None else f"(b) weights + a's max_concurrency {cap} of {args.slots} slots"
+        cap = cap_a if config == "b" else None
+        reserve = config == "c"
+        if config == "a":
+            label = "(a) weights alone"
+        elif config == "b":
+            label = f"(b) weights + a's max_concurrency {cap} of {args.slots} slots"
+        else:
+            label = "(c) weights + reserve_share"
         print(f"== {label}", flush=True)
-        scenario(args, cap, spend="4" in args.phases and config == "a")
+        scenario(args, cap, spend="4" in args.phases and config == "a", reserve=reserve)
     return 0
 
 
-def scenario(args: argparse.Namespace, cap_a: int | None, spend: bool) -> None:
+def reserve_lines(on: bool, idle_s: float | None) -> str:
+    """The tenants file's top-level reserved fair share options."""
+    if not on:
+        return ""
+    return "reserve_share = true" + ("" if idle_s is None else f"\nshare_idle_s = {idle_s}")
+
+
+def scenario(args: argparse.Namespace, cap_a: int | None, spend: bool, reserve: bool = False) -> None:
     url, private = redis_url_for_tests()
     root = Path(tempfile.mkdtemp(prefix="claudeq-tenants-"))
     unique = uuid.uuid4().hex[:10]
@@ -185,7 +205,12 @@ def scenario(args: argparse.Namespace, cap_a: int | None, spend: bool) -> None:
         with SimulatorServer(config) as sim:
             accounts_file = write_accounts_toml(root / "accounts.toml", accounts, sim.base_url)
             tenants_file = root / "tenants.toml"
-            tenants_file.write_text(TENANTS.format(cap_a="" if cap_a is None else f"max_concurrency = {cap_a}"))
+            tenants_file.write_text(
+                TENANTS.format(
+                    cap_a="" if cap_a is None else f"max_concurrency = {cap_a}",
+                    reserve=reserve_lines(reserve, args.idle_s),
+                )
+            )
             settings = make_settings(
                 url,
                 unique,
