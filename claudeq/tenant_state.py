@@ -102,6 +102,15 @@ class TenantUsage:
     weight: float
     spend: Spend
     on_budget: str
+    #: Its share cap under reserved fair share now (None: `reserve_share` off): its weighted share of the fleet's
+    #: slots among the tenants active now; it holds at most the lower of this and `max_concurrency`.
+    share_cap: int | None = None
+
+    @property
+    def cap(self) -> int | None:
+        """The most runs it may hold now: its `max_concurrency` and its share cap, whichever is lower."""
+        caps = [c for c in (self.max_concurrency, self.share_cap) if c is not None]
+        return min(caps) if caps else None
 
     def public(self) -> dict[str, object]:
         """The JSON form of `claudeq tenants --json`."""
@@ -110,6 +119,7 @@ class TenantUsage:
             "in_flight": self.in_flight,
             "waiting": self.waiting,
             "max_concurrency": self.max_concurrency,
+            "share_cap": self.share_cap,
             "weight": self.weight,
             "on_budget": self.on_budget,
             "spend_usd": {"hour": self.spend.hour, "day": self.spend.day},
@@ -401,11 +411,13 @@ class TenantStore:
         hour, day = self.redis.hmget(key, [hour_field(now), day_field(now)])
         return float(text(hour)) if hour else 0.0, float(text(day)) if day else 0.0
 
-    def usage(self, now: float | None = None) -> list[TenantUsage]:
-        """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps. Without
-        a tenants file, `default`'s runs and jobs are every job's: read from the status counters (running; queued +
-        deferred), not from per-tenant indexes."""
+    def usage(self, now: float | None = None, slots: int | None = None) -> list[TenantUsage]:
+        """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps, and
+        with `reserve_share` and the fleet's `slots` given, each one's share cap now. Without a tenants file,
+        `default`'s runs and jobs are every job's: read from the status counters (running; queued + deferred), not
+        from per-tenant indexes."""
         now = time.time() if now is None else now
+        sharing = self.active(now) if self.tenants.configured and self.tenants.reserve_share and slots else None
         tenants = self.tenants.tenants or [self.tenants.governing("default")]
         pipe = self.redis.pipeline(transaction=False)
         for tenant in tenants:
@@ -430,6 +442,7 @@ class TenantStore:
                     max_concurrency=tenant.max_concurrency,
                     weight=tenant.weight,
                     on_budget=tenant.on_budget,
+                    share_cap=None if sharing is None else self.tenants.share_cap(tenant, sharing, slots or 0),
                     spend=Spend(
                         hour=float(text(hour)) if hour else 0.0,
                         day=float(text(day)) if day else 0.0,

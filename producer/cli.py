@@ -449,15 +449,19 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
 
     settings = _settings()
     store = Client(settings).store
-    usage = TenantStore(store.redis, store.keys, settings.tenants).usage()
+    slots = sum(a.max_concurrency for a in settings.accounts.accounts) if settings.tenants.reserve_share else None
+    usage = TenantStore(store.redis, store.keys, settings.tenants).usage(slots=slots)
     if as_json:
         print(json.dumps({"tenants": [u.public() for u in usage]}))
         return
     table = Table("tenant", "in flight", "waiting", "weight", "spend / cap per hour", "per day", "on budget")
     for u in usage:
+        cap = u.cap
         table.add_row(
             u.name,
-            f"{u.in_flight}/{u.max_concurrency}" if u.max_concurrency else str(u.in_flight),
+            f"{u.in_flight}/{cap}" + (" (share)" if cap is not None and cap == u.share_cap else "")
+            if cap is not None
+            else str(u.in_flight),
             str(u.waiting),
             f"{u.weight:g}",
             _spend(u.spend.hour, u.spend.cap_hour),

@@ -57,6 +57,7 @@ class ClusterCollector(Collector):
         self.store = make_store(settings, client)
         # The accounts come from the pool (the same accounts file the workers read); their state from Redis.
         self.accounts = AccountStore(client, self.keys, pool if pool is not None else settings.accounts)
+        self.slots = sum(a.max_concurrency for a in self.accounts.pool.accounts)  # the fleet's (reserve_share)
         self.tenants = TenantStore(client, self.keys, settings.tenants)
         self.now = now
         # A worker whose last heartbeat is older than its lease TTL has stopped renewing its leases.
@@ -213,6 +214,11 @@ class ClusterCollector(Collector):
         max_concurrency = GaugeMetricFamily(
             "claudeq_tenant_max_concurrency", "The tenant's max_concurrency (absent: no cap).", labels=["tenant"]
         )
+        share_cap = GaugeMetricFamily(
+            "claudeq_tenant_share_cap",
+            "The tenant's share of the fleet's slots under reserve_share now (absent: reserve_share off).",
+            labels=["tenant"],
+        )
         waiting = GaugeMetricFamily(
             "claudeq_tenant_jobs_waiting",
             "The tenant's jobs queued or deferred (not finished, not running).",
@@ -239,11 +245,13 @@ class ClusterCollector(Collector):
             labels=["account", "window"],
         )
         now = self.now()
-        for usage in self.tenants.usage(now):
+        for usage in self.tenants.usage(now, slots=self.slots):
             in_flight.add_metric([usage.name], usage.in_flight)
             waiting.add_metric([usage.name], usage.waiting)
             if usage.max_concurrency is not None:
                 max_concurrency.add_metric([usage.name], usage.max_concurrency)
+            if usage.share_cap is not None:
+                share_cap.add_metric([usage.name], usage.share_cap)
             for window, spent, limit in (
                 ("hour", usage.spend.hour, usage.spend.cap_hour),
                 ("day", usage.spend.day, usage.spend.cap_day),
@@ -260,7 +268,7 @@ class ClusterCollector(Collector):
                 account_spend.add_metric([account.name, window], spent)
                 if limit is not None:
                     account_cap.add_metric([account.name, window], limit)
-        return [in_flight, max_concurrency, waiting, spend, cap, account_spend, account_cap]
+        return [in_flight, max_concurrency, share_cap, waiting, spend, cap, account_spend, account_cap]
 
     def _workers(self) -> list[Metric]:
         workers = GaugeMetricFamily("claudeq_workers", "Workers by heartbeat freshness (live|stale).", labels=["state"])

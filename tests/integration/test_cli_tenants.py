@@ -61,6 +61,7 @@ def test_tenants_shows_in_flight_waiting_and_spend_against_the_caps(
         "in_flight": 0,
         "waiting": 0,
         "max_concurrency": None,
+        "share_cap": None,
         "weight": 1.0,
         "on_budget": "fail",
         "spend_usd": {"hour": 0.0, "day": 0.0},
@@ -120,3 +121,51 @@ def test_a_fleet_without_tenants_keeps_no_tenant_index_and_shows_default_from_th
     assert not list(redis_client.scan_iter(match=f"{settings.key_prefix}tenant:*"))
     (usage,) = TenantStore(redis_client, client.store.keys, settings.tenants).usage()
     assert (usage.name, usage.in_flight, usage.waiting) == ("default", 0, 3)
+
+
+def test_tenants_and_the_exporter_show_each_tenants_share_cap_under_reserve_share(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(
+        'reserve_share = true\n\n[[tenants]]\nname = "team-a"\nweight = 3\n\n'
+        '[[tenants]]\nname = "team-b"\nweight = 1\nmax_concurrency = 1\n'
+    )
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text(
+        '[[accounts]]\nname = "x"\nkind = "api_key"\ntoken_env = "CQT_X"\nmax_concurrency = 4\n\n'
+        '[[accounts]]\nname = "y"\nkind = "api_key"\ntoken_env = "CQT_Y"\nmax_concurrency = 4\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("CLAUDEQ_KEY_PREFIX", settings.key_prefix)
+    monkeypatch.setenv("CLAUDEQ_QUEUE", settings.queue)
+    monkeypatch.setenv("CLAUDEQ_QUEUES", json.dumps(settings.queues))
+    monkeypatch.setenv("CLAUDEQ_TENANTS_FILE", str(tenants))
+    monkeypatch.setenv("CLAUDEQ_ACCOUNTS_FILE", str(accounts))
+    runner = CliRunner()
+
+    def caps() -> dict[str, object]:
+        shown = runner.invoke(app, ["tenants", "--json"])
+        assert shown.exit_code == 0, shown.output
+        return {row["name"]: row["share_cap"] for row in json.loads(shown.output)["tenants"]}
+
+    assert caps() == {"team-a": 8, "team-b": 8}  # nobody active: each would hold every slot alone
+    for tenant in ("team-a", "team-b"):
+        done = runner.invoke(app, ["submit", "hello", "--tenant", tenant, "--json"])
+        assert done.exit_code == 0, done.output
+    assert caps() == {"team-a": 6, "team-b": 2}  # both active: 8 slots split 3:1
+    table = runner.invoke(app, ["tenants"])
+    assert table.exit_code == 0 and "0/6 (share)" in table.output and "0/1" in table.output, table.output
+
+    from claudeq.config.settings import Settings as LoadedSettings
+    from claudeq.worker.exporter import ClusterCollector
+
+    collector = ClusterCollector(LoadedSettings(), redis_client)
+    samples = {
+        s.labels["tenant"]: s.value
+        for family in collector.collect()
+        if family.name == "claudeq_tenant_share_cap"
+        for s in family.samples
+    }
+    assert samples == {"team-a": 6, "team-b": 2}
