@@ -17,6 +17,16 @@ from claudeq.tenant_state import hour_field
 pytestmark = pytest.mark.integration
 
 
+def _cli_env(monkeypatch: pytest.MonkeyPatch, settings: Settings, cwd: Path, tenants: Path) -> None:
+    """The CLI configured only through the environment, as the test's settings and this tenants file."""
+    monkeypatch.chdir(cwd)  # no stray .env
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("CLAUDEQ_KEY_PREFIX", settings.key_prefix)
+    monkeypatch.setenv("CLAUDEQ_QUEUE", settings.queue)
+    monkeypatch.setenv("CLAUDEQ_QUEUES", json.dumps(settings.queues))
+    monkeypatch.setenv("CLAUDEQ_TENANTS_FILE", str(tenants))
+
+
 def test_tenants_shows_in_flight_waiting_and_spend_against_the_caps(
     settings: Settings, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -25,12 +35,7 @@ def test_tenants_shows_in_flight_waiting_and_spend_against_the_caps(
         '[[tenants]]\nname = "team-a"\nmax_concurrency = 2\nweight = 3\nmax_cost_usd_per_hour = 0.5\n\n'
         '[[tenants]]\nname = "team-b"\non_budget = "fail"\n'
     )
-    monkeypatch.chdir(tmp_path)  # no stray .env
-    monkeypatch.setenv("CLAUDEQ_REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("CLAUDEQ_KEY_PREFIX", settings.key_prefix)
-    monkeypatch.setenv("CLAUDEQ_QUEUE", settings.queue)
-    monkeypatch.setenv("CLAUDEQ_QUEUES", json.dumps(settings.queues))
-    monkeypatch.setenv("CLAUDEQ_TENANTS_FILE", str(tenants))
+    _cli_env(monkeypatch, settings, tmp_path, tenants)
     runner = CliRunner()
 
     refused = runner.invoke(app, ["submit", "hello", "--tenant", "team-c", "--json"])
@@ -136,12 +141,7 @@ def test_tenants_and_the_exporter_show_each_tenants_share_cap_under_reserve_shar
         '[[accounts]]\nname = "x"\nkind = "api_key"\ntoken_env = "CQT_X"\nmax_concurrency = 4\n\n'
         '[[accounts]]\nname = "y"\nkind = "api_key"\ntoken_env = "CQT_Y"\nmax_concurrency = 4\n'
     )
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("CLAUDEQ_REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("CLAUDEQ_KEY_PREFIX", settings.key_prefix)
-    monkeypatch.setenv("CLAUDEQ_QUEUE", settings.queue)
-    monkeypatch.setenv("CLAUDEQ_QUEUES", json.dumps(settings.queues))
-    monkeypatch.setenv("CLAUDEQ_TENANTS_FILE", str(tenants))
+    _cli_env(monkeypatch, settings, tmp_path, tenants)
     monkeypatch.setenv("CLAUDEQ_ACCOUNTS_FILE", str(accounts))
     runner = CliRunner()
 
