@@ -25,7 +25,7 @@ from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore, effec
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
-from claudeq.worker.waiting_line import PRIORITY_SPAN
+from claudeq.worker.waiting_line import PRIORITY_SPAN, tenant_rank
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
 
@@ -340,8 +340,9 @@ class AccountManager:
             return None
         self.tenant_store.hold(tenant.name, job_id, self.settings.lease_ttl_s)
         key = min(max(float(tag), 0.0), PRIORITY_SPAN - 1.0)
-        place = spec.priority * PRIORITY_SPAN + created_s  # its place among its tenant's jobs (tenant_rank)
-        return self.add_waiter([account.name], job_id, key, spec.model, (spec.tenant, place))
+        return self.add_waiter(
+            [account.name], job_id, key, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
+        )
 
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget

@@ -359,6 +359,8 @@ class DeliveryHandler:
         )
         if not ok:
             return "lost"
+        # Its place among its tenant's waiting jobs (with a tenants file): priority, then creation time.
+        among = tenant_rank(d.record.spec.priority, d.record.created_at.timestamp())
         if accounts:
             try:
                 spec, place = d.record.spec, await self._rank(d)
@@ -368,15 +370,14 @@ class DeliveryHandler:
                     d.job_id,
                     place,
                     spec.model,
-                    (spec.tenant, tenant_rank(d.record)),
+                    (spec.tenant, among),
                 )
             except Exception:
                 log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
                 admitted = []
             await self.dispatch.send_admitted(admitted)
         if tenant is not None:
-            # Its place among its tenant's waiters: priority, then creation time.
-            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, tenant_rank(d.record))
+            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, among)
         log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
         return "deferred"
 

@@ -33,8 +33,8 @@ def rank(record: JobRecord, fair_key: float | None = None) -> float:
     return record.spec.priority * PRIORITY_SPAN + min(max(record.created_at.timestamp(), 0.0), PRIORITY_SPAN - 1.0)
 
 
-def tenant_rank(record: JobRecord) -> float:
+def tenant_rank(priority: int, created_s: float) -> float:
     """A job's place among its own tenant's waiting jobs (its tenant's line and waiters): priority, then creation
-    time. When a slot goes to a tenant (its turn, by tag in the accounts' lines), the tenant's best job by this
-    place takes it."""
-    return record.spec.priority * PRIORITY_SPAN + min(max(record.created_at.timestamp(), 0.0), PRIORITY_SPAN - 1.0)
+    time (epoch s). When a slot goes to a tenant (its turn, by tag in the accounts' lines), the tenant's best job by
+    this place takes it."""
+    return priority * PRIORITY_SPAN + min(max(created_s, 0.0), PRIORITY_SPAN - 1.0)
