@@ -197,6 +197,8 @@ class ChaosFleet:
         self.metrics_ports: dict[str, int] = {}
         self.kills = 0
         self.redis_restarts = 0
+        self.submitted = 0
+        self.not_terminal = 0  # as the first wait_terminal last saw it: the chaos agents pace themselves on it
         self.stop_chaos = threading.Event()
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -283,8 +285,12 @@ class ChaosFleet:
 
         def killer() -> None:
             # The clock runs while the fleet is whole: on a loaded machine a worker takes several seconds to start,
-            # and killing the next one before its replacement consumes would leave no fleet at all.
-            while not self.stop_chaos.wait(every * self.rng.uniform(0.7, 1.3)):
+            # and killing the next one before its replacement consumes would leave no fleet at all. The first kill
+            # comes by a quarter of the jobs finished at the latest: a quick run (warm CLIs, a quiet machine) could
+            # end before the first interval does.
+            first = True
+            while not self._wait_chaos(every * self.rng.uniform(0.7, 1.3), 0.25 if first else None):
+                first = False
                 with self.lock:
                     victim = self.rng.choice(self.workers)
                 victim.kill()
@@ -299,16 +305,30 @@ class ChaosFleet:
 
         self.background("chaos-killer", killer)
 
+    def _wait_chaos(self, seconds: float, by_fraction: float | None = None) -> bool:
+        """Wait `seconds`, or until `by_fraction` of the jobs are terminal (None: the time alone); True when the
+        chaos was stopped meanwhile."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            done = 1 - self.not_terminal / self.submitted if self.submitted else 0.0
+            if by_fraction is not None and done >= by_fraction:
+                return self.stop_chaos.is_set()
+            if self.stop_chaos.wait(min(0.25, max(0.0, end - time.monotonic()))):
+                return True
+        return self.stop_chaos.is_set()
+
     def start_redis_restarts(self, expected_s: float) -> None:
-        """Restart Redis `redis_restarts` times, evenly over `expected_s`."""
+        """Restart Redis `redis_restarts` times, evenly over `expected_s` — or, on a quicker run, as the jobs finish
+        (the k-th by k / (restarts + 1) of them terminal), so each restart happens while jobs still run."""
         count = self.config.redis_restarts
         if not count:
             return
         gap = expected_s / (count + 1)
 
         def restarter() -> None:
-            for _ in range(count):
-                if self.stop_chaos.wait(gap):
+            started = time.monotonic()
+            for k in range(1, count + 1):
+                if self._wait_chaos(started + k * gap - time.monotonic(), k / (count + 1)):
                     return
                 with self.lock:  # never while the killer swaps a worker (its start reads Redis)
                     self.server.restart(down_s=1.0)
@@ -330,6 +350,8 @@ class ChaosFleet:
             handles = client.submit_many(specs)
         finally:
             client.close()
+        self.submitted += count
+        self.not_terminal += count
         return {self.marker(i): h.id for i, h in enumerate(handles)}
 
     def wait_terminal(self, job_ids: Iterable[str], deadline: float) -> list[str]:
@@ -350,6 +372,8 @@ class ChaosFleet:
                     time.sleep(1)  # Redis is restarting
                     continue
                 left = [j for j, s in zip(left, statuses, strict=True) if s is None or s.decode() not in TERMINAL]
+                if not self.stop_chaos.is_set():
+                    self.not_terminal = len(left)
                 if left:
                     time.sleep(1)
         finally:
