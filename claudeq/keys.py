@@ -134,6 +134,13 @@ class Keys:
         return f"{self.prefix}tenants-done"
 
     @property
+    def tenants_balance(self) -> str:
+        """Hash: tenant name -> "balance|updated" (slot-seconds owed, + , or owing, -, and when it was last moved):
+        the catch-up of reserved fair share, kept only while two or more tenants are active
+        (docs/architecture.md#fair-share)."""
+        return f"{self.prefix}tenants-balance"
+
+    @property
     def tenants_in_use(self) -> str:
         """String: set by every worker started with a tenants file. A producer without the file indexes its jobs
         under `default` (`tenant_jobs`) only once it is set: a fleet without tenants keeps no per-tenant index."""

@@ -8,6 +8,7 @@ and the day (`d:<epoch s // 86400>`); a cap's window rolls at the top of the hou
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -105,6 +106,9 @@ class TenantUsage:
     #: Its share cap under reserved fair share now (None: `reserve_share` off): its weighted share of the fleet's
     #: slots among the tenants active now; it holds at most the lower of this and `max_concurrency`.
     share_cap: int | None = None
+    #: Its catch-up balance under reserved fair share, in slot-seconds (+ owed, - owing; None: none kept): while it is
+    #: past +-0.5 its share cap is one slot above (below) its weighted share.
+    balance: float | None = None
 
     @property
     def cap(self) -> int | None:
@@ -120,11 +124,30 @@ class TenantUsage:
             "waiting": self.waiting,
             "max_concurrency": self.max_concurrency,
             "share_cap": self.share_cap,
+            "balance_slot_s": self.balance,
             "weight": self.weight,
             "on_budget": self.on_budget,
             "spend_usd": {"hour": self.spend.hour, "day": self.spend.day},
             "cap_usd": {"hour": self.spend.cap_hour, "day": self.spend.cap_day},
         }
+
+
+#: Slot-seconds of balance within which a tenant's share cap does not move (the balance is moved on at most every
+#: 0.25 s per worker, from the runs held at that moment).
+BALANCE_DEADBAND = 0.5
+#: A balance stays within +-(share x this many seconds): what a tenant can be owed, or owe, is a minute of its share.
+BALANCE_BOUND_S = 60.0
+
+
+def caught_up(share: int, balance: float) -> int:
+    """A share cap moved by the tenant's catch-up balance: one slot more while it is owed (it held fewer than its
+    share with jobs waiting, e.g. while another tenant's runs from before it became active held its share), one
+    fewer (at least 1) while it owes, until both are even (docs/architecture.md#fair-share)."""
+    if balance > BALANCE_DEADBAND:
+        return share + 1
+    if balance < -BALANCE_DEADBAND:
+        return max(1, share - 1)
+    return share
 
 
 def _opt(value: float | None) -> str:
@@ -151,6 +174,7 @@ class TenantStore:
         self._tag = client.register_script(tenant_scripts.TAG)
         self._advance = client.register_script(tenant_scripts.ADVANCE)
         self._settle = client.register_script(tenant_scripts.SETTLE)
+        self._balance = client.register_script(tenant_scripts.BALANCE)
 
     # ---- admission -----------------------------------------------------------------------------------------
 
@@ -364,6 +388,35 @@ class TenantStore:
         """A job with this tag started: the system virtual time moves up to it."""
         self._advance(keys=[self.keys.fair_share], args=[repr(tag)])
 
+    def balance(self, shares: Mapping[str, int], now: float | None = None) -> dict[str, float]:
+        """Move the active tenants' catch-up balances (slot-seconds: + owed, - owing) on to now and return them.
+        `shares`: each active tenant's share cap, without its balance (BALANCE in claudeq/tenant_scripts.py)."""
+        now = time.time() if now is None else now
+        keys = [self.keys.tenants_balance]
+        args: list[str] = [repr(now), repr(BALANCE_BOUND_S)]
+        for name, share in shares.items():
+            keys += [self.keys.tenant_runs(name), self.keys.tenant_line(name), self.keys.tenant_waiters(name)]
+            args += [name, str(share)]
+        reply = self._balance(keys=keys, args=args)
+        pairs = [text(item) for item in reply]
+        return {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+
+    def balances(self) -> dict[str, float]:
+        """The catch-up balances as last moved (a read only: `claudeq tenants`, the exporter)."""
+        out: dict[str, float] = {}
+        for name, value in self.redis.hgetall(self.keys.tenants_balance).items():
+            try:
+                out[text(name)] = float(text(value).split("|", 1)[0])
+            except ValueError:
+                continue
+        return out
+
+    def _share_cap(
+        self, tenant: TenantConfig, active: set[str], slots: int, balances: Mapping[str, float]
+    ) -> int | None:
+        share = self.tenants.share_cap(tenant, active, slots)
+        return None if share is None else caught_up(share, balances.get(tenant.name, 0.0))
+
     # ---- the active-job index (waiting counts) -------------------------------------------------------------
 
     def unindex(self, tenant: str, job_id: str) -> None:
@@ -418,6 +471,7 @@ class TenantStore:
         from per-tenant indexes."""
         now = time.time() if now is None else now
         sharing = self.active(now) if self.tenants.configured and self.tenants.reserve_share and slots else None
+        balances = self.balances() if sharing is not None else {}
         tenants = self.tenants.tenants or [self.tenants.governing("default")]
         pipe = self.redis.pipeline(transaction=False)
         for tenant in tenants:
@@ -442,7 +496,8 @@ class TenantStore:
                     max_concurrency=tenant.max_concurrency,
                     weight=tenant.weight,
                     on_budget=tenant.on_budget,
-                    share_cap=None if sharing is None else self.tenants.share_cap(tenant, sharing, slots or 0),
+                    share_cap=None if sharing is None else self._share_cap(tenant, sharing, slots or 0, balances),
+                    balance=balances.get(tenant.name) if sharing is not None else None,
                     spend=Spend(
                         hour=float(text(hour)) if hour else 0.0,
                         day=float(text(day)) if day else 0.0,

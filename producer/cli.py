@@ -459,7 +459,7 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
         cap = u.cap
         table.add_row(
             u.name,
-            f"{u.in_flight}/{cap}" + (" (share)" if cap is not None and cap == u.share_cap else "")
+            f"{u.in_flight}/{cap}" + (f" ({_share_note(u.balance)})" if cap is not None and cap == u.share_cap else "")
             if cap is not None
             else str(u.in_flight),
             str(u.waiting),
@@ -469,6 +469,18 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
             u.on_budget,
         )
     out.print(table)
+
+
+def _share_note(balance: float | None) -> str:
+    """The share cap's note: its catch-up balance (slot-seconds) when it moves the cap
+    (docs/architecture.md#fair-share)."""
+    from claudeq.tenant_state import BALANCE_DEADBAND
+
+    if balance is not None and balance > BALANCE_DEADBAND:
+        return f"share, owed {balance:.0f}"
+    if balance is not None and balance < -BALANCE_DEADBAND:
+        return f"share, owes {-balance:.0f}"
+    return "share"
 
 
 def _spend(spent: float, cap: float | None) -> str:

@@ -21,7 +21,7 @@ from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
-from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore, effective_cap
+from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -80,7 +80,8 @@ class AccountManager:
         self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
         #: The fleet's slots as this worker knows them (reserved fair share divides them among active tenants).
         self.slots = sum(a.max_concurrency for a in self.pool.accounts)
-        self._active: tuple[float, set[str]] | None = None  # (read at, active tenants), reused like _snapshot
+        # (read at, active tenants, their catch-up balances), reused like _snapshot
+        self._active: tuple[float, set[str], dict[str, float]] | None = None
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
@@ -151,17 +152,25 @@ class AccountManager:
 
     def _share(self, tenant: TenantConfig) -> int | None:
         """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
-        the fleet's slots among the tenants active now (docs/architecture.md#fair-share). The active tenants are
-        read with one pipeline, or taken from a read under _VIEW_REUSE_S old (RESERVE re-checks the runs
-        atomically; only which tenants are active may be that old)."""
+        the fleet's slots among the tenants active now, moved by its catch-up balance (one slot more while owed, one
+        fewer while owing; docs/architecture.md#fair-share). The active tenants are read with one pipeline and the
+        balances moved on with one script, or both taken from a read under _VIEW_REUSE_S old (RESERVE re-checks the
+        runs atomically; only which tenants are active and their balances may be that old)."""
         if not self.tenants.configured or not self.tenants.reserve_share:
             return None
         now = time.time()
         read = self._active
         if read is None or not 0 <= now - read[0] <= _VIEW_REUSE_S:
-            read = (now, self.tenant_store.active(now))
+            active = self.tenant_store.active(now)
+            shares = {
+                name: cap
+                for name in sorted(active)
+                if (cap := self.tenants.share_cap(self.tenants.governing(name), active, self.slots)) is not None
+            }
+            read = (now, active, self.tenant_store.balance(shares, now))
             self._active = read
-        return self.tenants.share_cap(tenant, read[1], self.slots)
+        share = self.tenants.share_cap(tenant, read[1], self.slots)
+        return None if share is None else caught_up(share, read[2].get(tenant.name, 0.0))
 
     def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing

@@ -219,6 +219,11 @@ class ClusterCollector(Collector):
             "The tenant's share of the fleet's slots under reserve_share now (absent: reserve_share off).",
             labels=["tenant"],
         )
+        balance = GaugeMetricFamily(
+            "claudeq_tenant_share_balance_slot_seconds",
+            "The tenant's catch-up balance under reserve_share (+ owed, - owing; absent: none kept).",
+            labels=["tenant"],
+        )
         waiting = GaugeMetricFamily(
             "claudeq_tenant_jobs_waiting",
             "The tenant's jobs queued or deferred (not finished, not running).",
@@ -252,6 +257,8 @@ class ClusterCollector(Collector):
                 max_concurrency.add_metric([usage.name], usage.max_concurrency)
             if usage.share_cap is not None:
                 share_cap.add_metric([usage.name], usage.share_cap)
+            if usage.balance is not None:
+                balance.add_metric([usage.name], usage.balance)
             for window, spent, limit in (
                 ("hour", usage.spend.hour, usage.spend.cap_hour),
                 ("day", usage.spend.day, usage.spend.cap_day),
@@ -268,7 +275,7 @@ class ClusterCollector(Collector):
                 account_spend.add_metric([account.name, window], spent)
                 if limit is not None:
                     account_cap.add_metric([account.name, window], limit)
-        return [in_flight, max_concurrency, share_cap, waiting, spend, cap, account_spend, account_cap]
+        return [in_flight, max_concurrency, share_cap, balance, waiting, spend, cap, account_spend, account_cap]
 
     def _workers(self) -> list[Metric]:
         workers = GaugeMetricFamily("claudeq_workers", "Workers by heartbeat freshness (live|stale).", labels=["state"])

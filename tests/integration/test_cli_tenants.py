@@ -11,6 +11,7 @@ import redis
 from typer.testing import CliRunner
 
 from claudeq.config.settings import Settings
+from claudeq.keys import Keys
 from claudeq.producer.cli import app
 from claudeq.tenant_state import hour_field
 
@@ -67,6 +68,7 @@ def test_tenants_shows_in_flight_waiting_and_spend_against_the_caps(
         "waiting": 0,
         "max_concurrency": None,
         "share_cap": None,
+        "balance_slot_s": None,
         "weight": 1.0,
         "on_budget": "fail",
         "spend_usd": {"hour": 0.0, "day": 0.0},
@@ -169,3 +171,19 @@ def test_tenants_and_the_exporter_show_each_tenants_share_cap_under_reserve_shar
         for s in family.samples
     }
     assert samples == {"team-a": 6, "team-b": 2}
+
+    # team-a ran past its share while team-b waited (a worker's catch-up balances): a owes, b is owed, a slot moves.
+    now = time.time()
+    redis_client.hset(
+        Keys(settings.key_prefix).tenants_balance, mapping={"team-a": f"-3.2|{now}", "team-b": f"3.2|{now}"}
+    )
+    assert caps() == {"team-a": 5, "team-b": 3}
+    table = runner.invoke(app, ["tenants"])
+    assert "0/5 (share," in table.output and "owes 3)" in table.output, table.output  # (wrapped)
+    balances = {
+        s.labels["tenant"]: s.value
+        for family in collector.collect()
+        if family.name == "claudeq_tenant_share_balance_slot_seconds"
+        for s in family.samples
+    }
+    assert balances == {"team-a": pytest.approx(-3.2), "team-b": pytest.approx(3.2)}

@@ -203,3 +203,55 @@ def test_the_active_tenants_are_read_once_per_reuse_window_and_not_at_all_when_o
     m_off = manager(off, redis_client, account("x", 8))
     monkeypatch.setattr(m_off.tenant_store, "active", lambda now=None: pytest.fail("read with reserve_share off"))
     m_off.release(lease(m_off.acquire("o1", spec)))
+
+
+def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_back(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    keys = Keys(settings.key_prefix)
+    m = manager(settings, redis_client, account("x"), account("y"))
+    spec_a, spec_b = JobSpec(prompt="x", tenant="a"), JobSpec(prompt="x", tenant="b")
+    for i in range(1, 13):
+        submitted(redis_client, keys, "a", f"a{i}")
+    runs = [lease(m.acquire(f"a{i}", spec_a)) for i in range(1, 9)]  # a alone: every slot
+    for i in (9, 10, 11):
+        deferred(redis_client, keys, f"a{i}", spec_a, tag=float(i))
+        m.add_tenant_waiter("a", f"a{i}", float(i))
+    # b becomes active while a holds all 8 slots: its first job waits in the accounts' lines.
+    for i in range(1, 5):
+        submitted(redis_client, keys, "b", f"b{i}")
+    fresh()
+    first = m.acquire("b1", spec_b)
+    assert isinstance(first, NoAccount) and first.tenant is None and first.accounts
+    deferred(redis_client, keys, "b1", spec_b, tag=1.0)
+    assert m.add_waiter(first.accounts, "b1", 1.0, None, ("b", 1.0)) == []
+    # For a second and more a runs 2 past its share (6) and b 2 short of its own (2) with a job waiting.
+    for _ in range(4):
+        fresh()
+        refused = m.acquire("a12", spec_a)
+        assert isinstance(refused, NoAccount) and refused.tenant == "a"
+    # Three of a's runs end. The first hands its slot to b1; a is not given the other two (it owes: its cap is one
+    # below its share, 5) ...
+    woken = [job for run in runs[:3] for job in m.release(run)]
+    assert woken == ["b1"], woken
+    lease(m.acquire("b1", spec_b))
+    assert redis_client.zcard(keys.tenant_runs("a")) == 5
+    # ... so b's next jobs start at once, one past its share while it is owed; the one after that waits.
+    b_runs = [lease(m.acquire("b2", spec_b)), lease(m.acquire("b3", spec_b))]
+    fourth = m.acquire("b4", spec_b)
+    assert isinstance(fourth, NoAccount) and fourth.tenant == "b", fourth
+    # While b runs one past its share and a one below its own (with jobs waiting), both balances move back to even:
+    # then a's cap is its share again (a12 joins the accounts' lines instead of a's own line) and b's is 2.
+    deadline = time.monotonic() + 6
+    while True:
+        fresh()
+        again = m.acquire("a12", spec_a)
+        assert isinstance(again, NoAccount)
+        if again.tenant is None:
+            break
+        assert time.monotonic() < deadline, m.tenant_store.balances()
+    balances = m.tenant_store.balances()
+    assert abs(balances["a"]) <= 1 and abs(balances["b"]) <= 1.5, balances
+    still = m.acquire("b4", spec_b)
+    assert isinstance(still, NoAccount) and still.tenant == "b"  # b holds 3, its cap is 2 again
+    assert len(b_runs) == 2
