@@ -7,6 +7,7 @@ and the day (`d:<epoch s // 86400>`); a cap's window rolls at the top of the hou
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ class TenantUsage:
     #: slots among the tenants active now; it holds at most the lower of this and `max_concurrency`.
     share_cap: int | None = None
     #: Its catch-up balance under reserved fair share, in slot-seconds (+ owed, - owing; None: none kept): while it is
-    #: past +-0.5 its share cap is one slot above (below) its weighted share.
+    #: past +-0.5 its share cap is ceil(|balance| / 5) slots above (below) its weighted share.
     balance: float | None = None
 
     @property
@@ -137,17 +138,20 @@ class TenantUsage:
 BALANCE_DEADBAND = 0.5
 #: A balance stays within +-(share x this many seconds): what a tenant can be owed, or owe, is a minute of its share.
 BALANCE_BOUND_S = 60.0
+#: A balance moves the cap by one slot per this many slot-seconds (rounded up): a large debt is repaid in a few
+#: seconds (the owed tenant's backlog starts as the owing tenant's runs end) instead of one slot at a time.
+BALANCE_REPAY_S = 5.0
 
 
 def caught_up(share: int, balance: float) -> int:
-    """A share cap moved by the tenant's catch-up balance: one slot more while it is owed (it held fewer than its
-    share with jobs waiting, e.g. while another tenant's runs from before it became active held its share), one
-    fewer (at least 1) while it owes, until both are even (docs/architecture.md#fair-share)."""
-    if balance > BALANCE_DEADBAND:
-        return share + 1
-    if balance < -BALANCE_DEADBAND:
-        return max(1, share - 1)
-    return share
+    """A share cap moved by the tenant's catch-up balance: while it is owed (it ran fewer than its share with jobs
+    waiting, e.g. while another tenant's runs from before it became active held its share) it may hold
+    ceil(balance / BALANCE_REPAY_S) slots more, while it owes as many fewer (at least 1), until the balances are even
+    (docs/architecture.md#fair-share)."""
+    if abs(balance) <= BALANCE_DEADBAND:
+        return share
+    slots = math.ceil(abs(balance) / BALANCE_REPAY_S)
+    return share + slots if balance > 0 else max(1, share - slots)
 
 
 def _opt(value: float | None) -> str:

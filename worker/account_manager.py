@@ -152,10 +152,11 @@ class AccountManager:
 
     def _share(self, tenant: TenantConfig) -> int | None:
         """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
-        the fleet's slots among the tenants active now, moved by its catch-up balance (one slot more while owed, one
-        fewer while owing; docs/architecture.md#fair-share). The active tenants are read with one pipeline and the
-        balances moved on with one script, or both taken from a read under _VIEW_REUSE_S old (RESERVE re-checks the
-        runs atomically; only which tenants are active and their balances may be that old)."""
+        the fleet's slots among the tenants active now, moved by its catch-up balance (a slot more while owed, a slot
+        fewer while owing, per 5 slot-seconds, rounded up; docs/architecture.md#fair-share). The active tenants are
+        read with one pipeline and the balances moved on with one script, or both taken from a read under
+        _VIEW_REUSE_S old (RESERVE re-checks the runs atomically; only which tenants are active and their balances
+        may be that old)."""
         if not self.tenants.configured or not self.tenants.reserve_share:
             return None
         now = time.time()

@@ -255,3 +255,26 @@ def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_b
     still = m.acquire("b4", spec_b)
     assert isinstance(still, NoAccount) and still.tenant == "b"  # b holds 3, its cap is 2 again
     assert len(b_runs) == 2
+
+
+def test_a_large_catch_up_balance_moves_the_share_cap_by_a_slot_per_five_slot_seconds(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    """b was kept from its 2 slots for several seconds (a's flood held every slot): owed 12 slot-seconds, it may run
+    ceil(12 / 5) = 3 past its share at once, so its backlog drains in a few seconds, not one slot at a time; a, owing
+    as much, gets 3 fewer than its 6 meanwhile."""
+    keys = Keys(settings.key_prefix)
+    m = manager(settings, redis_client, account("x"), account("y"))
+    spec_a, spec_b = JobSpec(prompt="x", tenant="a"), JobSpec(prompt="x", tenant="b")
+    for i in range(1, 9):
+        submitted(redis_client, keys, "a", f"a{i}")
+        submitted(redis_client, keys, "b", f"b{i}")
+    now = time.time()
+    redis_client.hset(keys.tenants_balance, mapping={"a": f"-12.0|{now}", "b": f"12.0|{now}"})
+    b_runs = [lease(m.acquire(f"b{i}", spec_b)) for i in range(1, 6)]  # its share 2, owed 3 more
+    sixth = m.acquire("b6", spec_b)
+    assert isinstance(sixth, NoAccount) and sixth.tenant == "b", sixth
+    a_runs = [lease(m.acquire(f"a{i}", spec_a)) for i in range(1, 4)]  # its share 6, owing 3
+    fourth = m.acquire("a4", spec_a)
+    assert isinstance(fourth, NoAccount) and fourth.tenant == "a", fourth
+    assert len(b_runs) == 5 and len(a_runs) == 3
