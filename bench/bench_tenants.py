@@ -22,9 +22,11 @@ Each configuration runs on a fleet of its own (fresh workers and keys):
    more than its share waits by design (the default gap keeps `b` at about two thirds of its share, 2 of 8 slots;
    runs take longer than `--run-s` while the flood's CLIs start on a small machine).
 3. Contention: `b` submits a burst of the slots x 10 while `a`'s backlog still waits. The share is counted over the
-   time both tenants had jobs waiting: from the burst's submit plus `--warm-s` (the runs in flight then were started
-   before `b` waited) to the start of `b`'s last burst job (then `b` had nothing left waiting); `a`'s backlog must
-   outlast it (checked). Target: a:b starts within 5% of 3:1.
+   time both tenants had jobs waiting, two ways: the runs started from the burst's submit plus `--warm-s` (the runs
+   in flight then were started before `b` waited) to the start of `b`'s last burst job (then `b` had nothing left
+   waiting), and the slot-seconds each tenant's runs held from the burst's submit to that start (a's runs from
+   before the burst included: what reserved fair share's catch-up evens out); `a`'s backlog must outlast it
+   (checked). Target: a:b within 5% of 3:1.
 4. Spend cap (configuration (a) only): tenants `c` and `d` (max_cost_usd_per_hour = 0.05, on_budget = wait) each
    submit 10 jobs of ~$0.024 (one turn) with max_budget_usd = 0.02 (below one turn's cost: the CLI, which checks its
    budget after a turn, overshoots every run's own budget) and 0.03; what each spent against the cap + one run's
@@ -138,6 +140,20 @@ def p(values: list[float], q: float) -> float:
 def starts(client: Client, ids: list[str]) -> list[float]:
     """The first-run start times (epoch s) of the jobs that started."""
     return [a.started_at.timestamp() for job_id in ids for a in client.get(job_id).attempts[:1]]
+
+
+def held(client: Client, ids: list[str], start: float, end: float) -> float:
+    """Slot-seconds the jobs' runs held between `start` and `end` (epoch s); a run still going counts up to now."""
+    now = time.time()
+    total = 0.0
+    for job_id in ids:
+        for a in client.get(job_id).attempts:
+            if a.started_at is None:
+                continue
+            begin = a.started_at.timestamp()
+            finish = a.finished_at.timestamp() if a.finished_at is not None else now
+            total += max(0.0, min(finish, end) - max(begin, start))
+    return total
 
 
 def spend_cap(client: Client, settings: Settings, tenant: str, budget: float, unique: str) -> None:
@@ -308,6 +324,12 @@ def scenario(args: argparse.Namespace, cap_a: int | None, spend: bool, reserve: 
                     f"contention for {t3 - t2:.0f} s (from {warm:g} s after b's burst to its last start; a still had "
                     f"{a_left} jobs waiting then): runs started a {a_runs}, b {b_runs}: a:b = {share:.2f}:1 "
                     f"(target 3:1 within 5%: 2.85 .. 3.15)"
+                )
+                a_held, b_held = held(client, flood, t1, t3), held(client, burst, t1, t3)
+                print(
+                    f"  slot-seconds held from b's burst to its last start ({t3 - t1:.0f} s, a's runs from before the"
+                    f" burst included): a {a_held:.0f}, b {b_held:.0f}: a:b = {a_held / max(1e-9, b_held):.2f}:1"
+                    " (target 3:1 within 5%)"
                 )
                 if a_left == 0:
                     print("  (a's backlog ran out first: the window is not all contention; raise --flood)")
