@@ -115,19 +115,23 @@ class AccountStore:
         return next(state for state, _ in self.snapshot(now) if state.name == name)
 
     def snapshot(self, now: float | None = None) -> list[tuple[AccountState, datetime | None]]:
-        """(state, earliest live slot expiry) per configured account, read in one round trip."""
+        """(state, earliest live slot expiry) per configured account, read in one round trip. The live slots are
+        counted (ZCOUNT) and only the earliest is read: O(log n) in the runs in flight, not a copy of every slot."""
         now = time.time() if now is None else now
         pipe = self.redis.pipeline(transaction=False)
         for account in self.pool.accounts:
+            slots_key = self.keys.account_slots(account.name)
             pipe.hgetall(self.keys.account(account.name))
-            pipe.zrangebyscore(self.keys.account_slots(account.name), f"({now}", "+inf", withscores=True)
+            pipe.zcount(slots_key, f"({now}", "+inf")
+            pipe.zrangebyscore(slots_key, f"({now}", "+inf", start=0, num=1, withscores=True)
         replies = pipe.execute()
         out: list[tuple[AccountState, datetime | None]] = []
         for i, account in enumerate(self.pool.accounts):
-            raw = {text(k): text(v) for k, v in replies[2 * i].items()}
-            slots: list[tuple[Any, float]] = replies[2 * i + 1]
-            state = parse_state(account, raw, slots_in_use=len(slots), now=now, predictive=self.predictive)
-            first_free = datetime.fromtimestamp(min(s for _, s in slots), UTC) if slots else None
+            raw = {text(k): text(v) for k, v in replies[3 * i].items()}
+            in_use = int(replies[3 * i + 1])
+            earliest: list[tuple[Any, float]] = replies[3 * i + 2]
+            state = parse_state(account, raw, slots_in_use=in_use, now=now, predictive=self.predictive)
+            first_free = datetime.fromtimestamp(float(earliest[0][1]), UTC) if earliest else None
             out.append((state, first_free))
         return out
 

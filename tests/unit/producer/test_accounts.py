@@ -52,6 +52,16 @@ def test_expired_slots_free_themselves(store: AccountStore) -> None:
     assert store.slot_holders("b", now=now + 6).keys() == {"j2"}
 
 
+def test_the_snapshot_counts_live_slots_and_reports_the_earliest_live_expiry(store: AccountStore) -> None:
+    now = time.time()
+    assert store.try_acquire("a", "late", 30, now=now) == 1
+    assert store.try_acquire("a", "soon", 8, now=now) == 1
+    store.redis.zadd(KEYS.account_slots("a"), {"dead": now - 5})  # expired, not yet swept: neither counted nor first
+    (a, a_free), (b, b_free) = store.snapshot(now)
+    assert (a.name, a.slots_in_use, b.slots_in_use) == ("a", 2, 0)
+    assert a_free == datetime.fromtimestamp(now + 8, UTC) and b_free is None
+
+
 def test_refresh_extends_only_a_held_slot(store: AccountStore) -> None:
     now = time.time()
     store.try_acquire("b", "j1", 5, now=now)
