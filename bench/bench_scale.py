@@ -7,7 +7,9 @@ processes × `--slots` runs each, `--accounts` fake accounts with generous limit
 
 - submit rate, single `Client.submit` and batch `submit_many`, vs Celery's `send_task` (one producer thread);
 - finished jobs/s through the control plane (between 10 % and 90 % of the batch finished);
-- claim latency p50/p99 (the CLAIM script, round trip) with an empty queue vs with every job waiting;
+- claim latency p50/p99 (the CLAIM script, round trip) with an empty queue vs with every job waiting: `--rounds`
+  rounds of `--probes` claims each way, the median of the rounds' figures (a few milliseconds of noise from the
+  shared machine in one round otherwise decides a p99 of 500), and the worst round's p99;
 - Redis commands per job end to end (`INFO commandstats` delta ÷ jobs) and the top commands;
 - Redis memory per queued job (broker message included) and per finished job;
 - exporter scrape time with every job retained;
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-s", type=float, default=1.0, help="seconds each fake run sleeps")
     parser.add_argument("--accounts", type=int, default=3, help="fake accounts (generous max_concurrency)")
     parser.add_argument("--sample", type=int, default=2000, help="single submits and send_task calls timed")
-    parser.add_argument("--probes", type=int, default=500, help="claims timed per queue state")
+    parser.add_argument("--probes", type=int, default=500, help="claims timed per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of claim probes per queue state (median)")
     parser.add_argument("--timeout", type=float, default=3600, help="give up waiting for the batch after (s)")
     args = parser.parse_args(argv)
 
@@ -247,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         send_rate, single_rate = statistics.median(send_rates), statistics.median(single_rates)
 
         # ---- claim latency, empty queue ---------------------------------------------------------------------
-        empty_claims, _ = claim_latencies(client, args.probes, "empty")
+        empty_rounds = [claim_latencies(client, args.probes, "empty") for _ in range(args.rounds)]
 
         # ---- batch submit ------------------------------------------------------------------------------------
         specs = [
@@ -271,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
         assert r.zcard(keys.queued) == queued_before + args.jobs
 
         # ---- claim latency with everything waiting -----------------------------------------------------------
-        full_claims, probe_cost = claim_latencies(client, args.probes, "full")
+        full_rounds = [claim_latencies(client, args.probes, "full") for _ in range(args.rounds)]
+        probe_cost: dict[str, tuple[int, int]] = {}
+        for _, cost in [*empty_rounds, *full_rounds]:  # the probes are the bench's own commands, not the jobs'
+            for name, (c, u) in cost.items():
+                probe_cost[name] = (probe_cost.get(name, (0, 0))[0] + c, probe_cost.get(name, (0, 0))[1] + u)
         waiting = int(r.zcard(keys.queued))
 
         # ---- the fleet ---------------------------------------------------------------------------------------
@@ -349,8 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         busiest = sorted(rss_samples, key=lambda s: -s[1])[: max(1, len(rss_samples) // 4)]
         rss_per_run = statistics.median([mb / run for mb, run in busiest]) if busiest else float("nan")
         max_running = max((run for _, run in rss_samples), default=0)
-        p50e, p99e = percentile(empty_claims, 0.5), percentile(empty_claims, 0.99)
-        p50f, p99f = percentile(full_claims, 0.5), percentile(full_claims, 0.99)
+
+        def claims(rounds: list[tuple[list[float], Any]], q: float) -> float:
+            return statistics.median(percentile(times, q) for times, _ in rounds)
+
+        p50e, p99e = claims(empty_rounds, 0.5), claims(empty_rounds, 0.99)
+        p50f, p99f = claims(full_rounds, 0.5), claims(full_rounds, 0.99)
+        worst_e = max(percentile(times, 0.99) for times, _ in empty_rounds)
+        worst_f = max(percentile(times, 0.99) for times, _ in full_rounds)
 
         print("\nfigure                                                   value  baseline (same run)            target")
         row("submit, single Client.submit (jobs/s)", f"{single_rate:,.0f}", f"send_task {send_rate:,.0f}/s")
@@ -375,11 +388,11 @@ def main(argv: list[str] | None = None) -> int:
             ">= 500/s",
             finished_rate >= TARGETS["finished_per_s"],
         )
-        row("claim p50 / p99, empty queue (ms)", f"{p50e:.2f} / {p99e:.2f}")
+        row("claim p50 / p99, empty queue (ms)", f"{p50e:.2f} / {p99e:.2f}", f"worst round's p99 {worst_e:.2f}")
         row(
             f"claim p50 / p99, {waiting:,} waiting (ms)",
             f"{p50f:.2f} / {p99f:.2f}",
-            f"p99 {p99f / p99e:.2f}x the empty queue's",
+            f"p99 {p99f / p99e:.2f}x the empty queue's; worst round's p99 {worst_f:.2f}",
             "<= 2x",
             p99f / p99e <= TARGETS["claim_p99_ratio"],
         )
