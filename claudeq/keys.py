@@ -136,7 +136,8 @@ class Keys:
     @property
     def tenants_balance(self) -> str:
         """Hash: tenant name -> "balance|updated" (slot-seconds owed, + , or owing, -, and when it was last moved):
-        the catch-up of reserved fair share, kept only while two or more tenants are active
+        the catch-up of reserved fair share, kept only while two or more tenants are active; the field `|repay_s`
+        holds the run length (s) the last worker to move them repays a slot of catch-up per
         (docs/architecture.md#fair-share)."""
         return f"{self.prefix}tenants-balance"
 

@@ -164,7 +164,8 @@ if tonumber(ARGV[1]) > v then redis.call('HSET', KEYS[1], 'v', ARGV[1]) end
 return 1
 """
 
-# KEYS: balance hash, then per active tenant: its runs, its line, its waiters. ARGV: now_s, bound_s, then per tenant:
+# KEYS: balance hash, then per active tenant: its runs, its line, its waiters. ARGV: now_s, bound_s, repay_s (the
+# calling worker's slot-seconds per slot of catch-up, kept under the field '|repay_s' for readers), then per tenant:
 # name, share cap (without the balance). The catch-up of reserved fair share (docs/architecture.md#fair-share): each
 # active tenant's balance, in slot-seconds, moves by (share - runs running) x the time since the last update (at most
 # 1 s of it; running: its runs held less its jobs in the accounts' lines) -- up while it ran fewer than its share with
@@ -180,10 +181,11 @@ if n < 2 then
   return {}
 end
 local out = {}
-local seen = {}
+local seen = {['|repay_s'] = true}
+redis.call('HSET', KEYS[1], '|repay_s', ARGV[3])
 for i = 0, n - 1 do
-  local name = ARGV[3 + 2 * i]
-  local share = tonumber(ARGV[4 + 2 * i])
+  local name = ARGV[4 + 2 * i]
+  local share = tonumber(ARGV[5 + 2 * i])
   seen[name] = true
   local d, t = 0, now
   local prev = redis.call('HGET', KEYS[1], name)

@@ -138,19 +138,23 @@ class TenantUsage:
 BALANCE_DEADBAND = 0.5
 #: A balance stays within +-(share x this many seconds): what a tenant can be owed, or owe, is a minute of its share.
 BALANCE_BOUND_S = 60.0
-#: A balance moves the cap by one slot per this many slot-seconds (rounded up): a large debt is repaid in a few
-#: seconds (the owed tenant's backlog starts as the owing tenant's runs end) instead of one slot at a time.
+#: A balance moves the cap by one slot per this many slot-seconds (rounded up), or per the fleet's typical run length
+#: when runs last longer: an extra slot repays about one run's length of debt, so a debt is repaid in about one run
+#: (the owed tenant's backlog starts as the owing tenant's runs end) instead of one slot at a time, and long runs are
+#: not given more extra slots than the debt they repay.
 BALANCE_REPAY_S = 5.0
+#: The '|'-prefixed field of the balance hash where workers leave their repay_s (no tenant name holds a '|').
+REPAY_FIELD = "|repay_s"
 
 
-def caught_up(share: int, balance: float) -> int:
+def caught_up(share: int, balance: float, repay_s: float = BALANCE_REPAY_S) -> int:
     """A share cap moved by the tenant's catch-up balance: while it is owed (it ran fewer than its share with jobs
     waiting, e.g. while another tenant's runs from before it became active held its share) it may hold
-    ceil(balance / BALANCE_REPAY_S) slots more, while it owes as many fewer (at least 1), until the balances are even
-    (docs/architecture.md#fair-share)."""
+    ceil(balance / repay_s) slots more, while it owes as many fewer (at least 1), until the balances are even;
+    `repay_s`: the slot-seconds one extra slot repays, at least BALANCE_REPAY_S (docs/architecture.md#fair-share)."""
     if abs(balance) <= BALANCE_DEADBAND:
         return share
-    slots = math.ceil(abs(balance) / BALANCE_REPAY_S)
+    slots = math.ceil(abs(balance) / max(BALANCE_REPAY_S, repay_s))
     return share + slots if balance > 0 else max(1, share - slots)
 
 
@@ -392,12 +396,15 @@ class TenantStore:
         """A job with this tag started: the system virtual time moves up to it."""
         self._advance(keys=[self.keys.fair_share], args=[repr(tag)])
 
-    def balance(self, shares: Mapping[str, int], now: float | None = None) -> dict[str, float]:
+    def balance(
+        self, shares: Mapping[str, int], now: float | None = None, repay_s: float = BALANCE_REPAY_S
+    ) -> dict[str, float]:
         """Move the active tenants' catch-up balances (slot-seconds: + owed, - owing) on to now and return them.
-        `shares`: each active tenant's share cap, without its balance (BALANCE in claudeq/tenant_scripts.py)."""
+        `shares`: each active tenant's share cap, without its balance; `repay_s`: the caller's slot-seconds per slot
+        of catch-up, left for readers (BALANCE in claudeq/tenant_scripts.py)."""
         now = time.time() if now is None else now
         keys = [self.keys.tenants_balance]
-        args: list[str] = [repr(now), repr(BALANCE_BOUND_S)]
+        args: list[str] = [repr(now), repr(BALANCE_BOUND_S), repr(max(BALANCE_REPAY_S, repay_s))]
         for name, share in shares.items():
             keys += [self.keys.tenant_runs(name), self.keys.tenant_line(name), self.keys.tenant_waiters(name)]
             args += [name, str(share)]
@@ -407,19 +414,28 @@ class TenantStore:
 
     def balances(self) -> dict[str, float]:
         """The catch-up balances as last moved (a read only: `claudeq tenants`, the exporter)."""
+        return self._balances()[0]
+
+    def _balances(self) -> tuple[dict[str, float], float]:
+        """(the balances as last moved, the repay_s the worker that moved them last used)."""
         out: dict[str, float] = {}
-        for name, value in self.redis.hgetall(self.keys.tenants_balance).items():
+        repay_s = BALANCE_REPAY_S
+        for raw, value in self.redis.hgetall(self.keys.tenants_balance).items():
+            name = text(raw)
             try:
-                out[text(name)] = float(text(value).split("|", 1)[0])
+                if name == REPAY_FIELD:
+                    repay_s = float(text(value))
+                else:
+                    out[name] = float(text(value).split("|", 1)[0])
             except ValueError:
                 continue
-        return out
+        return out, repay_s
 
     def _share_cap(
-        self, tenant: TenantConfig, active: set[str], slots: int, balances: Mapping[str, float]
+        self, tenant: TenantConfig, active: set[str], slots: int, balances: Mapping[str, float], repay_s: float
     ) -> int | None:
         share = self.tenants.share_cap(tenant, active, slots)
-        return None if share is None else caught_up(share, balances.get(tenant.name, 0.0))
+        return None if share is None else caught_up(share, balances.get(tenant.name, 0.0), repay_s)
 
     # ---- the active-job index (waiting counts) -------------------------------------------------------------
 
@@ -475,7 +491,7 @@ class TenantStore:
         from per-tenant indexes."""
         now = time.time() if now is None else now
         sharing = self.active(now) if self.tenants.configured and self.tenants.reserve_share and slots else None
-        balances = self.balances() if sharing is not None else {}
+        balances, repay_s = self._balances() if sharing is not None else ({}, BALANCE_REPAY_S)
         tenants = self.tenants.tenants or [self.tenants.governing("default")]
         pipe = self.redis.pipeline(transaction=False)
         for tenant in tenants:
@@ -500,7 +516,9 @@ class TenantStore:
                     max_concurrency=tenant.max_concurrency,
                     weight=tenant.weight,
                     on_budget=tenant.on_budget,
-                    share_cap=None if sharing is None else self._share_cap(tenant, sharing, slots or 0, balances),
+                    share_cap=None
+                    if sharing is None
+                    else self._share_cap(tenant, sharing, slots or 0, balances, repay_s),
                     balance=balances.get(tenant.name) if sharing is not None else None,
                     spend=Spend(
                         hour=float(text(hour)) if hour else 0.0,

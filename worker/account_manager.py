@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import redis
@@ -21,7 +21,7 @@ from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
-from claudeq.tenant_state import AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
+from claudeq.tenant_state import BALANCE_REPAY_S, AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -54,6 +54,7 @@ class SlotLease:
     tenant: str | None = None  # the tenant whose run this is (None: a lease taken outside tenant admission)
     budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
     model: str | None = None  # the spec's model: what one turn costs is learned per model
+    taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
 
 
 class AccountManager:
@@ -82,6 +83,9 @@ class AccountManager:
         self.slots = sum(a.max_concurrency for a in self.pool.accounts)
         # (read at, active tenants, their catch-up balances), reused like _snapshot
         self._active: tuple[float, set[str], dict[str, float]] | None = None
+        #: How long a tenant's run holds its slot here (s; a moving average of the runs released): one slot of
+        #: catch-up repays about one run's length of balance (caught_up), never less than BALANCE_REPAY_S.
+        self.run_s = BALANCE_REPAY_S
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
@@ -153,8 +157,8 @@ class AccountManager:
     def _share(self, tenant: TenantConfig) -> int | None:
         """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
         the fleet's slots among the tenants active now, moved by its catch-up balance (a slot more while owed, a slot
-        fewer while owing, per 5 slot-seconds, rounded up; docs/architecture.md#fair-share). The active tenants are
-        read with one pipeline and the balances moved on with one script, or both taken from a read under
+        fewer while owing, per `run_s` of balance, rounded up; docs/architecture.md#fair-share). The active tenants
+        are read with one pipeline and the balances moved on with one script, or both taken from a read under
         _VIEW_REUSE_S old (RESERVE re-checks the runs atomically; only which tenants are active and their balances
         may be that old)."""
         if not self.tenants.configured or not self.tenants.reserve_share:
@@ -168,10 +172,10 @@ class AccountManager:
                 for name in sorted(active)
                 if (cap := self.tenants.share_cap(self.tenants.governing(name), active, self.slots)) is not None
             }
-            read = (now, active, self.tenant_store.balance(shares, now))
+            read = (now, active, self.tenant_store.balance(shares, now, self.run_s))
             self._active = read
         share = self.tenants.share_cap(tenant, read[1], self.slots)
-        return None if share is None else caught_up(share, read[2].get(tenant.name, 0.0))
+        return None if share is None else caught_up(share, read[2].get(tenant.name, 0.0), self.run_s)
 
     def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing
@@ -319,6 +323,8 @@ class AccountManager:
         (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote)."""
         woken: list[str] = []
         if lease.tenant is not None:
+            if self.tenants.reserve_share:
+                self.run_s += 0.2 * (time.monotonic() - lease.taken - self.run_s)
             tenant = self.tenants.governing(lease.tenant)
             popped = self.tenant_store.release(tenant, lease.job_id, share=self._share(tenant))
             for i, waiter in enumerate(popped):

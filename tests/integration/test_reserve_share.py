@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -278,3 +279,28 @@ def test_a_large_catch_up_balance_moves_the_share_cap_by_a_slot_per_five_slot_se
     fourth = m.acquire("a4", spec_a)
     assert isinstance(fourth, NoAccount) and fourth.tenant == "a", fourth
     assert len(b_runs) == 5 and len(a_runs) == 3
+
+
+def test_with_long_runs_a_slot_of_catch_up_repays_a_run_length_of_balance(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    """Runs of a minute: b owed 12 slot-seconds gets one slot past its share, not three (each extra run repays about
+    a minute), and `claudeq tenants` (TenantStore.usage) shows the cap the worker applies."""
+    keys = Keys(settings.key_prefix)
+    m = manager(settings, redis_client, account("x"), account("y"))
+    spec_a, spec_b = JobSpec(prompt="x", tenant="a"), JobSpec(prompt="x", tenant="b")
+    for i in range(1, 9):
+        submitted(redis_client, keys, "a", f"a{i}")
+        submitted(redis_client, keys, "b", f"b{i}")
+    for i in range(10):  # ten of a's runs that held their slots for a minute each end
+        m.release(replace(lease(m.acquire(f"a{i % 8 + 1}", spec_a)), taken=time.monotonic() - 60))
+    assert m.run_s > 50, m.run_s
+    fresh()
+    now = time.time()
+    redis_client.hset(keys.tenants_balance, mapping={"a": f"-12.0|{now}", "b": f"12.0|{now}"})
+    b_runs = [lease(m.acquire(f"b{i}", spec_b)) for i in range(1, 4)]  # its share 2, owed 1 more
+    fourth = m.acquire("b4", spec_b)
+    assert isinstance(fourth, NoAccount) and fourth.tenant == "b", fourth
+    shown = {u.name: u.share_cap for u in TenantStore(redis_client, keys, settings.tenants).usage(slots=m.slots)}
+    assert (shown["a"], shown["b"]) == (5, 3), shown
+    assert len(b_runs) == 3
