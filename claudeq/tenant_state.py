@@ -108,7 +108,7 @@ class TenantUsage:
     #: slots among the tenants active now; it holds at most the lower of this and `max_concurrency`.
     share_cap: int | None = None
     #: Its catch-up balance under reserved fair share, in slot-seconds (+ owed, - owing; None: none kept): while it is
-    #: past +-0.5 its share cap is ceil(|balance| / 5) slots above (below) its weighted share.
+    #: past +-0.5 its share cap is ceil(|balance| / run length, at least 5 s) slots above (below) its weighted share.
     balance: float | None = None
 
     @property

@@ -84,7 +84,7 @@ class AccountManager:
         # (read at, active tenants, their catch-up balances), reused like _snapshot
         self._active: tuple[float, set[str], dict[str, float]] | None = None
         #: How long a tenant's run holds its slot here (s; a moving average of the runs released): one slot of
-        #: catch-up repays about one run's length of balance (caught_up), never less than BALANCE_REPAY_S.
+        #: catch-up repays about one run's length of balance (caught_up divides by at least BALANCE_REPAY_S).
         self.run_s = BALANCE_REPAY_S
 
     # ---- slots -----------------------------------------------------------------------------------------------
