@@ -241,6 +241,11 @@ def build_server(
         step = 0
         last_report = started
         while True:
+            # The status first, then the events: the terminal write sets the status and moves the run's last events
+            # (its own terminal one included) into the record in one step, so once the status read is terminal the
+            # events read after it hold them all. (Events first, status second missed them when the job finished
+            # in between: the last progress message was not the terminal one.)
+            status = await asyncio.to_thread(store.status, job_id)
             batch = await asyncio.to_thread(store.read_events, job_id, after)
             for entry_id, event in batch:
                 after = entry_id
@@ -249,7 +254,6 @@ def build_server(
                     step += 1
                     last_report = time.monotonic()
                     await ctx.report_progress(step, None, message)
-            status = await asyncio.to_thread(store.status, job_id)
             if status is None or status in TERMINAL:
                 break
             now = time.monotonic()

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import fakeredis
 import pytest
 from mcp import Client as McpClient
 
 from claudeq.config.settings import Settings
-from claudeq.models import PARENT_JOB_KEY
+from claudeq.models import PARENT_JOB_KEY, Event
 from claudeq.producer.client import Client
 from claudeq.producer.mcp_server import FLEET_TOOLS, build_server, parse_address
 from claudeq.worker import tools
+from claudeq.worker.job_store import make_worker_store
 
 
 class _NoCelery:
@@ -93,3 +95,35 @@ async def test_a_server_bound_to_a_tenant_submits_and_sees_only_that_tenants_job
         assert listed.structured_content is not None
         assert [j["id"] for j in listed.structured_content["jobs"]] == [ok.structured_content["id"]]
     assert fleet.get(other.id).status == "queued"
+
+
+async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_between_its_reads(
+    fleet: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's terminal write lands just after wait_job read the events: the last progress message is still
+    the terminal one (the write moves it into the record with the status in one step)."""
+    worker = make_worker_store(fleet.settings, fleet.store.redis)
+    job = fleet.submit(prompt="hi")
+    claim = worker.claim(job.id, "w-1", 30)
+    assert claim.ok
+    worker.write(job.id, claim.fence, event=Event(type="run_started", data={"account": "a"}))
+    read = fleet.store.read_events
+    finished: list[bool] = []
+
+    def read_then_finish(job_id: str, after: str = "0-0", **kwargs: Any) -> list[tuple[str, Event]]:
+        out = read(job_id, after, **kwargs)
+        if not finished:
+            finished.append(True)
+            assert worker.write(job.id, claim.fence, "succeeded", event=Event(type="succeeded"))
+        return out
+
+    monkeypatch.setattr(fleet.store, "read_events", read_then_finish)
+    progress: list[str | None] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message)
+
+    async with McpClient(build_server(fleet)) as mcp:
+        done = await mcp.call_tool("wait_job", {"job_id": job.id, "timeout_s": 10}, progress_callback=on_progress)
+    assert done.structured_content is not None and done.structured_content["status"] == "succeeded"
+    assert progress and progress[-1] == "succeeded", progress
