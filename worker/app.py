@@ -27,7 +27,7 @@ from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.producer.client import push_run
-from claudeq.worker.engine import Engine
+from claudeq.worker.engine import Engine, engine_executor_workers
 from claudeq.worker.job_store import make_worker_store
 from claudeq.worker.loops import Loops
 from claudeq.worker.session_planner import SessionPlanner
@@ -113,7 +113,14 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
 
     timeout_s = cfg.worker_redis_timeout_s
     client = redis.Redis.from_url(
-        cfg.redis_url, health_check_interval=30, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        cfg.redis_url,
+        health_check_interval=30,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        # A connection for every call the engine's threads can make at once (redis-py's default pool of 100
+        # refused the rest with MaxConnectionsError at a concurrency of a few dozen busy runs), and a few for the
+        # pass-through and Celery's side.
+        max_connections=engine_executor_workers(cfg.concurrency) + 16,
     )
     store = make_worker_store(cfg, client)
     runner = Runner(cfg)

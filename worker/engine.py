@@ -37,6 +37,13 @@ log = logging.getLogger("claudeq.engine")
 T = TypeVar("T")
 
 
+def engine_executor_workers(concurrency: int) -> int:
+    """Threads of the engine loop's executor, through which every Redis call of the engine goes: one heartbeat,
+    one event flush and one write per run at once, and the background loops. The worker's Redis connection pool
+    holds as many connections (claudeq.worker.app.build_runtime)."""
+    return 4 + 3 * concurrency
+
+
 class Engine:
     """Hosts the runs of one worker process on one event loop."""
 
@@ -76,7 +83,9 @@ class Engine:
             worker_id=worker_id,
             closing=lambda: self._closing,
         )
-        self.host = LoopHost(executor_workers=4 + 3 * settings.concurrency, on_start=self._on_loop_start)
+        self.host = LoopHost(
+            executor_workers=engine_executor_workers(settings.concurrency), on_start=self._on_loop_start
+        )
         #: Deliveries in hand, by (job id, fence): a job recovered and delivered back here while its old delivery is
         #: still stopping has two, and each one's end removes its own entry only.
         self._deliveries: dict[tuple[str, int], Delivery] = {}
