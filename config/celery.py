@@ -24,8 +24,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "worker_prefetch_multiplier": 1,
         "task_reject_on_worker_lost": True,
-        # Above the longest task, in every place Celery reads it, so Redis never redelivers a live run.
-        "broker_transport_options": {**visibility, "queue_order_strategy": "priority"},
+        # No ack emulation: kombu keeps no copy of each delivered message in Redis (its `unacked` hash and index, two
+        # MULTI/EXEC blocks per message) and never redelivers one. The job record is the truth: a dead worker's run
+        # is recovered from its expired lease, a message lost with a dead worker is sent again by the reconciler,
+        # and what a worker holds unacked when it shuts down goes back to the queue (docs/architecture.md#recovery).
+        # The visibility timeout, above the longest task in every place Celery reads it, matters only to a
+        # deployment that turns ack emulation back on: Redis then never redelivers a live run.
+        "broker_transport_options": {**visibility, "queue_order_strategy": "priority", "ack_emulation": False},
         "result_backend_transport_options": visibility,
         "visibility_timeout": settings.visibility_timeout_s,
         "worker_cancel_long_running_tasks_on_connection_loss": True,

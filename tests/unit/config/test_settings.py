@@ -51,6 +51,8 @@ def test_celery_config_has_the_long_run_settings() -> None:
     visibility = settings.visibility_timeout_s
     assert visibility > 7200
     assert conf["broker_transport_options"]["visibility_timeout"] == visibility
+    # kombu keeps no copy of delivered messages in Redis: the record and the reconciler recover lost work.
+    assert conf["broker_transport_options"]["ack_emulation"] is False
     assert conf["result_backend_transport_options"]["visibility_timeout"] == visibility
     assert conf["visibility_timeout"] == visibility
 
