@@ -18,12 +18,14 @@ processes × `--slots` runs each, `--accounts` fake accounts with generous limit
 
     .venv/bin/python -m bench.bench_scale [--jobs 100000] [--workers 4] [--slots 200] [--run-s 1.0]
 
-On a shared machine use a smaller `--jobs` first; the README says which size produced its figures.
+On a shared machine use a smaller `--jobs` first; the README says which size produced its figures. With
+`BENCH_KEEP=1` the run's folder (the workers' logs) is kept and its path printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -156,11 +158,37 @@ def progress_counts(client: redis.Redis, keys: Any) -> tuple[int, int]:
     return int(queued) + int(deferred) + int(running), int(running)
 
 
-def monitor_sample(url: str, prefix: str, seconds: float) -> dict[str, int]:
+def script_names() -> dict[str, str]:
+    """sha1 -> name of every Lua script claudeq registers (module constants in upper case), so a MONITOR sample
+    can say which script a command ran in."""
+    import hashlib
+
+    from claudeq import account_scripts, conversations, job_scripts, tenant_scripts
+    from claudeq.worker import job_scripts as worker_scripts
+
+    out = {}
+    for module, label in (
+        (job_scripts, "job"),
+        (worker_scripts, "job"),
+        (account_scripts, "account"),
+        (tenant_scripts, "tenant"),
+        (conversations, "conversation"),
+    ):
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str) and "redis.call" in value:
+                out[hashlib.sha1(value.encode()).hexdigest()] = f"{label} {name}"
+    return out
+
+
+def monitor_sample(url: str, prefix: str, seconds: float) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
     """Every command Redis runs for `seconds` (MONITOR, commands inside scripts included), split by whose it is:
     `claudeq` (its scripts and the commands inside them, its keys, the broker messages it pushes) or `celery/kombu`
-    (the broker traffic of Celery's consumers: BRPOP, the unacked bookkeeping, MULTI/EXEC; task events when on)."""
+    (the broker traffic of Celery's consumers: BRPOP, and MULTI/EXEC bookkeeping or task events when turned on);
+    and claudeq's by script: name -> (calls, commands including the call itself), plain commands under their name."""
     counts = {"claudeq": 0, "celery/kombu": 0}
+    by_script: dict[str, tuple[int, int]] = {}
+    names = script_names()
+    current = ""
     client = redis.Redis.from_url(url)
     deadline = time.monotonic() + seconds
     with client.monitor() as monitor:
@@ -168,15 +196,26 @@ def monitor_sample(url: str, prefix: str, seconds: float) -> dict[str, int]:
             command = str(entry.get("command", ""))
             name, _, rest = command.partition(" ")
             origin = str(entry.get("client_address", ""))
-            ours = origin == "lua" or name.upper() in ("EVALSHA", "EVAL") or rest.startswith(prefix)
-            if ours or (name.upper() == "LPUSH" and "claudeq_sent" in rest):  # a message claudeq pushed
+            upper = name.upper()
+            ours = origin == "lua" or upper in ("EVALSHA", "EVAL") or rest.startswith(prefix)
+            if ours or (upper == "LPUSH" and "claudeq_sent" in rest):  # a message claudeq pushed
                 counts["claudeq"] += 1
-            elif name.upper() not in ("PING", "INFO", "MONITOR", "CLIENT", "HELLO"):
+                if upper == "EVALSHA":
+                    current = names.get(rest.split(" ", 1)[0], "script ?")
+                    calls, cmds = by_script.get(current, (0, 0))
+                    by_script[current] = (calls + 1, cmds + 1)
+                elif origin == "lua":
+                    calls, cmds = by_script.get(current, (0, 0))
+                    by_script[current] = (calls, cmds + 1)
+                else:
+                    calls, cmds = by_script.get(upper, (0, 0))
+                    by_script[upper] = (calls + 1, cmds + 1)
+            elif upper not in ("PING", "INFO", "MONITOR", "CLIENT", "HELLO"):
                 counts["celery/kombu"] += 1
             if time.monotonic() > deadline:
                 break
     client.close()
-    return counts
+    return counts, by_script
 
 
 def rss_mb(workers: list[WorkerProcess]) -> float:
@@ -301,13 +340,18 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + args.timeout
         last_print = 0.0
         split: dict[str, int] = {}
+        by_script: dict[str, tuple[int, int]] = {}
+        finished_at_split = (0, 0.0)
         while True:
             left, running = progress_counts(r, keys)
             now = time.monotonic()
             samples.append((now, total - left))
             if not split and total - left >= total // 2:  # mid-run: whose commands are they?
                 try:
-                    split = monitor_sample(server.url, keys.prefix, 2.0)
+                    before_split = (progress_counts(r, keys)[0], time.monotonic())
+                    split, by_script = monitor_sample(server.url, keys.prefix, 2.0)
+                    after_split = progress_counts(r, keys)[0]
+                    finished_at_split = (before_split[0] - after_split, time.monotonic() - before_split[1])
                 except (redis.RedisError, ValueError, KeyError) as exc:
                     print(f"    (MONITOR sample failed: {exc!r})", file=sys.stderr)
                     split = {"failed": 0}
@@ -438,10 +482,17 @@ def main(argv: list[str] | None = None) -> int:
             share = split["celery/kombu"] / sum(split.values())
             print(
                 f"\nwhose commands (MONITOR, 2 s mid-run): claudeq {(1 - share) * per_job_cmds:.1f} per job,"
-                f" Celery/kombu's own broker traffic {share * per_job_cmds:.1f} per job ({share:.0%}: BRPOP, unacked"
-                " bookkeeping, MULTI/EXEC; Celery task events are off unless CLAUDEQ_CELERY_EVENTS; claudeq cannot"
-                " cut the rest without replacing the transport)"
+                f" Celery/kombu's own broker traffic {share * per_job_cmds:.1f} per job ({share:.0%}: BRPOP; kombu's"
+                " ack emulation and Celery task events are off unless turned on)"
             )
+        if by_script and finished_at_split[0] > 0:
+            done = finished_at_split[0]
+            print(
+                f"\nclaudeq's commands by script (the same MONITOR sample: {done} jobs finished in"
+                f" {finished_at_split[1]:.1f} s; per finished job: calls, commands inside Redis including the call)"
+            )
+            for name, (c, n) in sorted(by_script.items(), key=lambda kv: -kv[1][1])[:16]:
+                print(f"  {name:<28} {c / done:6.2f} calls  {n / done:6.2f} commands")
         print("\ntop Redis commands per job")
         for name, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][0])[:12]:
             print(f"  {name:<14} {c / total:6.2f} calls  {u / total:8.1f} us")
@@ -469,7 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all(workers)
         server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"kept {root}")
 
 
 if __name__ == "__main__":
