@@ -218,6 +218,92 @@ def monitor_sample(url: str, prefix: str, seconds: float) -> tuple[dict[str, int
     return counts, by_script
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the processes `pids` have used so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def celery_ceiling(url: str, workers: int, slots: int, run_s: float, jobs: int) -> tuple[float, float]:
+    """Finished tasks/s (10 % .. 90 % of `jobs`) of a plain Celery task that only sleeps `run_s`
+    (bench/celery_noop.py), through `workers` processes x `slots` threads on this Redis, and the worker processes'
+    CPU per task (ms, over the same stretch): Celery's own ceiling on this machine, the baseline of claudeq's
+    finished jobs/s."""
+    import subprocess
+
+    from bench import celery_noop
+
+    queue = f"bench-noop-{uuid.uuid4().hex[:6]}"
+    client = redis.Redis.from_url(url)
+    env = {**os.environ, "BENCH_NOOP_URL": url, "BENCH_NOOP_QUEUE": queue, "BENCH_NOOP_SLEEP_S": str(run_s)}
+    app = celery_noop.app
+    app.conf.broker_url = url
+    with app.producer_or_acquire() as producer:
+        for i in range(jobs):
+            app.send_task(celery_noop.TASK, args=[f"noop-{i}"], queue=queue, producer=producer)
+    root = Path(__file__).resolve().parent.parent
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "bench.celery_noop:app",
+                "worker",
+                "-P",
+                "threads",
+                "-c",
+                str(slots),
+                "-Q",
+                queue,
+                "-l",
+                "WARNING",
+                "-n",
+                f"noop{i}-{queue}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(workers)
+    ]
+    samples: list[tuple[float, int, float]] = []
+    try:
+        deadline = time.monotonic() + 120 + 4 * jobs * run_s / max(1, workers * slots)
+        while time.monotonic() < deadline:
+            done = int(client.get(f"{queue}:done") or 0)
+            samples.append((time.monotonic(), done, cpu_seconds([p.pid for p in procs])))
+            if done >= jobs:
+                break
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        client.delete(f"{queue}:done", queue)
+        client.close()
+    if samples[-1][1] < jobs:
+        return float("nan"), float("nan")
+    (t10, n10, c10) = next(x for x in samples if x[1] >= 0.1 * jobs)
+    (t90, n90, c90) = next(x for x in samples if x[1] >= 0.9 * jobs)
+    return (n90 - n10) / max(t90 - t10, 1e-9), (c90 - c10) / max(1, n90 - n10) * 1000
+
+
 def rss_mb(workers: list[WorkerProcess]) -> float:
     """Resident memory of the worker processes and their children (MB)."""
     total = 0
@@ -248,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=500, help="claims timed per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of claim probes per queue state (median)")
     parser.add_argument("--timeout", type=float, default=3600, help="give up waiting for the batch after (s)")
+    parser.add_argument(
+        "--baseline-jobs", type=int, default=6000, help="no-op Celery tasks timed for the finished jobs/s baseline"
+    )
     args = parser.parse_args(argv)
 
     system_server = shutil.which("redis-server")
@@ -320,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
                 probe_cost[name] = (probe_cost.get(name, (0, 0))[0] + c, probe_cost.get(name, (0, 0))[1] + u)
         waiting = int(r.zcard(keys.queued))
 
+        # ---- the baseline of finished jobs/s: Celery alone, a no-op task, the same layout ------------------------
+        before = commandstats(r)
+        cpu_before = redis_cpu(r)
+        ceiling, ceiling_cpu_ms = celery_ceiling(server.url, args.workers, args.slots, args.run_s, args.baseline_jobs)
+        baseline_cost = stats_delta(commandstats(r), before)
+        baseline_cpu = redis_cpu(r) - cpu_before
+
         # ---- the fleet ---------------------------------------------------------------------------------------
         total = args.jobs + singles
         for i in range(args.workers):
@@ -335,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         for worker in workers:  # heartbeats up: the engine runs (Celery's "ready." line needs INFO logs)
             run_until(worker.heartbeat_fresh, 120, 0.2, what=f"worker {worker.worker_id} heartbeat")
-        samples: list[tuple[float, int]] = []
+        samples: list[tuple[float, int, float]] = []
         rss_samples: list[tuple[float, int]] = []
         deadline = time.monotonic() + args.timeout
         last_print = 0.0
@@ -345,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             left, running = progress_counts(r, keys)
             now = time.monotonic()
-            samples.append((now, total - left))
+            samples.append((now, total - left, cpu_seconds([w.pid for w in workers])))
             if not split and total - left >= total // 2:  # mid-run: whose commands are they?
                 try:
                     before_split = (progress_counts(r, keys)[0], time.monotonic())
@@ -365,11 +461,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
         finished_all = samples[-1][1] == total
 
-        def when(fraction: float) -> tuple[float, int]:
+        def when(fraction: float) -> tuple[float, int, float]:
             return next(s for s in samples if s[1] >= fraction * total)
 
-        (t10, n10), (t90, n90) = when(0.1), when(0.9) if finished_all else samples[-1]
+        (t10, n10, c10), (t90, n90, c90) = when(0.1), when(0.9) if finished_all else samples[-1]
         finished_rate = (n90 - n10) / max(t90 - t10, 1e-9)
+        worker_cpu_ms = (c90 - c10) / max(1, n90 - n10) * 1000
         time.sleep(max(2.0, 2 * settings.heartbeat_s))  # the last writes and heartbeats land
         stop_all(workers)
         stats_end = commandstats(r)
@@ -390,12 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         scrape_ms = statistics.median(scrapes)
 
         # ---- figures -----------------------------------------------------------------------------------------
-        delta = minus(minus(stats_delta(stats_end, stats0), probe_cost), send_cost)
+        delta = minus(minus(minus(stats_delta(stats_end, stats0), probe_cost), send_cost), baseline_cost)
         delta = {k: v for k, v in delta.items() if v[0] > 0 and k not in ("info", "ping")}  # the bench's own
         calls = sum(c for c, _ in delta.values())
         usec = sum(u for _, u in delta.values())
         per_job_cmds = calls / total
-        redis_cpu_per_job = (cpu_end - cpu0) / total  # includes the send_task rounds and the probes: a bit high
+        # Includes the send_task rounds and the probes (a bit high), not the Celery baseline.
+        redis_cpu_per_job = (cpu_end - cpu0 - baseline_cpu) / total
         # Whole RSS of the worker processes over the runs in flight, at the busiest moments (top quarter).
         busiest = sorted(rss_samples, key=lambda s: -s[1])[: max(1, len(rss_samples) // 4)]
         rss_per_run = statistics.median([mb / run for mb, run in busiest]) if busiest else float("nan")
@@ -431,6 +529,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{finished_rate * args.run_s / (args.workers * args.slots):.0%} of slots x 1/run_s",
             ">= 500/s",
             finished_rate >= TARGETS["finished_per_s"],
+        )
+        row(
+            "  vs Celery alone (no-op task, same layout)",
+            f"{finished_rate / ceiling:.2f}x",
+            f"Celery {ceiling:,.0f}/s ({args.baseline_jobs:,} tasks)",
+        )
+        row(
+            "worker CPU per finished job (ms)",
+            f"{worker_cpu_ms:.1f}",
+            f"Celery alone {ceiling_cpu_ms:.1f} ms per task ({worker_cpu_ms / ceiling_cpu_ms:.1f}x)",
         )
         row("claim p50 / p99, empty queue (ms)", f"{p50e:.2f} / {p99e:.2f}", f"worst round's p99 {worst_e:.2f}")
         row(
