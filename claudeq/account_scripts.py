@@ -136,7 +136,7 @@ end
 # line hands the same job a second slot; the caller sends the named jobs' messages. The job's hash names the slots
 # key it was handed (`slot`): its next acquire looks for the slot there. Waiters no longer deferred
 # (served by another account, cancelled, finished) are dropped on the way. `lines` = the four line keys in FAMS
-# order; `jk` = {deferred, queued, counts} keys; `o` = {predictive, rate, jitter}.
+# order; `jk` = {deferred, queued} keys; `o` = {predictive, rate, jitter}.
 #
 # Priority within a tenant (with a tenants file; docs/architecture.md#fair-share): the lines are scored by virtual
 # finish tag, so the best-ranked waiter's tag says whose turn the slot is. The turn goes to that tenant's best job
@@ -212,8 +212,6 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
     redis.call('HSET', job, 'status', 'queued', 'slot', slots)
     redis.call('HDEL', job, 'ready_at')
     redis.call('ZADD', jk[2], now, best)
-    redis.call('HINCRBY', jk[3], 'deferred', -1)
-    redis.call('HINCRBY', jk[3], 'queued', 1)
     out[#out + 1] = best
   end
 end
@@ -286,7 +284,7 @@ return 1
 """
 )
 
-# KEYS: slots, account hash, the four lines, deferred, queued, counts. ARGV: job_id, job_key_prefix, now_s,
+# KEYS: slots, account hash, the four lines, deferred, queued. ARGV: job_id, job_key_prefix, now_s,
 # max_concurrency, expiry_s, predictive, ramp rate, jitter_s
 # Frees the job's slot, then hands the free slots to the best waiters still `deferred` (`admit`) -> their ids, now
 # queued: the caller sends their messages. A cooling or disabled account admits nobody.
@@ -296,12 +294,12 @@ RELEASE = (
 redis.call('ZREM', KEYS[1], ARGV[1])
 local out = {}
 admit({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], KEYS[2], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[3]), ARGV[2],
-      {KEYS[7], KEYS[8], KEYS[9]}, {ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]}, out)
+      {KEYS[7], KEYS[8]}, {ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]}, out)
 return out
 """
 )
 
-# KEYS: slots, account hash, the four lines, deferred, queued, counts. ARGV: job_key_prefix, now_s,
+# KEYS: slots, account hash, the four lines, deferred, queued. ARGV: job_key_prefix, now_s,
 # max_concurrency, expiry_s, predictive, ramp rate, jitter_s
 # The promoter's pass over an account: hand its free slots to its best waiters (after a cooldown ends, a hold
 # lifts, a window resets, or a slot expired) -> their ids, now queued: the caller sends their messages.
@@ -310,7 +308,7 @@ ADMIT = (
     + """
 local out = {}
 admit({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], KEYS[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[2]), ARGV[1],
-      {KEYS[7], KEYS[8], KEYS[9]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
+      {KEYS[7], KEYS[8]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
 return out
 """
 )
@@ -344,7 +342,7 @@ redis.call('HSET', KEYS[1], 'state', ARGV[1], 'warn_window', ARGV[2])
 return 1
 """
 
-# KEYS: deferred, queued, counts, then per account: slots, account hash, the four lines. ARGV: job_id, rank,
+# KEYS: deferred, queued, then per account: slots, account hash, the four lines. ARGV: job_id, rank,
 # job_key_prefix, now_s, expiry_s, family index (1..4), predictive, jitter_s, fallback_s (epoch), tenant line
 # ('' = none), the job's score in it, then per account: max_concurrency, ramp rate
 # Puts a deferred job in its family's waiting line of each account at its rank (a job already in line keeps its
@@ -359,18 +357,18 @@ ADD_WAITER = (
     _ADMISSION
     + """
 local out = {}
-local n = (#KEYS - 3) / 6
+local n = (#KEYS - 2) / 6
 if redis.call('HGET', ARGV[3] .. ARGV[1], 'status') ~= 'deferred' then return out end
 local fi = tonumber(ARGV[6])
 for i = 0, n - 1 do
-  redis.call('ZADD', KEYS[3 + 6 * i + 2 + fi], 'NX', ARGV[2], ARGV[1])
+  redis.call('ZADD', KEYS[2 + 6 * i + 2 + fi], 'NX', ARGV[2], ARGV[1])
 end
 if ARGV[10] ~= '' then
   local job = ARGV[3] .. ARGV[1]
   redis.call('ZADD', ARGV[10], 'NX', ARGV[11], ARGV[1])
   local wl = redis.call('HGET', job, 'wl') or ''
   for i = 0, n - 1 do
-    local key = KEYS[3 + 6 * i + 2 + fi]
+    local key = KEYS[2 + 6 * i + 2 + fi]
     if not string.find(' ' .. wl .. ' ', ' ' .. key .. ' ', 1, true) then
       wl = wl == '' and key or (wl .. ' ' .. key)
     end
@@ -386,9 +384,9 @@ end
 local ready = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if ready and ready < tonumber(ARGV[9]) then redis.call('ZADD', KEYS[1], 'XX', ARGV[9], ARGV[1]) end
 for i = 0, n - 1 do
-  local b = 3 + 6 * i
+  local b = 2 + 6 * i
   admit({KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]}, KEYS[b + 1], KEYS[b + 2], tonumber(ARGV[12 + 2 * i]),
-        ARGV[5], tonumber(ARGV[4]), ARGV[3], {KEYS[1], KEYS[2], KEYS[3]},
+        ARGV[5], tonumber(ARGV[4]), ARGV[3], {KEYS[1], KEYS[2]},
         {ARGV[7] == '1', tonumber(ARGV[13 + 2 * i]), ARGV[8]}, out)
 end
 return out

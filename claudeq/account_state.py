@@ -172,7 +172,7 @@ class AccountStore:
         return [self.keys.account_waiters(name, family) for family in FAMILIES]
 
     def _job_keys(self) -> list[str]:
-        return [self.keys.deferred, self.keys.queued, self.keys.status_counts]
+        return [self.keys.deferred, self.keys.queued]
 
     def _jitter(self) -> str:
         return repr(round(random.uniform(0.0, self.jitter_s), 3)) if self.jitter_s > 0 else "0"

@@ -92,12 +92,11 @@ local function next_turn(job, waiters, seq, id, ttl)
 end
 """
 
-# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq, counts.
+# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq.
 # ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, field, value, ...
 # A conversation turn is numbered here, at submit: the turn lock (claudeq/conversations.py) follows that order.
 CREATE = (
-    BUMP
-    + NEXT_TURN_FN
+    NEXT_TURN_FN
     + """
 if KEYS[4] ~= '' then
   local existing = redis.call('GET', KEYS[4])
@@ -112,12 +111,11 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 if KEYS[5] ~= '' then next_turn(KEYS[1], KEYS[5], KEYS[6], ARGV[1], ARGV[5]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-bump(KEYS[7], 'queued', 1)
 return {1, ARGV[1]}
 """
 )
 
-# KEYS: job, deferred, queued, cancel, events, counts.
+# KEYS: job, deferred, queued, cancel, events.
 # ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen, finished_counts_prefix
 CANCEL = (
     COUNT_FINISHED
@@ -139,7 +137,6 @@ if status == 'queued' or status == 'deferred' then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
-  bump(KEYS[6], status, -1)
   count_finished(ARGV[7], 'cancelled', ARGV[3])
   return 'cancelled'
 end

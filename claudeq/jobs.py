@@ -178,7 +178,6 @@ class JobStore:
             self.keys.idem(idem) if idem else "",
             self.keys.conversation_waiters(conversation) if conversation else "",
             self.keys.conversation_seq(conversation) if conversation else "",
-            self.keys.status_counts,
         ]
         args: list[str | int | float] = [
             record.id,
@@ -264,7 +263,6 @@ class JobStore:
                     self.keys.queued,
                     self.keys.cancel(job_id),
                     self.keys.events(job_id),
-                    self.keys.status_counts,
                 ],
                 args=[
                     job_id,

@@ -52,11 +52,6 @@ class Keys:
         """Sorted set: queued job id -> time its message was last sent (epoch s), for the reconciler."""
         return f"{self.prefix}queued"
 
-    @property
-    def status_counts(self) -> str:
-        """Hash: queued|deferred|running -> jobs in that status, kept by the status scripts in the same step."""
-        return f"{self.prefix}counts"
-
     def finished_counts(self, status: str) -> str:
         """Hash: hour (epoch s // 3600) by whose end a finished job's retention is over -> jobs of `status`."""
         return f"{self.finished_counts_prefix}{status}"

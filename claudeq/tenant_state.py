@@ -487,8 +487,8 @@ class TenantStore:
     def usage(self, now: float | None = None, slots: int | None = None) -> list[TenantUsage]:
         """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps, and
         with `reserve_share` and the fleet's `slots` given, each one's share cap now. Without a tenants file,
-        `default`'s runs and jobs are every job's: read from the status counters (running; queued + deferred), not
-        from per-tenant indexes."""
+        `default`'s runs and jobs are every job's: read from the status indexes' sizes (running; queued + deferred),
+        not from per-tenant indexes."""
         now = time.time() if now is None else now
         sharing = self.active(now) if self.tenants.configured and self.tenants.reserve_share and slots else None
         balances, repay_s = self._balances() if sharing is not None else ({}, BALANCE_REPAY_S)
@@ -499,12 +499,14 @@ class TenantStore:
                 pipe.zcount(self.keys.tenant_runs(tenant.name), f"({now}", "+inf")
                 pipe.zcard(self.keys.tenant_jobs(tenant.name))
             else:
-                pipe.hmget(self.keys.status_counts, ["running", "queued", "deferred"])
+                pipe.scard(self.keys.running)
+                pipe.zcard(self.keys.queued)
+                pipe.zcard(self.keys.deferred)
             pipe.hmget(self.keys.tenant_spend(tenant.name), [hour_field(now), day_field(now)])
         replies = pipe.execute()
         if not self.tenants.configured:
-            running, queued, deferred = (max(0, int(text(n))) if n else 0 for n in replies[0])
-            replies = [running, running + queued + deferred, replies[1]]
+            running, queued, deferred = (int(n) for n in replies[:3])
+            replies = [running, running + queued + deferred, replies[3]]
         out = []
         for i, tenant in enumerate(tenants):
             in_flight, active, (hour, day) = replies[3 * i : 3 * i + 3]

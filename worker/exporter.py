@@ -290,17 +290,21 @@ class ClusterCollector(Collector):
 
 
 def status_counts(client: redis.Redis, keys: Keys, now: float) -> dict[str, int]:
-    """Jobs per status from the counters the status scripts keep (O(statuses + hours of retention), never O(jobs)).
+    """Jobs per status, O(statuses + hours of retention), never O(jobs).
 
-    Active statuses are exact. A finished job is counted under the hour its retention ends and leaves the count
-    when that hour is over, so a finished count may include jobs that expired less than an hour ago."""
+    Active statuses are the sizes of their indexes (`queued`, `deferred`, `running`), which the status scripts keep
+    in the same atomic step as the status itself: exact. A finished job is counted under the hour its retention ends
+    and leaves the count when that hour is over, so a finished count may include jobs that expired less than an
+    hour ago."""
     pipe = client.pipeline(transaction=False)
-    pipe.hmget(keys.status_counts, ["queued", "deferred", "running"])
+    pipe.zcard(keys.queued)
+    pipe.zcard(keys.deferred)
+    pipe.scard(keys.running)
     finished = [status for status in JOB_STATUSES if status in TERMINAL]
     for status in finished:
         pipe.hgetall(keys.finished_counts(status))
-    active, *hours = pipe.execute()
-    counts = {s: max(0, _count(v)) for s, v in zip(("queued", "deferred", "running"), active, strict=True)}
+    queued, deferred, running, *hours = pipe.execute()
+    counts = {"queued": int(queued), "deferred": int(deferred), "running": int(running)}
     current = int(now // 3600)
     for status, by_hour in zip(finished, hours, strict=True):
         counts[status] = max(0, sum(_count(n) for hour, n in by_hour.items() if _count(hour) > current))

@@ -6,16 +6,14 @@ overwrite). The idempotency key's expiry follows its job's (see claudeq/job_scri
 
 from __future__ import annotations
 
-from claudeq.job_scripts import BUMP, COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
+from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
 
-# KEYS: job, lease, queued, running, counts, cancel. ARGV: job_id, worker, lease_ttl_ms, now_iso
+# KEYS: job, lease, queued, running, cancel. ARGV: job_id, worker, lease_ttl_ms, now_iso
 # -> {result, fence, first, record, cancelled}: first = 1 on the job's first claim ever (its queue wait ends here);
 # record = the job hash as it was before the claim (flat field/value list) and cancelled = 1 when a cancel flag is
 # set, so the worker needs no second round trip before its first attempt.
-# One HGETALL reads status, fence and started_at too: a claim costs 8 commands inside Redis.
-CLAIM = (
-    BUMP
-    + """
+# One HGETALL reads status, fence and started_at too: a claim costs 6 commands inside Redis.
+CLAIM = """
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
 local cur = {}
@@ -38,11 +36,8 @@ end
 redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
-bump(KEYS[5], 'queued', -1)
-bump(KEYS[5], 'running', 1)
-return {'ok', fence, first, flat, redis.call('EXISTS', KEYS[6])}
+return {'ok', fence, first, flat, redis.call('EXISTS', KEYS[5])}
 """
-)
 
 # KEYS: lease. ARGV: worker|fence, ttl_ms
 HEARTBEAT = """
@@ -53,7 +48,7 @@ end
 return 0
 """
 
-# KEYS: job, lease, queued, running, deferred, events, cancel, counts
+# KEYS: job, lease, queued, running, deferred, events, cancel
 # ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
 #       n_events, events_maxlen, now_ms, then n_events event JSONs, then field, value, ...
 # The events (what the run emitted since its last append, then the status's own: a terminal, `deferred` or
@@ -83,15 +78,12 @@ end
 fields[#fields + 1] = 'status'
 fields[#fields + 1] = new
 redis.call('SREM', KEYS[4], ARGV[1])
-bump(KEYS[8], 'running', -1)
 if new == 'queued' then
   redis.call('DEL', KEYS[2])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-  bump(KEYS[8], 'queued', 1)
 elseif new == 'deferred' then
   redis.call('DEL', KEYS[2])
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
-  bump(KEYS[8], 'deferred', 1)
 else
   local packed = pack_events(KEYS[6], ARGV, 10, 9 + n, tonumber(ARGV[9]))
   if packed then
@@ -121,10 +113,8 @@ for i = 3, #ARGV do id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*'
 return id
 """
 
-# KEYS: deferred, job, queued, counts. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
-PROMOTE = (
-    BUMP
-    + """
+# KEYS: deferred, job, queued. ARGV: job_id, now_s (a due limit; '+inf' promotes regardless of ready time)
+PROMOTE = """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then return 0 end
 if ARGV[2] ~= '+inf' and tonumber(score) > tonumber(ARGV[2]) then return 0 end
@@ -134,13 +124,10 @@ redis.call('HSET', KEYS[2], 'status', 'queued')
 redis.call('HDEL', KEYS[2], 'ready_at')
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[3], now[1], ARGV[1])
-bump(KEYS[4], 'deferred', -1)
-bump(KEYS[4], 'queued', 1)
 return 1
 """
-)
 
-# KEYS: job, lease, running, queued, counts, events, cancel.
+# KEYS: job, lease, running, queued, events, cancel.
 # ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
 #       finished_counts_prefix, field, value, ... (no fields: status only)
 # A running job whose lease expired (its worker died): back to queued with the caller's attempt record — or, when it
@@ -156,18 +143,16 @@ if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or redis.call('EXISTS', KEYS[2]) == 
   return 0
 end
 if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
-if ARGV[4] ~= '' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
+if ARGV[4] ~= '' then redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[6])
 redis.call('SREM', KEYS[3], ARGV[1])
-bump(KEYS[5], 'running', -1)
 if ARGV[6] == 'queued' then
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
-  bump(KEYS[5], 'queued', 1)
 else
   count_finished(ARGV[8], ARGV[6], ARGV[7])
-  compact_events(KEYS[1], KEYS[6])
+  compact_events(KEYS[1], KEYS[5])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
-  redis.call('DEL', KEYS[7])
+  redis.call('DEL', KEYS[6])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[7]) end
 end

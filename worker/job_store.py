@@ -87,7 +87,6 @@ class WorkerJobStore(JobStore):
                 self.keys.lease(job_id),
                 self.keys.queued,
                 self.keys.running,
-                self.keys.status_counts,
                 self.keys.cancel(job_id),
             ],
             args=[job_id, worker, int(lease_ttl_s * 1000), now],
@@ -140,7 +139,6 @@ class WorkerJobStore(JobStore):
                     self.keys.deferred,
                     self.keys.events(job_id),
                     self.keys.cancel(job_id),
-                    self.keys.status_counts,
                 ],
                 args=[
                     job_id,
@@ -191,7 +189,7 @@ class WorkerJobStore(JobStore):
         due = "+inf" if force else str(time.time() if now is None else now)
         return bool(
             self._promote(
-                keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued, self.keys.status_counts],
+                keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued],
                 args=[job_id, due],
             )
         )
@@ -234,7 +232,6 @@ class WorkerJobStore(JobStore):
                     self.keys.lease(job_id),
                     self.keys.running,
                     self.keys.queued,
-                    self.keys.status_counts,
                     self.keys.events(job_id),
                     self.keys.cancel(job_id),
                 ],

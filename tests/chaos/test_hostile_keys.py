@@ -1,11 +1,12 @@
 """Hostile input from Redis: keys with unexpected contents — a job key of the wrong type, a record whose status is
-not one claudeq knows, a non-numeric status counter, an account hash with nonsense in it — are reported, never
+not one claudeq knows, a non-numeric finished-jobs counter, an account hash with nonsense in it — are reported, never
 crashed on, by the worker, the client, `claudeq list` and the exporter; and a damaged counter stops no job."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import redis
@@ -31,7 +32,9 @@ def corrupt(redis_client: redis.Redis, settings: Settings, client: Client, uniqu
     redis_client.delete(keys.job(wrong_type))
     redis_client.set(keys.job(wrong_type), "a string where a hash belongs")
     redis_client.hset(keys.job(unknown_status), "status", "exploded")
-    redis_client.hset(keys.status_counts, "running", "many")
+    # The finished-jobs counter the next success bumps (the hour its retention ends), not a number.
+    hour = int((time.time() + settings.result_ttl_s) // 3600) + 1
+    redis_client.hset(keys.finished_counts("succeeded"), str(hour), "many")
     redis_client.hset(keys.account("a"), mapping={"state": "sideways", "cooldown_until": "soon"})
     return {"wrong_type": wrong_type, "unknown_status": unknown_status}
 

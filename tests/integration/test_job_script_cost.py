@@ -1,0 +1,78 @@
+"""What a job's own status moves cost in Redis commands (every `redis.call` inside a script counts in
+`INFO commandstats`): submit, claim and the terminal write of a typical job. The `queued`, `deferred` and `running`
+gauges are the sizes of those indexes, which the same scripts keep anyway: no counter is bumped beside them. A
+private redis-server, so the counts are ours alone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from claudeq.config.settings import Settings
+from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.worker.exporter import status_counts
+from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+from tests.conftest import make_settings
+from tests.support.redis_server import PrivateRedis
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def private_redis() -> Iterator[tuple[redis.Redis, Settings]]:
+    server = PrivateRedis()
+    client = redis.Redis.from_url(server.url)
+    try:
+        yield client, make_settings(server.url, "cost")
+    finally:
+        client.close()
+        server.stop()
+
+
+def _calls(client: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
+
+
+def _cost(client: redis.Redis, before: dict[str, int]) -> dict[str, int]:
+    """Commands run since `before`, the scripts' own calls included (INFO itself left out)."""
+    after = _calls(client)
+    return {k: n - before.get(k, 0) for k, n in after.items() if n - before.get(k, 0) and k != "info"}
+
+
+def _job(store: WorkerJobStore, job_id: str) -> None:
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="cost"), status="queued", created_at=utcnow()))
+
+
+def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[redis.Redis, Settings]) -> None:
+    client, settings = private_redis
+    store = make_worker_store(settings, client)
+    _job(store, "warm-up")  # the scripts are loaded (SCRIPT LOAD once)
+    claim = store.claim("warm-up", "w", 15)
+    assert store.write("warm-up", claim.fence, "succeeded", event=Event(type="succeeded"))
+
+    before = _calls(client)
+    _job(store, "job-1")
+    create = _cost(client, before)
+    before = _calls(client)
+    claim = store.claim("job-1", "w", 15)
+    claimed = _cost(client, before)
+    assert claim.ok
+    assert status_counts(client, store.keys, time.time())["running"] == 1
+    before = _calls(client)
+    assert store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"))
+    finish = _cost(client, before)
+
+    # One counter per finished job (the hour its retention ends); none for queued, running or deferred.
+    assert "hincrby" not in create and "hincrby" not in claimed, (create, claimed)
+    assert finish.get("hincrby") == 1, finish
+    # create: the script, the record, the `jobs` and `queued` entries. claim: the script, the record read and
+    # written, the lease, out of `queued`, into `running`, the cancel flag. finish: the script, the fence read,
+    # out of `running`, the stream read, the finished counter, lease/stream/flag deleted, the expiry, the record.
+    assert sum(create.values()) <= 4, create
+    assert sum(claimed.values()) <= 7, claimed
+    assert sum(finish.values()) <= 8, finish
+    counts = status_counts(client, store.keys, time.time())
+    assert (counts["queued"], counts["running"], counts["succeeded"]) == (0, 0, 2)
