@@ -31,7 +31,7 @@ from claude_agent_sdk import project_key_for_directory
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.jobs import JobStore
-from claudeq.models import Event, JobError, JobRecord, PlannedSession, SessionMode, utcnow
+from claudeq.models import Event, JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.cli_env import redact
 from claudeq.worker.options import default_cwd, runs_under_own_uid
@@ -163,6 +163,26 @@ class SessionPlanner:
         if conversations is None and settings is not None and jobs is not None:
             self.conversations = ConversationStore(jobs.redis, jobs.keys, settings.session_retention_s)
         self.recheck_s = recheck_s
+        #: Per tool selection (a profile name, or the tuple of tools): whether its runs get a uid of their own. The
+        #: policy is fixed for the planner's life; a selection the policy refuses is not cached (it raises each time).
+        self._own_uid: dict[str | tuple[str, ...], bool] = {}
+        #: The project key of the default cwd, per own-uid flag: that directory never moves, and its key costs a
+        #: realpath (a syscall per path component) on the engine loop.
+        self._default_project: dict[bool, str] = {}
+
+    def _project(self, spec: JobSpec) -> str:
+        """The session-store project key of the directory the spec's runs work in."""
+        assert self.settings is not None
+        tools = spec.tools if isinstance(spec.tools, str) else tuple(spec.tools)
+        own_uid = self._own_uid.get(tools)
+        if own_uid is None:
+            own_uid = self._own_uid[tools] = runs_under_own_uid(spec, self.settings.policy)
+        if spec.cwd:
+            return project_key_for_directory(spec.cwd)
+        project = self._default_project.get(own_uid)
+        if project is None:
+            project = self._default_project[own_uid] = project_key_for_directory(default_cwd(own_uid))
+        return project
 
     @property
     def enabled(self) -> bool:
@@ -189,8 +209,7 @@ class SessionPlanner:
                 ready = utcnow() + timedelta(seconds=self.recheck_s)
                 return SessionPlan(wait=TurnWait(grant.holder, ready, reason))
         store = self.store()
-        own_uid = self.settings is not None and runs_under_own_uid(spec, self.settings.policy)
-        project = project_key_for_directory(spec.cwd or default_cwd(own_uid))
+        project = self._project(spec)
         # A job that never started a run (no attempt recorded: the attempt is written before its run starts) has no
         # session to continue: no need to read its events.
         plan = await self._continuation(record, store, project) if record.attempts else None

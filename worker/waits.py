@@ -6,6 +6,7 @@ to `settings.retry_in_place_max_s` (longer ones defer the job); this wait only s
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,12 @@ class Cooldown:
     """A rate-limit cooldown to sit out: until `resets_at` (None: unknown, back off instead)."""
 
     resets_at: datetime | None
+
+
+#: The jitter's generator when none is given: one per process (seeding a new one reads the OS's entropy pool, and a
+#: wait is built for every delivery), seeded anew in a forked child so forked workers do not jitter alike.
+_RNG = random.Random()
+os.register_at_fork(after_in_child=_RNG.seed)
 
 
 class wait_rate_limit(wait_base):
@@ -44,7 +51,7 @@ class wait_rate_limit(wait_base):
         self.jitter_s = jitter_s
         self.extract = extract
         self.clock = clock
-        self.rng = rng or random.Random()
+        self.rng = rng or _RNG
 
     def __call__(self, retry_state: RetryCallState) -> float:
         """Seconds to sleep before the next attempt."""
