@@ -256,7 +256,11 @@ class DeliveryHandler:
         configured (fair share; priority orders within its tenant), else priority then its creation time."""
         if d.rank is None:
             try:
-                key = await asyncio.to_thread(self.accounts.fair_key, d.job_id, d.record.spec)
+                key = (  # a tag exists only with a tenants file: no thread hop for a None
+                    await asyncio.to_thread(self.accounts.fair_key, d.job_id, d.record.spec)
+                    if self.settings.tenants.configured
+                    else None
+                )
             except Exception:
                 log.exception("job %s: no fair-share tag (its creation time orders it)", d.job_id)
                 key = None
