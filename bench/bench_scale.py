@@ -248,36 +248,14 @@ def celery_ceiling(url: str, workers: int, slots: int, run_s: float, jobs: int) 
         for i in range(jobs):
             app.send_task(celery_noop.TASK, args=[f"noop-{i}"], queue=queue, producer=producer)
     root = Path(__file__).resolve().parent.parent
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "bench.celery_noop:app",
-                "worker",
-                "-P",
-                "threads",
-                "-c",
-                str(slots),
-                "-Q",
-                queue,
-                "-l",
-                "WARNING",
-                "-n",
-                f"noop{i}-{queue}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            cwd=root,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for i in range(workers)
-    ]
+    logs = [Path(tempfile.mkstemp(prefix=f"bench-noop{i}-", suffix=".log")[1]) for i in range(workers)]
+    procs = []
+    for i, log_path in enumerate(logs):
+        with log_path.open("wb") as log_file:
+            command = [sys.executable, "-m", "celery", "-A", "bench.celery_noop:app", "worker", "-P", "threads"]
+            command += ["-c", str(slots), "-Q", queue, "-l", "WARNING", "-n", f"noop{i}-{queue}@%h"]
+            command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+            procs.append(subprocess.Popen(command, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT))
     samples: list[tuple[float, int, float]] = []
     try:
         deadline = time.monotonic() + 120 + 4 * jobs * run_s / max(1, workers * slots)
@@ -298,7 +276,12 @@ def celery_ceiling(url: str, workers: int, slots: int, run_s: float, jobs: int) 
         client.delete(f"{queue}:done", queue)
         client.close()
     if samples[-1][1] < jobs:
+        print(f"    (the Celery baseline finished {samples[-1][1]} of {jobs} tasks; its workers' last lines:)")
+        for log_path in logs:
+            print("      " + "\n      ".join(log_path.read_text(errors="replace").splitlines()[-5:]))
         return float("nan"), float("nan")
+    for log_path in logs:
+        log_path.unlink(missing_ok=True)
     (t10, n10, c10) = next(x for x in samples if x[1] >= 0.1 * jobs)
     (t90, n90, c90) = next(x for x in samples if x[1] >= 0.9 * jobs)
     return (n90 - n10) / max(t90 - t10, 1e-9), (c90 - c10) / max(1, n90 - n10) * 1000
