@@ -318,6 +318,14 @@ class AccountManager:
             # Expired and dropped (a long pause): the run goes on, but the slot may have been handed out again.
             log.warning("slot of job %s on account %s had expired before refresh", lease.job_id, lease.account.name)
 
+    def expiring_keys(self, lease: SlotLease) -> list[str]:
+        """The sorted sets `refresh` moves the run's expiry in: its account slot, then its tenant's runs (when the
+        run was admitted as a tenant's). The lease heartbeat moves them in its own script (WorkerJobStore.beat)."""
+        keys = [self.store.keys.account_slots(lease.account.name)]
+        if lease.tenant is not None:
+            keys.append(self.store.keys.tenant_runs(lease.tenant))
+        return keys
+
     def release(self, lease: SlotLease) -> list[str]:
         """Free the slot and the tenant's run; returns the jobs to wake: the account's waiter the slot was handed to
         (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote)."""

@@ -39,13 +39,20 @@ redis.call('SADD', KEYS[4], ARGV[1])
 return {'ok', fence, first, flat, redis.call('EXISTS', KEYS[5])}
 """
 
-# KEYS: lease. ARGV: worker|fence, ttl_ms
+# KEYS: lease, cancel, then the sorted sets that hold the run with an expiry (its account slot first, then its
+# tenant's runs). ARGV: worker|fence, ttl_ms, job_id, expiry_s.
+# -> {ours, held, cancelled}: the lease extended (0: no longer ours, nothing touched); whether the first set still
+# held the run (its expiry moved; 1 when there is none); whether a cancel flag is set. One round trip per
+# heartbeat for the lease, the slot, the tenant's run and the missed-cancel check.
 HEARTBEAT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0, 0} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local held = 1
+for i = 3, #KEYS do
+  local changed = redis.call('ZADD', KEYS[i], 'XX', 'CH', ARGV[4], ARGV[3])
+  if i == 3 then held = changed end
 end
-return 0
+return {1, held, redis.call('EXISTS', KEYS[2])}
 """
 
 # KEYS: job, lease, queued, running, deferred, events, cancel

@@ -26,6 +26,15 @@ ClaimResult = Literal["ok", "busy", "orphan", "missing", "queued", "deferred", "
 
 
 @dataclass(frozen=True)
+class Beat:
+    """The answer to a heartbeat."""
+
+    ours: bool  # the lease was extended (False: expired or taken over; nothing was touched)
+    held: bool = True  # the run's account slot still held it (its expiry moved); True when none was given
+    cancelled: bool = False  # a cancel flag is set
+
+
+@dataclass(frozen=True)
 class Claim:
     """The answer to a claim: `ok` with a fencing token, or why the delivery is to be dropped."""
 
@@ -104,9 +113,17 @@ class WorkerJobStore(JobStore):
 
     def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""
-        return bool(
-            self._heartbeat(keys=[self.keys.lease(job_id)], args=[f"{worker}|{fence}", int(lease_ttl_s * 1000)])
+        return self.beat(job_id, worker, fence, lease_ttl_s).ours
+
+    def beat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()) -> Beat:
+        """One heartbeat of a run, in one script: extend the lease and, while it is ours, move the run's expiry in
+        each sorted set of `expiring` (its account slot first, then its tenant's runs: `expiring_keys`), and say
+        whether a cancel flag is set."""
+        ours, held, cancelled = self._heartbeat(
+            keys=[self.keys.lease(job_id), self.keys.cancel(job_id), *expiring],
+            args=[f"{worker}|{fence}", int(lease_ttl_s * 1000), job_id, repr(time.time() + lease_ttl_s)],
         )
+        return Beat(bool(ours), bool(held), bool(cancelled))
 
     def write(
         self,

@@ -1,4 +1,5 @@
-"""The lease heartbeat of one delivery: extends the job's lease and its account slot, and catches missed cancels.
+"""The lease heartbeat of one delivery: extends the job's lease and its account slot, and catches missed cancels, in
+one script call (WorkerJobStore.beat).
 
 A lease that is no longer ours, or Redis out of reach for about a lease, stops the run at once: another worker may
 recover the job any moment, and the fence guards only the writes, not the run itself.
@@ -46,16 +47,19 @@ class LeaseKeeper:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 sent = time.monotonic()
-                ours = await asyncio.to_thread(self.store.heartbeat, d.job_id, self.worker_id, d.fence, ttl)
+                slot = d.slot
+                expiring = self.accounts.expiring_keys(slot) if slot is not None else []
+                beat = await asyncio.to_thread(self.store.beat, d.job_id, self.worker_id, d.fence, ttl, expiring)
                 last_ok = time.monotonic()
-                if not ours:
+                if not beat.ours:
                     log.warning("job %s: lease lost (expired or taken over); stopping the run", d.job_id)
                     d.lose()
                     return
-                if d.slot is not None:
-                    await asyncio.to_thread(self.accounts.refresh, d.slot, ttl)
+                if slot is not None and not beat.held:
+                    # Expired and dropped (a long pause): the run goes on, but the slot may have been handed out again.
+                    log.warning("slot of job %s on account %s had expired before refresh", d.job_id, slot.account.name)
                 d.lease_until = max(d.lease_until, sent + ttl)
-                if d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
+                if d.why is None and beat.cancelled:
                     d.stop("cancel")
             except redis.RedisError as exc:
                 if time.monotonic() - last_ok >= ttl - self.heartbeat_s:

@@ -49,6 +49,10 @@ class AccountsLike(Protocol):
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
         """Extend a held slot."""
 
+    def expiring_keys(self, lease: SlotLease) -> list[str]:
+        """The sorted sets holding the lease's run with an expiry (its account slot first, then its tenant's runs),
+        which the run's heartbeat moves on in the same script as its lease."""
+
     def release(self, lease: SlotLease) -> list[str]:
         """Free a slot; the waiters admitted into it (already queued): send their messages."""
 

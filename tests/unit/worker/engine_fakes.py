@@ -124,6 +124,9 @@ class FakeAccounts:
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
         self.refreshed += 1
 
+    def expiring_keys(self, lease: SlotLease) -> list[str]:
+        return []  # slots are held in memory here: the heartbeat has none to move
+
     def release(self, lease: SlotLease) -> list[str]:
         with self.lock:
             self.held.pop(lease.job_id, None)

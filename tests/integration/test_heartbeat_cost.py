@@ -1,0 +1,85 @@
+"""A run's heartbeat is one script call: it extends the lease, moves the run's expiry in its account slot and its
+tenant's runs, and reports a cancel flag, in one round trip (a worker with hundreds of long runs in flight sends
+one per run every `CLAUDEQ_HEARTBEAT_S`). A heartbeat whose lease is no longer ours touches nothing. A private
+redis-server, so the command counts are ours alone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.keys import Keys
+from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.worker.account_manager import AccountManager, SlotLease
+from claudeq.worker.job_store import make_worker_store
+from tests.conftest import make_settings
+from tests.support.redis_server import PrivateRedis
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def private_url() -> Iterator[str]:
+    server = PrivateRedis()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _calls(client: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
+
+
+def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
+    private_url: str, tmp_path: Path
+) -> None:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[[tenants]]\nname = "t"\nmax_concurrency = 4\n')
+    settings = make_settings(private_url, "beat", tenants_file=tenants)
+    client = redis.Redis.from_url(private_url)
+    keys = Keys(settings.key_prefix)
+    store = make_worker_store(settings, client)
+    account = AccountConfig(name="a", kind="api_key", token_env="T_A", max_concurrency=2)
+    accounts = AccountManager(settings, client, keys, AccountPool(accounts=[account]))
+    spec = JobSpec(prompt="beat", tenant="t")
+    store.create(JobRecord(id="j1", spec=spec, status="queued", created_at=utcnow()))
+    claim = store.claim("j1", "w1", 5)
+    slot = accounts.acquire("j1", spec)
+    assert isinstance(slot, SlotLease) and slot.tenant == "t"
+    expiring = accounts.expiring_keys(slot)
+    assert expiring == [keys.account_slots("a"), keys.tenant_runs("t")]
+    slot_before = client.zscore(keys.account_slots("a"), "j1")
+    run_before = client.zscore(keys.tenant_runs("t"), "j1")
+    assert slot_before is not None and run_before is not None
+    assert not store.beat("nobody", "w1", 1, 60).ours  # the script is loaded (SCRIPT LOAD once)
+    time.sleep(0.05)
+
+    before = _calls(client)
+    beat = store.beat("j1", "w1", claim.fence, 60, expiring)
+    cost = {k: n - before.get(k, 0) for k, n in _calls(client).items() if n - before.get(k, 0) and k != "info"}
+    assert (beat.ours, beat.held, beat.cancelled) == (True, True, False)
+    assert cost["evalsha"] == 1, cost  # one round trip
+    assert client.pttl(keys.lease("j1")) > 50_000  # the lease: 5 s -> 60 s (the slot and the run: 15 s -> 60 s)
+    assert client.zscore(keys.account_slots("a"), "j1") > slot_before + 40  # type: ignore[operator]
+    assert client.zscore(keys.tenant_runs("t"), "j1") > run_before + 40  # type: ignore[operator]
+
+    client.set(keys.cancel("j1"), "1")
+    assert store.beat("j1", "w1", claim.fence, 60, expiring).cancelled
+
+    client.zrem(keys.account_slots("a"), "j1")  # the slot expired and was dropped meanwhile
+    beat = store.beat("j1", "w1", claim.fence, 60, expiring)
+    assert beat.ours and not beat.held
+    assert client.zscore(keys.account_slots("a"), "j1") is None  # not taken back by the heartbeat (XX)
+
+    # Another worker's heartbeat (a stale fence) extends and moves nothing.
+    slot_score = client.zscore(keys.tenant_runs("t"), "j1")
+    assert not store.beat("j1", "w2", claim.fence + 1, 600, expiring).ours
+    assert client.pttl(keys.lease("j1")) <= 60_000
+    assert client.zscore(keys.tenant_runs("t"), "j1") == slot_score
+    client.close()
