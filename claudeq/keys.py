@@ -66,6 +66,12 @@ class Keys:
         """Set: ids of running jobs, for the reconciler's lease check."""
         return f"{self.prefix}running"
 
+    @property
+    def reconciler_turn(self) -> str:
+        """String: the worker whose reconciler pass this is (expires after one loop interval): one pass per
+        interval across the fleet, not one per worker."""
+        return f"{self.prefix}reconciler-turn"
+
     def idem(self, key: str) -> str:
         """String: the job id created for an idempotency key (SET NX)."""
         return f"{self.prefix}idem:{key}"

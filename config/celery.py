@@ -27,7 +27,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # No ack emulation: kombu keeps no copy of each delivered message in Redis (its `unacked` hash and index, two
         # MULTI/EXEC blocks per message) and never redelivers one. The job record is the truth: a dead worker's run
         # is recovered from its expired lease, a message lost with a dead worker is sent again by the reconciler,
-        # and what a worker holds unacked when it shuts down goes back to the queue (docs/architecture.md#claim-lease-and-fence).
+        # and what a worker holds unacked when it shuts down goes back to the queue
+        # (docs/architecture.md#claim-lease-and-fence).
         # The visibility timeout, above the longest task in every place Celery reads it, matters only to a
         # deployment that turns ack emulation back on: Redis then never redelivers a live run.
         "broker_transport_options": {**visibility, "queue_order_strategy": "priority", "ack_emulation": False},

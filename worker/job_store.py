@@ -228,6 +228,17 @@ class WorkerJobStore(JobStore):
         """Whether the job's run lease still exists."""
         return bool(self.redis.exists(self.keys.lease(job_id)))
 
+    def leases_alive(self, job_ids: Sequence[str]) -> list[bool]:
+        """Whether each job's run lease still exists, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.exists(self.keys.lease(job_id))
+        return [bool(alive) for alive in pipe.execute()]
+
+    def take_turn(self, key: str, worker: str, turn_s: float) -> bool:
+        """Take a turn that lasts `turn_s` (SET NX PX): False while another worker's turn runs."""
+        return bool(self.redis.set(key, worker, nx=True, px=max(1, int(turn_s * 1000))))
+
     def recover(
         self,
         job_id: str,

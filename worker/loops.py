@@ -67,6 +67,7 @@ class Loops:
         self.settings = engine.settings
         self.store = engine.store
         self.host = socket.gethostname()
+        self._passes = 0  # reconciler passes this worker made (the index is trimmed every TRIM_EVERY)
 
     def install(self) -> None:
         """Register every loop with the engine (before it starts)."""
@@ -112,25 +113,37 @@ class Loops:
 
     async def reconciler(self) -> None:
         """Forever: recover jobs of dead workers, re-send lost messages, trim the index now and then."""
-        passes = 0
+        await self._forever("reconciler", self.reconcile_once, self.settings.loop_interval_s)
 
-        async def once() -> None:
-            nonlocal passes
-            await self.recover_once()
-            await self.resend_once()
-            passes += 1
-            if passes % TRIM_EVERY == 1:
-                await asyncio.to_thread(self.store.trim_index)
-                await asyncio.to_thread(self.store.prune_finished_counts)
+    async def reconcile_once(self) -> bool:
+        """One reconciler pass, when this worker takes the fleet's turn for this interval; False when another
+        worker's turn runs.
 
-        await self._forever("reconciler", once, self.settings.loop_interval_s)
+        One pass per interval across the fleet: a pass reads every running job's lease, so a pass per worker would
+        cost workers x runs in flight per interval. The turn expires with the interval, so a worker that dies or
+        stalls holding it delays the next pass by one interval at most."""
+        turn = self.store.keys.reconciler_turn
+        interval = self.settings.loop_interval_s
+        if not await asyncio.to_thread(self.store.take_turn, turn, self.engine.worker_id, interval):
+            return False
+        await self.recover_once()
+        await self.resend_once()
+        self._passes += 1
+        if self._passes % TRIM_EVERY == 1:
+            await asyncio.to_thread(self.store.trim_index)
+            await asyncio.to_thread(self.store.prune_finished_counts)
+        return True
 
     async def recover_once(self) -> list[str]:
         """Re-enqueue running jobs whose lease expired; returns their ids."""
         recovered: list[str] = []
-        for job_id in await asyncio.to_thread(self.store.running_ids):
-            if self.engine.handles(job_id) or await asyncio.to_thread(self.store.lease_alive, job_id):
-                continue
+        others = [
+            job_id for job_id in await asyncio.to_thread(self.store.running_ids) if not self.engine.handles(job_id)
+        ]
+        if not others:
+            return recovered
+        alive = await asyncio.to_thread(self.store.leases_alive, others)  # one round trip for every lease
+        for job_id in (job_id for job_id, live in zip(others, alive, strict=True) if not live):
             try:
                 record = await asyncio.to_thread(self.store.get, job_id)
             except JobNotFound:

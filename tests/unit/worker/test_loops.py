@@ -88,6 +88,35 @@ def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
     assert on_loop(loops, loops.recover_once()) == []  # recovered exactly once
 
 
+def test_one_reconciler_pass_per_interval_across_the_fleet(
+    settings: Settings, loops: Loops, store: WorkerJobStore, sent: list[str]
+) -> None:
+    other = Engine(
+        settings,
+        store=store,
+        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
+        runner=FakeRunner(),
+        metrics=FakeMetrics(),
+        send=lambda job_id, spec: sent.append(job_id),
+        worker_id="w-other",
+    )
+    other.start()
+    try:
+        second = Loops(other)
+        job = submit(store)
+        store.claim(job, "dead", 5)
+        store.redis.delete(store.keys.lease(job))
+        assert on_loop(loops, loops.reconcile_once())  # this worker's turn: it recovers the dead worker's job
+        assert store.status(job) == "queued" and sent == [job]
+        assert not on_loop(second, second.reconcile_once())  # within the interval: nobody else reads every lease
+        store.redis.pexpire(store.keys.reconciler_turn, 1)  # the interval is over
+        time.sleep(0.01)
+        assert on_loop(second, second.reconcile_once())
+        assert sent == [job]  # recovered once
+    finally:
+        other.stop()
+
+
 def test_lost_attempt_is_appended_when_none_was_open() -> None:
     record = JobRecord(
         id="x",
