@@ -33,7 +33,7 @@ app.conf.update(
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
 )
-_done = redis.Redis.from_url(_URL)
+_done = redis.Redis.from_url(_URL, max_connections=1024)  # a connection for each of the threads at once
 
 
 @app.task(name=TASK, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
