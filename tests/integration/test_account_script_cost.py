@@ -13,7 +13,7 @@ import redis
 from claudeq.account_state import AccountStore
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
-from tests.support.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis, command_calls, commands_since
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +27,6 @@ def private_redis() -> Iterator[redis.Redis]:
     finally:
         client.close()
         server.stop()
-
-
-def _calls(client: redis.Redis) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
-
-
-def _cost(client: redis.Redis, before: dict[str, int]) -> dict[str, int]:
-    """Commands run since `before`, the scripts' own calls included (INFO itself left out)."""
-    after = _calls(client)
-    return {k: n - before.get(k, 0) for k, n in after.items() if n - before.get(k, 0) and k != "info"}
 
 
 def test_acquire_and_release_read_the_account_state_once(private_redis: redis.Redis) -> None:
@@ -54,12 +44,12 @@ def test_acquire_and_release_read_the_account_state_once(private_redis: redis.Re
     assert store.try_acquire("a", "job-0", 15.0, rank=0.5) == 1  # the scripts are loaded (SCRIPT LOAD once)
     assert store.release("a", "job-0") == []
 
-    before = _calls(private_redis)
+    before = command_calls(private_redis)
     assert store.try_acquire("a", "job-1", 15.0, rank=1.0) == 1
-    acquire = _cost(private_redis, before)
-    before = _calls(private_redis)
+    acquire = commands_since(private_redis, before)
+    before = command_calls(private_redis)
     assert store.release("a", "job-1") == []
-    release = _cost(private_redis, before)
+    release = commands_since(private_redis, before)
 
     # One HMGET of the admission fields, one of the windows' readings; nothing field by field.
     assert acquire.get("hget", 0) == 0 and acquire["hmget"] == 2, acquire

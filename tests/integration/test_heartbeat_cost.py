@@ -18,7 +18,7 @@ from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.worker.account_manager import AccountManager, SlotLease
 from claudeq.worker.job_store import make_worker_store
 from tests.conftest import make_settings
-from tests.support.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis, command_calls, commands_since
 
 pytestmark = pytest.mark.integration
 
@@ -30,10 +30,6 @@ def private_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
-
-
-def _calls(client: redis.Redis) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
 
 
 def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
@@ -60,9 +56,9 @@ def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
     assert not store.beat("nobody", "w1", 1, 60).ours  # the script is loaded (SCRIPT LOAD once)
     time.sleep(0.05)
 
-    before = _calls(client)
+    before = command_calls(client)
     beat = store.beat("j1", "w1", claim.fence, 60, expiring)
-    cost = {k: n - before.get(k, 0) for k, n in _calls(client).items() if n - before.get(k, 0) and k != "info"}
+    cost = commands_since(client, before)
     assert (beat.ours, beat.held, beat.cancelled) == (True, True, False)
     assert cost["evalsha"] == 1, cost  # one round trip
     assert client.pttl(keys.lease("j1")) > 50_000  # the lease: 5 s -> 60 s (the slot and the run: 15 s -> 60 s)

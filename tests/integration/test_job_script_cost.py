@@ -16,7 +16,7 @@ from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.worker.exporter import status_counts
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
-from tests.support.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis, command_calls, commands_since
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +32,6 @@ def private_redis() -> Iterator[tuple[redis.Redis, Settings]]:
         server.stop()
 
 
-def _calls(client: redis.Redis) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
-
-
-def _cost(client: redis.Redis, before: dict[str, int]) -> dict[str, int]:
-    """Commands run since `before`, the scripts' own calls included (INFO itself left out)."""
-    after = _calls(client)
-    return {k: n - before.get(k, 0) for k, n in after.items() if n - before.get(k, 0) and k != "info"}
-
-
 def _job(store: WorkerJobStore, job_id: str) -> None:
     store.create(JobRecord(id=job_id, spec=JobSpec(prompt="cost"), status="queued", created_at=utcnow()))
 
@@ -53,17 +43,17 @@ def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[red
     claim = store.claim("warm-up", "w", 15)
     assert store.write("warm-up", claim.fence, "succeeded", event=Event(type="succeeded"))
 
-    before = _calls(client)
+    before = command_calls(client)
     _job(store, "job-1")
-    create = _cost(client, before)
-    before = _calls(client)
+    create = commands_since(client, before)
+    before = command_calls(client)
     claim = store.claim("job-1", "w", 15)
-    claimed = _cost(client, before)
+    claimed = commands_since(client, before)
     assert claim.ok
     assert status_counts(client, store.keys, time.time())["running"] == 1
-    before = _calls(client)
+    before = command_calls(client)
     assert store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"))
-    finish = _cost(client, before)
+    finish = commands_since(client, before)
 
     # One counter per finished job (the hour its retention ends); none for queued, running or deferred.
     assert "hincrby" not in create and "hincrby" not in claimed, (create, claimed)

@@ -115,3 +115,14 @@ def redis_url_for_tests() -> tuple[str, PrivateRedis | None]:
         return "redis://127.0.0.1:6379/0", None
     server = PrivateRedis()
     return server.url, server
+
+
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    """Commands Redis has run so far, by name (`INFO commandstats`: a script's own calls included)."""
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
+
+
+def commands_since(client: redis.Redis, before: dict[str, int]) -> dict[str, int]:
+    """Commands run since `before` (a `command_calls` reading), the scripts' own calls included, INFO left out."""
+    after = command_calls(client)
+    return {k: n - before.get(k, 0) for k, n in after.items() if n - before.get(k, 0) and k != "info"}

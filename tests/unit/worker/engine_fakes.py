@@ -9,9 +9,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.engine import Engine
+from claudeq.worker.job_store import WorkerJobStore
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 
 Script = Callable[[Any, Callable[[Event], Awaitable[None]], asyncio.Event], Awaitable[RunOutcome]]
@@ -220,3 +223,16 @@ class FlakyAccounts(FakeAccounts):
 
             raise redis.ConnectionError("Redis went away")
         return super().acquire(job_id, spec, exclude, rank)
+
+
+def fake_engine(settings: Settings, store: WorkerJobStore, sent: list[str], worker_id: str = "w-test") -> Engine:
+    """An engine on fake accounts, runner and metrics whose messages are appended to `sent` (not started)."""
+    return Engine(
+        settings,
+        store=store,
+        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
+        runner=FakeRunner(),
+        metrics=FakeMetrics(),
+        send=lambda job_id, spec: sent.append(job_id),
+        worker_id=worker_id,
+    )

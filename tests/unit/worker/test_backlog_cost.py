@@ -12,14 +12,12 @@ import fakeredis
 import pytest
 
 from claudeq.broker_message import list_for, run_message
-from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops
 from tests.conftest import make_settings
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from tests.unit.worker.engine_fakes import fake_engine
 
 
 class CountingRedis(fakeredis.FakeRedis):
@@ -60,15 +58,7 @@ def sent() -> list[str]:
 
 @pytest.fixture
 def loops(settings: Settings, store: WorkerJobStore, sent: list[str]) -> Iterator[Loops]:
-    engine = Engine(
-        settings,
-        store=store,
-        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
-        send=lambda job_id, spec: sent.append(job_id),
-        worker_id="w-test",
-    )
+    engine = fake_engine(settings, store, sent)
     engine.start()
     yield Loops(engine)
     engine.stop()

@@ -10,14 +10,12 @@ from typing import Any
 import fakeredis
 import pytest
 
-from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
-from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops, lost_attempts, worker_ttl_s
 from tests.conftest import make_settings
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from tests.unit.worker.engine_fakes import fake_engine
 
 
 @pytest.fixture
@@ -37,15 +35,7 @@ def sent() -> list[str]:
 
 @pytest.fixture
 def loops(settings: Settings, store: WorkerJobStore, sent: list[str]) -> Iterator[Loops]:
-    engine = Engine(
-        settings,
-        store=store,
-        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
-        send=lambda job_id, spec: sent.append(job_id),
-        worker_id="w-test",
-    )
+    engine = fake_engine(settings, store, sent)
     engine.start()
     yield Loops(engine)
     engine.stop()
@@ -91,15 +81,7 @@ def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
 def test_one_reconciler_pass_per_interval_across_the_fleet(
     settings: Settings, loops: Loops, store: WorkerJobStore, sent: list[str]
 ) -> None:
-    other = Engine(
-        settings,
-        store=store,
-        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
-        send=lambda job_id, spec: sent.append(job_id),
-        worker_id="w-other",
-    )
+    other = fake_engine(settings, store, sent, worker_id="w-other")
     other.start()
     try:
         second = Loops(other)
