@@ -79,7 +79,9 @@ class TestApiKey429:
         redis_client: redis.Redis,
         unique: str,
     ) -> None:
-        workers(rate_limit_backoff_s=1.0)
+        # No ramp jitter after a cooldown (up to 1 s by default, on top of the wait's own 0.5 s): with it the two
+        # waits overlap, about 1-2.5 s and 2-3.5 s, and their order was chance (a CI run saw 2.09 s then 1.98 s).
+        workers(rate_limit_backoff_s=1.0, ramp_jitter_s=0)
         job = client.submit(prompt=f"[[sim: error 429 retry_after=none times=2]] [[sim: text done]] {unique}")
         record = succeeded(client, job.id)
         outcomes = [(a.outcome, a.detail or "") for a in record.attempts]
@@ -91,7 +93,7 @@ class TestApiKey429:
             for earlier, later in zip(record.attempts, record.attempts[1:], strict=False)
             if earlier.finished_at is not None
         ]
-        assert gaps[1] > gaps[0]  # the second wait is the longer one
+        assert gaps[1] > gaps[0], gaps  # the second wait is the longer one
         key = Keys(settings.key_prefix).account("k")
         assert redis_client.hget(key, "bo_n") is None  # the success ended the streak
 
