@@ -319,8 +319,9 @@ class AccountManager:
             log.warning("slot of job %s on account %s had expired before refresh", lease.job_id, lease.account.name)
 
     def expiring_keys(self, lease: SlotLease) -> list[str]:
-        """The sorted sets `refresh` moves the run's expiry in: its account slot, then its tenant's runs (when the
-        run was admitted as a tenant's). The lease heartbeat moves them in its own script (WorkerJobStore.beat)."""
+        """The sorted sets holding the run with an expiry, the ones `refresh` moves it in: its account slot, then its
+        tenant's runs (when the run was admitted as a tenant's). The engine's lease heartbeat moves them in its own
+        script (WorkerJobStore.beat) rather than through `refresh`."""
         keys = [self.store.keys.account_slots(lease.account.name)]
         if lease.tenant is not None:
             keys.append(self.store.keys.tenant_runs(lease.tenant))

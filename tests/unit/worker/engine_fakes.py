@@ -97,7 +97,6 @@ class FakeAccounts:
         self.done: list[tuple[str, str]] = []
         self.waiting_to_promote: list[str] = []
         self.released: list[str] = []
-        self.refreshed = 0
         self.lock = threading.Lock()
 
     def acquire(
@@ -123,9 +122,6 @@ class FakeAccounts:
                 names = [a.name for a in self.accounts]
                 return NoAccount(min(cooling_ends), "all accounts cooling", names, cooldown=True)
             return NoAccount(now + timedelta(seconds=30), "all accounts busy", [a.name for a in self.accounts])
-
-    def refresh(self, lease: SlotLease, ttl_s: float) -> None:
-        self.refreshed += 1
 
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         return []  # slots are held in memory here: the heartbeat has none to move
