@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.asyncio
 from celery import signals
 
 from claudeq.config.celery import TASK_RUN, make_celery
@@ -123,6 +124,20 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
         max_connections=engine_executor_workers(cfg.concurrency) + 16,
     )
     store = make_worker_store(cfg, client)
+    # The engine loop's own client for a run's hot path (claim, heartbeat, fenced writes, events): no thread hop
+    # per call. A blocking pool: past its size a call waits for a connection rather than fail.
+    store.use_async(
+        redis.asyncio.Redis(
+            connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                cfg.redis_url,
+                max_connections=engine_executor_workers(cfg.concurrency),
+                timeout=timeout_s,
+                health_check_interval=30,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+        )
+    )
     runner = Runner(cfg)
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
 

@@ -3,13 +3,13 @@ deferred jobs, (re-)send a job's `claudeq.run` message. Shared by the deliveries
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import JobSpec
 from claudeq.worker.delivery import Delivery
 from claudeq.worker.job_store import WorkerJobStore
+from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.ports import AccountsLike, Sender
 
 log = logging.getLogger("claudeq.engine")
@@ -32,14 +32,14 @@ class Dispatch:
             # ids); ours expires on its own when the heartbeat stops refreshing it.
             return
         try:
-            waiters = await asyncio.to_thread(self.accounts.release, slot)
+            waiters = await in_redis_thread(self.accounts.release, slot)
         except Exception:
             log.exception("job %s: releasing the account slot failed (it expires on its own)", d.job_id)
             return
         for job_id in waiters:
             if await self.promote_and_send(job_id, force=True):
                 continue
-            if await asyncio.to_thread(self.store.status, job_id) == "queued":
+            if await in_redis_thread(self.store.status, job_id) == "queued":
                 await self.send_admitted([job_id])  # admitted by the waiting line: queued, holding the slot
 
     async def send_admitted(self, job_ids: list[str]) -> None:
@@ -50,7 +50,7 @@ class Dispatch:
 
     async def promote_and_send(self, job_id: str, force: bool = False) -> bool:
         """Move a deferred job back to the queue (atomic, once across workers) and send its message."""
-        if not await asyncio.to_thread(self.store.promote, job_id, None, force):
+        if not await in_redis_thread(self.store.promote, job_id, None, force):
             return False
         await self.resend(job_id)
         return True
@@ -59,7 +59,7 @@ class Dispatch:
         """Send a job's message again (spec from its record; the default queue when it cannot be read)."""
         spec: JobSpec | None
         try:
-            spec = (await asyncio.to_thread(self.store.get, job_id)).spec
+            spec = (await in_redis_thread(self.store.get, job_id)).spec
         except JobNotFound:
             return
         except RecordUnreadable:
@@ -69,6 +69,6 @@ class Dispatch:
     async def send_message(self, job_id: str, spec: JobSpec | None) -> None:
         """Send the job's `claudeq.run` message; a failure is left to the reconciler."""
         try:
-            await asyncio.to_thread(self.send, job_id, spec)
+            await in_redis_thread(self.send, job_id, spec)
         except Exception:
             log.exception("job %s: sending its message failed; the reconciler re-sends it", job_id)

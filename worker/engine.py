@@ -28,7 +28,7 @@ from claudeq.worker.fenced import FencedWriter
 from claudeq.worker.handler import DeliveryHandler
 from claudeq.worker.job_store import WorkerJobStore
 from claudeq.worker.lease import LeaseKeeper
-from claudeq.worker.loop_host import Background, LoopHost
+from claudeq.worker.loop_host import Background, LoopHost, in_redis_thread
 from claudeq.worker.ports import AccountsLike, MetricsLike, RunnerLike, Sender
 from claudeq.worker.session_planner import SessionPlanner
 
@@ -38,9 +38,9 @@ T = TypeVar("T")
 
 
 def engine_executor_workers(concurrency: int) -> int:
-    """Threads of the engine loop's executor, through which every Redis call of the engine goes: one heartbeat,
-    one event flush and one write per run at once, and the background loops. The worker's Redis connection pool
-    holds as many connections (claudeq.worker.app.build_runtime)."""
+    """Calls to Redis the engine may have in flight at once: one heartbeat, one event flush and one write per run,
+    and the background loops. The size of the engine loop's executor (the sync calls: account slots, spend, the
+    loops) and of each of the worker's connection pools (claudeq.worker.app.build_runtime)."""
     return 4 + 3 * concurrency
 
 
@@ -84,7 +84,9 @@ class Engine:
             closing=lambda: self._closing,
         )
         self.host = LoopHost(
-            executor_workers=engine_executor_workers(settings.concurrency), on_start=self._on_loop_start
+            executor_workers=engine_executor_workers(settings.concurrency),
+            on_start=self._on_loop_start,
+            on_stop=store.aclose,
         )
         #: Deliveries in hand, by (job id, fence): a job recovered and delivered back here while its old delivery is
         #: still stopping has two, and each one's end removes its own entry only.
@@ -200,7 +202,7 @@ class Engine:
     async def _deliver(self, job_id: str) -> Delivered:
         claim_sent = time.monotonic()
         try:
-            claim = await asyncio.to_thread(self.store.claim, job_id, self.worker_id, self.settings.lease_ttl_s)
+            claim = await self.store.aclaim(job_id, self.worker_id, self.settings.lease_ttl_s)
         except redis.RedisError as exc:
             log.warning("job %s: claim failed (%s); the reconciler re-sends it", job_id, type(exc).__name__)
             return Delivered.dropped("redis")
@@ -213,14 +215,14 @@ class Engine:
             record = (
                 parse_record(job_id, claim.fields)
                 if claim.fields is not None
-                else await asyncio.to_thread(self.store.get, job_id)
+                else await in_redis_thread(self.store.get, job_id)
             )
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
-            if await asyncio.to_thread(self.store.write, job_id, claim.fence, "failed", error=error):
+            if await in_redis_thread(self.store.write, job_id, claim.fence, "failed", error=error):
                 try:  # out of its tenant's active jobs: the tenant its damaged spec still names, else `default`
-                    await asyncio.to_thread(self.accounts.job_done, _tenant_hint(claim.fields), job_id)
+                    await in_redis_thread(self.accounts.job_done, _tenant_hint(claim.fields), job_id)
                 except Exception:
                     log.exception("job %s: tenant bookkeeping failed", job_id)
             return Delivered("failed")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Unpack
 
 import redis
@@ -57,31 +58,51 @@ class FencedWriter:
     ) -> bool:
         if d.lost:
             return False
-        tries = 0
-        ok = False
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
-            wait=wait_exponential(multiplier=0.1, max=2),
-            stop=stop_after_delay(max(1.0, self.lease_ttl_s / 2)),
-            reraise=True,
-        ):
-            with attempt:
-                tries += 1
-                ok = await asyncio.to_thread(self._write_once, d, status, events, fields)
-        if not ok and tries > 1:
-            # The first try may have landed with its reply lost: then the job already holds what we wrote.
-            ok = await asyncio.to_thread(self._landed, d, status)
+        started = time.monotonic()
+        try:
+            ok = await self._write_once(d, status, events, fields)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # A blip: try again for up to half a lease from the first try. It may have landed with its reply lost:
+            # then the job already holds what we wrote.
+            ok = await self._write_retrying(d, status, events, fields, started, exc) or await self._landed(d, status)
         if not ok:
             log.warning("job %s: stale fence %d, write dropped (another worker owns the job)", d.job_id, d.fence)
             d.why = "lost"
             d.cancel.set()
         return ok
 
-    def _write_once(self, d: Delivery, status: JobStatus | None, events: list[Event], fields: JobFields) -> bool:
-        return self.store.write(d.job_id, d.fence, status, events=events, **fields)
+    async def _write_retrying(
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        events: list[Event],
+        fields: JobFields,
+        started: float,
+        first: redis.RedisError,
+    ) -> bool:
+        """The tries after a first one that failed (`first`); raises the last error once half a lease has gone
+        since `started`."""
+        left = max(1.0, self.lease_ttl_s / 2) - (time.monotonic() - started)
+        if left <= 0:
+            raise first
+        ok = False
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            stop=stop_after_delay(left),
+            reraise=True,
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number == 1:
+                    await asyncio.sleep(0.1)  # the wait before a second try
+                ok = await self._write_once(d, status, events, fields)
+        return ok
 
-    def _landed(self, d: Delivery, status: JobStatus | None) -> bool:
-        fence, current = self.store.fence_and_status(d.job_id)
+    async def _write_once(self, d: Delivery, status: JobStatus | None, events: list[Event], fields: JobFields) -> bool:
+        return await self.store.awrite(d.job_id, d.fence, status, events=events, **fields)
+
+    async def _landed(self, d: Delivery, status: JobStatus | None) -> bool:
+        fence, current = await self.store.afence_and_status(d.job_id)
         if fence is None or fence != d.fence:
             return False
         return status is None or current == status
@@ -109,7 +130,7 @@ class FencedWriter:
             if not events or d.lost:
                 return
             try:
-                stored = await asyncio.to_thread(self.store.append_events_fenced, d.job_id, d.fence, events)
+                stored = await self.store.aappend_events_fenced(d.job_id, d.fence, events)
             except redis.RedisError as exc:
                 log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
                 return

@@ -8,7 +8,6 @@ the worker side; the decision to retry is claudeq.worker.failure's.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from claudeq.worker.delivery import Delivery, Finish, summed_usage
 from claudeq.worker.dispatch import Dispatch
 from claudeq.worker.failure import Decision, OutputCheck, decide
 from claudeq.worker.fenced import FencedWriter
+from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics import primary_model
 from claudeq.worker.outcome import RunOutcome, RunRequest
 from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
@@ -118,7 +118,7 @@ class DeliveryHandler:
             d.stop("shutdown")  # claimed just as the shutdown began: requeue rather than start a run
         if d.cancel_known:
             d.cancel_known = False  # the claim just read the flag; later attempts ask again
-        elif d.why is None and await asyncio.to_thread(self.store.cancel_requested, d.job_id):
+        elif d.why is None and await self.store.acancel_requested(d.job_id):
             d.stop("cancel")
         if d.why is not None:
             return await self._between_attempts(d)
@@ -135,9 +135,7 @@ class DeliveryHandler:
             return Step.finished(status)
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.may_hold is None else d.may_hold | {a.account for a in d.attempts if a.account}
-        acquired = await asyncio.to_thread(
-            self.accounts.acquire, d.job_id, spec, frozenset(), await self._rank(d), holds
-        )
+        acquired = await in_redis_thread(self.accounts.acquire, d.job_id, spec, frozenset(), await self._rank(d), holds)
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
@@ -257,7 +255,7 @@ class DeliveryHandler:
         if d.rank is None:
             try:
                 key = (  # a tag exists only with a tenants file: no thread hop for a None
-                    await asyncio.to_thread(self.accounts.fair_key, d.job_id, d.record.spec)
+                    await in_redis_thread(self.accounts.fair_key, d.job_id, d.record.spec)
                     if self.settings.tenants.configured
                     else None
                 )
@@ -368,7 +366,7 @@ class DeliveryHandler:
         if accounts:
             try:
                 spec, place = d.record.spec, await self._rank(d)
-                admitted = await asyncio.to_thread(
+                admitted = await in_redis_thread(
                     self.accounts.add_waiter,
                     accounts,
                     d.job_id,
@@ -423,6 +421,6 @@ class DeliveryHandler:
 async def _quiet(fn: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
     """Call a sync account-state method in a thread; a failure is logged, never fatal to the job."""
     try:
-        await asyncio.to_thread(fn, *args, **kwargs)
+        await in_redis_thread(fn, *args, **kwargs)
     except Exception:
         log.exception("account update %s failed", getattr(fn, "__name__", fn))

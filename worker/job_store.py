@@ -2,16 +2,24 @@
 
 The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
 on the same Redis. Every status change is one atomic Lua script (claudeq/worker/job_scripts.py).
+
+The calls a run makes many times (claim, heartbeat, fenced write, event append, cancel check) also come as
+coroutines (`aclaim`, `abeat`, `awrite`, ...) for the engine's event loop: on the async client a worker attaches
+(`use_async`), with no thread hop per call; without one they run the sync method in a thread. Both build the same
+script call (`ScriptCall`), so the two paths cannot drift apart (docs/scaling.md#the-engines-redis-client).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Unpack, cast
+from typing import Any, Generic, Literal, TypeVar, Unpack, cast
 
 import redis
+import redis.asyncio
+from redis.commands.core import AsyncScript, Script
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
@@ -52,6 +60,20 @@ class Claim:
         return self.result == "ok"
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ScriptCall(Generic[T]):
+    """One call of a registered script, ready to send on either client: its keys, its arguments, and what makes
+    the reply into the method's answer."""
+
+    script: Script
+    keys: list[str]
+    args: list[Any]
+    parse: Callable[[Any], T]
+
+
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
 
@@ -83,33 +105,67 @@ class WorkerJobStore(JobStore):
         self._resend = client.register_script(scripts.RESEND)
         self._append = client.register_script(scripts.APPEND)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
+        self._async: redis.asyncio.Redis | None = None
+        self._async_scripts: dict[str, AsyncScript] = {}
+
+    # ---- the engine loop's client ------------------------------------------------------------------------------
+
+    def use_async(self, client: redis.asyncio.Redis) -> None:
+        """Send the coroutine methods' calls on `client` (same server and key prefix; used on one event loop
+        only). Without it, each coroutine runs its sync method in a thread."""
+        self._async = client
+        self._async_scripts = {}
+
+    async def aclose(self) -> None:
+        """Close the async client's connections (the engine loop ends)."""
+        if self._async is not None:
+            await self._async.aclose(close_connection_pool=True)
+
+    def _run(self, call: ScriptCall[T]) -> T:
+        return call.parse(call.script(keys=call.keys, args=call.args))
+
+    async def _arun(self, client: redis.asyncio.Redis, call: ScriptCall[T]) -> T:
+        script = self._async_scripts.get(call.script.sha)
+        if script is None:
+            script = self._async_scripts[call.script.sha] = client.register_script(call.script.script)
+        return call.parse(await script(keys=call.keys, args=call.args))
 
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
 
     def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
         """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
         the same step: `Claim.fields`)."""
+        return self._run(self._claim_call(job_id, worker, lease_ttl_s))
+
+    async def aclaim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
+        """`claim` on the engine loop."""
+        if self._async is None:
+            return await asyncio.to_thread(self.claim, job_id, worker, lease_ttl_s)
+        return await self._arun(self._async, self._claim_call(job_id, worker, lease_ttl_s))
+
+    def _claim_call(self, job_id: str, worker: str, lease_ttl_s: float) -> ScriptCall[Claim]:
         now = stored_time(utcnow())
-        reply = self._claim(
-            keys=[
-                self.keys.job(job_id),
-                self.keys.lease(job_id),
-                self.keys.queued,
-                self.keys.running,
-                self.keys.cancel(job_id),
-            ],
-            args=[job_id, worker, int(lease_ttl_s * 1000), now],
-        )
-        result, fence = cast(ClaimResult, text(reply[0])), int(reply[1])
-        if result != "ok":
-            return Claim(result, fence)
-        first = int(reply[2]) == 1
-        flat = [text(v) for v in reply[3]]
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        fields.update(status="running", fence=str(fence), worker=worker)
-        if first:
-            fields["started_at"] = now
-        return Claim(result, fence, first, fields, bool(int(reply[4])) if len(reply) > 4 else None)
+
+        def parse(reply: Any) -> Claim:
+            result, fence = cast(ClaimResult, text(reply[0])), int(reply[1])
+            if result != "ok":
+                return Claim(result, fence)
+            first = int(reply[2]) == 1
+            flat = [text(v) for v in reply[3]]
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            fields.update(status="running", fence=str(fence), worker=worker)
+            if first:
+                fields["started_at"] = now
+            return Claim(result, fence, first, fields, bool(int(reply[4])) if len(reply) > 4 else None)
+
+        keys = [
+            self.keys.job(job_id),
+            self.keys.lease(job_id),
+            self.keys.queued,
+            self.keys.running,
+            self.keys.cancel(job_id),
+        ]
+        return ScriptCall(self._claim, keys, [job_id, worker, int(lease_ttl_s * 1000), now], parse)
 
     def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""
@@ -119,11 +175,26 @@ class WorkerJobStore(JobStore):
         """One heartbeat of a run, in one script: extend the lease and, while it is ours, move the run's expiry in
         each sorted set of `expiring` (its account slot first, then its tenant's runs: `expiring_keys`), and say
         whether a cancel flag is set."""
-        ours, held, cancelled = self._heartbeat(
-            keys=[self.keys.lease(job_id), self.keys.cancel(job_id), *expiring],
-            args=[f"{worker}|{fence}", int(lease_ttl_s * 1000), job_id, repr(time.time() + lease_ttl_s)],
-        )
-        return Beat(bool(ours), bool(held), bool(cancelled))
+        return self._run(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
+
+    async def abeat(
+        self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()
+    ) -> Beat:
+        """`beat` on the engine loop."""
+        if self._async is None:
+            return await asyncio.to_thread(self.beat, job_id, worker, fence, lease_ttl_s, expiring)
+        return await self._arun(self._async, self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
+
+    def _beat_call(
+        self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str]
+    ) -> ScriptCall[Beat]:
+        def parse(reply: Any) -> Beat:
+            ours, held, cancelled = reply
+            return Beat(bool(ours), bool(held), bool(cancelled))
+
+        keys = [self.keys.lease(job_id), self.keys.cancel(job_id), *expiring]
+        args = [f"{worker}|{fence}", int(lease_ttl_s * 1000), job_id, repr(time.time() + lease_ttl_s)]
+        return ScriptCall(self._heartbeat, keys, args, parse)
 
     def write(
         self,
@@ -137,6 +208,33 @@ class WorkerJobStore(JobStore):
     ) -> bool:
         """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
         the job, in one script. False = stale: nothing written, no event."""
+        return self._run(self._write_call(job_id, fence, status, score, event, events, fields))
+
+    async def awrite(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus | None = None,
+        score: float = 0,
+        event: Event | None = None,
+        events: Sequence[Event] = (),
+        **fields: Unpack[JobFields],
+    ) -> bool:
+        """`write` on the engine loop."""
+        if self._async is None:
+            return await asyncio.to_thread(self.write, job_id, fence, status, score, event, events, **fields)
+        return await self._arun(self._async, self._write_call(job_id, fence, status, score, event, events, fields))
+
+    def _write_call(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus | None,
+        score: float,
+        event: Event | None,
+        events: Sequence[Event],
+        fields: JobFields,
+    ) -> ScriptCall[bool]:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -146,32 +244,29 @@ class WorkerJobStore(JobStore):
         if status == "deferred":
             score = fields["ready_at"].timestamp()
         payloads = [encode_event(e) for e in (*events, *(() if event is None else (event,)))]
-        return bool(
-            self._write(
-                keys=[
-                    self.keys.job(job_id),
-                    self.keys.lease(job_id),
-                    self.keys.queued,
-                    self.keys.running,
-                    self.keys.deferred,
-                    self.keys.events(job_id),
-                    self.keys.cancel(job_id),
-                ],
-                args=[
-                    job_id,
-                    fence,
-                    status or "",
-                    self.result_ttl_s,
-                    score,
-                    self.keys.finished_counts_prefix,
-                    len(payloads),
-                    self.events_maxlen,
-                    int(time.time() * 1000),
-                    *payloads,
-                    *encode_fields(fields),
-                ],
-            )
-        )
+        keys = [
+            self.keys.job(job_id),
+            self.keys.lease(job_id),
+            self.keys.queued,
+            self.keys.running,
+            self.keys.deferred,
+            self.keys.events(job_id),
+            self.keys.cancel(job_id),
+        ]
+        args = [
+            job_id,
+            fence,
+            status or "",
+            self.result_ttl_s,
+            score,
+            self.keys.finished_counts_prefix,
+            len(payloads),
+            self.events_maxlen,
+            int(time.time() * 1000),
+            *payloads,
+            *encode_fields(fields),
+        ]
+        return ScriptCall(self._write, keys, args, bool)
 
     def append_event_fenced(self, job_id: str, fence: int, event: Event) -> str | None:
         """Append a running job's event while `fence` still holds it; None (nothing appended) once the run was
@@ -181,18 +276,36 @@ class WorkerJobStore(JobStore):
     def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
         """Append several events of a running job, in order, in one script (see append_event_fenced); returns the
         last entry id, None when refused."""
+        return self._run(self._append_call(job_id, fence, events))
+
+    async def aappend_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+        """`append_events_fenced` on the engine loop."""
+        if self._async is None:
+            return await asyncio.to_thread(self.append_events_fenced, job_id, fence, events)
+        return await self._arun(self._async, self._append_call(job_id, fence, events))
+
+    def _append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         if not events:
             raise ValueError("no events to append")
-        entry_id = self._append(
-            keys=[self.keys.job(job_id), self.keys.events(job_id)],
-            args=[fence, self.events_maxlen, *(encode_event(e) for e in events)],
-        )
-        return None if entry_id is None else text(entry_id)
+        keys = [self.keys.job(job_id), self.keys.events(job_id)]
+        args = [fence, self.events_maxlen, *(encode_event(e) for e in events)]
+        return ScriptCall(self._append, keys, args, lambda entry_id: None if entry_id is None else text(entry_id))
 
     def fence_and_status(self, job_id: str) -> tuple[int | None, str | None]:
         """The job's fencing token and status as stored (None where absent), read in one call."""
-        fence, status = self.redis.hmget(self.keys.job(job_id), ["fence", "status"])
-        return (None if fence is None else int(fence)), (None if status is None else text(status))
+        return _fence_and_status(self.redis.hmget(self.keys.job(job_id), ["fence", "status"]))
+
+    async def afence_and_status(self, job_id: str) -> tuple[int | None, str | None]:
+        """`fence_and_status` on the engine loop."""
+        if self._async is None:
+            return await asyncio.to_thread(self.fence_and_status, job_id)
+        return _fence_and_status(await self._async.hmget(self.keys.job(job_id), ["fence", "status"]))
+
+    async def acancel_requested(self, job_id: str) -> bool:
+        """`cancel_requested` on the engine loop."""
+        if self._async is None:
+            return await asyncio.to_thread(self.cancel_requested, job_id)
+        return bool(await self._async.exists(self.keys.cancel(job_id)))
 
     # ---- background loops: promoter, reconciler ----------------------------------------------------------------
 
@@ -376,6 +489,11 @@ class WorkerJobStore(JobStore):
             offset += len(old) - len(gone)  # the live ones stay in front of the next page
         self._trim_offset = offset
         return removed
+
+
+def _fence_and_status(reply: list[Any]) -> tuple[int | None, str | None]:
+    fence, status = reply
+    return (None if fence is None else int(fence)), (None if status is None else text(status))
 
 
 def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:

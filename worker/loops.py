@@ -23,6 +23,7 @@ from claudeq.broker_message import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import Attempt, Event, JobError, JobRecord, utcnow
 from claudeq.worker.engine import Engine
+from claudeq.worker.loop_host import in_redis_thread
 
 log = logging.getLogger("claudeq.loops")
 
@@ -100,10 +101,10 @@ class Loops:
         that lifted, a slot that expired frees slots no release hands over). Then deferred jobs whose ready time
         came (the fallback for a waiter nobody admitted, and the jobs deferred for other reasons).
         """
-        admitted = await asyncio.to_thread(self.engine.accounts.admit)
+        admitted = await in_redis_thread(self.engine.accounts.admit)
         await self.engine.dispatch.send_admitted(admitted)
         sent = len(admitted)
-        for job_id in await asyncio.to_thread(self.store.due_deferred):
+        for job_id in await in_redis_thread(self.store.due_deferred):
             if await self.engine.promote_and_send(job_id):
                 log.info("job %s: promoted from deferred", job_id)
                 sent += 1
@@ -124,36 +125,34 @@ class Loops:
         stalls holding it delays the next pass by one interval at most."""
         turn = self.store.keys.reconciler_turn
         interval = self.settings.loop_interval_s
-        if not await asyncio.to_thread(self.store.take_turn, turn, self.engine.worker_id, interval):
+        if not await in_redis_thread(self.store.take_turn, turn, self.engine.worker_id, interval):
             return False
         await self.recover_once()
         await self.resend_once()
         self._passes += 1
         if self._passes % TRIM_EVERY == 1:
-            await asyncio.to_thread(self.store.trim_index)
-            await asyncio.to_thread(self.store.prune_finished_counts)
+            await in_redis_thread(self.store.trim_index)
+            await in_redis_thread(self.store.prune_finished_counts)
         return True
 
     async def recover_once(self) -> list[str]:
         """Re-enqueue running jobs whose lease expired; returns their ids."""
         recovered: list[str] = []
-        others = [
-            job_id for job_id in await asyncio.to_thread(self.store.running_ids) if not self.engine.handles(job_id)
-        ]
+        others = [job_id for job_id in await in_redis_thread(self.store.running_ids) if not self.engine.handles(job_id)]
         if not others:
             return recovered
-        alive = await asyncio.to_thread(self.store.leases_alive, others)  # one round trip for every lease
+        alive = await in_redis_thread(self.store.leases_alive, others)  # one round trip for every lease
         for job_id in (job_id for job_id, live in zip(others, alive, strict=True) if not live):
             try:
-                record = await asyncio.to_thread(self.store.get, job_id)
+                record = await in_redis_thread(self.store.get, job_id)
             except JobNotFound:
-                await asyncio.to_thread(self.store.forget_running, job_id)  # expired or deleted: nothing to recover
+                await in_redis_thread(self.store.forget_running, job_id)  # expired or deleted: nothing to recover
                 continue
             except RecordUnreadable as exc:
                 # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
                 # internal) instead of leaving it `running` forever.
-                fence = await asyncio.to_thread(self.store.fence_of, job_id)
-                if fence is not None and await asyncio.to_thread(self.store.recover, job_id, fence, None):
+                fence = await in_redis_thread(self.store.fence_of, job_id)
+                if fence is not None and await in_redis_thread(self.store.recover, job_id, fence, None):
                     log.warning("job %s: worker lost and record unreadable (%s); re-enqueued", job_id, exc.detail)
                     await self.engine.resend(job_id)
                     recovered.append(job_id)
@@ -168,7 +167,7 @@ class Loops:
                     recovered.append(job_id)
                 continue
             event = Event(type="requeued", data={"reason": detail})
-            if not await asyncio.to_thread(self.store.recover, job_id, record.fence, attempts, event):
+            if not await in_redis_thread(self.store.recover, job_id, record.fence, attempts, event):
                 continue  # another reconciler won, or the job moved on
             log.warning("job %s: %s; re-enqueued", job_id, detail)
             await self.engine.resend(job_id)
@@ -185,11 +184,11 @@ class Loops:
         )
         error = JobError(kind="poisoned", message=message)
         event = Event(type="failed", data={"kind": error.kind, "message": message})
-        if not await asyncio.to_thread(self.store.recover, record.id, record.fence, attempts, event, error):
+        if not await in_redis_thread(self.store.recover, record.id, record.fence, attempts, event, error):
             return False
         log.error("job %s: %s", record.id, message)
         try:  # out of its tenant's active jobs, as a job the handler finishes
-            await asyncio.to_thread(self.engine.accounts.job_done, record.spec.tenant, record.id)
+            await in_redis_thread(self.engine.accounts.job_done, record.spec.tenant, record.id)
         except Exception:
             log.exception("job %s: tenant bookkeeping failed", record.id)
         self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, "failed")
@@ -207,17 +206,17 @@ class Loops:
         broker (lost with a dead producer, say); returns their ids."""
         older = self.settings.unclaimed_resend_s
         sent: list[str] = []
-        stale = await asyncio.to_thread(self.store.stale_queued, older)
+        stale = await in_redis_thread(self.store.stale_queued, older)
         if not stale:
             return sent
         # A job stuck behind a backlog still has its message in the queue: sending another would only pile up
         # duplicates. Look again after another `unclaimed_resend_s`.
-        waiting = await asyncio.to_thread(self._waiting_in_broker, stale)
+        waiting = await in_redis_thread(self._waiting_in_broker, stale)
         for job_id in stale:
             if job_id in waiting:
-                await asyncio.to_thread(self.store.mark_sent, job_id)
+                await in_redis_thread(self.store.mark_sent, job_id)
                 continue
-            if await asyncio.to_thread(self.store.claim_resend, job_id, older):
+            if await in_redis_thread(self.store.claim_resend, job_id, older):
                 log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
                 await self.engine.resend(job_id)
                 sent.append(job_id)
@@ -247,7 +246,7 @@ class Loops:
 
     async def beat_once(self) -> None:
         """Write the worker hash and its zset entry once."""
-        await asyncio.to_thread(self._beat)
+        await in_redis_thread(self._beat)
 
     def _beat(self) -> None:
         self.store.record_worker(

@@ -1,0 +1,136 @@
+"""The engine's Redis client: a run's hot path (claim, heartbeat, fenced writes, event appends, cancel check) goes
+on the worker's async client, on the engine loop, with no thread hop; the async pool makes calls past its size wait
+for a connection rather than fail; the sync calls left (account slots, spend, the loops) run on a few threads of
+their own. Real Redis; the worker's runtime as `claudeq-worker` builds it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from claudeq.config.settings import Settings
+from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.worker.app import WorkerRuntime, build_runtime
+from claudeq.worker.engine import engine_executor_workers
+from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def runtime(redis_url: str, unique: str) -> Iterator[WorkerRuntime]:
+    settings: Settings = make_settings(redis_url, unique, concurrency=2)
+    rt = build_runtime(settings, worker_id=f"client-test-{unique}")
+    rt.engine.start()
+    try:
+        yield rt
+    finally:
+        rt.engine.stop()
+        for key in rt.engine.store.redis.scan_iter(match=f"{settings.key_prefix}*", count=1000):
+            rt.engine.store.redis.delete(key)
+        rt.engine.store.redis.close()
+
+
+def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_writes(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = runtime.engine.store
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    store.redis.set(store.keys.cancel(job_id), "1")  # a cancel flag the claim and the heartbeat both report
+
+    def no_thread(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a hot-path call went through a thread")
+
+    monkeypatch.setattr("asyncio.to_thread", no_thread)  # the fallback of a store without an async client
+
+    async def one_run() -> dict[str, Any]:
+        claim = await store.aclaim(job_id, "w1", 30)
+        assert claim.ok and claim.fields is not None and claim.cancelled is True
+        attempt = Attempt(number=1, account="a", worker="w1", started_at=utcnow())
+        wrote = await store.awrite(job_id, claim.fence, events=[Event(type="claimed")], attempts=[attempt])
+        appended = await store.aappend_events_fenced(job_id, claim.fence, [Event(type="run_started")])
+        beat = await store.abeat(job_id, "w1", claim.fence, 30)
+        stale_beat = await store.abeat(job_id, "w1", claim.fence + 1, 30)
+        cancelled = await store.acancel_requested(job_id)
+        fence_status = await store.afence_and_status(job_id)
+        done = await store.awrite(
+            job_id, claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+        )
+        stale = await store.awrite(job_id, claim.fence, "failed")
+        return dict(
+            fence=claim.fence,
+            wrote=wrote,
+            appended=appended,
+            beat=beat,
+            stale_beat=stale_beat,
+            cancelled=cancelled,
+            fence_status=fence_status,
+            done=done,
+            stale=stale,
+        )
+
+    got = runtime.engine.call(one_run()).result(timeout=30)
+    assert got["wrote"] and got["done"] and got["appended"] is not None
+    assert got["beat"].ours and got["beat"].cancelled
+    assert not got["stale_beat"].ours
+    assert got["cancelled"] is True
+    assert got["fence_status"] == (got["fence"], "running")
+    assert got["stale"] is False  # the job moved on: a late write is refused
+    record = store.get(job_id)
+    assert record.status == "succeeded"
+    assert record.result is not None and record.result.text == "ok"
+    assert [a.account for a in record.attempts] == ["a"]
+    assert [e.type for _, e in store.read_events(job_id)] == ["submitted", "claimed", "run_started", "succeeded"]
+    assert not store.redis.exists(store.keys.lease(job_id), store.keys.events(job_id))
+
+
+def test_calls_past_the_async_pools_size_wait_for_a_connection_instead_of_failing(runtime: WorkerRuntime) -> None:
+    store = runtime.engine.store
+    client = store._async
+    assert client is not None
+    size = engine_executor_workers(runtime.settings.concurrency)
+    calls = 3 * size
+    key = f"{runtime.settings.key_prefix}nothing-{uuid.uuid4().hex[:6]}"
+
+    async def all_at_once() -> list[object]:
+        # Each call holds its connection for 0.3 s (a blocking pop on an empty list).
+        return await asyncio.gather(*(client.blpop([key], 0.3) for _ in range(calls)), return_exceptions=True)
+
+    results = runtime.engine.call(all_at_once()).result(timeout=60)
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert not failed, f"{len(failed)} of {calls} calls failed, e.g. {failed[0]!r}"
+    assert results == [None] * calls
+
+
+def test_sync_redis_calls_run_on_the_loops_few_redis_threads() -> None:
+    host = LoopHost(executor_workers=50)
+    lock = threading.Lock()
+    at_once = [0, 0]  # now, most
+
+    def call() -> str:
+        with lock:
+            at_once[0] += 1
+            at_once[1] = max(at_once[1], at_once[0])
+        time.sleep(0.02)
+        with lock:
+            at_once[0] -= 1
+        return threading.current_thread().name
+
+    async def many() -> list[str]:
+        return await asyncio.gather(*(in_redis_thread(call) for _ in range(5 * REDIS_THREADS)))
+
+    try:
+        names = host.call(many()).result(timeout=30)
+    finally:
+        host.stop()
+    assert all(name.startswith("cq-redis") for name in names)
+    assert len(set(names)) <= REDIS_THREADS
+    assert at_once[1] <= REDIS_THREADS
