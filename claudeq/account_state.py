@@ -23,6 +23,7 @@ The account hash `keys.account(name)` holds:
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Collection, Iterable
@@ -37,6 +38,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
+from claudeq.script_calls import AsyncCalls, ScriptCall
 
 #: Model families with waiting lines and windows of their own (`-`: a job for no particular family, and the windows
 #: that apply to every job). Order matters: the scripts index it.
@@ -73,7 +75,7 @@ def _from_epoch(value: str | None) -> datetime | None:
         return None
 
 
-class AccountStore:
+class AccountStore(AsyncCalls):
     """Reads and writes account state and slots in Redis; every multi-step change is one Lua script."""
 
     def __init__(
@@ -217,22 +219,29 @@ class AccountStore:
     def release(self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
         ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
+        return self._run(self._release_call(name, job_id, ttl_s, now))
+
+    async def arelease(self, name: str, job_id: str, ttl_s: float = 15.0) -> list[str]:
+        """`release` on the worker's event loop (its async client; else in a thread)."""
+        if self._async is None:
+            return await asyncio.to_thread(self.release, name, job_id, ttl_s)
+        return await self._arun(self._async, self._release_call(name, job_id, ttl_s, None))
+
+    def _release_call(self, name: str, job_id: str, ttl_s: float, now: float | None) -> ScriptCall[list[str]]:
         account = self.config(name)
         now = time.time() if now is None else now
-        admitted = self._release(
-            keys=[self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()],
-            args=[
-                job_id,
-                self.keys.job(""),
-                repr(now),
-                account.max_concurrency,
-                repr(now + ttl_s),
-                "1" if self.predictive else "",
-                repr(account.ramp_starts_per_s),
-                self._jitter(),
-            ],
-        )
-        return [text(j) for j in admitted]
+        keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()]
+        args = [
+            job_id,
+            self.keys.job(""),
+            repr(now),
+            account.max_concurrency,
+            repr(now + ttl_s),
+            "1" if self.predictive else "",
+            repr(account.ramp_starts_per_s),
+            self._jitter(),
+        ]
+        return ScriptCall(self._release, keys, args, lambda admitted: [text(j) for j in admitted])
 
     def admit(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Hand `name`'s free slots to its best waiters still deferred (as `release` does, without freeing one)."""

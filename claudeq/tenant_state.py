@@ -7,6 +7,7 @@ and the day (`d:<epoch s // 86400>`); a cap's window rolls at the top of the hou
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from claudeq import tenant_scripts
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig, Tenants
 from claudeq.keys import Keys, text
+from claudeq.script_calls import AsyncCalls, ScriptCall
 
 HOUR_S = 3600
 DAY_S = 86400
@@ -169,7 +171,7 @@ def effective_cap(tenant: TenantConfig, share: int | None) -> int | None:
     return min(caps) if caps else None
 
 
-class TenantStore:
+class TenantStore(AsyncCalls):
     """Reads and writes tenants' runs, waiters and spend, and accounts' spend; multi-step changes are Lua scripts."""
 
     def __init__(self, client: redis.Redis, keys: Keys, tenants: Tenants) -> None:
@@ -357,27 +359,62 @@ class TenantStore:
         budget its run had reserved (`reserved` False: it was started without a budget, so it reserved none), and
         learn what one turn of `model`'s runs costs there (the run's cost over its `turns`; a run that reported none
         counts as one turn: an overestimate only makes runs wait). One SETTLE script (claudeq/tenant_scripts.py)."""
-        if cost_usd <= 0 and not reserved:
+        call = self._settle_call(tenant, account, job_id, cost_usd, now, model, turns, reserved)
+        if call is not None:
+            self._run(call)
+
+    async def asettle(
+        self,
+        tenant: str,
+        account: str,
+        job_id: str,
+        cost_usd: float,
+        model: str | None = None,
+        turns: int | None = None,
+        *,
+        reserved: bool = True,
+    ) -> None:
+        """`settle` on the worker's event loop (its async client; else in a thread)."""
+        if self._async is None:
+            await asyncio.to_thread(
+                self.settle, tenant, account, job_id, cost_usd, None, model, turns, reserved=reserved
+            )
             return
+        call = self._settle_call(tenant, account, job_id, cost_usd, None, model, turns, reserved)
+        if call is not None:
+            await self._arun(self._async, call)
+
+    def _settle_call(
+        self,
+        tenant: str,
+        account: str,
+        job_id: str,
+        cost_usd: float,
+        now: float | None,
+        model: str | None,
+        turns: int | None,
+        reserved: bool,
+    ) -> ScriptCall[None] | None:
+        if cost_usd <= 0 and not reserved:
+            return None
         now = time.time() if now is None else now
-        self._settle(
-            keys=[
-                self.keys.tenant_spend(tenant),
-                self.keys.tenant_reserved(tenant),
-                self.keys.account_spend(account),
-                self.keys.account_reserved(account),
-            ],
-            args=[
-                job_id,
-                repr(cost_usd),
-                hour_field(now),
-                day_field(now),
-                turn_field(model),
-                repr(cost_usd / max(1, turns or 1)),
-                SPEND_TTL_S,
-                "1" if reserved else "",
-            ],
-        )
+        keys = [
+            self.keys.tenant_spend(tenant),
+            self.keys.tenant_reserved(tenant),
+            self.keys.account_spend(account),
+            self.keys.account_reserved(account),
+        ]
+        args = [
+            job_id,
+            repr(cost_usd),
+            hour_field(now),
+            day_field(now),
+            turn_field(model),
+            repr(cost_usd / max(1, turns or 1)),
+            SPEND_TTL_S,
+            "1" if reserved else "",
+        ]
+        return ScriptCall(self._settle, keys, args, lambda _: None)
 
     def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
         """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""
@@ -445,15 +482,38 @@ class TenantStore:
         process's (a producer without the tenants file files every job under `default`): so every name it can
         have been filed under — its own, the one governing it here, `default` — loses it. So does the tenant's line
         (a job that ended while waiting in it, e.g. cancelled)."""
-        names = {tenant, self.tenants.governing(tenant).name, DEFAULT_TENANT}
+        indexes, done = self._unindex_keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.zrem(self.keys.tenant_jobs(name), job_id)
-        if self.tenants.configured:
-            pipe.zrem(self.keys.tenant_line(self.tenants.governing(tenant).name), job_id)
-        if self.tenants.reserve_share:  # the idle grace counts from its last job's end
-            pipe.hset(self.keys.tenants_done, self.tenants.governing(tenant).name, repr(time.time()))
+        for key in indexes:
+            pipe.zrem(key, job_id)
+        if done is not None:
+            pipe.hset(self.keys.tenants_done, done, repr(time.time()))
         pipe.execute()
+
+    async def aunindex(self, tenant: str, job_id: str) -> None:
+        """`unindex` on the worker's event loop (its async client; else in a thread)."""
+        if self._async is None:
+            await asyncio.to_thread(self.unindex, tenant, job_id)
+            return
+        indexes, done = self._unindex_keys(tenant)
+        if len(indexes) == 1 and done is None:
+            await self._async.zrem(indexes[0], job_id)  # no tenants file: one command, no pipeline
+            return
+        pipe = self._async.pipeline(transaction=False)
+        for key in indexes:
+            pipe.zrem(key, job_id)
+        if done is not None:
+            pipe.hset(self.keys.tenants_done, done, repr(time.time()))
+        await pipe.execute()
+
+    def _unindex_keys(self, tenant: str) -> tuple[list[str], str | None]:
+        """The sorted sets a finished job of `tenant` leaves, and the tenant whose last job's end is recorded (with
+        reserve_share: the idle grace counts from it)."""
+        governing = self.tenants.governing(tenant).name
+        keys = [self.keys.tenant_jobs(name) for name in dict.fromkeys((tenant, governing, DEFAULT_TENANT))]
+        if self.tenants.configured:
+            keys.append(self.keys.tenant_line(governing))
+        return keys, governing if self.tenants.reserve_share else None
 
     def active(self, now: float | None = None) -> set[str]:
         """The tenants active for reserved fair share: with jobs not finished (their active-job index exists), or

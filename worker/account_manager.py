@@ -1,6 +1,7 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
-Sync redis (the engine calls it through `asyncio.to_thread`). State lives in Redis, so a cooldown one worker writes is
+Sync redis (the engine calls it on its Redis threads), with coroutine twins of what every run calls at its end
+(`asettle`, `arelease`, `ajob_done`) on the engine loop's async client. State lives in Redis, so a cooldown one worker writes is
 seen by every worker at its next acquire; the choice itself is the pure `claudeq.worker.account_choice.choose`.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import redis
+import redis.asyncio
 
 from claudeq.account_state import AccountStore, model_family, window_family
 from claudeq.config.account_pool import AccountConfig, AccountPool
@@ -24,6 +26,7 @@ from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.tenant_state import BALANCE_REPAY_S, AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
+from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
 from claudeq.worker.waiting_line import PRIORITY_SPAN, tenant_rank
 
@@ -348,6 +351,13 @@ class AccountManager:
         woken = self.store.release(lease.account.name, lease.job_id, self.settings.lease_ttl_s) + woken
         return list(dict.fromkeys(woken))
 
+    async def arelease(self, lease: SlotLease) -> list[str]:
+        """`release` on the engine loop: a run admitted as no tenant's (no tenants file) frees its slot on the async
+        client; a tenant's run, whose release also reads and moves the tenant's state, on a Redis thread."""
+        if lease.tenant is not None:
+            return await in_redis_thread(self.release, lease)
+        return await self.store.arelease(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
+
     def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
         """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
         may run it; returns the jobs the line admitted at once (see add_waiter), None when it did not join."""
@@ -382,9 +392,30 @@ class AccountManager:
             reserved=lease.budget_usd is not None,  # a run started without a budget reserved none
         )
 
+    async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        """`settle` on the engine loop (the async client: no thread hop)."""
+        await self.tenant_store.asettle(
+            lease.tenant or DEFAULT_TENANT,
+            lease.account.name,
+            lease.job_id,
+            cost_usd,
+            model=lease.model,
+            turns=turns,
+            reserved=lease.budget_usd is not None,
+        )
+
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""
         self.tenant_store.unindex(tenant, job_id)
+
+    async def ajob_done(self, tenant: str, job_id: str) -> None:
+        """`job_done` on the engine loop (the async client: no thread hop)."""
+        await self.tenant_store.aunindex(tenant, job_id)
+
+    def use_async(self, client: redis.asyncio.Redis) -> None:
+        """Send `asettle`, `ajob_done` and `arelease` on `client` (the engine loop's; see WorkerJobStore)."""
+        self.store.use_async(client)
+        self.tenant_store.use_async(client)
 
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""

@@ -124,20 +124,19 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
         max_connections=engine_executor_workers(cfg.concurrency) + 16,
     )
     store = make_worker_store(cfg, client)
-    # The engine loop's own client for a run's hot path (claim, heartbeat, fenced writes, events): no thread hop
-    # per call. A blocking pool: past its size a call waits for a connection rather than fail.
-    store.use_async(
-        redis.asyncio.Redis(
-            connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
-                cfg.redis_url,
-                max_connections=engine_executor_workers(cfg.concurrency),
-                timeout=timeout_s,
-                health_check_interval=30,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-            )
+    # The engine loop's own client for a run's hot path (claim, heartbeat, fenced writes, events, spend, slot
+    # release): no thread hop per call. A blocking pool: past its size a call waits for a connection, not fails.
+    loop_client = redis.asyncio.Redis(
+        connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+            cfg.redis_url,
+            max_connections=engine_executor_workers(cfg.concurrency),
+            timeout=timeout_s,
+            health_check_interval=30,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
         )
     )
+    store.use_async(loop_client)
     runner = Runner(cfg)
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
 
@@ -150,6 +149,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     if fake_s is not None:
         log.warning("%s is set: FAKE runs of %.3f s, no CLI (for benchmarks only)", BENCH_FAKE_RUNNER_ENV, fake_s)
     accounts = AccountManager(cfg, client, Keys(cfg.key_prefix))
+    accounts.use_async(loop_client)
     passthrough = PassThrough(accounts.record_response) if cfg.passthrough and fake_s is None else None
     runner.passthrough = passthrough
     engine = Engine(

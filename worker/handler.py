@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
@@ -183,7 +183,7 @@ class DeliveryHandler:
         outcome, refused = await self._run(d, request, account)
         # Spend is real whoever owns the job now: counted even when the lease was lost.
         cost = outcome.result.usage.cost_usd if outcome else 0.0
-        await _quiet(self.accounts.settle, acquired, cost, outcome.result.num_turns if outcome else None)
+        await _quietly(self.accounts.asettle(acquired, cost, outcome.result.num_turns if outcome else None), "settle")
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
@@ -332,7 +332,7 @@ class DeliveryHandler:
         await self.dispatch.release(d)
         if not ok:
             return "lost"
-        await _quiet(self.accounts.job_done, d.record.spec.tenant, d.job_id)
+        await _quietly(self.accounts.ajob_done(d.record.spec.tenant, d.job_id), "job_done")
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
         except Exception:
@@ -424,3 +424,11 @@ async def _quiet(fn: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> No
         await in_redis_thread(fn, *args, **kwargs)
     except Exception:
         log.exception("account update %s failed", getattr(fn, "__name__", fn))
+
+
+async def _quietly(update: Coroutine[Any, Any, None], what: str) -> None:
+    """Await an account-state update on the engine loop; a failure is logged, never fatal to the job."""
+    try:
+        await update
+    except Exception:
+        log.exception("account update %s failed", what)

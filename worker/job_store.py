@@ -6,26 +6,25 @@ on the same Redis. Every status change is one atomic Lua script (claudeq/worker/
 The calls a run makes many times (claim, heartbeat, fenced write, event append, cancel check) also come as
 coroutines (`aclaim`, `abeat`, `awrite`, ...) for the engine's event loop: on the async client a worker attaches
 (`use_async`), with no thread hop per call; without one they run the sync method in a thread. Both build the same
-script call (`ScriptCall`), so the two paths cannot drift apart (docs/scaling.md#the-engines-redis-client).
+script call (claudeq.script_calls), so the two paths cannot drift apart (docs/scaling.md#the-engines-redis-client).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, Unpack, cast
+from typing import Any, Literal, Unpack, cast
 
 import redis
-import redis.asyncio
-from redis.commands.core import AsyncScript, Script
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobFields, JobStore, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
+from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.worker import job_scripts as scripts
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
@@ -60,25 +59,11 @@ class Claim:
         return self.result == "ok"
 
 
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ScriptCall(Generic[T]):
-    """One call of a registered script, ready to send on either client: its keys, its arguments, and what makes
-    the reply into the method's answer."""
-
-    script: Script
-    keys: list[str]
-    args: list[Any]
-    parse: Callable[[Any], T]
-
-
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
 
 
-class WorkerJobStore(JobStore):
+class WorkerJobStore(AsyncCalls, JobStore):
     """JobStore plus the transitions only workers make."""
 
     def __init__(
@@ -105,30 +90,13 @@ class WorkerJobStore(JobStore):
         self._resend = client.register_script(scripts.RESEND)
         self._append = client.register_script(scripts.APPEND)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
-        self._async: redis.asyncio.Redis | None = None
-        self._async_scripts: dict[str, AsyncScript] = {}
 
-    # ---- the engine loop's client ------------------------------------------------------------------------------
-
-    def use_async(self, client: redis.asyncio.Redis) -> None:
-        """Send the coroutine methods' calls on `client` (same server and key prefix; used on one event loop
-        only). Without it, each coroutine runs its sync method in a thread."""
-        self._async = client
-        self._async_scripts = {}
+    # ---- the engine loop's client (use_async: claudeq.script_calls.AsyncCalls) ---------------------------------
 
     async def aclose(self) -> None:
         """Close the async client's connections (the engine loop ends)."""
         if self._async is not None:
             await self._async.aclose(close_connection_pool=True)
-
-    def _run(self, call: ScriptCall[T]) -> T:
-        return call.parse(call.script(keys=call.keys, args=call.args))
-
-    async def _arun(self, client: redis.asyncio.Redis, call: ScriptCall[T]) -> T:
-        script = self._async_scripts.get(call.script.sha)
-        if script is None:
-            script = self._async_scripts[call.script.sha] = client.register_script(call.script.script)
-        return call.parse(await script(keys=call.keys, args=call.args))
 
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
 

@@ -53,6 +53,9 @@ class AccountsLike(Protocol):
     def release(self, lease: SlotLease) -> list[str]:
         """Free a slot; the waiters admitted into it (already queued): send their messages."""
 
+    async def arelease(self, lease: SlotLease) -> list[str]:
+        """`release`, awaited on the engine loop."""
+
     def add_waiter(
         self,
         accounts: list[str],
@@ -75,8 +78,14 @@ class AccountsLike(Protocol):
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's cost against its tenant's and account's spend."""
 
+    async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        """`settle`, awaited on the engine loop."""
+
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs."""
+
+    async def ajob_done(self, tenant: str, job_id: str) -> None:
+        """`job_done`, awaited on the engine loop."""
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         """Record a rate-limit signal."""

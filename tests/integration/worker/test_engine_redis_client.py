@@ -1,7 +1,8 @@
-"""The engine's Redis client: a run's hot path (claim, heartbeat, fenced writes, event appends, cancel check) goes
-on the worker's async client, on the engine loop, with no thread hop; the async pool makes calls past its size wait
-for a connection rather than fail; the sync calls left (account slots, spend, the loops) run on a few threads of
-their own. Real Redis; the worker's runtime as `claudeq-worker` builds it."""
+"""The engine's Redis client: a run's hot path (claim, heartbeat, fenced writes, event appends, cancel check, and
+at its end spend, slot release and the tenant index) goes on the worker's async client, on the engine loop, with no
+thread hop; the async pool makes calls past its size wait for a connection rather than fail; the sync calls left
+(account choice, sends, the loops) run on a few threads of their own. Real Redis; the worker's runtime as
+`claudeq-worker` builds it."""
 
 from __future__ import annotations
 
@@ -10,23 +11,29 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.worker.account_manager import SlotLease
 from claudeq.worker.app import WorkerRuntime, build_runtime
 from claudeq.worker.engine import engine_executor_workers
 from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
 from tests.conftest import make_settings
+from tests.support.worker_proc import SimAccount, write_accounts_toml
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def runtime(redis_url: str, unique: str) -> Iterator[WorkerRuntime]:
-    settings: Settings = make_settings(redis_url, unique, concurrency=2)
+def runtime(redis_url: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerRuntime]:
+    account = SimAccount("acct-a", max_concurrency=4)
+    monkeypatch.setenv(account.token_env, account.token_value)
+    accounts_file = write_accounts_toml(tmp_path / "accounts.toml", [account], "http://127.0.0.1:9")
+    settings: Settings = make_settings(redis_url, unique, concurrency=2, accounts_file=accounts_file)
     rt = build_runtime(settings, worker_id=f"client-test-{unique}")
     rt.engine.start()
     try:
@@ -90,6 +97,37 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     assert [a.account for a in record.attempts] == ["a"]
     assert [e.type for _, e in store.read_events(job_id)] == ["submitted", "claimed", "run_started", "succeeded"]
     assert not store.redis.exists(store.keys.lease(job_id), store.keys.events(job_id))
+
+
+def test_a_runs_end_settles_releases_and_unindexes_on_the_async_client_without_a_thread(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accounts = runtime.engine.accounts
+    store = runtime.engine.store
+    keys = store.keys
+    job_id = uuid.uuid4().hex
+    lease = accounts.acquire(job_id, JobSpec(prompt="hi"))  # sync, on this thread
+    assert isinstance(lease, SlotLease)
+    assert store.redis.zscore(keys.account_slots("acct-a"), job_id) is not None
+    store.redis.zadd(keys.tenant_jobs("default"), {job_id: time.time()})  # as a producer with tenants indexes it
+
+    def no_thread(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a run's end went through a thread")
+
+    monkeypatch.setattr("asyncio.to_thread", no_thread)
+
+    async def end_of_run() -> list[str]:
+        await accounts.asettle(lease, 0.25, turns=2)
+        woken = await accounts.arelease(lease)
+        await accounts.ajob_done("default", job_id)
+        return woken
+
+    assert runtime.engine.call(end_of_run()).result(timeout=30) == []
+    monkeypatch.undo()
+    assert accounts.tenant_store.spend("account", "acct-a")[0] == pytest.approx(0.25)
+    assert accounts.tenant_store.spend("tenant", "default")[0] == pytest.approx(0.25)
+    assert store.redis.zscore(keys.account_slots("acct-a"), job_id) is None
+    assert store.redis.zscore(keys.tenant_jobs("default"), job_id) is None
 
 
 def test_calls_past_the_async_pools_size_wait_for_a_connection_instead_of_failing(runtime: WorkerRuntime) -> None:

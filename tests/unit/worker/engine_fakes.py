@@ -133,6 +133,9 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
+    async def arelease(self, lease: SlotLease) -> list[str]:
+        return self.release(lease)
+
     def add_waiter(
         self,
         accounts: list[str],
@@ -156,8 +159,14 @@ class FakeAccounts:
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         self.settled.append((lease.job_id, cost_usd))
 
+    async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        self.settle(lease, cost_usd, turns)
+
     def job_done(self, tenant: str, job_id: str) -> None:
         self.done.append((tenant, job_id))
+
+    async def ajob_done(self, tenant: str, job_id: str) -> None:
+        self.job_done(tenant, job_id)
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         self.observed.append((account, signal))
