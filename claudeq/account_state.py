@@ -228,11 +228,15 @@ class AccountStore(AsyncCalls):
         return await self._arun(self._async, self._release_call(name, job_id, ttl_s, None))
 
     def _release_call(self, name: str, job_id: str, ttl_s: float, now: float | None) -> ScriptCall[list[str]]:
+        keys, args = self._handout(name, ttl_s, now)
+        return ScriptCall(self._release, keys, [job_id, *args], _texts)
+
+    def _handout(self, name: str, ttl_s: float, now: float | None) -> tuple[list[str], list[Any]]:
+        """The keys and arguments RELEASE and ADMIT share: what hands `name`'s free slots to its waiters."""
         account = self.config(name)
         now = time.time() if now is None else now
         keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()]
         args = [
-            job_id,
             self.keys.job(""),
             repr(now),
             account.max_concurrency,
@@ -241,25 +245,12 @@ class AccountStore(AsyncCalls):
             repr(account.ramp_starts_per_s),
             self._jitter(),
         ]
-        return ScriptCall(self._release, keys, args, lambda admitted: [text(j) for j in admitted])
+        return keys, args
 
     def admit(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Hand `name`'s free slots to its best waiters still deferred (as `release` does, without freeing one)."""
-        account = self.config(name)
-        now = time.time() if now is None else now
-        admitted = self._admit(
-            keys=[self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()],
-            args=[
-                self.keys.job(""),
-                repr(now),
-                account.max_concurrency,
-                repr(now + ttl_s),
-                "1" if self.predictive else "",
-                repr(account.ramp_starts_per_s),
-                self._jitter(),
-            ],
-        )
-        return [text(j) for j in admitted]
+        keys, args = self._handout(name, ttl_s, now)
+        return _texts(self._admit(keys=keys, args=args))
 
     def add_waiter(
         self,
@@ -541,3 +532,7 @@ def _warning_live(info: WindowInfo | None, now: float) -> bool:
     if info is None or info.resets_at is None:
         return True
     return info.resets_at.timestamp() > now
+
+
+def _texts(replies: list[Any]) -> list[str]:
+    return [text(r) for r in replies]

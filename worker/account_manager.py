@@ -1,8 +1,9 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
 Sync redis (the engine calls it on its Redis threads), with coroutine twins of what every run calls at its end
-(`asettle`, `arelease`, `ajob_done`) on the engine loop's async client. State lives in Redis, so a cooldown one worker writes is
-seen by every worker at its next acquire; the choice itself is the pure `claudeq.worker.account_choice.choose`.
+(`asettle`, `arelease`, `ajob_done`) on the engine loop's async client. State lives in Redis, so a cooldown one
+worker writes is seen by every worker at its next acquire; the choice itself is the pure
+`claudeq.worker.account_choice.choose`.
 """
 
 from __future__ import annotations
@@ -382,27 +383,15 @@ class AccountManager:
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
         the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran)."""
-        self.tenant_store.settle(
-            lease.tenant or DEFAULT_TENANT,
-            lease.account.name,
-            lease.job_id,
-            cost_usd,
-            model=lease.model,
-            turns=turns,
-            reserved=lease.budget_usd is not None,  # a run started without a budget reserved none
-        )
+        tenant, account, job_id = lease.tenant or DEFAULT_TENANT, lease.account.name, lease.job_id
+        reserved = lease.budget_usd is not None  # a run started without a budget reserved none
+        self.tenant_store.settle(tenant, account, job_id, cost_usd, model=lease.model, turns=turns, reserved=reserved)
 
     async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """`settle` on the engine loop (the async client: no thread hop)."""
-        await self.tenant_store.asettle(
-            lease.tenant or DEFAULT_TENANT,
-            lease.account.name,
-            lease.job_id,
-            cost_usd,
-            model=lease.model,
-            turns=turns,
-            reserved=lease.budget_usd is not None,
-        )
+        tenant, account, job_id = lease.tenant or DEFAULT_TENANT, lease.account.name, lease.job_id
+        reserved = lease.budget_usd is not None
+        await self.tenant_store.asettle(tenant, account, job_id, cost_usd, lease.model, turns, reserved=reserved)
 
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""
