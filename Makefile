@@ -52,8 +52,10 @@ bench: venv
 	$(BIN)/python -m bench.bench_goodput
 
 # The control plane alone at fleet scale (fake runner, private Redis). Smaller: make bench-scale BENCH_SCALE_ARGS="--jobs 20000"
+# Then one engine alone (no Celery): CPU per job as built vs every Redis call in a thread.
 bench-scale: venv
 	$(BIN)/python -m bench.bench_scale $(BENCH_SCALE_ARGS)
+	$(BIN)/python -m bench.bench_engine
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

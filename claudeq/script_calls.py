@@ -36,8 +36,9 @@ class AsyncCalls:
     _async: redis.asyncio.Redis | None = None
     _async_scripts: dict[str, AsyncScript] | None = None
 
-    def use_async(self, client: redis.asyncio.Redis) -> None:
-        """Send the coroutine twins' calls on `client` (same server; used on one event loop only)."""
+    def use_async(self, client: redis.asyncio.Redis | None) -> None:
+        """Send the coroutine twins' calls on `client` (same server; used on one event loop only); None: in a
+        thread each, on the sync client."""
         self._async = client
         self._async_scripts = {}
 

@@ -401,7 +401,7 @@ class AccountManager:
         """`job_done` on the engine loop (the async client: no thread hop)."""
         await self.tenant_store.aunindex(tenant, job_id)
 
-    def use_async(self, client: redis.asyncio.Redis) -> None:
+    def use_async(self, client: redis.asyncio.Redis | None) -> None:
         """Send `asettle`, `ajob_done` and `arelease` on `client` (the engine loop's; see WorkerJobStore)."""
         self.store.use_async(client)
         self.tenant_store.use_async(client)
