@@ -192,24 +192,41 @@ class AccountStore(AsyncCalls):
         release), 0 full, -1 disabled, -2 cooling (the account or the family), -3 held (what the API said is left is
         spoken for by the runs in flight), -4 the free slots belong to waiters ranked before `rank` (None: no waiting
         line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping."""
+        return self._run(self._acquire_call(name, job_id, ttl_s, now, rank, family))
+
+    async def atry_acquire(
+        self,
+        name: str,
+        job_id: str,
+        ttl_s: float,
+        now: float | None = None,
+        rank: float | None = None,
+        family: str = "-",
+    ) -> int:
+        """`try_acquire` on the worker's event loop (its async client; else in a thread)."""
+        if self._async is None:
+            return await asyncio.to_thread(self.try_acquire, name, job_id, ttl_s, now, rank, family)
+        return await self._arun(self._async, self._acquire_call(name, job_id, ttl_s, now, rank, family))
+
+    def _acquire_call(
+        self, name: str, job_id: str, ttl_s: float, now: float | None, rank: float | None, family: str
+    ) -> ScriptCall[int]:
         account = self.config(name)
         now = time.time() if now is None else now
-        result = self._acquire(
-            keys=[self.keys.account_slots(name), self.keys.account(name), *self._lines(name)],
-            args=[
-                job_id,
-                account.max_concurrency,
-                repr(now + ttl_s),
-                repr(now),
-                "" if rank is None else repr(rank),
-                self.keys.job(""),
-                FAMILIES.index(family) + 1,
-                "1" if self.predictive else "",
-                repr(account.ramp_starts_per_s),
-                self._jitter(),
-            ],
-        )
-        return int(result)
+        keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name)]
+        args = [
+            job_id,
+            account.max_concurrency,
+            repr(now + ttl_s),
+            repr(now),
+            "" if rank is None else repr(rank),
+            self.keys.job(""),
+            FAMILIES.index(family) + 1,
+            "1" if self.predictive else "",
+            repr(account.ramp_starts_per_s),
+            self._jitter(),
+        ]
+        return ScriptCall(self._acquire, keys, args, int)
 
     def refresh(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> bool:
         """Extend a held slot's expiry (ZADD XX); False when the slot is no longer held."""

@@ -1,7 +1,7 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
-Sync redis (the engine calls it on its Redis threads), with coroutine twins of what every run calls at its end
-(`asettle`, `arelease`, `ajob_done`) on the engine loop's async client. State lives in Redis, so a cooldown one
+Sync redis, with coroutine twins of what every run calls (`aacquire`, `asettle`, `arelease`, `ajob_done`) on the
+engine loop's async client; taking a slot is written once for both (`_slot_steps`, a step function). State lives in Redis, so a cooldown one
 worker writes is seen by every worker at its next acquire; the choice itself is the pure
 `claudeq.worker.account_choice.choose`.
 """
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Generator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
+from typing import Any, Generic, TypeVar, cast
 
 import redis
 import redis.asyncio
@@ -115,8 +117,9 @@ class AccountManager:
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            taken = self._acquire_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds)
-            return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
+            return _untenanted(
+                _drive(self._slot_steps(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds))
+            )
         share = self._share(tenant)
         cap = effective_cap(tenant, share)
         now = time.time()
@@ -140,7 +143,7 @@ class AccountManager:
         if isinstance(admitted, OverBudget):
             self._drop_slots(job_id)
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
-        lease = self._acquire_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
+        lease = _drive(self._slot_steps(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds))
         if isinstance(lease, NoAccount):
             if cap is not None and lease.accounts and not lease.permanent:
                 # It waits in the accounts' lines: it keeps its place among its tenant's runs (until its slot expiry)
@@ -157,6 +160,23 @@ class AccountManager:
         if self.tenants.configured and rank is not None:
             self.tenant_store.advance(rank)  # the fleet's virtual time moves on (with tenants the rank is the tag)
         return lease
+
+    async def aacquire(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = frozenset(),
+        rank: float | None = None,
+        holds: Collection[str] | None = None,
+    ) -> SlotLease | NoAccount:
+        """`acquire` on the engine loop: without a tenants file, its calls go on the async client (the slot's
+        `ACQUIRE`; the rarer reads — the accounts' snapshot, a slot the job may hold, a capped account's budget — on
+        a Redis thread); with one, the whole admission runs on a Redis thread."""
+        if self.tenants.configured:
+            return await in_redis_thread(self.acquire, job_id, spec, exclude, rank, holds)
+        tenant = self.tenants.governing(spec.tenant)
+        steps = self._slot_steps(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds)
+        return _untenanted(await _adrive(steps))
 
     def _share(self, tenant: TenantConfig) -> int | None:
         """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
@@ -198,7 +218,7 @@ class AccountManager:
             return NoAccount(_dt(time.time()), reason, [], permanent=True, kind="budget_exceeded")
         return NoAccount(over.until, reason, [])
 
-    def _acquire_slot(
+    def _slot_steps(
         self,
         job_id: str,
         spec: JobSpec,
@@ -207,19 +227,26 @@ class AccountManager:
         want: float | None,
         rank: float | None,
         holds: Collection[str] | None = None,
-    ) -> SlotLease | NoAccount:
-        """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
+    ) -> Steps[SlotLease | NoAccount]:
+        """Lease a slot on the best eligible account, or say when one may free (NoAccount). Written once for both
+        clients: each Redis call is yielded as an `_Io` and its answer sent back (`_drive`: sync, `_adrive`: on the
+        engine loop)."""
         over: dict[str, OverBudget] = {}
         reserved: set[str] = set()
         family = model_family(spec.model)
         ttl = self.settings.lease_ttl_s
-        for name in self.store.held_by(job_id, among=holds):
+        held_by: list[str] = []
+        if holds is None or holds:
+            held_by = yield _Io(partial(self.store.held_by, job_id, among=holds))
+        for name in held_by:
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
             # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
             # Only where a slot can be is looked at (`holds`): a worker that died in the instant between taking a
             # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
-            if name not in exclude and self.store.try_acquire(name, job_id, ttl, family=family) == 1:
-                held = self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
+            if name in exclude:
+                continue
+            if (yield self._try_acquire(name, job_id, ttl, None, None, family)) == 1:
+                held = yield from self._budgeted_steps(self.store.config(name), job_id, tenant, want, spec.model)
                 if isinstance(held, OverBudget):
                     over[name] = held
                 elif isinstance(held, Reserved):
@@ -232,7 +259,10 @@ class AccountManager:
         rounds, reuse = 0, True
         while rounds < _ACQUIRE_ROUNDS:
             now = time.time()
-            views, reused = self._views(now, tenant.accounts, reuse)
+            reused = self._snapshot_reusable(now, reuse)
+            if not reused:
+                self._snapshot = (now, (yield _Io(partial(self.store.snapshot, now))))
+            views = self._views(tenant.accounts)
             rounds, reuse = rounds + (0 if reused else 1), False
             decision = choose(
                 views,
@@ -258,9 +288,9 @@ class AccountManager:
             for account in decision:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot.
-                got = self.store.try_acquire(account.name, job_id, ttl, now, rank, family)
+                got = yield self._try_acquire(account.name, job_id, ttl, now, rank, family)
                 if got == 1:
-                    lease = self._budgeted(account, job_id, tenant, want, spec.model)
+                    lease = yield from self._budgeted_steps(account, job_id, tenant, want, spec.model)
                     if isinstance(lease, OverBudget):
                         over[account.name] = lease
                         continue
@@ -299,6 +329,25 @@ class AccountManager:
             return NoAccount(later, why, lines)
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
+
+    def _try_acquire(
+        self, name: str, job_id: str, ttl: float, now: float | None, rank: float | None, family: str
+    ) -> _Io[int]:
+        return _Io(
+            partial(self.store.try_acquire, name, job_id, ttl, now, rank, family),
+            partial(self.store.atry_acquire, name, job_id, ttl, now, rank, family),
+        )
+
+    def _budgeted_steps(
+        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
+    ) -> Steps[SlotLease | Reserved | OverBudget]:
+        """`_budgeted`, as a step: no call at all for an account without a spend cap."""
+        if not account.capped:
+            return SlotLease(account, job_id, tenant.name, want, model)
+        budgeted: SlotLease | Reserved | OverBudget = yield _Io(
+            partial(self._budgeted, account, job_id, tenant, want, model)
+        )
+        return budgeted
 
     def _budgeted(
         self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
@@ -621,23 +670,62 @@ class AccountManager:
         if self.store.cool(account, until, reason, family):
             log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
 
-    def _views(
-        self, now: float, allowed: list[str] | None = None, reuse: bool = False
-    ) -> tuple[list[AccountView], bool]:
-        """The accounts as the chooser sees them, and whether that is a reused read (`reuse`: one at most
-        _VIEW_REUSE_S old will do)."""
+    def _snapshot_reusable(self, now: float, reuse: bool) -> bool:
+        """Whether the accounts' last snapshot will do (`reuse`: one at most _VIEW_REUSE_S old)."""
         read = self._snapshot
-        reused = reuse and read is not None and 0 <= now - read[0] <= _VIEW_REUSE_S
-        if not reused or read is None:
-            read = (now, self.store.snapshot(now))
-            self._snapshot = read
+        return reuse and read is not None and 0 <= now - read[0] <= _VIEW_REUSE_S
+
+    def _views(self, allowed: list[str] | None = None) -> list[AccountView]:
+        """The accounts as the chooser sees them, from the last snapshot."""
+        assert self._snapshot is not None
         by_name = {a.name: a for a in self.pool.accounts}
-        views = [
+        return [
             AccountView(by_name[state.name], state, first_free)
-            for state, first_free in read[1]
+            for state, first_free in self._snapshot[1]
             if allowed is None or state.name in allowed
         ]
-        return views, reused
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Io(Generic[T]):
+    """One Redis call of a step function: `sync` on the caller's thread, `aio` (when it has one) on the engine
+    loop's async client, else `sync` on a Redis thread."""
+
+    sync: Callable[[], T]
+    aio: Callable[[], Awaitable[T]] | None = None
+
+
+#: A step function: yields its Redis calls, is sent their answers, returns its result.
+Steps = Generator[_Io[Any], Any, T]
+
+
+def _drive(steps: Steps[T]) -> T:
+    """Run a step function with sync calls."""
+    try:
+        io = next(steps)
+        while True:
+            io = steps.send(io.sync())
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+async def _adrive(steps: Steps[T]) -> T:
+    """Run a step function on the engine loop."""
+    try:
+        io = next(steps)
+        while True:
+            answer = await io.aio() if io.aio is not None else await in_redis_thread(io.sync)
+            io = steps.send(answer)
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:
+    """A slot taken without tenant admission (no tenants file) counts as no tenant's run."""
+    return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
 
 
 def _rejected_family(facts: LimitFacts) -> str:

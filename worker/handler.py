@@ -135,7 +135,7 @@ class DeliveryHandler:
             return Step.finished(status)
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.may_hold is None else d.may_hold | {a.account for a in d.attempts if a.account}
-        acquired = await in_redis_thread(self.accounts.acquire, d.job_id, spec, frozenset(), await self._rank(d), holds)
+        acquired = await self.accounts.aacquire(d.job_id, spec, frozenset(), await self._rank(d), holds)
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")

@@ -46,6 +46,16 @@ class AccountsLike(Protocol):
         """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
         the job may already hold one (None: anywhere)."""
 
+    async def aacquire(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = ...,
+        rank: float | None = ...,
+        holds: Collection[str] | None = ...,
+    ) -> SlotLease | NoAccount:
+        """`acquire`, awaited on the engine loop."""
+
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         """The sorted sets holding the lease's run with an expiry (its account slot first, then its tenant's runs),
         which the run's heartbeat moves on in the same script as its lease."""

@@ -1,7 +1,7 @@
 """The engine's Redis client: a run's hot path (claim, heartbeat, fenced writes, event appends, cancel check, and
 at its end spend, slot release and the tenant index) goes on the worker's async client, on the engine loop, with no
 thread hop; the async pool makes calls past its size wait for a connection rather than fail; the sync calls left
-(account choice, sends, the loops) run on a few threads of their own. Real Redis; the worker's runtime as
+(the accounts' snapshot, sends, the loops) run on a few threads of their own. Real Redis; the worker's runtime as
 `claudeq-worker` builds it."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.account_manager import SlotLease
 from claudeq.worker.app import WorkerRuntime, build_runtime
 from claudeq.worker.engine import engine_executor_workers
@@ -99,35 +100,49 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     assert not store.redis.exists(store.keys.lease(job_id), store.keys.events(job_id))
 
 
-def test_a_runs_end_settles_releases_and_unindexes_on_the_async_client_without_a_thread(
+def test_a_runs_slot_spend_release_and_unindex_go_on_the_async_client_without_a_to_thread_hop(
     runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     accounts = runtime.engine.accounts
     store = runtime.engine.store
     keys = store.keys
     job_id = uuid.uuid4().hex
-    lease = accounts.acquire(job_id, JobSpec(prompt="hi"))  # sync, on this thread
-    assert isinstance(lease, SlotLease)
-    assert store.redis.zscore(keys.account_slots("acct-a"), job_id) is not None
     store.redis.zadd(keys.tenant_jobs("default"), {job_id: time.time()})  # as a producer with tenants indexes it
 
     def no_thread(*_: Any, **__: Any) -> Any:
-        raise AssertionError("a run's end went through a thread")
+        raise AssertionError("a run's slot or end went through asyncio.to_thread")
 
     monkeypatch.setattr("asyncio.to_thread", no_thread)
 
-    async def end_of_run() -> list[str]:
+    async def a_run() -> tuple[SlotLease | NoAccount, bool, list[str]]:
+        lease = await accounts.aacquire(job_id, JobSpec(prompt="hi"), holds=frozenset())
+        assert isinstance(lease, SlotLease)
+        held = store.redis.zscore(keys.account_slots("acct-a"), job_id) is not None
         await accounts.asettle(lease, 0.25, turns=2)
         woken = await accounts.arelease(lease)
         await accounts.ajob_done("default", job_id)
-        return woken
+        return lease, held, woken
 
-    assert runtime.engine.call(end_of_run()).result(timeout=30) == []
+    lease, held, woken = runtime.engine.call(a_run()).result(timeout=30)
     monkeypatch.undo()
+    assert isinstance(lease, SlotLease) and lease.account.name == "acct-a" and lease.tenant is None
+    assert held and woken == []
     assert accounts.tenant_store.spend("account", "acct-a")[0] == pytest.approx(0.25)
     assert accounts.tenant_store.spend("tenant", "default")[0] == pytest.approx(0.25)
     assert store.redis.zscore(keys.account_slots("acct-a"), job_id) is None
     assert store.redis.zscore(keys.tenant_jobs("default"), job_id) is None
+
+
+def test_taking_a_slot_on_the_loop_answers_as_the_sync_path_does(runtime: WorkerRuntime) -> None:
+    """Both drivers of the one slot-taking step function: a full account says when to look again either way."""
+    accounts = runtime.engine.accounts
+    spec = JobSpec(prompt="hi")
+    taken = [accounts.acquire(f"sync-{n}", spec) for n in range(4)]  # the account's 4 slots
+    assert all(isinstance(t, SlotLease) for t in taken)
+    sync_answer = accounts.acquire("sync-5", spec)
+    loop_answer = runtime.engine.call(accounts.aacquire("loop-5", spec)).result(timeout=30)
+    assert isinstance(sync_answer, NoAccount) and isinstance(loop_answer, NoAccount)
+    assert loop_answer.reason == sync_answer.reason and loop_answer.accounts == sync_answer.accounts
 
 
 def test_calls_past_the_async_pools_size_wait_for_a_connection_instead_of_failing(runtime: WorkerRuntime) -> None:

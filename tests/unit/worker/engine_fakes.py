@@ -123,6 +123,16 @@ class FakeAccounts:
                 return NoAccount(min(cooling_ends), "all accounts cooling", names, cooldown=True)
             return NoAccount(now + timedelta(seconds=30), "all accounts busy", [a.name for a in self.accounts])
 
+    async def aacquire(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = frozenset(),
+        rank: float | None = None,
+        holds: Collection[str] | None = None,
+    ) -> SlotLease | NoAccount:
+        return self.acquire(job_id, spec, exclude, rank, holds)
+
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         return []  # slots are held in memory here: the heartbeat has none to move
 
