@@ -1,9 +1,9 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
 Sync redis, with coroutine twins of what every run calls (`aacquire`, `asettle`, `arelease`, `ajob_done`) on the
-engine loop's async client; taking a slot is written once for both (`_slot_steps`, a step function). State lives in Redis, so a cooldown one
-worker writes is seen by every worker at its next acquire; the choice itself is the pure
-`claudeq.worker.account_choice.choose`.
+engine loop's async client; taking a slot is written once for both (`_slot_steps`, a step function). State lives
+in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself is the
+pure `claudeq.worker.account_choice.choose`.
 """
 
 from __future__ import annotations
