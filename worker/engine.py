@@ -39,8 +39,8 @@ T = TypeVar("T")
 
 def engine_executor_workers(concurrency: int) -> int:
     """Calls to Redis the engine may have in flight at once: one heartbeat, one event flush and one write per run,
-    and the background loops. The size of the engine loop's executor (the sync calls: account slots, spend, the
-    loops) and of each of the worker's connection pools (claudeq.worker.app.build_runtime)."""
+    and the background loops. The size of each of the worker's connection pools (claudeq.worker.app.build_runtime)
+    and of the engine loop's default executor (the runs' own blocking work; sync Redis calls have REDIS_THREADS)."""
     return 4 + 3 * concurrency
 
 

@@ -1,9 +1,9 @@
 """A worker's Redis connection pool holds every call its engine can make at once.
 
-The engine makes its Redis calls from a thread pool sized for every run's heartbeat, events and writes at once
-(`engine_executor_workers`). redis-py's pool refuses a connection past its size with MaxConnectionsError (100 by
-default since redis-py 6): a worker at a concurrency of a few hundred then lost claims, writes and slot releases
-under load, each "left to the reconciler". Every call the engine's threads can make at once must get a connection.
+The sync pool is sized for every call the engine may have in flight at once (`engine_executor_workers`; the async
+client's pool has the same size). redis-py's pool refuses a connection past its size with MaxConnectionsError (100
+by default since redis-py 6): a worker at a concurrency of a few hundred then lost claims, writes and slot releases
+under load, each "left to the reconciler". Every call the engine can have in flight must get a connection.
 """
 
 from __future__ import annotations
