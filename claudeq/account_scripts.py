@@ -217,10 +217,23 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
 end
 """
 
-_ADMISSION = _STATE + _HELD + _GATE + _ADMIT
+# Frees `job`'s slot, then hands the free slots to the best waiters still `deferred` (`admit`; their ids are added
+# to `out`). With nobody in line, that is the ZREM and one look at the lines (expired slots are left to the
+# promoter's pass).
+_RELEASE_FN = """
+local function release(job, slots, hash, lines, max, expiry, now, job_prefix, jk, o, out)
+  redis.call('ZREM', slots, job)
+  if redis.call('EXISTS', lines[1], lines[2], lines[3], lines[4]) == 0 then return end
+  admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, out)
+end
+"""
+
+ADMISSION = _STATE + _HELD + _GATE + _ADMIT + _RELEASE_FN
 
 # KEYS: slots, account hash, the four lines. ARGV: job_id, max_concurrency, expiry_s, now_s, rank ('' = none),
-# job_key_prefix, family index (1..4 in FAMS), predictive ('1'/''), ramp rate, jitter_s
+# job_key_prefix, family index (1..4 in FAMS), predictive ('1'/''), ramp rate, jitter_s, may hold ('1'/'': whether
+# the job may hold a slot here already; '' skips that check and counts the live slots without dropping the expired
+# ones, which the promoter's pass (`admit`) drops: two commands fewer on every first acquire)
 # -> 1 acquired (or already held: ZADD refreshes, so a redelivery never takes two slots; a slot handed over by
 #    `admit` is taken this way, unless the job's family was closed meanwhile: then it is given back, -5), 0 full,
 #    -1 disabled, -2 cooling (the account, or the job's model family), -3 held (see _HELD), -4 the free slots
@@ -228,23 +241,29 @@ _ADMISSION = _STATE + _HELD + _GATE + _ADMIT
 #    account's state is checked here too, so a cooldown written by another worker a moment ago is honoured even
 #    when the caller's snapshot was older.
 ACQUIRE = (
-    _ADMISSION
+    ADMISSION
     + """
 local now, max = tonumber(ARGV[4]), tonumber(ARGV[2])
 local fam, predictive, rate = FAMS[tonumber(ARGV[7])], ARGV[8] == '1', tonumber(ARGV[9])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4])
-local st = account_state(KEYS[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  local others = redis.call('ZCARD', KEYS[1]) - 1
-  local closed = fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now
-  if closed or reserved(st, others, now, fam, predictive) then
-    redis.call('ZREM', KEYS[1], ARGV[1])
-    return -5
+local st, n
+if ARGV[11] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4])
+  st = account_state(KEYS[2])
+  if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+    local others = redis.call('ZCARD', KEYS[1]) - 1
+    local closed = fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now
+    if closed or reserved(st, others, now, fam, predictive) then
+      redis.call('ZREM', KEYS[1], ARGV[1])
+      return -5
+    end
+    redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+    return 1
   end
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-  return 1
+  n = redis.call('ZCARD', KEYS[1])
+else
+  st = account_state(KEYS[2])
+  n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[4], '+inf')
 end
-local n = redis.call('ZCARD', KEYS[1])
 local g = gate(KEYS[2], st, n, max, now, fam, predictive, rate, ARGV[10])
 if g ~= 1 then return g end
 -- With no rank, or no line holding anyone, the job is in no line.
@@ -287,14 +306,14 @@ return 1
 # KEYS: slots, account hash, the four lines, deferred, queued. ARGV: job_id, job_key_prefix, now_s,
 # max_concurrency, expiry_s, predictive, ramp rate, jitter_s
 # Frees the job's slot, then hands the free slots to the best waiters still `deferred` (`admit`) -> their ids, now
-# queued: the caller sends their messages. A cooling or disabled account admits nobody.
+# queued: the caller sends their messages. A cooling or disabled account admits nobody. The terminal write of a
+# job does the same in its own script (FINISH in claudeq/worker/job_scripts.py).
 RELEASE = (
-    _ADMISSION
+    ADMISSION
     + """
-redis.call('ZREM', KEYS[1], ARGV[1])
 local out = {}
-admit({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], KEYS[2], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[3]), ARGV[2],
-      {KEYS[7], KEYS[8]}, {ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]}, out)
+release(ARGV[1], KEYS[1], KEYS[2], {KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[3]),
+        ARGV[2], {KEYS[7], KEYS[8]}, {ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]}, out)
 return out
 """
 )
@@ -304,7 +323,7 @@ return out
 # The promoter's pass over an account: hand its free slots to its best waiters (after a cooldown ends, a hold
 # lifts, a window resets, or a slot expired) -> their ids, now queued: the caller sends their messages.
 ADMIT = (
-    _ADMISSION
+    ADMISSION
     + """
 local out = {}
 admit({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], KEYS[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[2]), ARGV[1],
@@ -354,7 +373,7 @@ return 1
 # caller yielded to better-ranked waiters that nobody has promoted yet. -> the ids handed a slot, now queued: the
 # caller sends their messages (its own job among them when it is first in line for a free slot).
 ADD_WAITER = (
-    _ADMISSION
+    ADMISSION
     + """
 local out = {}
 local n = (#KEYS - 2) / 6

@@ -187,12 +187,14 @@ class AccountStore(AsyncCalls):
         now: float | None = None,
         rank: float | None = None,
         family: str = "-",
+        may_hold: bool = True,
     ) -> int:
         """Take a slot on `name` for a job of model `family`: 1 acquired (or already held, e.g. handed over by a
         release), 0 full, -1 disabled, -2 cooling (the account or the family), -3 held (what the API said is left is
         spoken for by the runs in flight), -4 the free slots belong to waiters ranked before `rank` (None: no waiting
-        line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping."""
-        return self._run(self._acquire_call(name, job_id, ttl_s, now, rank, family))
+        line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping.
+        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one)."""
+        return self._run(self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold))
 
     async def atry_acquire(
         self,
@@ -202,14 +204,22 @@ class AccountStore(AsyncCalls):
         now: float | None = None,
         rank: float | None = None,
         family: str = "-",
+        may_hold: bool = True,
     ) -> int:
         """`try_acquire` on the worker's event loop (its async client; else in a thread)."""
         if self._async is None:
-            return await asyncio.to_thread(self.try_acquire, name, job_id, ttl_s, now, rank, family)
-        return await self._arun(self._async, self._acquire_call(name, job_id, ttl_s, now, rank, family))
+            return await asyncio.to_thread(self.try_acquire, name, job_id, ttl_s, now, rank, family, may_hold)
+        return await self._arun(self._async, self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold))
 
     def _acquire_call(
-        self, name: str, job_id: str, ttl_s: float, now: float | None, rank: float | None, family: str
+        self,
+        name: str,
+        job_id: str,
+        ttl_s: float,
+        now: float | None,
+        rank: float | None,
+        family: str,
+        may_hold: bool,
     ) -> ScriptCall[int]:
         account = self.config(name)
         now = time.time() if now is None else now
@@ -225,6 +235,7 @@ class AccountStore(AsyncCalls):
             "1" if self.predictive else "",
             repr(account.ramp_starts_per_s),
             self._jitter(),
+            "1" if may_hold else "",
         ]
         return ScriptCall(self._acquire, keys, args, int)
 
@@ -245,10 +256,10 @@ class AccountStore(AsyncCalls):
         return await self._arun(self._async, self._release_call(name, job_id, ttl_s, None))
 
     def _release_call(self, name: str, job_id: str, ttl_s: float, now: float | None) -> ScriptCall[list[str]]:
-        keys, args = self._handout(name, ttl_s, now)
+        keys, args = self.handout(name, ttl_s, now)
         return ScriptCall(self._release, keys, [job_id, *args], _texts)
 
-    def _handout(self, name: str, ttl_s: float, now: float | None) -> tuple[list[str], list[Any]]:
+    def handout(self, name: str, ttl_s: float, now: float | None) -> tuple[list[str], list[Any]]:
         """The keys and arguments RELEASE and ADMIT share: what hands `name`'s free slots to its waiters."""
         account = self.config(name)
         now = time.time() if now is None else now
@@ -266,7 +277,7 @@ class AccountStore(AsyncCalls):
 
     def admit(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Hand `name`'s free slots to its best waiters still deferred (as `release` does, without freeing one)."""
-        keys, args = self._handout(name, ttl_s, now)
+        keys, args = self.handout(name, ttl_s, now)
         return _texts(self._admit(keys=keys, args=args))
 
     def add_waiter(

@@ -95,6 +95,8 @@ end
 # KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq.
 # ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, field, value, ...
 # A conversation turn is numbered here, at submit: the turn lock (claudeq/conversations.py) follows that order.
+# A batch submit writes a job with neither (no idempotency key, no conversation) as the same three commands
+# without the script, its index entries in one ZADD per set with the rest of its batch (JobStore.create_many).
 CREATE = (
     NEXT_TURN_FN
     + """

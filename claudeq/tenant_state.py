@@ -482,7 +482,7 @@ class TenantStore(AsyncCalls):
         process's (a producer without the tenants file files every job under `default`): so every name it can
         have been filed under — its own, the one governing it here, `default` — loses it. So does the tenant's line
         (a job that ended while waiting in it, e.g. cancelled)."""
-        indexes, done = self._unindex_keys(tenant)
+        indexes, done = self.unindex_keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
         for key in indexes:
             pipe.zrem(key, job_id)
@@ -495,7 +495,7 @@ class TenantStore(AsyncCalls):
         if self._async is None:
             await asyncio.to_thread(self.unindex, tenant, job_id)
             return
-        indexes, done = self._unindex_keys(tenant)
+        indexes, done = self.unindex_keys(tenant)
         if len(indexes) == 1 and done is None:
             await self._async.zrem(indexes[0], job_id)  # no tenants file: one command, no pipeline
             return
@@ -506,7 +506,7 @@ class TenantStore(AsyncCalls):
             pipe.hset(self.keys.tenants_done, done, repr(time.time()))
         await pipe.execute()
 
-    def _unindex_keys(self, tenant: str) -> tuple[list[str], str | None]:
+    def unindex_keys(self, tenant: str) -> tuple[list[str], str | None]:
         """The sorted sets a finished job of `tenant` leaves, and the tenant whose last job's end is recorded (with
         reserve_share: the idle grace counts from it)."""
         governing = self.tenants.governing(tenant).name

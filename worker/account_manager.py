@@ -8,6 +8,7 @@ pure `claudeq.worker.account_choice.choose`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Generator
@@ -28,6 +29,7 @@ from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.tenant_state import BALANCE_REPAY_S, AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
+from claudeq.worker.job_store import SlotRelease
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -85,6 +87,9 @@ class AccountManager:
         self._last_tokens: dict[str, tuple[float, int, int]] = {}
         self._tokens_per_request: dict[str, float] = {}
         self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
+        #: The snapshot read in flight on the engine loop: the acquires that find the last one too old meanwhile
+        #: share it instead of each reading its own (a burst of claims once read the accounts ~10 times a second).
+        self._snapshot_read: asyncio.Future[list[tuple[AccountState, datetime | None]]] | None = None
         #: The fleet's slots as this worker knows them (reserved fair share divides them among active tenants).
         self.slots = sum(a.max_concurrency for a in self.pool.accounts)
         # (read at, active tenants, their catch-up balances), reused like _snapshot
@@ -245,7 +250,7 @@ class AccountManager:
             # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
             if name in exclude:
                 continue
-            if (yield self._try_acquire(name, job_id, ttl, None, None, family)) == 1:
+            if (yield self._try_acquire(name, job_id, ttl, None, None, family, True)) == 1:
                 held = yield from self._budgeted_steps(self.store.config(name), job_id, tenant, want, spec.model)
                 if isinstance(held, OverBudget):
                     over[name] = held
@@ -261,7 +266,7 @@ class AccountManager:
             now = time.time()
             reused = self._snapshot_reusable(now, reuse)
             if not reused:
-                self._snapshot = (now, (yield _Io(partial(self.store.snapshot, now))))
+                self._snapshot = (now, (yield _Io(partial(self.store.snapshot, now), partial(self._asnapshot, now))))
             views = self._views(tenant.accounts)
             rounds, reuse = rounds + (0 if reused else 1), False
             decision = choose(
@@ -287,8 +292,9 @@ class AccountManager:
             ramping: list[str] = []
             for account in decision:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
-                # or cooled the account since the snapshot.
-                got = yield self._try_acquire(account.name, job_id, ttl, now, rank, family)
+                # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
+                # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
+                got = yield self._try_acquire(account.name, job_id, ttl, now, rank, family, account.name in held_by)
                 if got == 1:
                     lease = yield from self._budgeted_steps(account, job_id, tenant, want, spec.model)
                     if isinstance(lease, OverBudget):
@@ -330,12 +336,22 @@ class AccountManager:
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
+    async def _asnapshot(self, now: float) -> list[tuple[AccountState, datetime | None]]:
+        """The accounts' snapshot on the engine loop (read on a Redis thread): one read at a time, shared by every
+        acquire that wants one while it is in flight. Its answer is at most that read's round trip older than `now`,
+        well within _VIEW_REUSE_S; ACQUIRE re-checks the account atomically anyway."""
+        reading = self._snapshot_read
+        if reading is None or reading.done() or reading.get_loop() is not asyncio.get_running_loop():
+            reading = asyncio.ensure_future(in_redis_thread(self.store.snapshot, now))
+            self._snapshot_read = reading
+        return await asyncio.shield(reading)
+
     def _try_acquire(
-        self, name: str, job_id: str, ttl: float, now: float | None, rank: float | None, family: str
+        self, name: str, job_id: str, ttl: float, now: float | None, rank: float | None, family: str, may_hold: bool
     ) -> _Io[int]:
         return _Io(
-            partial(self.store.try_acquire, name, job_id, ttl, now, rank, family),
-            partial(self.store.atry_acquire, name, job_id, ttl, now, rank, family),
+            partial(self.store.try_acquire, name, job_id, ttl, now, rank, family, may_hold),
+            partial(self.store.atry_acquire, name, job_id, ttl, now, rank, family, may_hold),
         )
 
     def _budgeted_steps(
@@ -407,6 +423,19 @@ class AccountManager:
         if lease.tenant is not None:
             return await in_redis_thread(self.release, lease)
         return await self.store.arelease(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
+
+    def slot_release(self, lease: SlotLease, tenant: str) -> SlotRelease | None:
+        """What the job's terminal write can free in its own script (WorkerJobStore.afinish): the slot of a run
+        admitted as no tenant's (no tenants file) and the job's entries in the active-job index (`tenant`: the
+        name its spec gives). None for a tenant's run: its release reads and moves the tenant's state (`arelease`,
+        `ajob_done`)."""
+        if lease.tenant is not None or self.tenants.configured:
+            return None
+        unindex, done = self.tenant_store.unindex_keys(tenant)
+        if done is not None:
+            return None
+        keys, args = self.store.handout(lease.account.name, self.settings.lease_ttl_s, None)
+        return SlotRelease(keys[:6], args, unindex)
 
     def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
         """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account

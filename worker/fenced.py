@@ -20,9 +20,9 @@ import redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from claudeq.jobs import JobFields
-from claudeq.models import Event, JobStatus
+from claudeq.models import TERMINAL, Event, JobStatus
 from claudeq.worker.delivery import Delivery
-from claudeq.worker.job_store import WorkerJobStore
+from claudeq.worker.job_store import SlotRelease, WorkerJobStore
 
 log = logging.getLogger("claudeq.engine")
 
@@ -39,10 +39,17 @@ class FencedWriter:
         self.linger_s = linger_s
 
     async def write(
-        self, d: Delivery, status: JobStatus | None = None, event: Event | None = None, **fields: Unpack[JobFields]
+        self,
+        d: Delivery,
+        status: JobStatus | None = None,
+        event: Event | None = None,
+        *,
+        release: SlotRelease | None = None,
+        **fields: Unpack[JobFields],
     ) -> bool:
         """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
-        the fence holds; False (and the delivery lost) when stale."""
+        the fence holds; False (and the delivery lost) when stale. `release` (a terminal status only): free the
+        run's slot and index entries in the same script (WorkerJobStore.afinish)."""
         if d.lost:
             return False
         if event is not None and event.attempt is None and d.attempts:
@@ -51,20 +58,28 @@ class FencedWriter:
             events, d.pending_events = d.pending_events, []
             if event is not None:
                 events.append(event)
-            return await self._write_locked(d, status, events, fields)
+            return await self._write_locked(d, status, events, fields, release)
 
     async def _write_locked(
-        self, d: Delivery, status: JobStatus | None, events: list[Event], fields: JobFields
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        events: list[Event],
+        fields: JobFields,
+        release: SlotRelease | None = None,
     ) -> bool:
         if d.lost:
             return False
         started = time.monotonic()
         try:
-            ok = await self._write_once(d, status, events, fields)
+            ok = await self._write_once(d, status, events, fields, release)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # A blip: try again for up to half a lease from the first try. It may have landed with its reply lost:
-            # then the job already holds what we wrote.
-            ok = await self._write_retrying(d, status, events, fields, started, exc) or await self._landed(d, status)
+            # then the job already holds what we wrote (and `release.done` stays False: the caller frees the slot
+            # again, which is harmless).
+            ok = await self._write_retrying(d, status, events, fields, started, exc, release) or await self._landed(
+                d, status
+            )
         if not ok:
             log.warning("job %s: stale fence %d, write dropped (another worker owns the job)", d.job_id, d.fence)
             d.why = "lost"
@@ -79,6 +94,7 @@ class FencedWriter:
         fields: JobFields,
         started: float,
         first: redis.RedisError,
+        release: SlotRelease | None = None,
     ) -> bool:
         """The tries after a first one that failed (`first`); raises the last error once half a lease has gone
         since `started`."""
@@ -95,10 +111,19 @@ class FencedWriter:
             with attempt:
                 if attempt.retry_state.attempt_number == 1:
                     await asyncio.sleep(0.1)  # the wait before a second try
-                ok = await self._write_once(d, status, events, fields)
+                ok = await self._write_once(d, status, events, fields, release)
         return ok
 
-    async def _write_once(self, d: Delivery, status: JobStatus | None, events: list[Event], fields: JobFields) -> bool:
+    async def _write_once(
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        events: list[Event],
+        fields: JobFields,
+        release: SlotRelease | None = None,
+    ) -> bool:
+        if release is not None and status in TERMINAL:
+            return await self.store.afinish(d.job_id, d.fence, status, release, events, **fields)
         return await self.store.awrite(d.job_id, d.fence, status, events=events, **fields)
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> bool:

@@ -320,19 +320,27 @@ class DeliveryHandler:
     async def finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> Finish:
         """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
         data = {"kind": error.kind, "message": error.message} if error else {}
+        # The run's slot and the job's index entries go in the same script as the status when they can (a run
+        # admitted as no tenant's): one round trip for the job's end.
+        release = None if d.slot is None or d.lost else self.accounts.slot_release(d.slot, d.record.spec.tenant)
         ok = await self.writer.write(
             d,
             status,
             Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
+            release=release,
             attempts=d.attempts,
             result=self._result(d),
             session_id=d.session_id,
             error=error,
         )
+        if release is not None and release.done:
+            d.slot = None
+            await self.dispatch.send_admitted(release.admitted)
         await self.dispatch.release(d)
         if not ok:
             return "lost"
-        await _quietly(self.accounts.ajob_done(d.record.spec.tenant, d.job_id), "job_done")
+        if release is None or not release.done:
+            await _quietly(self.accounts.ajob_done(d.record.spec.tenant, d.job_id), "job_done")
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
         except Exception:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Unpack, cast
 
 import redis
@@ -59,6 +59,20 @@ class Claim:
         return self.result == "ok"
 
 
+@dataclass
+class SlotRelease:
+    """What a job's terminal write frees in the same script (FINISH): the run's account slot (`keys`: slots, account
+    hash, its four lines; `args`: RELEASE's handout arguments) and the job's entries in its tenants' active-job
+    index (`unindex`). After the write, `done` says whether they were (the fence held) and `admitted` lists the
+    waiters the slot was handed to (now queued: the caller sends their messages)."""
+
+    keys: list[str]
+    args: list[Any]
+    unindex: list[str]
+    done: bool = False
+    admitted: list[str] = field(default_factory=list)
+
+
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
 
@@ -85,6 +99,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         self._claim = client.register_script(scripts.CLAIM)
         self._heartbeat = client.register_script(scripts.HEARTBEAT)
         self._write = client.register_script(scripts.WRITE)
+        self._finish = client.register_script(scripts.FINISH)
         self._promote = client.register_script(scripts.PROMOTE)
         self._recover = client.register_script(scripts.RECOVER)
         self._resend = client.register_script(scripts.RESEND)
@@ -192,6 +207,55 @@ class WorkerJobStore(AsyncCalls, JobStore):
         if self._async is None:
             return await asyncio.to_thread(self.write, job_id, fence, status, score, event, events, **fields)
         return await self._arun(self._async, self._write_call(job_id, fence, status, score, event, events, fields))
+
+    async def afinish(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus,
+        release: SlotRelease,
+        events: Sequence[Event] = (),
+        **fields: Unpack[JobFields],
+    ) -> bool:
+        """A terminal `awrite` that also frees the run's slot and takes the job out of its tenants' index, in one
+        script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease)."""
+        if status not in TERMINAL:
+            raise ValueError("finish writes a terminal status")
+        if self._async is None:
+            return await asyncio.to_thread(self._finish_sync, job_id, fence, status, release, events, fields)
+        call = self._finish_call(job_id, fence, status, release, events, fields)
+        return await self._arun(self._async, call)
+
+    def _finish_sync(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus,
+        release: SlotRelease,
+        events: Sequence[Event],
+        fields: JobFields,
+    ) -> bool:
+        return self._run(self._finish_call(job_id, fence, status, release, events, fields))
+
+    def _finish_call(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus,
+        release: SlotRelease,
+        events: Sequence[Event],
+        fields: JobFields,
+    ) -> ScriptCall[bool]:
+        write = self._write_call(job_id, fence, status, 0, None, events, fields)
+
+        def parse(reply: list[Any]) -> bool:
+            release.done = bool(int(reply[0]))
+            release.admitted = [text(job) for job in reply[1:]]
+            return release.done
+
+        return ScriptCall(
+            self._finish, [*write.keys, *release.keys, *release.unindex], [*release.args, *write.args], parse
+        )
 
     def _write_call(
         self,

@@ -14,7 +14,7 @@ from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.account_manager import SlotLease
 from claudeq.worker.engine import Engine
-from claudeq.worker.job_store import WorkerJobStore
+from claudeq.worker.job_store import SlotRelease, WorkerJobStore
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 
 Script = Callable[[Any, Callable[[Event], Awaitable[None]], asyncio.Event], Awaitable[RunOutcome]]
@@ -177,6 +177,9 @@ class FakeAccounts:
 
     async def ajob_done(self, tenant: str, job_id: str) -> None:
         self.job_done(tenant, job_id)
+
+    def slot_release(self, lease: SlotLease, tenant: str) -> SlotRelease | None:
+        return None  # the fakes free slots through arelease and ajob_done
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         self.observed.append((account, signal))

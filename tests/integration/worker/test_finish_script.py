@@ -1,0 +1,146 @@
+"""A job's end in one script (FINISH): the terminal write frees the run's account slot, hands it to the best waiter
+and takes the job out of the active-job index, in the same step and only while the run's fence holds the job. Real
+Redis; the worker's runtime as `claudeq-worker` builds it (no tenants file: every run is admitted as no tenant's)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from claudeq.config.settings import Settings
+from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.worker.account_manager import AccountManager, SlotLease
+from claudeq.worker.app import WorkerRuntime, build_runtime
+from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
+from tests.conftest import make_settings
+from tests.support.worker_proc import SimAccount, write_accounts_toml
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def runtime(redis_url: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerRuntime]:
+    account = SimAccount("acct-a", max_concurrency=1)
+    monkeypatch.setenv(account.token_env, account.token_value)
+    monkeypatch.setenv(BENCH_FAKE_RUNNER_ENV, "0.05")  # runs of the engine test: no CLI
+    accounts_file = write_accounts_toml(tmp_path / "accounts.toml", [account], "http://127.0.0.1:9")
+    settings: Settings = make_settings(redis_url, unique, concurrency=2, accounts_file=accounts_file)
+    rt = build_runtime(settings, worker_id=f"finish-test-{unique}")
+    rt.engine.start()
+    try:
+        yield rt
+    finally:
+        rt.engine.stop()
+        for key in rt.engine.store.redis.scan_iter(match=f"{settings.key_prefix}*", count=1000):
+            rt.engine.store.redis.delete(key)
+        rt.engine.store.redis.close()
+
+
+def _accounts(rt: WorkerRuntime) -> AccountManager:
+    assert isinstance(rt.engine.accounts, AccountManager)
+    return rt.engine.accounts
+
+
+def _running_with_slot(rt: WorkerRuntime) -> tuple[str, int, SlotLease]:
+    """A claimed job holding the account's only slot, indexed under its tenant as a producer in a fleet that
+    uses tenants indexes it."""
+    store, accounts = rt.engine.store, _accounts(rt)
+    job_id = uuid.uuid4().hex
+    spec = JobSpec(prompt="hi", tenant="acme")
+    store.create(JobRecord(id=job_id, spec=spec, status="queued", created_at=utcnow()))
+    for name in ("acme", "default"):
+        store.redis.zadd(store.keys.tenant_jobs(name), {job_id: 1.0})
+    claim = store.claim(job_id, "w1", 30)
+    lease = accounts.acquire(job_id, spec)
+    assert claim.ok and isinstance(lease, SlotLease)
+    return job_id, claim.fence, lease
+
+
+def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: WorkerRuntime) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    slots = store.keys.account_slots("acct-a")
+    job_id, fence, lease = _running_with_slot(runtime)
+    release = accounts.slot_release(lease, "acme")
+    assert release is not None
+
+    done = runtime.engine.call(
+        store.afinish(job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok"))
+    ).result(10)
+
+    assert done and release.done and release.admitted == []
+    record = store.get(job_id)
+    assert record.status == "succeeded" and record.result is not None and record.result.text == "ok"
+    assert [e.type for _, e in store.read_events(job_id)] == ["submitted", "succeeded"]
+    assert store.redis.zscore(slots, job_id) is None
+    assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is None
+    assert store.redis.zscore(store.keys.tenant_jobs("default"), job_id) is None
+    assert not store.redis.sismember(store.keys.running, job_id)
+
+
+def test_a_stale_fence_writes_and_frees_nothing(runtime: WorkerRuntime) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    slots = store.keys.account_slots("acct-a")
+    job_id, fence, lease = _running_with_slot(runtime)
+    release = accounts.slot_release(lease, "acme")
+    assert release is not None
+
+    done = runtime.engine.call(store.afinish(job_id, fence + 1, "failed", release)).result(10)
+
+    # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it.
+    assert not done and not release.done
+    assert store.get(job_id).status == "running"
+    assert store.redis.zscore(slots, job_id) is not None
+    assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None
+
+
+def test_the_freed_slot_goes_to_the_waiter_in_line(runtime: WorkerRuntime) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    slots = store.keys.account_slots("acct-a")
+    job_id, fence, lease = _running_with_slot(runtime)
+    waiter = uuid.uuid4().hex
+    store.create(JobRecord(id=waiter, spec=JobSpec(prompt="next"), status="queued", created_at=utcnow()))
+    store.redis.hset(store.keys.job(waiter), "status", "deferred")
+    store.redis.zrem(store.keys.queued, waiter)
+    store.redis.zadd(store.keys.deferred, {waiter: 1e12})
+    assert accounts.store.add_waiter(["acct-a"], waiter, 1.0) == []  # the only slot is taken
+
+    release = accounts.slot_release(lease, "acme")
+    assert release is not None
+    done = runtime.engine.call(store.afinish(job_id, fence, "succeeded", release)).result(10)
+
+    assert done and release.admitted == [waiter]
+    assert store.get(waiter).status == "queued"
+    assert store.redis.zscore(slots, waiter) is not None and store.redis.zscore(slots, job_id) is None
+
+
+def test_a_tenants_run_is_freed_apart(runtime: WorkerRuntime) -> None:
+    job_id, _, lease = _running_with_slot(runtime)
+    # A tenant's run (admitted with tenants configured) frees its slot with its tenant's state: not in the write.
+    assert _accounts(runtime).slot_release(SlotLease(lease.account, job_id, "acme"), "acme") is None
+
+
+def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    slots = store.keys.account_slots("acct-a")
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    separately: list[str] = []
+
+    async def arelease(lease: SlotLease) -> list[str]:
+        separately.append("release")
+        return []
+
+    async def ajob_done(tenant: str, job_id: str) -> None:
+        separately.append("job_done")
+
+    monkeypatch.setattr(accounts, "arelease", arelease)
+    monkeypatch.setattr(accounts, "ajob_done", ajob_done)
+    delivered = runtime.engine.deliver_blocking(job_id)
+
+    assert str(delivered) == "succeeded", delivered
+    assert store.get(job_id).status == "succeeded"
+    # The slot went with the terminal write, in its script: no separate release or unindex call.
+    assert store.redis.zcard(slots) == 0 and separately == []
