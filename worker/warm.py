@@ -306,8 +306,15 @@ class WarmPool:
         now = time.monotonic()
         expired = [c for c in self._idle if now - c.idle_since >= self.settings.warm_idle_s]
         for cli in expired:
+            if self._closed or cli not in self._idle:
+                return  # close() stops what is left
             self._idle.remove(cli)
-            await self.stop(cli, "idle")
+            # A background task of its own: close() waits for it, and cancelling the reaper (at close) cannot
+            # cut the stop short between killing the CLI and revoking its stand-in.
+            stopping: asyncio.Task[None] = asyncio.ensure_future(self.stop(cli, "idle"))
+            self._background.add(stopping)
+            stopping.add_done_callback(self._background.discard)
+            await asyncio.shield(stopping)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
