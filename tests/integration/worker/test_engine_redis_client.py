@@ -19,7 +19,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.account_manager import AccountManager, SlotLease
 from claudeq.worker.app import WorkerRuntime, build_runtime
 from claudeq.worker.engine import engine_executor_workers
 from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
@@ -143,6 +143,31 @@ def test_taking_a_slot_on_the_loop_answers_as_the_sync_path_does(runtime: Worker
     loop_answer = runtime.engine.call(accounts.aacquire("loop-5", spec)).result(timeout=30)
     assert isinstance(sync_answer, NoAccount) and isinstance(loop_answer, NoAccount)
     assert loop_answer.reason == sync_answer.reason and loop_answer.accounts == sync_answer.accounts
+
+
+def test_acquires_at_the_same_time_share_one_read_of_the_accounts(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of claims wants the accounts' snapshot at once: one read in flight serves them all."""
+    accounts = runtime.engine.accounts
+    assert isinstance(accounts, AccountManager)
+    reads: list[float | None] = []
+    snapshot = accounts.store.snapshot
+
+    def slow_snapshot(now: float | None = None) -> Any:
+        reads.append(now)
+        time.sleep(0.1)  # a slow Redis: the other acquires arrive while this read is in flight
+        return snapshot(now)
+
+    monkeypatch.setattr(accounts.store, "snapshot", slow_snapshot)
+    spec = JobSpec(prompt="hi")
+
+    async def burst() -> list[SlotLease | NoAccount]:
+        return await asyncio.gather(*(accounts.aacquire(f"burst-{n}", spec) for n in range(4)))
+
+    taken = runtime.engine.call(burst()).result(timeout=30)
+    assert all(isinstance(t, SlotLease) for t in taken), taken
+    assert len(reads) == 1, reads
 
 
 def test_calls_past_the_async_pools_size_wait_for_a_connection_instead_of_failing(runtime: WorkerRuntime) -> None:
