@@ -132,6 +132,7 @@ class JobStore:
         self.conversation_ttl_s = conversation_ttl_s if conversation_ttl_s is not None else result_ttl_s
         #: The queue named in the `submitted` event of a job that set none (make_store sets the fleet's default).
         self.default_queue: str | None = None
+        self._announced: dict[str, float] = {}  # job id -> when this store last announced following it (monotonic)
         self._create = client.register_script(scripts.CREATE)
         self._cancel = client.register_script(scripts.CANCEL)
 
@@ -385,10 +386,26 @@ class JobStore:
         except ValidationError:
             return None
 
+    def announce_follow(self, job_id: str, now: float | None = None) -> None:
+        """Say that someone follows `job_id`'s events: the worker running it stores them within 0.1 s instead of
+        letting them wait for its next write (a PUBLISH; every FOLLOW_ANNOUNCE_S while following). At most one
+        announcement per FOLLOW_ANNOUNCE_S per job from this store; a failure only means the events come later."""
+        now = time.monotonic() if now is None else now
+        if now - self._announced.get(job_id, -FOLLOW_ANNOUNCE_S) < FOLLOW_ANNOUNCE_S:
+            return
+        self._announced[job_id] = now
+        if len(self._announced) > 1000:  # forget old jobs
+            self._announced = {k: v for k, v in self._announced.items() if now - v < FOLLOW_ANNOUNCE_S}
+        try:
+            self.redis.publish(self.keys.follow_channel, job_id)
+        except redis.RedisError:
+            pass
+
     def follow_events(self, job_id: str, poll_ms: int = 1000) -> Iterator[Event]:
         """Yield events as they come until the job is finished and the stream is drained."""
         after = "0-0"
         while True:
+            self.announce_follow(job_id)
             batch = self.read_events(job_id, after=after, block_ms=poll_ms)
             for entry_id, event in batch:
                 after = entry_id
@@ -401,6 +418,10 @@ class JobStore:
                         yield event
                     return
 
+
+#: How often a follower announces itself (s): the worker holds a followed job's events for at most 0.1 s while
+#: announcements keep coming (claudeq.worker.fenced.FOLLOW_HOLD_S is a few of these).
+FOLLOW_ANNOUNCE_S = 2.0
 
 #: The entry id of the `submitted` event read_events makes from the record (before any stream entry id).
 SUBMITTED_ENTRY_ID = "0-1"

@@ -38,6 +38,11 @@ class Keys:
         return f"{self.prefix}cancel"
 
     @property
+    def follow_channel(self) -> str:
+        """Pub/sub channel: a job id published here says someone follows its events (its run stores them at once)."""
+        return f"{self.prefix}follow"
+
+    @property
     def jobs(self) -> str:
         """Sorted set: job ids by creation time (ms)."""
         return f"{self.prefix}jobs"

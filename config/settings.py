@@ -148,6 +148,14 @@ class Settings(BaseSettings):
         "(refreshed on every append); default: result_ttl_s.",
     )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
+    event_flush_s: float = Field(
+        default=2.0,
+        ge=0.1,
+        le=30,
+        description="How long a run's events may wait to be stored while nobody follows the job (s): they go with "
+        "the run's next status write or after this long, whichever comes first. A followed job's (events --follow, "
+        "the client's and MCP's follow) wait at most 0.1 s. A worker killed mid-run loses what was still waiting.",
+    )
     max_prompt_bytes: int = Field(default=1_000_000, ge=1, description="Largest prompt accepted at submit.")
     max_spec_bytes: int = Field(default=2_000_000, ge=1, description="Largest whole spec (JSON) accepted at submit.")
 

@@ -293,6 +293,7 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
     warned = False
     while True:
         wait_ms = 500 if deadline is None else max(1, min(500, int((deadline - time.monotonic()) * 1000)))
+        store.announce_follow(job_id)  # the worker running it stores its events at once while we follow
         for entry_id, event in store.read_events(job_id, after, block_ms=wait_ms):
             after = entry_id
             text = line(event)

@@ -368,6 +368,8 @@ class AsyncClient:
         after = "0-0"
         store = self.sync.store
         while True:
+            if follow:
+                await asyncio.to_thread(store.announce_follow, job_id)  # its worker stores the events at once
             batch = await asyncio.to_thread(store.read_events, job_id, after)
             for entry_id, event in batch:
                 after = entry_id

@@ -245,6 +245,7 @@ def build_server(
             # (its own terminal one included) into the record in one step, so once the status read is terminal the
             # events read after it hold them all. (Events first, status second missed them when the job finished
             # in between: the last progress message was not the terminal one.)
+            await asyncio.to_thread(store.announce_follow, job_id)  # its worker stores the events at once
             status = await asyncio.to_thread(store.status, job_id)
             batch = await asyncio.to_thread(store.read_events, job_id, after)
             for entry_id, event in batch:

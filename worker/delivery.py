@@ -64,6 +64,11 @@ class Delivery:
     #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
+    #: Someone follows the job's events until then (time.monotonic()): its events are stored within 0.1 s.
+    followed_until: float = 0.0
+    flush_at: float = 0.0  # when `flusher` stores the pending events (time.monotonic())
+    #: Flushes set for later than a follower needs, left to run beside the sooner one (FencedWriter._schedule).
+    later_flushers: set[asyncio.Task[None]] = field(default_factory=set)
     #: The claim already said whether a cancel flag was set: the first attempt need not ask Redis again.
     cancel_known: bool = False
     #: Where the job may hold an account slot as the delivery starts, as the claim read it: the slots key the waiting

@@ -68,7 +68,7 @@ class Engine:
         self.sessions = sessions or SessionPlanner()
         self.started_at = utcnow()
         self.dispatch = Dispatch(store, accounts, send)
-        self.writer = FencedWriter(store, settings.lease_ttl_s)
+        self.writer = FencedWriter(store, settings.lease_ttl_s, idle_linger_s=settings.event_flush_s)
         self.lease = LeaseKeeper(
             store, accounts, worker_id=worker_id, lease_ttl_s=settings.lease_ttl_s, heartbeat_s=settings.heartbeat_s
         )
@@ -143,6 +143,16 @@ class Engine:
     def request_cancel(self, job_id: str) -> None:
         """Stop the run of `job_id` if it runs here (thread-safe; the cancel listener calls it)."""
         self.host.call_soon(self._stop_by_id, job_id)
+
+    def follow(self, job_id: str) -> None:
+        """Someone follows `job_id`'s events: if it runs here, store them within 0.1 s for a while (thread-safe; the
+        follow listener calls it)."""
+        self.host.call_soon(self._follow_by_id, job_id)
+
+    def _follow_by_id(self, job_id: str) -> None:
+        for (held, _), delivery in list(self._deliveries.items()):
+            if held == job_id:
+                self.writer.followed(delivery)
 
     def _stop_by_id(self, job_id: str) -> None:
         for (held, _), delivery in list(self._deliveries.items()):

@@ -4,9 +4,12 @@ A write whose fence is stale (another worker took the job over) marks the delive
 nothing more. Redis blips are retried for up to half a lease; a retried write whose first try landed with its reply
 lost is recognised as landed.
 
-Events are batched: an emitted event waits at most `EVENT_LINGER_S` and goes to Redis with the events emitted in the
-meantime (one fenced append), or with the delivery's next fenced write if that comes first (a terminal write puts
-them straight into the record's compacted events). A run's burst of events costs one script call, not one each.
+Events are batched: an emitted event waits and goes to Redis with the events emitted in the meantime (one fenced
+append), or with the delivery's next status write if that comes first (a terminal write puts them straight into the
+record's compacted events). While someone follows the job (a follower announces itself on the follow channel: the
+engine calls `followed`), an event waits at most `EVENT_LINGER_S`; otherwise up to `idle_linger_s`
+(`CLAUDEQ_EVENT_FLUSH_S`), so a short run's events reach Redis once, inside its terminal write, and a long run's in a
+few appends. A run's burst of events costs one script call, not one each.
 """
 
 from __future__ import annotations
@@ -26,17 +29,29 @@ from claudeq.worker.job_store import SlotRelease, WorkerJobStore
 
 log = logging.getLogger("claudeq.engine")
 
-#: How long an emitted event may wait for others to share its append (s): what a follower's view may lag behind.
+#: How long an emitted event may wait for others to share its append while the job is followed (s): what a
+#: follower's view may lag behind.
 EVENT_LINGER_S = 0.1
+#: How long a follower's announcement holds (s): followers announce themselves every FOLLOW_ANNOUNCE_S
+#: (claudeq/jobs.py), so a follower that goes away stops holding the job after a few seconds.
+FOLLOW_HOLD_S = 6.0
 
 
 class FencedWriter:
     """Writes a delivery's record and events through its fencing token."""
 
-    def __init__(self, store: WorkerJobStore, lease_ttl_s: float, linger_s: float = EVENT_LINGER_S) -> None:
+    def __init__(
+        self,
+        store: WorkerJobStore,
+        lease_ttl_s: float,
+        linger_s: float = EVENT_LINGER_S,
+        idle_linger_s: float | None = None,
+    ) -> None:
         self.store = store
         self.lease_ttl_s = lease_ttl_s
         self.linger_s = linger_s
+        #: How long an event may wait while nobody follows the job (None: `linger_s`, followed or not).
+        self.idle_linger_s = linger_s if idle_linger_s is None else max(linger_s, idle_linger_s)
 
     async def write(
         self,
@@ -55,10 +70,18 @@ class FencedWriter:
         if event is not None and event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
         async with d.write_lock:
-            events, d.pending_events = d.pending_events, []
+            if status is None and event is None and not self._followed(d):
+                # A write that moves no status (the attempt's start) leaves the run's events waiting: nobody
+                # follows, and its status write or a later flush takes them.
+                events: list[Event] = []
+            else:
+                events, d.pending_events = d.pending_events, []
             if event is not None:
                 events.append(event)
             return await self._write_locked(d, status, events, fields, release)
+
+    def _followed(self, d: Delivery) -> bool:
+        return self.idle_linger_s <= self.linger_s or d.followed_until > time.monotonic()
 
     async def _write_locked(
         self,
@@ -141,12 +164,35 @@ class FencedWriter:
         if event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
         d.pending_events.append(event)
-        if d.flusher is None or d.flusher.done():
-            d.flusher = asyncio.create_task(self._flush_later(d))
+        self._schedule(d)
 
-    async def _flush_later(self, d: Delivery) -> None:
-        await asyncio.sleep(self.linger_s)
+    def followed(self, d: Delivery, hold_s: float = FOLLOW_HOLD_S) -> None:
+        """Someone follows the job: for `hold_s`, store its events within `linger_s`, starting with what waits."""
+        d.followed_until = time.monotonic() + hold_s
+        if d.pending_events and not d.lost:
+            self._schedule(d)
+
+    def _schedule(self, d: Delivery) -> None:
+        """Make sure a flush of the pending events comes within the wait that applies now (followed or not)."""
+        delay = self.linger_s if self._followed(d) else self.idle_linger_s
+        at = time.monotonic() + delay
+        flusher = d.flusher
+        if flusher is not None and not flusher.done():
+            if d.flush_at <= at:
+                return  # one comes soon enough (or is storing now, and looks again when done)
+            # A follower arrived while the flush was set for later: a sooner one. The later one is left to run (it
+            # may find nothing to store); close() stops it.
+            d.later_flushers.add(flusher)
+            flusher.add_done_callback(d.later_flushers.discard)
+        d.flush_at = at
+        d.flusher = asyncio.create_task(self._flush_later(d, delay))
+
+    async def _flush_later(self, d: Delivery, delay: float) -> None:
+        await asyncio.sleep(delay)
         await self.flush(d)
+        if d.pending_events and not d.lost and d.flusher is asyncio.current_task():
+            d.flusher = None  # events emitted while this flush stored the others: their own flush
+            self._schedule(d)
 
     async def flush(self, d: Delivery) -> None:
         """Store the delivery's pending events now (one fenced append); a Redis error only logs."""
@@ -168,7 +214,8 @@ class FencedWriter:
     async def close(self, d: Delivery) -> None:
         """The delivery ends: store what is still pending (refused if the job moved on) and stop its flush timer."""
         flusher, d.flusher = d.flusher, None
-        if flusher is not None and not flusher.done():
-            flusher.cancel()
+        for task in [flusher, *d.later_flushers]:
+            if task is not None and not task.done():
+                task.cancel()
         if d.pending_events and not d.lost:
             await self.flush(d)

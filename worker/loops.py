@@ -5,7 +5,8 @@
   re-enqueued (`JobStore.recover` checks the fence and the lease atomically); queued jobs nobody claimed for
   `unclaimed_resend_s` are re-sent (`claim_resend`, once across workers); the `jobs` index is trimmed now and then;
 - worker heartbeat: `worker:{id}` hash (host, pid, runs in flight, started_at) and the `workers` zset;
-- cancel listener: pub/sub on the cancel channel wakes the run of a cancelled job within milliseconds.
+- cancel listener: pub/sub on the cancel channel wakes the run of a cancelled job within milliseconds; on the follow
+  channel, has the run of a followed job store its events within 0.1 s.
 """
 
 from __future__ import annotations
@@ -271,19 +272,26 @@ class Loops:
     # ---- cancel listener -------------------------------------------------------------------------------------
 
     async def cancel_listener(self) -> None:
-        """Forever: wake the run of a job whose id is published on the cancel channel."""
+        """Forever: wake the run of a job whose id is published on the cancel channel, and have the run of a job
+        whose id is published on the follow channel store its events at once (someone follows them)."""
+        cancels, follows = self.store.keys.cancel_channel, self.store.keys.follow_channel
         while True:
             client = aioredis.Redis.from_url(self.settings.redis_url)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self.store.keys.cancel_channel)
+                await pubsub.subscribe(cancels, follows)
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is None:
                         continue
-                    data = message.get("data")
+                    data, channel = message.get("data"), message.get("channel")
                     job_id = data.decode() if isinstance(data, bytes) else str(data)
-                    if self.engine.handles(job_id):
+                    channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+                    if not self.engine.handles(job_id):
+                        continue
+                    if channel == follows:
+                        self.engine.follow(job_id)
+                    else:
                         log.info("job %s: cancel requested", job_id)
                         self.engine.request_cancel(job_id)
             except asyncio.CancelledError:

@@ -99,3 +99,60 @@ async def test_the_flush_and_a_write_never_reorder_events(store: _CountingStore)
     assert await writer.write(d, "succeeded", Event(type="succeeded"))
     got = [e.data["i"] for _, e in store.read_events("j1") if e.type == "assistant_text"]
     assert got == list(range(20))
+
+
+async def test_nobody_following_a_short_run_stores_its_events_once_in_the_terminal_write(
+    store: _CountingStore,
+) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
+    await writer.event(d, Event(type="claimed"))
+    assert await writer.write(d, account="a")  # the attempt's start leaves the events waiting: nobody follows
+    for kind in ("run_started", "session"):
+        await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)  # well past the followed linger
+    assert _types(store, "j1") == ["submitted"] and store.appends == []
+    assert await writer.write(d, "succeeded", Event(type="succeeded"))
+    await writer.close(d)
+    assert store.appends == [] and not store.redis.exists(store.keys.events("j1"))  # no stream ever
+    assert _types(store, "j1") == ["submitted", "claimed", "run_started", "session", "succeeded"]
+    assert store.get("j1").account == "a"
+
+
+async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_ones_within_the_linger(
+    store: _CountingStore,
+) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
+    await writer.event(d, Event(type="run_started"))
+    await asyncio.sleep(0.05)
+    assert _types(store, "j1") == ["submitted"]  # waiting: nobody follows
+    writer.followed(d, hold_s=30)
+    await asyncio.sleep(0.05)
+    assert _types(store, "j1") == ["submitted", "run_started"]
+    await writer.event(d, Event(type="session"))
+    await asyncio.sleep(0.05)
+    assert _types(store, "j1") == ["submitted", "run_started", "session"]
+    await writer.event(d, Event(type="claimed"))
+    assert await writer.write(d, account="a")  # followed: a write takes what waits, as before
+    assert _types(store, "j1")[-1] == "claimed"
+    assert store.appends == [1, 1]
+    later = set(d.later_flushers)  # the flush set for later before the follower came
+    await writer.close(d)
+    await asyncio.sleep(0)
+    assert later and all(t.cancelled() for t in later)  # close() stops it
+
+
+async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore) -> None:
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=0.01)
+    await writer.event(d, Event(type="run_started"))
+    first = d.flusher
+    assert first is not None
+    async with d.write_lock:  # the flush is storing (holds the lock) when the next event comes
+        await asyncio.sleep(0.03)
+        await writer.event(d, Event(type="session"))
+        assert d.flusher is first  # the storing flush looks again when done
+    await asyncio.sleep(0.1)
+    assert _types(store, "j1") == ["submitted", "run_started", "session"]
+    await writer.close(d)
