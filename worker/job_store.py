@@ -221,21 +221,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
         script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease)."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        if self._async is None:
-            return await asyncio.to_thread(self._finish_sync, job_id, fence, status, release, events, fields)
         call = self._finish_call(job_id, fence, status, release, events, fields)
+        if self._async is None:
+            return await asyncio.to_thread(self._run, call)
         return await self._arun(self._async, call)
-
-    def _finish_sync(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus,
-        release: SlotRelease,
-        events: Sequence[Event],
-        fields: JobFields,
-    ) -> bool:
-        return self._run(self._finish_call(job_id, fence, status, release, events, fields))
 
     def _finish_call(
         self,
