@@ -60,19 +60,22 @@ class FencedWriter:
         event: Event | None = None,
         *,
         release: SlotRelease | None = None,
+        hold_events: bool = False,
         **fields: Unpack[JobFields],
     ) -> bool:
         """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
         the fence holds; False (and the delivery lost) when stale. `release` (a terminal status only): free the
-        run's slot and index entries in the same script (WorkerJobStore.afinish)."""
+        run's slot and index entries in the same script (WorkerJobStore.afinish). `hold_events` (a write that moves
+        no status: the attempt's start): leave the pending events waiting unless the job is followed."""
         if d.lost:
             return False
         if event is not None and event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
         async with d.write_lock:
-            if status is None and event is None and not self._followed(d):
-                # A write that moves no status (the attempt's start) leaves the run's events waiting: nobody
-                # follows, and its status write or a later flush takes them.
+            if hold_events and status is None and event is None and not self._followed(d):
+                # The attempt's start leaves the run's events waiting: nobody follows, and its status write or a
+                # later flush takes them. (Every other write takes them: between attempts, the session planner reads
+                # the last attempt's `session` event from Redis.)
                 events: list[Event] = []
             else:
                 events, d.pending_events = d.pending_events, []

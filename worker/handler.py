@@ -164,9 +164,11 @@ class DeliveryHandler:
         if d.record.session_plan is None and self.sessions.enabled:
             # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
             d.record = d.record.model_copy(update={"session_plan": plan.stored()})
-            written = await self.writer.write(d, account=account.name, attempts=d.attempts, session_plan=plan.stored())
+            written = await self.writer.write(
+                d, hold_events=True, account=account.name, attempts=d.attempts, session_plan=plan.stored()
+            )
         else:
-            written = await self.writer.write(d, account=account.name, attempts=d.attempts)
+            written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
         if not written:
             return Step.finished("lost")
         request = RunRequest(

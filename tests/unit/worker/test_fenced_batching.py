@@ -107,7 +107,7 @@ async def test_nobody_following_a_short_run_stores_its_events_once_in_the_termin
     d = _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
     await writer.event(d, Event(type="claimed"))
-    assert await writer.write(d, account="a")  # the attempt's start leaves the events waiting: nobody follows
+    assert await writer.write(d, hold_events=True, account="a")  # the attempt's start: events wait (no follower)
     for kind in ("run_started", "session"):
         await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)  # well past the followed linger
@@ -134,7 +134,7 @@ async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_one
     await asyncio.sleep(0.05)
     assert _types(store, "j1") == ["submitted", "run_started", "session"]
     await writer.event(d, Event(type="claimed"))
-    assert await writer.write(d, account="a")  # followed: a write takes what waits, as before
+    assert await writer.write(d, hold_events=True, account="a")  # followed: the attempt's start takes what waits
     assert _types(store, "j1")[-1] == "claimed"
     assert store.appends == [1, 1]
     later = set(d.later_flushers)  # the flush set for later before the follower came
@@ -155,4 +155,14 @@ async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore
         assert d.flusher is first  # the storing flush looks again when done
     await asyncio.sleep(0.1)
     assert _types(store, "j1") == ["submitted", "run_started", "session"]
+    await writer.close(d)
+
+
+async def test_a_write_between_attempts_stores_the_waiting_events(store: _CountingStore) -> None:
+    """The session planner reads the last attempt's `session` event from Redis before the next attempt."""
+    d = _delivery(store)
+    writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
+    await writer.event(d, Event(type="session", data={"session_id": "s-1"}))
+    assert await writer.write(d, session_id="s-1")  # a retry's write: no hold
+    assert _types(store, "j1") == ["submitted", "session"]
     await writer.close(d)
