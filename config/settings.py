@@ -112,7 +112,8 @@ class WorkerPolicy(BaseModel):
 
     def forbidden_tools(self, tools: list[str]) -> list[str]:
         """The tools in `tools` this policy does not allow."""
-        return [t for t in tools if t not in self.allowed_tools]
+        allowed = set(self.allowed_tools)
+        return [t for t in tools if t not in allowed]
 
     def path_allowed(self, path: str) -> bool:
         """Whether `path` (absolute) lies under one of the workspace roots."""

@@ -106,6 +106,15 @@ async def run_attempts(
     in_place)` runs before each backoff (the retry event and metric); `interrupt` cuts a wait in place short
     (cancel, shutdown, lost lease: the next pass sees why).
     """
+    first = await step()
+    if first.kind == "done":
+        return first  # most deliveries: one pass, no retry loop to build
+    replayed = [first]
+
+    async def again() -> Step:
+        """The first pass's result, then `step` for each pass after it: the retry loop sees every pass."""
+        return replayed.pop() if replayed else await step()
+
     backoff = wait_rate_limit(JobBackoff(settings, counted), extract=_cooldown)
 
     async def before_sleep(state: RetryCallState) -> None:
@@ -138,5 +147,5 @@ async def run_attempts(
         retry_error_callback=give_up,
         reraise=True,
     )
-    result: Step = await retrying(step)
+    result: Step = await retrying(again)
     return result
