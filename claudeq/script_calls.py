@@ -90,7 +90,11 @@ class _Batch:
                     replies[i] = reply
         except BaseException as exc:
             for *_, future in batch:
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()  # the loop is going away: so are its callers
+                else:
                     future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
