@@ -16,34 +16,23 @@ from typing import Any
 
 import pytest
 
-from claudeq.config.settings import Settings
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.account_manager import AccountManager, SlotLease
-from claudeq.worker.app import WorkerRuntime, build_runtime
+from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.engine import engine_executor_workers
 from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
-from tests.conftest import make_settings
-from tests.support.worker_proc import SimAccount, write_accounts_toml
+from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def runtime(redis_url: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerRuntime]:
-    account = SimAccount("acct-a", max_concurrency=4)
-    monkeypatch.setenv(account.token_env, account.token_value)
-    accounts_file = write_accounts_toml(tmp_path / "accounts.toml", [account], "http://127.0.0.1:9")
-    settings: Settings = make_settings(redis_url, unique, concurrency=2, accounts_file=accounts_file)
-    rt = build_runtime(settings, worker_id=f"client-test-{unique}")
-    rt.engine.start()
-    try:
+    with engine_runtime(
+        redis_url, unique, tmp_path, monkeypatch, worker_id=f"client-test-{unique}", max_concurrency=4
+    ) as rt:
         yield rt
-    finally:
-        rt.engine.stop()
-        for key in rt.engine.store.redis.scan_iter(match=f"{settings.key_prefix}*", count=1000):
-            rt.engine.store.redis.delete(key)
-        rt.engine.store.redis.close()
 
 
 def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_writes(

@@ -10,33 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.worker.account_manager import AccountManager, SlotLease
-from claudeq.worker.app import WorkerRuntime, build_runtime
+from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
-from tests.conftest import make_settings
-from tests.support.worker_proc import SimAccount, write_accounts_toml
+from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def runtime(redis_url: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerRuntime]:
-    account = SimAccount("acct-a", max_concurrency=1)
-    monkeypatch.setenv(account.token_env, account.token_value)
-    monkeypatch.setenv(BENCH_FAKE_RUNNER_ENV, "0.05")  # runs of the engine test: no CLI
-    accounts_file = write_accounts_toml(tmp_path / "accounts.toml", [account], "http://127.0.0.1:9")
-    settings: Settings = make_settings(redis_url, unique, concurrency=2, accounts_file=accounts_file)
-    rt = build_runtime(settings, worker_id=f"finish-test-{unique}")
-    rt.engine.start()
-    try:
+    no_cli = {BENCH_FAKE_RUNNER_ENV: "0.05"}  # runs of the engine test
+    with engine_runtime(
+        redis_url, unique, tmp_path, monkeypatch, worker_id=f"finish-test-{unique}", max_concurrency=1, env=no_cli
+    ) as rt:
         yield rt
-    finally:
-        rt.engine.stop()
-        for key in rt.engine.store.redis.scan_iter(match=f"{settings.key_prefix}*", count=1000):
-            rt.engine.store.redis.delete(key)
-        rt.engine.store.redis.close()
 
 
 def _accounts(rt: WorkerRuntime) -> AccountManager:
