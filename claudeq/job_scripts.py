@@ -52,9 +52,11 @@ end
 #: finishing write brings, never written to the stream) with entry ids after the stream's last one (`now_ms`-n, or
 #: the last id's millisecond when the clock is behind it). Returns the JSON for the record's `events` field (a list of
 #: [entry id, event JSON], as COMPACT_EVENTS writes it), or nil when there is nothing. The caller deletes the stream.
+#: `stream` '' = the job has none (nothing to read).
 PACK_EVENTS = """
 local function pack_events(stream, argv, from, to, now_ms)
-  local entries = redis.call('XRANGE', stream, '-', '+')
+  local entries = {}
+  if stream ~= '' then entries = redis.call('XRANGE', stream, '-', '+') end
   if #entries == 0 and to < from then return nil end
   local packed = {}
   local last_ms, last_seq = 0, -1
@@ -117,8 +119,10 @@ return {1, ARGV[1]}
 """
 )
 
-# KEYS: job, deferred, queued, cancel, events.
+# KEYS: job, deferred, queued, events.
 # ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen, finished_counts_prefix
+# A running job gets the cancel flag: the record's `cancel` field (the claim and the heartbeat read it with what they
+# read anyway; it survives a missed pub/sub wake-up), dropped when the job ends.
 CANCEL = (
     COUNT_FINISHED
     + COMPACT_EVENTS
@@ -127,15 +131,15 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
 if status == 'queued' or status == 'deferred' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[2], 'error', ARGV[4])
-  redis.call('DEL', KEYS[4])  -- a flag set while it ran (then requeued) has nothing left to stop
-  redis.call('HDEL', KEYS[1], 'ready_at')
+  -- a flag set while it ran (then requeued) has nothing left to stop
+  redis.call('HDEL', KEYS[1], 'ready_at', 'cancel')
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
   local turns = redis.call('HGET', KEYS[1], 'turns')
   if turns then redis.call('ZREM', turns, ARGV[1]) end  -- a cancelled turn never holds up the next one
   -- The event goes in with the status, so a follower that sees `cancelled` also finds the event.
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'event', ARGV[5])
-  compact_events(KEYS[1], KEYS[5])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'event', ARGV[5])
+  compact_events(KEYS[1], KEYS[4])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
@@ -143,7 +147,7 @@ if status == 'queued' or status == 'deferred' then
   return 'cancelled'
 end
 if status == 'running' then
-  redis.call('SET', KEYS[4], '1', 'EX', ARGV[3])
+  redis.call('HSET', KEYS[1], 'cancel', '1')
   return 'running'
 end
 return status

@@ -35,6 +35,8 @@ from claudeq.models import (
 _JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id")
+#: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
+CANCEL_FIELD = "cancel"
 
 
 class JobFields(TypedDict, total=False):
@@ -297,7 +299,6 @@ class JobStore:
                     self.keys.job(job_id),
                     self.keys.deferred,
                     self.keys.queued,
-                    self.keys.cancel(job_id),
                     self.keys.events(job_id),
                 ],
                 args=[
@@ -316,8 +317,8 @@ class JobStore:
         return result
 
     def cancel_requested(self, job_id: str) -> bool:
-        """Whether a cancel flag is set for the job."""
-        return bool(self.redis.exists(self.keys.cancel(job_id)))
+        """Whether a cancel flag is set for the job (its record's `cancel` field)."""
+        return bool(self.redis.hexists(self.keys.job(job_id), CANCEL_FIELD))
 
     # ---- events ----------------------------------------------------------------------------------------------
 

@@ -28,10 +28,6 @@ class Keys:
         """String `worker|fence`, expiring a few heartbeats after the last one."""
         return f"{self.prefix}job:{job_id}:lease"
 
-    def cancel(self, job_id: str) -> str:
-        """String: cancel requested (the flag survives a missed pub/sub wake-up)."""
-        return f"{self.prefix}job:{job_id}:cancel"
-
     @property
     def cancel_channel(self) -> str:
         """Pub/sub channel: a job id published here wakes the worker running it."""

@@ -54,6 +54,9 @@ class Delivery:
     result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
     session_id: str | None = None
     first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
+    #: Whether the job may have an event stream (False: none of its events went to one yet, so its terminal write
+    #: need not read it). A job's first delivery starts with none; any other may find its earlier deliveries' events.
+    stream: bool = True
     #: Monotonic time before which the lease (and the account slot) are surely still ours: the send time of the
     #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
     lease_until: float = 0.0

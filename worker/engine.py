@@ -240,7 +240,13 @@ class Engine:
             log.info("job %s: vanished after claim", job_id)
             return Delivered.dropped("missing")
         delivery = Delivery(
-            job_id, claim.fence, record, list(record.attempts), session_id=record.session_id, first_claim=claim.first
+            job_id,
+            claim.fence,
+            record,
+            list(record.attempts),
+            session_id=record.session_id,
+            first_claim=claim.first,
+            stream=not claim.first,  # before its first claim a job has no events but `submitted` (from the record)
         )
         if record.result is not None:
             delivery.result = record.result

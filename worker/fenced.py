@@ -148,9 +148,11 @@ class FencedWriter:
         fields: JobFields,
         release: SlotRelease | None = None,
     ) -> bool:
+        if status not in TERMINAL and events:
+            d.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
         if release is not None and status in TERMINAL:
-            return await self.store.afinish(d.job_id, d.fence, status, release, events, **fields)
-        return await self.store.awrite(d.job_id, d.fence, status, events=events, **fields)
+            return await self.store.afinish(d.job_id, d.fence, status, release, events, stream=d.stream, **fields)
+        return await self.store.awrite(d.job_id, d.fence, status, events=events, stream=d.stream, **fields)
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> bool:
         fence, current = await self.store.afence_and_status(d.job_id)
@@ -203,6 +205,7 @@ class FencedWriter:
             events, d.pending_events = d.pending_events, []
             if not events or d.lost:
                 return
+            d.stream = True
             try:
                 stored = await self.store.aappend_events_fenced(d.job_id, d.fence, events)
             except redis.RedisError as exc:

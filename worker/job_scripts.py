@@ -9,11 +9,11 @@ from __future__ import annotations
 from claudeq.account_scripts import ADMISSION
 from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
 
-# KEYS: job, lease, queued, running, cancel. ARGV: job_id, worker, lease_ttl_ms, now_iso
+# KEYS: job, lease, queued, running. ARGV: job_id, worker, lease_ttl_ms, now_iso
 # -> {result, fence, first, record, cancelled}: first = 1 on the job's first claim ever (its queue wait ends here);
-# record = the job hash as it was before the claim (flat field/value list) and cancelled = 1 when a cancel flag is
-# set, so the worker needs no second round trip before its first attempt.
-# One HGETALL reads status, fence and started_at too: a claim costs 6 commands inside Redis.
+# record = the job hash as it was before the claim (flat field/value list) and cancelled = 1 when the cancel flag
+# (the record's `cancel` field) is set, so the worker needs no second round trip before its first attempt.
+# One HGETALL reads status, fence, started_at and the flag too: a claim costs 5 commands inside Redis.
 CLAIM = """
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
@@ -37,14 +37,14 @@ end
 redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
-return {'ok', fence, first, flat, redis.call('EXISTS', KEYS[5])}
+return {'ok', fence, first, flat, cur['cancel'] and 1 or 0}
 """
 
-# KEYS: lease, cancel, then the sorted sets that hold the run with an expiry (its account slot first, then its
+# KEYS: lease, job, then the sorted sets that hold the run with an expiry (its account slot first, then its
 # tenant's runs). ARGV: worker|fence, ttl_ms, job_id, expiry_s.
 # -> {ours, held, cancelled}: the lease extended (0: no longer ours, nothing touched); whether the first set still
-# held the run (its expiry moved; 1 when there is none); whether a cancel flag is set. One round trip per
-# heartbeat for the lease, the slot, the tenant's run and the missed-cancel check.
+# held the run (its expiry moved; 1 when there is none); whether the cancel flag is set (the record's `cancel`).
+# One round trip per heartbeat for the lease, the slot, the tenant's run and the missed-cancel check.
 HEARTBEAT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0, 0} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -53,10 +53,11 @@ for i = 3, #KEYS do
   local changed = redis.call('ZADD', KEYS[i], 'XX', 'CH', ARGV[4], ARGV[3])
   if i == 3 then held = changed end
 end
-return {1, held, redis.call('EXISTS', KEYS[2])}
+return {1, held, redis.call('HEXISTS', KEYS[2], 'cancel')}
 """
 
-# KEYS: job, lease, queued, running, deferred, events, cancel
+# KEYS: job, lease, queued, running, deferred, events ('' = the job has no stream: a terminal write need not read
+#       one; the caller knows when no event of the job ever went to one)
 # ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
 #       n_events, events_maxlen, now_ms, then n_events event JSONs, then field, value, ...
 # The events (what the run emitted since its last append, then the status's own: a terminal, `deferred` or
@@ -68,7 +69,7 @@ _WRITE_FN = (
     + PACK_EVENTS
     + """
 local function write(KEYS, ARGV)
-  local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem')
+  local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem', 'cancel')
   if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
     return 0
   end
@@ -100,9 +101,10 @@ local function write(KEYS, ARGV)
       fields[#fields + 1] = packed
     end
     count_finished(ARGV[6], new, ARGV[4], tonumber(ARGV[9]) / 1000)
-    redis.call('DEL', KEYS[2], KEYS[6], KEYS[7])
+    if KEYS[6] ~= '' then redis.call('DEL', KEYS[2], KEYS[6]) else redis.call('DEL', KEYS[2]) end
     redis.call('EXPIRE', KEYS[1], ARGV[4])
     if cur[3] then redis.call('EXPIRE', cur[3], ARGV[4]) end
+    if cur[4] then redis.call('HDEL', KEYS[1], 'cancel') end
   end
   redis.call('HSET', KEYS[1], unpack(fields))
   return 1
@@ -112,7 +114,7 @@ end
 
 WRITE = _WRITE_FN + "return write(KEYS, ARGV)\n"
 
-# KEYS: WRITE's seven, then the run's account slot: slots, account hash, its four waiting lines; then the sorted sets
+# KEYS: WRITE's six, then the run's account slot: slots, account hash, its four waiting lines; then the sorted sets
 # the finished job leaves (its tenants' active-job index).
 # ARGV: RELEASE's (minus the job id): job_key_prefix, now_s, max_concurrency, expiry_s, predictive, ramp rate,
 #       jitter_s; then WRITE's.
@@ -127,9 +129,9 @@ FINISH = (
 local wargv = {unpack_(ARGV, 8)}
 if write(KEYS, wargv) == 0 then return {0} end
 local out = {1}
-release(wargv[1], KEYS[8], KEYS[9], {KEYS[10], KEYS[11], KEYS[12], KEYS[13]}, tonumber(ARGV[3]), ARGV[4],
+release(wargv[1], KEYS[7], KEYS[8], {KEYS[9], KEYS[10], KEYS[11], KEYS[12]}, tonumber(ARGV[3]), ARGV[4],
         tonumber(ARGV[2]), ARGV[1], {KEYS[5], KEYS[3]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
-for i = 14, #KEYS do redis.call('ZREM', KEYS[i], wargv[1]) end
+for i = 13, #KEYS do redis.call('ZREM', KEYS[i], wargv[1]) end
 return out
 """
 )
@@ -161,7 +163,7 @@ redis.call('ZADD', KEYS[3], now[1], ARGV[1])
 return 1
 """
 
-# KEYS: job, lease, running, queued, events, cancel.
+# KEYS: job, lease, running, queued, events.
 # ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
 #       finished_counts_prefix, field, value, ... (no fields: status only)
 # A running job whose lease expired (its worker died): back to queued with the caller's attempt record — or, when it
@@ -186,7 +188,7 @@ else
   count_finished(ARGV[8], ARGV[6], ARGV[7])
   compact_events(KEYS[1], KEYS[5])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
-  redis.call('DEL', KEYS[6])
+  redis.call('HDEL', KEYS[1], 'cancel')
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[7]) end
 end

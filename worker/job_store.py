@@ -21,7 +21,7 @@ import redis
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
-from claudeq.jobs import JobFields, JobStore, encode_event, encode_fields, stored_time
+from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
@@ -75,6 +75,8 @@ class SlotRelease:
 
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
+#: Leases read per MGET by the reconciler (a command's reply stays small; 800 runs in flight are one command).
+LEASE_READ_CHUNK = 1000
 
 
 class WorkerJobStore(AsyncCalls, JobStore):
@@ -146,7 +148,6 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.lease(job_id),
             self.keys.queued,
             self.keys.running,
-            self.keys.cancel(job_id),
         ]
         return ScriptCall(self._claim, keys, [job_id, worker, int(lease_ttl_s * 1000), now], parse)
 
@@ -175,7 +176,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             ours, held, cancelled = reply
             return Beat(bool(ours), bool(held), bool(cancelled))
 
-        keys = [self.keys.lease(job_id), self.keys.cancel(job_id), *expiring]
+        keys = [self.keys.lease(job_id), self.keys.job(job_id), *expiring]
         args = [f"{worker}|{fence}", int(lease_ttl_s * 1000), job_id, repr(time.time() + lease_ttl_s)]
         return ScriptCall(self._heartbeat, keys, args, parse)
 
@@ -187,11 +188,14 @@ class WorkerJobStore(AsyncCalls, JobStore):
         score: float = 0,
         event: Event | None = None,
         events: Sequence[Event] = (),
+        *,
+        stream: bool = True,
         **fields: Unpack[JobFields],
     ) -> bool:
         """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
-        the job, in one script. False = stale: nothing written, no event."""
-        return self._run(self._write_call(job_id, fence, status, score, event, events, fields))
+        the job, in one script. False = stale: nothing written, no event. `stream` False: the job has no event stream
+        (none of its events ever went to one), so a terminal write need not read it."""
+        return self._run(self._write_call(job_id, fence, status, score, event, events, fields, stream))
 
     async def awrite(
         self,
@@ -201,12 +205,17 @@ class WorkerJobStore(AsyncCalls, JobStore):
         score: float = 0,
         event: Event | None = None,
         events: Sequence[Event] = (),
+        *,
+        stream: bool = True,
         **fields: Unpack[JobFields],
     ) -> bool:
         """`write` on the engine loop."""
         if self._async is None:
-            return await asyncio.to_thread(self.write, job_id, fence, status, score, event, events, **fields)
-        return await self._arun(self._async, self._write_call(job_id, fence, status, score, event, events, fields))
+            return await asyncio.to_thread(
+                self.write, job_id, fence, status, score, event, events, stream=stream, **fields
+            )
+        call = self._write_call(job_id, fence, status, score, event, events, fields, stream)
+        return await self._arun(self._async, call)
 
     async def afinish(
         self,
@@ -215,13 +224,16 @@ class WorkerJobStore(AsyncCalls, JobStore):
         status: JobStatus,
         release: SlotRelease,
         events: Sequence[Event] = (),
+        *,
+        stream: bool = True,
         **fields: Unpack[JobFields],
     ) -> bool:
         """A terminal `awrite` that also frees the run's slot and takes the job out of its tenants' index, in one
-        script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease)."""
+        script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease).
+        `stream`: as for `awrite`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        call = self._finish_call(job_id, fence, status, release, events, fields)
+        call = self._finish_call(job_id, fence, status, release, events, fields, stream)
         if self._async is None:
             return await asyncio.to_thread(self._run, call)
         return await self._arun(self._async, call)
@@ -234,8 +246,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         release: SlotRelease,
         events: Sequence[Event],
         fields: JobFields,
+        stream: bool = True,
     ) -> ScriptCall[bool]:
-        write = self._write_call(job_id, fence, status, 0, None, events, fields)
+        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream)
 
         def parse(reply: list[Any]) -> bool:
             release.done = bool(int(reply[0]))
@@ -255,6 +268,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         event: Event | None,
         events: Sequence[Event],
         fields: JobFields,
+        stream: bool = True,
     ) -> ScriptCall[bool]:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
@@ -271,8 +285,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.queued,
             self.keys.running,
             self.keys.deferred,
-            self.keys.events(job_id),
-            self.keys.cancel(job_id),
+            self.keys.events(job_id) if stream or status not in TERMINAL else "",
         ]
         args = [
             job_id,
@@ -326,7 +339,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """`cancel_requested` on the engine loop."""
         if self._async is None:
             return await asyncio.to_thread(self.cancel_requested, job_id)
-        return bool(await self._async.exists(self.keys.cancel(job_id)))
+        return bool(await self._async.hexists(self.keys.job(job_id), CANCEL_FIELD))
 
     # ---- background loops: promoter, reconciler ----------------------------------------------------------------
 
@@ -363,11 +376,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
         return bool(self.redis.exists(self.keys.lease(job_id)))
 
     def leases_alive(self, job_ids: Sequence[str]) -> list[bool]:
-        """Whether each job's run lease still exists, in one round trip."""
+        """Whether each job's run lease still exists, in one round trip: one MGET per LEASE_READ_CHUNK leases (one
+        command per chunk, not one per running job, on each reconciler pass)."""
         pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.exists(self.keys.lease(job_id))
-        return [bool(alive) for alive in pipe.execute()]
+        for start in range(0, len(job_ids), LEASE_READ_CHUNK):
+            pipe.mget([self.keys.lease(job_id) for job_id in job_ids[start : start + LEASE_READ_CHUNK]])
+        return [value is not None for chunk in pipe.execute() for value in chunk]
 
     def take_turn(self, key: str, worker: str, turn_s: float) -> bool:
         """Take a turn that lasts `turn_s` (SET NX PX): False while another worker's turn runs."""
@@ -395,7 +409,6 @@ class WorkerJobStore(AsyncCalls, JobStore):
                     self.keys.running,
                     self.keys.queued,
                     self.keys.events(job_id),
-                    self.keys.cancel(job_id),
                 ],
                 args=[
                     job_id,

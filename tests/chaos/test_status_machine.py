@@ -181,7 +181,7 @@ class StatusScripts(RuleBasedStateMachine):
             assert status == job.status and (fence or 0) == job.fence, (status, fence, job)
             lease = self.redis.get(self.keys.lease(job.id))
             assert (lease.decode() if lease else None) == job.lease, (lease, job)
-            assert bool(self.redis.exists(self.keys.cancel(job.id))) == job.cancel_flag, job
+            assert bool(self.redis.hexists(self.keys.job(job.id), "cancel")) == job.cancel_flag, job
             assert (self.redis.zscore(self.keys.queued, job.id) is not None) == job.in_queued, job
             assert (self.redis.zscore(self.keys.deferred, job.id) is not None) == job.in_deferred, job
             assert bool(self.redis.sismember(self.keys.running, job.id)) == (job.status == "running"), job

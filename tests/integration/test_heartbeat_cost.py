@@ -65,7 +65,7 @@ def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
     assert client.zscore(keys.account_slots("a"), "j1") > slot_before + 40  # type: ignore[operator]
     assert client.zscore(keys.tenant_runs("t"), "j1") > run_before + 40  # type: ignore[operator]
 
-    client.set(keys.cancel("j1"), "1")
+    client.hset(keys.job("j1"), "cancel", "1")
     assert store.beat("j1", "w1", claim.fence, 60, expiring).cancelled
 
     client.zrem(keys.account_slots("a"), "j1")  # the slot expired and was dropped meanwhile

@@ -52,17 +52,20 @@ def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[red
     assert claim.ok
     assert status_counts(client, store.keys, time.time())["running"] == 1
     before = command_calls(client)
-    assert store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"))
+    assert store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"), stream=False)
     finish = commands_since(client, before)
 
     # One counter per finished job (the hour its retention ends); none for queued, running or deferred.
     assert "hincrby" not in create and "hincrby" not in claimed, (create, claimed)
     assert finish.get("hincrby") == 1, finish
-    # create: the script, the record, the `jobs` and `queued` entries. claim: the script, the record read and
-    # written, the lease, out of `queued`, into `running`, the cancel flag. finish: the script, the fence read,
-    # out of `running`, the stream read, the finished counter, lease/stream/flag deleted, the expiry, the record.
+    # create: the script, the record, the `jobs` and `queued` entries. claim: the script, the record read (the
+    # cancel flag with it) and written, the lease, out of `queued`, into `running`. finish of a job whose events
+    # never went to a stream: the script, the fence read, out of `running`, the finished counter, the lease deleted,
+    # the expiry, the record.
     assert sum(create.values()) <= 4, create
-    assert sum(claimed.values()) <= 7, claimed
-    assert sum(finish.values()) <= 8, finish
+    assert sum(claimed.values()) == 6, claimed
+    assert "exists" not in claimed, claimed
+    assert sum(finish.values()) == 7, finish
+    assert "xrange" not in finish, finish
     counts = status_counts(client, store.keys, time.time())
     assert (counts["queued"], counts["running"], counts["succeeded"]) == (0, 0, 2)

@@ -41,7 +41,7 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     store = runtime.engine.store
     job_id = uuid.uuid4().hex
     store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
-    store.redis.set(store.keys.cancel(job_id), "1")  # a cancel flag the claim and the heartbeat both report
+    store.redis.hset(store.keys.job(job_id), "cancel", "1")  # a cancel flag the claim and the heartbeat both report
 
     def no_thread(*_: Any, **__: Any) -> Any:
         raise AssertionError("a hot-path call went through a thread")

@@ -254,7 +254,7 @@ def test_cancel_flag_is_caught_by_the_heartbeat_when_the_wakeup_is_missed(make: 
 def test_cancelled_before_the_run_does_not_run(make: Any) -> None:
     h = make(success())
     job = h.submit()
-    h.store.redis.set(h.store.keys.cancel(job), "1")
+    h.store.redis.hset(h.store.keys.job(job), "cancel", "1")
     assert h.deliver(job) == "cancelled"
     assert h.runner.requests == []
 

@@ -166,3 +166,34 @@ async def test_a_write_between_attempts_stores_the_waiting_events(store: _Counti
     assert await writer.write(d, session_id="s-1")  # a retry's write: no hold
     assert _types(store, "j1") == ["submitted", "session"]
     await writer.close(d)
+
+
+async def test_a_first_delivery_reads_no_stream_at_its_end_unless_its_events_went_to_one(
+    store: _CountingStore,
+) -> None:
+    # A job's first delivery starts knowing it has no stream: its terminal write skips reading one. Events flushed
+    # mid-run, or stored by a write before the end, create one: the terminal write must still fold them in.
+    quiet = _delivery(store, "quiet")
+    quiet.stream = False
+    writer = FencedWriter(store, 30, linger_s=60)
+    await writer.event(quiet, Event(type="claimed"))
+    assert await writer.write(quiet, "succeeded", Event(type="succeeded"))
+    assert not quiet.stream and _types(store, "quiet") == ["submitted", "claimed", "succeeded"]
+
+    flushed = _delivery(store, "flushed")
+    flushed.stream = False
+    fast = FencedWriter(store, 30, linger_s=0.01)
+    await fast.event(flushed, Event(type="run_started"))
+    assert flushed.flusher is not None
+    await flushed.flusher  # an append: the stream exists now
+    assert await fast.write(flushed, "succeeded", Event(type="succeeded"))
+    assert _types(store, "flushed") == ["submitted", "run_started", "succeeded"]
+    assert not store.redis.exists(store.keys.events("flushed"))  # folded into the record, the stream deleted
+
+    written = _delivery(store, "written")
+    written.stream = False
+    await writer.event(written, Event(type="claimed"))
+    assert await writer.write(written, account="a")  # an attempt write stores what waits: to the stream
+    assert await writer.write(written, "succeeded", Event(type="succeeded"))
+    assert _types(store, "written") == ["submitted", "claimed", "succeeded"]
+    assert not store.redis.exists(store.keys.events("written"))

@@ -278,5 +278,5 @@ def test_the_claim_says_whether_a_cancel_flag_is_set(fake_store: WorkerJobStore)
     job_id = _queued(fake_store)
     assert fake_store.claim(job_id, "w1", 10).cancelled is False
     fake_store.write(job_id, 1, "queued")
-    fake_store.redis.set(fake_store.keys.cancel(job_id), "1")  # asked while it ran, then requeued
+    fake_store.redis.hset(fake_store.keys.job(job_id), "cancel", "1")  # asked while it ran, then requeued
     assert fake_store.claim(job_id, "w1", 10).cancelled is True
