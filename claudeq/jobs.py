@@ -37,6 +37,9 @@ _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
 CANCEL_FIELD = "cancel"
+#: The record's field that says its producer put the job in its tenant's active-job index (a fleet that uses
+#: tenants): the job's end takes it out. Absent: there is no entry to take out.
+INDEXED_FIELD = "indexed"
 
 
 class JobFields(TypedDict, total=False):
@@ -89,12 +92,13 @@ def encode_event(event: Event) -> str:
     return event.model_dump_json(exclude=exclude or None)
 
 
-def _create_fields(record: JobRecord) -> list[str]:
+def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
     """A new record's hash fields. No `fence` (a job never claimed has fence 0) and no empty attempts: the record
-    reads them as absent."""
-    return encode_fields(
+    reads them as absent. `indexed`: the producer puts the job in its tenant's active-job index (INDEXED_FIELD)."""
+    fields = encode_fields(
         {"status": record.status, "spec": record.spec, "attempts": record.attempts, "created_at": record.created_at}
     )
+    return [*fields, INDEXED_FIELD, "1"] if indexed else fields
 
 
 def _created_ms(record: JobRecord) -> int:
@@ -157,14 +161,14 @@ class JobStore:
         """Write a new `queued` record; with an idempotency key, return the existing id instead. -> (id, created)."""
         return create_reply(self.queue_create(self.redis, record))
 
-    def queue_create(self, client: Any, record: JobRecord, now: float | None = None) -> Any:
+    def queue_create(self, client: Any, record: JobRecord, now: float | None = None, indexed: bool = False) -> Any:
         """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer. `now`
         is the send time of the job's first message (its score in the `queued` set). A conversation turn gets its
-        turn number here, in the order the CREATEs run."""
-        keys, args = self._create_call(record, time.time() if now is None else now)
+        turn number here, in the order the CREATEs run. `indexed`: see _create_fields."""
+        keys, args = self._create_call(record, time.time() if now is None else now, indexed)
         return self._create(client=client, keys=keys, args=args)
 
-    def create_many(self, records: Sequence[JobRecord], now: float) -> list[tuple[str, bool]]:
+    def create_many(self, records: Sequence[JobRecord], now: float, indexed: bool = False) -> list[tuple[str, bool]]:
         """Create the records, in order, in one round trip and one MULTI/EXEC (all of them or none; see
         queue_create); -> (id, created) per record.
 
@@ -174,7 +178,7 @@ class JobStore:
         if not packed_capable(self.redis):
             pipe = self.redis.pipeline(transaction=True)
             for record in records:
-                self.queue_create(pipe, record, now)
+                self.queue_create(pipe, record, now, indexed)
             return [create_reply(reply) for reply in pipe.execute()]
         # SCRIPT LOAD first, on the same connection: the EVALSHAs after it find the script even on a fresh Redis.
         commands = [pack_command("SCRIPT", "LOAD", scripts.CREATE), pack_command("MULTI")]
@@ -184,11 +188,11 @@ class JobStore:
         queued: list[str | int | float] = []
         for record in records:
             if record.spec.idempotency_key or record.spec.conversation:
-                keys, args = self._create_call(record, now)
+                keys, args = self._create_call(record, now, indexed)
                 commands.append(pack_command("EVALSHA", sha, len(keys), *keys, *args))
                 scripted.append(True)
                 continue
-            commands.append(pack_command("HSET", self.keys.job(record.id), *_create_fields(record)))
+            commands.append(pack_command("HSET", self.keys.job(record.id), *_create_fields(record, indexed)))
             jobs += [_created_ms(record), record.id]
             queued += [now, record.id]
             scripted.append(False)
@@ -205,10 +209,12 @@ class JobStore:
             for record, by_script, answer in zip(records, scripted, results[: len(records)], strict=True)
         ]
 
-    def _create_call(self, record: JobRecord, now: float) -> tuple[list[str], list[str | int | float]]:
+    def _create_call(
+        self, record: JobRecord, now: float, indexed: bool = False
+    ) -> tuple[list[str], list[str | int | float]]:
         idem = record.spec.idempotency_key
         conversation = record.spec.conversation
-        fields = _create_fields(record)
+        fields = _create_fields(record, indexed)
         keys = [
             self.keys.job(record.id),
             self.keys.jobs,

@@ -73,30 +73,38 @@ if turn > 0 then return {1, tostring(grant), tostring(turn)} end
 return {1, tostring(grant), ''}
 """
 
-# KEYS: tenant spend, tenant reserved, account spend, account reserved. ARGV: job_id, cost (dollars; <= 0: none),
-# hour_field, day_field, turn field (`turn:<model>`), sample (dollars one turn of the run cost), ttl_s, drop ('1':
-# drop the run's reservations)
-# A finished attempt's cost is added to the current hour and day of the tenant's and the account's spend, each hash
-# read once and written once. What one turn of a model's runs costs is learned from it: a sample above the estimate
-# replaces it at once (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an
-# overestimate only makes runs wait). Kept in the spend hash, whose expiry is set with the first cost of each hour
-# (so it lasts ttl_s after the start of the last hour with a cost, one EXPIRE an hour rather than one per run).
-SETTLE = """
-local cost, sample = tonumber(ARGV[2]), tonumber(ARGV[6])
-for i = 1, 3, 2 do
-  if cost > 0 then
-    local f = redis.call('HMGET', KEYS[i], ARGV[3], ARGV[4], ARGV[5])
-    local old = tonumber(f[3] or '')
-    local est = sample
-    if old and old > sample then est = (3 * old + sample) / 4 end
-    redis.call('HSET', KEYS[i], ARGV[3], tostring((tonumber(f[1] or '0') or 0) + cost),
-               ARGV[4], tostring((tonumber(f[2] or '0') or 0) + cost), ARGV[5], tostring(est))
-    if not f[1] then redis.call('EXPIRE', KEYS[i], ARGV[7]) end
+# Lua: settle(keys, argv, from): count a finished attempt's cost. keys = pairs of (spend hash, reserved hash): the
+# tenant's, then the account's (a fleet without a tenants file keeps no tenant spend: just the account's pair; its
+# `default` tenant's spend is the sum of the accounts', TenantStore.usage). argv[from..from+7]: job_id, cost
+# (dollars; <= 0: none), hour_field, day_field, turn field (`turn:<model>`), sample (dollars one turn of the run
+# cost), ttl_s, drop ('1': drop the run's reservations).
+# The cost is added to the current hour and day of each spend hash, each read once and written once. What one turn
+# of a model's runs costs is learned from it: a sample above the estimate replaces it at once (an underestimate lets
+# a cap be overshot), one below moves it a quarter of the way down (an overestimate only makes runs wait). Kept in the
+# spend hash, whose expiry is set with the first cost of each hour (so it lasts ttl_s after the start of the last
+# hour with a cost, one EXPIRE an hour rather than one per run). The terminal write of a job runs it too (FINISH in
+# claudeq/worker/job_scripts.py): a job's end and its last attempt's spend in one script.
+SETTLE_FN = """
+local function settle(keys, argv, from)
+  local job, cost, sample = argv[from], tonumber(argv[from + 1]), tonumber(argv[from + 5])
+  local hour, day, turn, ttl, drop = argv[from + 2], argv[from + 3], argv[from + 4], argv[from + 6], argv[from + 7]
+  for i = 1, #keys, 2 do
+    if cost > 0 then
+      local f = redis.call('HMGET', keys[i], hour, day, turn)
+      local old = tonumber(f[3] or '')
+      local est = sample
+      if old and old > sample then est = (3 * old + sample) / 4 end
+      redis.call('HSET', keys[i], hour, tostring((tonumber(f[1] or '0') or 0) + cost),
+                 day, tostring((tonumber(f[2] or '0') or 0) + cost), turn, tostring(est))
+      if not f[1] then redis.call('EXPIRE', keys[i], ttl) end
+    end
+    if drop == '1' then redis.call('HDEL', keys[i + 1], job) end
   end
-  if ARGV[8] == '1' then redis.call('HDEL', KEYS[i + 1], ARGV[1]) end
 end
-return 1
 """
+
+# KEYS: (spend hash, reserved hash) pairs, see settle. ARGV: settle's.
+SETTLE = SETTLE_FN + "settle(KEYS, ARGV, 1)\nreturn 1\n"
 
 # KEYS: tenant runs, tenant reserved, tenant waiters. ARGV: job_id, job_key_prefix, max ('' = no cap), now_s
 # Ends a run of the tenant (its reservation too); when the tenant is under its cap again, pops its best waiters still

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import redis
 
@@ -174,10 +174,13 @@ def effective_cap(tenant: TenantConfig, share: int | None) -> int | None:
 class TenantStore(AsyncCalls):
     """Reads and writes tenants' runs, waiters and spend, and accounts' spend; multi-step changes are Lua scripts."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, tenants: Tenants) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, tenants: Tenants, accounts: Sequence[str] = ()) -> None:
         self.redis = client
         self.keys = keys
         self.tenants = tenants
+        #: The fleet's account names: without a tenants file, `default`'s spend is the sum of theirs (no tenant
+        #: spend is kept then: a run's end writes its account's alone).
+        self.accounts = list(accounts)
         self._reserve = client.register_script(tenant_scripts.RESERVE)
         self._release = client.register_script(tenant_scripts.RELEASE)
         self._wait = client.register_script(tenant_scripts.WAIT)
@@ -345,7 +348,7 @@ class TenantStore(AsyncCalls):
 
     def settle(
         self,
-        tenant: str,
+        tenant: str | None,
         account: str,
         job_id: str,
         cost_usd: float,
@@ -355,17 +358,18 @@ class TenantStore(AsyncCalls):
         *,
         reserved: bool = True,
     ) -> None:
-        """Count a finished attempt's real cost against its tenant and account (current hour and day), drop the
-        budget its run had reserved (`reserved` False: it was started without a budget, so it reserved none), and
-        learn what one turn of `model`'s runs costs there (the run's cost over its `turns`; a run that reported none
-        counts as one turn: an overestimate only makes runs wait). One SETTLE script (claudeq/tenant_scripts.py)."""
-        call = self._settle_call(tenant, account, job_id, cost_usd, now, model, turns, reserved)
-        if call is not None:
-            self._run(call)
+        """Count a finished attempt's real cost against its tenant (None: a fleet without a tenants file keeps no
+        tenant spend) and account (current hour and day), drop the budget its run had reserved (`reserved` False: it
+        was started without a budget, so it reserved none), and learn what one turn of `model`'s runs costs there
+        (the run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes
+        runs wait). One SETTLE script (claudeq/tenant_scripts.py)."""
+        parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved)
+        if parts is not None:
+            self._run(ScriptCall(self._settle, *parts, lambda _: None))
 
     async def asettle(
         self,
-        tenant: str,
+        tenant: str | None,
         account: str,
         job_id: str,
         cost_usd: float,
@@ -380,13 +384,13 @@ class TenantStore(AsyncCalls):
                 self.settle, tenant, account, job_id, cost_usd, None, model, turns, reserved=reserved
             )
             return
-        call = self._settle_call(tenant, account, job_id, cost_usd, None, model, turns, reserved)
-        if call is not None:
-            await self._arun(self._async, call)
+        parts = self.settle_parts(tenant, account, job_id, cost_usd, None, model, turns, reserved)
+        if parts is not None:
+            await self._arun(self._async, ScriptCall(self._settle, *parts, lambda _: None))
 
-    def _settle_call(
+    def settle_parts(
         self,
-        tenant: str,
+        tenant: str | None,
         account: str,
         job_id: str,
         cost_usd: float,
@@ -394,16 +398,15 @@ class TenantStore(AsyncCalls):
         model: str | None,
         turns: int | None,
         reserved: bool,
-    ) -> ScriptCall[None] | None:
+    ) -> tuple[list[str], list[Any]] | None:
+        """SETTLE's keys and arguments (the `settle` Lua function's: a job's terminal write runs it in its own
+        script); None when there is nothing to count or drop."""
         if cost_usd <= 0 and not reserved:
             return None
         now = time.time() if now is None else now
-        keys = [
-            self.keys.tenant_spend(tenant),
-            self.keys.tenant_reserved(tenant),
-            self.keys.account_spend(account),
-            self.keys.account_reserved(account),
-        ]
+        keys = [self.keys.account_spend(account), self.keys.account_reserved(account)]
+        if tenant is not None:
+            keys = [self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant), *keys]
         args = [
             job_id,
             repr(cost_usd),
@@ -414,7 +417,7 @@ class TenantStore(AsyncCalls):
             SPEND_TTL_S,
             "1" if reserved else "",
         ]
-        return ScriptCall(self._settle, keys, args, lambda _: None)
+        return keys, args
 
     def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
         """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""
@@ -540,9 +543,19 @@ class TenantStore(AsyncCalls):
     def spend(self, kind: Literal["tenant", "account"], name: str, now: float | None = None) -> tuple[float, float]:
         """(hour, day) dollars spent by a tenant's or an account's runs in the current calendar windows."""
         now = time.time() if now is None else now
-        key = self.keys.tenant_spend(name) if kind == "tenant" else self.keys.account_spend(name)
-        hour, day = self.redis.hmget(key, [hour_field(now), day_field(now)])
-        return float(text(hour)) if hour else 0.0, float(text(day)) if day else 0.0
+        pipe = self.redis.pipeline(transaction=False)
+        for key in self._spend_keys(kind, name):
+            pipe.hmget(key, [hour_field(now), day_field(now)])
+        return _summed(pipe.execute())
+
+    def _spend_keys(self, kind: Literal["tenant", "account"], name: str) -> list[str]:
+        """The spend hashes whose sum is a tenant's or an account's spend: `default`'s, without a tenants file, is
+        its accounts' (see `accounts`)."""
+        if kind == "account":
+            return [self.keys.account_spend(name)]
+        if name == DEFAULT_TENANT and not self.tenants.configured and self.accounts:
+            return [self.keys.account_spend(account) for account in self.accounts]
+        return [self.keys.tenant_spend(name)]
 
     def usage(self, now: float | None = None, slots: int | None = None) -> list[TenantUsage]:
         """Every configured tenant (or `default` when none is): runs in flight, jobs waiting, spend vs caps, and
@@ -562,11 +575,15 @@ class TenantStore(AsyncCalls):
                 pipe.scard(self.keys.running)
                 pipe.zcard(self.keys.queued)
                 pipe.zcard(self.keys.deferred)
-            pipe.hmget(self.keys.tenant_spend(tenant.name), [hour_field(now), day_field(now)])
+            spend_keys = self._spend_keys("tenant", tenant.name)
+            for key in spend_keys:
+                pipe.hmget(key, [hour_field(now), day_field(now)])
         replies = pipe.execute()
         if not self.tenants.configured:
             running, queued, deferred = (int(n) for n in replies[:3])
-            replies = [running, running + queued + deferred, replies[3]]
+            replies = [running, running + queued + deferred, _summed(replies[3:])]
+        else:
+            replies = [reply if i % 3 < 2 else _summed([reply]) for i, reply in enumerate(replies)]
         out = []
         for i, tenant in enumerate(tenants):
             in_flight, active, (hour, day) = replies[3 * i : 3 * i + 3]
@@ -583,14 +600,22 @@ class TenantStore(AsyncCalls):
                     else self._share_cap(tenant, sharing, slots or 0, balances, repay_s),
                     balance=balances.get(tenant.name) if sharing is not None else None,
                     spend=Spend(
-                        hour=float(text(hour)) if hour else 0.0,
-                        day=float(text(day)) if day else 0.0,
+                        hour=hour,
+                        day=day,
                         cap_hour=tenant.max_cost_usd_per_hour,
                         cap_day=tenant.max_cost_usd_per_day,
                     ),
                 )
             )
         return out
+
+
+def _summed(replies: Sequence[Sequence[Any]]) -> tuple[float, float]:
+    """(hour, day) summed over HMGET replies of spend hashes (absent fields: nothing spent)."""
+    return (
+        sum(float(text(reply[0])) for reply in replies if reply[0]),
+        sum(float(text(reply[1])) for reply in replies if reply[1]),
+    )
 
 
 def _opt_int(value: int | None) -> str | int:

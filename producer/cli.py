@@ -451,7 +451,8 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
     settings = _settings()
     store = Client(settings).store
     slots = sum(a.max_concurrency for a in settings.accounts.accounts) if settings.tenants.reserve_share else None
-    usage = TenantStore(store.redis, store.keys, settings.tenants).usage(slots=slots)
+    names = [a.name for a in settings.accounts.accounts]
+    usage = TenantStore(store.redis, store.keys, settings.tenants, accounts=names).usage(slots=slots)
     if as_json:
         print(json.dumps({"tenants": [u.public() for u in usage]}))
         return

@@ -113,17 +113,18 @@ class Client:
         idempotency key, the message follows only when the record was created: two round trips)."""
         checked = self.validate(spec, **fields)
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
+        indexed = self._indexes()
         if checked.idempotency_key:
             now = time.time()
-            job_id, created = create_reply(self.store.queue_create(self.store.redis, record, now))
+            job_id, created = create_reply(self.store.queue_create(self.store.redis, record, now, indexed))
             if created:
                 # If this process dies right here the reconciler re-sends the job: the record is the truth.
-                self._enqueue([record], now)
+                self._enqueue([record], now, indexed)
             return JobHandle(self, job_id, created)
         pipe = self.store.redis.pipeline(transaction=True)
         now = time.time()
-        self.store.queue_create(pipe, record, now)
-        self._index(pipe, [record], now)
+        self.store.queue_create(pipe, record, now, indexed)
+        self._index(pipe, [record], now, indexed)
         self._queue_messages(pipe, [record], now)
         job_id, created = create_reply(pipe.execute()[0])
         return JobHandle(self, job_id, created)
@@ -169,24 +170,27 @@ class Client:
         now = utcnow()
         records = [JobRecord(id=new_job_id(), spec=spec, status="queued", created_at=now) for spec in specs]
         sent_at = time.time()  # the jobs' scores in `queued` and their messages' send time: the same
-        replies = self.store.create_many(records, sent_at)
-        self._enqueue([record for record, (_, created) in zip(records, replies, strict=True) if created], sent_at)
+        indexed = self._indexes()
+        replies = self.store.create_many(records, sent_at, indexed)
+        created = [record for record, (_, new) in zip(records, replies, strict=True) if new]
+        self._enqueue(created, sent_at, indexed)
         return [JobHandle(self, job_id, created) for job_id, created in replies]
 
-    def _enqueue(self, records: builtins.list[JobRecord], sent_at: float) -> None:
+    def _enqueue(self, records: builtins.list[JobRecord], sent_at: float, indexed: bool) -> None:
         if records:
             pipe = self.store.redis.pipeline(transaction=False)
-            self._index(pipe, records, sent_at)
+            self._index(pipe, records, sent_at, indexed)
             self._queue_messages(pipe, records, sent_at)
             pipe.execute()
 
-    def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float) -> None:
+    def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float, indexed: bool) -> None:
         """Add the jobs to their tenants' active-job index (the waiting counts of `claudeq tenants`) and, with
         tenants configured, give each its fair-share tag now, in submit order (docs/architecture.md#fair-share).
-        A fleet without tenants keeps no index: `default`'s jobs are every job, counted by the status counters."""
-        tenants = self.settings.tenants
-        if not tenants.configured and not self._fleet_uses_tenants():
+        A fleet without tenants keeps no index: `default`'s jobs are every job, counted by the status counters.
+        `indexed`: `_indexes()` as the records were written with it (their `indexed` field)."""
+        if not indexed:
             return
+        tenants = self.settings.tenants
         keys = self.store.keys
         by_tenant: dict[str, dict[str, float]] = {}
         for record in records:
@@ -198,6 +202,11 @@ class Client:
                 )
         for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
             pipe.zadd(keys.tenant_jobs(name), members)
+
+    def _indexes(self) -> bool:
+        """Whether this producer puts its jobs in their tenants' active-job index: with a tenants file, or in a fleet
+        that uses them. The jobs' records say so (`indexed`): their end takes them out of it."""
+        return self.settings.tenants.configured or self._fleet_uses_tenants()
 
     def _fleet_uses_tenants(self) -> bool:
         """Whether a worker with a tenants file has started on this Redis (it sets `tenants_in_use`): a producer

@@ -23,7 +23,7 @@ import redis.asyncio
 from claudeq.account_state import AccountStore, model_family, window_family
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
-from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig
+from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
@@ -65,6 +65,16 @@ class SlotLease:
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
 
 
+@dataclass(frozen=True)
+class Spent:
+    """An attempt's cost not counted yet (AccountManager.settle): the job's terminal write counts it in its own
+    script when it can (`slot_release`)."""
+
+    lease: SlotLease
+    cost_usd: float
+    turns: int | None = None
+
+
 class AccountManager:
     """The worker's view of the account pool: slots, choice and state changes."""
 
@@ -75,7 +85,7 @@ class AccountManager:
             redis, keys, self.pool, predictive=settings.predictive_admission, jitter_s=settings.ramp_jitter_s
         )
         self.tenants = settings.tenants
-        self.tenant_store = TenantStore(redis, keys, self.tenants)
+        self.tenant_store = TenantStore(redis, keys, self.tenants, accounts=[a.name for a in self.pool.accounts])
         if self.tenants.configured:
             # Producers without the tenants file index their jobs (under `default`) only in a fleet that uses them.
             redis.set(keys.tenants_in_use, "1")
@@ -424,18 +434,22 @@ class AccountManager:
             return await in_redis_thread(self.release, lease)
         return await self.store.arelease(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
 
-    def slot_release(self, lease: SlotLease, tenant: str) -> SlotRelease | None:
+    def slot_release(
+        self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
+    ) -> SlotRelease | None:
         """What the job's terminal write can free in its own script (WorkerJobStore.afinish): the slot of a run
-        admitted as no tenant's (no tenants file) and the job's entries in the active-job index (`tenant`: the
-        name its spec gives). None for a tenant's run: its release reads and moves the tenant's state (`arelease`,
-        `ajob_done`)."""
+        admitted as no tenant's (no tenants file), the job's entries in the active-job index (`tenant`: the name its
+        spec gives; `indexed` False: its producer put it in none) and what its last attempt spent (`spent`: counted
+        with the write, as `settle` would). None for a tenant's run: its release reads and moves the tenant's state
+        (`arelease`, `ajob_done`)."""
         if lease.tenant is not None or self.tenants.configured:
             return None
         unindex, done = self.tenant_store.unindex_keys(tenant)
         if done is not None:
             return None
         keys, args = self.store.handout(lease.account.name, self.settings.lease_ttl_s, None)
-        return SlotRelease(keys[:6], args, unindex)
+        settle = None if spent is None else self.settle_parts(spent.lease, spent.cost_usd, spent.turns)
+        return SlotRelease(keys[:6], args, unindex if indexed else [], settle)
 
     def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
         """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
@@ -460,16 +474,39 @@ class AccountManager:
 
     def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
-        the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran)."""
-        tenant, account, job_id = lease.tenant or DEFAULT_TENANT, lease.account.name, lease.job_id
-        reserved = lease.budget_usd is not None  # a run started without a budget reserved none
-        self.tenant_store.settle(tenant, account, job_id, cost_usd, model=lease.model, turns=turns, reserved=reserved)
+        the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran). A run
+        admitted as no tenant's (no tenants file) counts against its account alone."""
+        tenant, reserved = self._settled(lease)
+        self.tenant_store.settle(
+            tenant, lease.account.name, lease.job_id, cost_usd, model=lease.model, turns=turns, reserved=reserved
+        )
 
     async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """`settle` on the engine loop (the async client: no thread hop)."""
-        tenant, account, job_id = lease.tenant or DEFAULT_TENANT, lease.account.name, lease.job_id
-        reserved = lease.budget_usd is not None
-        await self.tenant_store.asettle(tenant, account, job_id, cost_usd, lease.model, turns, reserved=reserved)
+        tenant, reserved = self._settled(lease)
+        await self.tenant_store.asettle(
+            tenant, lease.account.name, lease.job_id, cost_usd, lease.model, turns, reserved=reserved
+        )
+
+    def settle_parts(
+        self, lease: SlotLease, cost_usd: float, turns: int | None = None
+    ) -> tuple[list[str], list[Any]] | None:
+        """`settle` as keys and arguments of the `settle` Lua function, for a job's terminal write to run in its own
+        script (WorkerJobStore.afinish); None when there is nothing to count."""
+        tenant, reserved = self._settled(lease)
+        return self.tenant_store.settle_parts(
+            tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved
+        )
+
+    @staticmethod
+    def _settled(lease: SlotLease) -> tuple[str | None, bool]:
+        """Whose spend a run's cost counts against besides its account's (None: no tenant's; without a tenants file
+        `default`'s spend is the accounts' sum), and whether the run reserved a budget to drop: a tenant's run
+        started with one did (its tenant admission, and a capped account's); a run of no tenant only on a capped
+        account."""
+        if lease.tenant is None:
+            return None, lease.budget_usd is not None and lease.account.capped
+        return lease.tenant, lease.budget_usd is not None
 
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""

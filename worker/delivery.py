@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, Usage
-from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.account_manager import SlotLease, Spent
 from claudeq.worker.job_store import ClaimResult
 
 #: Why a delivery's `cancel` event was set: a producer's cancel, the worker's shutdown, or the lease was lost.
@@ -57,6 +57,11 @@ class Delivery:
     #: Whether the job may have an event stream (False: none of its events went to one yet, so its terminal write
     #: need not read it). A job's first delivery starts with none; any other may find its earlier deliveries' events.
     stream: bool = True
+    #: Whether the job sits in its tenant's active-job index (its record's `indexed`; True when not known): its end
+    #: takes it out.
+    indexed: bool = True
+    #: The last attempt's cost, not counted yet: the terminal write counts it when it can, else the handler does.
+    spent: Spent | None = None
     #: Monotonic time before which the lease (and the account slot) are surely still ours: the send time of the
     #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
     lease_until: float = 0.0

@@ -20,7 +20,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.jobs import parse_record
+from claudeq.jobs import INDEXED_FIELD, parse_record
 from claudeq.models import JobError, utcnow
 from claudeq.worker.delivery import Delivered, Delivery
 from claudeq.worker.dispatch import Dispatch
@@ -252,6 +252,7 @@ class Engine:
             delivery.result = record.result
         if claim.fields is not None:
             delivery.may_hold = frozenset(claim.fields[f] for f in ("slot", "account") if claim.fields.get(f))
+            delivery.indexed = bool(claim.fields.get(INDEXED_FIELD))
         if claim.cancelled is not None:
             delivery.cancel_known = True
             if claim.cancelled:

@@ -58,7 +58,9 @@ class ClusterCollector(Collector):
         # The accounts come from the pool (the same accounts file the workers read); their state from Redis.
         self.accounts = AccountStore(client, self.keys, pool if pool is not None else settings.accounts)
         self.slots = sum(a.max_concurrency for a in self.accounts.pool.accounts)  # the fleet's (reserve_share)
-        self.tenants = TenantStore(client, self.keys, settings.tenants)
+        self.tenants = TenantStore(
+            client, self.keys, settings.tenants, accounts=[a.name for a in self.accounts.pool.accounts]
+        )
         self.now = now
         # A worker whose last heartbeat is older than its lease TTL has stopped renewing its leases.
         self.stale_after_s = max(settings.lease_ttl_s, 3 * settings.heartbeat_s)

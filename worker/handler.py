@@ -21,6 +21,7 @@ from claudeq.errors import ConfigError, PolicyViolation
 from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
 from claudeq.permissions import spec_problems
 from claudeq.worker.account_choice import NoAccount
+from claudeq.worker.account_manager import Spent
 from claudeq.worker.delivery import Delivery, Finish, summed_usage
 from claudeq.worker.dispatch import Dispatch
 from claudeq.worker.failure import Decision, OutputCheck, decide
@@ -183,10 +184,28 @@ class DeliveryHandler:
             urgent=d.urgent,
         )
         outcome, refused = await self._run(d, request, account)
-        # Spend is real whoever owns the job now: counted even when the lease was lost.
+        # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
+        # counts it in its own script when it can (`finish`); otherwise it is counted before the attempt's step ends.
         cost = outcome.result.usage.cost_usd if outcome else 0.0
-        await _quietly(self.accounts.asettle(acquired, cost, outcome.result.num_turns if outcome else None), "settle")
+        d.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
+        try:
+            return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts)
+        finally:
+            await self._settle(d)
+
+    async def _after_run(
+        self,
+        d: Delivery,
+        attempt: Attempt,
+        account: AccountConfig,
+        spec: JobSpec,
+        outcome: RunOutcome | None,
+        refused: JobError | None,
+        max_attempts: int,
+    ) -> Step:
+        """Classify a finished run and act on it (finish, requeue, retry or reroute)."""
+        number = attempt.number
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
             return Step.finished("lost")
@@ -229,6 +248,12 @@ class DeliveryHandler:
             d, Event(type="attempt_finished", data={"outcome": decision.outcome, "detail": decision.detail})
         )
         return await self._act(d, decision)
+
+    async def _settle(self, d: Delivery) -> None:
+        """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
+        spent, d.spent = d.spent, None
+        if spent is not None:
+            await _quietly(self.accounts.asettle(spent.lease, spent.cost_usd, spent.turns), "settle")
 
     async def _run(
         self, d: Delivery, request: RunRequest, account: AccountConfig
@@ -322,9 +347,13 @@ class DeliveryHandler:
     async def finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> Finish:
         """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
         data = {"kind": error.kind, "message": error.message} if error else {}
-        # The run's slot and the job's index entries go in the same script as the status when they can (a run
-        # admitted as no tenant's): one round trip for the job's end.
-        release = None if d.slot is None or d.lost else self.accounts.slot_release(d.slot, d.record.spec.tenant)
+        # The run's slot, the job's index entries and its last attempt's spend go in the same script as the status
+        # when they can (a run admitted as no tenant's): one round trip for the job's end.
+        release = (
+            None
+            if d.slot is None or d.lost
+            else self.accounts.slot_release(d.slot, d.record.spec.tenant, indexed=d.indexed, spent=d.spent)
+        )
         ok = await self.writer.write(
             d,
             status,
@@ -335,6 +364,8 @@ class DeliveryHandler:
             session_id=d.session_id,
             error=error,
         )
+        if release is not None and ok:
+            d.spent = None  # counted with the write (it landed: a retried write found it had, or its reply said so)
         if release is not None and release.done:
             d.slot = None
             await self.dispatch.send_admitted(release.admitted)

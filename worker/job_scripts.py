@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from claudeq.account_scripts import ADMISSION
 from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
+from claudeq.tenant_scripts import SETTLE_FN
 
 # KEYS: job, lease, queued, running. ARGV: job_id, worker, lease_ttl_ms, now_iso
 # -> {result, fence, first, record, cancelled}: first = 1 on the job's first claim ever (its queue wait ends here);
@@ -114,24 +115,28 @@ end
 
 WRITE = _WRITE_FN + "return write(KEYS, ARGV)\n"
 
-# KEYS: WRITE's six, then the run's account slot: slots, account hash, its four waiting lines; then the sorted sets
-# the finished job leaves (its tenants' active-job index).
+# KEYS: WRITE's six, then the run's account slot: slots, account hash, its four waiting lines; then the spend and
+# reserved hashes its last attempt's cost counts against (`settle` in claudeq/tenant_scripts.py: none, or a pair or
+# two); then the sorted sets the finished job leaves (its tenants' active-job index).
 # ARGV: RELEASE's (minus the job id): job_key_prefix, now_s, max_concurrency, expiry_s, predictive, ramp rate,
-#       jitter_s; then WRITE's.
-# -> {0} when the fence no longer holds the job (nothing written, nothing released: the new owner may hold this very
-# slot), else {1, ids...}: WRITE, then the slot freed and handed to the best waiters (`release` in
-# claudeq/account_scripts.py: the ids, now queued, whose messages the caller sends), then the job out of the index.
-# A job's end in one round trip instead of three.
+#       jitter_s; then how many spend keys there are and settle's eight arguments ('' each when none); then WRITE's.
+# -> {0} when the fence no longer holds the job (nothing written, released or counted: the new owner may hold this
+# very slot, and the caller counts the spend itself), else {1, ids...}: WRITE, the attempt's spend counted, the slot
+# freed and handed to the best waiters (`release` in claudeq/account_scripts.py: the ids, now queued, whose messages
+# the caller sends), the job out of the index. A job's end in one round trip instead of four.
 FINISH = (
     ADMISSION
+    + SETTLE_FN
     + _WRITE_FN
     + """
-local wargv = {unpack_(ARGV, 8)}
+local ns = tonumber(ARGV[8])
+local wargv = {unpack_(ARGV, 17)}
 if write(KEYS, wargv) == 0 then return {0} end
+if ns > 0 then settle({unpack_(KEYS, 13, 12 + ns)}, ARGV, 9) end
 local out = {1}
 release(wargv[1], KEYS[7], KEYS[8], {KEYS[9], KEYS[10], KEYS[11], KEYS[12]}, tonumber(ARGV[3]), ARGV[4],
         tonumber(ARGV[2]), ARGV[1], {KEYS[5], KEYS[3]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
-for i = 13, #KEYS do redis.call('ZREM', KEYS[i], wargv[1]) end
+for i = 13 + ns, #KEYS do redis.call('ZREM', KEYS[i], wargv[1]) end
 return out
 """
 )

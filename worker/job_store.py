@@ -62,13 +62,16 @@ class Claim:
 @dataclass
 class SlotRelease:
     """What a job's terminal write frees in the same script (FINISH): the run's account slot (`keys`: slots, account
-    hash, its four lines; `args`: RELEASE's handout arguments) and the job's entries in its tenants' active-job
-    index (`unindex`). After the write, `done` says whether they were (the fence held) and `admitted` lists the
-    waiters the slot was handed to (now queued: the caller sends their messages)."""
+    hash, its four lines; `args`: RELEASE's handout arguments), the job's entries in its tenants' active-job index
+    (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
+    the `settle` Lua function, claudeq/tenant_scripts.py; None: nothing to count). After the write, `done` says
+    whether they were (the fence held: a write that did not land counted no spend) and `admitted` lists the waiters
+    the slot was handed to (now queued: the caller sends their messages)."""
 
     keys: list[str]
     args: list[Any]
     unindex: list[str]
+    settle: tuple[list[str], list[Any]] | None = None
     done: bool = False
     admitted: list[str] = field(default_factory=list)
 
@@ -255,8 +258,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
             release.admitted = [text(job) for job in reply[1:]]
             return release.done
 
+        settle_keys, settle_args = release.settle if release.settle is not None else ([], [""] * 8)
         return ScriptCall(
-            self._finish, [*write.keys, *release.keys, *release.unindex], [*release.args, *write.args], parse
+            self._finish,
+            [*write.keys, *release.keys, *settle_keys, *release.unindex],
+            [*release.args, len(settle_keys), *settle_args, *write.args],
+            parse,
         )
 
     def _write_call(

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from claudeq.models import Event, JobSpec, Outcome, TerminalStatus, Usage
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.account_manager import SlotLease, Spent
 from claudeq.worker.job_store import SlotRelease
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
 
@@ -95,8 +95,11 @@ class AccountsLike(Protocol):
     def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs."""
 
-    def slot_release(self, lease: SlotLease, tenant: str) -> SlotRelease | None:
-        """What the job's terminal write may free in its own script (None: `arelease` and `ajob_done` free it)."""
+    def slot_release(
+        self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
+    ) -> SlotRelease | None:
+        """What the job's terminal write may free (and count: `spent`) in its own script (None: `arelease`,
+        `ajob_done` and `asettle` do it)."""
 
     async def ajob_done(self, tenant: str, job_id: str) -> None:
         """`job_done`, awaited on the engine loop."""

@@ -107,6 +107,9 @@ def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
         return {u.name: u.waiting for u in store.usage()}
 
     assert sum(waiting().values()) == 3
+    # Their records say they were indexed: a worker's terminal write takes them out (FINISH reads no index else).
+    for handle in (done, cancelled, untagged):
+        assert redis_client.hget(client.store.keys.job(handle.id), "indexed") == b"1"
     manager.job_done("team-a", done.id)  # what a worker does once the job is terminal
     manager.job_done("default", untagged.id)
     assert client.cancel(cancelled.id) == "cancelled"
@@ -123,9 +126,10 @@ def test_a_fleet_without_tenants_keeps_no_tenant_index_and_shows_default_from_th
     from claudeq.tenant_state import TenantStore
 
     client = Client(settings, redis_client=redis_client)
-    client.submit(prompt="hi")
-    client.submit_many([{"prompt": "a"}, {"prompt": "b", "tenant": "team-x"}])
+    handles = [client.submit(prompt="hi")]
+    handles += client.submit_many([{"prompt": "a"}, {"prompt": "b", "tenant": "team-x"}])
     assert not list(redis_client.scan_iter(match=f"{settings.key_prefix}tenant:*"))
+    assert all(redis_client.hget(client.store.keys.job(h.id), "indexed") is None for h in handles)
     (usage,) = TenantStore(redis_client, client.store.keys, settings.tenants).usage()
     assert (usage.name, usage.in_flight, usage.waiting) == ("default", 0, 3)
 

@@ -1,6 +1,7 @@
-"""A job's end in one script (FINISH): the terminal write frees the run's account slot, hands it to the best waiter
-and takes the job out of the active-job index, in the same step and only while the run's fence holds the job. Real
-Redis; the worker's runtime as `claudeq-worker` builds it (no tenants file: every run is admitted as no tenant's)."""
+"""A job's end in one script (FINISH): the terminal write frees the run's account slot, hands it to the best waiter,
+counts its last attempt's spend and takes the job out of the active-job index, in the same step and only while the
+run's fence holds the job. Real Redis; the worker's runtime as `claudeq-worker` builds it (no tenants file: every
+run is admitted as no tenant's)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
-from claudeq.worker.account_manager import AccountManager, SlotLease
+from claudeq.worker.account_manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
 from tests.support.runtime import engine_runtime
@@ -52,7 +53,7 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
     store, accounts = runtime.engine.store, _accounts(runtime)
     slots = store.keys.account_slots("acct-a")
     job_id, fence, lease = _running_with_slot(runtime)
-    release = accounts.slot_release(lease, "acme")
+    release = accounts.slot_release(lease, "acme", spent=Spent(lease, 0.25, 2))
     assert release is not None
 
     done = runtime.engine.call(
@@ -67,22 +68,38 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is None
     assert store.redis.zscore(store.keys.tenant_jobs("default"), job_id) is None
     assert not store.redis.sismember(store.keys.running, job_id)
+    # The spend: the account's (no tenants file: no tenant spend is kept; `default`'s is the accounts' sum).
+    assert accounts.tenant_store.spend("account", "acct-a") == (0.25, 0.25)
+    assert accounts.tenant_store.spend("tenant", "default") == (0.25, 0.25)
+    assert not store.redis.exists(store.keys.tenant_spend("default"))
+    assert accounts.tenant_store.turn_cost("account", "acct-a") == 0.125
+
+
+def test_a_job_no_producer_indexed_is_taken_out_of_no_index(runtime: WorkerRuntime) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    job_id, fence, lease = _running_with_slot(runtime)
+    release = accounts.slot_release(lease, "acme", indexed=False)
+    assert release is not None and release.unindex == []
+    assert runtime.engine.call(store.afinish(job_id, fence, "succeeded", release)).result(10)
+    assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None  # no ZREM was sent
 
 
 def test_a_stale_fence_writes_and_frees_nothing(runtime: WorkerRuntime) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
     slots = store.keys.account_slots("acct-a")
     job_id, fence, lease = _running_with_slot(runtime)
-    release = accounts.slot_release(lease, "acme")
+    release = accounts.slot_release(lease, "acme", spent=Spent(lease, 0.25))
     assert release is not None
 
     done = runtime.engine.call(store.afinish(job_id, fence + 1, "failed", release)).result(10)
 
-    # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it.
+    # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it. Its spend is
+    # not counted either: the handler counts it apart (DeliveryHandler._settle), as for any write that did not land.
     assert not done and not release.done
     assert store.get(job_id).status == "running"
     assert store.redis.zscore(slots, job_id) is not None
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None
+    assert accounts.tenant_store.spend("account", "acct-a") == (0.0, 0.0)
 
 
 def test_the_freed_slot_goes_to_the_waiter_in_line(runtime: WorkerRuntime) -> None:
@@ -125,11 +142,33 @@ def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeyp
     async def ajob_done(tenant: str, job_id: str) -> None:
         separately.append("job_done")
 
+    async def asettle(lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        separately.append("settle")
+
     monkeypatch.setattr(accounts, "arelease", arelease)
     monkeypatch.setattr(accounts, "ajob_done", ajob_done)
+    monkeypatch.setattr(accounts, "asettle", asettle)
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered
-    assert store.get(job_id).status == "succeeded"
-    # The slot went with the terminal write, in its script: no separate release or unindex call.
+    record = store.get(job_id)
+    assert record.status == "succeeded" and record.result is not None
+    # The slot and the spend went with the terminal write, in its script: no separate release, unindex or settle.
     assert store.redis.zcard(slots) == 0 and separately == []
+    cost = record.result.usage.cost_usd
+    assert cost > 0 and accounts.tenant_store.spend("account", "acct-a") == (pytest.approx(cost), pytest.approx(cost))
+
+
+def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    monkeypatch.setattr(accounts, "slot_release", lambda *_, **__: None)  # as for a tenant's run
+    delivered = runtime.engine.deliver_blocking(job_id)
+
+    assert str(delivered) == "succeeded", delivered
+    record = store.get(job_id)
+    assert record.result is not None and record.result.usage.cost_usd > 0
+    assert accounts.tenant_store.spend("account", "acct-a")[0] == pytest.approx(record.result.usage.cost_usd)

@@ -12,7 +12,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease
+from claudeq.worker.account_manager import SlotLease, Spent
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import SlotRelease, WorkerJobStore
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
@@ -178,8 +178,10 @@ class FakeAccounts:
     async def ajob_done(self, tenant: str, job_id: str) -> None:
         self.job_done(tenant, job_id)
 
-    def slot_release(self, lease: SlotLease, tenant: str) -> SlotRelease | None:
-        return None  # the fakes free slots through arelease and ajob_done
+    def slot_release(
+        self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
+    ) -> SlotRelease | None:
+        return None  # the fakes free slots through arelease and ajob_done, and count spend through asettle
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         self.observed.append((account, signal))
