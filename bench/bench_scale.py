@@ -376,11 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         sample_id = handles[len(handles) // 2].id
         broker_list = client.settings.queue
         queued_keys = key_sizes(r, keys, sample_id)
-        queued_keys["broker message (list / jobs)"] = (r.memory_usage(broker_list, samples=0) or 0) // max(1, r.llen(broker_list))
+        queued_keys["broker message (list / jobs)"] = (r.memory_usage(broker_list, samples=0) or 0) // max(
+            1, r.llen(broker_list)
+        )
         for name in (keys.jobs, keys.queued):
-            queued_keys[f"{name.removeprefix(keys.prefix)} index entry"] = (r.memory_usage(name, samples=0) or 0) // max(
-                1, r.zcard(name)
-            )
+            queued_keys[f"{name.removeprefix(keys.prefix)} index entry"] = (
+                r.memory_usage(name, samples=0) or 0
+            ) // max(1, r.zcard(name))
         mem_queued = used_memory(r)
         per_queued = (mem_queued - mem0) / args.jobs
         assert r.zcard(keys.queued) == queued_before + args.jobs

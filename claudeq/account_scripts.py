@@ -12,7 +12,7 @@ from __future__ import annotations
 # the hash once instead of field by field.
 _STATE = """
 local FIELDS = {'state', 'cooldown_until', 'cd:opus', 'cd:sonnet', 'cd:haiku', 'rq_rem', 'rq_reset', 'rq_lim',
-                'tk_rem', 'tk_reset', 'tk_lim', 'tk_est', 'pws', 'ramp_at', 'ramp_j', 'ramp_last', 'ramp_n'}
+                'tk_rem', 'tk_reset', 'tk_lim', 'tk_est', 'pws', 'ramp_at', 'ramp_j', 'ramp_last', 'ramp_n', 'wq'}
 local unpack_ = table.unpack or unpack
 local function account_state(hash)
   local v = redis.call('HMGET', hash, unpack_(FIELDS))
@@ -266,8 +266,13 @@ else
 end
 local g = gate(KEYS[2], st, n, max, now, fam, predictive, rate, ARGV[10])
 if g ~= 1 then return g end
--- With no rank, or no line holding anyone, the job is in no line.
-local waiting = ARGV[5] == '' or redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6]) > 0
+-- With no rank, or no line holding anyone, the job is in no line. `wq` is set whenever a job joins a line
+-- (ADD_WAITER): without it the lines are empty and need no look; with it, the look clears it once they are.
+local waiting = ARGV[5] == ''
+if not waiting and st.wq then
+  waiting = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6]) > 0
+  if not waiting then redis.call('HDEL', KEYS[2], 'wq') end
+end
 if ARGV[5] ~= '' then
   -- Waiters still deferred, ranked strictly before this job, in a line the account admits now, have first call on
   -- the free slots. During a ramp only one start is due (`paced` said so): however many slots are free, a waiter
@@ -381,6 +386,7 @@ if redis.call('HGET', ARGV[3] .. ARGV[1], 'status') ~= 'deferred' then return ou
 local fi = tonumber(ARGV[6])
 for i = 0, n - 1 do
   redis.call('ZADD', KEYS[2 + 6 * i + 2 + fi], 'NX', ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[2 + 6 * i + 2], 'wq', '1')  -- someone may be in line: ACQUIRE looks (see there)
 end
 if ARGV[10] ~= '' then
   local job = ARGV[3] .. ARGV[1]

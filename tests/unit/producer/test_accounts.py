@@ -117,12 +117,18 @@ def test_release_hands_the_slot_to_the_best_ranked_deferred_waiter(
     assert store.slot_holders("b") == {}
 
 
+def _in_line(client: fakeredis.FakeRedis, account: str, members: dict[str, float]) -> None:
+    """Put jobs in an account's line as ADD_WAITER does (without its admit): the entries and the account's `wq`."""
+    client.zadd(KEYS.account_waiters(account), members)
+    client.hset(KEYS.account(account), "wq", "1")
+
+
 def test_a_new_job_yields_the_free_slot_to_better_ranked_waiters(
     store: AccountStore, fake_redis: fakeredis.FakeRedis
 ) -> None:
     now = time.time()
     _defer(fake_redis, "urgent")
-    fake_redis.zadd(KEYS.account_waiters("a"), {"urgent": 5.0, "stale": 1.0})  # stale: not deferred any more
+    _in_line(fake_redis, "a", {"urgent": 5.0, "stale": 1.0})  # stale: not deferred any more
     assert store.try_acquire("a", "bulk", 10, now=now, rank=9e10) == 1  # two slots, one waiter ahead: one is free
     assert store.try_acquire("a", "bulk2", 10, now=now, rank=9e10) == -4  # the last free slot is the waiter's
     assert store.waiters("a") == ["urgent"]  # the stale entry was dropped on the way
@@ -130,7 +136,7 @@ def test_a_new_job_yields_the_free_slot_to_better_ranked_waiters(
     assert store.release("a", "early") == ["urgent"]  # and the next slot to free is the waiter's
     # Without a rank (no waiting line consulted) only capacity counts.
     _defer(fake_redis, "late")
-    fake_redis.zadd(KEYS.account_waiters("a"), {"late": 2.0})
+    _in_line(fake_redis, "a", {"late": 2.0})
     store.release("a", "bulk")  # handed to `late`
     store.release("a", "late")  # nobody left in line: free
     assert store.try_acquire("a", "other", 10, now=now) == 1

@@ -176,11 +176,17 @@ def test_release_hands_the_slot_to_a_waiter(manager: AccountManager, fake_redis:
     assert lease(manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0)).account.name == "a"
 
 
+def _in_line(client: fakeredis.FakeRedis, manager: AccountManager, account: str, members: dict[str, float]) -> None:
+    """Put jobs in an account's line as ADD_WAITER does (without its admit): the entries and the account's `wq`."""
+    client.zadd(manager.store.keys.account_waiters(account), members)
+    client.hset(manager.store.keys.account(account), "wq", "1")
+
+
 def test_a_new_job_waits_in_line_behind_better_ranked_waiters(
     manager: AccountManager, fake_redis: fakeredis.FakeRedis
 ) -> None:
     fake_redis.hset(manager.store.keys.job("urgent"), "status", "deferred")
-    fake_redis.zadd(manager.store.keys.account_waiters("a"), {"urgent": 1.0})
+    _in_line(fake_redis, manager, "a", {"urgent": 1.0})
     pinned = JobSpec(prompt="x", account="a")
     waiting = manager.acquire("bulk", pinned, rank=9e10)
     assert isinstance(waiting, NoAccount)
@@ -196,7 +202,7 @@ def test_a_job_in_line_waits_in_the_line_of_every_account_that_may_run_it(
     # `a`'s free slot is spoken for by a better-ranked waiter; `b` is full. The job waits in both lines, so the slot
     # `b` frees next is handed to it (joining `a`'s line alone, it would sit there until its fallback).
     fake_redis.hset(manager.store.keys.job("urgent"), "status", "deferred")
-    fake_redis.zadd(manager.store.keys.account_waiters("a"), {"urgent": 1.0})
+    _in_line(fake_redis, manager, "a", {"urgent": 1.0})
     held = [lease(manager.acquire(f"b{i}", JobSpec(prompt="x", account="b"))) for i in range(2)]
     waiting = manager.acquire("bulk", SPEC, rank=9e10)
     assert isinstance(waiting, NoAccount)
