@@ -129,8 +129,8 @@ def claim_latencies(client: Client, n: int, tag: str) -> tuple[list[float], dict
         assert claim.ok, claim
     pipe = store.redis.pipeline(transaction=False)
     for job_id in ids:
-        pipe.delete(store.keys.job(job_id), store.keys.lease(job_id), store.keys.events(job_id))
-        pipe.srem(store.keys.running, job_id)
+        pipe.delete(store.keys.job(job_id), store.keys.events(job_id))
+        pipe.zrem(store.keys.running, job_id)
         pipe.zrem(store.keys.jobs, job_id)
         pipe.zrem(store.keys.queued, job_id)
     pipe.execute()
@@ -154,7 +154,7 @@ def progress_counts(client: redis.Redis, keys: Any) -> tuple[int, int]:
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.queued)
     pipe.zcard(keys.deferred)
-    pipe.scard(keys.running)
+    pipe.zcard(keys.running)
     queued, deferred, running = pipe.execute()
     return int(queued) + int(deferred) + int(running), int(running)
 

@@ -24,10 +24,6 @@ class Keys:
         """Stream: the job's progress events, trimmed with MAXLEN ~."""
         return f"{self.prefix}job:{job_id}:events"
 
-    def lease(self, job_id: str) -> str:
-        """String `worker|fence`, expiring a few heartbeats after the last one."""
-        return f"{self.prefix}job:{job_id}:lease"
-
     @property
     def cancel_channel(self) -> str:
         """Pub/sub channel: a job id published here wakes the worker running it."""
@@ -64,7 +60,8 @@ class Keys:
 
     @property
     def running(self) -> str:
-        """Set: ids of running jobs, for the reconciler's lease check."""
+        """Sorted set: running job id -> when its run's lease expires (epoch s; a few heartbeats after the last one).
+        The reconciler recovers the jobs whose expiry has passed."""
         return f"{self.prefix}running"
 
     @property

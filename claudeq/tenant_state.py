@@ -572,7 +572,7 @@ class TenantStore(AsyncCalls):
                 pipe.zcount(self.keys.tenant_runs(tenant.name), f"({now}", "+inf")
                 pipe.zcard(self.keys.tenant_jobs(tenant.name))
             else:
-                pipe.scard(self.keys.running)
+                pipe.zcard(self.keys.running)
                 pipe.zcard(self.keys.queued)
                 pipe.zcard(self.keys.deferred)
             spend_keys = self._spend_keys("tenant", tenant.name)

@@ -112,7 +112,7 @@ def collect(client: Client) -> Snapshot:
     if oldest:
         with contextlib.suppress(Exception):
             snap.oldest_wait_s = (now - store.get(text(oldest[0])).created_at).total_seconds()
-    for job_id in sorted(text(i) for i in r.smembers(keys.running)):
+    for job_id in sorted(text(i) for i in r.zrange(keys.running, 0, -1)):
         with contextlib.suppress(Exception):
             rec = store.get(job_id)
             snap.running.append(rec)

@@ -301,7 +301,7 @@ def status_counts(client: redis.Redis, keys: Keys, now: float) -> dict[str, int]
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.queued)
     pipe.zcard(keys.deferred)
-    pipe.scard(keys.running)
+    pipe.zcard(keys.running)
     finished = [status for status in JOB_STATUSES if status in TERMINAL]
     for status in finished:
         pipe.hgetall(keys.finished_counts(status))

@@ -10,11 +10,15 @@ from claudeq.account_scripts import ADMISSION
 from claudeq.job_scripts import COMPACT_EVENTS, COUNT_FINISHED, PACK_EVENTS
 from claudeq.tenant_scripts import SETTLE_FN
 
-# KEYS: job, lease, queued, running. ARGV: job_id, worker, lease_ttl_ms, now_iso
+# The lease of a running job is its score in the `running` sorted set: when it expires (epoch s, the claiming or
+# beating worker's clock; worker clocks must agree within a lease TTL less a heartbeat interval). The job hash's
+# `fence` says whose run it is: a claim raises it, and every write of a run checks it.
+
+# KEYS: job, queued, running. ARGV: job_id, worker, lease expiry (epoch s), now_iso, now_s
 # -> {result, fence, first, record, cancelled}: first = 1 on the job's first claim ever (its queue wait ends here);
 # record = the job hash as it was before the claim (flat field/value list) and cancelled = 1 when the cancel flag
 # (the record's `cancel` field) is set, so the worker needs no second round trip before its first attempt.
-# One HGETALL reads status, fence, started_at and the flag too: a claim costs 5 commands inside Redis.
+# One HGETALL reads status, fence, started_at and the flag too: a claim costs 4 commands inside Redis.
 CLAIM = """
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
@@ -23,7 +27,8 @@ for i = 1, #flat, 2 do cur[flat[i]] = flat[i + 1] end
 local status = cur['status']
 if not status then return {'missing', 0} end
 if status == 'running' then
-  if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', 0} end
+  local expiry = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]))
+  if expiry and expiry > tonumber(ARGV[5]) then return {'busy', 0} end
   return {'orphan', 0}
 end
 if status ~= 'queued' then return {status, 0} end
@@ -35,30 +40,31 @@ else
   first = 1
   redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'fence', fence, 'started_at', ARGV[4])
 end
-redis.call('SET', KEYS[2], ARGV[2] .. '|' .. fence, 'PX', ARGV[3])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 return {'ok', fence, first, flat, cur['cancel'] and 1 or 0}
 """
 
-# KEYS: lease, job, then the sorted sets that hold the run with an expiry (its account slot first, then its
-# tenant's runs). ARGV: worker|fence, ttl_ms, job_id, expiry_s.
-# -> {ours, held, cancelled}: the lease extended (0: no longer ours, nothing touched); whether the first set still
-# held the run (its expiry moved; 1 when there is none); whether the cancel flag is set (the record's `cancel`).
-# One round trip per heartbeat for the lease, the slot, the tenant's run and the missed-cancel check.
+# KEYS: job, running, then the sorted sets that hold the run with an expiry (its account slot first, then its
+# tenant's runs). ARGV: fence, job_id, expiry_s, worker.
+# -> {ours, held, cancelled}: the lease extended (0: the fence and worker no longer hold the running job, nothing
+# touched; a lease that expired with nobody recovering the job meanwhile is still ours); whether the first set still
+# held the run (its expiry moved; 1 when there is none); whether the cancel flag is set (the record's `cancel`). One
+# round trip per heartbeat for the lease, the slot, the tenant's run and the missed-cancel check.
 HEARTBEAT = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0, 0} end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'cancel', 'worker')
+if cur[1] ~= ARGV[1] or cur[2] ~= 'running' or cur[4] ~= ARGV[4] then return {0, 0, 0} end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 local held = 1
 for i = 3, #KEYS do
-  local changed = redis.call('ZADD', KEYS[i], 'XX', 'CH', ARGV[4], ARGV[3])
+  local changed = redis.call('ZADD', KEYS[i], 'XX', 'CH', ARGV[3], ARGV[2])
   if i == 3 then held = changed end
 end
-return {1, held, redis.call('HEXISTS', KEYS[2], 'cancel')}
+return {1, held, cur[3] and 1 or 0}
 """
 
-# KEYS: job, lease, queued, running, deferred, events ('' = the job has no stream: a terminal write need not read
-#       one; the caller knows when no event of the job ever went to one)
+# KEYS: job, running, queued, deferred, events ('' = the job has no stream: a terminal write need not read one; the
+#       caller knows when no event of the job ever went to one)
 # ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
 #       n_events, events_maxlen, now_ms, then n_events event JSONs, then field, value, ...
 # The events (what the run emitted since its last append, then the status's own: a terminal, `deferred` or
@@ -80,7 +86,7 @@ local function write(KEYS, ARGV)
   local fields = {}
   for i = 10 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
   if not terminal then
-    for i = 10, 9 + n do redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i]) end
+    for i = 10, 9 + n do redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i]) end
   end
   if new == '' then
     if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
@@ -88,21 +94,19 @@ local function write(KEYS, ARGV)
   end
   fields[#fields + 1] = 'status'
   fields[#fields + 1] = new
-  redis.call('SREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])  -- out of `running`: its lease goes with it
   if new == 'queued' then
-    redis.call('DEL', KEYS[2])
     redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
   elseif new == 'deferred' then
-    redis.call('DEL', KEYS[2])
-    redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+    redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
   else
-    local packed = pack_events(KEYS[6], ARGV, 10, 9 + n, tonumber(ARGV[9]))
+    local packed = pack_events(KEYS[5], ARGV, 10, 9 + n, tonumber(ARGV[9]))
     if packed then
       fields[#fields + 1] = 'events'
       fields[#fields + 1] = packed
     end
     count_finished(ARGV[6], new, ARGV[4], tonumber(ARGV[9]) / 1000)
-    if KEYS[6] ~= '' then redis.call('DEL', KEYS[2], KEYS[6]) else redis.call('DEL', KEYS[2]) end
+    if KEYS[5] ~= '' then redis.call('DEL', KEYS[5]) end
     redis.call('EXPIRE', KEYS[1], ARGV[4])
     if cur[3] then redis.call('EXPIRE', cur[3], ARGV[4]) end
     if cur[4] then redis.call('HDEL', KEYS[1], 'cancel') end
@@ -115,7 +119,7 @@ end
 
 WRITE = _WRITE_FN + "return write(KEYS, ARGV)\n"
 
-# KEYS: WRITE's six, then the run's account slot: slots, account hash, its four waiting lines; then the spend and
+# KEYS: WRITE's five, then the run's account slot: slots, account hash, its four waiting lines; then the spend and
 # reserved hashes its last attempt's cost counts against (`settle` in claudeq/tenant_scripts.py: none, or a pair or
 # two); then the sorted sets the finished job leaves (its tenants' active-job index).
 # ARGV: RELEASE's (minus the job id): job_key_prefix, now_s, max_concurrency, expiry_s, predictive, ramp rate,
@@ -132,11 +136,11 @@ FINISH = (
 local ns = tonumber(ARGV[8])
 local wargv = {unpack_(ARGV, 17)}
 if write(KEYS, wargv) == 0 then return {0} end
-if ns > 0 then settle({unpack_(KEYS, 13, 12 + ns)}, ARGV, 9) end
+if ns > 0 then settle({unpack_(KEYS, 12, 11 + ns)}, ARGV, 9) end
 local out = {1}
-release(wargv[1], KEYS[7], KEYS[8], {KEYS[9], KEYS[10], KEYS[11], KEYS[12]}, tonumber(ARGV[3]), ARGV[4],
-        tonumber(ARGV[2]), ARGV[1], {KEYS[5], KEYS[3]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
-for i = 13 + ns, #KEYS do redis.call('ZREM', KEYS[i], wargv[1]) end
+release(wargv[1], KEYS[6], KEYS[7], {KEYS[8], KEYS[9], KEYS[10], KEYS[11]}, tonumber(ARGV[3]), ARGV[4],
+        tonumber(ARGV[2]), ARGV[1], {KEYS[4], KEYS[3]}, {ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]}, out)
+for i = 12 + ns, #KEYS do redis.call('ZREM', KEYS[i], wargv[1]) end
 return out
 """
 )
@@ -168,7 +172,7 @@ redis.call('ZADD', KEYS[3], now[1], ARGV[1])
 return 1
 """
 
-# KEYS: job, lease, running, queued, events.
+# KEYS: job, running, queued, events.
 # ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
 #       finished_counts_prefix, field, value, ... (no fields: status only)
 # A running job whose lease expired (its worker died): back to queued with the caller's attempt record — or, when it
@@ -179,19 +183,20 @@ RECOVER = (
     + COMPACT_EVENTS
     + """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
-if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or redis.call('EXISTS', KEYS[2]) == 1 then
-  if cur[1] ~= 'running' then redis.call('SREM', KEYS[3], ARGV[1]) end
+local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
+if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or (expiry and expiry > tonumber(ARGV[3])) then
+  if cur[1] ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) end
   return 0
 end
 if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
-if ARGV[4] ~= '' then redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
+if ARGV[4] ~= '' then redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[6])
-redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[6] == 'queued' then
-  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 else
   count_finished(ARGV[8], ARGV[6], ARGV[7])
-  compact_events(KEYS[1], KEYS[5])
+  compact_events(KEYS[1], KEYS[4])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
   redis.call('HDEL', KEYS[1], 'cancel')
   local idem = redis.call('HGET', KEYS[1], 'idem')
@@ -211,4 +216,14 @@ if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then
 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
+"""
+
+# KEYS: running. ARGV: lease expiry (epoch s). A `running` set of an earlier claudeq becomes the sorted set, each run
+# scored with a fresh lease (WorkerJobStore.upgrade_running) -> how many runs moved.
+UPGRADE_RUNNING = """
+if redis.call('TYPE', KEYS[1]).ok ~= 'set' then return 0 end
+local ids = redis.call('SMEMBERS', KEYS[1])
+redis.call('DEL', KEYS[1])
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[1], id) end
+return #ids
 """

@@ -36,7 +36,7 @@ ClaimResult = Literal["ok", "busy", "orphan", "missing", "queued", "deferred", "
 class Beat:
     """The answer to a heartbeat."""
 
-    ours: bool  # the lease was extended (False: expired or taken over; nothing was touched)
+    ours: bool  # the lease was extended (False: the job was recovered or taken over; nothing was touched)
     held: bool = True  # the run's account slot still held it (its expiry moved); True when none was given
     cancelled: bool = False  # a cancel flag is set
 
@@ -78,8 +78,8 @@ class SlotRelease:
 
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
-#: Leases read per MGET by the reconciler (a command's reply stays small; 800 runs in flight are one command).
-LEASE_READ_CHUNK = 1000
+#: Expired leases the reconciler reads per pass (it recovers each; more wait for the next pass).
+EXPIRED_READ = 500
 
 
 class WorkerJobStore(AsyncCalls, JobStore):
@@ -109,6 +109,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         self._recover = client.register_script(scripts.RECOVER)
         self._resend = client.register_script(scripts.RESEND)
         self._append = client.register_script(scripts.APPEND)
+        self._upgrade_running = client.register_script(scripts.UPGRADE_RUNNING)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
 
     # ---- the engine loop's client (use_async: claudeq.script_calls.AsyncCalls) ---------------------------------
@@ -146,16 +147,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
                 fields["started_at"] = now
             return Claim(result, fence, first, fields, bool(int(reply[4])) if len(reply) > 4 else None)
 
-        keys = [
-            self.keys.job(job_id),
-            self.keys.lease(job_id),
-            self.keys.queued,
-            self.keys.running,
-        ]
-        return ScriptCall(self._claim, keys, [job_id, worker, int(lease_ttl_s * 1000), now], parse)
+        keys = [self.keys.job(job_id), self.keys.queued, self.keys.running]
+        clock = time.time()
+        return ScriptCall(self._claim, keys, [job_id, worker, repr(clock + lease_ttl_s), now, repr(clock)], parse)
 
     def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
-        """Extend the lease; False when it is no longer ours (expired or taken over)."""
+        """Extend the lease; False when it is no longer ours (the job was recovered or taken over)."""
         return self.beat(job_id, worker, fence, lease_ttl_s).ours
 
     def beat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()) -> Beat:
@@ -179,8 +176,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
             ours, held, cancelled = reply
             return Beat(bool(ours), bool(held), bool(cancelled))
 
-        keys = [self.keys.lease(job_id), self.keys.job(job_id), *expiring]
-        args = [f"{worker}|{fence}", int(lease_ttl_s * 1000), job_id, repr(time.time() + lease_ttl_s)]
+        keys = [self.keys.job(job_id), self.keys.running, *expiring]
+        args = [fence, job_id, repr(time.time() + lease_ttl_s), worker]
         return ScriptCall(self._heartbeat, keys, args, parse)
 
     def write(
@@ -288,9 +285,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
         payloads = [encode_event(e) for e in (*events, *(() if event is None else (event,)))]
         keys = [
             self.keys.job(job_id),
-            self.keys.lease(job_id),
-            self.keys.queued,
             self.keys.running,
+            self.keys.queued,
             self.keys.deferred,
             self.keys.events(job_id) if stream or status not in TERMINAL else "",
         ]
@@ -367,28 +363,34 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
     def forget_running(self, job_id: str) -> None:
         """Drop a job id from the running index (its record is gone)."""
-        self.redis.srem(self.keys.running, job_id)
+        self.redis.zrem(self.keys.running, job_id)
 
     def fence_of(self, job_id: str) -> int | None:
         """The job's fencing token read directly (works when the record itself cannot be parsed)."""
         value = self.redis.hget(self.keys.job(job_id), "fence")
         return None if value is None else int(value)
 
+    def upgrade_running(self, lease_ttl_s: float) -> int:
+        """Turn a `running` set left by an earlier claudeq (a set of ids beside `job:{id}:lease` strings) into the
+        sorted set scored by lease expiry, each run with a fresh lease: a run whose worker is gone is recovered one
+        lease later. -> how many runs it moved (0: nothing to do). Every worker does it once as it starts."""
+        return int(self._upgrade_running(keys=[self.keys.running], args=[repr(time.time() + lease_ttl_s)]))
+
     def running_ids(self) -> list[str]:
         """Ids of jobs marked running."""
-        return [text(i) for i in self.redis.smembers(self.keys.running)]
+        return [text(i) for i in self.redis.zrange(self.keys.running, 0, -1)]
 
-    def lease_alive(self, job_id: str) -> bool:
-        """Whether the job's run lease still exists."""
-        return bool(self.redis.exists(self.keys.lease(job_id)))
+    def lease_alive(self, job_id: str, now: float | None = None) -> bool:
+        """Whether the job's run lease is still live (its expiry in `running` is still to come)."""
+        expiry = self.redis.zscore(self.keys.running, job_id)
+        return expiry is not None and expiry > (time.time() if now is None else now)
 
-    def leases_alive(self, job_ids: Sequence[str]) -> list[bool]:
-        """Whether each job's run lease still exists, in one round trip: one MGET per LEASE_READ_CHUNK leases (one
-        command per chunk, not one per running job, on each reconciler pass)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for start in range(0, len(job_ids), LEASE_READ_CHUNK):
-            pipe.mget([self.keys.lease(job_id) for job_id in job_ids[start : start + LEASE_READ_CHUNK]])
-        return [value is not None for chunk in pipe.execute() for value in chunk]
+    def expired_runs(self, now: float | None = None, limit: int = EXPIRED_READ) -> list[str]:
+        """Running jobs whose lease expired (its worker stopped renewing it), oldest first: one ZRANGEBYSCORE, however
+        many runs are in flight (the reconciler reads these only)."""
+        cutoff = time.time() if now is None else now
+        rows = self.redis.zrangebyscore(self.keys.running, "-inf", f"({cutoff}", start=0, num=limit)
+        return [text(i) for i in rows]
 
     def take_turn(self, key: str, worker: str, turn_s: float) -> bool:
         """Take a turn that lasts `turn_s` (SET NX PX): False while another worker's turn runs."""
@@ -410,13 +412,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             fields.update(error=error, finished_at=utcnow())
         return bool(
             self._recover(
-                keys=[
-                    self.keys.job(job_id),
-                    self.keys.lease(job_id),
-                    self.keys.running,
-                    self.keys.queued,
-                    self.keys.events(job_id),
-                ],
+                keys=[self.keys.job(job_id), self.keys.running, self.keys.queued, self.keys.events(job_id)],
                 args=[
                     job_id,
                     fence,

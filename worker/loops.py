@@ -70,6 +70,7 @@ class Loops:
         self.store = engine.store
         self.host = socket.gethostname()
         self._passes = 0  # reconciler passes this worker made (the index is trimmed every TRIM_EVERY)
+        self._running_upgraded = False  # `running` is a sorted set (WorkerJobStore.upgrade_running)
 
     def install(self) -> None:
         """Register every loop with the engine (before it starts)."""
@@ -121,9 +122,12 @@ class Loops:
         """One reconciler pass, when this worker takes the fleet's turn for this interval; False when another
         worker's turn runs.
 
-        One pass per interval across the fleet: a pass reads every running job's lease, so a pass per worker would
-        cost workers x runs in flight per interval. The turn expires with the interval, so a worker that dies or
-        stalls holding it delays the next pass by one interval at most."""
+        One pass per interval across the fleet: a pass reads the expired leases (one command), recovers those jobs
+        and re-sends lost messages; a pass per worker would repeat that work. The turn expires with the interval, so
+        a worker that dies or stalls holding it delays the next pass by one interval at most."""
+        if not self._running_upgraded:
+            await in_redis_thread(self.store.upgrade_running, self.settings.lease_ttl_s)
+            self._running_upgraded = True
         turn = self.store.keys.reconciler_turn
         interval = self.settings.loop_interval_s
         if not await in_redis_thread(self.store.take_turn, turn, self.engine.worker_id, interval):
@@ -139,11 +143,11 @@ class Loops:
     async def recover_once(self) -> list[str]:
         """Re-enqueue running jobs whose lease expired; returns their ids."""
         recovered: list[str] = []
-        others = [job_id for job_id in await in_redis_thread(self.store.running_ids) if not self.engine.handles(job_id)]
-        if not others:
-            return recovered
-        alive = await in_redis_thread(self.store.leases_alive, others)  # one round trip for every lease
-        for job_id in (job_id for job_id, live in zip(others, alive, strict=True) if not live):
+        # Only the runs whose lease expired: one read however many are in flight (`running` is scored by expiry).
+        expired = [
+            job_id for job_id in await in_redis_thread(self.store.expired_runs) if not self.engine.handles(job_id)
+        ]
+        for job_id in expired:
             try:
                 record = await in_redis_thread(self.store.get, job_id)
             except JobNotFound:

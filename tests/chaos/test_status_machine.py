@@ -1,7 +1,7 @@
 """The status scripts against a model of the job state machine, on the real Redis: claim, heartbeat, fenced write
 (any target status, `deferred` included), cancel, promote, recover, resend and lease expiry, in any order, with the
 right fence, a stale one or a future one (hypothesis `RuleBasedStateMachine`). After every step Redis must agree
-with the model — status, fence, lease holder, cancel flag, the queued / deferred / running indexes, the status
+with the model — status, fence, live lease, cancel flag, the queued / deferred / running indexes, the status
 counters — and a terminal job never moves again."""
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class ModelJob:
     id: str
     status: str = "queued"
     fence: int = 0
-    lease: str | None = None  # "worker|fence" while a lease exists
+    lease: bool = False  # a live lease: its expiry in `running` is still to come
+    worker: str | None = None  # who claimed it last
     cancel_flag: bool = False
     in_queued: bool = True
     in_deferred: bool = False
@@ -79,7 +80,7 @@ class StatusScripts(RuleBasedStateMachine):
         job.in_queued = status == "queued"
         job.in_deferred = status == "deferred"
         if status != "running":
-            job.lease = None
+            job.lease = False
         if status in TERMINAL:
             job.cancel_flag = False
 
@@ -93,7 +94,8 @@ class StatusScripts(RuleBasedStateMachine):
             assert got.ok and got.fence == job.fence + 1, (got, job)
             job.fence = got.fence
             self.moved(job, "running")
-            job.lease = f"{worker}|{job.fence}"
+            job.lease = True
+            job.worker = worker
         elif job.status == "running":
             assert got.result == ("busy" if job.lease else "orphan"), (got, job)
         else:
@@ -104,7 +106,10 @@ class StatusScripts(RuleBasedStateMachine):
         job = self.jobs[i]
         fence = self.fence_for(job, offset)
         alive = self.store.heartbeat(job.id, worker, fence, TTL_S)
-        assert alive == (job.lease == f"{worker}|{fence}"), (alive, job)
+        # The fence says whose run it is (a lease that expired with nobody recovering the job is renewed).
+        assert alive == (job.status == "running" and fence == job.fence and worker == job.worker), (alive, job)
+        if alive:
+            job.lease = True
 
     @rule(
         i=st.integers(0, JOBS - 1),
@@ -154,7 +159,7 @@ class StatusScripts(RuleBasedStateMachine):
 
             error = JobError(kind="poisoned", message="lost its worker too often")
         ok = self.store.recover(job.id, fence, None, Event(type="requeued"), error=error)
-        expected = job.status == "running" and fence == job.fence and job.lease is None
+        expected = job.status == "running" and fence == job.fence and not job.lease
         assert ok == expected, (ok, fence, job)
         if ok:
             self.moved(job, "failed" if poisoned else "queued")
@@ -169,8 +174,9 @@ class StatusScripts(RuleBasedStateMachine):
     def expire(self, i: int) -> None:
         """Time passes: the job's lease (if any) expires."""
         job = self.jobs[i]
-        self.redis.delete(self.keys.lease(job.id))
-        job.lease = None
+        if job.status == "running":
+            self.redis.zadd(self.keys.running, {job.id: 1.0})  # an expiry long past
+        job.lease = False
 
     # --- what must always hold -------------------------------------------------------------------------------
 
@@ -179,12 +185,12 @@ class StatusScripts(RuleBasedStateMachine):
         for job in self.jobs:
             fence, status = self.store.fence_and_status(job.id)
             assert status == job.status and (fence or 0) == job.fence, (status, fence, job)
-            lease = self.redis.get(self.keys.lease(job.id))
-            assert (lease.decode() if lease else None) == job.lease, (lease, job)
+            expiry = self.redis.zscore(self.keys.running, job.id)
+            assert (expiry is not None and expiry > time.time()) == job.lease, (expiry, job)
             assert bool(self.redis.hexists(self.keys.job(job.id), "cancel")) == job.cancel_flag, job
             assert (self.redis.zscore(self.keys.queued, job.id) is not None) == job.in_queued, job
             assert (self.redis.zscore(self.keys.deferred, job.id) is not None) == job.in_deferred, job
-            assert bool(self.redis.sismember(self.keys.running, job.id)) == (job.status == "running"), job
+            assert (expiry is not None) == (job.status == "running"), job
             if job.status in TERMINAL:
                 assert self.redis.ttl(self.keys.job(job.id)) > 0, job  # retention set
             else:

@@ -4,6 +4,7 @@ private server, so nothing else running on the shared Redis can blur the count."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -90,7 +91,7 @@ def test_the_turn_lock_does_bounded_work_whatever_the_backlog(private_redis: Pri
     conn = redis.Redis.from_url(private_redis.url)
     for job_id in ids[:150]:
         conn.hset(client.store.keys.job(job_id), "status", "running")
-        conn.sadd(client.store.keys.running, job_id)
+        conn.zadd(client.store.keys.running, {job_id: time.time() + 60})
     conversations = ConversationStore.from_settings(settings, conn)
     conversations.acquire("chat", ids[0])  # loads the script
 

@@ -98,7 +98,7 @@ def test_a_redelivery_during_the_old_ones_stop_is_stopped_and_requeued_at_shutdo
     first = _in_thread(lambda: str(engine.deliver_blocking(job)))
     assert scripts.first_running.wait(10)
     # The worker froze past its lease: another reconciler recovered the job and its message came back here.
-    wstore.redis.delete(wstore.keys.lease(job))
+    wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert wstore.recover(job, wstore.get(job).fence, None)
     assert scripts.first_stopping.wait(10)  # the old run saw the lease go and is stopping, slowly
     second = _in_thread(lambda: str(engine.deliver_blocking(job)))

@@ -111,7 +111,7 @@ def test_several_events_go_in_one_fenced_append_in_order_and_a_stale_fence_appen
     old = store.claim(handle.id, "w1", 30)
     batch = [Event(type="assistant_text", data={"text": str(i)}) for i in range(5)]
     assert store.append_events_fenced(handle.id, old.fence, batch)
-    redis_client.delete(store.keys.lease(handle.id))
+    redis_client.zadd(store.keys.running, {handle.id: 0})
     assert store.recover(handle.id, old.fence, None)
     assert store.claim(handle.id, "w2", 30).ok
     assert store.append_events_fenced(handle.id, old.fence, [Event(type="assistant_text", data={"text": "x"})]) is None

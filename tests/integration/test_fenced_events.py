@@ -47,7 +47,7 @@ def test_a_superseded_fence_appends_no_event(wstore: WorkerJobStore) -> None:
     job = _job(wstore)
     old = wstore.claim(job, "w1", 30)
     assert wstore.append_event_fenced(job, old.fence, Event(type="assistant_text", data={"text": "mine"}))
-    wstore.redis.delete(wstore.keys.lease(job))
+    wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert wstore.recover(job, old.fence, None)
     new = wstore.claim(job, "w2", 30)
 
@@ -60,7 +60,7 @@ def test_a_superseded_fence_appends_no_event(wstore: WorkerJobStore) -> None:
 def test_the_terminal_event_goes_in_with_the_fenced_status_write(wstore: WorkerJobStore) -> None:
     job = _job(wstore)
     old = wstore.claim(job, "w1", 30)
-    wstore.redis.delete(wstore.keys.lease(job))
+    wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert wstore.recover(job, old.fence, None)
     new = wstore.claim(job, "w2", 30)
 
@@ -88,7 +88,7 @@ class _Takeover:
             return "before" in [e.data.get("text") for _, e in self.store.read_events(job)]
 
         await asyncio.to_thread(run_until, stored, 30, 0.02, what="the event emitted before the pause stored")
-        await asyncio.to_thread(self.store.redis.delete, self.store.keys.lease(job))
+        await asyncio.to_thread(self.store.redis.zadd, self.store.keys.running, {job: 0})
         record = await asyncio.to_thread(self.store.get, job)
         assert await asyncio.to_thread(self.store.recover, job, record.fence, None)
         assert (await asyncio.to_thread(self.store.claim, job, "w2", 30)).ok

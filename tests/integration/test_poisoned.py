@@ -54,7 +54,7 @@ def _lost_so_far(store: WorkerJobStore, earlier_losses: int, tenant: str = "defa
     claim = store.claim(job, f"w{earlier_losses}", 30)
     attempts.append(Attempt(number=earlier_losses + 1, worker=f"w{earlier_losses}", started_at=utcnow()))
     assert store.write(job, claim.fence, attempts=attempts)
-    store.redis.delete(store.keys.lease(job))
+    store.redis.zadd(store.keys.running, {job: 0})
     return job
 
 

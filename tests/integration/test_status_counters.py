@@ -44,7 +44,7 @@ def test_counters_equal_a_recount_after_a_mixed_workload(
     assert store.write(retried, claim.fence, "queued")  # a retry that re-enqueues
     for job_id in (lost, lost_then_ok):
         claim = store.claim(job_id, "dead-worker", 30)
-        redis_client.delete(store.keys.lease(job_id))
+        redis_client.zadd(store.keys.running, {job_id: 0})
         assert store.recover(job_id, claim.fence, None)
     claim = store.claim(lost_then_ok, "w2", 30)
     assert store.write(lost_then_ok, claim.fence, "succeeded")

@@ -86,7 +86,8 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     assert record.result is not None and record.result.text == "ok"
     assert [a.account for a in record.attempts] == ["a"]
     assert [e.type for _, e in store.read_events(job_id)] == ["submitted", "claimed", "run_started", "succeeded"]
-    assert not store.redis.exists(store.keys.lease(job_id), store.keys.events(job_id))
+    assert not store.redis.exists(store.keys.events(job_id))
+    assert store.redis.zscore(store.keys.running, job_id) is None  # its lease went with `running`
 
 
 def test_a_runs_slot_spend_release_and_unindex_go_on_the_async_client_without_a_to_thread_hop(

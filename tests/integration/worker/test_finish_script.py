@@ -67,7 +67,7 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
     assert store.redis.zscore(slots, job_id) is None
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is None
     assert store.redis.zscore(store.keys.tenant_jobs("default"), job_id) is None
-    assert not store.redis.sismember(store.keys.running, job_id)
+    assert store.redis.zscore(store.keys.running, job_id) is None
     # The spend: the account's (no tenants file: no tenant spend is kept; `default`'s is the accounts' sum).
     assert accounts.tenant_store.spend("account", "acct-a") == (0.25, 0.25)
     assert accounts.tenant_store.spend("tenant", "default") == (0.25, 0.25)

@@ -60,7 +60,7 @@ def test_turns_run_in_submit_order_even_when_the_later_one_is_claimed_first(
 def test_an_earlier_turn_claimed_but_not_yet_planned_goes_first(convs: ConversationStore, fake_store: JobStore) -> None:
     _job(fake_store, "a", T0, "running")  # submitted first (numbered by CREATE), claimed, not planned yet
     _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
-    fake_store.redis.sadd(fake_store.keys.running, "a", "b")
+    fake_store.redis.zadd(fake_store.keys.running, {"a": 1.0, "b": 1.0})
     _job(fake_store, "0-other", T0, conv="other")  # another conversation's job: ignored
     grant = convs.acquire("c", "b")
     assert not grant.granted and grant.holder == "a"

@@ -286,7 +286,7 @@ def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: WorkerJo
     job = h.submit()
     finish = h.start_delivery(job, started)
     # Another worker takes over: the lease is gone and the job is claimed again with a new fence.
-    store.redis.delete(store.keys.lease(job))
+    store.redis.zadd(store.keys.running, {job: 0})
     record = store.get(job)
     assert store.recover(job, record.fence, record.attempts)
     assert store.claim(job, "w2", 30).ok
@@ -393,7 +393,7 @@ def test_a_redis_blip_leaves_the_job_to_the_reconciler_instead_of_failing_it(mak
     record = h.store.get(job)
     assert record.status == "running"  # no terminal write: the lease expires and the reconciler re-enqueues it
     assert record.error is None
-    h.store.redis.delete(h.store.keys.lease(job))
+    h.store.redis.zadd(h.store.keys.running, {job: 0})
     assert h.store.recover(job, record.fence, record.attempts)
     assert h.deliver(job) == "succeeded"
 
@@ -405,7 +405,10 @@ def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, sto
     job = h.submit()
     finish = h.start_delivery(job, started)
     # Another worker took the job over (its lease expired while this one was paused): new fence, same slot member.
-    store.redis.delete(store.keys.lease(job))
+    store.redis.zadd(store.keys.running, {job: 0})
+    record = store.get(job)
+    assert store.recover(job, record.fence, record.attempts)
+    assert store.claim(job, "w2", 30).ok
     assert finish() == ["lost"]
     assert job not in accounts.released  # the new owner may hold this very slot
     assert store.get(job).status == "running"

@@ -76,7 +76,7 @@ async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(st
     d = _delivery(store)
     writer = FencedWriter(store, 30, linger_s=60)
     await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
-    store.redis.delete(store.keys.lease("j1"))
+    store.redis.zadd(store.keys.running, {"j1": 0})
     assert store.recover("j1", d.fence, None)
     assert store.claim("j1", "w2", 30).ok
     await writer.close(d)  # the pending event is refused: another worker owns the job

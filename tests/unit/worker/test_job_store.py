@@ -51,7 +51,7 @@ def test_a_second_delivery_of_a_running_job_is_busy(fake_store: WorkerJobStore) 
 def test_a_running_job_without_lease_is_an_orphan_for_the_reconciler(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     fake_store.claim(job_id, "w1", 10)
-    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
     assert fake_store.claim(job_id, "w2", 10).result == "orphan"
 
 
@@ -105,7 +105,7 @@ def test_stale_fence_cannot_write(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     old = fake_store.claim(job_id, "w1", 10)
     # w1 paused, its lease expired, the reconciler gave the job back and w2 took it over.
-    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
     assert fake_store.recover(job_id, old.fence, [Attempt(number=1, outcome="worker_lost", started_at=utcnow())])
     new = fake_store.claim(job_id, "w2", 10)
     assert new.fence == old.fence + 1
@@ -186,7 +186,7 @@ def test_reconciler_recovery_requires_an_expired_lease(fake_store: WorkerJobStor
     claim = fake_store.claim(job_id, "w1", 10)
     lost = [Attempt(number=1, outcome="worker_lost", started_at=utcnow())]
     assert not fake_store.recover(job_id, claim.fence, lost)  # lease still alive
-    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
     assert fake_store.recover(job_id, claim.fence, lost)
     assert not fake_store.recover(job_id, claim.fence, lost)  # only once
     record = fake_store.get(job_id)
@@ -256,7 +256,7 @@ def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store:
     job_id = _queued(fake_store)
     claim = fake_store.claim(job_id, "w1", 10)
     fake_store.redis.hset(fake_store.keys.job(job_id), "spec", "{not json")
-    fake_store.redis.delete(fake_store.keys.lease(job_id))
+    fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
     assert fake_store.fence_of(job_id) == claim.fence
     assert fake_store.recover(job_id, claim.fence, None)
     assert fake_store.status(job_id) == "queued"

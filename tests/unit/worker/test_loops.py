@@ -69,7 +69,7 @@ def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
     attempt = Attempt(number=1, account="a", worker="dead", started_at=utcnow())
     assert store.write(job, claim.fence, attempts=[attempt])
     assert on_loop(loops, loops.recover_once()) == []  # lease still alive
-    store.redis.delete(store.keys.lease(job))
+    store.redis.zadd(store.keys.running, {job: 0})
     assert on_loop(loops, loops.recover_once()) == [job]
     record = store.get(job)
     assert record.status == "queued"
@@ -87,7 +87,7 @@ def test_one_reconciler_pass_per_interval_across_the_fleet(
         second = Loops(other)
         job = submit(store)
         store.claim(job, "dead", 5)
-        store.redis.delete(store.keys.lease(job))
+        store.redis.zadd(store.keys.running, {job: 0})
         assert on_loop(loops, loops.reconcile_once())  # this worker's turn: it recovers the dead worker's job
         assert store.status(job) == "queued" and sent == [job]
         assert not on_loop(second, second.reconcile_once())  # within the interval: nobody else reads every lease

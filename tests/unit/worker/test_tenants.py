@@ -384,7 +384,7 @@ def test_without_a_tenants_file_runs_are_not_indexed_per_tenant_and_spend_is_sti
         assert not fake_redis.exists(key("default"))
     assert accounts.tenant_store.spend("tenant", "default") == (0.25, 0.25)
     assert accounts.tenant_store.spend("account", "x") == (0.25, 0.25)
-    fake_redis.sadd(keys.running, "r1", "r2")
+    fake_redis.zadd(keys.running, {"r1": time.time() + 60, "r2": time.time() + 60})
     fake_redis.zadd(keys.queued, {f"q{i}": i for i in range(5)})
     fake_redis.zadd(keys.deferred, {"d1": 1})
     (usage,) = accounts.tenant_store.usage()
