@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -188,13 +188,16 @@ class AccountStore(AsyncCalls):
         rank: float | None = None,
         family: str = "-",
         may_hold: bool = True,
+        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
     ) -> int:
         """Take a slot on `name` for a job of model `family`: 1 acquired (or already held, e.g. handed over by a
         release), 0 full, -1 disabled, -2 cooling (the account or the family), -3 held (what the API said is left is
         spoken for by the runs in flight), -4 the free slots belong to waiters ranked before `rank` (None: no waiting
         line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping.
-        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one)."""
-        return self._run(self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold))
+        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one). `then`: as
+        for `atry_acquire`."""
+        call = self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold)
+        return self._run(call if then is None else then(call))
 
     async def atry_acquire(
         self,
@@ -205,11 +208,16 @@ class AccountStore(AsyncCalls):
         rank: float | None = None,
         family: str = "-",
         may_hold: bool = True,
+        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
     ) -> int:
-        """`try_acquire` on the worker's event loop (its async client; else in a thread)."""
+        """`try_acquire` on the worker's event loop (its async client; else in a thread). `then`: makes the ACQUIRE
+        call into one that does more in the same script (a worker's attempt start: WorkerJobStore.start_call)."""
+        call = self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold)
+        if then is not None:
+            call = then(call)
         if self._async is None:
-            return await asyncio.to_thread(self.try_acquire, name, job_id, ttl_s, now, rank, family, may_hold)
-        return await self._arun(self._async, self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold))
+            return await asyncio.to_thread(self._run, call)
+        return await self._arun(self._async, call)
 
     def _acquire_call(
         self,

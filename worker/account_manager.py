@@ -27,9 +27,10 @@ from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.script_calls import ScriptCall
 from claudeq.tenant_state import BALANCE_REPAY_S, AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
-from claudeq.worker.job_store import SlotRelease
+from claudeq.worker.job_store import START_LOST, SlotRelease
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.outcome import LimitHint, RateLimitSignal
@@ -63,6 +64,16 @@ class SlotLease:
     budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
     model: str | None = None  # the spec's model: what one turn costs is learned per model
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
+    started: bool = False  # the attempt's start was written with the slot, in the same script (`aacquire`'s start)
+
+
+#: Makes an account's ACQUIRE call into the START that also writes the attempt's start (WorkerJobStore.start_call),
+#: given the account and the run's budget on it.
+StartWrite = Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]]
+
+
+class StartLost(Exception):
+    """START took the slot, but the run's fence no longer holds the job: another worker owns it now."""
 
 
 @dataclass(frozen=True)
@@ -183,14 +194,18 @@ class AccountManager:
         exclude: frozenset[str] = frozenset(),
         rank: float | None = None,
         holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
         """`acquire` on the engine loop: without a tenants file, its calls go on the async client (the slot's
         `ACQUIRE`; the rarer reads — the accounts' snapshot, a slot the job may hold, a capped account's budget — on
-        a Redis thread); with one, the whole admission runs on a Redis thread."""
+        a Redis thread); with one, the whole admission runs on a Redis thread.
+
+        `start` (no tenants file): the slot of an account without a spend cap is taken with the attempt's start
+        written in the same script (the lease says `started`); StartLost when the fence no longer held the job."""
         if self.tenants.configured:
             return await in_redis_thread(self.acquire, job_id, spec, exclude, rank, holds)
         tenant = self.tenants.governing(spec.tenant)
-        steps = self._slot_steps(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds)
+        steps = self._slot_steps(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
         return _untenanted(await _adrive(steps))
 
     def _share(self, tenant: TenantConfig) -> int | None:
@@ -242,6 +257,7 @@ class AccountManager:
         want: float | None,
         rank: float | None,
         holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
     ) -> Steps[SlotLease | NoAccount]:
         """Lease a slot on the best eligible account, or say when one may free (NoAccount). Written once for both
         clients: each Redis call is yielded as an `_Io` and its answer sent back (`_drive`: sync, `_adrive`: on the
@@ -260,8 +276,14 @@ class AccountManager:
             # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
             if name in exclude:
                 continue
-            if (yield self._try_acquire(name, job_id, ttl, None, None, family, True)) == 1:
+            then = self._then(start, self.store.config(name), want)
+            got = yield self._try_acquire(name, job_id, ttl, None, None, family, True, then)
+            if got == START_LOST:
+                raise StartLost(job_id)
+            if got == 1:
                 held = yield from self._budgeted_steps(self.store.config(name), job_id, tenant, want, spec.model)
+                if isinstance(held, SlotLease) and then is not None:
+                    held = replace(held, started=True)
                 if isinstance(held, OverBudget):
                     over[name] = held
                 elif isinstance(held, Reserved):
@@ -304,9 +326,16 @@ class AccountManager:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
                 # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
-                got = yield self._try_acquire(account.name, job_id, ttl, now, rank, family, account.name in held_by)
+                then = self._then(start, account, want)
+                got = yield self._try_acquire(
+                    account.name, job_id, ttl, now, rank, family, account.name in held_by, then
+                )
+                if got == START_LOST:
+                    raise StartLost(job_id)
                 if got == 1:
                     lease = yield from self._budgeted_steps(account, job_id, tenant, want, spec.model)
+                    if isinstance(lease, SlotLease) and then is not None:
+                        lease = replace(lease, started=True)
                     if isinstance(lease, OverBudget):
                         over[account.name] = lease
                         continue
@@ -357,12 +386,28 @@ class AccountManager:
         return await asyncio.shield(reading)
 
     def _try_acquire(
-        self, name: str, job_id: str, ttl: float, now: float | None, rank: float | None, family: str, may_hold: bool
+        self,
+        name: str,
+        job_id: str,
+        ttl: float,
+        now: float | None,
+        rank: float | None,
+        family: str,
+        may_hold: bool,
+        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
     ) -> _Io[int]:
         return _Io(
-            partial(self.store.try_acquire, name, job_id, ttl, now, rank, family, may_hold),
-            partial(self.store.atry_acquire, name, job_id, ttl, now, rank, family, may_hold),
+            partial(self.store.try_acquire, name, job_id, ttl, now, rank, family, may_hold, then),
+            partial(self.store.atry_acquire, name, job_id, ttl, now, rank, family, may_hold, then),
         )
+
+    @staticmethod
+    def _then(
+        start: StartWrite | None, account: AccountConfig, want: float | None
+    ) -> Callable[[ScriptCall[int]], ScriptCall[int]] | None:
+        """The attempt's start to write with a slot on `account` (None: apart, after it: a capped account may give
+        the slot back once its budget is read)."""
+        return None if start is None or account.capped else start(account, want)
 
     def _budgeted_steps(
         self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None

@@ -83,6 +83,18 @@ class FencedWriter:
                 events.append(event)
             return await self._write_locked(d, status, events, fields, release)
 
+    def followed_now(self, d: Delivery) -> bool:
+        """Whether the delivery's events are stored within `linger_s` now (someone follows the job, or no idle
+        linger is set): a write then takes the events waiting."""
+        return self._followed(d)
+
+    def lost(self, d: Delivery, what: str) -> None:
+        """A fenced step of the delivery (`what`) found the fence stale: another worker owns the job. Stop the run,
+        and write nothing more."""
+        log.warning("job %s: stale fence %d, %s dropped (another worker owns the job)", d.job_id, d.fence, what)
+        d.why = "lost"
+        d.cancel.set()
+
     def _followed(self, d: Delivery) -> bool:
         return self.idle_linger_s <= self.linger_s or d.followed_until > time.monotonic()
 

@@ -18,10 +18,12 @@ from typing import Any, ParamSpec
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
+from claudeq.jobs import JobFields
 from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
 from claudeq.permissions import spec_problems
+from claudeq.script_calls import ScriptCall
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import Spent
+from claudeq.worker.account_manager import Spent, StartLost
 from claudeq.worker.delivery import Delivery, Finish, summed_usage
 from claudeq.worker.dispatch import Dispatch
 from claudeq.worker.failure import Decision, OutputCheck, decide
@@ -136,7 +138,28 @@ class DeliveryHandler:
             return Step.finished(status)
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.may_hold is None else d.may_hold | {a.account for a in d.attempts if a.account}
-        acquired = await self.accounts.aacquire(d.job_id, spec, frozenset(), await self._rank(d), holds)
+        number = len(d.attempts) + 1
+        # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
+        first_plan = d.record.session_plan is None and self.sessions.enabled
+        starts: dict[str, Attempt] = {}
+
+        def start(on: AccountConfig, budget: float | None) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
+            # The attempt's start written in the slot's own script (START): its account, its attempts, the plan.
+            starts[on.name] = attempt = self._attempt_on(d, number, on, budget)
+            fields: JobFields = {"account": on.name, "attempts": [*d.attempts, attempt]}
+            if first_plan:
+                fields["session_plan"] = plan.stored()
+            return lambda acquire: self.store.start_call(acquire, d.job_id, d.fence, **fields)
+
+        # While someone follows the job the start's write stores the waiting events too: then it goes apart.
+        together = not d.lost and not self.writer.followed_now(d)
+        try:
+            acquired = await self.accounts.aacquire(
+                d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
+            )
+        except StartLost:
+            self.writer.lost(d, "the attempt's start")
+            return Step.finished("lost")
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
@@ -153,25 +176,21 @@ class DeliveryHandler:
         if acquired.budget_usd is not None:
             # What the tenant and the account have left, or the spec's own budget when smaller.
             spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
-        number = len(d.attempts) + 1
-        attempt = Attempt(
-            number=number,
-            account=account.name,
-            worker=self.worker_id,
-            started_at=utcnow(),
-            budget_usd=acquired.budget_usd if acquired.budget_usd != d.record.spec.max_budget_usd else None,
+        attempt = (
+            starts[account.name] if acquired.started else self._attempt_on(d, number, account, acquired.budget_usd)
         )
         d.attempts.append(attempt)
-        if d.record.session_plan is None and self.sessions.enabled:
-            # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
+        if first_plan:
             d.record = d.record.model_copy(update={"session_plan": plan.stored()})
-            written = await self.writer.write(
-                d, hold_events=True, account=account.name, attempts=d.attempts, session_plan=plan.stored()
-            )
-        else:
-            written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
-        if not written:
-            return Step.finished("lost")
+        if not acquired.started:
+            if first_plan:
+                written = await self.writer.write(
+                    d, hold_events=True, account=account.name, attempts=d.attempts, session_plan=plan.stored()
+                )
+            else:
+                written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
+            if not written:
+                return Step.finished("lost")
         request = RunRequest(
             job_id=d.job_id,
             attempt=number,
@@ -248,6 +267,17 @@ class DeliveryHandler:
             d, Event(type="attempt_finished", data={"outcome": decision.outcome, "detail": decision.detail})
         )
         return await self._act(d, decision)
+
+    def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
+        """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not
+        the spec's own)."""
+        return Attempt(
+            number=number,
+            account=account.name,
+            worker=self.worker_id,
+            started_at=utcnow(),
+            budget_usd=budget if budget != d.record.spec.max_budget_usd else None,
+        )
 
     async def _settle(self, d: Delivery) -> None:
         """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""

@@ -78,6 +78,8 @@ class SlotRelease:
 
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
+#: START's answer when the slot was taken but the run's fence no longer holds the job.
+START_LOST = -9
 #: Expired leases the reconciler reads per pass (it recovers each; more wait for the next pass).
 EXPIRED_READ = 500
 
@@ -110,6 +112,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         self._resend = client.register_script(scripts.RESEND)
         self._append = client.register_script(scripts.APPEND)
         self._upgrade_running = client.register_script(scripts.UPGRADE_RUNNING)
+        self._start = client.register_script(scripts.START)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
 
     # ---- the engine loop's client (use_async: claudeq.script_calls.AsyncCalls) ---------------------------------
@@ -262,6 +265,15 @@ class WorkerJobStore(AsyncCalls, JobStore):
             [*release.args, len(settle_keys), *settle_args, *write.args],
             parse,
         )
+
+    def start_call(
+        self, acquire: ScriptCall[int], job_id: str, fence: int, **fields: Unpack[JobFields]
+    ) -> ScriptCall[int]:
+        """`acquire` (an account slot's ACQUIRE call, AccountStore) with the attempt's start written in the same
+        script, under `fence` (START): ACQUIRE's answer, or START_LOST when the slot was taken but the fence no
+        longer holds the job (nothing written)."""
+        write = self._write_call(job_id, fence, None, 0, None, (), fields)
+        return ScriptCall(self._start, [*acquire.keys, *write.keys], [*acquire.args, *write.args], int)
 
     def _write_call(
         self,

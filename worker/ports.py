@@ -13,7 +13,7 @@ from typing import Protocol
 
 from claudeq.models import Event, JobSpec, Outcome, TerminalStatus, Usage
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease, Spent
+from claudeq.worker.account_manager import SlotLease, Spent, StartWrite
 from claudeq.worker.job_store import SlotRelease
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
 
@@ -54,8 +54,10 @@ class AccountsLike(Protocol):
         exclude: frozenset[str] = ...,
         rank: float | None = ...,
         holds: Collection[str] | None = ...,
+        start: StartWrite | None = ...,
     ) -> SlotLease | NoAccount:
-        """`acquire`, awaited on the engine loop."""
+        """`acquire`, awaited on the engine loop; `start`: the attempt's start written with the slot when it can be
+        (the lease says `started`; StartLost when the fence no longer holds the job)."""
 
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         """The sorted sets holding the lease's run with an expiry (its account slot first, then its tenant's runs),

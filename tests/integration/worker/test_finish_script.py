@@ -1,4 +1,5 @@
-"""A job's end in one script (FINISH): the terminal write frees the run's account slot, hands it to the best waiter,
+"""A job's start and end in one script each. START: an attempt's slot and its start written together, under the
+run's fence. FINISH: the terminal write frees the run's account slot, hands it to the best waiter,
 counts its last attempt's spend and takes the job out of the active-job index, in the same step and only while the
 run's fence holds the job. Real Redis; the worker's runtime as `claudeq-worker` builds it (no tenants file: every
 run is admitted as no tenant's)."""
@@ -6,15 +7,18 @@ run is admitted as no tenant's)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.script_calls import ScriptCall
 from claudeq.worker.account_manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.job_store import START_LOST
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
@@ -172,3 +176,60 @@ def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
     record = store.get(job_id)
     assert record.result is not None and record.result.usage.cost_usd > 0
     assert accounts.tenant_store.spend("account", "acct-a")[0] == pytest.approx(record.result.usage.cost_usd)
+
+
+def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = runtime.engine.store
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    writes: list[object] = []
+
+    async def awrite(*args: object, **kwargs: object) -> bool:
+        writes.append((args, kwargs))
+        return False
+
+    monkeypatch.setattr(store, "awrite", awrite)  # the attempt's start goes in START; the end in FINISH
+    delivered = runtime.engine.deliver_blocking(job_id)
+
+    assert str(delivered) == "succeeded", delivered
+    assert writes == []
+    record = store.get(job_id)
+    assert [(a.number, a.account, a.outcome) for a in record.attempts] == [(1, "acct-a", "success")]
+    assert record.account == "acct-a"
+
+
+def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    fence = store.claim(job_id, "w1", 30).fence
+
+    def start(fence: int) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
+        return lambda acquire: store.start_call(acquire, job_id, fence, account="acct-a")
+
+    assert accounts.store.try_acquire("acct-a", job_id, 30, may_hold=False, then=start(fence + 1)) == START_LOST
+    assert store.get(job_id).account is None  # nothing written
+    assert accounts.store.try_acquire("acct-a", job_id, 30, then=start(fence)) == 1  # the slot it took, again
+    assert store.get(job_id).account == "acct-a"
+    assert store.redis.zcard(store.keys.account_slots("acct-a")) == 1
+
+
+def test_a_delivery_whose_start_found_the_job_taken_over_is_lost(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, accounts = runtime.engine.store, _accounts(runtime)
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    real = store.start_call
+
+    def taken_over(acquire: ScriptCall[int], job: str, fence: int, **fields: Any) -> ScriptCall[int]:
+        store.redis.hincrby(store.keys.job(job), "fence", 1)  # another worker claimed it meanwhile
+        return real(acquire, job, fence, **fields)
+
+    monkeypatch.setattr(store, "start_call", taken_over)
+    delivered = runtime.engine.deliver_blocking(job_id)
+
+    assert str(delivered) == "lost", delivered
+    record = store.get(job_id)
+    assert record.status == "running" and record.attempts == [] and record.account is None
+    assert accounts.tenant_store.spend("account", "acct-a") == (0.0, 0.0)  # no run

@@ -12,7 +12,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease, Spent
+from claudeq.worker.account_manager import SlotLease, Spent, StartWrite
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import SlotRelease, WorkerJobStore
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
@@ -130,8 +130,9 @@ class FakeAccounts:
         exclude: frozenset[str] = frozenset(),
         rank: float | None = None,
         holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
-        return self.acquire(job_id, spec, exclude, rank, holds)
+        return self.acquire(job_id, spec, exclude, rank, holds)  # the attempt's start is written apart
 
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         return []  # slots are held in memory here: the heartbeat has none to move
