@@ -3,6 +3,7 @@ status transition, recovery, re-sends, TTLs."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import fakeredis
@@ -208,6 +209,10 @@ def test_follow_events_ends_when_the_job_is_finished(fake_store: WorkerJobStore)
     claim = fake_store.claim(job_id, "w1", 10)
     fake_store.append_event(job_id, Event(type="claimed"))
     fake_store.write(job_id, claim.fence, status="succeeded")
+    # A millisecond later (a new stream's first entry id is the clock's: within the same millisecond it would repeat
+    # `claimed`'s id; runs append only through the fence, which refuses a finished job, so only this unfenced append
+    # can make a stream after the end).
+    time.sleep(0.002)
     fake_store.append_event(job_id, Event(type="run_started"))
     # `run_started` came after the stream was compacted into the record (a stale run): both are read, in order.
     assert [e.type for e in fake_store.follow_events(job_id, poll_ms=10)] == ["submitted", "claimed", "run_started"]
