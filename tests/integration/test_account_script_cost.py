@@ -13,20 +13,15 @@ import redis
 from claudeq.account_state import AccountStore
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
-from tests.support.redis_server import PrivateRedis, command_calls, commands_since
+from tests.support.redis_server import command_calls, commands_since, private_client
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def private_redis() -> Iterator[redis.Redis]:
-    server = PrivateRedis()
-    client = redis.Redis.from_url(server.url)
-    try:
+    with private_client() as (client, _):
         yield client
-    finally:
-        client.close()
-        server.stop()
 
 
 def test_acquire_and_release_read_the_account_state_once(private_redis: redis.Redis) -> None:

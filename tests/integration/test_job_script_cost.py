@@ -16,20 +16,15 @@ from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.worker.exporter import status_counts
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
-from tests.support.redis_server import PrivateRedis, command_calls, commands_since
+from tests.support.redis_server import command_calls, commands_since, private_client
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def private_redis() -> Iterator[tuple[redis.Redis, Settings]]:
-    server = PrivateRedis()
-    client = redis.Redis.from_url(server.url)
-    try:
-        yield client, make_settings(server.url, "cost")
-    finally:
-        client.close()
-        server.stop()
+    with private_client() as (client, url):
+        yield client, make_settings(url, "cost")
 
 
 def _job(store: WorkerJobStore, job_id: str) -> None:

@@ -15,20 +15,15 @@ from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.worker.job_store import make_worker_store
 from tests.conftest import make_settings
-from tests.support.redis_server import PrivateRedis, command_calls, commands_since
+from tests.support.redis_server import command_calls, commands_since, private_client
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def private() -> Iterator[tuple[redis.Redis, Settings]]:
-    server = PrivateRedis()
-    client = redis.Redis.from_url(server.url)
-    try:
-        yield client, make_settings(server.url, "leases")
-    finally:
-        client.close()
-        server.stop()
+    with private_client() as (client, url):
+        yield client, make_settings(url, "leases")
 
 
 def _claimed(settings: Settings, client: redis.Redis, n: int, ttl_s: float) -> list[str]:

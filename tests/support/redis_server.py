@@ -8,6 +8,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -115,6 +117,18 @@ def redis_url_for_tests() -> tuple[str, PrivateRedis | None]:
         return "redis://127.0.0.1:6379/0", None
     server = PrivateRedis()
     return server.url, server
+
+
+@contextmanager
+def private_client() -> Iterator[tuple[redis.Redis, str]]:
+    """A private redis-server of our own, so command counts are ours alone: (a client, its URL); stopped after."""
+    server = PrivateRedis()
+    client = redis.Redis.from_url(server.url)
+    try:
+        yield client, server.url
+    finally:
+        client.close()
+        server.stop()
 
 
 def command_calls(client: redis.Redis) -> dict[str, int]:

@@ -18,7 +18,7 @@ from claudeq.script_calls import ScriptCall
 from claudeq.worker.account_manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.job_store import START_LOST
+from claudeq.worker.job_store import START_LOST, WorkerJobStore
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
@@ -36,6 +36,13 @@ def runtime(redis_url: str, unique: str, tmp_path: Path, monkeypatch: pytest.Mon
 def _accounts(rt: WorkerRuntime) -> AccountManager:
     assert isinstance(rt.engine.accounts, AccountManager)
     return rt.engine.accounts
+
+
+def _queued(store: WorkerJobStore) -> str:
+    """A new queued job (a one-line prompt)."""
+    job_id = uuid.uuid4().hex
+    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    return job_id
 
 
 def _running_with_slot(rt: WorkerRuntime) -> tuple[str, int, SlotLease]:
@@ -135,8 +142,7 @@ def test_a_tenants_run_is_freed_apart(runtime: WorkerRuntime) -> None:
 def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
     slots = store.keys.account_slots("acct-a")
-    job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    job_id = _queued(store)
     separately: list[str] = []
 
     async def arelease(lease: SlotLease) -> list[str]:
@@ -167,8 +173,7 @@ def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
     runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
-    job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    job_id = _queued(store)
     monkeypatch.setattr(accounts, "slot_release", lambda *_, **__: None)  # as for a tenant's run
     delivered = runtime.engine.deliver_blocking(job_id)
 
@@ -180,8 +185,7 @@ def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
 
 def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     store = runtime.engine.store
-    job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    job_id = _queued(store)
     writes: list[object] = []
 
     async def awrite(*args: object, **kwargs: object) -> bool:
@@ -200,8 +204,7 @@ def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, m
 
 def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
-    job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    job_id = _queued(store)
     fence = store.claim(job_id, "w1", 30).fence
 
     def start(fence: int) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
@@ -218,8 +221,7 @@ def test_a_delivery_whose_start_found_the_job_taken_over_is_lost(
     runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
-    job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    job_id = _queued(store)
     real = store.start_call
 
     def taken_over(acquire: ScriptCall[int], job: str, fence: int, **fields: Any) -> ScriptCall[int]:
