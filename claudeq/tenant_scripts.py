@@ -1,8 +1,9 @@
 """Lua scripts for tenants and spend caps: each runs atomically inside Redis (docs/architecture.md#tenants).
 
-Spend is kept per calendar window (UTC): field `h:<epoch hour>` and `d:<epoch day>` of a spend hash hold the dollars
-runs spent in that hour and day, added as each attempt finishes. A run in flight reserves the budget it was started
-with (the reserved hash: job id -> dollars), so runs started at the same time never share the same dollars left.
+Spend is kept per calendar hour (UTC): field `h:<epoch hour>` of a spend hash holds the dollars runs spent in that
+hour, added as each attempt finishes; a day's spend is the sum of its 24 hours (read in one HMGET). A run in flight
+reserves the budget it was started with (the reserved hash: job id -> dollars), so runs started at the same time
+never share the same dollars left.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 # KEYS: members (sorted set job -> slot expiry: a tenant's runs in flight, or an account's slots), reserved hash,
 #       spend hash.
 # ARGV: job_id, take ('1': add the job as a member, checking max; '0': the job is already a member), max ('' = no
-#       cap), expiry_s, now_s, hour_field, day_field, cap_hour ('' = none), cap_day ('' = none), want ('' = the spec
+#       cap), expiry_s, now_s, hour_field, the day's first epoch hour, cap_hour ('' = none), cap_day ('' = none), want
+#       ('' = the spec
 #       gave no budget), share ('' = none: the most runs in flight at once, to split what is left between when the
 #       spec gave no budget), turn field ('' = none: the spend hash's field holding what one turn of this model's
 #       runs costs, `turn:<model>`, see SETTLE)
@@ -47,13 +49,21 @@ if capped then
   local known = nil
   if ARGV[12] ~= nil and ARGV[12] ~= '' then known = tonumber(redis.call('HGET', KEYS[3], ARGV[12]) or '') end
   if known then turn = known end
-  for _, w in ipairs({{ARGV[8], ARGV[6], 'hour'}, {ARGV[9], ARGV[7], 'day'}}) do
+  for _, w in ipairs({{ARGV[8], 'hour'}, {ARGV[9], 'day'}}) do
     if w[1] ~= '' then
-      local unspent = tonumber(w[1]) - (tonumber(redis.call('HGET', KEYS[3], w[2]) or '0') or 0)
-      if unspent - turn <= 1e-9 then return {-4, w[3]} end
-      if not known and others > 0 then return {-5, w[3]} end
+      local spent = 0
+      if w[2] == 'hour' then
+        spent = tonumber(redis.call('HGET', KEYS[3], ARGV[6]) or '0') or 0
+      else
+        local hours = {}
+        for h = 0, 23 do hours[#hours + 1] = 'h:' .. (tonumber(ARGV[7]) + h) end
+        for _, v in ipairs(redis.call('HMGET', KEYS[3], unpack(hours))) do spent = spent + (tonumber(v or '0') or 0) end
+      end
+      local unspent = tonumber(w[1]) - spent
+      if unspent - turn <= 1e-9 then return {-4, w[2]} end
+      if not known and others > 0 then return {-5, w[2]} end
       local left = unspent - reserved - turn
-      if left <= 1e-9 then return {-5, w[3]} end
+      if left <= 1e-9 then return {-5, w[2]} end
       if grant == nil or left < grant then grant = left end
     end
   end
@@ -76,27 +86,32 @@ return {1, tostring(grant), ''}
 # Lua: settle(keys, argv, from): count a finished attempt's cost. keys = pairs of (spend hash, reserved hash): the
 # tenant's, then the account's (a fleet without a tenants file keeps no tenant spend: just the account's pair; its
 # `default` tenant's spend is the sum of the accounts', TenantStore.usage). argv[from..from+7]: job_id, cost
-# (dollars; <= 0: none), hour_field, day_field, turn field (`turn:<model>`), sample (dollars one turn of the run
-# cost), ttl_s, drop ('1': drop the run's reservations).
-# The cost is added to the current hour and day of each spend hash, each read once and written once. What one turn
-# of a model's runs costs is learned from it: a sample above the estimate replaces it at once (an underestimate lets
-# a cap be overshot), one below moves it a quarter of the way down (an overestimate only makes runs wait). Kept in the
-# spend hash, whose expiry is set with the first cost of each hour (so it lasts ttl_s after the start of the last
-# hour with a cost, one EXPIRE an hour rather than one per run). The terminal write of a job runs it too (FINISH in
+# (dollars; <= 0: none), hour_field, the tenant's turn field and the account's (`turn:<model>`; '' = nothing to learn
+# there), sample (dollars one turn of the run cost), ttl_s, drop ('1': drop the run's reservations).
+# The cost is added to the current hour of each spend hash. What one turn of a model's runs costs is learned from it
+# where a spend cap may read it (a tenant's; an account with a cap): a sample above the estimate replaces it at once
+# (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an overestimate only makes
+# runs wait); that hash is read once and written once. Elsewhere the cost is one HINCRBYFLOAT. The spend hash's
+# expiry is set with the first cost of each hour (so it lasts ttl_s after the start of the last hour with a cost, one
+# EXPIRE an hour rather than one per run). The terminal write of a job runs it too (FINISH in
 # claudeq/worker/job_scripts.py): a job's end and its last attempt's spend in one script.
 SETTLE_FN = """
 local function settle(keys, argv, from)
-  local job, cost, sample = argv[from], tonumber(argv[from + 1]), tonumber(argv[from + 5])
-  local hour, day, turn, ttl, drop = argv[from + 2], argv[from + 3], argv[from + 4], argv[from + 6], argv[from + 7]
+  local job, cost, hour = argv[from], tonumber(argv[from + 1]), argv[from + 2]
+  local sample, ttl, drop = tonumber(argv[from + 5]), argv[from + 6], argv[from + 7]
   for i = 1, #keys, 2 do
-    if cost > 0 then
-      local f = redis.call('HMGET', keys[i], hour, day, turn)
-      local old = tonumber(f[3] or '')
+    local turn = argv[from + 3]
+    if i == #keys - 1 then turn = argv[from + 4] end
+    if cost > 0 and turn ~= '' then
+      local f = redis.call('HMGET', keys[i], hour, turn)
+      local old = tonumber(f[2] or '')
       local est = sample
       if old and old > sample then est = (3 * old + sample) / 4 end
-      redis.call('HSET', keys[i], hour, tostring((tonumber(f[1] or '0') or 0) + cost),
-                 day, tostring((tonumber(f[2] or '0') or 0) + cost), turn, tostring(est))
+      redis.call('HSET', keys[i], hour, tostring((tonumber(f[1] or '0') or 0) + cost), turn, tostring(est))
       if not f[1] then redis.call('EXPIRE', keys[i], ttl) end
+    elseif cost > 0 then
+      local total = tonumber(redis.call('HINCRBYFLOAT', keys[i], hour, argv[from + 1]))
+      if total <= cost * (1 + 1e-9) then redis.call('EXPIRE', keys[i], ttl) end
     end
     if drop == '1' then redis.call('HDEL', keys[i + 1], job) end
   end

@@ -37,9 +37,15 @@ def hour_field(now: float) -> str:
     return f"h:{int(now // HOUR_S)}"
 
 
-def day_field(now: float) -> str:
-    """The spend field of the calendar day (UTC) `now` falls in."""
-    return f"d:{int(now // DAY_S)}"
+def day_start_hour(now: float) -> int:
+    """The epoch hour the calendar day (UTC) `now` falls in starts with: a day's spend is the sum of its 24 hours."""
+    return int(now // DAY_S) * (DAY_S // HOUR_S)
+
+
+def day_hour_fields(now: float) -> list[str]:
+    """The spend fields of the 24 hours of the calendar day (UTC) `now` falls in, in order."""
+    first = day_start_hour(now)
+    return [f"h:{first + i}" for i in range(DAY_S // HOUR_S)]
 
 
 def turn_field(model: str | None) -> str:
@@ -225,7 +231,7 @@ class TenantStore(AsyncCalls):
                 repr(now + ttl_s),
                 repr(now),
                 hour_field(now),
-                day_field(now),
+                day_start_hour(now),
                 _opt(tenant.max_cost_usd_per_hour),
                 _opt(tenant.max_cost_usd_per_day),
                 _opt(want),
@@ -259,7 +265,7 @@ class TenantStore(AsyncCalls):
                 "",
                 repr(now),
                 hour_field(now),
-                day_field(now),
+                day_start_hour(now),
                 _opt(account.max_cost_usd_per_hour),
                 _opt(account.max_cost_usd_per_day),
                 _opt(want),
@@ -357,13 +363,15 @@ class TenantStore(AsyncCalls):
         turns: int | None = None,
         *,
         reserved: bool = True,
+        account_capped: bool = True,
     ) -> None:
         """Count a finished attempt's real cost against its tenant (None: a fleet without a tenants file keeps no
-        tenant spend) and account (current hour and day), drop the budget its run had reserved (`reserved` False: it
-        was started without a budget, so it reserved none), and learn what one turn of `model`'s runs costs there
-        (the run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes
-        runs wait). One SETTLE script (claudeq/tenant_scripts.py)."""
-        parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved)
+        tenant spend) and account (the current hour), drop the budget its run had reserved (`reserved` False: it
+        was started without a budget, so it reserved none), and learn what one turn of `model`'s runs costs (the
+        run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes runs
+        wait) where a cap may read it: the tenant's, and the account's when it has a spend cap (`account_capped`).
+        One SETTLE script (claudeq/tenant_scripts.py)."""
+        parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
         if parts is not None:
             self._run(ScriptCall(self._settle, *parts, lambda _: None))
 
@@ -377,14 +385,24 @@ class TenantStore(AsyncCalls):
         turns: int | None = None,
         *,
         reserved: bool = True,
+        account_capped: bool = True,
     ) -> None:
         """`settle` on the worker's event loop (its async client; else in a thread)."""
         if self._async is None:
             await asyncio.to_thread(
-                self.settle, tenant, account, job_id, cost_usd, None, model, turns, reserved=reserved
+                self.settle,
+                tenant,
+                account,
+                job_id,
+                cost_usd,
+                None,
+                model,
+                turns,
+                reserved=reserved,
+                account_capped=account_capped,
             )
             return
-        parts = self.settle_parts(tenant, account, job_id, cost_usd, None, model, turns, reserved)
+        parts = self.settle_parts(tenant, account, job_id, cost_usd, None, model, turns, reserved, account_capped)
         if parts is not None:
             await self._arun(self._async, ScriptCall(self._settle, *parts, lambda _: None))
 
@@ -398,6 +416,7 @@ class TenantStore(AsyncCalls):
         model: str | None,
         turns: int | None,
         reserved: bool,
+        account_capped: bool = True,
     ) -> tuple[list[str], list[Any]] | None:
         """SETTLE's keys and arguments (the `settle` Lua function's: a job's terminal write runs it in its own
         script); None when there is nothing to count or drop."""
@@ -411,8 +430,8 @@ class TenantStore(AsyncCalls):
             job_id,
             repr(cost_usd),
             hour_field(now),
-            day_field(now),
             turn_field(model),
+            turn_field(model) if account_capped else "",
             repr(cost_usd / max(1, turns or 1)),
             SPEND_TTL_S,
             "1" if reserved else "",
@@ -545,8 +564,8 @@ class TenantStore(AsyncCalls):
         now = time.time() if now is None else now
         pipe = self.redis.pipeline(transaction=False)
         for key in self._spend_keys(kind, name):
-            pipe.hmget(key, [hour_field(now), day_field(now)])
-        return _summed(pipe.execute())
+            pipe.hmget(key, day_hour_fields(now))
+        return _summed(pipe.execute(), now)
 
     def _spend_keys(self, kind: Literal["tenant", "account"], name: str) -> list[str]:
         """The spend hashes whose sum is a tenant's or an account's spend: `default`'s, without a tenants file, is
@@ -577,13 +596,13 @@ class TenantStore(AsyncCalls):
                 pipe.zcard(self.keys.deferred)
             spend_keys = self._spend_keys("tenant", tenant.name)
             for key in spend_keys:
-                pipe.hmget(key, [hour_field(now), day_field(now)])
+                pipe.hmget(key, day_hour_fields(now))
         replies = pipe.execute()
         if not self.tenants.configured:
             running, queued, deferred = (int(n) for n in replies[:3])
-            replies = [running, running + queued + deferred, _summed(replies[3:])]
+            replies = [running, running + queued + deferred, _summed(replies[3:], now)]
         else:
-            replies = [reply if i % 3 < 2 else _summed([reply]) for i, reply in enumerate(replies)]
+            replies = [reply if i % 3 < 2 else _summed([reply], now) for i, reply in enumerate(replies)]
         out = []
         for i, tenant in enumerate(tenants):
             in_flight, active, (hour, day) = replies[3 * i : 3 * i + 3]
@@ -610,12 +629,16 @@ class TenantStore(AsyncCalls):
         return out
 
 
-def _summed(replies: Sequence[Sequence[Any]]) -> tuple[float, float]:
-    """(hour, day) summed over HMGET replies of spend hashes (absent fields: nothing spent)."""
-    return (
-        sum(float(text(reply[0])) for reply in replies if reply[0]),
-        sum(float(text(reply[1])) for reply in replies if reply[1]),
-    )
+def _summed(replies: Sequence[Sequence[Any]], now: float) -> tuple[float, float]:
+    """(hour, day) summed over replies of spend hashes to an HMGET of `day_hour_fields(now)` (absent fields: nothing
+    spent): the current hour's, and the day's 24."""
+    current = int(now // HOUR_S) - day_start_hour(now)
+    hour = day = 0.0
+    for reply in replies:
+        values = [float(text(value)) if value else 0.0 for value in reply]
+        hour += values[current]
+        day += sum(values)
+    return hour, day
 
 
 def _opt_int(value: int | None) -> str | int:

@@ -522,15 +522,31 @@ class AccountManager:
         the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran). A run
         admitted as no tenant's (no tenants file) counts against its account alone."""
         tenant, reserved = self._settled(lease)
+        account = lease.account
         self.tenant_store.settle(
-            tenant, lease.account.name, lease.job_id, cost_usd, model=lease.model, turns=turns, reserved=reserved
+            tenant,
+            account.name,
+            lease.job_id,
+            cost_usd,
+            model=lease.model,
+            turns=turns,
+            reserved=reserved,
+            account_capped=account.capped,
         )
 
     async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """`settle` on the engine loop (the async client: no thread hop)."""
         tenant, reserved = self._settled(lease)
+        account = lease.account
         await self.tenant_store.asettle(
-            tenant, lease.account.name, lease.job_id, cost_usd, lease.model, turns, reserved=reserved
+            tenant,
+            account.name,
+            lease.job_id,
+            cost_usd,
+            lease.model,
+            turns,
+            reserved=reserved,
+            account_capped=account.capped,
         )
 
     def settle_parts(
@@ -540,7 +556,7 @@ class AccountManager:
         script (WorkerJobStore.afinish); None when there is nothing to count."""
         tenant, reserved = self._settled(lease)
         return self.tenant_store.settle_parts(
-            tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved
+            tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, lease.account.capped
         )
 
     @staticmethod

@@ -255,7 +255,7 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     m.settle(one, 0.004, turns=1)
     m.release(one)
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.004)
-    assert store.turn_cost("account", "y", "haiku") == pytest.approx(0.004)
+    assert store.turn_cost("account", "y", "haiku") is None  # y has no spend cap: nothing reads it there
     # Each run reserves its budget and one turn beside it (the CLI may run a turn past its budget).
     two = lease(m.acquire("j2", spec))
     assert two.budget_usd == pytest.approx(0.02)
@@ -424,3 +424,26 @@ def test_the_spend_expiry_is_set_with_the_first_cost_of_each_hour(
     store.settle("default", "x", "j3", 0.04, now=now + 3600)  # a new hour: set again
     assert fake_redis.ttl(key) > 1000
     assert store.spend("tenant", "default", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
+
+
+def test_an_uncapped_accounts_spend_is_one_increment_per_attempt_with_the_same_expiry_and_windows(
+    fake_settings: Settings, fake_redis: fakeredis.FakeRedis
+) -> None:
+    # No tenants file, an account without a spend cap: nothing reads a turn estimate there, so an attempt's cost is
+    # one HINCRBYFLOAT of its hour (the day is the sum of its hours, read at once).
+    keys = Keys(fake_settings.key_prefix)
+    store = TenantStore(fake_redis, keys, fake_settings.tenants, accounts=["x"])
+    key = keys.account_spend("x")
+    now = 1_800_000_000.0  # 08:00 UTC: the next hour is the same day
+    store.settle(None, "x", "j1", 0.01, now=now, reserved=False, account_capped=False)
+    assert 0 < fake_redis.ttl(key) <= SPEND_TTL_S
+    fake_redis.expire(key, 1000)
+    store.settle(None, "x", "j2", 0.02, now=now + 60, reserved=False, account_capped=False)  # same hour
+    assert fake_redis.ttl(key) <= 1000
+    store.settle(None, "x", "j3", 0.04, now=now + 3600, reserved=False, account_capped=False)  # a new hour
+    assert fake_redis.ttl(key) > 1000
+    assert store.spend("account", "x", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
+    assert store.spend("tenant", "default", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
+    assert store.turn_cost("account", "x") is None
+    assert not fake_redis.exists(keys.tenant_spend("default"))
+    assert store.spend("account", "x", now + 86400) == (0.0, 0.0)  # the next day starts at nothing
