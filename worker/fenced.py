@@ -89,9 +89,9 @@ class FencedWriter:
         return self._followed(d)
 
     def lost(self, d: Delivery, what: str) -> None:
-        """A fenced step of the delivery (`what`) found the fence stale: another worker owns the job. Stop the run,
-        and write nothing more."""
-        log.warning("job %s: stale fence %d, %s dropped (another worker owns the job)", d.job_id, d.fence, what)
+        """A fenced step of the delivery found the fence stale (`what`: what became of it, e.g. "write dropped"):
+        another worker owns the job. Stop the run, and write nothing more."""
+        log.warning("job %s: stale fence %d, %s (another worker owns the job)", d.job_id, d.fence, what)
         d.why = "lost"
         d.cancel.set()
 
@@ -119,9 +119,7 @@ class FencedWriter:
                 d, status
             )
         if not ok:
-            log.warning("job %s: stale fence %d, write dropped (another worker owns the job)", d.job_id, d.fence)
-            d.why = "lost"
-            d.cancel.set()
+            self.lost(d, "write dropped")
         return ok
 
     async def _write_retrying(
@@ -224,10 +222,7 @@ class FencedWriter:
                 log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
                 return
             if stored is None and not d.lost:
-                # The fence no longer holds the job: another worker owns it. Stop, and write nothing more.
-                log.warning("job %s: stale fence %d, event refused (another worker owns the job)", d.job_id, d.fence)
-                d.why = "lost"
-                d.cancel.set()
+                self.lost(d, "event refused")
 
     async def close(self, d: Delivery) -> None:
         """The delivery ends: store what is still pending (refused if the job moved on) and stop its flush timer."""

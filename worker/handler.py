@@ -158,7 +158,7 @@ class DeliveryHandler:
                 d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
             )
         except StartLost:
-            self.writer.lost(d, "the attempt's start")
+            self.writer.lost(d, "the attempt's start dropped")
             return Step.finished("lost")
         if isinstance(acquired, NoAccount):
             if acquired.permanent:
@@ -204,7 +204,8 @@ class DeliveryHandler:
         )
         outcome, refused = await self._run(d, request, account)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
-        # counts it in its own script when it can (`finish`); otherwise it is counted before the attempt's step ends.
+        # counts it in its own script when it can (`finish`); otherwise before the slot is given back (`_release`),
+        # or at the latest as the attempt's step ends.
         cost = outcome.result.usage.cost_usd if outcome else 0.0
         d.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
@@ -285,6 +286,13 @@ class DeliveryHandler:
         if spent is not None:
             await _quietly(self.accounts.asettle(spent.lease, spent.cost_usd, spent.turns), "settle")
 
+    async def _release(self, d: Delivery) -> None:
+        """Give back the delivery's slot, its attempt's spend counted first: the release drops the run's
+        reservation and wakes waiters, whose admission must find that spend already counted (else runs started
+        on what looked left take a tenant or an account past its cap)."""
+        await self._settle(d)
+        await self.dispatch.release(d)
+
     async def _run(
         self, d: Delivery, request: RunRequest, account: AccountConfig
     ) -> tuple[RunOutcome | None, JobError | None]:
@@ -356,7 +364,7 @@ class DeliveryHandler:
         # retry / reroute: record the attempt, free the slot (a wait never holds it), go round again.
         if not await self.writer.write(d, attempts=d.attempts, result=self._result(d), session_id=d.session_id):
             return Step.finished("lost")
-        await self.dispatch.release(d)
+        await self._release(d)
         kind: StepKind = "retry" if decision.action == "retry" else "reroute"
         return Step(kind, reason=decision.retry_reason or decision.outcome)
 
@@ -399,7 +407,7 @@ class DeliveryHandler:
         if release is not None and release.done:
             d.slot = None
             await self.dispatch.send_admitted(release.admitted)
-        await self.dispatch.release(d)
+        await self._release(d)
         if not ok:
             return "lost"
         if release is None or not release.done:
@@ -420,7 +428,7 @@ class DeliveryHandler:
     async def _defer(
         self, d: Delivery, ready_at: datetime, reason: str, accounts: list[str], tenant: str | None = None
     ) -> Finish:
-        await self.dispatch.release(d)
+        await self._release(d)
         ok = await self.writer.write(
             d,
             "deferred",
@@ -455,7 +463,7 @@ class DeliveryHandler:
         return "deferred"
 
     async def _requeue(self, d: Delivery, reason: str) -> Finish:
-        await self.dispatch.release(d)
+        await self._release(d)
         requeued = Event(type="requeued", data={"reason": reason})
         ok = await self.writer.write(
             d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id

@@ -15,6 +15,7 @@ import pytest
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.worker.account_manager import SlotLease
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -422,3 +423,29 @@ def test_a_delivery_claimed_as_shutdown_begins_is_requeued_without_running(make:
     assert h.runner.requests == []
     assert h.store.get(job).status == "queued"
     assert h.sent == [job]
+
+
+class _OrderedAccounts(FakeAccounts):
+    """Records the order in which attempts' spend is counted and slots are given back."""
+
+    def __init__(self, *accounts: Any) -> None:
+        super().__init__(*accounts)
+        self.log: list[str] = []
+
+    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        self.log.append("settle")
+        super().settle(lease, cost_usd, turns)
+
+    def release(self, lease: SlotLease) -> list[str]:
+        self.log.append("release")
+        return super().release(lease)
+
+
+def test_an_attempts_spend_is_counted_before_its_slot_is_given_back(make: Any) -> None:
+    # The release drops the run's reservation and wakes waiters, whose admission reads the spend: counted after it,
+    # runs started on what looked left would take a capped tenant past its cap.
+    accounts = _OrderedAccounts(A)
+    h = make(failure(n=1, got_result=True, is_error=True, api_error_status=529), success(n=10), accounts=accounts)
+    job = h.submit()
+    assert h.deliver(job) == "succeeded"
+    assert accounts.log == ["settle", "release", "settle", "release"]  # the retry's, then the end's
