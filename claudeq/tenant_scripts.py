@@ -93,9 +93,20 @@ return {1, tostring(grant), ''}
 # (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an overestimate only makes
 # runs wait); that hash is read once and written once. Elsewhere the cost is one HINCRBYFLOAT. The spend hash's
 # expiry is set with the first cost of each hour (so it lasts ttl_s after the start of the last hour with a cost, one
-# EXPIRE an hour rather than one per run). The terminal write of a job runs it too (FINISH in
-# claudeq/worker/job_scripts.py): a job's end and its last attempt's spend in one script.
+# EXPIRE an hour rather than one per run), and then the hours no cap window can read any more are removed: those
+# more than 23 hours before this one (the longest window is a calendar day), one HKEYS an hour. The terminal write
+# of a job runs it too (FINISH in claudeq/worker/job_scripts.py): a job's end and its last attempt's spend in one
+# script.
 SETTLE_FN = """
+local function new_hour(key, hour, ttl)
+  redis.call('EXPIRE', key, ttl)
+  local oldest = tonumber(string.sub(hour, 3)) - 23
+  local old = {}
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if string.sub(f, 1, 2) == 'h:' and (tonumber(string.sub(f, 3)) or oldest) < oldest then old[#old + 1] = f end
+  end
+  if #old > 0 then redis.call('HDEL', key, unpack(old)) end
+end
 local function settle(keys, argv, from)
   local job, cost, hour = argv[from], tonumber(argv[from + 1]), argv[from + 2]
   local sample, ttl, drop = tonumber(argv[from + 5]), argv[from + 6], argv[from + 7]
@@ -108,10 +119,10 @@ local function settle(keys, argv, from)
       local est = sample
       if old and old > sample then est = (3 * old + sample) / 4 end
       redis.call('HSET', keys[i], hour, tostring((tonumber(f[1] or '0') or 0) + cost), turn, tostring(est))
-      if not f[1] then redis.call('EXPIRE', keys[i], ttl) end
+      if not f[1] then new_hour(keys[i], hour, ttl) end
     elseif cost > 0 then
       local total = tonumber(redis.call('HINCRBYFLOAT', keys[i], hour, argv[from + 1]))
-      if total <= cost * (1 + 1e-9) then redis.call('EXPIRE', keys[i], ttl) end
+      if total <= cost * (1 + 1e-9) then new_hour(keys[i], hour, ttl) end
     end
     if drop == '1' then redis.call('HDEL', keys[i + 1], job) end
   end
