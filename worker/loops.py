@@ -304,5 +304,5 @@ class Loops:
                 log.warning("cancel listener: %s; reconnecting (heartbeats re-check the flag)", type(exc).__name__)
                 await asyncio.sleep(self.settings.loop_interval_s)
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
                 await client.aclose()
