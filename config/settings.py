@@ -24,7 +24,9 @@ TOOL_PROFILES: dict[str, list[str]] = {
 }
 
 #: Built-in tools that read or write files; their paths are held to the workspace roots by a PreToolUse hook.
-FILE_TOOLS: frozenset[str] = frozenset({"Read", "Write", "Edit", "Glob", "Grep", "NotebookEdit"})
+FILE_TOOLS: frozenset[str] = frozenset(
+    {"Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "NotebookRead", "NotebookEdit"}
+)
 
 #: Built-in tools that run commands or write files: a run offered any of them gets a uid of its own (see
 #: WorkerPolicy.run_uids), so what it executes cannot read the worker's or other runs' environments or files.

@@ -7,6 +7,7 @@ unknown MCP tool raises `PolicyViolation` (the engine fails the job with kind `i
 from __future__ import annotations
 
 import os
+import pwd
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.cli_env import JOB_ID_VAR
+from claudeq.worker.launcher import can_switch_uid
 from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
 
 #: Input fields of the file tools that name a path.
@@ -55,19 +57,50 @@ def default_cwd(own_uid: bool = False) -> Path:
 
 
 def runs_under_own_uid(spec: JobSpec, policy: WorkerPolicy) -> bool:
-    """Whether a run of `spec` is offered a tool that executes commands or writes files (so a uid of its own)."""
-    return bool(policy.isolated_tools(allowed_builtin_tools(spec, policy)))
+    """Whether a run of `spec` gets a uid of its own: it is offered a tool that executes commands or writes files
+    (always; a worker that cannot switch uids refuses it unless the policy accepts a shared uid), or a file tool
+    that reads and this worker can switch uids (it runs as root): then the kernel, not only the workspace hook,
+    keeps the run from files outside the workspace roots. A worker that is not root runs read-only file tools
+    under its own uid, held by the hook alone (README, Security defaults)."""
+    tools = allowed_builtin_tools(spec, policy)
+    if policy.isolated_tools(tools):
+        return True
+    return bool(FILE_TOOLS.intersection(tools)) and can_switch_uid()
 
 
-def _outside(value: str, base: Path, policy: WorkerPolicy) -> bool:
-    target = Path(value) if value.startswith("/") else base / value
-    return not policy.path_allowed(str(target))
+def tool_path(value: str, base: Path, home: Path) -> Path | None:
+    """The absolute path a file tool's path argument names, read the way the CLI reads it: `~` and `~/…` are the
+    CLI's `$HOME` (`home`), `~user/…` that user's home, a relative path is under the cwd `base`; `..` and symlinks
+    are resolved by `WorkerPolicy.path_allowed`. None when it cannot be resolved (an unknown `~user`, a NUL): the
+    hook refuses those rather than guess."""
+    if "\0" in value:
+        return None
+    if value.startswith("~"):
+        user, _, rest = value[1:].partition("/")
+        if user:
+            try:
+                start = Path(pwd.getpwnam(user).pw_dir)
+            except KeyError:
+                return None
+        else:
+            start = home
+        return start / rest if rest else start
+    return Path(value) if value.startswith("/") else base / value
 
 
-def workspace_hook(policy: WorkerPolicy) -> Callable[[HookInput, str | None, HookContext], Any]:
-    """A PreToolUse hook denying file tools whose paths resolve outside the workspace roots.
+def pattern_climbs(pattern: str) -> bool:
+    """Whether a glob pattern may match outside the directory it is searched in: it is absolute, starts at a home
+    (`~`), or holds `..` anywhere (also inside braces or brackets: `{..,x}/…`)."""
+    return pattern.startswith(("/", "~")) or ".." in pattern
 
-    Needed because `can_use_tool` is not consulted for tools already in `allowed_tools`.
+
+def workspace_hook(policy: WorkerPolicy, home: Path) -> Callable[[HookInput, str | None, HookContext], Any]:
+    """A PreToolUse hook denying file tools whose paths resolve outside the workspace roots (`home`: the CLI's
+    `$HOME`, what it expands `~` to).
+
+    Needed because `can_use_tool` is not consulted for tools already in `allowed_tools`. A second layer, not the
+    only one: a root worker runs every run with file tools under a uid of its own (`runs_under_own_uid`), so what
+    the hook misjudges still meets the kernel's permission check (README, Security defaults).
     """
 
     async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
@@ -82,12 +115,16 @@ def workspace_hook(policy: WorkerPolicy) -> Callable[[HookInput, str | None, Hoo
         if not paths:
             paths = [str(base)]  # Glob/Grep without a path search the cwd
         for path in paths:
-            if _outside(path, base, policy):
+            target = tool_path(path, base, home)
+            if target is None:
+                reason = f"{path} cannot be resolved, so it is treated as outside the workspace roots"
+                break
+            if not policy.path_allowed(str(target)):
                 reason = f"{path} is outside the workspace roots"
                 break
         for name in PATTERN_FIELDS:
             pattern = tool_input.get(name)
-            if isinstance(pattern, str) and (pattern.startswith("/") or ".." in Path(pattern).parts):
+            if isinstance(pattern, str) and pattern_climbs(pattern):
                 reason = f"pattern {pattern!r} may reach outside the workspace roots"
         if reason is None:
             return {}
@@ -191,7 +228,9 @@ def build_options(
         mcp_servers[SERVER_NAME] = tools.server(spec.mcp_tools, job_id=env.get(JOB_ID_VAR), tenant=spec.tenant)
     hooks = None
     if FILE_TOOLS.intersection(builtin):
-        hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[workspace_hook(policy)])]}
+        home = Path(env.get("HOME") or os.environ.get("HOME") or os.path.expanduser("~"))  # the CLI's `~`
+        hook = workspace_hook(policy, home)
+        hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[hook])]}
     output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None
     system_prompt, extra_args = _system_prompt(spec, prompt_files)
     return ClaudeAgentOptions(

@@ -68,7 +68,7 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
     if spec.conversation:
         return "a conversation turn"
     if runs_under_own_uid(spec, settings.policy):
-        return "runs shell or file-writing tools"
+        return "runs under a uid of its own (shell, file tools)"
     if any(name in FLEET_TOOLS and tools.get(name) is None for name in spec.mcp_tools):
         return "fleet tools are bound to the job"
     if req.account.config_dir is not None:

@@ -10,6 +10,9 @@ transcript; none may reach Redis (records, events, transcripts), a worker log or
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,16 +62,25 @@ def accounts() -> list[SimAccount]:
     return [SimAccount("plain", kind="api_key", token=PLAIN_API_KEY), SimAccount("oauth")]
 
 
+WORKSPACE_GID = 62502  # the runs' shared group: a root worker runs file tools under a uid of their own
+
+
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
+def workspace() -> Iterator[Path]:
+    """A workspace the runs' own uids reach through their group (pytest's tmp_path is under a 0700 directory)."""
+    base = Path(tempfile.mkdtemp(prefix="cqt-secrets-", dir="/tmp"))
+    base.chmod(0o711)
+    path = base / "ws"
     path.mkdir()
-    return path
+    os.chown(path, 0, WORKSPACE_GID)
+    path.chmod(0o2770)
+    yield path
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
 def settings(redis_url: str, unique: str, accounts_file: Path, workspace: Path) -> Settings:
-    policy = WorkerPolicy(workspace_roots=[workspace])
+    policy = WorkerPolicy(workspace_roots=[workspace], run_groups=[WORKSPACE_GID])
     return make_settings(
         redis_url, unique, accounts_file=accounts_file, secret_env=[EXTRA_VAR], policy=policy, **FAST_E2E
     )

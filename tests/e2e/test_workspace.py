@@ -1,14 +1,22 @@
 """Workspace confinement with the real CLI: file tools reaching outside the workspace roots are denied.
 
-The PreToolUse hook (worker/options.py) is what keeps Read, Glob and Grep inside the roots: the tools are in
-`allowed_tools`, so the CLI asks nobody. Here the simulator's tool directive makes the real CLI call each tool
-outside the roots, directly and through a symlink inside a root that points out; the tool result, the events and
-the job record say it was denied, and nothing of the outside file reaches the job.
+Two layers keep file tools inside the roots (README, Security defaults). The PreToolUse hook (worker/options.py)
+denies a path that resolves outside them, read the way the CLI reads it (`~`, `~user`, `..`, symlinks): the tools
+are in `allowed_tools`, so the CLI asks nobody else. And a root worker (as this suite runs) runs every run with file
+tools under a uid of its own, so whatever the hook misjudged meets the kernel's permission check: files readable by
+root alone stay unread. Here the simulator's tool directives make the real CLI call each file tool with every path
+form; the tool results, the events and the job record say it was refused, and nothing of the outside files reaches
+the job.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +25,7 @@ import pytest
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
+from claudeq.worker import procs
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.worker_proc import FAST_E2E
@@ -24,32 +33,62 @@ from tests.support.worker_proc import FAST_E2E
 pytestmark = pytest.mark.e2e
 
 DENIED = "outside the workspace roots"
+WORKSPACE_GID = 62501  # the runs' shared group (outside the default run uid range 61000-61999)
+FILE_TOOLS = ["Read", "Glob", "Grep", "Edit", "Write", "NotebookEdit"]
 
 
 @pytest.fixture
-def dirs(tmp_path: Path, unique: str) -> tuple[Path, Path]:
-    """(workspace root, a folder outside it); the root holds a file and a symlink pointing out."""
-    root, outside = tmp_path / "ws", tmp_path / "outside"
+def base() -> Iterator[Path]:
+    """A directory any uid may enter (pytest's tmp_path is under a 0700 directory): runs, workspace, outside."""
+    path = Path(tempfile.mkdtemp(prefix="cqt-workspace-", dir="/tmp"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def dirs(base: Path, unique: str) -> tuple[Path, Path]:
+    """(workspace root, a folder outside it readable by root alone); the root holds a file and a symlink pointing
+    out. The worker's home holds a root-only file too (what `~` is to a CLI of the worker's uid)."""
+    root, outside, home = base / "ws", base / "outside", base / "home"
     root.mkdir()
-    outside.mkdir()
+    os.chown(root, 0, WORKSPACE_GID)
+    root.chmod(0o2770)
+    outside.mkdir(mode=0o700)
+    home.mkdir(mode=0o700)
     (root / "inside.txt").write_text(f"inside-content-{unique}\n")
-    (outside / "secret.txt").write_text(f"outside-content-{unique}\n")
+    (root / "inside.txt").chmod(0o660)
     (root / "link").symlink_to(outside, target_is_directory=True)
+    for folder in (outside, home):
+        secret = folder / "secret.txt"
+        secret.write_text(f"outside-content-{unique}\n")
+        secret.chmod(0o600)
     return root, outside
 
 
 @pytest.fixture
-def settings(redis_url: str, unique: str, accounts_file: Path, dirs: tuple[Path, Path]) -> Settings:
+def settings(redis_url: str, unique: str, accounts_file: Path, base: Path, dirs: tuple[Path, Path]) -> Settings:
     root, _ = dirs
-    policy = WorkerPolicy(workspace_roots=[root])
+    policy = WorkerPolicy(allowed_tools=FILE_TOOLS, workspace_roots=[root], run_groups=[WORKSPACE_GID])
     return make_settings(
-        redis_url, unique, accounts_file=accounts_file, policy=policy, **{**FAST_E2E, "concurrency": 4}
+        redis_url,
+        unique,
+        accounts_file=accounts_file,
+        run_root=base / "runs",
+        policy=policy,
+        **{**FAST_E2E, "concurrency": 4},
     )
 
 
 def submit_tool(client: Client, root: Path, tool: str, tool_input: dict[str, Any], nonce: str) -> str:
     prompt = f"[[sim: tool {tool} {json.dumps(tool_input)}]] use {tool} ({nonce})"
     return client.submit(prompt=prompt, tools="read-only", cwd=str(root)).id
+
+
+def submit_calls(client: Client, root: Path, tool: str, inputs: list[dict[str, Any]], nonce: str) -> str:
+    """One job calling `tool` once per input, in order (one simulator directive each)."""
+    directives = " ".join(f"[[sim: tool {tool} {json.dumps(i)}]]" for i in inputs)
+    return client.submit(prompt=f"{directives} use {tool} ({nonce})", tools=[tool], cwd=str(root)).id
 
 
 def tool_result(client: Client, job_id: str) -> dict[str, Any]:
@@ -63,10 +102,10 @@ def everything_stored(client: Client, record: JobRecord) -> str:
 
 
 def test_file_tools_outside_the_roots_are_denied_with_the_real_cli(
-    client: Client, workers: WorkerFactory, dirs: tuple[Path, Path], unique: str
+    client: Client, workers: WorkerFactory, dirs: tuple[Path, Path], unique: str, base: Path
 ) -> None:
     root, outside = dirs
-    workers()
+    workers(extra_env={"HOME": str(base / "home")})
     cases: dict[str, tuple[str, dict[str, Any]]] = {
         "read outside": ("Read", {"file_path": str(outside / "secret.txt")}),
         "read through symlink": ("Read", {"file_path": str(root / "link" / "secret.txt")}),
@@ -107,3 +146,116 @@ def test_file_tools_outside_the_roots_are_denied_with_the_real_cli(
         assert record.result is not None and DENIED in (record.result.text or ""), (name, record.result)
         stored = everything_stored(client, record)
         assert f"outside-content-{unique}" not in stored, name
+
+
+def _path_forms(root: Path, name: str) -> dict[str, str]:
+    """Every way a path argument may name `name` in the folder outside the roots (or that folder: name '')."""
+    tail = f"/{name}" if name else ""
+    return {
+        "absolute": f"{root.parent}/outside{tail}",
+        "relative ..": f"../outside{tail}",
+        "absolute with ..": f"{root}/../outside{tail}",
+        "symlink out": f"{root}/link{tail}",
+        "~": f"~{tail}",  # the CLI's $HOME: the worker's home (its uid) or the run directory (a run uid)
+        "~/.. from the run directory": f"~/../../outside{tail}",
+        "~/.. from the worker's home": f"~/../outside{tail}",
+        "~root": f"~root{tail}",
+        "~unknown-user": f"~no-such-user-cqt{tail}",
+    }
+
+
+def _table(root: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Per file tool: (case, input) pairs, each one reaching for the root-only files outside the roots."""
+    files = _path_forms(root, "secret.txt")
+    folders = _path_forms(root, "")
+    fresh = _path_forms(root, "new.txt")
+    climbing = ["../outside/*", "{..,x}/outside/*", "~/*", "~/../outside/*", f"{root.parent}/outside/*", "**/../../*"]
+    return {
+        "Read": [(case, {"file_path": path}) for case, path in files.items()],
+        "Glob": [(case, {"pattern": "*", "path": path}) for case, path in folders.items()]
+        + [(f"pattern {p}", {"pattern": p}) for p in climbing],
+        "Grep": [
+            (case, {"pattern": "outside-content", "path": path, "output_mode": "content"})
+            for case, path in {**files, **{f"{k} (folder)": v for k, v in folders.items()}}.items()
+        ]
+        + [(f"glob {p}", {"pattern": "outside-content", "glob": p, "output_mode": "content"}) for p in climbing],
+        "Edit": [
+            (case, {"file_path": path, "old_string": "outside-content", "new_string": "pwned"})
+            for case, path in files.items()
+        ],
+        "Write": [(case, {"file_path": path, "content": "pwned"}) for case, path in fresh.items()],
+        "NotebookEdit": [
+            (case, {"notebook_path": path.replace("new.txt", "nb.ipynb"), "new_source": "pwned", "cell_id": "0"})
+            for case, path in fresh.items()
+        ],
+    }
+
+
+def test_every_file_tool_through_every_path_form_is_refused_outside_the_roots(
+    client: Client, workers: WorkerFactory, dirs: tuple[Path, Path], unique: str, base: Path
+) -> None:
+    """The table: each file tool, each path form (relative, absolute, `~`, `~/..`, `~user`, `..`, a symlink out,
+    glob patterns that climb) against files readable by root alone, outside the roots. Every call is refused;
+    nothing outside is read, changed or created; and the same tools work inside the root."""
+    root, outside = dirs
+    workers(extra_env={"HOME": str(base / "home")})
+    table = _table(root)
+    jobs = {
+        tool: submit_calls(client, root, tool, [i for _, i in calls], f"{unique}-{tool}")
+        for tool, calls in table.items()
+    }
+    inside = {
+        "Read": {"file_path": str(root / "inside.txt")},
+        "Glob": {"pattern": "*.txt"},
+        "Grep": {"pattern": "inside-content", "output_mode": "content"},
+        "Write": {"file_path": str(root / "written.txt"), "content": f"written-{unique}"},
+    }
+    controls = {tool: submit_calls(client, root, tool, [i], f"{unique}-in-{tool}") for tool, i in inside.items()}
+    before = {p: p.read_bytes() for folder in (outside, base / "home") for p in folder.iterdir()}
+
+    for tool, job_id in jobs.items():
+        record = client.wait(job_id, timeout=180, poll_s=0.2)
+        assert record.status == "succeeded", (tool, record.error)
+        results = [e.data for e in client.events(job_id) if e.type == "tool_result"]
+        assert len(results) == len(table[tool]), (tool, results)
+        for (case, _), result in zip(table[tool], results, strict=True):
+            text = str(result["text"])
+            print(f"{tool:12} {case:40} {text[:150]!r}")
+            assert f"outside-content-{unique}" not in text, (tool, case, text)
+            if not result["is_error"]:
+                # The CLI expands `~` alone, not `~user`: a file tool reads `~root/x` as a name under the cwd.
+                assert case.startswith("~") and case not in ("~", "~/.. from the run directory"), (tool, case, text)
+                assert any(p.name.startswith("~") for p in root.iterdir()), (tool, case, text)
+        assert f"outside-content-{unique}" not in everything_stored(client, record), tool
+
+    for tool, job_id in controls.items():
+        record = client.wait(job_id, timeout=120, poll_s=0.2)
+        assert record.status == "succeeded", (tool, record.error)
+        (result,) = [e.data for e in client.events(job_id) if e.type == "tool_result"]
+        assert not result["is_error"], (tool, result)
+    assert (root / "written.txt").read_text() == f"written-{unique}"
+    after = {p: p.read_bytes() for folder in (outside, base / "home") for p in folder.iterdir()}
+    assert after == before  # nothing changed, nothing created outside
+
+
+def test_a_read_only_run_on_a_root_worker_runs_under_a_uid_of_its_own(
+    client: Client, workers: WorkerFactory, dirs: tuple[Path, Path], settings: Settings, unique: str
+) -> None:
+    """The kernel's layer: the CLI of a run offered only Read, Glob and Grep runs under a uid of the run range, so a
+    path the hook misjudged still meets the permission check of a uid that owns nothing outside its run."""
+    root, _ = dirs
+    workers()
+    handle = client.submit(prompt=f"[[sim: delay 4]] look ({unique})", tools="read-only", cwd=str(root))
+    first, last = settings.policy.run_uids
+    uids: set[int] = set()
+    deadline = time.monotonic() + 60
+    while not uids and time.monotonic() < deadline:
+        for pid in procs.job_pids(handle.id):
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            uids.update(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
+        time.sleep(0.1)
+    assert client.wait(handle.id, timeout=120, poll_s=0.2).status == "succeeded"
+    assert uids and all(first <= uid <= last for uid in uids), uids

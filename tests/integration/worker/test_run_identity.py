@@ -151,4 +151,19 @@ def test_a_run_root_the_runs_cannot_enter_refuses_shell_jobs(base: Path, tmp_pat
     with pytest.raises(ConfigError) as info:
         runner._identity_for(request(runner, tools="shell"))
     assert info.value.field == "CLAUDEQ_RUN_ROOT" and "chmod o+x" in info.value.reason
-    assert runner._identity_for(request(runner, tools="read-only")) is None  # runs under the worker's uid
+    with pytest.raises(ConfigError) as info:  # a root worker gives file-reading runs a uid of their own too
+        runner._identity_for(request(runner, tools="read-only"))
+    assert info.value.field == "CLAUDEQ_RUN_ROOT"
+    assert runner._identity_for(request(runner)) is None  # a tool-less run keeps the worker's uid
+
+
+def test_a_cwd_the_runs_own_uid_cannot_enter_is_a_configuration_error(base: Path, tmp_path: Path) -> None:
+    """A root worker runs file-reading tools under a uid of their own: a job whose cwd that uid cannot reach fails
+    with a configuration error naming the setting that fixes it, before any CLI starts."""
+    account = AccountConfig(name="a", kind="oauth", token_env="CQT_IDENTITY_TOKEN")
+    work = tmp_path / "work"  # pytest's tmp_path lies under a 0700 directory
+    work.mkdir()
+    runner = make_runner(WorkerPolicy(workspace_roots=[work]), account, base / "runs")
+    with pytest.raises(ConfigError) as info:
+        runner._identity_for(request(runner, tools="read-only", cwd=str(work)))
+    assert info.value.field == "CLAUDEQ_POLICY__RUN_GROUPS" and str(work) in info.value.reason

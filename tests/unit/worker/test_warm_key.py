@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -80,24 +81,34 @@ def test_the_key_covers_the_environment(runner: Runner, monkeypatch: pytest.Monk
     assert runner._warm_key(req(runner)) != base
 
 
+OWN_UID = "runs under a uid of its own (shell, file tools)"
+
+
 def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     tools = ToolRegistry.from_settings(runner.settings)
     settings = runner.settings
     assert warm_eligible(req(runner), settings, tools) is None
-    assert warm_eligible(req(runner, tools="read-only", cwd=str(tmp_path / "work")), settings, tools) is None
+    read_only = req(runner, tools="read-only", cwd=str(tmp_path / "work"))
+    # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace), so
+    # cold; a worker that is not root runs them under its uid, held by the hook, and may reuse a warm CLI.
+    with patch("claudeq.worker.options.can_switch_uid", return_value=True):
+        assert warm_eligible(read_only, settings, tools) == OWN_UID
+    with patch("claudeq.worker.options.can_switch_uid", return_value=False):
+        assert warm_eligible(read_only, settings, tools) is None
     assert warm_eligible(req(runner, conversation="c"), settings, tools) == "a conversation turn"
     resumed = req(runner)
     resumed.resume = "0e0b1e37-0000-4000-8000-000000000000"
     assert warm_eligible(resumed, settings, tools) == "resumes a session"
-    assert warm_eligible(req(runner, tools=["Bash"]), settings, tools) == "runs shell or file-writing tools"
-    assert warm_eligible(req(runner, tools=["Write"]), settings, tools) == "runs shell or file-writing tools"
+    assert warm_eligible(req(runner, tools=["Bash"]), settings, tools) == OWN_UID
+    assert warm_eligible(req(runner, tools=["Write"]), settings, tools) == OWN_UID
     assert warm_eligible(req(runner, mcp_tools=["submit_job"]), settings, tools) == "fleet tools are bound to the job"
     assert warm_eligible(req(runner, mcp_tools=["add"]), settings, tools) is None
     off = settings.model_copy(update={"warm_clients": 0})
     assert warm_eligible(req(runner), off, tools) == "warm CLIs are off"
     # File tools that could reach the CLIs' config dirs (the run root under a workspace root) run cold.
     exposed = settings.model_copy(update={"run_root": tmp_path / "work" / "runs"})
-    assert warm_eligible(req(runner, tools="read-only", cwd=str(tmp_path / "work")), exposed, tools) is not None
+    with patch("claudeq.worker.options.can_switch_uid", return_value=False):
+        assert warm_eligible(read_only, exposed, tools) is not None
     assert warm_eligible(req(runner), exposed, tools) is None
 
 
