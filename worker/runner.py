@@ -191,13 +191,13 @@ class Runner:
                     f"{closed} (mode {closed.stat().st_mode & 0o7777:o}) keeps the runs' own uids from reaching "
                     f"{path}: make it enterable by others (chmod o+x), or choose another path",
                 )
-        for field, path in [("cwd", req.spec.cwd), *(("add_dirs", d) for d in req.spec.add_dirs)]:
-            closed = closed_to_others(Path(path), policy.run_groups) if path else None
-            if closed is not None:
+        for field, where in [("cwd", req.spec.cwd), *(("add_dirs", d) for d in req.spec.add_dirs)]:
+            shut = closed_to_others(Path(where), policy.run_groups) if where else None
+            if shut is not None:
                 raise ConfigError(
                     "CLAUDEQ_POLICY__RUN_GROUPS",
-                    f"{closed} (mode {closed.stat().st_mode & 0o7777:o}) keeps the run's own uid from the job's "
-                    f"{field} {path}: give the workspace roots to a group in CLAUDEQ_POLICY__RUN_GROUPS "
+                    f"{shut} (mode {shut.stat().st_mode & 0o7777:o}) keeps the run's own uid from the job's "
+                    f"{field} {where}: give the workspace roots to a group in CLAUDEQ_POLICY__RUN_GROUPS "
                     "(chgrp, chmod g+rwX, setgid on directories) and make the way to them enterable (o+x)",
                 )
         identity = acquire_identity(policy)
