@@ -72,6 +72,12 @@ class WorkerPolicy(BaseModel):
         default_factory=list,
         description="Supplementary gids of those runs, e.g. the group that owns the workspace roots (g+rwX, setgid).",
     )
+    shell_sandbox: bool = Field(
+        default=False,
+        description="Run a shell job's commands in Claude Code's own sandbox too (bubblewrap on Linux: writes only "
+        "under the cwd, no network), a second layer beside the run uid; with failIfUnavailable, so a host without "
+        "bubblewrap fails such jobs rather than run them unsandboxed (docs/cli-behaviour.md#the-shell-sandbox).",
+    )
     shared_uid_ok: bool = Field(
         default=False,
         description="Accept running shell or file-writing jobs under the worker's own uid when it cannot switch "

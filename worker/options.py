@@ -20,6 +20,7 @@ from claude_agent_sdk.types import (
     HookInput,
     HookJSONOutput,
     McpServerConfig,
+    SandboxSettings,
     SystemPromptFile,
     SystemPromptPreset,
     ThinkingConfig,
@@ -231,6 +232,11 @@ def build_options(
         home = Path(env.get("HOME") or os.environ.get("HOME") or os.path.expanduser("~"))  # the CLI's `~`
         hook = workspace_hook(policy, home)
         hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[hook])]}
+    sandbox: SandboxSettings | None = None
+    if policy.shell_sandbox and "Bash" in builtin:
+        # A second layer for shell commands (docs/cli-behaviour.md#the-shell-sandbox): never unsandboxed.
+        sandbox = {"enabled": True, "autoAllowBashIfSandboxed": True, "allowUnsandboxedCommands": False}
+        sandbox["failIfUnavailable"] = True  # type: ignore[typeddict-unknown-key]  # the CLI's, not in the SDK's type
     output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None
     system_prompt, extra_args = _system_prompt(spec, prompt_files)
     return ClaudeAgentOptions(
@@ -254,6 +260,7 @@ def build_options(
         output_format=output_format,
         include_partial_messages=True,  # liveness for the watchdogs; never stored as events
         hooks=hooks,  # type: ignore[arg-type]
+        sandbox=sandbox,
         env=env,
         cli_path=cli_path,
         stderr=stderr,
