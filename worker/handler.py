@@ -28,6 +28,7 @@ from claudeq.worker.delivery import Delivery, Finish, summed_usage
 from claudeq.worker.dispatch import Dispatch
 from claudeq.worker.failure import Decision, OutputCheck, decide
 from claudeq.worker.fenced import FencedWriter
+from claudeq.worker.job_store import CANCEL_ERROR, CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics import primary_model
 from claudeq.worker.outcome import RunOutcome, RunRequest
@@ -410,7 +411,14 @@ class DeliveryHandler:
         await self._release(d)
         if not ok:
             return "lost"
-        if release is None or not release.done:
+        return await self._ended(d, status, error, unindexed=release is not None and release.done)
+
+    async def _ended(
+        self, d: Delivery, status: TerminalStatus, error: JobError | None, *, unindexed: bool = False
+    ) -> TerminalStatus:
+        """What follows a terminal write that landed (its slot already given back): the job out of its tenant's
+        active jobs (unless the write did it: `unindexed`), the conversation's next turn, the metrics."""
+        if not unindexed:
             await _quietly(self.accounts.ajob_done(d.record.spec.tenant, d.job_id), "job_done")
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
@@ -438,6 +446,8 @@ class DeliveryHandler:
             result=self._result(d),
             session_id=d.session_id,
         )
+        if ok == CANCELLED:  # cancelled while it ran (before the deferral): it ends here instead of waiting
+            return await self._ended(d, "cancelled", CANCEL_ERROR)
         if not ok:
             return "lost"
         # Its place among its tenant's waiting jobs (with a tenants file): priority, then creation time.
@@ -468,6 +478,8 @@ class DeliveryHandler:
         ok = await self.writer.write(
             d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id
         )
+        if ok == CANCELLED:  # cancelled while it ran: it ends here instead of running again
+            return await self._ended(d, "cancelled", CANCEL_ERROR)
         if not ok:
             return "lost"
         await self.dispatch.send_message(d.job_id, d.record.spec)
