@@ -32,7 +32,7 @@ from claudeq.worker.job_store import CANCEL_ERROR, CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics import primary_model
 from claudeq.worker.outcome import RunOutcome, RunRequest
-from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
+from claudeq.worker.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.ports import AccountsLike, EventSink, MetricsLike, RunnerLike
 from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.session_planner import SessionPlanner
@@ -241,6 +241,12 @@ class DeliveryHandler:
             # The run was stopped for the shutdown, not by a user: requeue it. A run that finished before the stop
             # took effect keeps its own outcome (a success is never thrown away and run again).
             outcome = replace(outcome, stopped_by="shutdown")
+        # An output the record cannot store would make every write of this result raise: the job fails once, kind
+        # `output`, with what can be stored of it (worker/output_check.py).
+        problem = unstorable(outcome.result)
+        if problem is not None:
+            log.warning("job %s: attempt %d's output cannot be stored: %s", d.job_id, number, problem)
+            outcome = replace(outcome, result=storable(outcome.result))
         decision = decide(
             outcome,
             account,
@@ -249,7 +255,8 @@ class DeliveryHandler:
             now=utcnow(),
             rate_limit_cooldown_s=self.settings.rate_limit_cooldown_s,
             output_schema=spec.output_schema,
-            output_check=await self._check_output(spec, outcome),
+            output_check=None if problem is not None else await self._check_output(spec, outcome),
+            unstorable=problem,
         )
         await self._apply_account_effects(account, outcome, decision)
         d.attempts[-1] = attempt.model_copy(
