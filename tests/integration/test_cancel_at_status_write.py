@@ -1,26 +1,30 @@
 """A cancel is seen at every status write: a job cancelled while it ran, before anything stopped its run, ends
 `cancelled` at the write that would have put it back to wait (deferred, re-queued, or recovered after its worker
-died) instead of waiting first. Real Redis; the engine with a scripted account manager holds the window between
-the claim and the deferral open (the cancel arrives while the worker asks for a slot and is told to wait for the
-next hour: a spend cap with `on_budget = "wait"`)."""
+died) instead of waiting first. Real Redis. The deferral case goes through the engine and the real account manager
+with a tenants file whose tenant is over its hourly spend cap (`on_budget = "wait"`: the job would wait for the next
+hour); the producer's cancel comes while the worker asks for the slot, between the claim and the deferral."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterator
-from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import redis
 
-from claudeq.config.account_pool import AccountConfig
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
+from claudeq.keys import Keys
 from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
+from claudeq.tenant_state import hour_field
 from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease, StartWrite
+from claudeq.worker.account_manager import AccountManager, SlotLease, StartWrite
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops
+from claudeq.worker.ports import AccountsLike
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
 
@@ -29,14 +33,25 @@ pytestmark = pytest.mark.integration
 A = AccountConfig(name="a", kind="api_key", token_env="T_A", max_concurrency=2)
 
 
-class OverCapWhileCancelled(FakeAccounts):
-    """Every acquire finds the job's tenant over its hourly spend cap (wait for the next hour); the first one lets a
-    producer cancel the job first, as if the cancel came just then."""
+TENANTS = """
+[[tenants]]
+name = "default"
 
-    def __init__(self, producer: JobStore) -> None:
-        super().__init__(A)
+[[tenants]]
+name = "thrifty"
+max_cost_usd_per_hour = 0.05
+on_budget = "wait"
+"""
+
+
+class CancelledWhileAsking(AccountManager):
+    """The real account manager; a producer cancels the job just as the worker asks for its slot."""
+
+    def __init__(self, settings: Settings, client: redis.Redis, producer: JobStore) -> None:
+        super().__init__(settings, client, Keys(settings.key_prefix), AccountPool(accounts=[A]))
         self.producer = producer
-        self.answers: list[str] = []
+        self.cancels: list[str] = []
+        self.answers: list[SlotLease | NoAccount] = []
 
     async def aacquire(
         self,
@@ -47,9 +62,10 @@ class OverCapWhileCancelled(FakeAccounts):
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
-        self.answers.append(self.producer.cancel(job_id))
-        next_hour = utcnow().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        return NoAccount(next_hour, "tenant 'thrifty' is over its spend cap (on_budget = wait)", ["a"])
+        self.cancels.append(self.producer.cancel(job_id))
+        answer = await super().aacquire(job_id, spec, exclude, rank, holds, start)
+        self.answers.append(answer)
+        return answer
 
 
 @pytest.fixture
@@ -62,18 +78,37 @@ def sent() -> list[str]:
     return []
 
 
-@pytest.fixture
-def engine(wstore: WorkerJobStore, sent: list[str], redis_url: str, unique: str) -> Iterator[Engine]:
-    settings = make_settings(redis_url, unique, heartbeat_s=0.2, lease_ttl_s=2)
-    engine = Engine(
+def _engine(settings: Settings, store: WorkerJobStore, accounts: AccountsLike, sent: list[str]) -> Engine:
+    return Engine(
         settings,
-        store=wstore,
-        accounts=OverCapWhileCancelled(wstore),
+        store=store,
+        accounts=accounts,
         runner=FakeRunner(),
         metrics=FakeMetrics(),
         send=lambda job_id, spec: sent.append(job_id),
         worker_id="w1",
     )
+
+
+@pytest.fixture
+def engine(wstore: WorkerJobStore, sent: list[str], redis_url: str, unique: str) -> Iterator[Engine]:
+    engine = _engine(make_settings(redis_url, unique, heartbeat_s=0.2, lease_ttl_s=2), wstore, FakeAccounts(A), sent)
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+def capped_engine(
+    wstore: WorkerJobStore, sent: list[str], redis_url: str, unique: str, tmp_path: Path, redis_client: redis.Redis
+) -> Iterator[Engine]:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    settings = make_settings(redis_url, unique, heartbeat_s=0.2, lease_ttl_s=2, tenants_file=tenants)
+    now = time.time()
+    for hour in (now, now + 3600):  # spent, this hour and the next (should the hour roll during the test)
+        redis_client.hset(wstore.keys.tenant_spend("thrifty"), hour_field(hour), "0.05")
+    engine = _engine(settings, wstore, CancelledWhileAsking(settings, redis_client, wstore), sent)
     engine.start()
     yield engine
     engine.stop()
@@ -91,16 +126,18 @@ def _types(store: WorkerJobStore, job: str) -> list[str]:
 
 
 def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_deferred(
-    engine: Engine, wstore: WorkerJobStore, sent: list[str]
+    capped_engine: Engine, wstore: WorkerJobStore, sent: list[str]
 ) -> None:
     job = _queued(wstore, tenant="thrifty")
     started = time.monotonic()
 
-    outcome = str(engine.deliver_blocking(job))
+    outcome = str(capped_engine.deliver_blocking(job))
 
-    accounts = engine.accounts
-    assert isinstance(accounts, OverCapWhileCancelled)
-    assert accounts.answers == ["running"]  # the cancel came while the worker held the job
+    accounts = capped_engine.accounts
+    assert isinstance(accounts, CancelledWhileAsking)
+    assert accounts.cancels == ["running"]  # the producer was told the job runs: the flag is set, a wake-up sent
+    (answer,) = accounts.answers  # the real manager said: wait for the next hour (the spend cap)
+    assert isinstance(answer, NoAccount) and not answer.permanent and "spend cap" in answer.reason
     assert outcome == "cancelled"
     assert time.monotonic() - started < 5  # ended by this delivery, not at the next hour
     record = wstore.get(job)
@@ -111,9 +148,9 @@ def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_
     keys = wstore.keys
     assert wstore.redis.zscore(keys.deferred, job) is None and wstore.redis.zscore(keys.running, job) is None
     assert not wstore.cancel_requested(job) and wstore.redis.ttl(keys.job(job)) > 0  # finished: retention
-    # Nothing waits for it: no waiting line, no tenant waiters, no message; it left its tenant's active jobs.
-    assert accounts.waiters == [] and accounts.tenant_waiters == [] and sent == []
-    assert accounts.done == [("thrifty", job)]
+    # Nothing waits for it: in no tenant's waiters, no message sent.
+    assert wstore.redis.zscore(keys.tenant_waiters("thrifty"), job) is None and sent == []
+    assert wstore.redis.zscore(keys.account_waiters("a"), job) is None
 
 
 def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobStore) -> None:
