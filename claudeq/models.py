@@ -42,6 +42,7 @@ ErrorKind = Literal[
     "internal",
     "poisoned",  # it lost its worker too many times (it froze or killed each one): failed rather than retried
     "budget_exceeded",  # its tenant (on_budget = "fail") or every account it may use is over a spend cap
+    "output",  # the run's output cannot be stored (e.g. a structured output nested too deeply to serialise)
 ]
 
 

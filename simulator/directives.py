@@ -16,6 +16,7 @@ from typing import Any
 OPEN = "[[sim:"
 MAX_TOKENS = 1_000_000  # largest `tokens out=` / `in=` (out is also capped by the request's max_tokens)
 MAX_JSON_DEPTH = 100  # nesting allowed in a directive's JSON value
+MAX_NESTED = 500  # deepest structured output `structured nested=N` builds (JSON encoders recurse per level)
 
 
 def _no_constant(name: str) -> Any:
@@ -250,6 +251,17 @@ def _apply(steering: Steering, verb: str, positional: list[Any], options: dict[s
         _no_extra(verb, [], options, 0)
         steering.text = " ".join(p if isinstance(p, str) else json.dumps(p) for p in positional)
     elif verb == "structured":
+        nested = options.pop("nested", None)
+        if nested is not None:
+            _no_extra(verb, positional, options, 0)
+            depth = _integer(nested, "structured nested=")
+            if not 1 <= depth <= MAX_NESTED:
+                raise DirectiveError(f"structured nested=: from 1 to {MAX_NESTED}, got {nested!r}")
+            value: Any = 0
+            for _ in range(depth):
+                value = {"a": value}
+            steering.structured, steering.has_structured = value, True
+            return
         if len(positional) != 1:
             raise DirectiveError('structured: expected one JSON value, e.g. [[sim: structured {"x": 1}]]')
         _no_extra(verb, positional, options, 1)

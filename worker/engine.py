@@ -29,6 +29,7 @@ from claudeq.worker.handler import DeliveryHandler
 from claudeq.worker.job_store import WorkerJobStore
 from claudeq.worker.lease import LeaseKeeper
 from claudeq.worker.loop_host import Background, LoopHost, in_redis_thread
+from claudeq.worker.output_check import storable, unstorable
 from claudeq.worker.ports import AccountsLike, MetricsLike, RunnerLike, Sender
 from claudeq.worker.session_planner import SessionPlanner
 
@@ -275,6 +276,8 @@ class Engine:
         except Exception:
             log.exception("job %s: internal error", job_id)
             error = JobError(kind="internal", message="internal worker error")
+            if unstorable(delivery.result) is not None:  # the failure's own write must not fail for the same reason
+                delivery.result = storable(delivery.result)
             await self.handler.finish(delivery, "failed", error)
             return Delivered("failed")
         finally:

@@ -63,11 +63,17 @@ def decide(
     rate_limit_cooldown_s: float,
     output_schema: dict[str, Any] | None = None,
     output_check: OutputCheck | None = None,
+    unstorable: str | None = None,
 ) -> Decision:
     """Classify one attempt. `attempts_so_far` counts the earlier counted attempts (this one excluded). A success
-    with an `output_schema` needs the `output_check` of its structured output (validation never runs here)."""
+    with an `output_schema` needs the `output_check` of its structured output (validation never runs here).
+    `unstorable`: why the run's output cannot be stored (worker/output_check.py `unstorable`): the job fails, kind
+    `output`, whatever else the attempt saw but a cancel (the run was paid for; running it again would pay twice)."""
     if outcome.stopped_by == "cancel":
         return Decision("cancelled", "cancel", "cancelled", error=JobError(kind="cancelled", message="cancelled"))
+    if unstorable is not None:
+        detail = f"the run's output cannot be stored: {unstorable}; not retried"
+        return Decision("failed", "fail", detail, error=JobError(kind="output", message=detail))
     if outcome.stopped_by == "shutdown":
         return Decision("requeued", "requeue", "worker shutting down; job re-enqueued")
     if outcome.got_result and not outcome.is_error:

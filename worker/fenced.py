@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from claudeq.jobs import JobFields
 from claudeq.models import TERMINAL, Event, JobStatus
 from claudeq.worker.delivery import Delivery
-from claudeq.worker.job_store import SlotRelease, WorkerJobStore
+from claudeq.worker.job_store import CANCELLED, SlotRelease, WorkerJobStore, Written
 
 log = logging.getLogger("claudeq.engine")
 
@@ -62,11 +62,13 @@ class FencedWriter:
         release: SlotRelease | None = None,
         hold_events: bool = False,
         **fields: Unpack[JobFields],
-    ) -> bool:
+    ) -> Written:
         """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
-        the fence holds; False (and the delivery lost) when stale. `release` (a terminal status only): free the
-        run's slot and index entries in the same script (WorkerJobStore.afinish). `hold_events` (a write that moves
-        no status: the attempt's start): leave the pending events waiting unless the job is followed."""
+        the fence holds; False (and the delivery lost) when stale; CANCELLED when a write to `queued` or `deferred`
+        ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write). `release` (a terminal
+        status only): free the run's slot and index entries in the same script (WorkerJobStore.afinish).
+        `hold_events` (a write that moves no status: the attempt's start): leave the pending events waiting unless
+        the job is followed."""
         if d.lost:
             return False
         if event is not None and event.attempt is None and d.attempts:
@@ -105,7 +107,7 @@ class FencedWriter:
         events: list[Event],
         fields: JobFields,
         release: SlotRelease | None = None,
-    ) -> bool:
+    ) -> Written:
         if d.lost:
             return False
         started = time.monotonic()
@@ -131,13 +133,13 @@ class FencedWriter:
         started: float,
         first: redis.RedisError,
         release: SlotRelease | None = None,
-    ) -> bool:
+    ) -> Written:
         """The tries after a first one that failed (`first`); raises the last error once half a lease has gone
         since `started`."""
         left = max(1.0, self.lease_ttl_s / 2) - (time.monotonic() - started)
         if left <= 0:
             raise first
-        ok = False
+        ok: Written = False
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
             wait=wait_exponential(multiplier=0.1, max=2),
@@ -157,17 +159,19 @@ class FencedWriter:
         events: list[Event],
         fields: JobFields,
         release: SlotRelease | None = None,
-    ) -> bool:
+    ) -> Written:
         if status not in TERMINAL and events:
             d.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
         if release is not None and status in TERMINAL:
             return await self.store.afinish(d.job_id, d.fence, status, release, events, stream=d.stream, **fields)
         return await self.store.awrite(d.job_id, d.fence, status, events=events, stream=d.stream, **fields)
 
-    async def _landed(self, d: Delivery, status: JobStatus | None) -> bool:
+    async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
         fence, current = await self.store.afence_and_status(d.job_id)
         if fence is None or fence != d.fence:
             return False
+        if status in ("queued", "deferred") and current == "cancelled":
+            return CANCELLED  # it landed, and the cancel flag turned it into the job's end
         return status is None or current == status
 
     async def event(self, d: Delivery, event: Event) -> None:

@@ -28,10 +28,11 @@ from claudeq.worker.delivery import Delivery, Finish, summed_usage
 from claudeq.worker.dispatch import Dispatch
 from claudeq.worker.failure import Decision, OutputCheck, decide
 from claudeq.worker.fenced import FencedWriter
+from claudeq.worker.job_store import CANCEL_ERROR, CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics import primary_model
 from claudeq.worker.outcome import RunOutcome, RunRequest
-from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
+from claudeq.worker.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.ports import AccountsLike, EventSink, MetricsLike, RunnerLike
 from claudeq.worker.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.session_planner import SessionPlanner
@@ -240,6 +241,12 @@ class DeliveryHandler:
             # The run was stopped for the shutdown, not by a user: requeue it. A run that finished before the stop
             # took effect keeps its own outcome (a success is never thrown away and run again).
             outcome = replace(outcome, stopped_by="shutdown")
+        # An output the record cannot store would make every write of this result raise: the job fails once, kind
+        # `output`, with what can be stored of it (worker/output_check.py).
+        problem = unstorable(outcome.result)
+        if problem is not None:
+            log.warning("job %s: attempt %d's output cannot be stored: %s", d.job_id, number, problem)
+            outcome = replace(outcome, result=storable(outcome.result))
         decision = decide(
             outcome,
             account,
@@ -248,7 +255,8 @@ class DeliveryHandler:
             now=utcnow(),
             rate_limit_cooldown_s=self.settings.rate_limit_cooldown_s,
             output_schema=spec.output_schema,
-            output_check=await self._check_output(spec, outcome),
+            output_check=None if problem is not None else await self._check_output(spec, outcome),
+            unstorable=problem,
         )
         await self._apply_account_effects(account, outcome, decision)
         d.attempts[-1] = attempt.model_copy(
@@ -410,7 +418,14 @@ class DeliveryHandler:
         await self._release(d)
         if not ok:
             return "lost"
-        if release is None or not release.done:
+        return await self._ended(d, status, error, unindexed=release is not None and release.done)
+
+    async def _ended(
+        self, d: Delivery, status: TerminalStatus, error: JobError | None, *, unindexed: bool = False
+    ) -> TerminalStatus:
+        """What follows a terminal write that landed (its slot already given back): the job out of its tenant's
+        active jobs (unless the write did it: `unindexed`), the conversation's next turn, the metrics."""
+        if not unindexed:
             await _quietly(self.accounts.ajob_done(d.record.spec.tenant, d.job_id), "job_done")
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
@@ -438,6 +453,8 @@ class DeliveryHandler:
             result=self._result(d),
             session_id=d.session_id,
         )
+        if ok == CANCELLED:  # cancelled while it ran (before the deferral): it ends here instead of waiting
+            return await self._ended(d, "cancelled", CANCEL_ERROR)
         if not ok:
             return "lost"
         # Its place among its tenant's waiting jobs (with a tenants file): priority, then creation time.
@@ -468,6 +485,8 @@ class DeliveryHandler:
         ok = await self.writer.write(
             d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id
         )
+        if ok == CANCELLED:  # cancelled while it ran: it ends here instead of running again
+            return await self._ended(d, "cancelled", CANCEL_ERROR)
         if not ok:
             return "lost"
         await self.dispatch.send_message(d.job_id, d.record.spec)

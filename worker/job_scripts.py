@@ -66,11 +66,16 @@ return {1, held, cur[3] and 1 or 0}
 # KEYS: job, running, queued, deferred, events ('' = the job has no stream: a terminal write need not read one; the
 #       caller knows when no event of the job ever went to one)
 # ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
-#       n_events, events_maxlen, now_ms, then n_events event JSONs, then field, value, ...
+#       n_events, events_maxlen, now_ms, on_cancel, then n_events event JSONs, then field, value, ...
 # The events (what the run emitted since its last append, then the status's own: a terminal, `deferred` or
 # `requeued` one) go in with the status, under the same fence check: a follower that sees the status finds its
 # events, and a worker that lost the job appends nothing. A terminal write puts them straight into the record's
 # compacted `events` (after the stream's entries, with ids after the last one) instead of the stream it deletes.
+# on_cancel ('' for a write to no status or a terminal one): for a write to `queued` or `deferred`, what the job ends
+# with instead when its cancel flag is set (a cancel that came while it ran and nothing stopped the run yet, e.g.
+# between the claim and a deferral): the JSON list [cancelled event, error JSON, finished_at, how many of the
+# n_events at the end are the status's own (dropped)]. The job is then `cancelled` at once, like a cancel of a
+# queued or deferred job, and the write answers 2 (docs/architecture.md#cancel-and-shutdown).
 _WRITE_FN = (
     COUNT_FINISHED
     + PACK_EVENTS
@@ -82,11 +87,30 @@ local function write(KEYS, ARGV)
   end
   local n = tonumber(ARGV[7])
   local new = ARGV[3]
-  local terminal = new ~= '' and new ~= 'queued' and new ~= 'deferred'
   local fields = {}
-  for i = 10 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
+  for i = 11 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local events, first, last = ARGV, 11, 10 + n
+  local answer = 1
+  if cur[4] and ARGV[10] ~= '' then
+    -- cancelled while it ran: it ends now instead of waiting (`ready_at` is a deferral's, not a cancelled job's)
+    local alt = cjson.decode(ARGV[10])
+    new, answer = 'cancelled', 2
+    local kept = {}
+    for i = 1, #fields, 2 do
+      if fields[i] ~= 'ready_at' then kept[#kept + 1], kept[#kept + 2] = fields[i], fields[i + 1] end
+    end
+    fields = kept
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] =
+      'error', alt[2], 'finished_at', alt[3]
+    events = {}
+    for i = 11, 10 + n - alt[4] do events[#events + 1] = ARGV[i] end
+    events[#events + 1] = alt[1]
+    first, last = 1, #events
+    redis.call('HDEL', KEYS[1], 'ready_at')
+  end
+  local terminal = new ~= '' and new ~= 'queued' and new ~= 'deferred'
   if not terminal then
-    for i = 10, 9 + n do redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i]) end
+    for i = first, last do redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'event', events[i]) end
   end
   if new == '' then
     if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
@@ -100,7 +124,7 @@ local function write(KEYS, ARGV)
   elseif new == 'deferred' then
     redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
   else
-    local packed = pack_events(KEYS[5], ARGV, 10, 9 + n, tonumber(ARGV[9]))
+    local packed = pack_events(KEYS[5], events, first, last, tonumber(ARGV[9]))
     if packed then
       fields[#fields + 1] = 'events'
       fields[#fields + 1] = packed
@@ -112,7 +136,7 @@ local function write(KEYS, ARGV)
     if cur[4] then redis.call('HDEL', KEYS[1], 'cancel') end
   end
   redis.call('HSET', KEYS[1], unpack(fields))
-  return 1
+  return answer
 end
 """
 )
@@ -191,35 +215,43 @@ return 1
 
 # KEYS: job, running, queued, events.
 # ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
-#       finished_counts_prefix, field, value, ... (no fields: status only)
+#       finished_counts_prefix, on_cancel, field, value, ... (no fields: status only)
 # A running job whose lease expired (its worker died): back to queued with the caller's attempt record — or, when it
 # has lost its worker too often, `failed` (poisoned) like any terminal write — and its event, in one step (a new
-# owner's events always come after it).
+# owner's events always come after it). on_cancel ('' with `failed`): what a job whose cancel flag is set ends with
+# instead of `queued` (a cancel that came while it ran is not lost with its worker): the JSON list [cancelled event,
+# error JSON, finished_at]; the job is then `cancelled` and the answer 2.
 RECOVER = (
     COUNT_FINISHED
     + COMPACT_EVENTS
     + """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel')
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or (expiry and expiry > tonumber(ARGV[3])) then
   if cur[1] ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) end
   return 0
 end
-if #ARGV >= 10 then redis.call('HSET', KEYS[1], unpack(ARGV, 9)) end
-if ARGV[4] ~= '' then redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[4]) end
-redis.call('HSET', KEYS[1], 'status', ARGV[6])
+local new, event, answer = ARGV[6], ARGV[4], 1
+if #ARGV >= 11 then redis.call('HSET', KEYS[1], unpack(ARGV, 10)) end
+if new == 'queued' and cur[3] and ARGV[9] ~= '' then
+  local alt = cjson.decode(ARGV[9])
+  new, event, answer = 'cancelled', alt[1], 2
+  redis.call('HSET', KEYS[1], 'error', alt[2], 'finished_at', alt[3])
+end
+if event ~= '' then redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'event', event) end
+redis.call('HSET', KEYS[1], 'status', new)
 redis.call('ZREM', KEYS[2], ARGV[1])
-if ARGV[6] == 'queued' then
+if new == 'queued' then
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 else
-  count_finished(ARGV[8], ARGV[6], ARGV[7])
+  count_finished(ARGV[8], new, ARGV[7])
   compact_events(KEYS[1], KEYS[4])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
   redis.call('HDEL', KEYS[1], 'cancel')
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[7]) end
 end
-return 1
+return answer
 """
 )
 

@@ -12,6 +12,7 @@ script call (claudeq.script_calls), so the two paths cannot drift apart (docs/sc
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import redis
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
-from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, encode_event, encode_fields, stored_time
+from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, compact_json, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
@@ -75,6 +76,15 @@ class SlotRelease:
     done: bool = False
     admitted: list[str] = field(default_factory=list)
 
+
+#: A write's answer: True (written), False (stale: nothing written), or CANCELLED: a write to `queued` or `deferred`
+#: found the cancel flag set and ended the job `cancelled` instead (its terminal bookkeeping is the caller's).
+CANCELLED: Literal["cancelled"] = "cancelled"
+Written = bool | Literal["cancelled"]
+#: The error and the event of a job a status write ended `cancelled` because of its cancel flag.
+CANCEL_ERROR = JobError(kind="cancelled", message="cancelled by request")
+#: The event a write to `queued` / `deferred` brings for its status: dropped when the write cancels the job instead.
+_STATUS_EVENT = {"queued": "requeued", "deferred": "deferred"}
 
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
@@ -194,10 +204,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
         *,
         stream: bool = True,
         **fields: Unpack[JobFields],
-    ) -> bool:
+    ) -> Written:
         """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
-        the job, in one script. False = stale: nothing written, no event. `stream` False: the job has no event stream
-        (none of its events ever went to one), so a terminal write need not read it."""
+        the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
+        `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
+        write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
+        write need not read it."""
         return self._run(self._write_call(job_id, fence, status, score, event, events, fields, stream))
 
     async def awrite(
@@ -211,7 +223,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         *,
         stream: bool = True,
         **fields: Unpack[JobFields],
-    ) -> bool:
+    ) -> Written:
         """`write` on the engine loop."""
         if self._async is None:
             return await asyncio.to_thread(
@@ -285,7 +297,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
-    ) -> ScriptCall[bool]:
+    ) -> ScriptCall[Written]:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -294,7 +306,15 @@ class WorkerJobStore(AsyncCalls, JobStore):
             score = time.time()
         if status == "deferred":
             score = fields["ready_at"].timestamp()
-        payloads = [encode_event(e) for e in (*events, *(() if event is None else (event,)))]
+        every = (*events, *(() if event is None else (event,)))
+        payloads = [encode_event(e) for e in every]
+        on_cancel = ""
+        if status in _STATUS_EVENT:
+            own = 1 if every and every[-1].type == _STATUS_EVENT[status] else 0
+            attempt = every[-1].attempt if own else None
+            data = {"kind": CANCEL_ERROR.kind, "message": CANCEL_ERROR.message}
+            cancelled = Event(type="cancelled", attempt=attempt, data=data)
+            on_cancel = json.dumps([encode_event(cancelled), compact_json(CANCEL_ERROR), stored_time(utcnow()), own])
         keys = [
             self.keys.job(job_id),
             self.keys.running,
@@ -312,10 +332,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
             len(payloads),
             self.events_maxlen,
             int(time.time() * 1000),
+            on_cancel,
             *payloads,
             *encode_fields(fields),
         ]
-        return ScriptCall(self._write, keys, args, bool)
+        return ScriptCall(self._write, keys, args, _written)
 
     def append_event_fenced(self, job_id: str, fence: int, event: Event) -> str | None:
         """Append a running job's event while `fence` still holds it; None (nothing appended) once the run was
@@ -415,29 +436,35 @@ class WorkerJobStore(AsyncCalls, JobStore):
         attempts: list[Attempt] | None,
         event: Event | None = None,
         error: JobError | None = None,
-    ) -> bool:
+    ) -> Written:
         """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
         e.g. when the record cannot be parsed) and `event` appended in the same step; with `error`, it fails instead
-        (a terminal write: retention, counters). False if anything moved."""
+        (a terminal write: retention, counters). False if anything moved. CANCELLED: its cancel flag was set, so it
+        was cancelled instead of re-queued (a terminal write too; its other bookkeeping is the caller's)."""
         fields: dict[str, object] = {} if attempts is None else {"attempts": attempts}
+        on_cancel = ""
         if error is not None:
             fields.update(error=error, finished_at=utcnow())
-        return bool(
-            self._recover(
-                keys=[self.keys.job(job_id), self.keys.running, self.keys.queued, self.keys.events(job_id)],
-                args=[
-                    job_id,
-                    fence,
-                    time.time(),
-                    "" if event is None else encode_event(event),
-                    self.events_maxlen,
-                    "queued" if error is None else "failed",
-                    self.result_ttl_s,
-                    self.keys.finished_counts_prefix,
-                    *encode_fields(fields),
-                ],
-            )
+        else:
+            data = {"kind": CANCEL_ERROR.kind, "message": CANCEL_ERROR.message}
+            cancelled = encode_event(Event(type="cancelled", data=data))
+            on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
+        answer = self._recover(
+            keys=[self.keys.job(job_id), self.keys.running, self.keys.queued, self.keys.events(job_id)],
+            args=[
+                job_id,
+                fence,
+                time.time(),
+                "" if event is None else encode_event(event),
+                self.events_maxlen,
+                "queued" if error is None else "failed",
+                self.result_ttl_s,
+                self.keys.finished_counts_prefix,
+                on_cancel,
+                *encode_fields(fields),
+            ],
         )
+        return _written(answer)
 
     def stale_queued(self, older_than_s: float, limit: int = 100) -> list[str]:
         """Queued job ids whose message was sent more than `older_than_s` ago."""
@@ -538,6 +565,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
             offset += len(old) - len(gone)  # the live ones stay in front of the next page
         self._trim_offset = offset
         return removed
+
+
+def _written(reply: Any) -> Written:
+    """WRITE's answer: 0 stale, 1 written, 2 cancelled instead (the cancel flag, at a write to queued or deferred)."""
+    answer = int(reply)
+    return CANCELLED if answer == 2 else answer == 1
 
 
 def _fence_and_status(reply: list[Any]) -> tuple[int | None, str | None]:

@@ -22,8 +22,9 @@ import redis.asyncio as aioredis
 
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.models import Attempt, Event, JobError, JobRecord, utcnow
+from claudeq.models import Attempt, Event, JobError, JobRecord, TerminalStatus, utcnow
 from claudeq.worker.engine import Engine
+from claudeq.worker.job_store import CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
 
 log = logging.getLogger("claudeq.loops")
@@ -157,7 +158,11 @@ class Loops:
                 # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
                 # internal) instead of leaving it `running` forever.
                 fence = await in_redis_thread(self.store.fence_of, job_id)
-                if fence is not None and await in_redis_thread(self.store.recover, job_id, fence, None):
+                answer = False if fence is None else await in_redis_thread(self.store.recover, job_id, fence, None)
+                if answer == CANCELLED:
+                    log.warning("job %s: worker lost and record unreadable (%s); cancelled", job_id, exc.detail)
+                    recovered.append(job_id)
+                elif answer:
                     log.warning("job %s: worker lost and record unreadable (%s); re-enqueued", job_id, exc.detail)
                     await self.engine.resend(job_id)
                     recovered.append(job_id)
@@ -172,7 +177,13 @@ class Loops:
                     recovered.append(job_id)
                 continue
             event = Event(type="requeued", data={"reason": detail})
-            if not await in_redis_thread(self.store.recover, job_id, record.fence, attempts, event):
+            answer = await in_redis_thread(self.store.recover, job_id, record.fence, attempts, event)
+            if answer == CANCELLED:  # a cancel came while it ran: it ends rather than run again
+                log.warning("job %s: %s; cancelled (a cancel was asked for while it ran)", job_id, detail)
+                await self._ended(record, "cancelled")
+                recovered.append(job_id)
+                continue
+            if not answer:
                 continue  # another reconciler won, or the job moved on
             log.warning("job %s: %s; re-enqueued", job_id, detail)
             await self.engine.resend(job_id)
@@ -192,19 +203,24 @@ class Loops:
         if not await in_redis_thread(self.store.recover, record.id, record.fence, attempts, event, error):
             return False
         log.error("job %s: %s", record.id, message)
-        try:  # out of its tenant's active jobs, as a job the handler finishes
+        await self._ended(record, "failed")
+        return True
+
+    async def _ended(self, record: JobRecord, status: TerminalStatus) -> None:
+        """What follows the recovery of a job that ended it (poisoned, or cancelled by its flag), as for a job the
+        handler finishes: out of its tenant's active jobs, the conversation's next turn, the metrics."""
+        try:
             await in_redis_thread(self.engine.accounts.job_done, record.spec.tenant, record.id)
         except Exception:
             log.exception("job %s: tenant bookkeeping failed", record.id)
-        self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, "failed")
+        self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, status)
         try:
-            waiting = await self.engine.sessions.finished(record, "failed", record.session_id)
+            waiting = await self.engine.sessions.finished(record, status, record.session_id)
         except Exception:
             log.exception("job %s: conversation bookkeeping failed", record.id)
             waiting = []
         for job_id in waiting:
             await self.engine.promote_and_send(job_id, force=True)
-        return True
 
     async def resend_once(self) -> list[str]:
         """Re-send queued jobs nobody claimed for `unclaimed_resend_s` and whose message is not waiting in the

@@ -1,4 +1,12 @@
-"""Validate a structured output against its job's schema in a process of its own, with a deadline.
+"""What the worker checks of a run's output before it writes it: that the record can store it (`unstorable`), and
+that a structured output matches its job's schema, in a process of its own, with a deadline (`schema_problem`).
+
+A run's result is stored as JSON (claudeq/jobs.py `compact_json`). A value that JSON cannot hold — a structured
+output nested deeper than the serialiser's depth limit (255 levels: a model asked for JSON can write one; nothing
+caps it on the way), a lone surrogate in a string — makes that write raise, and so would every later write of the
+same result: the job would be left `running`, recovered as `worker_lost` and run (and billed) again. So the worker
+tries the encoding first and, when it fails, fails the job once (error kind `output`) with what can be stored of
+the result (`storable`: without the structured output, without the text if need be), the usage kept.
 
 A schema's `pattern` runs in Python's `re`, which backtracks: `^(a|a)+\\s$` against 27 `a`s and a U+FEFF (which the
 CLI accepts: in JavaScript `\\s` matches it) holds the GIL for about 18 s. On the engine's loop — or in a thread of it,
@@ -18,6 +26,9 @@ import asyncio
 import json
 import sys
 from typing import Any
+
+from claudeq.jobs import compact_json
+from claudeq.models import JobResult, Usage
 
 #: The child's start-up: imports, then "ready" on stdout. Starting an interpreter and importing jsonschema takes
 #: ~0.1 s on a quiet machine and seconds on a loaded one, so the deadline starts only once the child says it is ready:
@@ -85,3 +96,51 @@ async def schema_problem(data: Any, schema: dict[str, Any], timeout_s: float) ->
         raise RuntimeError(f"the schema check exited {proc.returncode} without a verdict") from None
     error = reply.get("error")
     return None if error is None else str(error)
+
+
+def unstorable(result: JobResult) -> str | None:
+    """Why the job record cannot store `result` (None: it can): the same encoding as the record's write, tried."""
+    try:
+        compact_json(result)
+    except (ValueError, RecursionError) as exc:  # pydantic's serialisation errors are ValueErrors
+        depth = json_depth(result.structured_output)
+        if depth >= DEPTH_HINT:
+            return f"its structured output nests {depth} levels deep, deeper than a record can hold as JSON"
+        return " ".join(str(exc).split())[:300]
+    return None
+
+
+def storable(result: JobResult) -> JobResult:
+    """The most of `result` a record can store: without its structured output, then without its text, then its
+    usage in tokens and dollars only (what the run cost is never dropped)."""
+    usage = result.usage
+    bare = Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_creation_tokens=usage.cache_creation_tokens,
+        cost_usd=usage.cost_usd,
+    )
+    for candidate in (
+        result.model_copy(update={"structured_output": None}),
+        result.model_copy(update={"structured_output": None, "text": None}),
+    ):
+        if unstorable(candidate) is None:
+            return candidate
+    return JobResult(num_turns=result.num_turns, duration_ms=result.duration_ms, usage=bare)
+
+
+#: From this depth on, a structured output that does not encode is reported as too deep (pydantic-core's serialiser
+#: stops at 255 levels, the result's own object included).
+DEPTH_HINT = 200
+
+
+def json_depth(value: Any) -> int:
+    """How deeply a JSON value nests (objects and arrays), counted without recursion: the value may be deep."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest

@@ -2,7 +2,8 @@
 (any target status, `deferred` included), cancel, promote, recover, resend and lease expiry, in any order, with the
 right fence, a stale one or a future one (hypothesis `RuleBasedStateMachine`). After every step Redis must agree
 with the model — status, fence, live lease, cancel flag, the queued / deferred / running indexes, the status
-counters — and a terminal job never moves again."""
+counters — a terminal job never moves again, and a cancel flag never outlives `running`: a write to `queued` or
+`deferred`, or a recovery, of a job with the flag ends it `cancelled`."""
 
 from __future__ import annotations
 
@@ -123,9 +124,11 @@ class StatusScripts(RuleBasedStateMachine):
         event = Event(type=status) if status in ("deferred", "succeeded", "failed", "cancelled") else None
         ok = self.store.write(job.id, fence, status, event=event, **ready)  # type: ignore[arg-type]
         expected = job.status == "running" and fence == job.fence
-        assert ok == expected, (ok, fence, job)
+        # A cancel is seen at every status write: a job with the flag never goes back to waiting, it ends.
+        cancels = expected and status in ("queued", "deferred") and job.cancel_flag
+        assert ok == ("cancelled" if cancels else expected), (ok, fence, job)
         if ok and status is not None:
-            self.moved(job, status)
+            self.moved(job, "cancelled" if cancels else status)
 
     @rule(i=st.integers(0, JOBS - 1))
     def cancel(self, i: int) -> None:
@@ -160,9 +163,10 @@ class StatusScripts(RuleBasedStateMachine):
             error = JobError(kind="poisoned", message="lost its worker too often")
         ok = self.store.recover(job.id, fence, None, Event(type="requeued"), error=error)
         expected = job.status == "running" and fence == job.fence and not job.lease
-        assert ok == expected, (ok, fence, job)
+        cancels = expected and not poisoned and job.cancel_flag  # not re-run: it was cancelled while it ran
+        assert ok == ("cancelled" if cancels else expected), (ok, fence, job)
         if ok:
-            self.moved(job, "failed" if poisoned else "queued")
+            self.moved(job, "failed" if poisoned else "cancelled" if cancels else "queued")
 
     @rule(i=st.integers(0, JOBS - 1))
     def resend(self, i: int) -> None:
@@ -191,6 +195,8 @@ class StatusScripts(RuleBasedStateMachine):
             assert (self.redis.zscore(self.keys.queued, job.id) is not None) == job.in_queued, job
             assert (self.redis.zscore(self.keys.deferred, job.id) is not None) == job.in_deferred, job
             assert (expiry is not None) == (job.status == "running"), job
+            # Only a running job carries a cancel flag: a waiting one is cancelled at once, whoever moves first.
+            assert not job.cancel_flag or job.status == "running", job
             if job.status in TERMINAL:
                 assert self.redis.ttl(self.keys.job(job.id)) > 0, job  # retention set
             else:

@@ -15,6 +15,7 @@ from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client, new_job_id
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import claude_pids, count_claude, run_until
+from tests.support.worker_proc import FAST_E2E
 
 pytestmark = pytest.mark.e2e
 
@@ -184,6 +185,39 @@ def test_structured_output_is_validated_against_the_schema(client: Client, worke
     record = wait(client, job.id)
     assert record.status == "succeeded", record.error
     assert record.result is not None and record.result.structured_output == {"city": "Lyon", "population": 522000}
+
+
+def test_a_structured_output_too_deep_to_store_fails_the_job_once_as_output(
+    client: Client, workers: WorkerFactory, simulator: Any, unique: str
+) -> None:
+    worker = workers()
+    # 255 levels: deeper than the record's JSON encoder goes; the simulator builds it (a model is not capped either).
+    prompt = f"[[sim: structured nested=255]] a deep answer {unique}"
+    job = client.submit(prompt=prompt, output_schema={"type": "object"})
+    record = wait(client, job.id)
+    assert record.status == "failed", (record.status, record.error, record.attempts)
+    assert record.error is not None and record.error.kind == "output" and not record.error.retryable
+    assert "255 levels deep" in record.error.message and "not retried" in record.error.message
+    assert [a.outcome for a in record.attempts] == ["failed"]  # one attempt, never recovered as worker_lost
+    # What can be stored of the result is: its usage (the one run was billed once, and recorded), not the output.
+    assert record.result is not None and record.result.structured_output is None
+    assert record.result.usage.cost_usd > 0 and record.result.usage.output_tokens > 0
+    assert [e.type for e in events(client, job.id)][-1] == "failed"
+
+    # No second run: the simulator saw one request carrying the prompt, and past a lease nothing recovered the job
+    # or ran it again.
+    def runs() -> int:
+        return sum(
+            1
+            for r in simulator.requests()
+            if r["kind"] == "main" and any(unique in (m.get("text") or "") for m in r["messages"])
+        )
+
+    assert runs() == 1
+    time.sleep(FAST_E2E["lease_ttl_s"] + 1)
+    again = client.get(job.id)
+    assert (again.status, again.attempts) == ("failed", record.attempts) and runs() == 1
+    assert "internal error" not in worker.log()
 
 
 def new_record(store: Any) -> str:

@@ -63,6 +63,19 @@ def test_structured_directive() -> None:
     assert steering.has_structured and steering.structured == {"title": "x", "n": 1}
 
 
+def test_structured_nested_builds_an_output_deeper_than_a_directive_may_carry() -> None:
+    steering = parse_directives("[[sim: structured nested=255]]")
+    depth, value = 0, steering.structured
+    while isinstance(value, dict):
+        depth, value = depth + 1, value["a"]
+    assert steering.has_structured and depth == 255 and value == 0
+    for bad in ("[[sim: structured nested=0]]", "[[sim: structured nested=501]]", "[[sim: structured nested=x]]"):
+        with pytest.raises(DirectiveError, match="nested="):
+            parse_directives(bad)
+    with pytest.raises(DirectiveError, match="unexpected argument"):
+        parse_directives('[[sim: structured {"a": 1} nested=3]]')
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -177,6 +177,21 @@ def test_a_schema_check_past_its_deadline_fails_for_good_naming_the_pattern() ->
     assert "within 2 s" in d.error.message and "pattern" in d.error.message
 
 
+@pytest.mark.parametrize(
+    "outcome", [ok(), err(api_error_status=529), RunOutcome(stopped_by="shutdown"), RunOutcome(stopped_by="idle")]
+)
+def test_an_output_that_cannot_be_stored_fails_the_job_once_as_output(outcome: RunOutcome) -> None:
+    d = run(outcome, output_schema=SCHEMA, unstorable="its structured output nests 255 levels deep")
+    assert (d.outcome, d.action) == ("failed", "fail")  # never retried, requeued or rerouted: it was paid for
+    assert d.error is not None and d.error.kind == "output" and not d.error.retryable
+    assert "255 levels deep" in d.error.message and "not retried" in d.error.message
+
+
+def test_a_cancel_still_wins_over_an_output_that_cannot_be_stored() -> None:
+    d = run(RunOutcome(stopped_by="cancel"), unstorable="too deep")
+    assert (d.outcome, d.action) == ("cancelled", "cancel")
+
+
 def test_a_structured_output_never_checked_is_not_a_success() -> None:
     d = run(ok(result=JobResult(structured_output={"n": 1})), output_schema=SCHEMA)
     assert d.action == "fail"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from claudeq.worker.output_check import OutputCheckTimeout, schema_problem
+from claudeq.jobs import compact_json
+from claudeq.models import JobResult, Usage
+from claudeq.worker.output_check import OutputCheckTimeout, json_depth, schema_problem, storable, unstorable
 from tests.support.procs import descendants
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -33,3 +35,29 @@ async def test_a_slow_start_of_the_checker_never_counts_against_the_deadline(mon
     monkeypatch.setattr(output_check, "_STARTUP", output_check._STARTUP + "import time; time.sleep(2)\n")
     assert await schema_problem({"n": 3}, SCHEMA, 1) is None
     assert await schema_problem({"n": "three"}, SCHEMA, 1) == "'three' is not of type 'integer'"
+
+
+def nested(depth: int) -> object:
+    value: object = 0
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_an_output_the_record_can_store_has_no_problem() -> None:
+    assert unstorable(JobResult(text="ok", structured_output=nested(200), usage=Usage(cost_usd=0.1))) is None
+    assert json_depth(nested(200)) == 200 and json_depth([[], {"x": [1]}]) == 3 and json_depth(1) == 0
+
+
+def test_an_output_too_deep_or_not_encodable_is_unstorable_and_what_can_be_stored_keeps_the_usage() -> None:
+    usage = Usage(input_tokens=5, output_tokens=7, cost_usd=0.02, model_usage={"m": {"costUSD": 0.02}})
+    deep = JobResult(text="deep", structured_output=nested(255), num_turns=1, usage=usage)
+    problem = unstorable(deep)
+    assert problem is not None and "255 levels deep" in problem
+    kept = storable(deep)
+    assert unstorable(kept) is None and compact_json(kept)  # the failure's own write cannot fail for it
+    assert (kept.structured_output, kept.text, kept.usage, kept.num_turns) == (None, "deep", usage, 1)
+    # A lone surrogate (valid JSON escape, not UTF-8) in the text as well: the text goes too, the usage stays.
+    broken = JobResult(text="\ud800", structured_output={"s": "\ud800"}, usage=usage)
+    assert unstorable(broken) is not None
+    assert (storable(broken).text, storable(broken).usage) == (None, usage)
