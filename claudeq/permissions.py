@@ -100,6 +100,16 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     return problems
 
 
+def spec_models(spec: JobSpec) -> list[tuple[str, str | None]]:
+    """Every model a run of `spec` may answer on, by field: `model` (None: the CLI's default) and `fallback_model`
+    when set, which the CLI switches to by itself (after repeated 529s, when its own retries are on), so a model
+    allow-list that skipped it would not hold."""
+    models: list[tuple[str, str | None]] = [("model", spec.model)]
+    if spec.fallback_model is not None:
+        models.append(("fallback_model", spec.fallback_model))
+    return models
+
+
 def tenant_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     """What the tenants file refuses in `spec`: an unknown tenant, or an account, model or tool profile outside the
     tenant's allow-lists."""
@@ -111,14 +121,12 @@ def tenant_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     if tenant.accounts is not None and spec.account is not None and spec.account not in tenant.accounts:
         problems.append(("account", f"{spec.account!r} is not one of tenant {spec.tenant!r}'s accounts"))
-    if tenant.models is not None and (spec.model is None or spec.model not in tenant.models):
+    if tenant.models is not None:
         allowed = ", ".join(tenant.models) or "none"
-        problems.append(
-            (
-                "model",
-                f"{spec.model or 'the default model'} is not allowed for tenant {spec.tenant!r} (allowed: {allowed})",
-            )
-        )
+        for field, model in spec_models(spec):
+            if model is None or model not in tenant.models:
+                named = model or "the default model"
+                problems.append((field, f"{named} is not allowed for tenant {spec.tenant!r} (allowed: {allowed})"))
     if tenant.tool_profiles is not None:
         if isinstance(spec.tools, str):
             if spec.tools not in tenant.tool_profiles:

@@ -59,6 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stop-after", type=float, help="stop the run this many seconds after it started")
     parser.add_argument("--no-interrupt", action="store_true", help="stop with disconnect() alone")
     parser.add_argument("--wrapper", action="store_true", help="start the CLI through the parent-death wrapper")
+    parser.add_argument("--tools", default="", help="built-in tools the CLI gets, comma-separated (default: none)")
     return parser.parse_args(argv)
 
 
@@ -88,7 +89,8 @@ async def probe(args: argparse.Namespace) -> None:
     with SimulatorServer(json.loads(args.sim)) as sim, tempfile.TemporaryDirectory() as home:
         options = ClaudeAgentOptions(
             env=cli_env(args, sim.base_url, home),
-            tools=[],
+            tools=[t for t in args.tools.split(",") if t],
+            allowed_tools=[t for t in args.tools.split(",") if t],
             setting_sources=[],
             include_partial_messages=args.partial,
             cli_path=wrapper_path() if args.wrapper else None,
@@ -123,6 +125,8 @@ async def probe(args: argparse.Namespace) -> None:
         print(f"CLI: peak RSS {children.ru_maxrss / 1024:.0f} MiB, CPU {children.ru_utime + children.ru_stime:.2f}s")
         for entry in sim.requests():
             print("request:", {k: entry.get(k) for k in ("kind", "stream", "status", "outcome", "tool_names")})
+        for entry in sim.wire():  # every HTTP request that reached the simulator, whatever its path
+            print("wire:", entry["method"], entry["path"] + ("?" + entry["query"] if entry["query"] else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ This module imports `mcp`; `claudeq.producer.cli` imports it only when `claudeq 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 import time
@@ -267,8 +268,9 @@ def build_server(
             await asyncio.sleep(min(WAIT_POLL_S, max(0.0, deadline - now)))
         return (await asyncio.to_thread(_record_or_error, client, job_id, bound)).public()
 
-    async def accounts() -> dict[str, Any]:
+    async def accounts(ctx: Context) -> dict[str, Any]:
         """The fleet's accounts: state (ok, warning, cooling, disabled), slots in use, cooldown, utilization."""
+        caller(ctx)  # with tenant tokens, names, states and slots are not for anonymous callers either
         try:
             pool = settings.accounts
         except ConfigError as exc:
@@ -286,6 +288,9 @@ def build_server(
         "accounts": accounts,
     }
     for name in offered:
+        # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
+        if "ctx" not in inspect.signature(functions[name]).parameters:
+            raise RuntimeError(f"fleet tool {name} does not check its caller")
         server.add_tool(functions[name], name=name)
     return server
 

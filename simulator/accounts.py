@@ -278,6 +278,11 @@ class AccountRegistry:
             cache=old.cache if old else PromptCache(),
         )
 
+    def name_of(self, token: str) -> str | None:
+        """The name of the configured (or already seen anonymous) account of `token`, without creating one."""
+        account = self._by_digest.get(_digest(token))
+        return account.name if account is not None else None
+
     def lookup(self, token: str, kind: AccountKind) -> Account | None:
         """The account of a token, or None when accounts are configured and the token is unknown."""
         digest = _digest(token)

@@ -8,9 +8,11 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from claudeq.simulator.config import SimConfig, redacted
 from claudeq.simulator.errors import ApiError, new_request_id
@@ -57,6 +59,20 @@ def quiet_dropped_streams() -> None:
         logger.addFilter(_QuietDroppedStreams())
 
 
+class _WireLog:
+    """Logs every request outside /_sim/ as it arrived, before routing (`Simulator.record_wire`): a path no route
+    answers is in the wire log too."""
+
+    def __init__(self, app: ASGIApp, simulator: Simulator) -> None:
+        self.app = app
+        self.simulator = simulator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("path", "").startswith("/_sim/"):
+            self.simulator.record_wire(scope)
+        await self.app(scope, receive, send)
+
+
 def create_app(simulator: Simulator | SimConfig | dict[str, Any] | None = None) -> Starlette:
     """The ASGI app of a simulator (a new one built from a config if not given)."""
     sim = simulator if isinstance(simulator, Simulator) else Simulator(simulator)
@@ -73,6 +89,12 @@ def create_app(simulator: Simulator | SimConfig | dict[str, Any] | None = None) 
         if raw is not None and not (raw.isascii() and raw.isdigit()):
             return _error(400, "limit: Input should be a non-negative integer")
         return JSONResponse(sim.stats.requests(int(raw) if raw else None))
+
+    async def wire(request: Request) -> Response:
+        raw = request.query_params.get("limit")
+        if raw is not None and not (raw.isascii() and raw.isdigit()):
+            return _error(400, "limit: Input should be a non-negative integer")
+        return JSONResponse(sim.stats.wire_requests(int(raw) if raw else None))
 
     async def reset(request: Request) -> Response:
         sim.reset()
@@ -101,10 +123,12 @@ def create_app(simulator: Simulator | SimConfig | dict[str, Any] | None = None) 
             Route("/api/hello", hello, methods=["GET", "HEAD"]),
             Route("/_sim/stats", stats, methods=["GET"]),
             Route("/_sim/requests", requests, methods=["GET"]),
+            Route("/_sim/wire", wire, methods=["GET"]),
             Route("/_sim/reset", reset, methods=["POST"]),
             Route("/_sim/config", config, methods=["GET", "POST"]),
         ],
         exception_handlers={404: _not_found, 405: _method_not_allowed},
+        middleware=[Middleware(_WireLog, simulator=sim)],
     )
     app.state.simulator = sim
     return app

@@ -123,7 +123,9 @@ class SimConfig(_Strict):
     accounts: list[AccountConfig] = Field(
         default_factory=list, description="Empty: any token is accepted as its own generous account."
     )
-    request_log_size: int = Field(2000, ge=0, le=100_000, description="Entries kept by GET /_sim/requests.")
+    request_log_size: int = Field(
+        2000, ge=0, le=100_000, description="Entries kept by GET /_sim/requests and by GET /_sim/wire."
+    )
 
     @model_validator(mode="after")
     def _unique_accounts(self) -> SimConfig:

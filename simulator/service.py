@@ -75,6 +75,7 @@ class Simulator:
         self.registry = AccountRegistry(new, previous=self.registry)
         if new.request_log_size != self.config.request_log_size:
             self.stats.log = type(self.stats.log)(self.stats.log, maxlen=new.request_log_size)
+            self.stats.wire = type(self.stats.wire)(self.stats.wire, maxlen=new.request_log_size)
         if "seed" in changes:
             self.rng = random.Random(new.seed)
         self.config = new
@@ -144,6 +145,27 @@ class Simulator:
             entry["ended"] = time.time()
             if account is not None:
                 stats.end(account.name)
+
+    def record_wire(self, scope: Scope) -> None:
+        """Log one HTTP request as it arrived (any path outside /_sim/): method, path, query string and headers,
+        a credential header's value replaced by the account it names (`<account NAME>`) or `<unknown>`."""
+        headers: list[list[str]] = []
+        account: str | None = None
+        for raw_name, raw_value in scope.get("headers", []):
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            if name in ("authorization", "x-api-key"):
+                token = value[7:].strip() if name == "authorization" and value[:7].lower() == "bearer " else value
+                known = self.registry.name_of(token.strip())
+                account = account or known
+                value = f"<account {known}>" if known is not None else "<unknown>"
+            headers.append([name, value])
+        self.stats.wire_entry(
+            method=scope.get("method", ""),
+            path=scope.get("path", ""),
+            query=scope.get("query_string", b"").decode("latin-1"),
+            account=account,
+            headers=headers,
+        )
 
     def _authenticate(self, headers: dict[str, str]) -> Account:
         auth = headers.get("authorization", "")

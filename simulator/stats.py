@@ -72,7 +72,11 @@ class Stats:
         self.in_flight = 0
         self.max_in_flight = 0
         self.log: deque[dict[str, Any]] = deque(maxlen=log_size)
+        #: Every HTTP request received outside /_sim/, whatever its path (GET /_sim/wire): what a client (or a
+        #: proxy in front of the simulator) really sent, credentials named by account, never by value.
+        self.wire: deque[dict[str, Any]] = deque(maxlen=log_size)
         self._seq = 0
+        self._wire_seq = 0
 
     def account(self, name: str) -> AccountStats:
         """The counters of account `name` (created on first use)."""
@@ -122,6 +126,11 @@ class Stats:
         self.log.append(entry)
         return entry
 
+    def wire_entry(self, **fields: Any) -> None:
+        """Append a wire-log entry."""
+        self._wire_seq += 1
+        self.wire.append({"seq": self._wire_seq, "time": time.time(), **fields})
+
     def snapshot(self, windows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         """The JSON of GET /_sim/stats; `windows` adds each account's window state."""
         accounts = {}
@@ -156,4 +165,9 @@ class Stats:
     def requests(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest `limit` log entries (all kept ones by default), oldest first."""
         entries = list(self.log)
+        return entries[-limit:] if limit else entries
+
+    def wire_requests(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest `limit` wire-log entries (all kept ones by default), oldest first."""
+        entries = list(self.wire)
         return entries[-limit:] if limit else entries

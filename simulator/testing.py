@@ -118,6 +118,14 @@ class SimulatorServer:
         result: list[dict[str, Any]] = response.json()
         return result
 
+    def wire(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """GET /_sim/wire: every request received outside /_sim/, oldest first (method, path, query, headers)."""
+        params = {"limit": str(limit)} if limit else {}
+        response = self._http().get("/_sim/wire", params=params)
+        response.raise_for_status()
+        result: list[dict[str, Any]] = response.json()
+        return result
+
     def reset(self) -> None:
         """POST /_sim/reset."""
         self._http().post("/_sim/reset").raise_for_status()

@@ -150,7 +150,11 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
         log.warning("%s is set: FAKE runs of %.3f s, no CLI (for benchmarks only)", BENCH_FAKE_RUNNER_ENV, fake_s)
     accounts = AccountManager(cfg, client, Keys(cfg.key_prefix))
     accounts.use_async(loop_client)
-    passthrough = PassThrough(accounts.record_response) if cfg.passthrough and fake_s is None else None
+    passthrough = (
+        PassThrough(accounts.record_response, refused=metrics.passthrough_refusal)
+        if cfg.passthrough and fake_s is None
+        else None
+    )
     runner.passthrough = passthrough
     engine = Engine(
         cfg,

@@ -74,6 +74,8 @@ BUILTIN_TOOLS: frozenset[str] = frozenset(
 
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _RATE_LIMIT_STATUSES = frozenset({"allowed", "allowed_warning", "rejected"})
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_REFUSAL_REASONS = frozenset({"path", "method", "query"})
 
 #: The models a `model` label may name: the canonical ids the pricing table knows (worker/prices.py).
 KNOWN_MODELS: frozenset[str] = frozenset(PRICES)
@@ -210,6 +212,13 @@ class WorkerMetrics:
         self.session_mirror_errors = Counter(
             "claudeq_session_mirror_errors", "Session-store mirror errors reported by the SDK.", registry=reg
         )
+        self.passthrough_refused = Counter(
+            "claudeq_passthrough_refused",
+            "Requests the pass-through answered itself with a 403 instead of forwarding (not a call the CLI makes),"
+            " by method and reason (path|method|query).",
+            ["method", "reason"],
+            registry=reg,
+        )
 
     @_never_raise
     def job_finished(self, queue: str, status: str) -> None:
@@ -297,6 +306,12 @@ class WorkerMetrics:
     def tool_call(self, tool: str) -> None:
         """Count one tool call."""
         self.tool_calls.labels(tool_label(tool, self.known_tools)).inc()
+
+    @_never_raise
+    def passthrough_refusal(self, method: str, reason: str) -> None:
+        """Count one request the pass-through refused (labels bounded by worker/passthrough.py `refusal`)."""
+        method = method if method in _HTTP_METHODS else OTHER
+        self.passthrough_refused.labels(method, reason if reason in _REFUSAL_REASONS else OTHER).inc()
 
     @_never_raise
     def mirror_error(self) -> None:

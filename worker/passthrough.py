@@ -10,6 +10,11 @@ here and only while the run lasts (`open_run` / `close_run`); the real token is 
 variable or file) for each request and put on the upstream request only. A shell a job runs can read the stand-in,
 never the account's token.
 
+It forwards only the calls the CLI makes (`ALLOWED`, measured in docs/cli-behaviour.md#traffic-of-one-run): a stand-in
+read from a run's environment must not buy anything else with the real token (minting API keys, batches, any call
+no slot, cap or spend record sees). Anything else is answered here with a 403 and never leaves the worker; the
+refusal is logged (method and redacted path, never a credential) and counted (`claudeq_passthrough_refused`).
+
 What it forwards is unchanged: method, path, query, headers (but hop-by-hop ones and the credential), body; the
 response's status, headers and body bytes exactly as they arrive (compressed or not, SSE included), each chunk
 written as soon as it is read, nothing buffered. A client that goes away cancels the upstream request. An upstream
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from claudeq.config.account_pool import AccountConfig
+from claudeq.worker.cli_env import redact
 from claudeq.worker.limit_headers import LimitFacts, parse
 from claudeq.worker.outcome import LimitHint
 
@@ -53,6 +59,19 @@ _HOP_BY_HOP = frozenset(
 _HOP_BY_HOP_BYTES = frozenset(h.encode() for h in _HOP_BY_HOP)
 #: The first 20 bytes of the header names the pass-through reads (`anthropic-ratelimit-*`, `retry-after`).
 _LIMIT_HEADER_PREFIXES = frozenset({b"anthropic-ratelimit-", b"retry-after"})
+#: The only calls forwarded, as (method, path, query string): what the bundled CLI was measured to send with
+#: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 (docs/cli-behaviour.md#traffic-of-one-run says how to re-measure).
+ALLOWED: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("POST", "/v1/messages", "beta=true"),  # every model turn (streaming, and the non-streaming re-send)
+        ("POST", "/v1/messages/count_tokens", "beta=true"),  # e.g. the Read tool sizing a large file
+    }
+)
+_ALLOWED_PATHS = frozenset(path for _, path, _ in ALLOWED)
+_ALLOWED_TEXT = ", ".join(f"{m} {p}?{q}" if q else f"{m} {p}" for m, p, q in sorted(ALLOWED))
+#: Label values of a refused request's method (anything else is `other`).
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_LOGGED_PATH = 120
 _MAX_HEAD = 1 << 20
 _MAX_BODY = 64 << 20
 _START_TIMEOUT_S = 10.0
@@ -61,6 +80,9 @@ SETTLE_TIMEOUT_S = 2.0
 #: Called on the recorder thread for each response that carries rate-limit facts (or succeeded): records them and
 #: says what it did about a 429.
 ResponseSink = Callable[[str, LimitFacts], LimitHint | None]
+#: Called on the pass-through's thread for each request it refuses: (method label, reason), both bounded
+#: (`refusal`); WorkerMetrics.passthrough_refused counts them.
+RefusalSink = Callable[[str, str], None]
 
 
 @dataclass
@@ -89,6 +111,24 @@ class _Request:
     close: bool
 
 
+def refusal(method: str, target: str) -> str | None:
+    """Why a request for `method target` is not forwarded (`path`: no call the CLI makes goes there, `method`: not
+    with this method, `query`: not with this query string), or None when it is one of the `ALLOWED` calls."""
+    path, _, query = target.partition("?")
+    if (method, path, query) in ALLOWED:
+        return None
+    if path not in _ALLOWED_PATHS:
+        return "path"
+    if not any(m == method and p == path for m, p, _ in ALLOWED):
+        return "method"
+    return "query"
+
+
+def method_label(method: str) -> str:
+    """A bounded label value for a request's method."""
+    return method if method in _METHODS else "other"
+
+
 def stand_in(kind: str) -> str:
     """A fresh stand-in credential shaped like a real one of `kind`."""
     return STAND_IN_PREFIX.get(kind, STAND_IN_PREFIX["api_key"]) + secrets.token_urlsafe(70)[:93] + "AA"
@@ -102,8 +142,11 @@ def default_upstream(account: AccountConfig) -> str:
 class PassThrough:
     """One loopback server per worker process (start it after fork); thread-safe to open and close runs."""
 
-    def __init__(self, sink: ResponseSink | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, sink: ResponseSink | None = None, host: str = "127.0.0.1", refused: RefusalSink | None = None
+    ) -> None:
         self.sink = sink
+        self.refused = refused
         self.host = host
         self.port = 0
         self.generation = 0
@@ -278,6 +321,26 @@ class PassThrough:
                 return grant
         return None
 
+    def _refuse(self, request: _Request, reason: str, grant: RunGrant | None) -> None:
+        """Log and count a request outside `ALLOWED` (the path redacted and cut short, the query left out)."""
+        with self._lock:
+            stand_ins = list(self._grants)
+        path, _, query = request.target.partition("?")
+        shown = redact(path[:_LOGGED_PATH], stand_ins).encode("unicode_escape").decode("ascii")
+        log.warning(
+            "refused %s %s%s (%s not allowed: not a call the CLI makes) from %s",
+            method_label(request.method),
+            shown,
+            f" with a query of {len(query)} bytes" if query else "",
+            reason,
+            f"run {grant.run_id} on account {grant.account.name}" if grant is not None else "no live stand-in",
+        )
+        if self.refused is not None:
+            try:
+                self.refused(method_label(request.method), reason)
+            except Exception:
+                log.warning("could not count a refused request", exc_info=True)
+
     def _record(self, grant: RunGrant, raw: list[tuple[bytes, bytes]], status: int, seen_at: float) -> None:
         if self.sink is None:
             return
@@ -326,6 +389,19 @@ class PassThrough:
     ) -> tuple[bool, bytes]:
         """Forward one request; (keep the connection, bytes of a next request read while watching for EOF)."""
         grant = self._grant_for(request.headers)
+        reason = refusal(request.method, request.target)
+        if reason is not None:
+            # Before the credential: a call the CLI never makes is refused whoever asks, and never sent upstream.
+            self._refuse(request, reason, grant)
+            await _local_error(
+                writer,
+                403,
+                "permission_error",
+                f"claudeq pass-through: refused ({reason} not allowed): only the Messages API calls the Claude CLI"
+                f" makes are forwarded ({_ALLOWED_TEXT})",
+                close=request.close,
+            )
+            return True, b""
         if grant is None:
             await _local_error(
                 writer,
@@ -497,7 +573,13 @@ async def _read_body(reader: asyncio.StreamReader, headers: list[tuple[str, str]
 async def _local_error(writer: asyncio.StreamWriter, status: int, kind: str, message: str, close: bool) -> None:
     """An answer of the pass-through itself, in the API's error shape."""
     body = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    reason = {400: "Bad Request", 401: "Unauthorized", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
+    reason = {
+        400: "Bad Request",
+        401: "Unauthorized",
+        403: "Forbidden",
+        431: "Request Header Fields Too Large",
+        502: "Bad Gateway",
+    }
     head = (
         f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nx-claudeq-passthrough: local\r\n"

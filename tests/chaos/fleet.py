@@ -1,6 +1,7 @@
 """The chaos fleet: real worker processes, the simulator with faults on, a killer, Redis restarts — and the checks,
-read from witnesses outside claudeq: the simulator's request log and per-account in-flight counters, the process
-table, and Redis itself.
+read from witnesses outside claudeq: the simulator's request log, its wire log (every request the pass-throughs
+forwarded, on any path: only the CLI's calls, each with an account's credential, no secret anywhere else in them) and
+its per-account in-flight counters, the process table, and Redis itself.
 
 `run_soak(config)` drives one soak and returns a `SoakReport`; `tests/chaos/test_soak.py` runs the bounded size,
 `python -m tests.chaos.soak` (`make soak`) the long one and prints the table.
@@ -31,6 +32,7 @@ from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.worker import procs
 from claudeq.worker.exporter import ClusterCollector
+from claudeq.worker.passthrough import refusal
 from tests.conftest import make_settings
 from tests.support.redis_server import PrivateRedis
 from tests.support.worker_proc import FAST_E2E, SimAccount, WorkerProcess, start_worker, write_accounts_toml
@@ -97,6 +99,10 @@ class SoakReport:
     orphans: list[int] = field(default_factory=list)
     leaked_slots: list[str] = field(default_factory=list)
     secrets_found: list[str] = field(default_factory=list)
+    #: Requests that reached the simulator but are not calls the CLI makes (the pass-through must refuse them), or
+    #: that carried no account's credential (a stand-in must never leave the worker).
+    forwarded_outside_allowed: list[str] = field(default_factory=list)
+    upstream_unknown_credential: list[str] = field(default_factory=list)
 
     def over_limit(self) -> list[str]:
         """Accounts the simulator saw above their max_concurrency."""
@@ -115,6 +121,8 @@ class SoakReport:
             "orphans": len(self.orphans),
             "leaked slots": len(self.leaked_slots),
             "secrets found": len(self.secrets_found),
+            "forwarded outside the pass-through's allow-list": len(self.forwarded_outside_allowed),
+            "upstream requests without an account's credential": len(self.upstream_unknown_credential),
         }
 
     def table(self) -> str:
@@ -143,6 +151,8 @@ class SoakReport:
             ("orphans (claude or worker processes left)", str(len(self.orphans))),
             ("leaked slots", str(len(self.leaked_slots))),
             ("secrets found", str(len(self.secrets_found))),
+            ("forwarded outside the pass-through's allow-list", str(len(self.forwarded_outside_allowed))),
+            ("upstream requests without an account's credential", str(len(self.upstream_unknown_credential))),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
@@ -161,6 +171,8 @@ class SoakReport:
             ("orphans", self.orphans),
             ("leaked slots", self.leaked_slots),
             ("secrets", self.secrets_found),
+            ("forwarded outside the allow-list", self.forwarded_outside_allowed),
+            ("upstream without an account's credential", self.upstream_unknown_credential),
         ):
             if items:
                 parts.append(f"{name}: {list(items)[:5]}")
@@ -517,6 +529,23 @@ def check_secrets(report: SoakReport, secrets: list[str], blobs: Iterable[tuple[
                 report.secrets_found.append(where)
 
 
+def check_upstream(report: SoakReport, wire: Iterable[dict[str, Any]]) -> None:
+    """What the pass-throughs forwarded upstream (the simulator's wire log, every request it received on any path):
+    only calls the CLI makes (worker/passthrough.py `ALLOWED`), each with a configured account's credential."""
+    for entry in wire:
+        target = entry["path"] + ("?" + entry["query"] if entry["query"] else "")
+        if refusal(entry["method"], target) is not None:
+            report.forwarded_outside_allowed.append(f"#{entry['seq']} {entry['method']} {target[:80]}")
+        elif entry["account"] is None:
+            report.upstream_unknown_credential.append(f"#{entry['seq']} {entry['method']} {target[:80]}")
+
+
+def wire_blobs(wire: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(where, text) of every request the simulator received: path, query and headers as they arrived (its wire log
+    names a credential header's account instead of its value, so a token anywhere in them is one sent elsewhere)."""
+    return [(f"upstream request #{e['seq']}", json.dumps(e)) for e in wire]
+
+
 def redis_blobs(client: redis.Redis, prefix: str, queues: Iterable[str]) -> list[tuple[str, bytes]]:
     """(key, blob) for every key and value under `prefix` and in the broker's lists (every Redis type)."""
     keys = [*client.scan_iter(match=f"{prefix}*", count=1000)]
@@ -588,6 +617,8 @@ def run_soak(config: SoakConfig, server: PrivateRedis, progress: Callable[[str],
             max_attempts = fleet.settings.max_attempts
             check_records(report, records, max_attempts)
             log = fleet.sim.simulator.stats.requests()
+            wire = fleet.sim.simulator.stats.wire_requests()
+            check_upstream(report, wire)
             stats = fleet.sim.stats()
             billed = {sid: s["tokens"] for sid, s in stats["sessions"].items()}
             check_simulator(report, by_marker, records, log, billed)
@@ -615,6 +646,7 @@ def run_soak(config: SoakConfig, server: PrivateRedis, progress: Callable[[str],
                 *((f"log of {w.worker_id}", w.log()) for w in fleet.all_workers),
                 *((f"metrics {i}", text) for i, text in enumerate(metrics)),
                 *((f"record {r.id}", json.dumps(r.public())) for r in records.values() if r is not None),
+                *wire_blobs(wire),
             ]
             check_secrets(report, secrets, blobs)
         finally:

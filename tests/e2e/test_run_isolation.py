@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from claudeq.config.settings import Settings, WorkerPolicy
@@ -25,6 +26,7 @@ from claudeq.producer.client import Client
 from claudeq.worker import procs
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
+from tests.integration.test_prometheus import free_port
 from tests.support.procs import run_until
 from tests.support.worker_proc import FAST_E2E, SimAccount
 
@@ -194,3 +196,46 @@ def test_a_shell_conversation_resumes_under_the_runs_own_uid(
         turns.append(record)
     assert turns[1].session_id is not None
     assert all(int((workspace / f"turn{i}.txt").read_text()) != 0 for i in range(2))
+
+
+#: What a shell job sends with its own CLI's stand-in (read from the CLI's environment, same run uid): calls the CLI
+#: never makes. Each `[name]` section prints the HTTP status the pass-through answered.
+MINT = r"""
+p=$$; tok=; url=
+while [ "$p" -gt 1 ]; do
+  env=$(tr '\0' '\n' < /proc/$p/environ 2>/dev/null)
+  t=$(printf '%s\n' "$env" | sed -n 's/^CLAUDE_CODE_OAUTH_TOKEN=//p' | head -1)
+  u=$(printf '%s\n' "$env" | sed -n 's/^ANTHROPIC_BASE_URL=//p' | head -1)
+  if [ -n "$t" ] && [ -n "$u" ]; then tok=$t; url=$u; break; fi
+  p=$(awk '{print $4}' /proc/$p/stat)
+done
+echo "[found]"; [ -n "$tok" ] && echo "stand-in of pid $p"
+for name in mint:/api/oauth/claude_cli/create_api_key batches:/v1/messages/batches; do
+  echo "[${name%%:*}]"
+  curl -s --noproxy '*' -o /dev/null -w '%{http_code}' -X POST -H "authorization: Bearer $tok" \
+    -H 'content-type: application/json' -d '{"name": "minted"}' "$url${name#*:}"
+  echo
+done
+"""
+
+
+def test_a_shell_job_cannot_use_its_clis_stand_in_for_calls_the_cli_never_makes(
+    client: Client, workers: WorkerFactory, simulator: Any, workspace: Path
+) -> None:
+    """The issue's attack: a shell job reads its own CLI's stand-in and asks the pass-through to mint an API key and
+    to start a message batch. Both are refused there (403) and never reach the upstream (the simulator) with the real
+    token; the refusals are counted on the worker's /metrics. The run's own model calls still go through."""
+    port = free_port()
+    workers(metrics_port=port)
+    directive = json.dumps({"command": MINT, "description": "mint"})
+    job = client.submit(prompt=f"[[sim: tool Bash {directive}]] mint", tools="shell", account="a", cwd=str(workspace))
+    record = client.wait(job.id, timeout=120, poll_s=0.1)
+    assert record.status == "succeeded", record.error
+    [result] = [e.data for e in client.events(job.id) if e.type == "tool_result"]
+    found = _sections(result["text"])
+    assert found["found"].startswith("stand-in of pid"), result["text"]  # the job did hold a live stand-in
+    assert found["mint"] == "403" and found["batches"] == "403", result["text"]
+    received = [(e["method"], e["path"], e["query"], e["account"]) for e in simulator.wire()]
+    assert received and set(received) == {("POST", "/v1/messages", "beta=true", "a")}, received
+    scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert 'claudeq_passthrough_refused_total{method="POST",reason="path"} 2.0' in scraped

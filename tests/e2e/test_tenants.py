@@ -6,10 +6,13 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from claudeq.config.settings import Settings
+from claudeq.errors import JobSpecError
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.tenant_state import TenantStore, hour_field, window_end
@@ -46,6 +49,10 @@ on_budget = "fail"
 name = "tight"
 max_cost_usd_per_hour = {cap}
 on_budget = "wait"
+
+[[tenants]]
+name = "haiku-only"
+models = ["haiku"]
 """
 
 
@@ -233,3 +240,39 @@ def test_an_account_over_its_cap_is_routed_around_then_waited_for(
     assert abs((record.ready_at - window_end("hour", time.time())).total_seconds()) < 1
     assert "spend cap" in str([e.data for e in client.events(pinned.id) if e.type == "deferred"][-1].get("reason"))
     client.cancel(pinned.id)
+
+
+def test_a_fallback_model_outside_the_tenants_models_is_refused_at_submit(
+    client: Client, redis_client: redis.Redis, settings: Settings, unique: str
+) -> None:
+    """The CLI answers on `fallback_model` by itself (after 529s with its own retries on): a tenant allowed only
+    haiku asking for an opus fallback is refused at submit, naming the field, and nothing is written."""
+    with pytest.raises(JobSpecError) as refused:
+        client.submit(prompt=f"fallback {unique}", tenant="haiku-only", model="haiku", fallback_model="opus")
+    assert [field for field, _ in refused.value.errors] == ["fallback_model"]
+    assert "opus is not allowed for tenant 'haiku-only'" in refused.value.errors[0][1]
+    assert redis_client.zcard(f"{settings.key_prefix}jobs") == 0
+    allowed = client.submit(prompt=f"allowed {unique}", tenant="haiku-only", model="haiku", fallback_model="haiku")
+    assert client.get(allowed.id).spec.fallback_model == "haiku"
+    client.cancel(allowed.id)
+
+
+def test_the_worker_refuses_a_fallback_model_its_tenant_may_not_use(
+    workers: WorkerFactory, settings: Settings, simulator: Any, unique: str
+) -> None:
+    """A producer that skipped the check (no tenants file of its own) gets the job queued; the worker checks the
+    spec again before a run, fails it as `input` naming `fallback_model`, and no request reaches the API: the run
+    never starts, so 529s (with the CLI's retries on) cannot make it answer on opus."""
+    unchecked = Client(settings.model_copy(update={"tenants_file": None}))
+    try:
+        job = unchecked.submit(
+            prompt=f"[[sim: error 529]] fallback {unique}", tenant="haiku-only", model="haiku", fallback_model="opus"
+        )
+        workers(concurrency=1, cli_max_retries=3)
+        record = done(unchecked, job.id)
+    finally:
+        unchecked.close()
+    assert record.status == "failed" and record.error is not None and record.error.kind == "input", record.error
+    assert "fallback_model: opus is not allowed" in record.error.message
+    assert record.attempts == []
+    assert simulator.requests() == []

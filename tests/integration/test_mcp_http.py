@@ -80,7 +80,9 @@ def token_server(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Clie
         '[[tenants]]\nname = "team-a"\nmcp_token_env = "CQT_MCP_TOKEN_A"\n\n'
         '[[tenants]]\nname = "team-b"\nmcp_token_env = "CQT_MCP_TOKEN_B"\n'
     )
-    fleet = settings.model_copy(update={"tenants_file": tenants})
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text('[[accounts]]\nname = "acct-secret-name"\nkind = "api_key"\ntoken_env = "CQT_UNUSED_KEY"\n')
+    fleet = settings.model_copy(update={"tenants_file": tenants, "accounts_file": accounts})
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "claudeq.producer.cli", "mcp", "--http", f"127.0.0.1:{port}"],
@@ -141,3 +143,22 @@ async def test_a_bearer_token_decides_the_tenant_and_what_the_caller_sees(token_
         listed = await team_b.call_tool("list_jobs", {})
         assert listed.structured_content == {"jobs": []}
     assert client.get(a_job).status == "queued"  # team b could not cancel it
+
+
+async def test_the_accounts_tool_needs_a_bearer_token_like_every_other_tool(
+    token_server: tuple[str, Client],
+) -> None:
+    """Names, states, slots and cooldowns of the fleet's accounts are no more public than a tenant's jobs: with tenant
+    tokens configured, `accounts` without a token or with a wrong one is refused as the other tools are."""
+    url, _ = token_server
+    for token in (None, "not-a-token"):
+        async with as_caller(url, token) as caller:
+            for tool, arguments in (("accounts", {}), ("list_jobs", {})):
+                refused = await caller.call_tool(tool, arguments)
+                assert refused.is_error, (tool, token, refused.structured_content)
+                text = refused.content[0].text  # type: ignore[union-attr]
+                assert "authorization" in text and "acct-secret-name" not in text
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        listed = await team_a.call_tool("accounts", {})
+        assert not listed.is_error and listed.structured_content is not None
+        assert [a["name"] for a in listed.structured_content["accounts"]] == ["acct-secret-name"]

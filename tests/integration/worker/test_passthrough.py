@@ -173,7 +173,7 @@ def test_a_long_simulator_reply_is_the_same_through_it_as_direct(
     with httpx.Client(trust_env=False, timeout=60) as client:
         direct = client.post(f"{sim.base_url}/v1/messages", json=body, headers={"authorization": f"Bearer {OAUTH}"})
         through = client.post(
-            f"{grant.base_url}/v1/messages", json=body, headers={"authorization": f"Bearer {grant.token}"}
+            f"{grant.base_url}/v1/messages?beta=true", json=body, headers={"authorization": f"Bearer {grant.token}"}
         )
     assert direct.status_code == through.status_code == 200
     assert len(events(through.content)) > 100
@@ -190,7 +190,7 @@ def test_a_client_that_goes_away_cancels_the_upstream_request(
     with socket.create_connection(("127.0.0.1", passthrough.port)) as conn:
         payload = httpx.Request("POST", "http://x/", json=message(f"[[sim: stall 60]] {unique}")).content
         conn.sendall(
-            b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"POST /v1/messages?beta=true HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             b"authorization: Bearer %b\r\ncontent-length: %d\r\n\r\n%b" % (grant.token.encode(), len(payload), payload)
         )
         assert conn.recv(65536).startswith(b"HTTP/1.1 200")  # headers and message_start, then the stall
@@ -203,7 +203,7 @@ def test_only_a_live_stand_in_reaches_upstream(
 ) -> None:
     grant = passthrough.open_run("short-lived", accounts["k"])
     before = sim.stats()["accounts"].get("k", {}).get("requests", 0)
-    url = f"{grant.base_url}/v1/messages"
+    url = f"{grant.base_url}/v1/messages?beta=true"
     with httpx.Client(trust_env=False, timeout=30) as client:
         assert client.post(url, json=message("hi"), headers={"x-api-key": grant.token}).status_code == 200
         assert client.post(url, json=message("hi"), headers={"x-api-key": API_KEY}).status_code == 401
@@ -236,7 +236,7 @@ def test_the_rate_limit_headers_of_each_response_are_recorded_for_its_account(
     )
     try:
         grant = passthrough.open_run("facts", accounts["k"])
-        url = f"{grant.base_url}/v1/messages"
+        url = f"{grant.base_url}/v1/messages?beta=true"
         with httpx.Client(trust_env=False, timeout=30) as client:
             ok = client.post(url, json=message(f"one {unique}"), headers={"x-api-key": grant.token})
             limited = client.post(url, json=message(f"two {unique}"), headers={"x-api-key": grant.token})
@@ -311,3 +311,57 @@ async def test_a_crash_of_the_pass_through_fails_its_run_as_transient_and_the_ne
     again = await _run(runner, accounts["o"], f"[[sim: text back]] {unique} again")
     assert again.got_result and not again.is_error and again.passthrough_failed is None
     assert passthrough.alive and passthrough.port != first_port
+
+
+#: Calls a run's shell could make with its CLI's stand-in that the CLI itself never makes.
+NOT_THE_CLIS = [
+    ("POST", "/api/oauth/claude_cli/create_api_key", "path"),
+    ("POST", "/v1/messages/batches", "path"),
+    ("POST", "/v1/messages/batches?beta=true", "path"),
+    ("GET", "/v1/models", "path"),
+    ("GET", "/v1/messages?beta=true", "method"),
+    ("POST", "/v1/messages?beta=true&x=1", "query"),
+    ("POST", "/v1/messages/count_tokens?beta=false", "query"),
+]
+
+
+@pytest.mark.parametrize("kind", ["o", "k"])
+def test_only_the_calls_the_cli_makes_are_forwarded_the_rest_is_refused_here(
+    sim: SimulatorServer, accounts: dict[str, AccountConfig], kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    refusals: list[tuple[str, str]] = []
+    server = PassThrough(refused=lambda method, reason: refusals.append((method, reason)))
+    server.start()
+    try:
+        grant = server.open_run("probe", accounts[kind])
+        header = {"authorization": f"Bearer {grant.token}"} if kind == "o" else {"x-api-key": grant.token}
+        before = len(sim.wire())
+        with httpx.Client(trust_env=False, timeout=30) as client, caplog.at_level("WARNING", "claudeq.passthrough"):
+            for method, target, _ in NOT_THE_CLIS:
+                answer = client.request(method, grant.base_url + target, json={"name": "minted"}, headers=header)
+                assert answer.status_code == 403, (method, target, answer.text)
+                assert answer.headers["x-claudeq-passthrough"] == "local"
+                error = answer.json()
+                assert error["type"] == "error" and error["error"]["type"] == "permission_error"
+                assert "only the Messages API calls" in error["error"]["message"]
+            received = sim.wire()[before:]
+            assert received == [], "a refused call reached upstream"
+            # What the CLI does send still goes through, with the real credential.
+            ok = client.post(grant.base_url + "/v1/messages?beta=true", json=message("hi"), headers=header)
+            assert ok.status_code == 200
+            counted = client.post(grant.base_url + "/v1/messages/count_tokens?beta=true", json={}, headers=header)
+            assert (
+                counted.headers.get("x-claudeq-passthrough") != "local"
+            )  # forwarded (the simulator has no such route)
+    finally:
+        server.close()
+    assert refusals == [(m, reason) for m, _, reason in NOT_THE_CLIS]
+    forwarded = [(e["method"], e["path"], e["query"], e["account"]) for e in sim.wire()[before:]]
+    assert forwarded == [
+        ("POST", "/v1/messages", "beta=true", kind),
+        ("POST", "/v1/messages/count_tokens", "beta=true", kind),
+    ]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "/api/oauth/claude_cli/create_api_key" in logged and "/v1/messages/batches" in logged
+    for secret in (grant.token, OAUTH, API_KEY):
+        assert secret not in logged

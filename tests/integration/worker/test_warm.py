@@ -213,7 +213,7 @@ async def test_an_idle_cli_stand_in_is_refused_and_revoked_once_it_stops(
     body = {"model": "claude-sonnet-5-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
     headers = {"authorization": f"Bearer {grant.token}", "anthropic-version": "2023-06-01"}
     async with httpx.AsyncClient(trust_env=False) as client:
-        idle = await client.post(f"{passthrough.base_url}/v1/messages", json=body, headers=headers)
+        idle = await client.post(f"{passthrough.base_url}/v1/messages?beta=true", json=body, headers=headers)
         assert idle.status_code == 401 and "idle" in idle.text
         assert grant.idle_requests == 1
         # A CLI that called the API while idle is not reused.
@@ -221,7 +221,7 @@ async def test_an_idle_cli_stand_in_is_refused_and_revoked_once_it_stops(
         assert recorder.of("run_started")[0]["warm"] is False
         await settled(runner, 1)
         assert procs.run_pids(cli_id) == []
-        gone = await client.post(f"{passthrough.base_url}/v1/messages", json=body, headers=headers)
+        gone = await client.post(f"{passthrough.base_url}/v1/messages?beta=true", json=body, headers=headers)
         assert gone.status_code == 401 and "unknown or expired" in gone.text
 
 

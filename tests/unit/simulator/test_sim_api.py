@@ -117,6 +117,26 @@ async def test_unknown_path_and_method_answer_json_errors(client: httpx.AsyncCli
     assert response.json()["type"] == "error"
 
 
+async def test_the_wire_log_has_every_request_on_any_path_credentials_named_by_account(
+    make_client: MakeClient,
+) -> None:
+    client = make_client({"accounts": [{"name": "team-a", "token": API_KEY, "kind": "api_key"}]})
+    await client.post("/v1/messages?beta=true", json=body("hi"), headers=auth(API_KEY, "api_key"))
+    await client.post("/api/oauth/claude_cli/create_api_key", json={}, headers={"authorization": "Bearer nobody"})
+    await client.get("/_sim/stats")  # control routes are not part of it
+    wire = (await client.get("/_sim/wire")).json()
+    assert [(e["method"], e["path"], e["query"], e["account"]) for e in wire] == [
+        ("POST", "/v1/messages", "beta=true", "team-a"),
+        ("POST", "/api/oauth/claude_cli/create_api_key", "", None),
+    ]
+    assert ["x-api-key", "<account team-a>"] in wire[0]["headers"]
+    assert ["authorization", "<unknown>"] in wire[1]["headers"]
+    assert API_KEY not in json.dumps(wire) and "nobody" not in json.dumps(wire)
+    assert len((await client.get("/_sim/wire?limit=1")).json()) == 1
+    await client.post("/_sim/reset")
+    assert (await client.get("/_sim/wire")).json() == []
+
+
 async def test_preconnect_hello(client: httpx.AsyncClient) -> None:
     response = await client.head("/api/hello")
     assert response.status_code == 200

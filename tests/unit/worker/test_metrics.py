@@ -94,6 +94,21 @@ def test_job_attempt_retry_tool_and_mirror_counters(metrics: WorkerMetrics) -> N
     assert value(metrics, "claudeq_session_mirror_errors_total") == 1
 
 
+def test_passthrough_refusals_are_counted_by_bounded_method_and_reason(metrics: WorkerMetrics) -> None:
+    metrics.passthrough_refusal("POST", "path")
+    metrics.passthrough_refusal("POST", "path")
+    metrics.passthrough_refusal("BREW /v1/sk-ant-secret", "/api/oauth/claude_cli/create_api_key")
+    assert value(metrics, "claudeq_passthrough_refused_total", method="POST", reason="path") == 2
+    assert value(metrics, "claudeq_passthrough_refused_total", method="other", reason="other") == 1
+    series = {
+        tuple(sorted(sample.labels.items()))
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "claudeq_passthrough_refused_total"
+    }
+    assert series == {(("method", "POST"), ("reason", "path")), (("method", "other"), ("reason", "other"))}
+
+
 def test_rate_limit_event_counts_and_sets_utilization(metrics: WorkerMetrics) -> None:
     metrics.rate_limit_event("a", RateLimitSignal("allowed_warning", window="five_hour", utilization=0.91))
     metrics.rate_limit_event("a", RateLimitSignal("rejected", window="five_hour"))

@@ -16,6 +16,7 @@ from claudeq.config.tenants import TenantConfig, Tenants
 from claudeq.errors import ConfigError, JobSpecError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
+from claudeq.permissions import spec_models
 from claudeq.producer.validation import validate_spec
 from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore, hour_field
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
@@ -94,6 +95,18 @@ def test_submit_refuses_unknown_tenants_and_what_the_allow_lists_exclude(tenants
     for bad in ("has:colon", "a b", ""):
         with pytest.raises(ValidationError):
             JobSpec(prompt="x", tenant=bad)
+
+
+def test_every_model_field_of_a_spec_is_under_the_tenants_models(tenants_settings: Settings) -> None:
+    # A new model-valued JobSpec field must be listed by spec_models, or a tenant's allow-list would not hold for it.
+    every = {name for name in JobSpec.model_fields if "model" in name}
+    full = JobSpec(prompt="x", **{name: "opus" for name in every})
+    assert {field for field, _ in spec_models(full)} == every
+    with pytest.raises(JobSpecError) as refused:
+        validate_spec({"prompt": "x", "tenant": "b", "model": "haiku", "fallback_model": "opus"}, tenants_settings)
+    assert refused.value.errors == [("fallback_model", "opus is not allowed for tenant 'b' (allowed: haiku)")]
+    ok = validate_spec({"prompt": "x", "tenant": "b", "model": "haiku", "fallback_model": "haiku"}, tenants_settings)
+    assert ok.fallback_model == "haiku"
 
 
 def test_allow_unknown_governs_strangers_by_the_default_entry(tmp_path: Path, unique: str) -> None:
