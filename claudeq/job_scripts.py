@@ -3,9 +3,10 @@
 Status lives in the job hash's `status` field and the fencing token in `fence` (the scripts only workers run — claim,
 heartbeat, fenced write, promote, recover, resend — are in claudeq/worker/job_scripts.py).
 
-The idempotency key (`idem:{key}`, named in the job hash's `idem` field) lives as long as its job: it has no expiry
-until the job reaches a terminal state, then the job's retention. The scripts that finish a job read that name
-from the hash, so claudeq needs a single Redis node (or a primary with replicas), not Redis Cluster.
+The idempotency key (`idem:{key}` in its tenant's scope, `Keys.idem`; named in the job hash's `idem` field) lives as
+long as its job: it has no expiry until the job reaches a terminal state, then the job's retention. The scripts that
+finish a job read that name from the hash, so claudeq needs a single Redis node (or a primary with replicas), not Redis
+Cluster.
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ class JobStore:
             self.keys.job(record.id),
             self.keys.jobs,
             self.keys.queued,
-            self.keys.idem(idem) if idem else "",
+            self.keys.idem(idem, record.spec.tenant) if idem else "",
             self.keys.conversation_waiters(conversation) if conversation else "",
             self.keys.conversation_seq(conversation) if conversation else "",
         ]

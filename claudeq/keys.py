@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from claudeq.config.tenants import DEFAULT_TENANT
+
 
 def text(value: object) -> str:
     """A Redis reply (bytes or str) as text."""
@@ -70,9 +72,16 @@ class Keys:
         interval across the fleet, not one per worker."""
         return f"{self.prefix}reconciler-turn"
 
-    def idem(self, key: str) -> str:
-        """String: the job id created for an idempotency key (SET NX)."""
-        return f"{self.prefix}idem:{key}"
+    def scope(self, tenant: str) -> str:
+        """The prefix of a tenant's own names (docs/architecture.md#redis-keys): what a producer names (idempotency
+        keys, conversations) is looked up in its tenant's namespace only. The default tenant's keys are those of a
+        fleet without tenants (no part added); another tenant's are under `tenant:{name}:` (a tenant name has no
+        `:`, so no name of one tenant can reach another's keys)."""
+        return self.prefix if tenant == DEFAULT_TENANT else f"{self.prefix}tenant:{tenant}:"
+
+    def idem(self, key: str, tenant: str = DEFAULT_TENANT) -> str:
+        """String: the job id created for one of `tenant`'s idempotency keys (SET NX)."""
+        return f"{self.scope(tenant)}idem:{key}"
 
     def conversation(self, name: str) -> str:
         """String: the conversation's latest session id."""

@@ -72,6 +72,24 @@ def test_idempotent_submit_on_real_redis_sends_once(client: Client, redis_client
     assert len(_broker_messages(redis_client, client.settings.queue)) == 1
 
 
+def test_idempotency_keys_are_each_tenants_own(client: Client, redis_client: redis.Redis) -> None:
+    # B submits with a key A used: B gets a job of its own, not A's id. And a key B squats first never swallows
+    # A's later submit with it. One submit each way and one through submit_many (the batch path).
+    a = client.submit(prompt="a's report", tenant="team-a", idempotency_key="nightly")
+    b = client.submit(prompt="b's report", tenant="team-b", idempotency_key="nightly")
+    assert b.created and b.id != a.id and client.get(b.id).spec.tenant == "team-b"
+    squat = client.submit(prompt="b first", tenant="team-b", idempotency_key="squatted")
+    [later] = client.submit_many([{"prompt": "a later", "tenant": "team-a", "idempotency_key": "squatted"}])
+    assert later.created and later.id != squat.id and client.get(later.id).spec.prompt == "a later"
+    # Within a tenant the key still gives the same job, and the default tenant keeps its key names.
+    again = client.submit(prompt="a's report", tenant="team-a", idempotency_key="nightly")
+    assert (again.id, again.created) == (a.id, False)
+    plain = client.submit(prompt="default's", idempotency_key="nightly")
+    assert plain.created and plain.id not in (a.id, b.id)
+    assert redis_client.get(client.store.keys.prefix + "idem:nightly") == plain.id.encode()
+    assert len(_broker_messages(redis_client, client.settings.queue)) == 5
+
+
 def test_cli_submit_then_status_json(settings: Settings, redis_client: redis.Redis, client: Client) -> None:
     done = _cli(settings, "submit", "-", "--model", "sonnet", "--meta", "ticket=42", "--json", stdin="from stdin")
     assert done.returncode == 0, done.stderr
