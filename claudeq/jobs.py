@@ -220,8 +220,8 @@ class JobStore:
             self.keys.jobs,
             self.keys.queued,
             self.keys.idem(idem, record.spec.tenant) if idem else "",
-            self.keys.conversation_waiters(conversation) if conversation else "",
-            self.keys.conversation_seq(conversation) if conversation else "",
+            self.keys.conversation_waiters(conversation, record.spec.tenant) if conversation else "",
+            self.keys.conversation_seq(conversation, record.spec.tenant) if conversation else "",
         ]
         args: list[str | int | float] = [
             record.id,

@@ -15,6 +15,7 @@ from claudeq import tenant_scripts
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
+from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
@@ -100,6 +101,7 @@ class Client:
         self.store = make_store(self.settings, redis_client)
         self.celery = celery_app or make_celery(self.settings, main="claudeq-producer")
         self._tag = self.store.redis.register_script(tenant_scripts.TAG)
+        self._conversations = ConversationStore(self.store.redis, self.store.keys, self.settings.session_retention_s)
         self._tenants_in_use: tuple[float, bool] | None = None  # (monotonic time read, whether the fleet uses them)
 
     def validate(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobSpec:
@@ -112,6 +114,9 @@ class Client:
         One round trip: the record, its `submitted` event and the broker message go in one MULTI/EXEC (with an
         idempotency key, the message follows only when the record was created: two round trips)."""
         checked = self.validate(spec, **fields)
+        problems = self._resume_problems([checked])
+        if problems:
+            raise JobSpecError([(field, reason) for _, field, reason in problems])
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
         indexed = self._indexes()
         if checked.idempotency_key:
@@ -158,6 +163,9 @@ class Client:
         already written submitted (give the specs idempotency keys to make a retry of the whole batch safe).
         `progress(n)` is called after each chunk with the number of jobs submitted so far."""
         checked = self.validate_many(specs)
+        problems = self._resume_problems(checked)
+        if problems:
+            raise BatchSpecError(problems)
         handles: builtins.list[JobHandle] = []
         size = max(1, chunk_size)
         for start in range(0, len(checked), size):
@@ -165,6 +173,16 @@ class Client:
             if progress is not None:
                 progress(len(handles))
         return handles
+
+    def _resume_problems(self, specs: builtins.list[JobSpec]) -> builtins.list[tuple[int, str, str]]:
+        """(index, `resume`, reason) for each spec resuming a session that is not its tenant's own (sessions are
+        their tenant's: ConversationStore.may_resume; the worker checks again before the run). One round trip per
+        spec with `resume`, none for the others."""
+        return [
+            (index, "resume", NOT_YOURS.format(session_id=spec.resume, tenant=spec.tenant))
+            for index, spec in enumerate(specs)
+            if spec.resume and not self._conversations.may_resume(spec.resume, spec.tenant)
+        ]
 
     def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
         now = utcnow()
