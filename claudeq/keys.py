@@ -136,6 +136,12 @@ class Keys:
         """Sorted set: the tenant's active (not finished) job ids -> creation time (epoch s)."""
         return f"{self.prefix}tenant:{name}:jobs"
 
+    def tenant_index(self, name: str) -> str:
+        """Sorted set: the tenant's jobs, finished or not, while retained -> creation time (ms): the tenant's own
+        `jobs`, which a listing of its jobs reads (exact at any fleet size). Kept in a fleet that uses tenants (the
+        jobs' `indexed`); a fleet without tenants keeps no per-tenant index and lists from `jobs`."""
+        return f"{self.prefix}tenant:{name}:index"
+
     @property
     def tenants_done(self) -> str:
         """Hash: tenant name -> when (epoch s) its last job finished; kept only with `reserve_share`, whose idle grace

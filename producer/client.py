@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -277,9 +278,31 @@ class Client:
         """A handle for an existing job id."""
         return JobHandle(self, job_id, created=False)
 
-    def list(self, status: str | None = None, limit: int = 50) -> list[JobRecord | RecordUnreadable]:
-        """Recent jobs, newest first, optionally of one status."""
-        return self.store.list_jobs(status=status, limit=limit)
+    def list(
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        *,
+        tenant: str | None = None,
+        parent_job_id: str | None = None,
+    ) -> list[JobRecord | RecordUnreadable]:
+        """Recent jobs, newest first, optionally of one status, of one tenant, submitted by one job (its
+        `parent_job_id`). In a fleet that uses tenants a tenant's jobs are read from its own index
+        (`Keys.tenant_index`), exact whatever other tenants submit; a fleet without tenants keeps none, and its
+        jobs (nearly all `default`'s) are read from the fleet's. A parent's children are read from the entries
+        created since the parent (when its record is still there)."""
+        index = None
+        if tenant is not None and self._indexes():
+            index = self.store.keys.tenant_index(tenant)
+        since_ms = None
+        if parent_job_id is not None:
+            try:
+                since_ms = int(self.store.get(parent_job_id).created_at.timestamp() * 1000)
+            except ClaudeqError:
+                since_ms = None  # an expired (or unreadable) parent: its children may still be retained
+        return self.store.list_jobs(
+            status, limit, index=index, tenant=tenant, parent_job_id=parent_job_id, since_ms=since_ms
+        )
 
     def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
         """Cancel a job. -> `cancelled` (was waiting), `running` (the worker stops it within a second), or the
@@ -371,9 +394,18 @@ class AsyncClient:
         """See Client.get."""
         return await asyncio.to_thread(self.sync.get, job_id)
 
-    async def list(self, status: str | None = None, limit: int = 50) -> builtins.list[JobRecord | RecordUnreadable]:
+    async def list(
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        *,
+        tenant: str | None = None,
+        parent_job_id: str | None = None,
+    ) -> builtins.list[JobRecord | RecordUnreadable]:
         """See Client.list."""
-        return await asyncio.to_thread(self.sync.list, status, limit)
+        return await asyncio.to_thread(
+            functools.partial(self.sync.list, status, limit, tenant=tenant, parent_job_id=parent_job_id)
+        )
 
     async def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
         """See Client.cancel."""

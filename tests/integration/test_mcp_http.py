@@ -141,3 +141,31 @@ async def test_a_bearer_token_decides_the_tenant_and_what_the_caller_sees(token_
         listed = await team_b.call_tool("list_jobs", {})
         assert listed.structured_content == {"jobs": []}
     assert client.get(a_job).status == "queued"  # team b could not cancel it
+
+
+async def test_a_bound_listing_reads_the_tenants_own_index_whatever_others_submit(
+    token_server: tuple[str, Client],
+) -> None:
+    url, client = token_server
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        done = await team_a.call_tool("submit_job", {"prompt": "a's own"})
+        assert done.structured_content is not None
+        a_job = done.structured_content["id"]
+        child = client.submit(prompt="a's child", tenant="team-a", metadata={"parent_job_id": a_job})
+        # Another tenant submits more than any window of the fleet's newest jobs would hold.
+        client.submit_many([{"prompt": f"b's {i}", "tenant": "team-b"} for i in range(600)])
+        listed = await team_a.call_tool("list_jobs", {"limit": 50})
+        assert listed.structured_content is not None
+        assert [j["id"] for j in listed.structured_content["jobs"]] == [child.id, a_job]
+        queued = await team_a.call_tool("list_jobs", {"status": "queued"})
+        assert queued.structured_content is not None and len(queued.structured_content["jobs"]) == 2
+        children = await team_a.call_tool("list_jobs", {"parent_job_id": a_job})
+        assert children.structured_content is not None
+        assert [j["id"] for j in children.structured_content["jobs"]] == [child.id]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+        listed = await team_b.call_tool("list_jobs", {"limit": 200})
+        assert listed.structured_content is not None
+        jobs = listed.structured_content["jobs"]
+        assert len(jobs) == 200 and all(j["spec"]["tenant"] == "team-b" for j in jobs)
+        none = await team_b.call_tool("list_jobs", {"parent_job_id": a_job})
+        assert none.structured_content == {"jobs": []}
