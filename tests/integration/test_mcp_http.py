@@ -169,3 +169,17 @@ async def test_a_bound_listing_reads_the_tenants_own_index_whatever_others_submi
         assert len(jobs) == 200 and all(j["spec"]["tenant"] == "team-b" for j in jobs)
         none = await team_b.call_tool("list_jobs", {"parent_job_id": a_job})
         assert none.structured_content == {"jobs": []}
+
+
+async def test_an_idempotency_key_over_mcp_is_the_callers_tenants_own(token_server: tuple[str, Client]) -> None:
+    url, client = token_server
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        first = await team_a.call_tool("submit_job", {"prompt": "a's", "idempotency_key": "nightly"})
+        assert first.structured_content is not None
+        a_job = first.structured_content["id"]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+        same_key = await team_b.call_tool("submit_job", {"prompt": "b's", "idempotency_key": "nightly"})
+        assert not same_key.is_error, same_key.content
+        assert same_key.structured_content is not None and same_key.structured_content["created"] is True
+        assert same_key.structured_content["id"] != a_job and a_job not in str(same_key.content)
+    assert client.get(same_key.structured_content["id"]).spec.tenant == "team-b"
