@@ -2,6 +2,10 @@
 
 See docs/architecture.md#sessions-and-conversations.
 
+A conversation is its tenant's own (`JobSpec.tenant`): every key below is in the tenant's scope (`Keys.scope`; the
+default tenant's keys are named as in a fleet without tenants), so another tenant naming the same conversation
+reaches none of them. Every method takes the tenant (default: `default`).
+
 Redis (sync redis-py, like JobStore): `conv:{name}` the latest session id, `conv-turns:{name}` the finished turns,
 `conv-lock:{name}` the job running the current turn, `conv-waiters:{name}` the active turns not running, scored by
 turn number, and `conv-seq:{name}` the last turn number. A turn is numbered when its job is created (the CREATE
@@ -21,9 +25,13 @@ import redis
 from pydantic import BaseModel
 
 from claudeq.config.settings import Settings
+from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.job_scripts import NEXT_TURN_FN
 from claudeq.keys import Keys, text
 from claudeq.models import ACTIVE, Timestamp
+
+#: Why a job may not resume a session (the field is `resume`; the text names no other tenant nor any job).
+NOT_YOURS = "session {session_id} is not one of tenant {tenant!r}'s sessions"
 
 if TYPE_CHECKING:  # the transcript store is the SDK's SessionStore: a producer never loads it
     from claudeq.transcripts import RedisSessionStore
@@ -172,74 +180,77 @@ class ConversationStore:
             client or redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix), settings.session_retention_s
         )
 
-    def latest_session(self, name: str) -> str | None:
+    def latest_session(self, name: str, tenant: str = DEFAULT_TENANT) -> str | None:
         """The conversation's latest session id (None: no successful turn yet, or it expired)."""
-        value = self.redis.get(self.keys.conversation(name))
+        value = self.redis.get(self.keys.conversation(name, tenant))
         return None if value is None else text(value)
 
-    def register(self, name: str, job_id: str) -> None:
+    def register(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> None:
         """Give `job_id` the next turn of `name` unless it has one (JobStore.create already numbers conversation
         turns: this is for a job created without it)."""
         self._register(
             keys=[
                 self.keys.job(job_id),
-                self.keys.conversation_waiters(name),
-                self.keys.conversation_seq(name),
+                self.keys.conversation_waiters(name, tenant),
+                self.keys.conversation_seq(name, tenant),
             ],
             args=[job_id, self.ttl_s],
         )
 
-    def acquire(self, name: str, job_id: str) -> TurnGrant:
+    def acquire(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> TurnGrant:
         """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
         granted, holder = self._acquire(
             keys=[
-                self.keys.conversation_lock(name),
-                self.keys.conversation_waiters(name),
-                self.keys.conversation_seq(name),
+                self.keys.conversation_lock(name, tenant),
+                self.keys.conversation_waiters(name, tenant),
+                self.keys.conversation_seq(name, tenant),
                 self.keys.job(job_id),
             ],
             args=[job_id, "", self.keys.job(""), self.ttl_s, HEAD_POPS],
         )
         return TurnGrant(bool(granted), text(holder) if holder else None)
 
-    def release(self, name: str, job_id: str) -> str | None:
+    def release(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> str | None:
         """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
         nxt = self._release(
-            keys=[self.keys.conversation_lock(name), self.keys.conversation_waiters(name)],
+            keys=[self.keys.conversation_lock(name, tenant), self.keys.conversation_waiters(name, tenant)],
             args=[job_id, HEAD_POPS, self.keys.job("")],
         )
         return text(nxt) if nxt else None
 
-    def record_turn(self, name: str, turn: Turn, move_pointer: bool) -> None:
+    def record_turn(self, name: str, turn: Turn, move_pointer: bool, tenant: str = DEFAULT_TENANT) -> None:
         """Append a finished turn; with `move_pointer`, its session becomes the conversation's latest."""
         pipe = self.redis.pipeline()
         if move_pointer and turn.session_id:
-            pipe.set(self.keys.conversation(name), turn.session_id, ex=self.ttl_s)
+            pipe.set(self.keys.conversation(name, tenant), turn.session_id, ex=self.ttl_s)
         else:
-            pipe.expire(self.keys.conversation(name), self.ttl_s)
+            pipe.expire(self.keys.conversation(name, tenant), self.ttl_s)
         now = time.time()
-        pipe.rpush(self.keys.conversation_turns(name), turn.model_dump_json())
-        pipe.ltrim(self.keys.conversation_turns(name), -TURNS_KEPT, -1)
-        pipe.expire(self.keys.conversation_turns(name), self.ttl_s)
-        pipe.zadd(self.keys.conversations, {name: now})
-        pipe.zremrangebyscore(self.keys.conversations, "-inf", f"({now - self.ttl_s}")  # expired conversations
-        pipe.expire(self.keys.conversations, self.ttl_s)
+        pipe.rpush(self.keys.conversation_turns(name, tenant), turn.model_dump_json())
+        pipe.ltrim(self.keys.conversation_turns(name, tenant), -TURNS_KEPT, -1)
+        pipe.expire(self.keys.conversation_turns(name, tenant), self.ttl_s)
+        pipe.zadd(self.keys.conversations(tenant), {name: now})
+        pipe.zremrangebyscore(self.keys.conversations(tenant), "-inf", f"({now - self.ttl_s}")  # expired conversations
+        pipe.expire(self.keys.conversations(tenant), self.ttl_s)
         pipe.execute()
 
-    def turns(self, name: str) -> list[Turn]:
+    def turns(self, name: str, tenant: str = DEFAULT_TENANT) -> list[Turn]:
         """The finished turns, oldest first."""
-        return [Turn.model_validate_json(raw) for raw in self.redis.lrange(self.keys.conversation_turns(name), 0, -1)]
+        return [
+            Turn.model_validate_json(raw)
+            for raw in self.redis.lrange(self.keys.conversation_turns(name, tenant), 0, -1)
+        ]
 
-    def info(self, name: str) -> ConversationInfo | None:
+    def info(self, name: str, tenant: str = DEFAULT_TENANT) -> ConversationInfo | None:
         """Pointer, turns, running and waiting jobs; None when the conversation does not exist (or expired)."""
-        running = self.redis.get(self.keys.conversation_lock(name))
+        running = self.redis.get(self.keys.conversation_lock(name, tenant))
         if running and text(self.redis.hget(self.keys.job(text(running)), "status")) not in ACTIVE:
             running = None  # a stale lock: its holder finished without releasing it (the next turn takes over)
-        waiting = [text(j) for j in self.redis.zrange(self.keys.conversation_waiters(name), 0, -1)]
+        waiting = [text(j) for j in self.redis.zrange(self.keys.conversation_waiters(name, tenant), 0, -1)]
         info = ConversationInfo(
             name=name,
-            session_id=self.latest_session(name),
-            turns=self.turns(name),
+            session_id=self.latest_session(name, tenant),
+            turns=self.turns(name, tenant),
             running=text(running) if running else None,
             waiting=[j for j in waiting if j != (text(running) if running else None)],
         )
@@ -247,37 +258,61 @@ class ConversationStore:
             return None
         return info
 
-    def names(self, limit: int = 100) -> list[str]:
+    def names(self, limit: int = 100, tenant: str = DEFAULT_TENANT) -> list[str]:
         """Conversation names, most recent turn first (entries older than the retention are pruned)."""
-        self.redis.zremrangebyscore(self.keys.conversations, "-inf", time.time() - self.ttl_s)
-        return [text(n) for n in self.redis.zrevrange(self.keys.conversations, 0, limit - 1)]
+        self.redis.zremrangebyscore(self.keys.conversations(tenant), "-inf", time.time() - self.ttl_s)
+        return [text(n) for n in self.redis.zrevrange(self.keys.conversations(tenant), 0, limit - 1)]
 
-    def session_ids(self, name: str) -> list[str]:
+    def session_ids(self, name: str, tenant: str = DEFAULT_TENANT) -> list[str]:
         """Every session id the conversation's turns ended in (and its pointer), without duplicates."""
-        ids = [t.session_id for t in self.turns(name) if t.session_id]
-        ids += [t.resumed_from for t in self.turns(name) if t.resumed_from]
-        latest = self.latest_session(name)
+        turns = self.turns(name, tenant)
+        ids = [t.session_id for t in turns if t.session_id]
+        ids += [t.resumed_from for t in turns if t.resumed_from]
+        latest = self.latest_session(name, tenant)
         if latest:
             ids.append(latest)
         return list(dict.fromkeys(ids))
 
-    def forget(self, name: str) -> None:
+    # ---- whose sessions: a session is the tenant's whose runs created it -----------------------------------
+
+    def claim_session(self, session_id: str, tenant: str) -> None:
+        """A run of `tenant` works in `session_id`: mark it the tenant's (`session_tenant`; none for `default`).
+        Kept twice the session retention from the last run in it, so it outlives the transcript."""
+        if tenant != DEFAULT_TENANT:
+            self.redis.set(self.keys.session_tenant(session_id), tenant, ex=2 * self.ttl_s)
+
+    def may_resume(self, session_id: str, tenant: str) -> bool:
+        """Whether a job of `tenant` may resume (or fork) `session_id`: the session is the tenant's own. A session
+        without an owner is the default tenant's (ownership is kept for the others only), unless none is stored at
+        all (then there is nothing to resume: the run's missing-session handling decides)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.keys.session_tenant(session_id))
+        pipe.exists(self.keys.session_projects(session_id))
+        owner, stored = pipe.execute()
+        if owner is not None:
+            return text(owner) == tenant
+        return tenant == DEFAULT_TENANT or not stored
+
+    def forget(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         """Delete the pointer, turns, lock and waiters (not the transcripts: see `delete_conversation`)."""
         self.redis.delete(
-            self.keys.conversation(name),
-            self.keys.conversation_turns(name),
-            self.keys.conversation_lock(name),
-            self.keys.conversation_waiters(name),
+            self.keys.conversation(name, tenant),
+            self.keys.conversation_turns(name, tenant),
+            self.keys.conversation_lock(name, tenant),
+            self.keys.conversation_waiters(name, tenant),
         )
-        self.redis.zrem(self.keys.conversations, name)
+        self.redis.zrem(self.keys.conversations(tenant), name)
 
 
-async def delete_conversation(conversations: ConversationStore, sessions: RedisSessionStore, name: str) -> list[str]:
-    """Delete a conversation and the transcripts of all its sessions; -> the session ids whose transcripts went.
+async def delete_conversation(
+    conversations: ConversationStore, sessions: RedisSessionStore, name: str, tenant: str = DEFAULT_TENANT
+) -> list[str]:
+    """Delete `tenant`'s conversation `name` and the transcripts of all its sessions; -> the session ids whose
+    transcripts went.
 
     The conversation store is sync: meant for the CLI and tests, not for a busy event loop.
     """
-    ids = conversations.session_ids(name)
+    ids = conversations.session_ids(name, tenant)
     deleted = [sid for sid in ids if await sessions.delete_everywhere(sid)]
-    conversations.forget(name)
+    conversations.forget(name, tenant)
     return deleted

@@ -3,9 +3,10 @@
 Status lives in the job hash's `status` field and the fencing token in `fence` (the scripts only workers run — claim,
 heartbeat, fenced write, promote, recover, resend — are in claudeq/worker/job_scripts.py).
 
-The idempotency key (`idem:{key}`, named in the job hash's `idem` field) lives as long as its job: it has no expiry
-until the job reaches a terminal state, then the job's retention. The scripts that finish a job read that name
-from the hash, so claudeq needs a single Redis node (or a primary with replicas), not Redis Cluster.
+The idempotency key (`idem:{key}` in its tenant's scope, `Keys.idem`; named in the job hash's `idem` field) lives as
+long as its job: it has no expiry until the job reaches a terminal state, then the job's retention. The scripts that
+finish a job read that name from the hash, so claudeq needs a single Redis node (or a primary with replicas), not Redis
+Cluster.
 """
 
 from __future__ import annotations
@@ -94,13 +95,33 @@ local function next_turn(job, waiters, seq, id, ttl)
 end
 """
 
-# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq.
-# ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, field, value, ...
+#: Lua: add job `id` created at `created_ms` to a tenant's job index (`Keys.tenant_index`) and drop up to `n` ids of
+#: expired jobs from its old end: entries created before `cutoff_ms` (now less the retention) whose record is gone.
+#: Each new entry takes up to `n` (2) expired ones out, so the index shrinks back as fast as jobs expire without a
+#: pass of its own; a job that outlives the retention while active keeps its entry (and, at the very end, holds
+#: back the entries behind it until it expires).
+INDEX_FN = """
+local function index_job(index, id, created_ms, prefix, cutoff_ms, n)
+  if id ~= '' then redis.call('ZADD', index, created_ms, id) end
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', cutoff_ms, 'LIMIT', 0, n)
+  for _, gone in ipairs(old) do
+    if redis.call('EXISTS', prefix .. gone) == 0 then redis.call('ZREM', index, gone) end
+  end
+end
+"""
+
+#: KEYS tenant index; ARGV job key prefix, cutoff ms, n: trim a tenant's index after a batch added to it with ZADD.
+TRIM_INDEX = INDEX_FN + "index_job(KEYS[1], '', 0, ARGV[1], ARGV[2], tonumber(ARGV[3]))\n"
+
+# KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq, tenant index ('' =
+# none).
+# ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, index cutoff ms, field, value, ...
 # A conversation turn is numbered here, at submit: the turn lock (claudeq/conversations.py) follows that order.
 # A batch submit writes a job with neither (no idempotency key, no conversation) as the same three commands
 # without the script, its index entries in one ZADD per set with the rest of its batch (JobStore.create_many).
 CREATE = (
     NEXT_TURN_FN
+    + INDEX_FN
     + """
 if KEYS[4] ~= '' then
   local existing = redis.call('GET', KEYS[4])
@@ -111,10 +132,11 @@ if KEYS[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[1])
   redis.call('HSET', KEYS[1], 'idem', KEYS[4])
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
 if KEYS[5] ~= '' then next_turn(KEYS[1], KEYS[5], KEYS[6], ARGV[1], ARGV[5]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+if KEYS[7] ~= '' then index_job(KEYS[7], ARGV[1], ARGV[2], ARGV[4], ARGV[6], 2) end
 return {1, ARGV[1]}
 """
 )

@@ -94,7 +94,8 @@ def encode_event(event: Event) -> str:
 
 def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
     """A new record's hash fields. No `fence` (a job never claimed has fence 0) and no empty attempts: the record
-    reads them as absent. `indexed`: the producer puts the job in its tenant's active-job index (INDEXED_FIELD)."""
+    reads them as absent. `indexed`: the producer puts the job in its tenant's active-job index (INDEXED_FIELD); CREATE
+    puts it in its tenant's job index then too (`Keys.tenant_index`)."""
     fields = encode_fields(
         {"status": record.status, "spec": record.spec, "attempts": record.attempts, "created_at": record.created_at}
     )
@@ -102,7 +103,7 @@ def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
 
 
 def _created_ms(record: JobRecord) -> int:
-    """The job's score in the `jobs` index: its creation time in epoch ms."""
+    """The job's score in the `jobs` index (and its tenant's): its creation time in epoch ms."""
     return int(record.created_at.timestamp() * 1000)
 
 
@@ -186,6 +187,7 @@ class JobStore:
         scripted: list[bool] = []  # per record: whether CREATE wrote it (and answers for it)
         jobs: list[str | int | float] = []
         queued: list[str | int | float] = []
+        by_tenant: dict[str, list[str | int | float]] = {}  # tenant index -> its members, as `jobs`
         for record in records:
             if record.spec.idempotency_key or record.spec.conversation:
                 keys, args = self._create_call(record, now, indexed)
@@ -195,10 +197,16 @@ class JobStore:
             commands.append(pack_command("HSET", self.keys.job(record.id), *_create_fields(record, indexed)))
             jobs += [_created_ms(record), record.id]
             queued += [now, record.id]
+            if indexed:
+                by_tenant.setdefault(self.keys.tenant_index(record.spec.tenant), []).extend(jobs[-2:])
             scripted.append(False)
         if jobs:
             commands.append(pack_command("ZADD", self.keys.jobs, *jobs))
             commands.append(pack_command("ZADD", self.keys.queued, *queued))
+        for index, members in by_tenant.items():  # one ZADD per tenant, then the trim CREATE does per job
+            commands.append(pack_command("ZADD", index, *members))
+            trim = (self.keys.job(""), self._index_cutoff_ms(now), len(members))
+            commands.append(pack_command("EVAL", scripts.TRIM_INDEX, 1, index, *trim))
         commands.append(pack_command("EXEC"))
         results = execute_packed(self.redis, b"".join(commands), len(commands))[-1]
         failed = next((r for r in results if isinstance(r, Exception)), None)
@@ -219,9 +227,10 @@ class JobStore:
             self.keys.job(record.id),
             self.keys.jobs,
             self.keys.queued,
-            self.keys.idem(idem) if idem else "",
-            self.keys.conversation_waiters(conversation) if conversation else "",
-            self.keys.conversation_seq(conversation) if conversation else "",
+            self.keys.idem(idem, record.spec.tenant) if idem else "",
+            self.keys.conversation_waiters(conversation, record.spec.tenant) if conversation else "",
+            self.keys.conversation_seq(conversation, record.spec.tenant) if conversation else "",
+            self.keys.tenant_index(record.spec.tenant) if indexed else "",
         ]
         args: list[str | int | float] = [
             record.id,
@@ -229,9 +238,14 @@ class JobStore:
             now,
             self.keys.job(""),
             self.conversation_ttl_s,
+            self._index_cutoff_ms(now),
             *fields,
         ]
         return keys, args
+
+    def _index_cutoff_ms(self, now: float) -> int:
+        """Entries of a tenant's job index created before this (ms) may be of expired jobs (INDEX_FN)."""
+        return int((now - self.result_ttl_s) * 1000)
 
     def get(self, job_id: str) -> JobRecord:
         """The record of `job_id`; JobNotFound or RecordUnreadable when it cannot be had."""
@@ -252,12 +266,33 @@ class JobStore:
             raise _unreadable_key(job_id, exc) from None
         return None if value is None else text(value)  # type: ignore[return-value]
 
-    def list_jobs(self, status: str | None = None, limit: int = 50) -> list[JobRecord | RecordUnreadable]:
-        """Newest first; unreadable records are returned as their error, not raised."""
+    def list_jobs(
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        *,
+        index: str | None = None,
+        tenant: str | None = None,
+        parent_job_id: str | None = None,
+        since_ms: int | None = None,
+    ) -> list[JobRecord | RecordUnreadable]:
+        """Newest first, from `index` (default: the fleet's `jobs`; a tenant's `Keys.tenant_index`); unreadable
+        records are returned as their error, not raised (left out when listing a tenant's or a parent's jobs). Filters:
+        `status`, `tenant`, `parent_job_id` (`JobRecord.parent_job_id`), and `since_ms`: only entries created at or
+        after it (a job's children are created after it). The index is walked until `limit` jobs matched or it
+        ends: exact, however many other jobs there are. Ids in a tenant's index whose record expired are dropped
+        from it as they are met."""
+        source = index or self.keys.jobs
+        scoped = tenant is not None or parent_job_id is not None  # an unreadable record is nobody's: left out
         out: list[JobRecord | RecordUnreadable] = []
+        gone: list[str] = []
         start, page = 0, max(limit * 2, 100)
         while len(out) < limit:
-            ids = [text(i) for i in self.redis.zrevrange(self.keys.jobs, start, start + page - 1)]
+            if since_ms is None:
+                raw_ids = self.redis.zrevrange(source, start, start + page - 1)
+            else:
+                raw_ids = self.redis.zrevrangebyscore(source, "+inf", since_ms, start=start, num=page)
+            ids = [text(i) for i in raw_ids]
             if not ids:
                 break
             pipe = self.redis.pipeline(transaction=False)
@@ -265,21 +300,30 @@ class JobStore:
                 pipe.hgetall(self.keys.job(job_id))
             for job_id, raw in zip(ids, pipe.execute(raise_on_error=False), strict=True):
                 if isinstance(raw, redis.ResponseError):  # the key is not a hash: report it, list the rest
-                    if status is None:
+                    if status is None and not scoped:
                         out.append(_unreadable_key(job_id, raw))
                     continue
                 if not raw:
+                    gone.append(job_id)
                     continue
                 fields = {text(k): text(v) for k, v in raw.items()}
                 if status is not None and fields.get("status") != status:
                     continue
                 try:
-                    out.append(parse_record(job_id, fields))
+                    record = parse_record(job_id, fields)
                 except RecordUnreadable as exc:
-                    out.append(exc)
+                    if not scoped:
+                        out.append(exc)
+                    continue
+                if (tenant is None or record.spec.tenant == tenant) and (
+                    parent_job_id is None or record.parent_job_id == parent_job_id
+                ):
+                    out.append(record)
                 if len(out) >= limit:
                     break
             start += page
+        if gone and index is not None and index != self.keys.jobs:  # `jobs` is the reconciler's to trim
+            self.redis.zrem(index, *gone)
         return out
 
     def count_by_status(self) -> dict[str, int]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from claudeq.config.tenants import DEFAULT_TENANT
+
 
 def text(value: object) -> str:
     """A Redis reply (bytes or str) as text."""
@@ -70,13 +72,21 @@ class Keys:
         interval across the fleet, not one per worker."""
         return f"{self.prefix}reconciler-turn"
 
-    def idem(self, key: str) -> str:
-        """String: the job id created for an idempotency key (SET NX)."""
-        return f"{self.prefix}idem:{key}"
+    def scope(self, tenant: str) -> str:
+        """The prefix of a tenant's own names (docs/architecture.md#redis-keys): what a producer names (idempotency
+        keys, conversations) is looked up in its tenant's namespace only. The default tenant's keys are those of a
+        fleet without tenants (no part added); another tenant's are under `tenant:{name}:` (a tenant name has no
+        `:`, so no name of one tenant can reach another's keys)."""
+        return self.prefix if tenant == DEFAULT_TENANT else f"{self.prefix}tenant:{tenant}:"
 
-    def conversation(self, name: str) -> str:
-        """String: the conversation's latest session id."""
-        return f"{self.prefix}conv:{name}"
+    def idem(self, key: str, tenant: str = DEFAULT_TENANT) -> str:
+        """String: the job id created for one of `tenant`'s idempotency keys (SET NX)."""
+        return f"{self.scope(tenant)}idem:{key}"
+
+    def conversation(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
+        """String: the latest session id of `tenant`'s conversation `name` (every conversation key is in its
+        tenant's scope: another tenant's conversation of the same name is another conversation)."""
+        return f"{self.scope(tenant)}conv:{name}"
 
     def account(self, name: str) -> str:
         """Hash: account state, reason, cooldown, last rate-limit info per window, counters."""
@@ -125,6 +135,12 @@ class Keys:
     def tenant_jobs(self, name: str) -> str:
         """Sorted set: the tenant's active (not finished) job ids -> creation time (epoch s)."""
         return f"{self.prefix}tenant:{name}:jobs"
+
+    def tenant_index(self, name: str) -> str:
+        """Sorted set: the tenant's jobs, finished or not, while retained -> creation time (ms): the tenant's own
+        `jobs`, which a listing of its jobs reads (exact at any fleet size). Kept in a fleet that uses tenants (the
+        jobs' `indexed`); a fleet without tenants keeps no per-tenant index and lists from `jobs`."""
+        return f"{self.prefix}tenant:{name}:index"
 
     @property
     def tenants_done(self) -> str:
@@ -192,26 +208,30 @@ class Keys:
         """Set: the project keys a session id has a main transcript under (find a session by id alone)."""
         return f"{self.prefix}session-projects:{key_part(session_id)}"
 
-    def conversation_turns(self, name: str) -> str:
+    def session_tenant(self, session_id: str) -> str:
+        """String: the tenant whose runs work in the session, for every tenant but `default` (no key: the default
+        tenant's, or a session older than ownership); only its own tenant's jobs may resume it."""
+        return f"{self.prefix}session-tenant:{key_part(session_id)}"
+
+    def conversation_turns(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """List: the conversation's turns (JSON: job id, session id, forked/restarted, timestamps), oldest first."""
-        return f"{self.prefix}conv-turns:{name}"
+        return f"{self.scope(tenant)}conv-turns:{name}"
 
-    def conversation_lock(self, name: str) -> str:
+    def conversation_lock(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """String: id of the job running the conversation's current turn (a holder no longer active is stale)."""
-        return f"{self.prefix}conv-lock:{name}"
+        return f"{self.scope(tenant)}conv-lock:{name}"
 
-    def conversation_waiters(self, name: str) -> str:
+    def conversation_waiters(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """Sorted set: job id -> its turn number (submit order) while the turn is active and not running."""
-        return f"{self.prefix}conv-waiters:{name}"
+        return f"{self.scope(tenant)}conv-waiters:{name}"
 
-    def conversation_seq(self, name: str) -> str:
+    def conversation_seq(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """String: the last turn number handed out in the conversation (INCR at submit)."""
-        return f"{self.prefix}conv-seq:{name}"
+        return f"{self.scope(tenant)}conv-seq:{name}"
 
-    @property
-    def conversations(self) -> str:
-        """Sorted set: conversation name -> last turn time (epoch s)."""
-        return f"{self.prefix}convs"
+    def conversations(self, tenant: str = DEFAULT_TENANT) -> str:
+        """Sorted set: `tenant`'s conversation names -> last turn time (epoch s)."""
+        return f"{self.scope(tenant)}convs"
 
 
 def key_part(part: str) -> str:

@@ -371,12 +371,13 @@ def cancel(job_id: str, as_json: JsonOpt = False) -> None:
 def list_cmd(
     status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs (read from its own index).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recent jobs, newest first."""
     if status is not None and status not in JOB_STATUSES:
         raise JobSpecError([("status", f"unknown status {status!r}; one of {', '.join(JOB_STATUSES)}")])
-    items = _client().list(status=status, limit=limit)
+    items = _client().list(status=status, limit=limit, tenant=tenant)
     if as_json:
         print(
             json.dumps(

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from claudeq.config.settings import Settings, load_settings
+from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
 
@@ -27,6 +28,8 @@ out = Console()
 err = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+#: Conversations are each tenant's own (claudeq/conversations.py): the commands look in one tenant's.
+TenantOpt = Annotated[str, typer.Option("--tenant", help="Whose conversation (a tenant's names are its own).")]
 
 
 def _fail(code: int, message: str, as_json: bool) -> typer.Exit:
@@ -60,11 +63,11 @@ def _print_info(info: ConversationInfo) -> None:
 
 
 @conversation_app.command("show")
-def show(name: str, as_json: JsonOpt = False) -> None:
+def show(name: str, tenant: TenantOpt = DEFAULT_TENANT, as_json: JsonOpt = False) -> None:
     """Show a conversation: its latest session, running/waiting jobs and turns (job, status, session)."""
     settings = _settings(as_json)
     try:
-        info = ConversationStore.from_settings(settings).info(name)
+        info = ConversationStore.from_settings(settings).info(name, tenant)
     except redis.RedisError as exc:
         raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
     if info is None:
@@ -76,7 +79,7 @@ def show(name: str, as_json: JsonOpt = False) -> None:
 
 
 @conversation_app.command("delete")
-def delete(name: str, as_json: JsonOpt = False) -> None:
+def delete(name: str, tenant: TenantOpt = DEFAULT_TENANT, as_json: JsonOpt = False) -> None:
     """Delete a conversation: its pointer, its turns and the transcripts of its sessions."""
     settings = _settings(as_json)
     conversations = ConversationStore.from_settings(settings)
@@ -86,12 +89,12 @@ def delete(name: str, as_json: JsonOpt = False) -> None:
 
         sessions = RedisSessionStore.from_settings(settings)
         try:
-            return await delete_conversation(conversations, sessions, name)
+            return await delete_conversation(conversations, sessions, name, tenant)
         finally:
             await sessions.aclose()
 
     try:
-        if conversations.info(name) is None:
+        if conversations.info(name, tenant) is None:
             raise _fail(EXIT_NOT_FOUND, f"no conversation named {name!r}", as_json)
         deleted = asyncio.run(run())
     except redis.RedisError as exc:
@@ -105,12 +108,13 @@ def delete(name: str, as_json: JsonOpt = False) -> None:
 @conversation_app.command("list")
 def list_cmd(
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    tenant: TenantOpt = DEFAULT_TENANT,
     as_json: JsonOpt = False,
 ) -> None:
     """List conversations, most recent turn first."""
     settings = _settings(as_json)
     try:
-        names = ConversationStore.from_settings(settings).names(limit)
+        names = ConversationStore.from_settings(settings).names(limit, tenant)
     except redis.RedisError as exc:
         raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
     if as_json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -15,6 +16,7 @@ from claudeq import tenant_scripts
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
+from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
@@ -100,6 +102,7 @@ class Client:
         self.store = make_store(self.settings, redis_client)
         self.celery = celery_app or make_celery(self.settings, main="claudeq-producer")
         self._tag = self.store.redis.register_script(tenant_scripts.TAG)
+        self._conversations = ConversationStore(self.store.redis, self.store.keys, self.settings.session_retention_s)
         self._tenants_in_use: tuple[float, bool] | None = None  # (monotonic time read, whether the fleet uses them)
 
     def validate(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobSpec:
@@ -112,6 +115,9 @@ class Client:
         One round trip: the record, its `submitted` event and the broker message go in one MULTI/EXEC (with an
         idempotency key, the message follows only when the record was created: two round trips)."""
         checked = self.validate(spec, **fields)
+        problems = self._resume_problems([checked])
+        if problems:
+            raise JobSpecError([(field, reason) for _, field, reason in problems])
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
         indexed = self._indexes()
         if checked.idempotency_key:
@@ -158,6 +164,9 @@ class Client:
         already written submitted (give the specs idempotency keys to make a retry of the whole batch safe).
         `progress(n)` is called after each chunk with the number of jobs submitted so far."""
         checked = self.validate_many(specs)
+        problems = self._resume_problems(checked)
+        if problems:
+            raise BatchSpecError(problems)
         handles: builtins.list[JobHandle] = []
         size = max(1, chunk_size)
         for start in range(0, len(checked), size):
@@ -165,6 +174,16 @@ class Client:
             if progress is not None:
                 progress(len(handles))
         return handles
+
+    def _resume_problems(self, specs: builtins.list[JobSpec]) -> builtins.list[tuple[int, str, str]]:
+        """(index, `resume`, reason) for each spec resuming a session that is not its tenant's own (sessions are
+        their tenant's: ConversationStore.may_resume; the worker checks again before the run). One round trip per
+        spec with `resume`, none for the others."""
+        return [
+            (index, "resume", NOT_YOURS.format(session_id=spec.resume, tenant=spec.tenant))
+            for index, spec in enumerate(specs)
+            if spec.resume and not self._conversations.may_resume(spec.resume, spec.tenant)
+        ]
 
     def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
         now = utcnow()
@@ -259,9 +278,31 @@ class Client:
         """A handle for an existing job id."""
         return JobHandle(self, job_id, created=False)
 
-    def list(self, status: str | None = None, limit: int = 50) -> list[JobRecord | RecordUnreadable]:
-        """Recent jobs, newest first, optionally of one status."""
-        return self.store.list_jobs(status=status, limit=limit)
+    def list(
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        *,
+        tenant: str | None = None,
+        parent_job_id: str | None = None,
+    ) -> list[JobRecord | RecordUnreadable]:
+        """Recent jobs, newest first, optionally of one status, of one tenant, submitted by one job (its
+        `parent_job_id`). In a fleet that uses tenants a tenant's jobs are read from its own index
+        (`Keys.tenant_index`), exact whatever other tenants submit; a fleet without tenants keeps none, and its
+        jobs (nearly all `default`'s) are read from the fleet's. A parent's children are read from the entries
+        created since the parent (when its record is still there)."""
+        index = None
+        if tenant is not None and self._indexes():
+            index = self.store.keys.tenant_index(tenant)
+        since_ms = None
+        if parent_job_id is not None:
+            try:
+                since_ms = int(self.store.get(parent_job_id).created_at.timestamp() * 1000)
+            except ClaudeqError:
+                since_ms = None  # an expired (or unreadable) parent: its children may still be retained
+        return self.store.list_jobs(
+            status, limit, index=index, tenant=tenant, parent_job_id=parent_job_id, since_ms=since_ms
+        )
 
     def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
         """Cancel a job. -> `cancelled` (was waiting), `running` (the worker stops it within a second), or the
@@ -353,9 +394,18 @@ class AsyncClient:
         """See Client.get."""
         return await asyncio.to_thread(self.sync.get, job_id)
 
-    async def list(self, status: str | None = None, limit: int = 50) -> builtins.list[JobRecord | RecordUnreadable]:
+    async def list(
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        *,
+        tenant: str | None = None,
+        parent_job_id: str | None = None,
+    ) -> builtins.list[JobRecord | RecordUnreadable]:
         """See Client.list."""
-        return await asyncio.to_thread(self.sync.list, status, limit)
+        return await asyncio.to_thread(
+            functools.partial(self.sync.list, status, limit, tenant=tenant, parent_job_id=parent_job_id)
+        )
 
     async def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
         """See Client.cancel."""

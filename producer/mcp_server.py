@@ -16,6 +16,7 @@ This module imports `mcp`; `claudeq.producer.cli` imports it only when `claudeq 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 import sys
@@ -195,21 +196,16 @@ def build_server(
         limit: Annotated[int, Field(ge=1, le=200, description="At most this many, newest first.")] = 20,
     ) -> dict[str, Any]:
         """Recent jobs, newest first, optionally only one status and/or the children of one job."""
-        bound = caller(ctx)
-        window = limit if parent_job_id is None and bound is None else max(limit, 500)
-        items = await asyncio.to_thread(client.list, status, window)
-        jobs: list[dict[str, Any]] = []
-        for item in items:
-            if isinstance(item, RecordUnreadable):
-                if parent_job_id is None and bound is None:
-                    jobs.append({"id": item.job_id, "unreadable": item.detail})
-            elif (parent_job_id is None or item.parent_job_id == parent_job_id) and (
-                bound is None or item.spec.tenant == bound
-            ):
-                jobs.append(item.public())
-            if len(jobs) >= limit:
-                break
-        return {"jobs": jobs}
+        # A bound caller's jobs come from its tenant's own index, a parent's children from the jobs created since it:
+        # exact however many jobs others submit (Client.list).
+        listing = functools.partial(client.list, status, limit, tenant=caller(ctx), parent_job_id=parent_job_id)
+        items = await asyncio.to_thread(listing)
+        return {
+            "jobs": [
+                {"id": item.job_id, "unreadable": item.detail} if isinstance(item, RecordUnreadable) else item.public()
+                for item in items
+            ]
+        }
 
     async def cancel_job(job_id: Annotated[str, Field(description="The job's id.")], ctx: Context) -> dict[str, Any]:
         """Cancel a job: at once when it waits; a running job is stopped within about a second."""

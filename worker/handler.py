@@ -511,6 +511,7 @@ class DeliveryHandler:
                 self.metrics.mirror_error()
             elif event.type == "session" and event.data.get("session_id"):
                 d.session_id = str(event.data["session_id"])
+                await self.sessions.claim(d.record.spec.tenant, d.session_id)
             await self.event(d, event)
 
         return emit

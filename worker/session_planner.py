@@ -22,20 +22,25 @@ Every run gets the RedisSessionStore, so its transcript is mirrored and any work
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import redis
 from claude_agent_sdk import project_key_for_directory
 
 from claudeq.config.settings import Settings
-from claudeq.conversations import ConversationStore, Turn
+from claudeq.config.tenants import DEFAULT_TENANT
+from claudeq.conversations import NOT_YOURS, ConversationStore, Turn
 from claudeq.jobs import JobStore
 from claudeq.models import Event, JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.cli_env import redact
 from claudeq.worker.options import default_cwd, runs_under_own_uid
 from claudeq.worker.ports import EventSink
+
+log = logging.getLogger(__name__)
 
 #: What a continuing retry sends instead of the job's prompt (the prompt is already in the session).
 CONTINUE_PROMPT = "Continue from where you left off."
@@ -203,7 +208,7 @@ class SessionPlanner:
         spec = record.spec
         if spec.conversation:
             assert self.conversations is not None
-            grant = await asyncio.to_thread(self.conversations.acquire, spec.conversation, record.id)
+            grant = await asyncio.to_thread(self.conversations.acquire, spec.conversation, record.id, spec.tenant)
             if not grant.granted:
                 reason = f"waiting for turn {grant.holder} of conversation {spec.conversation!r}"
                 ready = utcnow() + timedelta(seconds=self.recheck_s)
@@ -286,9 +291,14 @@ class SessionPlanner:
         target = spec.resume
         if spec.conversation:
             assert self.conversations is not None
-            target = await asyncio.to_thread(self.conversations.latest_session, spec.conversation)
+            target = await asyncio.to_thread(self.conversations.latest_session, spec.conversation, spec.tenant)
         if target is None:
             return SessionPlan(session_store=store, mode="new"), None, None
+        assert self.conversations is not None
+        # Sessions are their tenant's own: checked before anything is read or copied, let alone sent to the model.
+        if not await asyncio.to_thread(self.conversations.may_resume, target, spec.tenant):
+            message = "resume: " + NOT_YOURS.format(session_id=target, tenant=spec.tenant)
+            return SessionPlan(error=JobError(kind="input", message=message)), None, None
         if not await self._present(store, target, project):
             if spec.on_missing_session == "restart":
                 return SessionPlan(session_store=store, mode="restart"), None, target
@@ -313,12 +323,26 @@ class SessionPlanner:
             return await store.copy_session(session_id, projects[0], project) > 0
         return False
 
+    async def claim(self, tenant: str, session_id: str) -> None:
+        """A run of `tenant` reported its session: the session is the tenant's (ConversationStore.claim_session).
+        A failure is logged: the session is then the default tenant's, which the tenant's own jobs cannot resume
+        (it fails closed)."""
+        if not self.enabled or tenant == DEFAULT_TENANT:
+            return
+        assert self.conversations is not None
+        try:
+            await asyncio.to_thread(self.conversations.claim_session, session_id, tenant)
+        except redis.RedisError:
+            log.warning("session %s: could not record it as tenant %s's", session_id, tenant)
+
     async def recheck(self, record: JobRecord) -> bool:
         """After deferring a waiting turn: True if the turn became ours meanwhile (the engine promotes it now)."""
         if not self.enabled or not record.spec.conversation:
             return False
         assert self.conversations is not None
-        grant = await asyncio.to_thread(self.conversations.acquire, record.spec.conversation, record.id)
+        grant = await asyncio.to_thread(
+            self.conversations.acquire, record.spec.conversation, record.id, record.spec.tenant
+        )
         return grant.granted
 
     async def finished(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
@@ -346,8 +370,10 @@ class SessionPlanner:
                 started_at=record.started_at,
                 finished_at=utcnow(),
             )
-            self.conversations.record_turn(name, turn, move_pointer=status == "succeeded" and mode != "fork")
-        nxt = self.conversations.release(name, record.id)
+            self.conversations.record_turn(
+                name, turn, move_pointer=status == "succeeded" and mode != "fork", tenant=record.spec.tenant
+            )
+        nxt = self.conversations.release(name, record.id, record.spec.tenant)
         return [nxt] if nxt else []
 
     def _first_plan(self, job_id: str) -> PlannedSession | None:

@@ -15,8 +15,9 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore
-from claudeq.models import Event, JobRecord
-from claudeq.producer.client import Client
+from claudeq.errors import JobSpecError
+from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.producer.client import Client, new_job_id, push_run
 from tests.e2e.conftest import WorkerFactory
 
 pytestmark = pytest.mark.e2e
@@ -181,3 +182,65 @@ def test_a_forked_turn_never_moves_the_pointer_even_once_its_events_are_trimmed(
         (fork.id, True, base.session_id),
     ]
     assert client.get(fork.id).public()["session_plan"]["mode"] == "fork"
+
+
+def test_a_conversation_is_its_tenants_own(
+    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    workers()
+    name = f"shared-name-{unique}"
+    secret, injected = f"A-PRIVATE-{unique}", f"B-INJECTED-{unique}"
+    a1 = wait(client, client.submit(prompt=f"[[sim: text noted]] {secret}", conversation=name, tenant="team-a").id)
+    assert a1.status == "succeeded", a1.error
+    # Tenant B names A's conversation: it starts a conversation of its own, and its request carries nothing of A's.
+    b1 = wait(client, client.submit(prompt=f"[[sim: text ok]] {injected}", conversation=name, tenant="team-b").id)
+    assert b1.status == "succeeded", b1.error
+    assert b1.session_id and b1.session_id != a1.session_id
+    b_said = [t for request in main_requests(simulator, b1.session_id) for t in texts(request)]
+    assert any(injected in t for t in b_said) and not any(secret in t or "noted" in t for t in b_said)
+    plan = next(e for e in events(client, b1.id) if e.type == "session_plan")
+    assert plan.data["mode"] == "new" and plan.data["resume"] is None
+    conversations = ConversationStore.from_settings(settings, redis_client)
+    assert conversations.latest_session(name, "team-a") == a1.session_id  # B did not move A's pointer
+    assert conversations.latest_session(name, "team-b") == b1.session_id
+    assert conversations.latest_session(name) is None  # nor is anything of it the default tenant's
+    # A's next turn carries A's first turn and none of B's text.
+    a2 = wait(client, client.submit(prompt="[[sim: text again]] second", conversation=name, tenant="team-a").id)
+    assert a2.status == "succeeded", a2.error
+    assert a2.session_id is not None
+    a_said = texts(main_requests(simulator, a2.session_id)[-1])
+    assert any(secret in t for t in a_said) and not any(injected in t for t in a_said)
+
+
+def test_a_session_another_tenants_job_created_cannot_be_resumed(
+    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    workers()
+    injected = f"B-INJECTED-{unique}"
+    a1 = wait(client, client.submit(prompt=f"[[sim: text noted]] A-PRIVATE-{unique}", tenant="team-a").id)
+    b1 = wait(client, client.submit(prompt="[[sim: text ok]] b's own", tenant="team-b").id)
+    assert (a1.status, b1.status) == ("succeeded", "succeeded"), (a1.error, b1.error)
+    # Refused at submit, naming the field, and no job; B's session is no more the default tenant's than A's is B's.
+    for tenant, session in (("team-b", a1.session_id), ("default", b1.session_id)):
+        assert session is not None
+        with pytest.raises(JobSpecError) as refused:
+            client.submit(prompt=f"{injected} via resume", resume=session, tenant=tenant)
+        assert [field for field, _ in refused.value.errors] == ["resume"]
+        assert a1.id not in str(refused.value) and b1.id not in str(refused.value)
+    # A record written past the producer's check fails at run time, before any request is made.
+    sneaked = JobRecord(
+        id=new_job_id(),
+        spec=JobSpec(prompt=f"{injected} sneaked", resume=a1.session_id, tenant="team-b"),
+        status="queued",
+        created_at=utcnow(),
+    )
+    before = len(simulator.requests())
+    client.store.create(sneaked)
+    push_run(redis_client, settings.queue, sneaked.id)
+    failed = wait(client, sneaked.id)
+    assert failed.status == "failed" and failed.error is not None and failed.error.kind == "input"
+    assert failed.error.message.startswith("resume: ") and a1.id not in failed.error.message
+    assert not any(injected in t for r in simulator.requests()[before:] for t in texts(r) if "messages" in r)
+    # A's own jobs still resume A's session.
+    own = wait(client, client.submit(prompt="[[sim: text mine]] resume mine", resume=a1.session_id, tenant="team-a").id)
+    assert own.status == "succeeded", own.error

@@ -162,3 +162,45 @@ async def test_the_accounts_tool_needs_a_bearer_token_like_every_other_tool(
         listed = await team_a.call_tool("accounts", {})
         assert not listed.is_error and listed.structured_content is not None
         assert [a["name"] for a in listed.structured_content["accounts"]] == ["acct-secret-name"]
+
+
+async def test_a_bound_listing_reads_the_tenants_own_index_whatever_others_submit(
+    token_server: tuple[str, Client],
+) -> None:
+    url, client = token_server
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        done = await team_a.call_tool("submit_job", {"prompt": "a's own"})
+        assert done.structured_content is not None
+        a_job = done.structured_content["id"]
+        child = client.submit(prompt="a's child", tenant="team-a", metadata={"parent_job_id": a_job})
+        # Another tenant submits more than any window of the fleet's newest jobs would hold.
+        client.submit_many([{"prompt": f"b's {i}", "tenant": "team-b"} for i in range(600)])
+        listed = await team_a.call_tool("list_jobs", {"limit": 50})
+        assert listed.structured_content is not None
+        assert [j["id"] for j in listed.structured_content["jobs"]] == [child.id, a_job]
+        queued = await team_a.call_tool("list_jobs", {"status": "queued"})
+        assert queued.structured_content is not None and len(queued.structured_content["jobs"]) == 2
+        children = await team_a.call_tool("list_jobs", {"parent_job_id": a_job})
+        assert children.structured_content is not None
+        assert [j["id"] for j in children.structured_content["jobs"]] == [child.id]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+        listed = await team_b.call_tool("list_jobs", {"limit": 200})
+        assert listed.structured_content is not None
+        jobs = listed.structured_content["jobs"]
+        assert len(jobs) == 200 and all(j["spec"]["tenant"] == "team-b" for j in jobs)
+        none = await team_b.call_tool("list_jobs", {"parent_job_id": a_job})
+        assert none.structured_content == {"jobs": []}
+
+
+async def test_an_idempotency_key_over_mcp_is_the_callers_tenants_own(token_server: tuple[str, Client]) -> None:
+    url, client = token_server
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        first = await team_a.call_tool("submit_job", {"prompt": "a's", "idempotency_key": "nightly"})
+        assert first.structured_content is not None
+        a_job = first.structured_content["id"]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+        same_key = await team_b.call_tool("submit_job", {"prompt": "b's", "idempotency_key": "nightly"})
+        assert not same_key.is_error, same_key.content
+        assert same_key.structured_content is not None and same_key.structured_content["created"] is True
+        assert same_key.structured_content["id"] != a_job and a_job not in str(same_key.content)
+    assert client.get(same_key.structured_content["id"]).spec.tenant == "team-b"

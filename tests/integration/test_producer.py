@@ -7,12 +7,15 @@ import base64
 import json
 import subprocess
 import sys
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 from claudeq.config.settings import Settings
+from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
 from claudeq.worker.broker import pending_job_ids
 from tests.support.tree import ROOT, tree_env
@@ -70,6 +73,47 @@ def test_idempotent_submit_on_real_redis_sends_once(client: Client, redis_client
     b = client.submit(prompt="once", idempotency_key="nightly-report")
     assert a.id == b.id
     assert len(_broker_messages(redis_client, client.settings.queue)) == 1
+
+
+def test_idempotency_keys_are_each_tenants_own(client: Client, redis_client: redis.Redis) -> None:
+    # B submits with a key A used: B gets a job of its own, not A's id. And a key B squats first never swallows
+    # A's later submit with it. One submit each way and one through submit_many (the batch path).
+    a = client.submit(prompt="a's report", tenant="team-a", idempotency_key="nightly")
+    b = client.submit(prompt="b's report", tenant="team-b", idempotency_key="nightly")
+    assert b.created and b.id != a.id and client.get(b.id).spec.tenant == "team-b"
+    squat = client.submit(prompt="b first", tenant="team-b", idempotency_key="squatted")
+    [later] = client.submit_many([{"prompt": "a later", "tenant": "team-a", "idempotency_key": "squatted"}])
+    assert later.created and later.id != squat.id and client.get(later.id).spec.prompt == "a later"
+    # Within a tenant the key still gives the same job, and the default tenant keeps its key names.
+    again = client.submit(prompt="a's report", tenant="team-a", idempotency_key="nightly")
+    assert (again.id, again.created) == (a.id, False)
+    plain = client.submit(prompt="default's", idempotency_key="nightly")
+    assert plain.created and plain.id not in (a.id, b.id)
+    assert redis_client.get(client.store.keys.prefix + "idem:nightly") == plain.id.encode()
+    assert len(_broker_messages(redis_client, client.settings.queue)) == 5
+
+
+def test_a_tenants_job_index_drops_expired_jobs_as_new_ones_come(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[[tenants]]\nname = "team-a"\n')
+    client = Client(settings.model_copy(update={"tenants_file": tenants}), redis_client=redis_client)
+    keys, week_ago = client.store.keys, utcnow() - timedelta(seconds=client.settings.result_ttl_s + 60)
+    spec = JobSpec(prompt="old", tenant="team-a")
+    old = [JobRecord(id=f"old-{i}", spec=spec, status="queued", created_at=week_ago) for i in range(5)]
+    for record in old:
+        client.store.queue_create(redis_client, record, indexed=True)
+    index = keys.tenant_index("team-a")
+    assert redis_client.zcard(index) == 5
+    redis_client.delete(*[keys.job(r.id) for r in old[1:]])  # four expired; old-0 still active past the retention
+    # Each new entry looks at two of the oldest and takes out those whose record is gone (old-0 stays: active).
+    new = client.submit(prompt="new", tenant="team-a").id
+    assert redis_client.zcard(index) == 5 and redis_client.zscore(index, "old-1") is None
+    new_many = [h.id for h in client.submit_many([{"prompt": "new", "tenant": "team-a"}] * 2)]  # the batch path
+    assert {i.decode() for i in redis_client.zrange(index, 0, -1)} == {"old-0", new, *new_many}
+    listed = [r.id for r in client.list(tenant="team-a") if isinstance(r, JobRecord)]
+    assert set(listed[:2]) == set(new_many) and listed[2:] == [new, "old-0"]  # newest first (the batch: one time)
 
 
 def test_cli_submit_then_status_json(settings: Settings, redis_client: redis.Redis, client: Client) -> None:

@@ -59,3 +59,18 @@ def test_show_then_delete_a_conversation(env: None, settings: Settings, redis_cl
     gone = runner.invoke(conversation_app, ["show", "support-42", "--json"])
     assert gone.exit_code == EXIT_NOT_FOUND
     assert "no conversation" in json.loads(gone.output)["error"]
+
+
+def test_the_commands_look_in_one_tenants_conversations(
+    env: None, settings: Settings, redis_client: redis.Redis
+) -> None:
+    convs = ConversationStore.from_settings(settings, redis_client)
+    convs.record_turn("chat", Turn(job_id="ja", status="succeeded", session_id="sa", finished_at=T0), True, "team-a")
+    runner = CliRunner()
+    assert runner.invoke(conversation_app, ["show", "chat", "--json"]).exit_code == EXIT_NOT_FOUND
+    shown = runner.invoke(conversation_app, ["show", "chat", "--tenant", "team-a", "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.output)["session_id"] == "sa"
+    assert json.loads(runner.invoke(conversation_app, ["list", "--json"]).output) == []
+    assert json.loads(runner.invoke(conversation_app, ["list", "--tenant", "team-a", "--json"]).output) == ["chat"]
+    assert runner.invoke(conversation_app, ["delete", "chat", "--tenant", "team-a"]).exit_code == 0
+    assert convs.info("chat", "team-a") is None
