@@ -89,11 +89,21 @@ def _order(view: AccountView, index: int, now: datetime) -> tuple[bool, float, f
     return (view.state.state == "warning", utilization(view.state, now) / weight, load / weight, index)
 
 
-def eligible(accounts: Sequence[AccountView], *, model: str | None, pin: str | None) -> list[str]:
-    """The accounts that may ever run the job (pinned, allowing its model, not disabled), in pool order: the lines it
-    waits in, so that a slot freeing on any of them is handed to it."""
+def _allows(view: AccountView, model: str | None, fallback_model: str | None) -> bool:
+    """Whether the account's `models` allow every model a run may answer on: its model and, when set, the fallback
+    the CLI switches to by itself (claudeq/permissions.py `spec_models`)."""
+    return view.config.allows_model(model) and (fallback_model is None or view.config.allows_model(fallback_model))
+
+
+def eligible(
+    accounts: Sequence[AccountView], *, model: str | None, pin: str | None, fallback_model: str | None = None
+) -> list[str]:
+    """The accounts that may ever run the job (pinned, allowing its models, not disabled), in pool order: the lines
+    it waits in, so that a slot freeing on any of them is handed to it."""
     return [
-        a.name for a in accounts if (pin is None or a.name == pin) and a.config.allows_model(model) and not a.disabled()
+        a.name
+        for a in accounts
+        if (pin is None or a.name == pin) and _allows(a, model, fallback_model) and not a.disabled()
     ]
 
 
@@ -105,6 +115,7 @@ def choose(
     now: datetime,
     exclude: Collection[str] = frozenset(),
     family: str = "-",
+    fallback_model: str | None = None,
 ) -> list[AccountConfig] | NoAccount:
     """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can). `family` is
     the job's model family: windows and cooldowns of other families do not hold it back."""
@@ -115,10 +126,11 @@ def choose(
         pool = [(i, a) for i, a in pool if a.name == pin]
         if not pool:
             return NoAccount(now, f"pinned account {pin!r} is not configured", [], permanent=True)
-    allowed = [(i, a) for i, a in pool if a.config.allows_model(model)]
+    allowed = [(i, a) for i, a in pool if _allows(a, model, fallback_model)]
     if not allowed:
         where = f"pinned account {pin!r}" if pin is not None else "no configured account"
-        return NoAccount(now, f"{where} allows model {model!r}", [], permanent=True)
+        also = f" with fallback_model {fallback_model!r}" if fallback_model is not None else ""
+        return NoAccount(now, f"{where} allows model {model!r}{also}", [], permanent=True)
     live = [(i, a) for i, a in allowed if not a.disabled()]
     if not live:
         if pin is not None:

@@ -27,6 +27,7 @@ from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.permissions import spec_models
 from claudeq.script_calls import ScriptCall
 from claudeq.tenant_state import BALANCE_REPAY_S, AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
@@ -308,6 +309,7 @@ class AccountManager:
                 now=_dt(now),
                 exclude=exclude | set(over) | reserved,
                 family=family,
+                fallback_model=spec.fallback_model,
             )
             if isinstance(decision, NoAccount):
                 if reused:
@@ -364,7 +366,11 @@ class AccountManager:
             # waiting in place for one would be in no line and take it only by asking first).
             skip = set(in_line) | set(ramping) | exclude | set(over) | reserved
             named = in_line + ramping
-            lines = named + [n for n in eligible(views, model=spec.model, pin=spec.account) if n not in skip]
+            lines = named + [
+                n
+                for n in eligible(views, model=spec.model, pin=spec.account, fallback_model=spec.fallback_model)
+                if n not in skip
+            ]
             later = _dt(time.time() + self.settings.lease_ttl_s)
             why = (
                 f"waiting in line behind better-ranked jobs on {', '.join(in_line)}"
@@ -507,7 +513,7 @@ class AccountManager:
             created_s = datetime.fromisoformat(text(created)).timestamp()
         except ValueError:
             return None
-        if spec.account not in (None, account.name) or not account.allows_model(spec.model):
+        if spec.account not in (None, account.name) or not all(account.allows_model(m) for _, m in spec_models(spec)):
             return None
         if tenant.accounts is not None and account.name not in tenant.accounts:
             return None

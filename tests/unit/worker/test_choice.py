@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import AccountState, WindowInfo
-from claudeq.worker.account_choice import AccountView, NoAccount, choose, utilization
+from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible, utilization
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -120,6 +120,16 @@ def test_model_restrictions() -> None:
     accounts = [view("a", models=["opus"]), view("b", models=["haiku"])]
     assert names(choose(accounts, model="haiku", pin=None, now=NOW)) == ["b"]
     assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["a", "b"]
+
+
+def test_an_accounts_models_hold_for_the_fallback_model_too() -> None:
+    """The CLI switches to `fallback_model` by itself: an account allowing only haiku never runs a job that may
+    fall back to opus, and says so (a permanent answer, so the job fails rather than waits)."""
+    accounts = [view("a", models=["haiku"]), view("b", models=["haiku", "opus"])]
+    assert names(choose(accounts, model="haiku", pin=None, now=NOW, fallback_model="opus")) == ["b"]
+    assert eligible(accounts, model="haiku", pin=None, fallback_model="opus") == ["b"]
+    refused = choose(accounts[:1], model="haiku", pin=None, now=NOW, fallback_model="opus")
+    assert isinstance(refused, NoAccount) and refused.permanent and "fallback_model 'opus'" in refused.reason
 
 
 def test_exclude_skips_an_account_but_it_may_be_waited_for() -> None:
