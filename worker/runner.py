@@ -379,7 +379,8 @@ class Runner:
             tools=self.tools,
             session_store=req.session_store,
         )
-        return fingerprint(options, req.account)
+        # A warm CLI serves one tenant: its config dir keeps its earlier jobs' transcripts, never another team's.
+        return f"{req.spec.tenant}|{fingerprint(options, req.account)}"
 
     async def _start_warm(self, req: RunRequest, key: str) -> WarmCli | RunOutcome:
         """A new CLI for warm use (not started yet: the job's prompt connects it), or the outcome of a run that

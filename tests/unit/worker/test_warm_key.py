@@ -71,6 +71,7 @@ def test_the_key_ignores_the_prompt_and_the_job_but_not_any_option(runner: Runne
     keys = {runner._warm_key(req(runner, **v)) for v in variants}
     assert base not in keys and len(keys) == len(variants)
     assert runner._warm_key(req(runner, account="b")) != base
+    assert runner._warm_key(req(runner, tenant="team-b")) != base  # a warm CLI never serves two tenants
     # The same MCP tools give the same key (the server instance is made per run).
     assert runner._warm_key(req(runner, mcp_tools=["add"])) == runner._warm_key(req(runner, mcp_tools=["add"]))
 
