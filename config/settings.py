@@ -76,7 +76,8 @@ class WorkerPolicy(BaseModel):
         default=False,
         description="Run a shell job's commands in Claude Code's own sandbox too (bubblewrap on Linux: writes only "
         "under the cwd, no network), a second layer beside the run uid; with failIfUnavailable, so a host without "
-        "bubblewrap fails such jobs rather than run them unsandboxed (docs/cli-behaviour.md#the-shell-sandbox).",
+        "bubblewrap fails such jobs rather than run them unsandboxed "
+        "(docs/cli-behaviour.md#file-tool-paths-and-the-shell-sandbox).",
     )
     shared_uid_ok: bool = Field(
         default=False,

@@ -234,7 +234,8 @@ def build_options(
         hooks = {"PreToolUse": [HookMatcher(matcher="|".join(sorted(FILE_TOOLS)), hooks=[hook])]}
     sandbox: SandboxSettings | None = None
     if policy.shell_sandbox and "Bash" in builtin:
-        # A second layer for shell commands (docs/cli-behaviour.md#the-shell-sandbox): never unsandboxed.
+        # A second layer for shell commands, never unsandboxed
+        # (docs/cli-behaviour.md#file-tool-paths-and-the-shell-sandbox).
         sandbox = {"enabled": True, "autoAllowBashIfSandboxed": True, "allowUnsandboxedCommands": False}
         sandbox["failIfUnavailable"] = True  # type: ignore[typeddict-unknown-key]  # the CLI's, not in the SDK's type
     output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None

@@ -5,7 +5,8 @@ what the run uid alone still allows — writing outside its cwd in a world-writa
 (the Redis port on this host). With the sandbox off the command does both. With it on the command never runs
 unsandboxed: either the sandbox runs it (writes only in the workspace, no network) or, where the sandbox cannot
 start (no bubblewrap; or, as measured with CLI 2.1.332 here, its network bridges fail to come up), the CLI refuses
-to run it at all (failIfUnavailable, allowUnsandboxedCommands off). docs/cli-behaviour.md#the-shell-sandbox."""
+to run it at all (failIfUnavailable, allowUnsandboxedCommands off).
+docs/cli-behaviour.md#file-tool-paths-and-the-shell-sandbox."""
 
 from __future__ import annotations
 
