@@ -16,6 +16,7 @@ from rich.console import Console
 from claudeq.config.settings import Settings, load_settings
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
+from claudeq.producer.extras import exit_missing
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -96,6 +97,8 @@ def delete(name: str, as_json: JsonOpt = False) -> None:
         deleted = asyncio.run(run())
     except redis.RedisError as exc:
         raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
+    except ModuleNotFoundError as exc:  # a producer installed without the worker extra has no SDK
+        exit_missing("claudeq conversation delete", exc, as_json)
     if as_json:
         print(json.dumps({"name": name, "deleted": True, "sessions": deleted}))
     else:
