@@ -55,7 +55,28 @@ def _sources(room: str) -> dict[str, str]:
 
 def test_the_contract_imports_neither_producer_nor_worker() -> None:
     allowed = ALLOWED["claudeq"] + tuple(contract_modules())
-    assert violations("claudeq", _sources("claudeq"), allowed) == []
+    sources = _sources("claudeq")
+    root = {"__init__.py": sources.pop("__init__.py")}
+    assert violations("claudeq", sources, allowed) == []
+    # The package root also names the producer's client, which it loads only when first named (claudeq/__init__.py).
+    assert violations("claudeq", root, (*allowed, "claudeq.producer.client")) == []
+
+
+def test_importing_the_package_root_loads_only_the_error_tree() -> None:
+    code = "import sys, claudeq\nprint(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'claudeq')))\n"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "claudeq,claudeq.errors"
+
+
+def test_the_command_line_loads_no_worker_package_until_a_command_needs_one() -> None:
+    """`claudeq --help` and the producer's commands run on the base install (docs/architecture.md#packaging)."""
+    extras = (*NOT_FOR_PRODUCERS[:2], "celery", "kombu", "mcp", "tenacity")
+    code = (
+        "import sys, claudeq.producer.cli, claudeq.producer.top\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {extras!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
 
 
 def test_config_imports_only_itself_and_the_error_tree() -> None:
