@@ -18,6 +18,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 #: Modules the client must not load: the SDK, Prometheus, Celery's worker machinery, any worker module.
 NOT_FOR_PRODUCERS = ("claude_agent_sdk", "prometheus_client", "celery.worker", "claudeq.worker")
+#: Nor, to submit, Celery or kombu at all: the base install has neither (docs/architecture.md#packaging).
+NOT_FOR_SUBMITTING = ("celery", "kombu")
 
 
 def claudeq_imports(source: str) -> set[str]:
@@ -96,6 +98,19 @@ def test_importing_the_client_loads_no_sdk_no_prometheus_no_celery_worker_no_wor
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_a_client_loads_no_celery_until_asked_for_its_app() -> None:
+    code = (
+        "import sys\nfrom claudeq.config.settings import Settings\nfrom claudeq.producer.client import Client\n"
+        "client = Client(Settings(_env_file=None))\n"
+        "client.validate(prompt='hi')\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {NOT_FOR_SUBMITTING!r})))\n"
+        "client.celery\n"
+        "print('celery' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["", "True"]  # built on first use, as before
 
 
 def test_a_forbidden_import_is_caught() -> None:
