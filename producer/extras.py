@@ -2,12 +2,15 @@
 
 `pip install claudeq` is the producer; the fleet's packages come with `claudeq[worker]` and `claudeq mcp`'s with
 `claudeq[mcp]` (pyproject.toml, docs/architecture.md#packaging). The commands that need them import them when they
-run, never when the command line loads.
+run, never when the command line loads. The fleet's own console scripts (`claudeq-worker`, `claudeq-sim`) are
+installed with the base too, so they start through `worker_main` and `sim_main` here, which say the same.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from typing import NoReturn
 
 import typer
@@ -25,6 +28,9 @@ EXTRA_OF: dict[str, str] = {
     "celery": "worker",
     "kombu": "worker",
     "tenacity": "worker",
+    "httpx": "worker",
+    "starlette": "worker",
+    "uvicorn": "worker",
 }
 
 
@@ -47,3 +53,23 @@ def exit_missing(command: str, exc: ModuleNotFoundError, as_json: bool = False) 
     else:
         Console(stderr=True).print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_ERROR)
+
+
+def _fleet_main(command: str, module: str) -> int:
+    """Run `module.main()`; a fleet package missing at any point of it ends in `missing_extra`'s line and exit 1."""
+    try:
+        code: int = importlib.import_module(module).main()
+    except ModuleNotFoundError as exc:
+        print(f"error: {missing_extra(command, exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    return code
+
+
+def worker_main() -> int:
+    """`claudeq-worker` (claudeq.worker.main)."""
+    return _fleet_main("claudeq-worker", "claudeq.worker.main")
+
+
+def sim_main() -> int:
+    """`claudeq-sim` (claudeq.simulator.__main__)."""
+    return _fleet_main("claudeq-sim", "claudeq.simulator.__main__")

@@ -156,10 +156,12 @@ def _installed(python: Path) -> set[str]:
     return {_normalised(d["name"]) for d in json.loads(done.stdout)}
 
 
-def _claudeq(python: Path, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """The base install's `claudeq` console script, with only the settings in `env`."""
+def _claudeq(
+    python: Path, *args: str, cwd: Path, script: str = "claudeq", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The base install's `claudeq` console script (or another, `script`), with only the settings in `env`."""
     return subprocess.run(
-        [str(python.parent / "claudeq"), *args],
+        [str(python.parent / script), *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -263,12 +265,14 @@ def test_commands_needing_an_extra_name_it_on_the_base_install(
     conversations = ConversationStore.from_settings(settings, redis_client)
     turn = Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=utcnow())
     conversations.record_turn("pkg-conv", turn, True)
-    for args, extra in (
-        (["mcp"], "mcp"),
-        (["exporter", "--port", "0"], "worker"),
-        (["conversation", "delete", "pkg-conv"], "worker"),
+    for script, args, extra in (
+        ("claudeq", ["mcp"], "mcp"),
+        ("claudeq", ["exporter", "--port", "0"], "worker"),
+        ("claudeq", ["conversation", "delete", "pkg-conv"], "worker"),
+        ("claudeq-worker", ["--check"], "worker"),
+        ("claudeq-sim", ["--port", "0"], "worker"),
     ):
-        done = _claudeq(base_python, *args, cwd=tmp_path, **env)
+        done = _claudeq(base_python, *args, cwd=tmp_path, script=script, **env)
         assert done.returncode == 1, (args, done.stderr[-2000:])
         assert "Traceback" not in done.stderr, args
         assert done.stderr.strip().endswith(f"pip install 'claudeq[{extra}]'"), (args, done.stderr)
