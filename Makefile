@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint types pytest bench bench-scale soak compose-check clean
+.PHONY: venv demo test test-fast lint types pytest bench bench-scale soak compose-check clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,10 @@ pytest: venv
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: lint types pytest
+
+# The unit tier alone (tests/unit: plain values and fakeredis, no Redis server, no CLI), in under a minute.
+test-fast: venv
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 # The long chaos soak (tests/chaos/): 3,000 jobs through 3 workers while a killer SIGKILLs them, Redis restarts and
 # the simulator injects faults; prints the table of what the witnesses saw. Smaller: make soak SOAK_ARGS="--jobs 300"

@@ -26,6 +26,7 @@ from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.client import Client
+from claudeq.producer.extras import exit_missing
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 
@@ -69,7 +70,10 @@ def exporter(
 ) -> None:
     """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
     # Fleet code (prometheus_client): loaded when the exporter runs, never by a producer importing the CLI.
-    from claudeq.worker.exporter import exporter_command
+    try:
+        from claudeq.worker.exporter import exporter_command
+    except ModuleNotFoundError as exc:
+        exit_missing("claudeq exporter", exc)
 
     exporter_command(port, addr)
 
@@ -500,7 +504,10 @@ def mcp_cmd(
 ) -> None:
     """Serve the fleet as an MCP server (stdio by default): submit_job, get_job, list_jobs, cancel_job, wait_job,
     accounts. `claude mcp add claudeq -- claudeq mcp`."""
-    from claudeq.producer.mcp_server import parse_address, serve  # imports `mcp`: only for this command
+    try:
+        from claudeq.producer.mcp_server import parse_address, serve  # imports `mcp`: only for this command
+    except ModuleNotFoundError as exc:
+        exit_missing("claudeq mcp", exc)
 
     if http is not None:
         try:

@@ -17,6 +17,7 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
+from claudeq.producer.extras import exit_missing
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -99,6 +100,8 @@ def delete(name: str, tenant: TenantOpt = DEFAULT_TENANT, as_json: JsonOpt = Fal
         deleted = asyncio.run(run())
     except redis.RedisError as exc:
         raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
+    except ModuleNotFoundError as exc:  # a producer installed without the worker extra has no SDK
+        exit_missing("claudeq conversation delete", exc, as_json)
     if as_json:
         print(json.dumps({"name": name, "deleted": True, "sessions": deleted}))
     else:

@@ -100,10 +100,20 @@ class Client:
     ) -> None:
         self.settings = settings or load_settings()
         self.store = make_store(self.settings, redis_client)
-        self.celery = celery_app or make_celery(self.settings, main="claudeq-producer")
+        self._celery = celery_app
         self._tag = self.store.redis.register_script(tenant_scripts.TAG)
         self._conversations = ConversationStore(self.store.redis, self.store.keys, self.settings.session_retention_s)
         self._tenants_in_use: tuple[float, bool] | None = None  # (monotonic time read, whether the fleet uses them)
+
+    @property
+    def celery(self) -> Any:
+        """A Celery app on the same broker, built when first asked for (`send_run`, tests, benchmarks).
+
+        Submitting never needs it (the broker message is written directly, claudeq/broker_message.py), so a
+        producer installed without the `worker` extra has no Celery (docs/architecture.md#packaging)."""
+        if self._celery is None:
+            self._celery = make_celery(self.settings, main="claudeq-producer")
+        return self._celery
 
     def validate(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobSpec:
         """Check a spec without submitting it; JobSpecError names the field and the reason."""

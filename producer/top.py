@@ -30,11 +30,11 @@ from rich.text import Text
 
 from claudeq.account_state import AccountStore
 from claudeq.errors import ConfigError, RecordUnreadable
+from claudeq.job_counts import status_counts
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
 from claudeq.producer.client import Client
 from claudeq.worker.broker import queue_lists
-from claudeq.worker.exporter import status_counts
 
 #: Jobs looked at for "recent finishes" and jobs/s (newest first by creation).
 RECENT_WINDOW = 200

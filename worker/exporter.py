@@ -25,8 +25,9 @@ from claudeq.account_state import AccountStore
 from claudeq.config.account_pool import AccountPool
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
+from claudeq.job_counts import status_counts
 from claudeq.keys import Keys
-from claudeq.models import TERMINAL, JobStatus
+from claudeq.models import JobStatus
 from claudeq.producer.client import make_store
 from claudeq.tenant_state import TenantStore
 from claudeq.worker.broker import KOMBU_PRIORITIES, queue_lists
@@ -289,36 +290,6 @@ class ClusterCollector(Collector):
         workers.add_metric(["live"], int(live))
         workers.add_metric(["stale"], int(stale))
         return [workers]
-
-
-def status_counts(client: redis.Redis, keys: Keys, now: float) -> dict[str, int]:
-    """Jobs per status, O(statuses + hours of retention), never O(jobs).
-
-    Active statuses are the sizes of their indexes (`queued`, `deferred`, `running`), which the status scripts keep
-    in the same atomic step as the status itself: exact. A finished job is counted under the hour its retention ends
-    and leaves the count when that hour is over, so a finished count may include jobs that expired less than an
-    hour ago."""
-    pipe = client.pipeline(transaction=False)
-    pipe.zcard(keys.queued)
-    pipe.zcard(keys.deferred)
-    pipe.zcard(keys.running)
-    finished = [status for status in JOB_STATUSES if status in TERMINAL]
-    for status in finished:
-        pipe.hgetall(keys.finished_counts(status))
-    queued, deferred, running, *hours = pipe.execute()
-    counts = {"queued": int(queued), "deferred": int(deferred), "running": int(running)}
-    current = int(now // 3600)
-    for status, by_hour in zip(finished, hours, strict=True):
-        counts[status] = max(0, sum(_count(n) for hour, n in by_hour.items() if _count(hour) > current))
-    return counts
-
-
-def _count(value: bytes | str | None) -> int:
-    """A stored counter; one that is not an integer (damaged) counts as 0 rather than failing the scrape."""
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
 
 
 def build_registry(settings: Settings, client: redis.Redis | None = None) -> CollectorRegistry:

@@ -1,12 +1,16 @@
-"""The distribution a producer installs: one top-level import name, `claudeq`, and nothing generic beside it.
+"""The distribution a producer installs: one top-level import name, `claudeq`, and nothing generic beside it; and
+what `pip install claudeq` brings: the producer, without the fleet's packages (docs/architecture.md#packaging).
 
 Builds the wheel of this checkout (in a copy, so the tree is left as it is), installs it into a fresh virtualenv
-whose only other packages are this environment's dependencies, and imports from there as a user would.
+whose only other packages are this environment's dependencies, and imports from there as a user would. Then installs
+it with pip itself, dependencies resolved from the configured index, into a virtualenv of its own (no system site
+packages): what a web app that only enqueues jobs gets, used against the real Redis.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +20,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import redis
 
+from claudeq.config.settings import Settings
+from claudeq.conversations import ConversationStore, Turn
+from claudeq.models import utcnow
+from claudeq.producer.client import make_store
+from claudeq.worker.broker import job_id_of
 from tests.support.tree import ROOT
 
 #: What the wheel is built from (the rooms are linked into claudeq/, see pyproject.toml).
@@ -104,3 +114,176 @@ def test_installed_wheel_imports_as_claudeq_only(wheel_python: Path, tmp_path: P
     assert Path(seen["client"]).resolve().is_relative_to(wheel_python.parent.parent.resolve())
     assert seen["top"].split() == ["claudeq"]
     assert seen["failed"] == {"config": True, "worker": True, "producer": True, "simulator": True}
+
+
+#: Distributions of the fleet that `pip install claudeq` must not bring (normalised names).
+FLEET_ONLY = {"claude-agent-sdk", "prometheus-client", "celery", "kombu", "mcp", "uvicorn", "starlette", "tenacity"}
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without anything that would point Python or claudeq elsewhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDEQ_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(extra)
+    return env
+
+
+def _pip(python: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m pip ARGS`, on the index pip is configured with here (as a user's `pip install` would be)."""
+    return subprocess.run(
+        [str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout, env=_clean_env()
+    )
+
+
+def _normalised(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+@pytest.fixture(scope="module")
+def base_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a fresh virtualenv (no system site packages) into which `pip install <wheel>` installed
+    claudeq and its base dependencies."""
+    env_dir = tmp_path_factory.mktemp("base-venv")
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    done = _pip(python, "install", "-q", str(wheel))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return python
+
+
+def _installed(python: Path) -> set[str]:
+    done = _pip(python, "list", "--format", "json", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {_normalised(d["name"]) for d in json.loads(done.stdout)}
+
+
+def _claudeq(
+    python: Path, *args: str, cwd: Path, script: str = "claudeq", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The base install's `claudeq` console script (or another, `script`), with only the settings in `env`."""
+    return subprocess.run(
+        [str(python.parent / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env=_clean_env(**env),
+    )
+
+
+def test_pip_install_claudeq_brings_no_sdk_no_prometheus_no_celery(base_python: Path) -> None:
+    installed = _installed(base_python)
+    assert "claudeq" in installed
+    assert installed & FLEET_ONLY == set()
+
+
+def test_the_base_install_offers_the_producer_surface(base_python: Path, tmp_path: Path) -> None:
+    code = (
+        "import json, sys, claudeq\n"
+        "light = sorted(m for m in sys.modules if m.startswith('claudeq'))\n"
+        "from claudeq import Client, AsyncClient, JobSpec, JobRecord, ClaudeqError, JobSpecError, JobNotFound\n"
+        "assert issubclass(JobSpecError, ClaudeqError) and issubclass(JobNotFound, ClaudeqError)\n"
+        "JobSpec(prompt='hi')\n"
+        "print(json.dumps({'version': claudeq.__version__, 'light': light, 'client': Client.__module__,\n"
+        "                  'async': AsyncClient.__module__, 'record': JobRecord.__module__}))\n"
+    )
+    done = subprocess.run(
+        [str(base_python), "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=_clean_env(),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen == {
+        "version": "0.1.0",
+        "light": ["claudeq", "claudeq.errors"],
+        "client": "claudeq.producer.client",
+        "async": "claudeq.producer.client",
+        "record": "claudeq.models",
+    }
+
+
+def test_claudeq_help_runs_on_the_base_install(base_python: Path, tmp_path: Path) -> None:
+    done = _claudeq(base_python, "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for command in ("submit", "wait", "status", "top", "mcp"):
+        assert command in done.stdout
+
+
+def test_submit_from_the_base_install_reaches_the_real_redis(
+    base_python: Path, settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """The Python client and the command line of the base install submit to Redis (this test's own key prefix and
+    queue, deleted afterwards by the `redis_client` fixture); `claudeq top` shows the queue."""
+    env = {
+        "CLAUDEQ_REDIS_URL": settings.redis_url,
+        "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
+        "CLAUDEQ_QUEUE": settings.queue,
+        "CLAUDEQ_QUEUES": json.dumps([settings.queue]),
+    }
+    code = (
+        "import sys\nfrom claudeq import Client\n"
+        "job = Client().submit(prompt='from a producer', idempotency_key='pkg-1')\n"
+        "print(job.id, job.record().status)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'kombu', 'claude_agent_sdk')))\n"
+    )
+    done = subprocess.run(
+        [str(base_python), "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=_clean_env(**env),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, loaded = done.stdout.splitlines()
+    from_python, status = first.split()
+    assert status == "queued"
+    assert loaded == "[]"
+
+    cli = _claudeq(base_python, "submit", "from the shell", "--json", cwd=tmp_path, **env)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    from_cli = json.loads(cli.stdout)["id"]
+
+    store = make_store(settings, redis_client)
+    for job_id in (from_python, from_cli):
+        assert store.get(job_id).status == "queued"
+    waiting = {job_id_of(raw) for raw in redis_client.lrange(settings.queue, 0, -1)}
+    assert waiting == {from_python, from_cli}  # the messages a worker consumes
+
+    top = _claudeq(base_python, "top", "--once", cwd=tmp_path, **env)
+    assert top.returncode == 0, top.stderr[-2000:]
+    assert "queued 2" in top.stdout
+
+
+def test_commands_needing_an_extra_name_it_on_the_base_install(
+    base_python: Path, settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    env = {"CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix}
+    conversations = ConversationStore.from_settings(settings, redis_client)
+    turn = Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=utcnow())
+    conversations.record_turn("pkg-conv", turn, True)
+    for script, args, extra in (
+        ("claudeq", ["mcp"], "mcp"),
+        ("claudeq", ["exporter", "--port", "0"], "worker"),
+        ("claudeq", ["conversation", "delete", "pkg-conv"], "worker"),
+        ("claudeq-worker", ["--check"], "worker"),
+        ("claudeq-sim", ["--port", "0"], "worker"),
+    ):
+        done = _claudeq(base_python, *args, cwd=tmp_path, script=script, **env)
+        assert done.returncode == 1, (args, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr, args
+        assert done.stderr.strip().endswith(f"pip install 'claudeq[{extra}]'"), (args, done.stderr)
+    assert conversations.info("pkg-conv") is not None
+
+
+def test_the_worker_extra_brings_the_sdk(base_python: Path, wheel: Path, tmp_path: Path) -> None:
+    """What `pip install 'claudeq[worker]'` would add to the base install, as pip resolves it (a dry run: the SDK's
+    wheel, with its bundled CLI, is not unpacked)."""
+    report = tmp_path / "report.json"
+    done = _pip(base_python, "install", "--dry-run", "-q", "--report", str(report), f"{wheel}[worker]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    adds = {_normalised(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
+    assert {"claude-agent-sdk", "prometheus-client", "celery", "mcp", "tenacity", "uvicorn"} <= adds

@@ -18,6 +18,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 #: Modules the client must not load: the SDK, Prometheus, Celery's worker machinery, any worker module.
 NOT_FOR_PRODUCERS = ("claude_agent_sdk", "prometheus_client", "celery.worker", "claudeq.worker")
+#: Nor, to submit, Celery or kombu at all: the base install has neither (docs/architecture.md#packaging).
+NOT_FOR_SUBMITTING = ("celery", "kombu")
 
 
 def claudeq_imports(source: str) -> set[str]:
@@ -55,7 +57,28 @@ def _sources(room: str) -> dict[str, str]:
 
 def test_the_contract_imports_neither_producer_nor_worker() -> None:
     allowed = ALLOWED["claudeq"] + tuple(contract_modules())
-    assert violations("claudeq", _sources("claudeq"), allowed) == []
+    sources = _sources("claudeq")
+    root = {"__init__.py": sources.pop("__init__.py")}
+    assert violations("claudeq", sources, allowed) == []
+    # The package root also names the producer's client, which it loads only when first named (claudeq/__init__.py).
+    assert violations("claudeq", root, (*allowed, "claudeq.producer.client")) == []
+
+
+def test_importing_the_package_root_loads_only_the_error_tree() -> None:
+    code = "import sys, claudeq\nprint(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'claudeq')))\n"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "claudeq,claudeq.errors"
+
+
+def test_the_command_line_loads_no_worker_package_until_a_command_needs_one() -> None:
+    """`claudeq --help` and the producer's commands run on the base install (docs/architecture.md#packaging)."""
+    extras = (*NOT_FOR_PRODUCERS[:2], "celery", "kombu", "mcp", "tenacity")
+    code = (
+        "import sys, claudeq.producer.cli, claudeq.producer.top\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {extras!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
 
 
 def test_config_imports_only_itself_and_the_error_tree() -> None:
@@ -75,6 +98,19 @@ def test_importing_the_client_loads_no_sdk_no_prometheus_no_celery_worker_no_wor
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_a_client_loads_no_celery_until_asked_for_its_app() -> None:
+    code = (
+        "import sys\nfrom claudeq.config.settings import Settings\nfrom claudeq.producer.client import Client\n"
+        "client = Client(Settings(_env_file=None))\n"
+        "client.validate(prompt='hi')\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {NOT_FOR_SUBMITTING!r})))\n"
+        "client.celery\n"
+        "print('celery' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["", "True"]  # built on first use, as before
 
 
 def test_a_forbidden_import_is_caught() -> None:
