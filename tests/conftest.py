@@ -35,6 +35,10 @@ def unique() -> str:
     return uuid.uuid4().hex[:10]
 
 
+#: (Redis URL, key prefix, queue) of every settings a test made: what the session sweeps when it ends.
+USED: set[tuple[str, str, str]] = set()
+
+
 def make_settings(redis_url: str, unique: str, **overrides: Any) -> Settings:
     """Settings isolated to one test: own key prefix and own queue."""
     queue = f"claudeq-test-{unique}"
@@ -45,7 +49,37 @@ def make_settings(redis_url: str, unique: str, **overrides: Any) -> Settings:
         "queues": [queue],
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    made = Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    USED.add((made.redis_url, made.key_prefix, made.queue))
+    return made
+
+
+def sweep(used: set[tuple[str, str, str]]) -> int:
+    """Delete every key under the prefixes (and the queues) of `used` on each Redis still answering; -> how many
+    there were. A test's own fixtures delete its keys; this catches what a worker wrote after them."""
+    left = 0
+    for url in {u for u, _, _ in used}:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
+        try:
+            client.ping()
+        except (redis.RedisError, OSError):
+            continue  # a private server already stopped, or no server behind a unit test's URL
+        try:
+            for _, prefix, queue in (entry for entry in used if entry[0] == url):
+                keys = [*client.scan_iter(match=f"{prefix}*", count=1000), *client.scan_iter(match=f"{queue}*")]
+                for start in range(0, len(keys), 500):
+                    left += int(client.delete(*keys[start : start + 500]))
+        finally:
+            client.close()
+    return left
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite leaves no key behind in a shared Redis: whatever the tests' settings named is removed here."""
+    left = sweep(USED)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if left and reporter is not None:
+        reporter.write_line(f"swept {left} keys the tests left behind in Redis")
 
 
 @pytest.fixture
