@@ -491,7 +491,7 @@ def parse_state(
 
 
 def reservations(raw: dict[str, str], slots_in_use: int, now: float, predictive: bool = True) -> list[Reservation]:
-    """The windows keeping new runs off the account (the `reserved` rule of account_scripts' _GATE, in Python).
+    """The windows keeping new runs off the account (the `reserved` rule of claudeq/lua/lib/gate.lua, in Python).
 
     A window that has not reset is at its ceiling (utilization >= ceiling), or, predictive, would likely pass it
     with the n > 0 runs in flight and one more: utilization + (n + 1) * est > ceiling, est being what one request
@@ -542,7 +542,7 @@ def _number(value: str | None) -> float | None:
 
 
 def held(raw: dict[str, str], slots_in_use: int, now: float) -> tuple[datetime, str] | None:
-    """Whether the account holds new runs back (the `_HELD` rule of account_scripts): until when and why.
+    """Whether the account holds new runs back (the `held` rule of claudeq/lua/lib/held.lua): until when and why.
 
     What the API last said is left (requests, or tokens at about `tk_est` per request), minus what the runs in
     flight may still take (one request each), is nothing: a new run now would likely be rejected. The hold ends at

@@ -65,7 +65,7 @@ class SlotRelease:
     """What a job's terminal write frees in the same script (FINISH): the run's account slot (`keys`: slots, account
     hash, its four lines; `args`: RELEASE's handout arguments), the job's entries in its tenants' active-job index
     (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
-    the `settle` Lua function, claudeq/tenant_scripts.py; None: nothing to count). After the write, `done` says
+    the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count). After the write, `done` says
     whether they were (the fence held: a write that did not land counted no spend) and `admitted` lists the waiters
     the slot was handed to (now queued: the caller sends their messages)."""
 
