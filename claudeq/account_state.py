@@ -190,10 +190,11 @@ class AccountStore(AsyncCalls):
         may_hold: bool = True,
         then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
     ) -> int:
-        """Take a slot on `name` for a job of model `family`: 1 acquired (or already held, e.g. handed over by a
-        release), 0 full, -1 disabled, -2 cooling (the account or the family), -3 held (what the API said is left is
-        spoken for by the runs in flight), -4 the free slots belong to waiters ranked before `rank` (None: no waiting
-        line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping.
+        """Take a slot on `name` for a job of model `family` -> a `Slot` code (claudeq/lua/results.py): ACQUIRED
+        (or already held, e.g. handed over by a release), FULL, DISABLED, COOLING (the account or the family), HELD
+        (what the API said is left is spoken for by the runs in flight), IN_LINE (the free slots belong to waiters
+        ranked before `rank`; None: no waiting line is consulted), RESERVED (a window at its ceiling, or predicted to
+        pass it), RAMPING.
         `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one). `then`: as
         for `atry_acquire`."""
         call = self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold)

@@ -24,6 +24,7 @@ from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, compact_json, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
+from claudeq.lua.results import Slot
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.worker import job_scripts as scripts
@@ -89,7 +90,7 @@ _STATUS_EVENT = {"queued": "requeued", "deferred": "deferred"}
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
 #: START's answer when the slot was taken but the run's fence no longer holds the job.
-START_LOST = -9
+START_LOST = Slot.START_LOST
 #: Expired leases the reconciler reads per pass (it recovers each; more wait for the next pass).
 EXPIRED_READ = 500
 

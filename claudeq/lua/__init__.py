@@ -6,24 +6,32 @@ several scripts share live in files of their own (`lib/`), and a script takes th
     --!include lib/settle.lua
 
 which is replaced by that file's text (its own includes resolved first). A file is taken in once per script however
-many of its includes name it (the first one places it), and a cycle of includes is refused. Each text is resolved
-once per process: the store modules (`claudeq/account_scripts.py`, …) read their constants from here at import.
+many of its includes name it (the first one places it), and a cycle of includes is refused. A script names the
+codes it answers with by the enums of `claudeq.lua.results` (`return {{Slot.RESERVED}}`): each placeholder is
+replaced by the member's integer. Each text is resolved once per process: the store modules
+(`claudeq/account_scripts.py`, …) read their constants from here at import.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from enum import IntEnum
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
+from claudeq.lua.results import RESULTS
+
 #: An include line: `--!include <path under this folder>.lua`, alone on its line.
 INCLUDE = re.compile(r"^--!include[ \t]+(\S+)[ \t]*$", re.MULTILINE)
+#: A result code by name: `{{Enum.MEMBER}}` (an enum of `claudeq.lua.results`, a member in upper case).
+PLACEHOLDER = re.compile(r"\{\{([A-Z]\w*)\.([A-Z][A-Z0-9_]*)\}\}")
 
 
 class IncludeError(ValueError):
-    """A script's includes cannot be resolved: a cycle, or a path that is not a `.lua` file under the folder."""
+    """A script cannot be resolved: an include cycle, a path that is not a `.lua` file under the folder, or a
+    placeholder that names no result code."""
 
 
 def _read(name: str, root: Traversable) -> str:
@@ -58,11 +66,24 @@ def resolve(name: str, read: Callable[[str], str]) -> str:
     return expand(name, ())
 
 
+def substitute(text: str, results: dict[str, type[IntEnum]]) -> str:
+    """`text` with each `{{Enum.MEMBER}}` replaced by that member's integer (`results`: the enums by name); a
+    placeholder naming no member raises IncludeError."""
+
+    def value(match: re.Match[str]) -> str:
+        enum, member = results.get(match.group(1)), match.group(2)
+        if enum is None or member not in enum.__members__:
+            raise IncludeError(f"{match.group(0)}: no such result code")
+        return str(int(enum.__members__[member]))
+
+    return PLACEHOLDER.sub(value, text)
+
+
 @cache
 def script(name: str) -> str:
     """The text Redis runs for script `name` (a path under this folder, e.g. `account/acquire.lua`)."""
     root = files(__name__)
-    return resolve(name, lambda n: _read(n, root))
+    return substitute(resolve(name, lambda n: _read(n, root)), RESULTS)
 
 
 def names() -> list[str]:

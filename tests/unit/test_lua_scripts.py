@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from claudeq import account_scripts, conversations, job_scripts, lua, tenant_scripts
-from claudeq.lua import IncludeError, names, resolve, script
+from claudeq.lua import IncludeError, names, resolve, script, substitute
+from claudeq.lua.results import RESULTS, Reserve, Slot
 from claudeq.worker import job_scripts as worker_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +71,27 @@ def test_a_script_name_outside_the_folder_or_not_lua_is_refused(name: str) -> No
 def test_an_include_inside_a_line_or_a_comment_text_is_not_an_include() -> None:
     files = {"a.lua": "x = 1 --!include lib/b.lua\n-- see --!include lib/b.lua\n"}
     assert resolve("a.lua", reader(files)) == files["a.lua"]
+
+
+# ---- result codes ------------------------------------------------------------------------------------------------
+
+
+def test_a_result_placeholder_becomes_its_integer_and_other_braces_stay() -> None:
+    text = "if g ~= {{Slot.OPEN}} then return { {{Reserve.RESERVED}}, w} end\nlocal t = {{a.b}, {ARGV[1], 'x'}}\n"
+    assert substitute(text, RESULTS) == "if g ~= 1 then return { -5, w} end\nlocal t = {{a.b}, {ARGV[1], 'x'}}\n"
+
+
+@pytest.mark.parametrize("text", ["return {{Slot.NOPE}}", "return {{Nope.FULL}}"])
+def test_a_placeholder_naming_no_result_code_is_refused(text: str) -> None:
+    with pytest.raises(IncludeError, match="no such result code"):
+        substitute(text, RESULTS)
+
+
+def test_the_scripts_answer_with_the_codes_python_reads() -> None:
+    assert "return -9" in script("job/start.lua")  # START_LOST, as the worker compares it
+    assert Slot.START_LOST == -9 and Slot.ACQUIRED == Slot.OPEN == 1 and Reserve.OVER_BUDGET == -4
+    for name in names():
+        assert "{{" + "Slot." not in script(name) and "{{" + "Reserve." not in script(name), name
 
 
 # ---- the shipped files -------------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ local function acquire(KEYS, ARGV)
       local closed = fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now
       if closed or reserved(st, others, now, fam, predictive) then
         redis.call('ZREM', KEYS[1], ARGV[1])
-        return -5
+        return {{Slot.RESERVED}}
       end
       redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-      return 1
+      return {{Slot.ACQUIRED}}
     end
     n = redis.call('ZCARD', KEYS[1])
   else
@@ -27,7 +27,7 @@ local function acquire(KEYS, ARGV)
     n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[4], '+inf')
   end
   local g = gate(KEYS[2], st, n, max, now, fam, predictive, rate, ARGV[10])
-  if g ~= 1 then return g end
+  if g ~= {{Slot.OPEN}} then return g end
   -- With no rank, or no line holding anyone, the job is in no line. `wq` is set whenever a job joins a line
   -- (ADD_WAITER): without it the lines are empty and need no look; with it, the look clears it once they are.
   local waiting = ARGV[5] == ''
@@ -44,7 +44,7 @@ local function acquire(KEYS, ARGV)
     if rate > 0 and ramp_at and now >= ramp_at and (tonumber(st.ramp_n) or 0) < max then free = 1 end
     for i = 1, 4 do
       if ahead >= free then break end
-      if i == 1 or gate(KEYS[2], st, n, max, now, FAMS[i], predictive, rate, ARGV[10]) == 1 then
+      if i == 1 or gate(KEYS[2], st, n, max, now, FAMS[i], predictive, rate, ARGV[10]) == {{Slot.OPEN}} then
         local offset = 0
         while waiting and ahead < free do
           local e = redis.call('ZRANGEBYSCORE', KEYS[2 + i], '-inf', '(' .. ARGV[5], 'LIMIT', offset, 1)
@@ -60,11 +60,11 @@ local function acquire(KEYS, ARGV)
         end
       end
     end
-    if ahead >= free then return -4 end
+    if ahead >= free then return {{Slot.IN_LINE}} end
   end
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
   if waiting then redis.call('ZREM', KEYS[2 + tonumber(ARGV[7])], ARGV[1]) end
   redis.call('HINCRBY', KEYS[2], 'n:acquired', 1)
   started(KEYS[2], st, now)
-  return 1
+  return {{Slot.ACQUIRED}}
 end

@@ -58,7 +58,7 @@ local function admit(lines, slots, hash, max, expiry, now, job_prefix, jk, o, ou
     local best, best_score, best_raw, best_line = nil, nil, nil, nil
     local open = {}
     for i = 1, 4 do
-      if gate(hash, st, n, max, now, FAMS[i], o[1], o[2], o[3]) == 1 then
+      if gate(hash, st, n, max, now, FAMS[i], o[1], o[2], o[3]) == {{Slot.OPEN}} then
         open[i] = true
         while waiting do
           local head = redis.call('ZRANGE', lines[i], 0, 0, 'WITHSCORES')

@@ -1,7 +1,7 @@
 -- gate(hash, st, n, max, now, fam, predictive, rate, jitter): may a new run of model family `fam` start on this
--- account now? -> 1 open, else 0 full, -1 disabled, -2 cooling, -3 held (lib/held.lua), -5 reserved (ceiling
--- reached, or predicted to be), -6 ramping (the next start is due a little later). Also `reserved`, `ramp_from`,
--- `paced`, `started` and FAMS, the model families in line order.
+-- account now? -> Slot.OPEN, else FULL, DISABLED, COOLING, HELD (lib/held.lua), RESERVED (ceiling reached, or
+-- predicted to be), RAMPING (the next start is due a little later); the codes are claudeq/lua/results.py's. Also
+-- `reserved`, `ramp_from`, `paced`, `started` and FAMS, the model families in line order.
 --
 -- Window-aware admission (docs/architecture.md#window-aware-admission; `claudeq.account_state.reservations` is the
 -- same rule in Python). `pu:<window>` = "utilization reset est ceiling family k" of each window that reports a
@@ -65,18 +65,18 @@ local function started(hash, st, now)
     st.ramp_n = tostring(redis.call('HINCRBY', hash, 'ramp_n', 1))
   end
 end
--- A new run of family `fam` on this account now: 1 open, else 0 full, -1 disabled, -2 cooling, -3 held,
--- -5 reserved (ceiling reached, or predicted to be), -6 ramping (the next start is due a little later).
+-- A new run of family `fam` on this account now: OPEN, else FULL, DISABLED, COOLING, HELD, RESERVED (ceiling
+-- reached, or predicted to be), RAMPING (the next start is due a little later).
 local function gate(hash, st, n, max, now, fam, predictive, rate, jitter)
-  if st.state == 'disabled' then return -1 end
+  if st.state == 'disabled' then return {{Slot.DISABLED}} end
   local until_s = tonumber(st.cooldown_until or '0') or 0
-  if until_s > now then return -2 end
-  if fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now then return -2 end
-  if n >= max then return 0 end
+  if until_s > now then return {{Slot.COOLING}} end
+  if fam ~= '-' and (tonumber(st['cd:' .. fam] or '0') or 0) > now then return {{Slot.COOLING}} end
+  if n >= max then return {{Slot.FULL}} end
   local h = held(st, n, now)
-  if h then ramp_from(hash, st, h, jitter) return -3 end
+  if h then ramp_from(hash, st, h, jitter) return {{Slot.HELD}} end
   local r = reserved(st, n, now, fam, predictive)
-  if r then ramp_from(hash, st, r, jitter) return -5 end
-  if paced(st, now, rate, max) then return -6 end
-  return 1
+  if r then ramp_from(hash, st, r, jitter) return {{Slot.RESERVED}} end
+  if paced(st, now, rate, max) then return {{Slot.RAMPING}} end
+  return {{Slot.OPEN}}
 end

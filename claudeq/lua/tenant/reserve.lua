@@ -11,15 +11,16 @@
 --       ('' = the spec gave no budget), share ('' = none: the most runs in flight at once, to split what is left
 --       between when the spec gave no budget), turn field ('' = none: the spend hash's field holding what one turn of
 --       this model's runs costs, `turn:<model>`, see tenant/settle.lua)
--- Result: {1, grant ('' when uncapped), turn reserved beside it ('' = none)} admitted (a job already a member keeps
---   its slot, refreshed), {0, ''} at max, {-4, window ('hour' | 'day')} nothing (or less than one turn) left in that
---   window, {-5, window} what is left is reserved by the runs in flight (wait for one to end).
+-- Result: {code, ...}, the code a Reserve (claudeq/lua/results.py): {ADMITTED, grant ('' when uncapped), turn reserved
+--   beside it ('' = none)} (a job already a member keeps its slot, refreshed), {AT_MAX, ''}, {OVER_BUDGET, window
+--   ('hour' | 'day')} nothing (or less than one turn) left in that window, {RESERVED, window} what is left is
+--   reserved by the runs in flight (wait for one to end).
 
 local now = tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local member = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if ARGV[2] == '1' and not member and ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
-  return {0, ''}
+  return { {{Reserve.AT_MAX}}, ''}
 end
 local capped = ARGV[8] ~= '' or ARGV[9] ~= ''
 local grant, turn = nil, 0
@@ -50,10 +51,10 @@ if capped then
         for _, v in ipairs(redis.call('HMGET', KEYS[3], unpack(hours))) do spent = spent + (tonumber(v or '0') or 0) end
       end
       local unspent = tonumber(w[1]) - spent
-      if unspent - turn <= 1e-9 then return {-4, w[2]} end
-      if not known and others > 0 then return {-5, w[2]} end
+      if unspent - turn <= 1e-9 then return { {{Reserve.OVER_BUDGET}}, w[2]} end
+      if not known and others > 0 then return { {{Reserve.RESERVED}}, w[2]} end
       local left = unspent - reserved - turn
-      if left <= 1e-9 then return {-5, w[2]} end
+      if left <= 1e-9 then return { {{Reserve.RESERVED}}, w[2]} end
       if grant == nil or left < grant then grant = left end
     end
   end
@@ -68,6 +69,6 @@ end
 if ARGV[10] ~= '' and (grant == nil or tonumber(ARGV[10]) < grant) then grant = tonumber(ARGV[10]) end
 if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], ARGV[4], ARGV[1]) end
 if capped then redis.call('HSET', KEYS[2], ARGV[1], tostring(grant + turn)) end
-if grant == nil then return {1, '', ''} end
-if turn > 0 then return {1, tostring(grant), tostring(turn)} end
-return {1, tostring(grant), ''}
+if grant == nil then return { {{Reserve.ADMITTED}}, '', ''} end
+if turn > 0 then return { {{Reserve.ADMITTED}}, tostring(grant), tostring(turn)} end
+return { {{Reserve.ADMITTED}}, tostring(grant), ''}
