@@ -24,7 +24,7 @@ from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, compact_json, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
-from claudeq.lua.results import Slot
+from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.worker import job_scripts as scripts
@@ -569,9 +569,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
 
 def _written(reply: Any) -> Written:
-    """WRITE's answer: 0 stale, 1 written, 2 cancelled instead (the cancel flag, at a write to queued or deferred)."""
+    """WRITE's (or RECOVER's) answer: LOST stale, WRITTEN, CANCELLED instead (the cancel flag, at a write to queued
+    or deferred)."""
     answer = int(reply)
-    return CANCELLED if answer == 2 else answer == 1
+    return CANCELLED if answer == Write.CANCELLED else answer == Write.WRITTEN
 
 
 def _fence_and_status(reply: list[Any]) -> tuple[int | None, str | None]:

@@ -36,5 +36,13 @@ class Reserve(IntEnum):
     RESERVED = -5  # what is left is reserved by the runs in flight
 
 
+class Write(IntEnum):
+    """A fenced write's answer: WRITE's (job/write.lua, lib/write.lua) and RECOVER's (job/recover.lua)."""
+
+    LOST = 0  # the fence no longer holds the running job (RECOVER: nothing to recover): nothing written
+    WRITTEN = 1  # written (RECOVER: recovered)
+    CANCELLED = 2  # the job's cancel flag was set: it ended `cancelled` instead of going to queued or deferred
+
+
 #: The enums a script may name, by the name it uses.
-RESULTS: dict[str, type[IntEnum]] = {"Slot": Slot, "Reserve": Reserve}
+RESULTS: dict[str, type[IntEnum]] = {"Slot": Slot, "Reserve": Reserve, "Write": Write}

@@ -10,13 +10,14 @@
 -- Result: {0} when the fence no longer holds the job (nothing written, released or counted: the new owner may hold
 --   this very slot, and the caller counts the spend itself), else {1, ids...}.
 
+--!include lib/account_state.lua
 --!include lib/release.lua
 --!include lib/settle.lua
 --!include lib/write.lua
 
 local ns = tonumber(ARGV[8])
 local wargv = {unpack_(ARGV, 17)}
-if write(KEYS, wargv) == 0 then return {0} end
+if write(KEYS, wargv) == {{Write.LOST}} then return {0} end
 if ns > 0 then settle({unpack_(KEYS, 12, 11 + ns)}, ARGV, 9) end
 local out = {1}
 release(wargv[1], KEYS[6], KEYS[7], {KEYS[8], KEYS[9], KEYS[10], KEYS[11]}, tonumber(ARGV[3]), ARGV[4],

@@ -6,8 +6,8 @@
 --       finished_counts_prefix, on_cancel, field, value, ... (no fields: status only)
 -- on_cancel ('' with `failed`): what a job whose cancel flag is set ends with instead of `queued` (a cancel that came
 -- while it ran is not lost with its worker): the JSON list [cancelled event, error JSON, finished_at].
--- Result: 0 nothing to recover (not running, another fence, or the lease still live), 1 recovered, 2 cancelled
---   instead.
+-- Result: a Write code (claudeq/lua/results.py): LOST (nothing to recover: not running, another fence, or the
+--   lease still live), WRITTEN (recovered), CANCELLED (instead).
 
 --!include lib/count_finished.lua
 --!include lib/compact_events.lua
@@ -16,13 +16,13 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel')
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or (expiry and expiry > tonumber(ARGV[3])) then
   if cur[1] ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) end
-  return 0
+  return {{Write.LOST}}
 end
-local new, event, answer = ARGV[6], ARGV[4], 1
+local new, event, answer = ARGV[6], ARGV[4], {{Write.WRITTEN}}
 if #ARGV >= 11 then redis.call('HSET', KEYS[1], unpack(ARGV, 10)) end
 if new == 'queued' and cur[3] and ARGV[9] ~= '' then
   local alt = cjson.decode(ARGV[9])
-  new, event, answer = 'cancelled', alt[1], 2
+  new, event, answer = 'cancelled', alt[1], {{Write.CANCELLED}}
   redis.call('HSET', KEYS[1], 'error', alt[2], 'finished_at', alt[3])
 end
 if event ~= '' then redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'event', event) end

@@ -6,10 +6,11 @@
 -- Result: account/acquire.lua's answer; Slot.START_LOST: the slot was taken but the fence no longer holds the job
 --   (nothing written; the slot is left to expire: the new owner may hold this very slot, members being job ids).
 
+--!include lib/account_state.lua
 --!include lib/acquire.lua
 --!include lib/write.lua
 
 local got = acquire({unpack_(KEYS, 1, 6)}, {unpack_(ARGV, 1, 11)})
 if got ~= {{Slot.ACQUIRED}} then return got end
-if write({unpack_(KEYS, 7)}, {unpack_(ARGV, 12)}) == 0 then return {{Slot.START_LOST}} end
+if write({unpack_(KEYS, 7)}, {unpack_(ARGV, 12)}) == {{Write.LOST}} then return {{Slot.START_LOST}} end
 return {{Slot.ACQUIRED}}

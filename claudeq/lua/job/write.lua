@@ -13,7 +13,8 @@
 -- between the claim and a deferral): the JSON list [cancelled event, error JSON, finished_at, how many of the
 -- n_events at the end are the status's own (dropped)]. The job is then `cancelled` at once, like a cancel of a
 -- queued or deferred job (docs/architecture.md#cancel-and-shutdown).
--- Result: 0 the fence no longer holds the running job (nothing written), 1 written, 2 cancelled instead.
+-- Result: a Write code (claudeq/lua/results.py): LOST (the fence no longer holds the running job: nothing written),
+--   WRITTEN, CANCELLED (instead).
 
 --!include lib/write.lua
 

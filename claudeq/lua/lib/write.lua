@@ -1,6 +1,7 @@
--- write(KEYS, ARGV) -> 0 the fence no longer holds the running job (nothing written), 1 written, 2 cancelled instead
--- (see on_cancel): the fenced write of a run; KEYS and ARGV as job/write.lua says. A run may write only while the
--- fence it was given still matches (a paused worker whose lease was taken over must not overwrite).
+-- write(KEYS, ARGV) -> a Write code (claudeq/lua/results.py): LOST (the fence no longer holds the running job:
+-- nothing written), WRITTEN, CANCELLED (instead, see on_cancel): the fenced write of a run; KEYS and ARGV as
+-- job/write.lua says. A run may write only while the fence it was given still matches (a paused worker whose lease
+-- was taken over must not overwrite).
 
 --!include lib/count_finished.lua
 --!include lib/pack_events.lua
@@ -8,18 +9,18 @@
 local function write(KEYS, ARGV)
   local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem', 'cancel')
   if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
-    return 0
+    return {{Write.LOST}}
   end
   local n = tonumber(ARGV[7])
   local new = ARGV[3]
   local fields = {}
   for i = 11 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
   local events, first, last = ARGV, 11, 10 + n
-  local answer = 1
+  local answer = {{Write.WRITTEN}}
   if cur[4] and ARGV[10] ~= '' then
     -- cancelled while it ran: it ends now instead of waiting (`ready_at` is a deferral's, not a cancelled job's)
     local alt = cjson.decode(ARGV[10])
-    new, answer = 'cancelled', 2
+    new, answer = 'cancelled', {{Write.CANCELLED}}
     local kept = {}
     for i = 1, #fields, 2 do
       if fields[i] ~= 'ready_at' then kept[#kept + 1], kept[#kept + 2] = fields[i], fields[i + 1] end
@@ -39,7 +40,7 @@ local function write(KEYS, ARGV)
   end
   if new == '' then
     if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
-    return 1
+    return {{Write.WRITTEN}}
   end
   fields[#fields + 1] = 'status'
   fields[#fields + 1] = new
