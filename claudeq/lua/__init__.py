@@ -29,14 +29,14 @@ INCLUDE = re.compile(r"^--!include[ \t]+(\S+)[ \t]*$", re.MULTILINE)
 PLACEHOLDER = re.compile(r"\{\{([A-Z]\w*)\.([A-Z][A-Z0-9_]*)\}\}")
 
 
-class IncludeError(ValueError):
+class ScriptError(ValueError):
     """A script cannot be resolved: an include cycle, a path that is not a `.lua` file under the folder, or a
     placeholder that names no result code."""
 
 
 def _read(name: str, root: Traversable) -> str:
     if not name.endswith(".lua") or name.startswith("/") or ".." in name.split("/"):
-        raise IncludeError(f"{name!r}: a script is a .lua path under the scripts folder")
+        raise ScriptError(f"{name!r}: a script is a .lua path under the scripts folder")
     node = root
     for part in name.split("/"):
         node = node / part
@@ -46,12 +46,12 @@ def _read(name: str, root: Traversable) -> str:
 def resolve(name: str, read: Callable[[str], str]) -> str:
     """The text of script `name` with every include line replaced by the included file's text (resolved the same
     way), each file placed once (at its first include); `read` gives a file's own text. A file that includes itself,
-    directly or not, raises IncludeError."""
+    directly or not, raises ScriptError."""
     placed: set[str] = set()
 
     def expand(current: str, stack: tuple[str, ...]) -> str:
         if current in stack:
-            raise IncludeError("include cycle: " + " -> ".join((*stack, current)))
+            raise ScriptError("include cycle: " + " -> ".join((*stack, current)))
         placed.add(current)
         text = read(current)
 
@@ -68,12 +68,12 @@ def resolve(name: str, read: Callable[[str], str]) -> str:
 
 def substitute(text: str, results: dict[str, type[IntEnum]]) -> str:
     """`text` with each `{{Enum.MEMBER}}` replaced by that member's integer (`results`: the enums by name); a
-    placeholder naming no member raises IncludeError."""
+    placeholder naming no member raises ScriptError."""
 
     def value(match: re.Match[str]) -> str:
         enum, member = results.get(match.group(1)), match.group(2)
         if enum is None or member not in enum.__members__:
-            raise IncludeError(f"{match.group(0)}: no such result code")
+            raise ScriptError(f"{match.group(0)}: no such result code")
         return str(int(enum.__members__[member]))
 
     return PLACEHOLDER.sub(value, text)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from claudeq import account_scripts, conversations, job_scripts, lua, tenant_scripts
-from claudeq.lua import IncludeError, names, resolve, script, substitute
+from claudeq.lua import ScriptError, names, resolve, script, substitute
 from claudeq.lua.results import RESULTS, Reserve, Slot
 from claudeq.worker import job_scripts as worker_scripts
 
@@ -58,13 +58,13 @@ def test_a_file_named_by_two_includes_is_placed_once_at_the_first() -> None:
     ],
 )
 def test_an_include_cycle_is_refused(files: dict[str, str]) -> None:
-    with pytest.raises(IncludeError, match="include cycle"):
+    with pytest.raises(ScriptError, match="include cycle"):
         resolve("a.lua", reader(files))
 
 
 @pytest.mark.parametrize("name", ["../secret.lua", "/etc/x.lua", "lib/settle", "lib/../../x.lua"])
 def test_a_script_name_outside_the_folder_or_not_lua_is_refused(name: str) -> None:
-    with pytest.raises(IncludeError):
+    with pytest.raises(ScriptError):
         script(name)
 
 
@@ -83,7 +83,7 @@ def test_a_result_placeholder_becomes_its_integer_and_other_braces_stay() -> Non
 
 @pytest.mark.parametrize("text", ["return {{Slot.NOPE}}", "return {{Nope.FULL}}"])
 def test_a_placeholder_naming_no_result_code_is_refused(text: str) -> None:
-    with pytest.raises(IncludeError, match="no such result code"):
+    with pytest.raises(ScriptError, match="no such result code"):
         substitute(text, RESULTS)
 
 
