@@ -24,6 +24,7 @@ dashboard-snapshot: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python ops/lua_check.py
 
 types: venv
 	$(BIN)/mypy

@@ -190,10 +190,11 @@ class AccountStore(AsyncCalls):
         may_hold: bool = True,
         then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
     ) -> int:
-        """Take a slot on `name` for a job of model `family`: 1 acquired (or already held, e.g. handed over by a
-        release), 0 full, -1 disabled, -2 cooling (the account or the family), -3 held (what the API said is left is
-        spoken for by the runs in flight), -4 the free slots belong to waiters ranked before `rank` (None: no waiting
-        line is consulted), -5 reserved (a window at its ceiling, or predicted to pass it), -6 ramping.
+        """Take a slot on `name` for a job of model `family` -> a `Slot` code (claudeq/lua/results.py): ACQUIRED
+        (or already held, e.g. handed over by a release), FULL, DISABLED, COOLING (the account or the family), HELD
+        (what the API said is left is spoken for by the runs in flight), IN_LINE (the free slots belong to waiters
+        ranked before `rank`; None: no waiting line is consulted), RESERVED (a window at its ceiling, or predicted to
+        pass it), RAMPING.
         `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one). `then`: as
         for `atry_acquire`."""
         call = self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold)
@@ -491,7 +492,7 @@ def parse_state(
 
 
 def reservations(raw: dict[str, str], slots_in_use: int, now: float, predictive: bool = True) -> list[Reservation]:
-    """The windows keeping new runs off the account (the `reserved` rule of account_scripts' _GATE, in Python).
+    """The windows keeping new runs off the account (the `reserved` rule of claudeq/lua/lib/gate.lua, in Python).
 
     A window that has not reset is at its ceiling (utilization >= ceiling), or, predictive, would likely pass it
     with the n > 0 runs in flight and one more: utilization + (n + 1) * est > ceiling, est being what one request
@@ -542,7 +543,7 @@ def _number(value: str | None) -> float | None:
 
 
 def held(raw: dict[str, str], slots_in_use: int, now: float) -> tuple[datetime, str] | None:
-    """Whether the account holds new runs back (the `_HELD` rule of account_scripts): until when and why.
+    """Whether the account holds new runs back (the `held` rule of claudeq/lua/lib/held.lua): until when and why.
 
     What the API last said is left (requests, or tokens at about `tk_est` per request), minus what the runs in
     flight may still take (one request each), is nothing: a new run now would likely be rejected. The hold ends at

@@ -26,8 +26,8 @@ from pydantic import BaseModel
 
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
-from claudeq.job_scripts import NEXT_TURN_FN
 from claudeq.keys import Keys, text
+from claudeq.lua import script
 from claudeq.models import ACTIVE, Timestamp
 
 #: Why a job may not resume a session (the field is `resume`; the text names no other tenant nor any job).
@@ -36,85 +36,14 @@ NOT_YOURS = "session {session_id} is not one of tenant {tenant!r}'s sessions"
 if TYPE_CHECKING:  # the transcript store is the SDK's SessionStore: a producer never loads it
     from claudeq.transcripts import RedisSessionStore
 
-# A job is active while queued, deferred or running; any other status (or no record) frees what it held.
-# `head` pops finished turns off the front of the order, at most `pops` of them per call (each pop is O(log n) and
-# happens once per turn; a turn that finishes through a worker or a cancel leaves the order by itself): with pops to
-# spare it answers the first active turn (or `me`), else the finished turn it stopped at (the caller waits and
-# re-checks; the next call goes on popping).
-_ACTIVE_FN = """
-local function active(id)
-  local st = redis.call('HGET', ARGV[3] .. id, 'status')
-  return st == 'queued' or st == 'deferred' or st == 'running'
-end
-local function head(waiters, me, pops)
-  while true do
-    local first = redis.call('ZRANGE', waiters, 0, 0)[1]
-    if not first or first == me or active(first) then return first end
-    if pops <= 0 then return first end
-    redis.call('ZREM', waiters, first)
-    pops = pops - 1
-  end
-end
-"""
-
-#: KEYS lock, waiters, seq, this job's hash; ARGV job id, unused, job key prefix, ttl, pops
-#: -> {granted 0|1, holder or head to wait for}. Waiters are scored by turn number: the order of submit.
-#: Work: a fixed number of O(log n) commands (plus at most `pops` removals of finished turns); no spec is read.
-ACQUIRE = (
-    NEXT_TURN_FN
-    + _ACTIVE_FN
-    + """
-local lock, waiters, me, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4])
-local holder = redis.call('GET', lock)
-if holder == me then
-  redis.call('EXPIRE', lock, ttl)
-  return {1, me}
-end
-if not redis.call('ZSCORE', waiters, me) then
-  -- Not in the order: it was let in after a turn of its own ran (a retry), or the job predates numbering at
-  -- submit, or the order expired with the conversation. Its stored number keeps its place; none: the end of the line.
-  local turn = redis.call('HGET', KEYS[4], 'turn')
-  if turn then redis.call('ZADD', waiters, turn, me) else next_turn(KEYS[4], waiters, KEYS[3], me, ttl) end
-end
-redis.call('EXPIRE', waiters, ttl)
-redis.call('EXPIRE', KEYS[3], ttl)
-if holder and active(holder) then return {0, holder} end
-local first = head(waiters, me, tonumber(ARGV[5]))
-if first ~= me then return {0, first} end
-redis.call('ZREM', waiters, me)
-redis.call('SET', lock, me, 'EX', ttl)
-return {1, me}
-"""
-)
+#: The turn lock (the text and its KEYS, ARGV and answer: claudeq/lua/conversation/, docs/architecture.md#lua-scripts):
+#: acquire, release, and number a turn that has no number yet.
+ACQUIRE = script("conversation/acquire.lua")
+RELEASE = script("conversation/release.lua")
+REGISTER = script("conversation/register.lua")
 
 #: Finished turns one acquire or release removes from the front of the order, at most.
 HEAD_POPS = 50
-
-#: KEYS lock, waiters; ARGV job id, pops, job key prefix -> the next waiting job id to promote, or false
-RELEASE = (
-    _ACTIVE_FN
-    + """
-local lock, waiters, me = KEYS[1], KEYS[2], ARGV[1]
-if redis.call('GET', lock) == me then redis.call('DEL', lock) end
-redis.call('ZREM', waiters, me)
-local holder = redis.call('GET', lock)
-if holder and active(holder) then return false end
-local first = head(waiters, '', tonumber(ARGV[2]))
-if first and active(first) then return first end
-return false
-"""
-)
-
-
-#: KEYS job, waiters, seq; ARGV job id, ttl: number a turn that has no number yet
-REGISTER = (
-    NEXT_TURN_FN
-    + """
-if redis.call('HEXISTS', KEYS[1], 'turn') == 1 then return 0 end
-next_turn(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-return 1
-"""
-)
 
 #: Turns kept in a conversation's history (`claudeq conversation show`); older ones are dropped.
 TURNS_KEPT = 1000

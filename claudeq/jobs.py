@@ -244,7 +244,8 @@ class JobStore:
         return keys, args
 
     def _index_cutoff_ms(self, now: float) -> int:
-        """Entries of a tenant's job index created before this (ms) may be of expired jobs (INDEX_FN)."""
+        """Entries of a tenant's job index created before this (ms) may be of expired jobs (see
+        claudeq/lua/lib/index_job.lua)."""
         return int((now - self.result_ttl_s) * 1000)
 
     def get(self, job_id: str) -> JobRecord:

@@ -21,6 +21,7 @@ from claudeq import tenant_scripts
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig, Tenants
 from claudeq.keys import Keys, text
+from claudeq.lua.results import Reserve
 from claudeq.script_calls import AsyncCalls, ScriptCall
 
 HOUR_S = 3600
@@ -647,12 +648,12 @@ def _opt_int(value: int | None) -> str | int:
 
 def _admission(reply: list[object], now: float) -> Admission:
     code, value = int(text(reply[0])), text(reply[1])
-    if code == 1:
+    if code == Reserve.ADMITTED:
         turn = text(reply[2]) if len(reply) > 2 else ""
         return Admitted(float(value) if value else None, float(turn) if turn else 0.0)
-    if code == 0:
+    if code == Reserve.AT_MAX:
         return AtMax()
     window: Window = "day" if value == "day" else "hour"
-    if code == -5:
+    if code == Reserve.RESERVED:
         return Reserved(window)
     return OverBudget(window, window_end(window, now))

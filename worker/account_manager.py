@@ -26,6 +26,7 @@ from claudeq.config.settings import Settings
 from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
+from claudeq.lua.results import Slot
 from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.permissions import spec_models
 from claudeq.script_calls import ScriptCall
@@ -48,11 +49,6 @@ _ACQUIRE_ROUNDS = 3
 #: is decided from it without a fresh read (no account, or every answer a wait). Reading every account's state and
 #: live slots costs two commands per account, O(runs in flight) for the slots.
 _VIEW_REUSE_S = 0.25
-#: try_acquire's answers: the free slots belong to better-ranked waiters; a window at (or predicted past) its
-#: ceiling; starts paced after a reset.
-_IN_LINE = -4
-_RESERVED = -5
-_RAMPING = -6
 
 
 @dataclass(frozen=True)
@@ -281,7 +277,7 @@ class AccountManager:
             got = yield self._try_acquire(name, job_id, ttl, None, None, family, True, then)
             if got == START_LOST:
                 raise StartLost(job_id)
-            if got == 1:
+            if got == Slot.ACQUIRED:
                 held = yield from self._budgeted_steps(self.store.config(name), job_id, tenant, want, spec.model)
                 if isinstance(held, SlotLease) and then is not None:
                     held = replace(held, started=True)
@@ -334,7 +330,7 @@ class AccountManager:
                 )
                 if got == START_LOST:
                     raise StartLost(job_id)
-                if got == 1:
+                if got == Slot.ACQUIRED:
                     lease = yield from self._budgeted_steps(account, job_id, tenant, want, spec.model)
                     if isinstance(lease, SlotLease) and then is not None:
                         lease = replace(lease, started=True)
@@ -345,9 +341,9 @@ class AccountManager:
                         reserved.add(account.name)
                         continue
                     return lease
-                if got in (_IN_LINE, _RESERVED):
+                if got in (Slot.IN_LINE, Slot.RESERVED):
                     in_line.append(account.name)
-                elif got == _RAMPING:
+                elif got == Slot.RAMPING:
                     ramping.append(account.name)
             if len(in_line) + len(ramping) == len(decision) and not reused:
                 break  # no use racing again: every free slot is spoken for, or starts are being paced

@@ -24,6 +24,7 @@ from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, compact_json, encode_event, encode_fields, stored_time
 from claudeq.keys import Keys, text
+from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.worker import job_scripts as scripts
@@ -65,7 +66,7 @@ class SlotRelease:
     """What a job's terminal write frees in the same script (FINISH): the run's account slot (`keys`: slots, account
     hash, its four lines; `args`: RELEASE's handout arguments), the job's entries in its tenants' active-job index
     (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
-    the `settle` Lua function, claudeq/tenant_scripts.py; None: nothing to count). After the write, `done` says
+    the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count). After the write, `done` says
     whether they were (the fence held: a write that did not land counted no spend) and `admitted` lists the waiters
     the slot was handed to (now queued: the caller sends their messages)."""
 
@@ -89,7 +90,7 @@ _STATUS_EVENT = {"queued": "requeued", "deferred": "deferred"}
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
 #: START's answer when the slot was taken but the run's fence no longer holds the job.
-START_LOST = -9
+START_LOST = Slot.START_LOST
 #: Expired leases the reconciler reads per pass (it recovers each; more wait for the next pass).
 EXPIRED_READ = 500
 
@@ -568,9 +569,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
 
 def _written(reply: Any) -> Written:
-    """WRITE's answer: 0 stale, 1 written, 2 cancelled instead (the cancel flag, at a write to queued or deferred)."""
+    """WRITE's (or RECOVER's) answer: LOST stale, WRITTEN, CANCELLED instead (the cancel flag, at a write to queued
+    or deferred)."""
     answer = int(reply)
-    return CANCELLED if answer == 2 else answer == 1
+    return CANCELLED if answer == Write.CANCELLED else answer == Write.WRITTEN
 
 
 def _fence_and_status(reply: list[Any]) -> tuple[int | None, str | None]:

@@ -4,7 +4,7 @@ See docs/architecture.md#the-waiting-line.
 
 Jobs that found no free slot wait, deferred, in the line of every account that may run them (the sorted set
 `acct:{name}:waiters`), scored by `rank`: lower goes first. A slot that frees is handed to the best waiter still
-deferred (`admit` in claudeq/account_scripts.py), and a job that arrives while better-ranked jobs wait for that
+deferred (`admit` in claudeq/lua/lib/admit.lua), and a job that arrives while better-ranked jobs wait for that
 account yields to them (`ACQUIRE` answers -4). Without a tenants file the rank is
 
     rank = priority * PRIORITY_SPAN + creation time (epoch seconds)
@@ -12,7 +12,7 @@ account yields to them (`ACQUIRE` answers -4). Without a tenants file the rank i
 so a priority-0 job never waits behind a priority-9 one, and within one priority the oldest job goes first,
 whichever worker saw it. With a tenants file it is the job's virtual finish tag alone (weighted fair queueing over
 tenants): the head of a line says whose turn a free slot is, and that tenant's best job by `tenant_rank` (priority,
-then creation time) takes it (`within` in claudeq/account_scripts.py), so priority orders within a tenant and a tenant's
+then creation time) takes it (`within` in claudeq/lua/lib/admit.lua), so priority orders within a tenant and a tenant's
 low-priority flood never delays another tenant's jobs. Every script only compares scores.
 """
 

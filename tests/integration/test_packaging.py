@@ -287,3 +287,26 @@ def test_the_worker_extra_brings_the_sdk(base_python: Path, wheel: Path, tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     adds = {_normalised(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
     assert {"claude-agent-sdk", "prometheus-client", "celery", "mcp", "tenacity", "uvicorn"} <= adds
+
+
+def test_the_wheel_holds_every_lua_script_and_the_installed_loader_reads_them(
+    wheel: Path, wheel_python: Path, tmp_path: Path
+) -> None:
+    lua = ROOT / "claudeq" / "lua"
+    shipped = sorted(f"claudeq/lua/{p.relative_to(lua)}" for p in lua.rglob("*.lua"))
+    assert shipped
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(n for n in archive.namelist() if n.endswith(".lua")) == shipped
+    code = (
+        "import json\n"
+        "from claudeq.lua import names, script\n"
+        "from claudeq.worker import job_scripts\n"
+        "print(json.dumps({'names': names(), 'finish': job_scripts.FINISH == script('job/finish.lua'),\n"
+        "                  'file': __import__('claudeq.lua').lua.__file__}))\n"
+    )
+    done = run_in(wheel_python, code, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert Path(seen["file"]).resolve().is_relative_to(wheel_python.parent.parent.resolve())
+    assert ["claudeq/lua/" + name for name in seen["names"]] == shipped
+    assert seen["finish"] is True

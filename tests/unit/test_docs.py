@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).resolve()
 
 #: Suffixes of the files whose text is checked (code, docs, scripts and configuration).
-TEXT_SUFFIXES = frozenset({".py", ".md", ".sh", ".toml", ".yml", ".yaml", ".cfg", ".txt", ".example"})
+TEXT_SUFFIXES = frozenset({".py", ".lua", ".md", ".sh", ".toml", ".yml", ".yaml", ".cfg", ".txt", ".example"})
 TEXT_NAMES = frozenset({"Makefile", "Dockerfile", "run"})
 #: Folders never walked: environments, build output, caches, VCS data.
 SKIP_DIRS = frozenset({".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"})

@@ -37,8 +37,13 @@ def claudeq_imports(source: str) -> set[str]:
 
 
 def contract_modules() -> set[str]:
-    """`claudeq.<name>` for every module of the contract itself (claudeq/*.py)."""
-    return {f"claudeq.{p.stem}" for p in (ROOT / "claudeq").glob("*.py") if p.stem != "__init__"}
+    """`claudeq.<name>` for every module and package of the contract itself (claudeq/*.py, and its own folders such
+    as claudeq/lua/: not the rooms linked in)."""
+    modules = {f"claudeq.{p.stem}" for p in (ROOT / "claudeq").glob("*.py") if p.stem != "__init__"}
+    packages = {
+        f"claudeq.{p.parent.name}" for p in (ROOT / "claudeq").glob("*/__init__.py") if not p.parent.is_symlink()
+    }
+    return modules | packages
 
 
 def violations(room: str, sources: dict[str, str], allowed: tuple[str, ...]) -> list[str]:

@@ -1,0 +1,21 @@
+-- WRITE (WorkerJobStore): the fenced write of a run: fields, a new status, and the events that go with it.
+-- The events (what the run emitted since its last append, then the status's own: a terminal, `deferred` or
+-- `requeued` one) go in with the status, under the same fence check: a follower that sees the status finds its
+-- events, and a worker that lost the job appends nothing. A terminal write puts them straight into the record's
+-- compacted `events` (after the stream's entries, with ids after the last one) instead of the stream it deletes, and
+-- gives the job and its idempotency key the retention.
+-- KEYS: job, running, queued, deferred, events ('' = the job has no stream: a terminal write need not read one; the
+--       caller knows when no event of the job ever went to one)
+-- ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
+--       n_events, events_maxlen, now_ms, on_cancel, then n_events event JSONs, then field, value, ...
+-- on_cancel ('' for a write to no status or a terminal one): for a write to `queued` or `deferred`, what the job ends
+-- with instead when its cancel flag is set (a cancel that came while it ran and nothing stopped the run yet, e.g.
+-- between the claim and a deferral): the JSON list [cancelled event, error JSON, finished_at, how many of the
+-- n_events at the end are the status's own (dropped)]. The job is then `cancelled` at once, like a cancel of a
+-- queued or deferred job (docs/architecture.md#cancel-and-shutdown).
+-- Result: a Write code (claudeq/lua/results.py): LOST (the fence no longer holds the running job: nothing written),
+--   WRITTEN, CANCELLED (instead).
+
+--!include lib/write.lua
+
+return write(KEYS, ARGV)
