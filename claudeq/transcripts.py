@@ -3,13 +3,15 @@
 Why and how the SDK calls it: docs/cli-behaviour.md#sessions-and-resume.
 
 Layout per session (all under `Keys.session...`, every key expiring `ttl_s` after the session's last append):
-a list of JSON entries per transcript (main or subpath), a set of entry uuids per transcript (dedup), a set of
-subpaths, the folded summary; per project a sorted set session id -> mtime (ms); per session id the set of
-project keys holding it (to find a session by id alone).
+a list per transcript (main or subpath) of its entries, one compressed element per append batch (the forms an
+element takes, old uncompressed entries included: `claudeq/transcript_codec.py`), a set of entry uuids per
+transcript (dedup), a set of subpaths, the folded summary; per project a sorted set session id -> mtime (ms);
+per session id the set of project keys holding it (to find a session by id alone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ from redis.exceptions import WatchError
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
+from claudeq.transcript_codec import Codec, decode, encode
 
 #: Optimistic transactions retried this many times under contention before giving up (the SDK retries the batch).
 CAS_RETRIES = 50
@@ -46,12 +49,18 @@ class RedisSessionStore(SessionStore):
     """Async SessionStore on `redis.asyncio`: uuid-deduplicated appends, race-safe summaries, retention TTL."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, ttl_s: int, scrub: Callable[[str], str] | None = None
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        ttl_s: int,
+        scrub: Callable[[str], str] | None = None,
+        codec: Codec = "zstd",
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_s = ttl_s
         self._scrub = scrub
+        self._codec: Codec = codec
         self._last_mtime = 0
 
     @classmethod
@@ -61,7 +70,7 @@ class RedisSessionStore(SessionStore):
         """A store under the settings' key prefix with their session retention; `scrub` cleans every string of
         every entry before it is stored (the worker passes its secret redaction)."""
         client = redis if redis is not None else aioredis.Redis.from_url(settings.redis_url)
-        return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub)
+        return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub, settings.session_codec)
 
     @property
     def keys(self) -> Keys:
@@ -109,8 +118,10 @@ class RedisSessionStore(SessionStore):
                         return
                     prev = await pipe.get(summary_key) if subpath is None else None
                     subpaths = await pipe.smembers(subkeys_key) if subpath is None else set()
+                    # Compressing a batch of tens of KB takes milliseconds: off the loop the CLI's messages arrive on.
+                    elements = await asyncio.to_thread(encode, list(fresh), self._codec)
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-                    pipe.rpush(entries_key, *[_dumps(e) for e in fresh])
+                    pipe.rpush(entries_key, *elements)
                     if new_uuids:
                         pipe.sadd(uuids_key, *new_uuids)
                     if subpath is None:
@@ -181,7 +192,7 @@ class RedisSessionStore(SessionStore):
         )
         if not raw:
             return None
-        return [cast(SessionStoreEntry, json.loads(item)) for item in raw]
+        return [cast(SessionStoreEntry, e) for e in decode(raw)]
 
     # -- optional --------------------------------------------------------------------------------------------
 
@@ -285,6 +296,29 @@ class RedisSessionStore(SessionStore):
         for project_key in projects:
             await self.delete({"project_key": project_key, "session_id": session_id})
         return len(projects)
+
+    async def retain(self, session_id: str, ttl_s: int) -> None:
+        """Keep a session (under every project key holding it) at most `ttl_s` more seconds; 0 deletes it now. An
+        append after this gives it the full retention again (it is being worked in)."""
+        if ttl_s <= 0:
+            await self.delete_everywhere(session_id)
+            return
+        k = self._keys
+        for project_key in await self.projects_of(session_id):
+            subs = await self.list_subkeys({"project_key": project_key, "session_id": session_id})
+            names = [
+                k.session_entries(project_key, session_id),
+                k.session_uuids(project_key, session_id),
+                k.session_summary(project_key, session_id),
+                k.session_subkeys(project_key, session_id),
+            ]
+            for sub in subs:
+                names.append(k.session_entries(project_key, session_id, sub))
+                names.append(k.session_uuids(project_key, session_id, sub))
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.expire(name, ttl_s, lt=True)
+                await pipe.execute()
 
     async def copy_session(self, session_id: str, from_project: str, to_project: str) -> int:
         """Copy a session (main transcript and subpaths) to another project key; -> entries copied.
