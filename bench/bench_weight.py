@@ -126,7 +126,7 @@ def weigh(
     all_keys = {k.decode() for k in r.scan_iter(match=f"{keys.prefix}*", count=1000)}
     owned: set[str] = set()
     per_kind: dict[str, dict[str, float]] = {}
-    batches: list[list[Any]] = []
+    batches: dict[str, list[list[Any]]] = defaultdict(list)
     raw_by_kind: dict[str, dict[str, float]] = {}
     record_fields: dict[str, dict[str, int]] = {}
     session_prefix = f"{keys.prefix}session:"
@@ -161,7 +161,7 @@ def weigh(
                             (dump / f"{kind}-{job_id}-{sid}.json").write_text(json.dumps(decode(elements), indent=1))
                         for element in elements:
                             batch = decode([element])
-                            batches.append(batch)
+                            batches[kind].append(batch)
                             raw["transcript JSON"] += sum(len(json.dumps(x, separators=(",", ":"))) for x in batch)
                             raw["tool outputs"] += tool_output_bytes(batch)
                 index_keys = {keys.session_projects(sid), keys.session_tenant(sid)}
@@ -176,7 +176,7 @@ def weigh(
     n_jobs = sum(len(v) for v in ids.values())
     for kind in per_kind:
         per_kind[kind]["shared indexes"] = shared / n_jobs
-        per_kind[kind]["total"] = sum(v for f, v in per_kind[kind].items() if f != "total")
+        per_kind[kind]["total"] = sum(v for f, v in per_kind[kind].items() if f != "total" and not f.startswith(" "))
     return {"per_kind": per_kind, "raw": raw_by_kind, "batches": batches, "fields": record_fields}
 
 
@@ -314,15 +314,25 @@ def report(
         "\nper queued job (record, indexes, broker message; used_memory delta): "
         + ", ".join(f"{c} {v:,.0f} B" for c, v in queued.items())
     )
-    batches = results["compact"]["batches"]
-    print(f"\ncodecs over the compact run's {len(batches)} appended batches (every job of the mix):")
-    rows = codecs(batches)
+    by_kind: dict[str, list[list[Any]]] = results["compact"]["batches"]
+    every = [b for kind in KINDS for b in by_kind[kind]]
+    print(f"\ncodecs over the compact run's {len(every)} appended batches (every job of the mix; CPU per job):")
+    rows = codecs(every)
     jobs = args.each * 4 + 3
     for name, size, comp_ms, decomp_ms in rows:
         print(
             f"  {name:12} {size:>10,} B ({size / rows[0][1]:.3f}x)  compress {comp_ms / jobs:.2f} ms/job"
             f"  decompress {decomp_ms / jobs:.2f} ms/job"
         )
+    for kind in ("tool-heavy", "one-line"):
+        n = args.each
+        print(f"  {kind} jobs alone ({len(by_kind[kind])} batches), CPU per job:")
+        for name, size, comp_ms, decomp_ms in codecs(by_kind[kind]):
+            if name in ("zstd -9", "zlib -6"):
+                print(
+                    f"    {name:10} {size / n:>10,.0f} B/job  compress {comp_ms / n:.2f} ms  "
+                    f"decompress {decomp_ms / n:.2f} ms"
+                )
 
 
 if __name__ == "__main__":
