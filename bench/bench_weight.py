@@ -12,7 +12,7 @@ every transcript, tool results of 4,000 characters in events: `session_codec=non
 (`oneshot_session_ttl_s=0`).
 
 Printed: Redis bytes per finished job by key family (the record without its events; the record's compacted events;
-the transcript: the session's list, uuids, summary and subkeys; the session's own indexes: `session-projects`,
+the transcript: the session's list, uuids (`ids`), summary, subkeys; the session's own indexes: `session-projects`,
 `session-tenant`; the keys every job shares — `jobs`, `sessions:{project}`, counters — divided among the jobs) per
 kind of job and configuration, with the ratio to `main`; per queued job; what the same jobs' raw transcripts (the
 JSON of their entries) and tool outputs weigh; zstd against zlib on these transcripts, batch by batch as appended
@@ -154,8 +154,9 @@ def weigh(
                     size = usage(r, name)
                     sums["transcript"] += size
                     tail = name.rsplit(":", 1)[-1]
-                    sums["  list" if tail == "main" or (":sub:" in name and tail != "uuids") else f"  {tail}"] += size
-                    if name.endswith(":main") or (":sub:" in name and not name.endswith(":uuids")):
+                    is_list = tail == "main" or (":sub:" in name and tail not in ("uuids", "ids"))
+                    sums["  list" if is_list else f"  {tail}"] += size
+                    if is_list:
                         elements = r.lrange(name, 0, -1)
                         if dump is not None:
                             (dump / f"{kind}-{job_id}-{sid}.json").write_text(json.dumps(decode(elements), indent=1))
@@ -289,7 +290,7 @@ def report(
     print(
         f"bench_weight: {started} -> {finished}; --each {args.each} --codec {args.codec}; load {os.getloadavg()[0]:.1f}"
     )
-    families = ["record", "events", "transcript", "  list", "  uuids", "  summary", "session indexes"]
+    families = ["record", "events", "transcript", "  list", "  ids", "  uuids", "  summary", "session indexes"]
     families += ["shared indexes", "total"]
     base = results["main"]["per_kind"]
     for kind in KINDS:

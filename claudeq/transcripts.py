@@ -4,8 +4,9 @@ Why and how the SDK calls it: docs/cli-behaviour.md#sessions-and-resume.
 
 Layout per session (all under `Keys.session...`, every key expiring `ttl_s` after the session's last append):
 a list per transcript (main or subpath) of its entries, one compressed element per append batch (the forms an
-element takes, old uncompressed entries included: `claudeq/transcript_codec.py`), a set of entry uuids per
-transcript (dedup), a set of subpaths, the folded summary; per project a sorted set session id -> mtime (ms);
+element takes, old uncompressed entries included: `claudeq/transcript_codec.py`), a string of entry uuids per
+transcript (dedup: one JSON text and a newline each, a third of what a set costs; sessions written before keep their
+set, still read), a set of subpaths, the folded summary; per project a sorted set session id -> mtime (ms);
 per session id the set of project keys holding it (to find a session by id alone).
 """
 
@@ -105,15 +106,16 @@ class RedisSessionStore(SessionStore):
         project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
         k = self._keys
         entries_key = k.session_entries(project_key, session_id, subpath)
-        uuids_key = k.session_uuids(project_key, session_id, subpath)
+        ids_key = k.session_ids(project_key, session_id, subpath)
+        uuids_key = k.session_uuids(project_key, session_id, subpath)  # written before session_ids
         summary_key = k.session_summary(project_key, session_id)
         subkeys_key = k.session_subkeys(project_key, session_id)
-        watched = [uuids_key, summary_key, subkeys_key] if subpath is None else [uuids_key]
+        watched = [ids_key, uuids_key, summary_key, subkeys_key] if subpath is None else [ids_key, uuids_key]
         for _ in range(CAS_RETRIES):
             async with self._redis.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(*watched)
-                    fresh, new_uuids = await self._fresh_entries(pipe, uuids_key, entries)
+                    fresh, new_uuids = await self._fresh_entries(pipe, ids_key, uuids_key, entries)
                     if not fresh:
                         return
                     prev = await pipe.get(summary_key) if subpath is None else None
@@ -123,12 +125,12 @@ class RedisSessionStore(SessionStore):
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
                     pipe.rpush(entries_key, *elements)
                     if new_uuids:
-                        pipe.sadd(uuids_key, *new_uuids)
+                        pipe.append(ids_key, "".join(_dumps(u) + "\n" for u in new_uuids))
                     if subpath is None:
                         self._stage_main(pipe, key, fresh, prev, subpaths)
                     else:
                         pipe.sadd(subkeys_key, subpath)
-                    for name in (entries_key, uuids_key, subkeys_key):
+                    for name in (entries_key, ids_key, uuids_key, subkeys_key):
                         pipe.expire(name, self._ttl_s)
                     await pipe.execute()
                     return
@@ -137,14 +139,18 @@ class RedisSessionStore(SessionStore):
         raise SessionStoreContention(f"append to session {session_id} lost {CAS_RETRIES} transactions in a row")
 
     async def _fresh_entries(
-        self, pipe: Any, uuids_key: str, entries: list[SessionStoreEntry]
+        self, pipe: Any, ids_key: str, uuids_key: str, entries: list[SessionStoreEntry]
     ) -> tuple[list[SessionStoreEntry], list[str]]:
         """Entries whose uuid is neither stored nor repeated earlier in the batch; entries without uuid always."""
         candidates = [u for e in entries if isinstance(u := e.get("uuid"), str) and u]
         stored: set[str] = set()
         if candidates:
+            raw = await pipe.get(ids_key)
+            if raw:
+                text = raw.decode() if isinstance(raw, bytes) else str(raw)
+                stored = {json.loads(line) for line in text.split("\n") if line}
             flags = await pipe.smismember(uuids_key, candidates)
-            stored = {u for u, flag in zip(candidates, flags, strict=True) if flag}
+            stored |= {u for u, flag in zip(candidates, flags, strict=True) if flag}
         fresh: list[SessionStoreEntry] = []
         seen: list[str] = []
         for entry in entries:
@@ -183,6 +189,7 @@ class RedisSessionStore(SessionStore):
         for raw in subpaths:
             sub = raw.decode() if isinstance(raw, bytes) else str(raw)
             pipe.expire(k.session_entries(project_key, session_id, sub), self._ttl_s)
+            pipe.expire(k.session_ids(project_key, session_id, sub), self._ttl_s)
             pipe.expire(k.session_uuids(project_key, session_id, sub), self._ttl_s)
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
@@ -234,6 +241,7 @@ class RedisSessionStore(SessionStore):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(
                     k.session_entries(project_key, session_id, subpath),
+                    k.session_ids(project_key, session_id, subpath),
                     k.session_uuids(project_key, session_id, subpath),
                 )
                 pipe.srem(subkeys_key, subpath)
@@ -247,6 +255,7 @@ class RedisSessionStore(SessionStore):
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
                     names = [
                         k.session_entries(project_key, session_id),
+                        k.session_ids(project_key, session_id),
                         k.session_uuids(project_key, session_id),
                         k.session_summary(project_key, session_id),
                         subkeys_key,
@@ -254,6 +263,7 @@ class RedisSessionStore(SessionStore):
                     for sub in subs:
                         names += [
                             k.session_entries(project_key, session_id, sub),
+                            k.session_ids(project_key, session_id, sub),
                             k.session_uuids(project_key, session_id, sub),
                         ]
                     pipe.delete(*names)
@@ -308,12 +318,14 @@ class RedisSessionStore(SessionStore):
             subs = await self.list_subkeys({"project_key": project_key, "session_id": session_id})
             names = [
                 k.session_entries(project_key, session_id),
+                k.session_ids(project_key, session_id),
                 k.session_uuids(project_key, session_id),
                 k.session_summary(project_key, session_id),
                 k.session_subkeys(project_key, session_id),
             ]
             for sub in subs:
                 names.append(k.session_entries(project_key, session_id, sub))
+                names.append(k.session_ids(project_key, session_id, sub))
                 names.append(k.session_uuids(project_key, session_id, sub))
             async with self._redis.pipeline(transaction=False) as pipe:
                 for name in names:

@@ -212,3 +212,21 @@ def test_a_read_result_is_stored_once_and_loads_back_with_its_raw_copy_in_place(
         assert payload["r"] == [[0, 1], [1, 40]]  # the third was not numbered as it said: kept as it came
         texts = [e["message"]["content"][0]["content"] for e in payload["e"]]
         assert texts == ["", "\n\n<system-reminder>mind it</system-reminder>", "1\tnot\tnumbered\n3\tas claimed"]
+
+
+async def test_dedup_reads_the_uuid_set_of_a_session_written_before_and_odd_uuids(
+    aredis: fakeredis.FakeAsyncRedis,
+) -> None:
+    store = _store(aredis)
+    p, s = KEY["project_key"], KEY["session_id"]
+    # As a worker before the compact id list wrote it: one JSON text per entry and a set of uuids.
+    await aredis.rpush(store.keys.session_entries(p, s), json.dumps(_e("old-1", n=1)), json.dumps(_e("old-2", n=2)))
+    await aredis.sadd(store.keys.session_uuids(p, s), "old-1", "old-2")
+    odd = 'line\nbreak "quoted" ✓'
+    await store.append(KEY, [_e("old-2", n=3), _e(odd, n=4), _e("new", n=5)])
+    await store.append(KEY, [_e(odd, n=6), _e("new", n=7), _e("old-1", n=8), _e("last", n=9)])
+    loaded = await store.load(KEY)
+    assert loaded == [_e("old-1", n=1), _e("old-2", n=2), _e(odd, n=4), _e("new", n=5), _e("last", n=9)]
+    assert await aredis.ttl(store.keys.session_ids(p, s)) > 0
+    await store.delete(KEY)
+    assert not await aredis.exists(store.keys.session_ids(p, s), store.keys.session_uuids(p, s))
