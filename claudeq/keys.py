@@ -189,7 +189,7 @@ class Keys:
         return self.session(key_part(project_key), key_part(session_id), tail)
 
     def session_uuids(self, project_key: str, session_id: str, subpath: str | None = None) -> str:
-        """Set: entry uuids stored in `session_entries(...)` by workers before `session_ids` (read, never written)."""
+        """Set: entry uuids stored in `session_entries(...)` before `session_ids`, or with the codec `none`."""
         return self.session_entries(project_key, session_id, subpath) + ":uuids"
 
     def session_ids(self, project_key: str, session_id: str, subpath: str | None = None) -> str:

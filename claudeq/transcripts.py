@@ -124,7 +124,9 @@ class RedisSessionStore(SessionStore):
                     elements = await asyncio.to_thread(encode, list(fresh), self._codec)
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
                     pipe.rpush(entries_key, *elements)
-                    if new_uuids:
+                    if new_uuids and self._codec == "none":
+                        pipe.sadd(uuids_key, *new_uuids)  # the layout as before, entries and uuids alike
+                    elif new_uuids:
                         pipe.append(ids_key, "".join(_dumps(u) + "\n" for u in new_uuids))
                     if subpath is None:
                         self._stage_main(pipe, key, fresh, prev, subpaths)

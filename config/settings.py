@@ -159,7 +159,8 @@ class Settings(BaseSettings):
     session_codec: Literal["zstd", "zlib", "none"] = Field(
         default="zstd",
         description="How mirrored transcripts are stored: each append batch as one compressed element (zstd needs "
-        "the `zstandard` package), or `none` (one JSON text per entry, as before). Any worker reads every form.",
+        "the `zstandard` package), or `none` (one JSON text per entry and a set of their uuids, as before). Any worker "
+        "reads every form.",
     )
     oneshot_session_ttl_s: int | None = Field(
         default=None,
