@@ -13,7 +13,8 @@ every transcript, tool results of 4,000 characters in events: `session_codec=non
 
 Printed: Redis bytes per finished job by key family (the record without its events; the record's compacted events;
 the transcript: the session's list, uuids (`ids`), summary, subkeys; the session's own indexes: `session-projects`,
-`session-tenant`; the keys every job shares — `jobs`, `sessions:{project}`, counters — divided among the jobs) per
+`session-tenant`; the keys every job has an entry in — `jobs`, `sessions:{project}`, counters — divided among the
+jobs; a conversation's own keys divided among its turns; the accounts' and workers' keys are listed apart) per
 kind of job and configuration, with the ratio to `main`; per queued job; what the same jobs' raw transcripts (the
 JSON of their entries) and tool outputs weigh; zstd against zlib on these transcripts, batch by batch as appended
 (size and CPU); the CPU compression costs per job.
@@ -173,12 +174,19 @@ def weigh(
         record_fields[kind] = dict(sorted(fields.items(), key=lambda kv: -kv[1])[:6])
         per_kind[kind] = {f: v / len(job_ids) for f, v in sums.items()}
         raw_by_kind[kind] = {f: v / len(job_ids) for f, v in raw.items()}
-    shared = sum(usage(r, k) for k in all_keys - owned)
+    rest = {k[len(keys.prefix) :]: usage(r, k) for k in all_keys - owned}
+    # Keys every job has an entry in (divided among the jobs); a conversation's own keys (divided among its turns);
+    # the rest (accounts, workers) is the fleet's whatever the number of jobs: listed, not counted per job.
+    per_job = {k: v for k, v in rest.items() if k.split(":", 1)[0] in ("jobs", "sessions", "counts", "tenant")}
+    conversation = {k: v for k, v in rest.items() if k.startswith("conv")}
+    fleet = {k: v for k, v in rest.items() if k not in per_job and k not in conversation}
     n_jobs = sum(len(v) for v in ids.values())
     for kind in per_kind:
-        per_kind[kind]["shared indexes"] = shared / n_jobs
+        per_kind[kind]["shared indexes"] = sum(per_job.values()) / n_jobs
+        if kind == "conversation turn":
+            per_kind[kind]["conversation keys"] = sum(conversation.values()) / len(ids[kind])
         per_kind[kind]["total"] = sum(v for f, v in per_kind[kind].items() if f != "total" and not f.startswith(" "))
-    return {"per_kind": per_kind, "raw": raw_by_kind, "batches": batches, "fields": record_fields}
+    return {"per_kind": per_kind, "raw": raw_by_kind, "batches": batches, "fields": record_fields, "fleet": fleet}
 
 
 def tool_output_bytes(batch: list[Any]) -> int:
@@ -291,7 +299,7 @@ def report(
         f"bench_weight: {started} -> {finished}; --each {args.each} --codec {args.codec}; load {os.getloadavg()[0]:.1f}"
     )
     families = ["record", "events", "transcript", "  list", "  ids", "  uuids", "  summary", "session indexes"]
-    families += ["shared indexes", "total"]
+    families += ["shared indexes", "conversation keys", "total"]
     base = results["main"]["per_kind"]
     for kind in KINDS:
         print(f"\n{kind}: Redis bytes per finished job (ratio to main)")
@@ -311,6 +319,8 @@ def report(
             f"  raw, same jobs: transcript JSON {raw.get('transcript JSON', 0):,.0f} B, "
             f"tool outputs {raw.get('tool outputs', 0):,.0f} B"
         )
+    fleet = results["compact"]["fleet"]
+    print("\nfleet keys, not per job (compact, bytes): " + ", ".join(f"{k} {v:,}" for k, v in sorted(fleet.items())))
     print(
         "\nper queued job (record, indexes, broker message; used_memory delta): "
         + ", ".join(f"{c} {v:,.0f} B" for c, v in queued.items())
