@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint types pytest bench bench-scale soak compose-check clean
+.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight soak compose-check clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,11 @@ bench: venv
 bench-scale: venv
 	$(BIN)/python -m bench.bench_scale $(BENCH_SCALE_ARGS)
 	$(BIN)/python -m bench.bench_engine
+
+# What real jobs weigh in Redis, per key family, against today's main's storage in the same run (real worker, CLI and
+# simulator; a few minutes). Larger: make bench-weight BENCH_WEIGHT_ARGS="--each 4"
+bench-weight: venv
+	$(BIN)/python -m bench.bench_weight $(BENCH_WEIGHT_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

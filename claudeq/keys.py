@@ -189,8 +189,13 @@ class Keys:
         return self.session(key_part(project_key), key_part(session_id), tail)
 
     def session_uuids(self, project_key: str, session_id: str, subpath: str | None = None) -> str:
-        """Set: entry uuids already stored in `session_entries(...)` (append dedup)."""
+        """Set: entry uuids stored in `session_entries(...)` before `session_ids`, or with the codec `none`."""
         return self.session_entries(project_key, session_id, subpath) + ":uuids"
+
+    def session_ids(self, project_key: str, session_id: str, subpath: str | None = None) -> str:
+        """String: entry uuids already stored in `session_entries(...)`, each as JSON text and a newline (append
+        dedup; replaces the set `session_uuids`, still read for sessions written before)."""
+        return self.session_entries(project_key, session_id, subpath) + ":ids"
 
     def session_subkeys(self, project_key: str, session_id: str) -> str:
         """Set: the subpaths (subagent transcripts) stored under a session."""

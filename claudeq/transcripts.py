@@ -3,13 +3,16 @@
 Why and how the SDK calls it: docs/cli-behaviour.md#sessions-and-resume.
 
 Layout per session (all under `Keys.session...`, every key expiring `ttl_s` after the session's last append):
-a list of JSON entries per transcript (main or subpath), a set of entry uuids per transcript (dedup), a set of
-subpaths, the folded summary; per project a sorted set session id -> mtime (ms); per session id the set of
-project keys holding it (to find a session by id alone).
+a list per transcript (main or subpath) of its entries, one compressed element per append batch (the forms an
+element takes, old uncompressed entries included: `claudeq/transcript_codec.py`), a string of entry uuids per
+transcript (dedup: one JSON text and a newline each, about half of what a set costs; sessions written before keep their
+set, still read), a set of subpaths, the folded summary; per project a sorted set session id -> mtime (ms);
+per session id the set of project keys holding it (to find a session by id alone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -29,6 +32,7 @@ from redis.exceptions import WatchError
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
+from claudeq.transcript_codec import Codec, decode, encode
 
 #: Optimistic transactions retried this many times under contention before giving up (the SDK retries the batch).
 CAS_RETRIES = 50
@@ -46,12 +50,18 @@ class RedisSessionStore(SessionStore):
     """Async SessionStore on `redis.asyncio`: uuid-deduplicated appends, race-safe summaries, retention TTL."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, ttl_s: int, scrub: Callable[[str], str] | None = None
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        ttl_s: int,
+        scrub: Callable[[str], str] | None = None,
+        codec: Codec = "zstd",
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_s = ttl_s
         self._scrub = scrub
+        self._codec: Codec = codec
         self._last_mtime = 0
 
     @classmethod
@@ -61,7 +71,7 @@ class RedisSessionStore(SessionStore):
         """A store under the settings' key prefix with their session retention; `scrub` cleans every string of
         every entry before it is stored (the worker passes its secret redaction)."""
         client = redis if redis is not None else aioredis.Redis.from_url(settings.redis_url)
-        return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub)
+        return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub, settings.session_codec)
 
     @property
     def keys(self) -> Keys:
@@ -96,28 +106,33 @@ class RedisSessionStore(SessionStore):
         project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
         k = self._keys
         entries_key = k.session_entries(project_key, session_id, subpath)
-        uuids_key = k.session_uuids(project_key, session_id, subpath)
+        ids_key = k.session_ids(project_key, session_id, subpath)
+        uuids_key = k.session_uuids(project_key, session_id, subpath)  # written before session_ids
         summary_key = k.session_summary(project_key, session_id)
         subkeys_key = k.session_subkeys(project_key, session_id)
-        watched = [uuids_key, summary_key, subkeys_key] if subpath is None else [uuids_key]
+        watched = [ids_key, uuids_key, summary_key, subkeys_key] if subpath is None else [ids_key, uuids_key]
         for _ in range(CAS_RETRIES):
             async with self._redis.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(*watched)
-                    fresh, new_uuids = await self._fresh_entries(pipe, uuids_key, entries)
+                    fresh, new_uuids = await self._fresh_entries(pipe, ids_key, uuids_key, entries)
                     if not fresh:
                         return
                     prev = await pipe.get(summary_key) if subpath is None else None
                     subpaths = await pipe.smembers(subkeys_key) if subpath is None else set()
+                    # Compressing a batch of tens of KB takes milliseconds: off the loop the CLI's messages arrive on.
+                    elements = await asyncio.to_thread(encode, list(fresh), self._codec)
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-                    pipe.rpush(entries_key, *[_dumps(e) for e in fresh])
-                    if new_uuids:
-                        pipe.sadd(uuids_key, *new_uuids)
+                    pipe.rpush(entries_key, *elements)
+                    if new_uuids and self._codec == "none":
+                        pipe.sadd(uuids_key, *new_uuids)  # the layout as before, entries and uuids alike
+                    elif new_uuids:
+                        pipe.append(ids_key, "".join(_dumps(u) + "\n" for u in new_uuids))
                     if subpath is None:
                         self._stage_main(pipe, key, fresh, prev, subpaths)
                     else:
                         pipe.sadd(subkeys_key, subpath)
-                    for name in (entries_key, uuids_key, subkeys_key):
+                    for name in (entries_key, ids_key, uuids_key, subkeys_key):
                         pipe.expire(name, self._ttl_s)
                     await pipe.execute()
                     return
@@ -126,14 +141,18 @@ class RedisSessionStore(SessionStore):
         raise SessionStoreContention(f"append to session {session_id} lost {CAS_RETRIES} transactions in a row")
 
     async def _fresh_entries(
-        self, pipe: Any, uuids_key: str, entries: list[SessionStoreEntry]
+        self, pipe: Any, ids_key: str, uuids_key: str, entries: list[SessionStoreEntry]
     ) -> tuple[list[SessionStoreEntry], list[str]]:
         """Entries whose uuid is neither stored nor repeated earlier in the batch; entries without uuid always."""
         candidates = [u for e in entries if isinstance(u := e.get("uuid"), str) and u]
         stored: set[str] = set()
         if candidates:
+            raw = await pipe.get(ids_key)
+            if raw:
+                text = raw.decode() if isinstance(raw, bytes) else str(raw)
+                stored = {json.loads(line) for line in text.split("\n") if line}
             flags = await pipe.smismember(uuids_key, candidates)
-            stored = {u for u, flag in zip(candidates, flags, strict=True) if flag}
+            stored |= {u for u, flag in zip(candidates, flags, strict=True) if flag}
         fresh: list[SessionStoreEntry] = []
         seen: list[str] = []
         for entry in entries:
@@ -172,6 +191,7 @@ class RedisSessionStore(SessionStore):
         for raw in subpaths:
             sub = raw.decode() if isinstance(raw, bytes) else str(raw)
             pipe.expire(k.session_entries(project_key, session_id, sub), self._ttl_s)
+            pipe.expire(k.session_ids(project_key, session_id, sub), self._ttl_s)
             pipe.expire(k.session_uuids(project_key, session_id, sub), self._ttl_s)
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
@@ -181,7 +201,7 @@ class RedisSessionStore(SessionStore):
         )
         if not raw:
             return None
-        return [cast(SessionStoreEntry, json.loads(item)) for item in raw]
+        return [cast(SessionStoreEntry, e) for e in decode(raw)]
 
     # -- optional --------------------------------------------------------------------------------------------
 
@@ -223,6 +243,7 @@ class RedisSessionStore(SessionStore):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(
                     k.session_entries(project_key, session_id, subpath),
+                    k.session_ids(project_key, session_id, subpath),
                     k.session_uuids(project_key, session_id, subpath),
                 )
                 pipe.srem(subkeys_key, subpath)
@@ -236,6 +257,7 @@ class RedisSessionStore(SessionStore):
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
                     names = [
                         k.session_entries(project_key, session_id),
+                        k.session_ids(project_key, session_id),
                         k.session_uuids(project_key, session_id),
                         k.session_summary(project_key, session_id),
                         subkeys_key,
@@ -243,6 +265,7 @@ class RedisSessionStore(SessionStore):
                     for sub in subs:
                         names += [
                             k.session_entries(project_key, session_id, sub),
+                            k.session_ids(project_key, session_id, sub),
                             k.session_uuids(project_key, session_id, sub),
                         ]
                     pipe.delete(*names)
@@ -285,6 +308,31 @@ class RedisSessionStore(SessionStore):
         for project_key in projects:
             await self.delete({"project_key": project_key, "session_id": session_id})
         return len(projects)
+
+    async def retain(self, session_id: str, ttl_s: int) -> None:
+        """Keep a session (under every project key holding it) at most `ttl_s` more seconds; 0 deletes it now. An
+        append after this gives it the full retention again (it is being worked in)."""
+        if ttl_s <= 0:
+            await self.delete_everywhere(session_id)
+            return
+        k = self._keys
+        for project_key in await self.projects_of(session_id):
+            subs = await self.list_subkeys({"project_key": project_key, "session_id": session_id})
+            names = [
+                k.session_entries(project_key, session_id),
+                k.session_ids(project_key, session_id),
+                k.session_uuids(project_key, session_id),
+                k.session_summary(project_key, session_id),
+                k.session_subkeys(project_key, session_id),
+            ]
+            for sub in subs:
+                names.append(k.session_entries(project_key, session_id, sub))
+                names.append(k.session_ids(project_key, session_id, sub))
+                names.append(k.session_uuids(project_key, session_id, sub))
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.expire(name, ttl_s, lt=True)
+                await pipe.execute()
 
     async def copy_session(self, session_id: str, from_project: str, to_project: str) -> int:
         """Copy a session (main transcript and subpaths) to another project key; -> entries copied.

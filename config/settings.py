@@ -157,7 +157,26 @@ class Settings(BaseSettings):
         description="How long mirrored session transcripts and conversations are kept after their last turn "
         "(refreshed on every append); default: result_ttl_s.",
     )
+    session_codec: Literal["zstd", "zlib", "none"] = Field(
+        default="zstd",
+        description="How mirrored transcripts are stored: each append batch as one compressed element (zstd needs "
+        "the `zstandard` package), or `none` (one JSON text per entry and a set of their uuids, as before). Any worker "
+        "reads every form.",
+    )
+    oneshot_session_ttl_s: int | None = Field(
+        default=None,
+        ge=0,
+        description="How long the transcript of a job that succeeded outside a conversation, starting a new "
+        "session, is kept after its success (0: deleted at success; it can then no longer be resumed); default: "
+        "the session retention. Conversations' and failed jobs' transcripts keep the session retention.",
+    )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
+    event_tool_result_chars: int = Field(
+        default=1000,
+        ge=100,
+        description="Longest text of a tool result kept in its `tool_result` event (the whole result is in the "
+        "session transcript; the event's `chars` gives its length). Other text fields keep 4000 characters.",
+    )
     event_flush_s: float = Field(
         default=2.0,
         ge=0.1,

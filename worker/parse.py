@@ -31,8 +31,12 @@ from claudeq.worker.cli_env import redact
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome
 from claudeq.worker.prices import cost_usd
 
-#: Longest text kept in one event's field (tool inputs and results, assistant text).
+#: Longest text kept in one event's field (tool inputs, assistant text).
 TEXT_LIMIT = 4000
+#: Longest tool result text kept in a `tool_result` event by default (`CLAUDEQ_EVENT_TOOL_RESULT_CHARS`): what a
+#: person reads of it (the head of a file, the first lines of a command's output); the whole result is in the
+#: session's transcript, and `chars` says how long it was (docs/architecture.md#what-a-job-keeps-in-redis).
+TOOL_RESULT_LIMIT = 1000
 
 
 def truncate(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -140,6 +144,7 @@ class MessageParser:
 
     attempt: int
     clock: Callable[[], float] = time.monotonic
+    tool_result_limit: int = TOOL_RESULT_LIMIT  # the worker's `event_tool_result_chars`
     outcome: RunOutcome = field(default_factory=RunOutcome)
     model: str | None = None  # from the init message
     last_progress: float | None = None  # monotonic time of the last message of any kind
@@ -239,8 +244,12 @@ class MessageParser:
             if isinstance(block, ToolResultBlock):
                 use_id = _text(block.tool_use_id)
                 self.tools_in_flight.pop(use_id, None)
-                text = truncate(redact(_result_text(block.content)))
-                events.append(self._event("tool_result", id=use_id, is_error=bool(block.is_error), text=text))
+                full = redact(_result_text(block.content))
+                text = truncate(full, self.tool_result_limit)
+                event = self._event("tool_result", id=use_id, is_error=bool(block.is_error), text=text)
+                if len(full) > self.tool_result_limit:
+                    event.data["chars"] = len(full)  # the whole result's length, in the session's transcript
+                events.append(event)
         return events
 
     def _rate_limit(self, message: RateLimitEvent) -> list[Event]:

@@ -228,7 +228,7 @@ class Runner:
     ) -> RunOutcome:
         # File system work happens off the engine loop: every run's heartbeat and watchdog share that loop.
         started = time.monotonic()
-        parser = MessageParser(attempt=req.attempt)
+        parser = MessageParser(attempt=req.attempt, tool_result_limit=self.settings.event_tool_result_chars)
         watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
         stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         run_id = f"{req.job_id}.{req.attempt}.{uuid.uuid4().hex[:8]}"
@@ -457,7 +457,7 @@ class Runner:
             self.passthrough.unpark(cli.grant)
         cli.jobs += 1
         cli.stderr.clear()
-        parser = MessageParser(attempt=req.attempt)
+        parser = MessageParser(attempt=req.attempt, tool_result_limit=self.settings.event_tool_result_chars)
         watchdog = Watchdog(Timeouts.for_job(req.spec, self.settings))
         outcome = parser.outcome
         connected = asyncio.Event()

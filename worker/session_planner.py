@@ -347,11 +347,47 @@ class SessionPlanner:
 
     async def finished(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
         """A job reached `status`: record the conversation turn, move the pointer (success, not a fork), free the
-        turn lock. -> job ids of waiting turns to promote now."""
-        if not self.enabled or not record.spec.conversation:
+        turn lock. -> job ids of waiting turns to promote now. A one-shot job's transcript gets the one-shot
+        retention on success (`oneshot_session_ttl_s`)."""
+        if not self.enabled:
+            return []
+        if not record.spec.conversation:
+            if status == "succeeded" and session_id:
+                await self._retain_oneshot(record, session_id)
             return []
         assert self.conversations is not None
         return await asyncio.to_thread(self._finish_turn, record, status, session_id)
+
+    async def _retain_oneshot(self, record: JobRecord, session_id: str) -> None:
+        """A succeeded job that started a new session outside a conversation: nothing of claudeq resumes it any more
+        (its retries are over), so its transcripts — the last attempt's and any earlier attempt's session (a retry
+        that started afresh) — are kept `oneshot_session_ttl_s` (0: deleted now) if that is set. A failure is
+        logged: the transcripts then keep the session retention."""
+        assert self.settings is not None
+        ttl = self.settings.oneshot_session_ttl_s
+        plan = record.session_plan
+        if ttl is None or ttl >= self.settings.session_retention_s or plan is None or plan.mode != "new":
+            return
+        try:
+            sessions = {session_id, *await asyncio.to_thread(self._sessions_of, record.id)}
+            for sid in sorted(sessions):
+                await self.store().retain(sid, ttl)
+        except redis.RedisError:
+            log.warning("session %s: could not apply the one-shot transcript retention", session_id)
+
+    def _sessions_of(self, job_id: str) -> set[str]:
+        """Every session the job's runs reported (their `session` events)."""
+        assert self.jobs is not None
+        found: set[str] = set()
+        after = "0-0"
+        while True:
+            batch = self.jobs.read_events(job_id, after=after, count=500)
+            for entry_id, event in batch:
+                after = entry_id
+                if event.type == "session" and event.data.get("session_id"):
+                    found.add(str(event.data["session_id"]))
+            if len(batch) < 500:
+                return found
 
     def _finish_turn(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
         assert self.conversations is not None and self.jobs is not None

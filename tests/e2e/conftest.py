@@ -6,6 +6,7 @@ nor in any worker log.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import redis
 
 from claudeq.config.settings import Settings
+from claudeq.transcript_codec import decode
 from tests.conftest import make_settings
 from tests.support.procs import kill_claude
 from tests.support.worker_proc import (
@@ -89,7 +91,11 @@ def redis_blobs(client: redis.Redis, settings: Settings) -> list[tuple[bytes, by
         elif kind == "hash":
             blobs += [k + b"=" + v for k, v in client.hgetall(key).items()]
         elif kind == "list":
-            blobs += client.lrange(key, 0, -1)
+            items = client.lrange(key, 0, -1)
+            blobs += items
+            if key.startswith(f"{settings.key_prefix}session:".encode()):
+                # Transcripts are stored compressed (claudeq/transcript_codec.py): what they hold, entry by entry.
+                blobs += [json.dumps(e, ensure_ascii=False).encode() for e in decode(items)]
         elif kind == "set":
             blobs += list(client.smembers(key))
         elif kind == "zset":

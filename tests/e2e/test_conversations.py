@@ -244,3 +244,26 @@ def test_a_session_another_tenants_job_created_cannot_be_resumed(
     # A's own jobs still resume A's session.
     own = wait(client, client.submit(prompt="[[sim: text mine]] resume mine", resume=a1.session_id, tenant="team-a").id)
     assert own.status == "succeeded", own.error
+
+
+def test_a_one_shot_jobs_transcript_goes_at_its_success_when_the_operator_says_so(
+    client: Client, workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    workers(oneshot_session_ttl_s=0)
+    one_shot = wait(client, client.submit(prompt=f"[[sim: text done]] once {unique}").id)
+    turn = wait(client, client.submit(prompt=f"[[sim: text hi]] keep {unique}", conversation=f"keep-{unique}").id)
+    assert one_shot.status == turn.status == "succeeded"
+    assert one_shot.session_id and turn.session_id
+
+    def stored(session_id: str) -> list[bytes]:
+        return [*redis_client.scan_iter(match=f"{settings.key_prefix}session*{session_id}*", count=1000)]
+
+    deadline = time.monotonic() + 10
+    while stored(one_shot.session_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert stored(one_shot.session_id) == []
+    assert any(k.endswith(b":main") for k in stored(turn.session_id))  # a conversation keeps what it resumes
+    # The next turn resumes the kept session; the one-shot job's record still says what it answered.
+    nxt = wait(client, client.submit(prompt=f"again {unique}", conversation=f"keep-{unique}").id)
+    assert nxt.status == "succeeded", nxt.error
+    assert one_shot.result is not None and client.get(one_shot.id).result == one_shot.result

@@ -291,3 +291,16 @@ def test_assistant_events_carry_the_tokens_the_attempt_used_so_far() -> None:
     plain = MessageParser(attempt=1)
     events = feed_all(plain, [AssistantMessage(content=[TextBlock(text="hi")], model="m", session_id=SID)])
     assert events == [("session", {"session_id": SID}), ("assistant_text", {"text": "hi"})]
+
+
+def test_a_long_tool_result_is_cut_in_its_event_and_says_how_long_it_was() -> None:
+    from claudeq.worker.parse import TOOL_RESULT_LIMIT
+
+    parser = MessageParser(attempt=1)
+    long_text = "line\n" * 1000
+    message = UserMessage(content=[ToolResultBlock(tool_use_id="toolu_9", content=long_text, is_error=False)])
+    ((kind, data),) = feed_all(parser, [message])
+    assert kind == "tool_result"
+    assert data["text"].startswith(long_text[:TOOL_RESULT_LIMIT])
+    assert len(data["text"]) < TOOL_RESULT_LIMIT + 40
+    assert data["chars"] == len(long_text)

@@ -226,3 +226,37 @@ async def test_retry_of_an_unanswered_conversation_turn_retakes_it_from_the_same
     )
     plan = await world.planner.plan(world.ran(job), world.emit)
     assert (plan.mode, plan.resume, plan.resume_at, plan.prompt) == ("retake", "s0", "a0", None)
+
+
+async def test_a_one_shot_jobs_sessions_get_the_one_shot_retention_at_success_only(fake_settings: Settings) -> None:
+    world = World(fake_settings.model_copy(update={"oneshot_session_ttl_s": 0}))
+    keep = World(fake_settings)  # unset: the session retention for every transcript
+
+    async def stored(w: World, sid: str) -> bool:
+        return await w.sessions.load({"project_key": w.project, "session_id": sid}) is not None
+
+    job = world.job()
+    plan = await world.planner.plan(job, world.emit)
+    job = job.model_copy(update={"session_plan": plan.stored()})
+    for sid in ("s1", "s2"):  # a first attempt that started afresh, then the retry's own session
+        world.jobs.append_event(job.id, Event(type="session", data={"session_id": sid}))
+        await world.transcript(sid, _user(f"p-{sid}", "the prompt"))
+    failed = world.job()
+    failed = failed.model_copy(update={"session_plan": plan.stored()})
+    await world.transcript("s3", _user("p3", "the prompt"))
+    resumed = world.job(resume="s4")
+    await world.transcript("s4", _user("p4", "earlier"))
+    resumed_plan = await world.planner.plan(resumed, world.emit)
+    resumed = resumed.model_copy(update={"session_plan": resumed_plan.stored()})
+
+    await world.planner.finished(failed, "failed", "s3")
+    await world.planner.finished(resumed, "succeeded", "s4")
+    assert await stored(world, "s3") and await stored(world, "s4")  # a failed job, a resumed session: kept
+    await world.planner.finished(job, "succeeded", "s2")
+    assert not await stored(world, "s1") and not await stored(world, "s2")
+
+    other = keep.job()
+    other = other.model_copy(update={"session_plan": (await keep.planner.plan(other, keep.emit)).stored()})
+    await keep.transcript("s5", _user("p5", "the prompt"))
+    await keep.planner.finished(other, "succeeded", "s5")
+    assert await stored(keep, "s5")
