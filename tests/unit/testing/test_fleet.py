@@ -242,7 +242,7 @@ def test_events_follow_drives_the_job_to_its_end(claudeq_fleet: Fleet) -> None:
 
 def test_a_job_that_cannot_finish_says_so(claudeq_fleet: Fleet) -> None:
     job = claudeq_fleet.client.submit(prompt="x")
-    claudeq_fleet.redis.delete(*claudeq_fleet.redis.keys("claudeq.runs*"))  # its message lost
+    claudeq_fleet.redis.delete(claudeq_fleet.settings.queue)  # its message lost
     with pytest.raises(FleetStalled):
         job.wait()
 
