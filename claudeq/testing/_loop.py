@@ -20,6 +20,12 @@ T = TypeVar("T")
 
 #: Longest real wait for I/O the loop allows itself when no timer is due (a stuck delivery fails the test instead).
 STALL_S = 30.0
+#: Most virtual time one call into the loop may skip: a delivery that waits longer never ends (its heartbeats alone
+#: would move the clock on forever).
+MAX_JUMP_S = 30 * 86400.0
+#: Most jumps one call into the loop may make (a 16-hour wait at the default 3 s heartbeat; the longest a run may
+#: last by default, `max_deadline_s`, is 4 hours).
+MAX_JUMPS = 20_000
 
 
 class FleetStalled(RuntimeError):
@@ -51,6 +57,8 @@ class _VirtualSelector(selectors.DefaultSelector):
         self.clock = clock
         self.io_grace_s = io_grace_s
         self.jumped_s = 0.0
+        self.since_reset_s = 0.0
+        self.jumps_since_reset = 0
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready: list[tuple[selectors.SelectorKey, int]] = super().select(0)
@@ -65,8 +73,15 @@ class _VirtualSelector(selectors.DefaultSelector):
             if not ready:
                 raise FleetStalled(f"the in-process worker waited {STALL_S:g} s for something nothing will do")
             return ready
+        if self.since_reset_s + timeout > MAX_JUMP_S or self.jumps_since_reset >= MAX_JUMPS:
+            raise FleetStalled(
+                f"a delivery waited {self.since_reset_s / 3600:.0f} hours of virtual time in {self.jumps_since_reset} "
+                "timer jumps and still does not end"
+            )
+        self.jumps_since_reset += 1
         self.clock.advance(timeout)
         self.jumped_s += timeout
+        self.since_reset_s += timeout
         return []
 
 
@@ -79,7 +94,12 @@ def virtual_loop(clock: VirtualClock, io_grace_s: float = 0.0) -> asyncio.Abstra
     return loop
 
 
-def jumped_s(loop: asyncio.AbstractEventLoop) -> float:
-    """Virtual seconds the loop skipped so far."""
+def jumped_s(loop: asyncio.AbstractEventLoop, reset: bool = False) -> float:
+    """Virtual seconds the loop skipped so far; `reset`: start counting towards MAX_JUMP_S again."""
     selector = getattr(loop, "_selector", None)
-    return selector.jumped_s if isinstance(selector, _VirtualSelector) else 0.0
+    if not isinstance(selector, _VirtualSelector):
+        return 0.0
+    if reset:
+        selector.since_reset_s = 0.0
+        selector.jumps_since_reset = 0
+    return selector.jumped_s

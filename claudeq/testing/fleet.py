@@ -36,7 +36,7 @@ from claudeq.keys import Keys
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, Event, JobRecord, JobSpec, Outcome, TerminalStatus, Usage
 from claudeq.producer.client import AsyncClient, Client, JobHandle, push_run
 from claudeq.testing import clock as _clock
-from claudeq.testing._loop import FleetStalled, virtual_loop
+from claudeq.testing._loop import FleetStalled, jumped_s, virtual_loop
 from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.account_manager import AccountManager
@@ -412,6 +412,7 @@ class Fleet:
         self.engine._on_loop_start()
 
     def _run(self, coro: Any) -> Any:
+        jumped_s(self._loop, reset=True)
         return self._loop.run_until_complete(coro)
 
     # ---- what happened -----------------------------------------------------------------------------------------

@@ -253,3 +253,14 @@ def test_the_real_clock_is_back_after_close() -> None:
         f.advance(3600)
         assert time.time() >= real_before + 3600
     assert time.time() < real_before + 60
+
+
+def test_a_run_that_waits_forever_fails_instead_of_spinning() -> None:
+    forty_days = 40 * 86400
+    # Watchdogs further out than the kit's limit on one delivery's virtual waits (30 days): called stuck.
+    slow = {"heartbeat_s": 3600, "lease_ttl_s": 7200}  # hourly heartbeats: the limit comes after ~720 jumps
+    with fleet(first_byte_timeout_s=forty_days, deadline_s=forty_days, max_deadline_s=forty_days, **slow) as f:
+        f.fail("x", never_answers())
+        job = f.client.submit(prompt="x")
+        with pytest.raises(FleetStalled):
+            job.wait()
