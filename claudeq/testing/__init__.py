@@ -1,14 +1,13 @@
 """claudeq.testing: test the code that submits agent jobs in milliseconds, on fakeredis, with scripted replies.
 
-    from claudeq.testing import fleet, overloaded
-
-    with fleet() as f:
-        f.reply(r"triage", text="3 issues need a look", usage={"input_tokens": 1200, "cost_usd": 0.01})
-        f.fail(r"triage", overloaded())              # the first attempt meets a 529, the retry is answered
-        job = f.client.submit(prompt="triage the open issues")
-        record = job.wait()                          # drives the in-process worker; no real sleeping
-        assert record.status == "succeeded"
-        assert [a.outcome for a in record.attempts] == ["transient_error", "success"]
+    >>> from claudeq.testing import fleet, overloaded
+    >>> with fleet() as f:
+    ...     f.reply(r"triage", text="3 issues need a look", usage={"input_tokens": 1200, "cost_usd": 0.01})
+    ...     f.fail(r"triage", overloaded())           # the first attempt meets a 529, the retry is answered
+    ...     job = f.client.submit(prompt="triage the open issues")
+    ...     record = job.wait()                       # drives the in-process worker; no real sleeping
+    >>> record.status, [a.outcome for a in record.attempts], record.result.text
+    ('succeeded', ['transient_error', 'success'], '3 issues need a look')
 
 The client and the worker are claudeq's own code on fakeredis (or a real Redis with `redis_url`); only the CLI is
 replaced, by scripted runs. The pytest plugin (registered by the package's `pytest11` entry point) gives the fixture

@@ -48,3 +48,12 @@ def test_the_example_runs(where: str, block: str) -> None:
 
 def test_there_are_examples() -> None:
     assert len(BLOCKS) >= 4
+
+
+def test_the_module_doctest_runs_eagerly() -> None:
+    import doctest
+
+    import claudeq.testing as kit
+
+    failed, tried = doctest.testmod(kit, verbose=False)
+    assert tried >= 3 and failed == 0
