@@ -82,3 +82,25 @@ def test_the_kit_and_the_real_worker_give_the_same_records(
         prompt: (got, want) for (prompt, _, _), got, want in zip(scenarios, kit, real, strict=True) if got != want
     }
     assert not differ, "\n".join(f"{prompt}:\n  kit  {got}\n  real {want}" for prompt, (got, want) in differ.items())
+
+
+def conversation_shape(records: list[JobRecord]) -> dict[str, Any]:
+    return {
+        "statuses": [r.status for r in records],
+        "outcomes": [[a.outcome for a in r.attempts] for r in records],
+        "same_session": [r.session_id == records[0].session_id for r in records[1:]],
+        "plans": [r.session_plan.mode if r.session_plan else None for r in records],
+    }
+
+
+def test_a_conversation_resumes_the_same_way(client: Client, workers: WorkerFactory, settings: Settings) -> None:
+    turns = ["[[sim: text first]] remember this", "[[sim: error 529 times=1]] [[sim: text second]] and now?"]
+    workers()
+    real_handles = [client.submit(prompt=p, conversation="parity") for p in turns]
+    real = conversation_shape([client.wait(h.id, timeout=120, poll_s=0.1) for h in real_handles])
+    knobs = {k: getattr(settings, k) for k in ("max_attempts", "retry_base_s", "retry_max_s", "retry_in_place_max_s")}
+    with fleet(accounts=["a", "b"], **knobs) as f:
+        f.fail(re.escape("[[sim: error 529 times=1]]"), overloaded())
+        handles = [f.client.submit(prompt=p, conversation="parity") for p in turns]
+        kit = conversation_shape([h.wait() for h in handles])
+    assert kit == real
