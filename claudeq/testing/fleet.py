@@ -241,7 +241,12 @@ class Fleet:
             self.async_client: AsyncClient = FleetAsyncClient(self)
             self.worker_store: WorkerJobStore = make_worker_store(self.settings, self.redis)
             self.metrics = Metrics()
-            self.runner = ScriptedRunner(self.settings, default, submit=self._child_submit)
+            self.runner = ScriptedRunner(
+                self.settings,
+                default,
+                submit=self._child_submit,
+                job_prompt=lambda job_id: self.worker_store.get(job_id).spec.prompt,
+            )
             self.accounts = AccountManager(self.settings, self.redis, Keys(self.settings.key_prefix))
             self.engine = Engine(
                 self.settings,

@@ -134,6 +134,7 @@ class Run:
     account: str
     resume: str | None  # the session it resumes (conversations, `resume`, a continuing retry)
     fork: bool
+    job_prompt: str = ""  # the job's own prompt, as submitted (what rules match)
     _submit: Callable[..., JobHandle] | None = field(default=None, repr=False)
 
     def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
@@ -163,7 +164,7 @@ class Rule:
             if found is None:
                 return None
         else:
-            if re.search(self.match, run.spec.prompt) is None:
+            if re.search(self.match, run.job_prompt or run.prompt) is None:
                 return None
             found = (
                 self.answers[0]
@@ -178,8 +179,15 @@ class Rule:
 class ScriptedRunner:
     """A `RunnerLike` (claudeq.worker.ports) that answers from rules instead of running the CLI."""
 
-    def __init__(self, settings: Settings, default: Answer, submit: Callable[..., JobHandle] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        default: Answer,
+        submit: Callable[..., JobHandle] | None = None,
+        job_prompt: Callable[[str], str] | None = None,
+    ) -> None:
         self.settings = settings
+        self._job_prompt = job_prompt
         self.failures: list[Rule] = []
         self.replies: list[Rule] = []
         self.default = default
@@ -206,6 +214,7 @@ class ScriptedRunner:
             account=req.account.name,
             resume=req.resume,
             fork=req.fork,
+            job_prompt=self._job_prompt(req.job_id) if self._job_prompt is not None else req.spec.prompt,
             _submit=self._submit,
         )
         answer = self.answer_for(run)

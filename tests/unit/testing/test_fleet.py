@@ -264,3 +264,14 @@ def test_a_run_that_waits_forever_fails_instead_of_spinning() -> None:
         job = f.client.submit(prompt="x")
         with pytest.raises(FleetStalled):
             job.wait()
+
+
+def test_submit_many_and_priorities_go_through_the_real_client(claudeq_fleet: Fleet) -> None:
+    priorities = [9, 5, 0]  # kombu's steps 9, 3 and 0: the broker hands out step 0 first
+    handles = claudeq_fleet.client.submit_many(
+        [{"prompt": f"job {i}", "priority": p} for i, p in enumerate(priorities)]
+    )
+    claudeq_fleet.run_until_idle()
+    assert all(claudeq_fleet.record(h.id).status == "succeeded" for h in handles)
+    assert [run.spec.prompt for run in claudeq_fleet.runs] == ["job 2", "job 1", "job 0"]
+    assert all(run.job_id and run.attempt == 1 for run in claudeq_fleet.runs)
