@@ -67,7 +67,9 @@ class Reply:
     session_id: str | None = None  # the run's session (default: a new one, or the session it resumes)
 
 
-FailureKind = Literal["rate_limited", "overloaded", "auth_failed", "api_error", "timeout", "never_answers", "crash"]
+FailureKind = Literal[
+    "rate_limited", "overloaded", "auth_failed", "api_error", "timeout", "never_answers", "crash", "limit_reached"
+]
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Failure:
     window: str = "five_hour"
     stall: Literal["first_byte", "idle", "deadline"] | None = None  # timeout / never_answers: which watchdog fires
     usage: Usage | Mapping[str, Any] | None = None
+    subtype: str = "success"  # the result's subtype (limit_reached: which limit)
 
 
 def rate_limited(resets_in: float | None = 60.0, *, window: str = "five_hour") -> Failure:
@@ -118,6 +121,16 @@ def never_answers() -> Failure:
 def crash(exit_code: int = 1) -> Failure:
     """The CLI exits without a result: transient, retried."""
     return Failure("crash", status=exit_code, message=f"Command failed with exit code {exit_code}")
+
+
+def max_turns_reached(usage: Usage | Mapping[str, Any] | None = None) -> Failure:
+    """The run used its `max_turns` without finishing: the job fails at once (kind `job`), not retried."""
+    return Failure("limit_reached", message="Reached maximum number of turns", usage=usage, subtype="error_max_turns")
+
+
+def budget_exhausted(usage: Usage | Mapping[str, Any] | None = None) -> Failure:
+    """The run spent its `max_budget_usd` without finishing: the job fails at once (kind `job`), not retried."""
+    return Failure("limit_reached", message="Reached maximum budget", usage=usage, subtype="error_max_budget_usd")
 
 
 Answer = Reply | Failure | str
@@ -305,7 +318,7 @@ class ScriptedRunner:
             session_id=session,
             got_result=True,
             is_error=True,
-            subtype="success",
+            subtype=failure.subtype,
             api_error_status=failure.status,
         )
         if failure.kind == "rate_limited":
@@ -322,7 +335,7 @@ class ScriptedRunner:
             outcome.assistant_error = "authentication_failed"
         elif failure.kind == "overloaded":
             outcome.assistant_error = "server_error"
-        await emit(_result_event(req, True, "success", outcome.result))
+        await emit(_result_event(req, True, failure.subtype, outcome.result))
         return outcome
 
     async def _stall(

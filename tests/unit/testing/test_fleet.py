@@ -15,8 +15,10 @@ from claudeq.testing import (
     Run,
     api_error,
     auth_failed,
+    budget_exhausted,
     crash,
     fleet,
+    max_turns_reached,
     never_answers,
     overloaded,
     rate_limited,
@@ -275,3 +277,11 @@ def test_submit_many_and_priorities_go_through_the_real_client(claudeq_fleet: Fl
     assert all(claudeq_fleet.record(h.id).status == "succeeded" for h in handles)
     assert [run.spec.prompt for run in claudeq_fleet.runs] == ["job 2", "job 1", "job 0"]
     assert all(run.job_id and run.attempt == 1 for run in claudeq_fleet.runs)
+
+
+@pytest.mark.parametrize("failure", [max_turns_reached(), budget_exhausted({"cost_usd": 0.5})])
+def test_a_run_that_hits_its_limits_fails_at_once(claudeq_fleet: Fleet, failure: object) -> None:
+    claudeq_fleet.fail("x", failure)  # type: ignore[arg-type]
+    record = claudeq_fleet.client.submit(prompt="x").wait()
+    assert record.status == "failed" and record.error is not None and record.error.kind == "job"
+    assert [a.outcome for a in record.attempts] == ["failed"]
