@@ -69,6 +69,24 @@ _saved: list[tuple[Any, str, Any]] = []
 _install_lock = threading.Lock()
 
 
+_holders: tuple[int, list[Any]] = (-1, [])
+
+
+def _holders_of_utcnow() -> list[Any]:
+    """claudeq's (and its tests') modules holding the real `utcnow`; looked for again only when modules were added."""
+    global _holders
+    count = len(sys.modules)
+    if _holders[0] != count:
+        found = [
+            module
+            for name, module in list(sys.modules.items())
+            if (name == "claudeq" or name.startswith(("claudeq.", "tests.")))
+            and getattr(module, "utcnow", None) is _REAL_UTCNOW
+        ]
+        _holders = (count, found)
+    return _holders[1]
+
+
 def shared_clock() -> VirtualClock:
     """The clock every open fleet shares (one process has one `time.time`)."""
     with _install_lock:
@@ -92,11 +110,7 @@ def install(clock: VirtualClock) -> None:
             (time, "monotonic_ns", clock.monotonic_ns),
         ]
         # Modules that imported `utcnow` by name hold the original: each gets the clock's.
-        for name, module in list(sys.modules.items()):
-            if (name == "claudeq" or name.startswith("claudeq.") or name.startswith("tests.")) and getattr(
-                module, "utcnow", None
-            ) is _REAL_UTCNOW:
-                patches.append((module, "utcnow", clock.utcnow))
+        patches += [(module, "utcnow", clock.utcnow) for module in _holders_of_utcnow()]
         for target, attr, value in patches:
             _saved.append((target, attr, getattr(target, attr)))
             setattr(target, attr, value)
