@@ -55,6 +55,7 @@ bench: venv
 	$(BIN)/python -m bench.bench_overhead
 	$(BIN)/python -m bench.bench_warm
 	$(BIN)/python -m bench.bench_goodput
+	$(BIN)/python -m bench.bench_testing
 
 # The control plane alone at fleet scale (fake runner, private Redis). Smaller: make bench-scale BENCH_SCALE_ARGS="--jobs 20000"
 # Then one engine alone (no Celery): CPU per job as built vs every Redis call in a thread.

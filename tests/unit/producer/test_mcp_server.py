@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from typing import Any
@@ -127,3 +128,23 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
         done = await mcp.call_tool("wait_job", {"job_id": job.id, "timeout_s": 10}, progress_callback=on_progress)
     assert done.structured_content is not None and done.structured_content["status"] == "succeeded"
     assert progress and progress[-1] == "succeeded", progress
+
+
+async def test_jobs_an_agent_hands_to_the_fleet_tools_run_and_report_to_it(claudeq_fleet: Any) -> None:
+    """The fleet tools on claudeq.testing's fleet (docs/testing.md): the children an agent submits through the real
+    MCP server run on the in-process worker, are listed under their parent, and wait_job reports their end."""
+    claudeq_fleet.reply(r"^part", text="part done")
+    parent = claudeq_fleet.client.submit(prompt="plan the work")
+    async with McpClient(build_server(claudeq_fleet.client, parent_job_id=parent.id)) as mcp:
+        for part in ("a", "b"):
+            submitted = await mcp.call_tool("submit_job", {"prompt": f"part {part}"})
+            assert not submitted.is_error, submitted.content
+        await asyncio.to_thread(claudeq_fleet.run_until_idle)
+        listed = await mcp.call_tool("list_jobs", {"parent_job_id": parent.id})
+        assert listed.structured_content is not None
+        children = listed.structured_content["jobs"]
+        assert sorted(j["status"] for j in children) == ["succeeded", "succeeded"]
+        done = await mcp.call_tool("wait_job", {"job_id": children[0]["id"], "timeout_s": 1})
+        assert done.structured_content is not None and done.structured_content["status"] == "succeeded"
+    assert claudeq_fleet.record(parent.id).status == "succeeded"
+    assert {r.spec.prompt for r in claudeq_fleet.submitted()} == {"plan the work", "part a", "part b"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import fakeredis
 import pytest
@@ -117,3 +118,15 @@ async def test_delete_removes_pointer_turns_and_transcripts(convs: ConversationS
     assert convs.info("c") is None
     assert await sessions.load({"project_key": "p", "session_id": "s1"}) is None
     assert await sessions.load({"project_key": "p", "session_id": "s2"}) is not None  # not this conversation's
+
+
+def test_turns_run_through_the_worker_in_submit_order_each_resuming_the_last(claudeq_fleet: Any) -> None:
+    """The whole path on claudeq.testing's fleet: the producer's submits, the worker's turn lock and session plan."""
+    claudeq_fleet.reply(lambda run: f"answer to {run.prompt}")
+    handles = [claudeq_fleet.client.submit(prompt=f"turn {i}", conversation="chat") for i in range(3)]
+    claudeq_fleet.run_until_idle()
+    records = [claudeq_fleet.record(h.id) for h in handles]
+    assert [r.status for r in records] == ["succeeded"] * 3
+    assert [run.spec.prompt for run in claudeq_fleet.runs] == ["turn 0", "turn 1", "turn 2"]
+    assert [run.resume for run in claudeq_fleet.runs] == [None, records[0].session_id, records[1].session_id]
+    assert [r.session_plan.mode if r.session_plan else None for r in records] == ["new", "resume", "resume"]

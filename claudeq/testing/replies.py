@@ -1,0 +1,396 @@
+"""What a scripted run answers: a `Reply`, or a `Failure` shaped as users meet it (docs/testing.md#replies).
+
+Each answer becomes the `RunOutcome` the real runner would fill in for it (claudeq.worker.parse reads the SDK's
+messages into the same fields), and the worker's real failure policy (claudeq.worker.failure) decides what follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from claude_agent_sdk import project_key_for_directory
+
+from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
+from claudeq.worker.options import default_cwd, runs_under_own_uid
+from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
+from claudeq.worker.ports import EventSink
+from claudeq.worker.watchdog import Timeouts
+
+if TYPE_CHECKING:
+    from claudeq.config.settings import Settings
+    from claudeq.producer.client import JobHandle
+
+#: The model a reply's usage is counted under when the job names none.
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+#: A tool call of a reply: a tool name, a (name, input) pair, or {"tool": name, "input": {...}, "result": text}.
+ToolCall = str | tuple[str, Mapping[str, Any]] | Mapping[str, Any]
+
+
+def usage_of(value: Usage | Mapping[str, Any] | None, model: str) -> Usage:
+    """A reply's usage: `Usage`, a mapping of its fields, or None for a small default (100 in, 20 out, $0.001)."""
+    if isinstance(value, Usage):
+        usage = value.model_copy(deep=True)
+    else:
+        fields = dict(value) if value is not None else {"input_tokens": 100, "output_tokens": 20, "cost_usd": 0.001}
+        usage = Usage(**fields)
+    if not usage.model_usage:
+        usage.model_usage = {
+            model: {
+                "inputTokens": usage.input_tokens,
+                "outputTokens": usage.output_tokens,
+                "cacheReadInputTokens": usage.cache_read_tokens,
+                "cacheCreationInputTokens": usage.cache_creation_tokens,
+                "costUSD": usage.cost_usd,
+            }
+        }
+    return usage
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A run that answers: `text`, a `structured` output (for jobs with an `output_schema`), `usage`, the
+    `tool_calls` it made (each shown as a `tool_call` and a `tool_result` event) and its `turns`."""
+
+    text: str = "ok"
+    structured: Any = None
+    usage: Usage | Mapping[str, Any] | None = None
+    tool_calls: Sequence[ToolCall] = ()
+    turns: int = 1
+    session_id: str | None = None  # the run's session (default: a new one, or the session it resumes)
+
+
+FailureKind = Literal[
+    "rate_limited", "overloaded", "auth_failed", "api_error", "timeout", "never_answers", "crash", "limit_reached"
+]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A run that fails the way the real CLI does; made by `rate_limited`, `overloaded`, `auth_failed`,
+    `api_error`, `timeout`, `never_answers` and `crash`."""
+
+    kind: FailureKind
+    status: int | None = None  # the API's HTTP status
+    message: str = ""
+    resets_in: float | None = None  # rate_limited: seconds until the window resets (None: no reset time given)
+    window: str = "five_hour"
+    stall: Literal["first_byte", "idle", "deadline"] | None = None  # timeout / never_answers: which watchdog fires
+    usage: Usage | Mapping[str, Any] | None = None
+    subtype: str = "success"  # the result's subtype (limit_reached: which limit)
+
+
+def rate_limited(resets_in: float | None = 60.0, *, window: str = "five_hour") -> Failure:
+    """HTTP 429. On an OAuth account the CLI also reports the rejected window and when it resets (`resets_in`
+    seconds from now): the account cools until then. An API-key account gets a plain 429 (`rate_limit_cooldown_s`)."""
+    return Failure("rate_limited", 429, "API Error: 429 rate_limit_error", resets_in=resets_in, window=window)
+
+
+def overloaded() -> Failure:
+    """HTTP 529 Overloaded: transient, retried with backoff."""
+    return Failure("overloaded", 529, 'API Error: 529 {"type":"overloaded_error","message":"Overloaded"}')
+
+
+def auth_failed() -> Failure:
+    """HTTP 401: the account is disabled and the job goes to another one."""
+    return Failure("auth_failed", 401, "Invalid API key · Please run /login")
+
+
+def api_error(status: int = 500, message: str = "Internal server error") -> Failure:
+    """Another API error: 5xx are transient (retried), 400/403/404/413/422 fail the job at once."""
+    return Failure("api_error", status, f"API Error: {status} {message}")
+
+
+def timeout(kind: Literal["first_byte", "idle", "deadline"] = "idle") -> Failure:
+    """The run streams, then stalls until the worker's `kind` watchdog stops it (virtual time passes): retried."""
+    return Failure("timeout", stall=kind)
+
+
+def never_answers() -> Failure:
+    """The run never sends a byte: the first-byte watchdog stops it (virtual time passes)."""
+    return Failure("never_answers", stall="first_byte")
+
+
+def crash(exit_code: int = 1) -> Failure:
+    """The CLI exits without a result: transient, retried."""
+    return Failure("crash", status=exit_code, message=f"Command failed with exit code {exit_code}")
+
+
+def max_turns_reached(usage: Usage | Mapping[str, Any] | None = None) -> Failure:
+    """The run used its `max_turns` without finishing: the job fails at once (kind `job`), not retried."""
+    return Failure("limit_reached", message="Reached maximum number of turns", usage=usage, subtype="error_max_turns")
+
+
+def budget_exhausted(usage: Usage | Mapping[str, Any] | None = None) -> Failure:
+    """The run spent its `max_budget_usd` without finishing: the job fails at once (kind `job`), not retried."""
+    return Failure("limit_reached", message="Reached maximum budget", usage=usage, subtype="error_max_budget_usd")
+
+
+Answer = Reply | Failure | str
+
+
+@dataclass
+class Run:
+    """One attempt as a responder sees it."""
+
+    job_id: str
+    attempt: int
+    prompt: str  # what the run was sent (a continuing retry sends claudeq's continue prompt)
+    spec: JobSpec
+    account: str
+    resume: str | None  # the session it resumes (conversations, `resume`, a continuing retry)
+    fork: bool
+    job_prompt: str = ""  # the job's own prompt, as submitted (what rules match)
+    _submit: Callable[..., JobHandle] | None = field(default=None, repr=False)
+
+    def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+        """Submit a job from this run, as its fleet tools (`submit_job`) would: the new job's `parent_job_id` is this
+        job."""
+        assert self._submit is not None
+        return self._submit(self.job_id, spec, **fields)
+
+
+Responder = Callable[[Run], "Answer | None"]
+Match = str | re.Pattern[str] | Responder
+
+
+@dataclass
+class Rule:
+    """A scripted answer for the runs it matches; `left` is how many runs it still answers (None: any number)."""
+
+    match: Match
+    answers: list[Answer]
+    left: int | None
+
+    def answer(self, run: Run) -> Answer | None:
+        if self.left is not None and self.left <= 0:
+            return None
+        if callable(self.match) and not isinstance(self.match, re.Pattern):
+            found = self.match(run)
+            if found is None:
+                return None
+        else:
+            if re.search(self.match, run.job_prompt or run.prompt) is None:
+                return None
+            found = (
+                self.answers[0]
+                if self.left is None
+                else self.answers[(len(self.answers) - self.left) % len(self.answers)]
+            )
+        if self.left is not None:
+            self.left -= 1
+        return found
+
+
+class ScriptedRunner:
+    """A `RunnerLike` (claudeq.worker.ports) that answers from rules instead of running the CLI."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        default: Answer,
+        submit: Callable[..., JobHandle] | None = None,
+        job_prompt: Callable[[str], str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._job_prompt = job_prompt
+        self.failures: list[Rule] = []
+        self.replies: list[Rule] = []
+        self.default = default
+        self.requests: list[RunRequest] = []
+        self._submit = submit
+
+    def check(self, spec: JobSpec) -> None:
+        """The scripted runner refuses nothing (the worker policy is still checked by the handler)."""
+
+    def answer_for(self, run: Run) -> Answer:
+        for rule in [*self.failures, *self.replies]:
+            found = rule.answer(run)
+            if found is not None:
+                return found
+        return self.default
+
+    async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
+        self.requests.append(req)
+        run = Run(
+            job_id=req.job_id,
+            attempt=req.attempt,
+            prompt=req.spec.prompt,
+            spec=req.spec,
+            account=req.account.name,
+            resume=req.resume,
+            fork=req.fork,
+            job_prompt=self._job_prompt(req.job_id) if self._job_prompt is not None else req.spec.prompt,
+            _submit=self._submit,
+        )
+        answer = self.answer_for(run)
+        if isinstance(answer, str):
+            answer = Reply(text=answer)
+        model = req.spec.model or DEFAULT_MODEL
+        await emit(
+            Event(
+                type="run_started",
+                attempt=req.attempt,
+                data={"account": req.account.name, "model": req.spec.model, "attempt": req.attempt},
+            )
+        )
+        started = asyncio.get_running_loop().time()
+        session = (
+            answer.session_id
+            if isinstance(answer, Reply) and answer.session_id
+            else (req.resume if req.resume and not req.fork else str(uuid.uuid4()))
+        )
+        if isinstance(answer, Reply):
+            outcome = await self._reply(req, answer, session, model, emit)
+        else:
+            outcome = await self._failure(req, answer, session, model, emit, cancel)
+        outcome.duration_s = asyncio.get_running_loop().time() - started
+        return outcome
+
+    async def _session(self, req: RunRequest, session: str, emit: EventSink, entries: list[dict[str, Any]]) -> None:
+        await emit(Event(type="session", attempt=req.attempt, data={"session_id": session}))
+        if req.session_store is not None and entries:
+            key = {"project_key": self._project_of(req), "session_id": session}
+            await req.session_store.append(key, entries)  # type: ignore[arg-type]
+
+    def _project_of(self, req: RunRequest) -> str:
+        """The session-store project key of the run's directory (as claudeq.worker.session_planner computes it)."""
+        if req.spec.cwd:
+            return str(project_key_for_directory(req.spec.cwd))
+        return str(project_key_for_directory(default_cwd(runs_under_own_uid(req.spec, self.settings.policy))))
+
+    async def _reply(self, req: RunRequest, reply: Reply, session: str, model: str, emit: EventSink) -> RunOutcome:
+        prompt_entry = _entry("user", session, {"role": "user", "content": req.spec.prompt})
+        answer_entry = _entry(
+            "assistant",
+            session,
+            {"role": "assistant", "model": model, "content": [{"type": "text", "text": reply.text}]},
+        )
+        await self._session(req, session, emit, [prompt_entry, answer_entry])
+        names: list[str] = []
+        for i, call in enumerate(reply.tool_calls):
+            name, tool_input, tool_result = _tool_call(call)
+            names.append(name)
+            use_id = f"toolu_{req.attempt}_{i}"
+            data = {"tool": name, "id": use_id, "input": json.dumps(tool_input)}
+            await emit(Event(type="tool_call", attempt=req.attempt, data=data))
+            result_data = {"id": use_id, "is_error": False, "text": tool_result}
+            await emit(Event(type="tool_result", attempt=req.attempt, data=result_data))
+        if reply.text:
+            await emit(Event(type="assistant_text", attempt=req.attempt, data={"text": reply.text}))
+        usage = usage_of(reply.usage, model)
+        result = JobResult(
+            text=reply.text,
+            structured_output=reply.structured,
+            stop_reason="end_turn",
+            num_turns=reply.turns,
+            duration_ms=1,
+            usage=usage,
+        )
+        await emit(_result_event(req, False, "success", result))
+        return RunOutcome(
+            result=result, session_id=session, got_result=True, subtype="success", tool_calls=names, first_byte_at=0.0
+        )
+
+    async def _failure(
+        self, req: RunRequest, failure: Failure, session: str, model: str, emit: EventSink, cancel: asyncio.Event
+    ) -> RunOutcome:
+        usage = usage_of(failure.usage, model) if failure.usage is not None else Usage()
+        if failure.stall is not None:
+            return await self._stall(req, failure, session, usage, emit, cancel)
+        await self._session(req, session, emit, [_entry("user", session, {"role": "user", "content": req.spec.prompt})])
+        if failure.kind == "crash":
+            return RunOutcome(
+                result=JobResult(usage=usage),
+                session_id=session,
+                exception=f"ProcessError: {failure.message}",
+                exit_code=failure.status,
+            )
+        outcome = RunOutcome(
+            result=JobResult(text=failure.message, usage=usage, num_turns=1, duration_ms=1),
+            session_id=session,
+            got_result=True,
+            is_error=True,
+            subtype=failure.subtype,
+            api_error_status=failure.status,
+        )
+        if failure.kind == "rate_limited":
+            outcome.assistant_error = "rate_limit"
+            if failure.resets_in is not None and req.account.kind == "oauth":
+                resets_at = utcnow() + timedelta(seconds=failure.resets_in)
+                signal = RateLimitSignal("rejected", resets_at=resets_at, window=failure.window)
+                outcome.rate_limits.append(signal)
+                data = {"status": "rejected", "window": failure.window, "utilization": None}
+                await emit(
+                    Event(type="rate_limit", attempt=req.attempt, data={**data, "resets_at": resets_at.isoformat()})
+                )
+        elif failure.kind == "auth_failed":
+            outcome.assistant_error = "authentication_failed"
+        elif failure.kind == "overloaded":
+            outcome.assistant_error = "server_error"
+        await emit(_result_event(req, True, failure.subtype, outcome.result))
+        return outcome
+
+    async def _stall(
+        self,
+        req: RunRequest,
+        failure: Failure,
+        session: str,
+        usage: Usage,
+        emit: EventSink,
+        cancel: asyncio.Event,
+    ) -> RunOutcome:
+        timeouts = Timeouts.for_job(req.spec, self.settings)
+        outcome = RunOutcome(result=JobResult(usage=usage), session_id=session)
+        if failure.stall == "first_byte":
+            wait_s, why = min(timeouts.first_byte_s, timeouts.deadline_s), "first_byte"
+        else:
+            entry = _entry("user", session, {"role": "user", "content": req.spec.prompt})
+            await self._session(req, session, emit, [entry])
+            outcome.first_byte_at = asyncio.get_running_loop().time()
+            if failure.stall == "idle":
+                wait_s, why = min(timeouts.idle_s, timeouts.deadline_s), "idle"
+            else:
+                wait_s, why = timeouts.deadline_s, "deadline"
+            if why == "idle" and timeouts.deadline_s <= timeouts.idle_s:
+                why = "deadline"
+        if why == "first_byte" and timeouts.deadline_s <= timeouts.first_byte_s:
+            why = "deadline"
+        try:
+            await asyncio.wait_for(cancel.wait(), timeout=wait_s)
+            outcome.stopped_by = "cancel"
+        except TimeoutError:
+            outcome.stopped_by = why  # type: ignore[assignment]
+        await emit(Event(type="stopped", attempt=req.attempt, data={"reason": outcome.stopped_by}))
+        return outcome
+
+
+def _entry(kind: str, session: str, message: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "uuid": str(uuid.uuid4()), "sessionId": session, "message": message}
+
+
+def _tool_call(call: ToolCall) -> tuple[str, Mapping[str, Any], str]:
+    if isinstance(call, str):
+        return call, {}, "ok"
+    if isinstance(call, tuple):
+        return call[0], call[1], "ok"
+    return str(call["tool"]), dict(call.get("input") or {}), str(call.get("result", "ok"))
+
+
+def _result_event(req: RunRequest, is_error: bool, subtype: str, result: JobResult) -> Event:
+    data = {
+        "is_error": is_error,
+        "subtype": subtype,
+        "num_turns": result.num_turns,
+        "duration_ms": result.duration_ms,
+        "cost_usd": result.usage.cost_usd,
+        "stop_reason": result.stop_reason,
+    }
+    return Event(type="result", attempt=req.attempt, data=data)
