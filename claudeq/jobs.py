@@ -34,7 +34,7 @@ from claudeq.models import (
 #: Hash fields stored as JSON documents; the rest are plain strings.
 _JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
-_STR_FIELDS = ("account", "worker", "session_id")
+_STR_FIELDS = ("account", "worker", "session_id", "traceparent")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
 CANCEL_FIELD = "cancel"
 #: The record's field that says its producer put the job in its tenant's active-job index (a fleet that uses
@@ -97,7 +97,13 @@ def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
     reads them as absent. `indexed`: the producer puts the job in its tenant's active-job index (INDEXED_FIELD); CREATE
     puts it in its tenant's job index then too (`Keys.tenant_index`)."""
     fields = encode_fields(
-        {"status": record.status, "spec": record.spec, "attempts": record.attempts, "created_at": record.created_at}
+        {
+            "status": record.status,
+            "spec": record.spec,
+            "attempts": record.attempts,
+            "created_at": record.created_at,
+            "traceparent": record.traceparent,
+        }
     )
     return [*fields, INDEXED_FIELD, "1"] if indexed else fields
 

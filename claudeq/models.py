@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_valida
 
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
+from claudeq.tracing import trace_id_of
 
 JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 #: The statuses a job ends in.
@@ -246,6 +247,9 @@ class JobRecord(BaseModel):
     finished_at: Timestamp | None = None
     ready_at: Timestamp | None = None
     session_plan: PlannedSession | None = None  # how the first attempt started its session
+    #: The W3C traceparent of the job's submit span when its producer traced it (docs/tracing.md): every delivery's
+    #: spans continue that trace.
+    traceparent: str | None = None
     fence: int = 0
 
     @property
@@ -260,6 +264,11 @@ class JobRecord(BaseModel):
         return value if isinstance(value, str) else None
 
     @property
+    def trace_id(self) -> str | None:
+        """The id of the job's trace (from `traceparent`), when it has one."""
+        return trace_id_of(self.traceparent)
+
+    @property
     def counted_attempts(self) -> int:
         """Attempts that count against max attempts (rate limits, lost workers and requeues do not)."""
         return sum(1 for a in self.attempts if a.outcome is not None and a.outcome not in FREE_OUTCOMES)
@@ -268,6 +277,7 @@ class JobRecord(BaseModel):
         """The public JSON form (used by `--json`, the client and the MCP server)."""
         data = self.model_dump(mode="json", exclude={"fence"})
         data["spec"] = self.spec.model_dump(mode="json", exclude_defaults=True)
+        data["trace_id"] = self.trace_id
         return data
 
 

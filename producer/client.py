@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from claudeq import tenant_scripts
+from claudeq import tenant_scripts, tracing
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
@@ -129,6 +129,15 @@ class Client:
         if problems:
             raise JobSpecError([(field, reason) for _, field, reason in problems])
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
+        if not tracing.enabled():
+            return self._submit_one(record)
+        with tracing.submit_span(record) as span:
+            handle = self._submit_one(record.model_copy(update={"traceparent": span.traceparent()}))
+            span.set(created=handle.created)
+            return handle
+
+    def _submit_one(self, record: JobRecord) -> JobHandle:
+        checked = record.spec
         indexed = self._indexes()
         if checked.idempotency_key:
             now = time.time()
@@ -198,6 +207,16 @@ class Client:
     def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
         now = utcnow()
         records = [JobRecord(id=new_job_id(), spec=spec, status="queued", created_at=now) for spec in specs]
+        if tracing.enabled():
+            with tracing.submit_spans(records) as spans:
+                traced = [
+                    record.model_copy(update={"traceparent": span.traceparent()})
+                    for record, span in zip(records, spans, strict=True)
+                ]
+                return self._write_chunk(traced)
+        return self._write_chunk(records)
+
+    def _write_chunk(self, records: builtins.list[JobRecord]) -> builtins.list[JobHandle]:
         sent_at = time.time()  # the jobs' scores in `queued` and their messages' send time: the same
         indexed = self._indexes()
         replies = self.store.create_many(records, sent_at, indexed)

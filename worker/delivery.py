@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, Usage
+from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.account_manager import SlotLease, Spent
 from claudeq.worker.job_store import ClaimResult
 
@@ -72,6 +73,8 @@ class Delivery:
     #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
+    #: The delivery's span when the job is traced (docs/tracing.md); its attempts' spans are its children.
+    trace: SpanLike = NO_SPAN
     #: Someone follows the job's events until then (time.monotonic()): its events are stored within 0.1 s.
     followed_until: float = 0.0
     flush_at: float = 0.0  # when `flusher` stores the pending events (time.monotonic())

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec
+from typing import Any, Literal, ParamSpec
 
+from claudeq import tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
@@ -22,6 +23,7 @@ from claudeq.jobs import JobFields
 from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
 from claudeq.permissions import spec_problems
 from claudeq.script_calls import ScriptCall
+from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.account_manager import Spent, StartLost
 from claudeq.worker.delivery import Delivery, Finish, summed_usage
@@ -40,6 +42,8 @@ from claudeq.worker.waiting_line import rank, tenant_rank
 from claudeq.worker.waits import Cooldown
 
 log = logging.getLogger("claudeq.engine")
+#: `gen_ai.agent.name` of the attempts' spans (the GenAI conventions' `invoke_agent {gen_ai.agent.name}`).
+AGENT_NAME = "claudeq"
 
 P = ParamSpec("P")
 
@@ -73,6 +77,23 @@ class DeliveryHandler:
 
     async def handle(self, d: Delivery) -> Finish:
         """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
+        if not tracing.enabled():
+            return await self._handle(d)
+        d.trace = tracing.delivery_span(d.record, d.first_claim, self.worker_id)
+        try:
+            with d.trace.current():
+                status = await self._handle(d)
+            d.trace.set(status=status)
+            if status in ("failed", "lost"):
+                d.trace.fail(status)
+            return status
+        except BaseException as exc:
+            d.trace.fail(type(exc).__name__)
+            raise
+        finally:
+            d.trace.end()
+
+    async def _handle(self, d: Delivery) -> Finish:
         spec = d.record.spec
         number = len(d.attempts) + 1
         await self.event(d, Event(type="claimed", attempt=number, data={"worker": self.worker_id, "attempt": number}))
@@ -90,6 +111,7 @@ class DeliveryHandler:
 
         async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
             self.metrics.retry(step.reason)
+            d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
             data = {"reason": step.reason, "wait_s": round(wait_s, 3), "next_attempt": len(d.attempts) + 1}
             await self.event(d, Event(type="retry", data={**data, "in_place": in_place}))
 
@@ -154,6 +176,51 @@ class DeliveryHandler:
 
         # While someone follows the job the start's write stores the waiting events too: then it goes apart.
         together = not d.lost and not self.writer.followed_now(d)
+        span = d.trace.child(f"invoke_agent {AGENT_NAME}", job_id=d.job_id, tenant=spec.tenant, attempt=number)
+        span.set_raw(
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": AGENT_NAME,
+                "gen_ai.provider.name": "anthropic",
+                "gen_ai.request.model": spec.model,
+            }
+        )
+        try:
+            with span.current():
+                step = await self._attempt_traced(
+                    d, span, spec, number, holds, (start, starts), together, first_plan, plan, max_attempts
+                )
+            span.set(step=step.kind, status=step.status)
+            if step.kind == "reroute":  # to another account at once (a `retry` or a rate-limit `wait` is on_retry's)
+                d.trace.event(
+                    "reroute", reason=step.reason, from_account=d.attempts[-1].account if d.attempts else None
+                )
+            return step
+        except BaseException as exc:
+            span.fail(type(exc).__name__)
+            raise
+        finally:
+            span.end()
+
+    async def _attempt_traced(
+        self,
+        d: Delivery,
+        span: SpanLike,
+        spec: JobSpec,
+        number: int,
+        holds: frozenset[str] | None,
+        starting: tuple[
+            Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]], dict[str, Attempt]
+        ],
+        together: bool,
+        first_plan: bool,
+        plan: Any,
+        max_attempts: int,
+    ) -> Step:
+        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `starting`: the
+        start write the slot's script makes, and the attempts it wrote by account."""
+        start, starts = starting
+        waiting = span.child("claudeq.account_slot", job_id=d.job_id)
         try:
             acquired = await self.accounts.aacquire(
                 d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
@@ -161,7 +228,10 @@ class DeliveryHandler:
         except StartLost:
             self.writer.lost(d, "the attempt's start dropped")
             return Step.finished("lost")
+        finally:
+            waiting.end()
         if isinstance(acquired, NoAccount):
+            span.set(outcome="no_account", detail=acquired.reason)
             if acquired.permanent:
                 kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
                 return Step.finished(await self.finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
@@ -174,6 +244,7 @@ class DeliveryHandler:
             )
         d.slot = acquired
         account: AccountConfig = acquired.account
+        span.set(account=account.name)
         if acquired.budget_usd is not None:
             # What the tenant and the account have left, or the spec's own budget when smaller.
             spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
@@ -202,8 +273,15 @@ class DeliveryHandler:
             resume_at=plan.resume_at,
             session_store=plan.session_store,
             urgent=d.urgent,
+            traceparent=span.traceparent(),
         )
-        outcome, refused = await self._run(d, request, account)
+        run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
+        try:
+            outcome, refused = await self._run(d, request, account)
+        finally:
+            run_span.end()
+        if outcome is not None:
+            _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
         # counts it in its own script when it can (`finish`); otherwise before the slot is given back (`_release`),
         # or at the latest as the attempt's step ends.
@@ -211,7 +289,7 @@ class DeliveryHandler:
         d.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         try:
-            return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts)
+            return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
         finally:
             await self._settle(d)
 
@@ -224,8 +302,9 @@ class DeliveryHandler:
         outcome: RunOutcome | None,
         refused: JobError | None,
         max_attempts: int,
+        span: SpanLike = NO_SPAN,
     ) -> Step:
-        """Classify a finished run and act on it (finish, requeue, retry or reroute)."""
+        """Classify a finished run and act on it (finish, requeue, retry or reroute); `span`: the attempt's."""
         number = attempt.number
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
@@ -235,6 +314,7 @@ class DeliveryHandler:
                 update={"outcome": "failed", "detail": refused.message, "finished_at": utcnow()}
             )
             self.metrics.attempt(account.name, "failed")
+            span.set(outcome="failed", detail=refused.message)
             return Step.finished(await self.finish(d, "failed", refused))
         assert outcome is not None
         if outcome.stopped_by == "cancel" and d.why == "shutdown":
@@ -269,6 +349,10 @@ class DeliveryHandler:
             }
         )
         self.metrics.attempt(account.name, decision.outcome)
+        d.trace.set(last_outcome=decision.outcome)
+        span.set(outcome=decision.outcome, retry_reason=decision.retry_reason)
+        if decision.outcome != "success":
+            span.fail(decision.outcome)
         self.metrics.usage(account.name, outcome.result.usage)
         d.result = outcome.result
         d.session_id = outcome.session_id or d.session_id
@@ -400,16 +484,22 @@ class DeliveryHandler:
             if d.slot is None or d.lost
             else self.accounts.slot_release(d.slot, d.record.spec.tenant, indexed=d.indexed, spent=d.spent)
         )
-        ok = await self.writer.write(
-            d,
-            status,
-            Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
-            release=release,
-            attempts=d.attempts,
-            result=self._result(d),
-            session_id=d.session_id,
-            error=error,
-        )
+        span = d.trace.child("claudeq.terminal_write", job_id=d.job_id, status=status)
+        ok: bool | Literal["cancelled"] = False
+        try:
+            ok = await self.writer.write(
+                d,
+                status,
+                Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
+                release=release,
+                attempts=d.attempts,
+                result=self._result(d),
+                session_id=d.session_id,
+                error=error,
+            )
+        finally:
+            span.set(written=bool(ok))
+            span.end()
         if release is not None and ok:
             d.spent = None  # counted with the write (it landed: a retried write found it had, or its reply said so)
         if release is not None and release.done:
@@ -515,6 +605,30 @@ class DeliveryHandler:
             await self.event(d, event)
 
         return emit
+
+
+def _trace_outcome(span: SpanLike, outcome: RunOutcome) -> None:
+    """The run's GenAI attributes on the attempt's span, and each rate-limit signal as an event."""
+    usage = outcome.result.usage
+    span.set_raw(
+        {
+            "gen_ai.conversation.id": outcome.session_id,
+            "gen_ai.response.model": primary_model(usage),
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
+        }
+    )
+    span.set(cost_usd=usage.cost_usd, num_turns=outcome.result.num_turns, stopped_by=outcome.stopped_by)
+    for signal in outcome.rate_limits:
+        span.event(
+            "rate_limit",
+            status=signal.status,
+            window=signal.window,
+            resets_at=signal.resets_at.isoformat() if signal.resets_at else None,
+            utilization=signal.utilization,
+        )
 
 
 async def _quiet(fn: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:

@@ -11,6 +11,7 @@ import time
 
 import redis
 
+from claudeq import tracing
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 
@@ -109,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
         stream=sys.stderr,
     )
+    if tracing.enabled():  # docs/tracing.md: the worker's spans, and its log lines carry their ids
+        from claudeq import otel
+
+        otel.SERVICE["name"] = "claudeq-worker"
+        otel.install_log_ids(logging.getLogger().handlers)
     from claudeq.worker.app import create_app, start_metrics
 
     app = create_app(settings)
@@ -132,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             "--without-heartbeat",
         ]
     )
+    tracing.shutdown()
     return EXIT_OK
 
 

@@ -33,6 +33,8 @@ class RunRequest:
     #: Set when the job is no longer this worker's (lease lost or about to expire): SIGKILL the run's processes at
     #: once instead of the graceful stop, so it is gone before another worker can take the job over.
     urgent: asyncio.Event | None = None
+    #: The attempt span's context when the job is traced: the run's CLI exports its own spans under it.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from claude_agent_sdk import ClaudeSDKClient, ProcessError
 
+from claudeq import tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
@@ -255,6 +256,7 @@ class Runner:
                 run_id=run_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            env.update(tracing.cli_env(req.traceparent))  # nothing unless the job is traced (docs/tracing.md)
             if identity is not None:
                 # Its own home and temp dir: the worker's (root's) are not the run's to write in.
                 env.update(identity.env(), HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))

@@ -38,6 +38,7 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ConversationResetMessage, ResultMessage, SystemMessage
 
+from claudeq import tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import FILE_TOOLS, Settings
 from claudeq.permissions import allowed_builtin_tools
@@ -73,6 +74,8 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
         return "fleet tools are bound to the job"
     if req.account.config_dir is not None:
         return "an interactive login's config dir"
+    if req.traceparent is not None and tracing.cli_traced():
+        return "traced (the CLI takes its spans' parent from TRACEPARENT when it starts: docs/tracing.md)"
     policy = settings.policy
     run_root = settings.run_root or Path(tempfile.gettempdir())
     if FILE_TOOLS.intersection(allowed_builtin_tools(spec, policy)) and policy.path_allowed(str(run_root)):
