@@ -8,12 +8,19 @@ per-job latency (submit -> succeeded seen by the producer) minus the direct one 
 median and p95 of the latency distributions, in ms.
 
     .venv/bin/python -m bench.bench_overhead [--jobs 50] [--concurrency 4] [--latency-jobs 10]
+
+With `--tracing`: the cost of tracing instead (docs/tracing.md). The same claudeq batch with tracing off and on
+(producer, worker and the runs' CLIs exporting to an OTLP/HTTP receiver on loopback), alternating `--rounds` times
+in one run, a fresh worker per batch; prints each side's throughput and the ratio on/off.
+
+    .venv/bin/python -m bench.bench_overhead --tracing [--jobs 50] [--concurrency 4] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -108,13 +115,75 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def tracing_overhead(args: argparse.Namespace) -> int:
+    """The same batch with tracing off and on, alternating; prints the throughput of each and the ratio on/off."""
+    from claudeq import tracing
+    from tests.support.otlp_receiver import OtlpReceiver
+
+    url, private = redis_url_for_tests()
+    unique = uuid.uuid4().hex[:10]
+    account = SimAccount("bench", max_concurrency=args.concurrency)
+    root = Path(tempfile.mkdtemp(prefix="claudeq-bench-"))
+    settings = None
+    elapsed: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        with (
+            SimulatorServer({"accounts": [{"name": account.name, "token": account.token_value}]}) as sim,
+            OtlpReceiver() as receiver,
+        ):
+            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim.base_url)
+            settings = make_settings(
+                url, unique, accounts_file=accounts_file, concurrency=args.concurrency, warm_clients=0
+            )
+            client = Client(settings)
+            for _ in range(args.rounds):
+                for traced in (False, True):
+                    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if traced else {}
+                    if traced:
+                        os.environ.update(env)
+                    else:
+                        os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+                    tracing.enabled.cache_clear()
+                    worker = start_worker(settings, [account], root, extra_env=env)
+                    try:
+                        through_claudeq(client, 2)  # warm the worker (imports, first CLI start)
+                        elapsed[traced].append(through_claudeq(client, args.jobs)[-1])
+                    finally:
+                        stop_all([worker])
+                    took = elapsed[traced][-1]
+                    print(f"tracing {'on ' if traced else 'off'}: {took:.2f} s ({args.jobs / took:.2f} jobs/s)")
+            time.sleep(1)  # the last exports
+            spans = receiver.spans()
+    finally:
+        os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+        if settings is not None:
+            cleanup = redis.Redis.from_url(url)
+            for key in cleanup.scan_iter(match=f"{settings.key_prefix}*", count=1000):
+                cleanup.delete(key)
+            cleanup.close()
+        if private is not None:
+            private.stop()
+    off_rate = args.jobs * args.rounds / sum(elapsed[False])
+    on_rate = args.jobs * args.rounds / sum(elapsed[True])
+    cli_spans = sum(1 for s in spans if s.name.startswith("claude_code."))
+    print(f"jobs={args.jobs} concurrency={args.concurrency} rounds={args.rounds}")
+    print(f"tracing off: {off_rate:.2f} jobs/s; tracing on: {on_rate:.2f} jobs/s")
+    print(f"spans received: {len(spans)} ({cli_spans} from the CLIs)")
+    print(f"throughput ratio tracing on/off: {on_rate / off_rate:.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both batches and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--latency-jobs", type=int, default=10)
+    parser.add_argument("--tracing", action="store_true", help="measure tracing on against off instead")
+    parser.add_argument("--rounds", type=int, default=2, help="with --tracing: off/on pairs")
     args = parser.parse_args(argv)
+    if args.tracing:
+        return tracing_overhead(args)
 
     url, private = redis_url_for_tests()
     unique = uuid.uuid4().hex[:10]

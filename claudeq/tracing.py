@@ -41,10 +41,28 @@ def configured(environ: Mapping[str, str] | None = None) -> bool:
     )
 
 
+#: The distribution `claudeq[otel]` brings that claudeq.otel needs (looked up without importing anything).
+EXPORTER_DIST = "opentelemetry-exporter-otlp-proto-http"
+
+
 @cache
 def enabled() -> bool:
-    """Whether this process traces jobs; read once (call `enabled.cache_clear()` after changing the environment)."""
-    return configured()
+    """Whether this process traces jobs; read once (call `enabled.cache_clear()` after changing the environment).
+    Configured without the `otel` extra installed: off, with one warning saying what to install."""
+    if not configured():
+        return False
+    import logging
+    from importlib import metadata
+
+    try:
+        metadata.distribution(EXPORTER_DIST)
+    except metadata.PackageNotFoundError:
+        logging.getLogger("claudeq.tracing").warning(
+            "tracing is configured (OTEL_*/CLAUDEQ_OTEL_ENABLED) but the 'otel' extra is not installed: tracing "
+            "is off; pip install 'claudeq[otel]'"
+        )
+        return False
+    return True
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

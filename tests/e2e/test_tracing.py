@@ -80,7 +80,7 @@ def test_a_rate_limited_retried_job_with_a_tool_is_one_trace_with_the_cli_spans_
     accounts: list[SimAccount],
 ) -> None:
     policy = settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})
-    workers(
+    worker = workers(
         policy=policy,
         extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"},
     )
@@ -99,6 +99,7 @@ def test_a_rate_limited_retried_job_with_a_tool_is_one_trace_with_the_cli_spans_
         return (
             names.count(ATTEMPT) == 2
             and "claudeq.terminal_write" in names
+            and any(s.name == "claudeq.delivery" and s.attributes.get("claudeq.status") == "succeeded" for s in spans)
             and names.count("claude_code.interaction") >= 2
             and "claude_code.tool" in names
         )
@@ -147,6 +148,10 @@ def test_a_rate_limited_retried_job_with_a_tool_is_one_trace_with_the_cli_spans_
     assert refused and refused[0].attributes["status_code"] == 429
     (terminal,) = [s for s in spans if s.name == "claudeq.terminal_write"]
     assert terminal.attributes["claudeq.status"] == "succeeded"
+
+    # The worker's log lines carry the ids of the span they were logged in (the job ends in its second attempt).
+    line = f"job {job.id}: succeeded after 2 attempt(s) trace_id={record.trace_id} span_id={second.span_id}"
+    assert line in worker.log()
 
     # No token and no prompt text in any attribute, event or resource, by default.
     secrets = [a.token_value for a in accounts]

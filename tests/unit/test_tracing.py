@@ -170,3 +170,48 @@ def test_with_tracing_on_a_deferred_job_continues_the_trace_of_its_submit() -> N
     names = {s["name"] for s in spans}
     assert {"claudeq.account_slot", "claudeq.run"} <= names
     assert not any("hello" in json.dumps(s["attributes"]) for s in spans)  # the prompt is in no attribute
+
+
+def test_tracing_configured_without_the_otel_extra_stays_off_and_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from importlib import metadata
+
+    def missing(name: str) -> metadata.Distribution:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setenv("CLAUDEQ_OTEL_ENABLED", "true")
+    monkeypatch.setattr(metadata, "distribution", missing)
+    tracing.enabled.cache_clear()
+    try:
+        assert tracing.enabled() is False
+        assert "pip install 'claudeq[otel]'" in caplog.text
+    finally:
+        monkeypatch.undo()
+        tracing.enabled.cache_clear()
+    assert tracing.enabled() is False  # the environment of the suite: not configured
+
+
+def test_a_traced_runs_cli_exports_its_spans_under_the_attempt_without_content_unless_opted_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert tracing.cli_env(TRACEPARENT) == {}  # tracing off: nothing
+    monkeypatch.setenv("CLAUDEQ_OTEL_ENABLED", "true")
+    tracing.enabled.cache_clear()
+    try:
+        assert tracing.cli_env(None) == {}  # an untraced job
+        env = tracing.cli_env(TRACEPARENT)
+        assert env["TRACEPARENT"] == TRACEPARENT
+        assert env["CLAUDE_CODE_ENABLE_TELEMETRY"] == env["CLAUDE_CODE_ENHANCED_TELEMETRY_BETA"] == "1"
+        assert env["OTEL_TRACES_EXPORTER"] == "otlp"
+        assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+        assert env["OTEL_LOG_USER_PROMPTS"] == env["OTEL_LOG_TOOL_DETAILS"] == env["OTEL_LOG_RAW_API_BODIES"] == ""
+        monkeypatch.setenv("CLAUDEQ_OTEL_LOG_CONTENT", "true")
+        opted = tracing.cli_env(TRACEPARENT)
+        assert opted["OTEL_LOG_USER_PROMPTS"] == opted["OTEL_LOG_TOOL_DETAILS"] == "1"
+        assert opted["OTEL_LOG_RAW_API_BODIES"] == ""  # API bodies carry the whole conversation: never
+        monkeypatch.setenv("CLAUDEQ_OTEL_CLI", "false")
+        assert tracing.cli_env(TRACEPARENT) == {}
+    finally:
+        monkeypatch.undo()
+        tracing.enabled.cache_clear()

@@ -117,3 +117,25 @@ def test_the_budget_defaults_to_the_concurrency() -> None:
     assert Settings(_env_file=None, concurrency=3).warm_budget == 3  # type: ignore[call-arg]
     assert Settings(_env_file=None, concurrency=3, warm_clients=0).warm_budget == 0  # type: ignore[call-arg]
     assert Settings(_env_file=None, concurrency=3, warm_clients=8).warm_budget == 8  # type: ignore[call-arg]
+
+
+def test_a_traced_run_starts_a_cli_of_its_own_unless_the_clis_spans_are_off(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from claudeq import tracing
+
+    tools = ToolRegistry.from_settings(runner.settings)
+    traced = replace(req(runner), traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    monkeypatch.setenv("CLAUDEQ_OTEL_ENABLED", "true")
+    tracing.enabled.cache_clear()
+    try:
+        # The CLI reads TRACEPARENT once, at start (docs/cli-behaviour.md#telemetry): a warm CLI has another job's.
+        assert "traced" in (warm_eligible(traced, runner.settings, tools) or "")
+        monkeypatch.setenv("CLAUDEQ_OTEL_CLI", "false")
+        assert warm_eligible(traced, runner.settings, tools) is None
+        assert warm_eligible(req(runner), runner.settings, tools) is None
+    finally:
+        monkeypatch.undo()
+        tracing.enabled.cache_clear()
