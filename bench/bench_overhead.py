@@ -10,8 +10,9 @@ median and p95 of the latency distributions, in ms.
     .venv/bin/python -m bench.bench_overhead [--jobs 50] [--concurrency 4] [--latency-jobs 10]
 
 With `--tracing`: the cost of tracing instead (docs/tracing.md). The same claudeq batch with tracing off and on
-(producer, worker and the runs' CLIs exporting to an OTLP/HTTP receiver on loopback), alternating `--rounds` times
-in one run, a fresh worker per batch; prints each side's throughput and the ratio on/off.
+(producer, worker and the runs' CLIs exporting to an OTLP/HTTP receiver on loopback), `--rounds` pairs in one run
+in alternating order (off-on, on-off, …: a trend in the machine's load falls on both sides), a fresh worker per
+batch; prints each side's throughput and CPU per job (the worker process and its CLIs) and the ratios on/off.
 
     .venv/bin/python -m bench.bench_overhead --tracing [--jobs 50] [--concurrency 4] [--rounds 2]
 """
@@ -20,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +43,7 @@ from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
 
 PROMPT = '[[sim: text "ok"]] short job {n}'
+ROOT = Path(__file__).resolve().parents[1]
 
 
 async def direct(n_jobs: int, concurrency: int, account: SimAccount, base_url: str, root: Path) -> list[float]:
@@ -115,10 +120,29 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's reaped children and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def start_receiver() -> tuple[subprocess.Popen[str], str]:
+    """The OTLP receiver in a process of its own (decoding spans takes CPU this process's producer would lose)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.otlp_receiver"], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"the OTLP receiver did not start: {line!r}")
+    return proc, line.split()[-1]
+
+
 def tracing_overhead(args: argparse.Namespace) -> int:
-    """The same batch with tracing off and on, alternating; prints the throughput of each and the ratio on/off."""
+    """The same batch with tracing off and on, alternating; prints the throughput and CPU of each and the ratios."""
     from claudeq import tracing
-    from tests.support.otlp_receiver import OtlpReceiver
+    from claudeq.simulator.testing import start_simulator_process
 
     url, private = redis_url_for_tests()
     unique = uuid.uuid4().hex[:10]
@@ -126,36 +150,44 @@ def tracing_overhead(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="claudeq-bench-"))
     settings = None
     elapsed: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, float] = {False: 0.0, True: 0.0}
+    received: dict[str, int] = {}
+    # The simulator and the receiver in processes of their own: this process is the producer alone.
+    sim_config = root / "sim.toml"
+    sim_config.write_text(f'[[accounts]]\nname = "{account.name}"\ntoken = "{account.token_value}"\n')
+    sim_proc, sim_url = start_simulator_process(sim_config)
+    receiver, endpoint = start_receiver()
     try:
-        with (
-            SimulatorServer({"accounts": [{"name": account.name, "token": account.token_value}]}) as sim,
-            OtlpReceiver() as receiver,
-        ):
-            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim.base_url)
-            settings = make_settings(
-                url, unique, accounts_file=accounts_file, concurrency=args.concurrency, warm_clients=0
-            )
-            client = Client(settings)
-            for _ in range(args.rounds):
-                for traced in (False, True):
-                    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if traced else {}
-                    if traced:
-                        os.environ.update(env)
-                    else:
-                        os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-                    tracing.enabled.cache_clear()
-                    worker = start_worker(settings, [account], root, extra_env=env)
-                    try:
-                        through_claudeq(client, 2)  # warm the worker (imports, first CLI start)
-                        elapsed[traced].append(through_claudeq(client, args.jobs)[-1])
-                    finally:
-                        stop_all([worker])
-                    took = elapsed[traced][-1]
-                    print(f"tracing {'on ' if traced else 'off'}: {took:.2f} s ({args.jobs / took:.2f} jobs/s)")
-            time.sleep(1)  # the last exports
-            spans = receiver.spans()
+        accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim_url)
+        settings = make_settings(url, unique, accounts_file=accounts_file, concurrency=args.concurrency, warm_clients=0)
+        client = Client(settings)
+        for round_number in range(args.rounds):
+            for traced in (False, True) if round_number % 2 == 0 else (True, False):
+                env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint} if traced else {}
+                if traced:
+                    os.environ.update(env)
+                else:
+                    os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+                tracing.enabled.cache_clear()
+                before = children_cpu()
+                worker = start_worker(settings, [account], root, extra_env=env)
+                try:
+                    through_claudeq(client, 2)  # warm the worker (imports, first CLI start)
+                    elapsed[traced].append(through_claudeq(client, args.jobs)[-1])
+                finally:
+                    stop_all([worker])  # reaped: its CPU and its CLIs' count in children_cpu() now
+                cpu[traced] += children_cpu() - before
+                took = elapsed[traced][-1]
+                print(f"tracing {'on ' if traced else 'off'}: {took:.2f} s ({args.jobs / took:.2f} jobs/s)", flush=True)
+        tracing.shutdown()  # the producer's last spans
     finally:
         os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+        receiver.terminate()
+        out, _ = receiver.communicate(timeout=30)
+        if out.strip():
+            received = json.loads(out.strip().splitlines()[-1])
+        sim_proc.terminate()
+        sim_proc.wait(10)
         if settings is not None:
             cleanup = redis.Redis.from_url(url)
             for key in cleanup.scan_iter(match=f"{settings.key_prefix}*", count=1000):
@@ -165,10 +197,15 @@ def tracing_overhead(args: argparse.Namespace) -> int:
             private.stop()
     off_rate = args.jobs * args.rounds / sum(elapsed[False])
     on_rate = args.jobs * args.rounds / sum(elapsed[True])
-    cli_spans = sum(1 for s in spans if s.name.startswith("claude_code."))
+    ratios = sorted(t_off / t_on for t_off, t_on in zip(elapsed[False], elapsed[True], strict=True))  # jobs/s on/off
+    per_job = {side: cpu[side] * 1000 / ((args.jobs + 2) * args.rounds) for side in (False, True)}
     print(f"jobs={args.jobs} concurrency={args.concurrency} rounds={args.rounds}")
     print(f"tracing off: {off_rate:.2f} jobs/s; tracing on: {on_rate:.2f} jobs/s")
-    print(f"spans received: {len(spans)} ({cli_spans} from the CLIs)")
+    print(f"per-round throughput ratios on/off: {', '.join(f'{r:.3f}' for r in ratios)}")
+    print(f"median per-round throughput ratio on/off: {statistics.median(ratios):.3f}")
+    print(f"CPU per job (worker + CLIs): off {per_job[False]:.0f} ms, on {per_job[True]:.0f} ms")
+    print(f"CPU ratio tracing on/off: {per_job[True] / per_job[False]:.3f}")
+    print(f"spans received: {received.get('spans')} ({received.get('cli_spans')} from the CLIs)")
     print(f"throughput ratio tracing on/off: {on_rate / off_rate:.3f}")
     return 0
 
@@ -180,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--latency-jobs", type=int, default=10)
     parser.add_argument("--tracing", action="store_true", help="measure tracing on against off instead")
-    parser.add_argument("--rounds", type=int, default=2, help="with --tracing: off/on pairs")
+    parser.add_argument("--rounds", type=int, default=4, help="with --tracing: off/on pairs")
     args = parser.parse_args(argv)
     if args.tracing:
         return tracing_overhead(args)

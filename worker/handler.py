@@ -280,7 +280,7 @@ class DeliveryHandler:
             outcome, refused = await self._run(d, request, account)
         finally:
             run_span.end()
-        if outcome is not None:
+        if outcome is not None and span is not NO_SPAN:
             _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
         # counts it in its own script when it can (`finish`); otherwise before the slot is given back (`_release`),

@@ -179,3 +179,24 @@ class OtlpReceiver:
             if predicate(spans) or time.monotonic() > deadline:
                 return spans
             time.sleep(0.1)
+
+
+def main() -> None:
+    """`python -m tests.support.otlp_receiver`: a receiver in a process of its own (benchmarks). Prints
+    `listening on <endpoint>`, then on SIGTERM one JSON line: the spans received, and how many were the CLI's."""
+    import json
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with OtlpReceiver() as receiver:
+        print(f"listening on {receiver.endpoint}", flush=True)
+        stop.wait()
+        spans = receiver.spans()
+    cli = sum(1 for s in spans if s.name.startswith("claude_code."))
+    print(json.dumps({"spans": len(spans), "cli_spans": cli}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
