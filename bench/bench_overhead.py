@@ -14,7 +14,7 @@ With `--tracing`: the cost of tracing instead (docs/tracing.md). The same claude
 in alternating order (off-on, on-off, …: a trend in the machine's load falls on both sides), a fresh worker per
 batch; prints each side's throughput and CPU per job (the worker process and its CLIs) and the ratios on/off.
 
-    .venv/bin/python -m bench.bench_overhead --tracing [--jobs 50] [--concurrency 4] [--rounds 2]
+    .venv/bin/python -m bench.bench_overhead --tracing [--jobs 50] [--concurrency 4] [--rounds 4] [--no-cli-spans]
 """
 
 from __future__ import annotations
@@ -164,6 +164,8 @@ def tracing_overhead(args: argparse.Namespace) -> int:
         for round_number in range(args.rounds):
             for traced in (False, True) if round_number % 2 == 0 else (True, False):
                 env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint} if traced else {}
+                if traced and args.no_cli_spans:
+                    env["CLAUDEQ_OTEL_CLI"] = "false"
                 if traced:
                     os.environ.update(env)
                 else:
@@ -218,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-jobs", type=int, default=10)
     parser.add_argument("--tracing", action="store_true", help="measure tracing on against off instead")
     parser.add_argument("--rounds", type=int, default=4, help="with --tracing: off/on pairs")
+    parser.add_argument("--no-cli-spans", action="store_true", help="with --tracing: claudeq's spans only")
     args = parser.parse_args(argv)
     if args.tracing:
         return tracing_overhead(args)
