@@ -215,3 +215,15 @@ def test_a_traced_runs_cli_exports_its_spans_under_the_attempt_without_content_u
     finally:
         monkeypatch.undo()
         tracing.enabled.cache_clear()
+
+
+def test_claudeq_status_shows_the_trace_id_of_a_traced_job(capsys: pytest.CaptureFixture[str]) -> None:
+    from claudeq.producer.cli import _print_record
+
+    traced = JobRecord(id="j1", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow(), traceparent=TRACEPARENT)
+    _print_record(traced, as_json=False)
+    assert "trace     0af7651916cd43dd8448eb211c80319c" in capsys.readouterr().out
+    _print_record(traced, as_json=True)
+    assert json.loads(capsys.readouterr().out)["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+    _print_record(JobRecord(id="j2", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow()), as_json=False)
+    assert "trace" not in capsys.readouterr().out
