@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-interrupt", action="store_true", help="stop with disconnect() alone")
     parser.add_argument("--wrapper", action="store_true", help="start the CLI through the parent-death wrapper")
     parser.add_argument("--tools", default="", help="built-in tools the CLI gets, comma-separated (default: none)")
+    parser.add_argument(
+        "--otlp",
+        action="store_true",
+        help="turn the CLI's telemetry on (traces, under a made-up TRACEPARENT) to an OTLP/HTTP receiver on loopback "
+        "and print the spans it decoded (docs/cli-behaviour.md#telemetry; needs the dev install)",
+    )
     return parser.parse_args(argv)
 
 
@@ -84,11 +90,44 @@ def cli_env(args: argparse.Namespace, base_url: str, home: str) -> dict[str, str
     return env
 
 
+#: The repository root (--otlp imports the tests' receiver from it).
+REPO = Path(__file__).resolve().parents[1]
+#: The parent the CLI's spans get with --otlp (a W3C traceparent).
+PROBE_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 async def probe(args: argparse.Namespace) -> None:
-    """One run, printed as it happens."""
+    """One run, printed as it happens (with --otlp, inside a loopback OTLP receiver)."""
+    if not args.otlp:
+        await probe_run(args, {})
+        return
+    sys.path.insert(0, str(REPO))  # tests.support
+    from tests.support.otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver() as receiver:
+        telemetry = {
+            "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "TRACEPARENT": PROBE_TRACEPARENT,
+        }
+        await probe_run(args, telemetry)
+        await asyncio.sleep(1)  # the CLI exports as it exits
+        print("otlp paths:", sorted(set(receiver.received.paths)))
+        for span in receiver.spans():
+            print(f"span: {span.name} trace {span.trace_id} parent {span.parent_span_id or '-'}")
+            print("  attributes:", json.dumps(span.attributes, default=str))
+
+
+async def probe_run(args: argparse.Namespace, extra_env: dict[str, str]) -> None:
+    """The run itself; `extra_env` goes over the probe's CLI environment (--env still wins)."""
     with SimulatorServer(json.loads(args.sim)) as sim, tempfile.TemporaryDirectory() as home:
+        env = cli_env(args, sim.base_url, home)
+        env.update({k: v for k, v in extra_env.items() if not any(e.startswith(k + "=") for e in args.env)})
         options = ClaudeAgentOptions(
-            env=cli_env(args, sim.base_url, home),
+            env=env,
             tools=[t for t in args.tools.split(",") if t],
             allowed_tools=[t for t in args.tools.split(",") if t],
             setting_sources=[],
