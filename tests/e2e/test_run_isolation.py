@@ -10,10 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_prometheus import free_port
 from tests.support.procs import run_until
+from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import FAST_E2E, SimAccount
 
 pytestmark = pytest.mark.e2e  # the worker runs as root (as this suite does) to give runs a uid of their own
@@ -44,10 +42,8 @@ def accounts() -> list[SimAccount]:
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A directory any uid may enter (pytest's tmp_path is under a 0700 directory): run root, workspace, secrets."""
-    path = Path(tempfile.mkdtemp(prefix="cqt-isolation-", dir="/tmp"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with open_base("cqt-isolation-") as path:
+        yield path
 
 
 @pytest.fixture
@@ -81,11 +77,7 @@ def accounts_file(base: Path, accounts: list[SimAccount], simulator: Any, token_
 
 @pytest.fixture
 def workspace(base: Path) -> Path:
-    path = base / "work"
-    path.mkdir()
-    os.chown(path, 0, WORKSPACE_GID)
-    path.chmod(0o2770)
-    return path
+    return group_workspace(base / "work", WORKSPACE_GID)
 
 
 @pytest.fixture

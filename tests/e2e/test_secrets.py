@@ -10,9 +10,6 @@ transcript; none may reach Redis (records, events, transcripts), a worker log or
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +29,7 @@ from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory, assert_no_secrets
 from tests.integration.test_prometheus import free_port
 from tests.support.redis_server import PrivateRedis
+from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import FAST_E2E, SimAccount
 
 pytestmark = pytest.mark.e2e
@@ -69,14 +67,8 @@ WORKSPACE_GID = 62502  # the runs' shared group: a root worker runs file tools u
 @pytest.fixture
 def workspace() -> Iterator[Path]:
     """A workspace the runs' own uids reach through their group (pytest's tmp_path is under a 0700 directory)."""
-    base = Path(tempfile.mkdtemp(prefix="cqt-secrets-", dir="/tmp"))
-    base.chmod(0o711)
-    path = base / "ws"
-    path.mkdir()
-    os.chown(path, 0, WORKSPACE_GID)
-    path.chmod(0o2770)
-    yield path
-    shutil.rmtree(base, ignore_errors=True)
+    with open_base("cqt-secrets-") as base:
+        yield group_workspace(base / "ws", WORKSPACE_GID)
 
 
 @pytest.fixture

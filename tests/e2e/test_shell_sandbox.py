@@ -11,10 +11,7 @@ docs/cli-behaviour.md#file-tool-paths-and-the-shell-sandbox."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.producer.client import Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
+from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import FAST_E2E
 
 pytestmark = pytest.mark.e2e
@@ -33,19 +31,13 @@ WORKSPACE_GID = 62503
 
 @pytest.fixture
 def base() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="cqt-sandbox-", dir="/tmp"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with open_base("cqt-sandbox-") as path:
+        yield path
 
 
 @pytest.fixture
 def workspace(base: Path) -> Path:
-    path = base / "work"
-    path.mkdir()
-    os.chown(path, 0, WORKSPACE_GID)
-    path.chmod(0o2770)
-    return path
+    return group_workspace(base / "work", WORKSPACE_GID)
 
 
 @pytest.fixture

@@ -12,9 +12,6 @@ the job.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +25,7 @@ from claudeq.producer.client import Client
 from claudeq.worker import procs
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
+from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import FAST_E2E
 
 pytestmark = pytest.mark.e2e
@@ -40,10 +38,8 @@ FILE_TOOLS = ["Read", "Glob", "Grep", "Edit", "Write", "NotebookEdit"]
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A directory any uid may enter (pytest's tmp_path is under a 0700 directory): runs, workspace, outside."""
-    path = Path(tempfile.mkdtemp(prefix="cqt-workspace-", dir="/tmp"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with open_base("cqt-workspace-") as path:
+        yield path
 
 
 @pytest.fixture
@@ -51,9 +47,7 @@ def dirs(base: Path, unique: str) -> tuple[Path, Path]:
     """(workspace root, a folder outside it readable by root alone); the root holds a file and a symlink pointing
     out. The worker's home holds a root-only file too (what `~` is to a CLI of the worker's uid)."""
     root, outside, home = base / "ws", base / "outside", base / "home"
-    root.mkdir()
-    os.chown(root, 0, WORKSPACE_GID)
-    root.chmod(0o2770)
+    group_workspace(root, WORKSPACE_GID)
     outside.mkdir(mode=0o700)
     home.mkdir(mode=0o700)
     (root / "inside.txt").write_text(f"inside-content-{unique}\n")
