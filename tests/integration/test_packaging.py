@@ -77,9 +77,12 @@ def wheel_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def run_in(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run `code` with `python`, isolated from PYTHONPATH, the user site and the current directory."""
-    return subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+def run_in(python: Path, code: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `code` with `python`, isolated from PYTHONPATH, the user site and the current directory (`env`: the
+    whole environment, else this process's)."""
+    return subprocess.run(
+        [str(python), "-I", "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120, env=env
+    )
 
 
 def test_the_wheel_holds_claudeq_and_nothing_else_at_the_top(wheel: Path) -> None:
@@ -186,14 +189,7 @@ def test_the_base_install_offers_the_producer_surface(base_python: Path, tmp_pat
         "print(json.dumps({'version': claudeq.__version__, 'light': light, 'client': Client.__module__,\n"
         "                  'async': AsyncClient.__module__, 'record': JobRecord.__module__}))\n"
     )
-    done = subprocess.run(
-        [str(base_python), "-I", "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        env=_clean_env(),
-    )
+    done = run_in(base_python, code, tmp_path, env=_clean_env())
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout)
     assert seen == {
@@ -229,14 +225,7 @@ def test_submit_from_the_base_install_reaches_the_real_redis(
         "print(job.id, job.record().status)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'kombu', 'claude_agent_sdk')))\n"
     )
-    done = subprocess.run(
-        [str(base_python), "-I", "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        env=_clean_env(**env),
-    )
+    done = run_in(base_python, code, tmp_path, env=_clean_env(**env))
     assert done.returncode == 0, done.stderr[-2000:]
     first, loaded = done.stdout.splitlines()
     from_python, status = first.split()
