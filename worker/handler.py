@@ -32,7 +32,7 @@ from claudeq.worker.failure import Decision, OutputCheck, decide
 from claudeq.worker.fenced import FencedWriter
 from claudeq.worker.job_store import CANCEL_ERROR, CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
-from claudeq.worker.metrics import primary_model
+from claudeq.worker.metric_labels import primary_model
 from claudeq.worker.outcome import RunOutcome, RunRequest
 from claudeq.worker.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.ports import AccountsLike, EventSink, MetricsLike, RunnerLike

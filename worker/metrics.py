@@ -8,7 +8,6 @@ counters at zero again (dashboards use `rate`/`increase`, which handle that rese
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable
 from functools import wraps
@@ -18,113 +17,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from claudeq.errors import ConfigError
 from claudeq.models import Usage
+from claudeq.worker.metric_labels import (
+    BUILTIN_TOOLS,
+    HTTP_METHODS,
+    OTHER,
+    RATE_LIMIT_STATUSES,
+    REFUSAL_REASONS,
+    TOKEN_TYPES,
+    canonical_model,
+    counter_value,
+    model_label,
+    token_label,
+    tool_label,
+)
 from claudeq.worker.outcome import RateLimitSignal
-from claudeq.worker.prices import PRICES, canonical_id
 
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-OTHER = "other"
-UNKNOWN = "unknown"
-
 #: Run durations from a second to two hours (agent runs are long).
 RUN_BUCKETS_S: tuple[float, ...] = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 5400, 7200)
 #: Queue waits from 50 ms (an idle fleet) to hours (a deferred backlog).
 WAIT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200, 21600)
-
-#: Token types as Claude Code's own telemetry names them, with the SDK `modelUsage` key each one is read from.
-TOKEN_TYPES: dict[str, str] = {
-    "input": "inputTokens",
-    "output": "outputTokens",
-    "cacheRead": "cacheReadInputTokens",
-    "cacheCreation": "cacheCreationInputTokens",
-}
-
-#: Built-in tools of the Claude Code CLI, kept as their own label values; anything else unknown becomes `other`.
-BUILTIN_TOOLS: frozenset[str] = frozenset(
-    {
-        "Agent",
-        "Bash",
-        "BashOutput",
-        "Edit",
-        "ExitPlanMode",
-        "Glob",
-        "Grep",
-        "KillBash",
-        "KillShell",
-        "LS",
-        "ListMcpResources",
-        "MultiEdit",
-        "NotebookEdit",
-        "NotebookRead",
-        "Read",
-        "ReadMcpResource",
-        "Skill",
-        "SlashCommand",
-        "StructuredOutput",
-        "Task",
-        "TodoWrite",
-        "WebFetch",
-        "WebSearch",
-        "Write",
-    }
-)
-
-_TOKEN_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_RATE_LIMIT_STATUSES = frozenset({"allowed", "allowed_warning", "rejected"})
-_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_REFUSAL_REASONS = frozenset({"path", "method", "query"})
-
-#: The models a `model` label may name: the canonical ids the pricing table knows (worker/prices.py).
-KNOWN_MODELS: frozenset[str] = frozenset(PRICES)
-
-
-def model_label(model: str | None) -> str:
-    """A bounded model label: the canonical id of a model the pricing table knows (a date suffix dropped, an alias
-    resolved, as `price_of` does), else `other`. Bounded by `KNOWN_MODELS`, whatever a spec or a run reports."""
-    if not model:
-        return OTHER
-    name = canonical_id(model)
-    return name if name in KNOWN_MODELS else OTHER
-
-
-def tool_label(tool: str | None, known: Iterable[str] = BUILTIN_TOOLS) -> str:
-    """A bounded tool label: a name in `known` (the built-in tools, plus the worker's registered MCP tools by their
-    `mcp__claudeq__<tool>` names), else `other`. A tool name the model invents is never a label value."""
-    if tool and tool in known:
-        return tool
-    return OTHER
-
-
-def token_label(value: str | None, default: str = UNKNOWN) -> str:
-    """A bounded free-form label (account, queue, reason, window): short and plain, else `other`."""
-    if not value:
-        return default
-    return value if _TOKEN_RE.fullmatch(value) else OTHER
-
-
-def canonical_model(model_id: str, entry: dict[str, Any]) -> str:
-    """The label of one `modelUsage` entry: its `canonicalModel` when the CLI gives one, else the id it is keyed by."""
-    canonical = entry.get("canonicalModel")
-    return model_label(canonical if isinstance(canonical, str) and canonical else model_id)
-
-
-def primary_model(usage: Usage | None) -> str | None:
-    """The canonical id of the model with the most output tokens in `usage` (for run_duration), None if none."""
-    if usage is None or not usage.model_usage:
-        return None
-    model_id, entry = max(usage.model_usage.items(), key=lambda item: _number(item[1].get("outputTokens")))
-    label = canonical_model(model_id, entry)
-    return None if label == OTHER else label
-
-
-def _number(value: Any) -> float:
-    """A non-negative number from a usage field (anything else counts as 0: counters only go up)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0.0
-    return float(value) if value > 0 else 0.0
 
 
 def _never_raise(method: Callable[P, R | None]) -> Callable[P, R | None]:
@@ -263,13 +179,15 @@ class WorkerMetrics:
                 "cacheRead": usage.cache_read_tokens,
                 "cacheCreation": usage.cache_creation_tokens,
             }
-            self._add(acct, OTHER, {kind: _number(n) for kind, n in totals.items()}, _number(usage.cost_usd))
+            self._add(
+                acct, OTHER, {kind: counter_value(n) for kind, n in totals.items()}, counter_value(usage.cost_usd)
+            )
             return
         for model_id, entry in usage.model_usage.items():
             if not isinstance(entry, dict):
                 continue
-            tokens = {kind: _number(entry.get(key)) for kind, key in TOKEN_TYPES.items()}
-            self._add(acct, canonical_model(model_id, entry), tokens, _number(entry.get("costUSD")))
+            tokens = {kind: counter_value(entry.get(key)) for kind, key in TOKEN_TYPES.items()}
+            self._add(acct, canonical_model(model_id, entry), tokens, counter_value(entry.get("costUSD")))
 
     def _add(self, account: str, model: str, tokens: dict[str, float], cost_usd: float) -> None:
         for kind, count in tokens.items():
@@ -285,13 +203,13 @@ class WorkerMetrics:
     @_never_raise
     def tenant_cost(self, tenant: str, cost_usd: float) -> None:
         """Add a finished attempt's cost to its tenant (touched even at 0, so the series exists)."""
-        self.tenant_cost_usd.labels(token_label(tenant)).inc(_number(cost_usd))
+        self.tenant_cost_usd.labels(token_label(tenant)).inc(counter_value(cost_usd))
 
     @_never_raise
     def rate_limit_event(self, account: str, signal: RateLimitSignal) -> None:
         """Count a rate-limit event and remember its window's utilization."""
         acct = token_label(account)
-        status = signal.status if signal.status in _RATE_LIMIT_STATUSES else OTHER
+        status = signal.status if signal.status in RATE_LIMIT_STATUSES else OTHER
         window = token_label(signal.window)
         self.rate_limit_events.labels(acct, status, window).inc()
         if signal.utilization is not None and signal.utilization >= 0:
@@ -310,8 +228,8 @@ class WorkerMetrics:
     @_never_raise
     def passthrough_refusal(self, method: str, reason: str) -> None:
         """Count one request the pass-through refused (labels bounded by worker/passthrough.py `refusal`)."""
-        method = method if method in _HTTP_METHODS else OTHER
-        self.passthrough_refused.labels(method, reason if reason in _REFUSAL_REASONS else OTHER).inc()
+        method = method if method in HTTP_METHODS else OTHER
+        self.passthrough_refused.labels(method, reason if reason in REFUSAL_REASONS else OTHER).inc()
 
     @_never_raise
     def mirror_error(self) -> None:

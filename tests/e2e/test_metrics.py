@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from claudeq.config.settings import Settings
 from claudeq.models import TERMINAL, JobRecord
 from claudeq.producer.client import Client
-from claudeq.worker.metrics import BUILTIN_TOOLS, OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
+from claudeq.worker.metric_labels import BUILTIN_TOOLS, OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
 from tests.conftest import make_settings
 from tests.e2e.conftest import assert_no_secrets
 from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary

@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from claudeq.errors import ConfigError
 from claudeq.models import Usage
-from claudeq.worker.metrics import WorkerMetrics, canonical_model, model_label, primary_model, token_label, tool_label
+from claudeq.worker.metric_labels import canonical_model, model_label, primary_model, token_label, tool_label
+from claudeq.worker.metrics import WorkerMetrics
 from claudeq.worker.outcome import RateLimitSignal
 from claudeq.worker.prices import PRICES
 
