@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import claude_agent_sdk
-
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ConfigError
 from claudeq.worker import procs
@@ -25,6 +23,8 @@ WRAPPER_NAME = "claude-pdeathsig.sh"
 
 def bundled_cli() -> Path:
     """The CLI bundled inside the installed claude-agent-sdk wheel."""
+    import claude_agent_sdk  # here, not at import: the testing kit imports this module without the SDK
+
     return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
 
 

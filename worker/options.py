@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,43 +29,14 @@ from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.cli_env import JOB_ID_VAR
-from claudeq.worker.launcher import can_switch_uid
 from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
+from claudeq.worker.workdirs import default_cwd, runs_under_own_uid
 
 #: Input fields of the file tools that name a path.
 PATH_FIELDS: tuple[str, ...] = ("file_path", "path", "notebook_path")
 #: Input fields holding glob patterns, which may not climb out with `..` or start at `/`.
 PATTERN_FIELDS: tuple[str, ...] = ("pattern", "glob")
 DEFAULT_THINKING_BUDGET = 8000
-
-
-def default_cwd(own_uid: bool = False) -> Path:
-    """Where a job without a cwd runs: an empty, stable directory (never the worker's own cwd and its files).
-
-    Stable because a session's transcript key is derived from the cwd: a resumed session must see the same one.
-    A run under a uid of its own (`own_uid`, see `runs_under_own_uid`) gets one it may enter (mode 0555).
-    """
-    if not own_uid:
-        path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}"
-        path.mkdir(mode=0o700, exist_ok=True)
-        return path
-    path = Path(tempfile.gettempdir()) / f"claudeq-empty-cwd-{os.getuid()}-runs"
-    path.mkdir(mode=0o555, exist_ok=True)
-    if path.stat().st_mode & 0o777 != 0o555:
-        path.chmod(0o555)  # runs may enter it, nobody may put anything in it
-    return path
-
-
-def runs_under_own_uid(spec: JobSpec, policy: WorkerPolicy) -> bool:
-    """Whether a run of `spec` gets a uid of its own: it is offered a tool that executes commands or writes files
-    (always; a worker that cannot switch uids refuses it unless the policy accepts a shared uid), or a file tool
-    that reads and this worker can switch uids (it runs as root): then the kernel, not only the workspace hook,
-    keeps the run from files outside the workspace roots. A worker that is not root runs read-only file tools
-    under its own uid, held by the hook alone (README, Security defaults)."""
-    tools = allowed_builtin_tools(spec, policy)
-    if policy.isolated_tools(tools):
-        return True
-    return bool(FILE_TOOLS.intersection(tools)) and can_switch_uid()
 
 
 def tool_path(value: str, base: Path, home: Path) -> Path | None:

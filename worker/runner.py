@@ -46,7 +46,7 @@ from claudeq.worker.launcher import (
     take_back,
     wrapper_path,
 )
-from claudeq.worker.options import PromptFiles, build_options, runs_under_own_uid
+from claudeq.worker.options import PromptFiles, build_options
 from claudeq.worker.outcome import RunOutcome, RunRequest, StopReason
 from claudeq.worker.parse import MessageParser
 from claudeq.worker.passthrough import PassThrough, RunGrant
@@ -54,6 +54,7 @@ from claudeq.worker.ports import EventSink
 from claudeq.worker.tools import ToolRegistry
 from claudeq.worker.warm import WarmCli, WarmPool, fingerprint, new_cli_id, warm_eligible
 from claudeq.worker.watchdog import Timeouts, Watchdog
+from claudeq.worker.workdirs import runs_under_own_uid
 
 log = logging.getLogger(__name__)
 

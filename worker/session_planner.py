@@ -28,7 +28,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import redis
-from claude_agent_sdk import project_key_for_directory
 
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
@@ -37,8 +36,8 @@ from claudeq.jobs import JobStore
 from claudeq.models import Event, JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.cli_env import redact
-from claudeq.worker.options import default_cwd, runs_under_own_uid
 from claudeq.worker.ports import EventSink
+from claudeq.worker.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
 
 log = logging.getLogger(__name__)
 

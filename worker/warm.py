@@ -43,10 +43,10 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import FILE_TOOLS, Settings
 from claudeq.permissions import allowed_builtin_tools
 from claudeq.worker import procs
-from claudeq.worker.options import runs_under_own_uid
 from claudeq.worker.outcome import RunRequest
 from claudeq.worker.passthrough import PassThrough, RunGrant
 from claudeq.worker.tools import FLEET_TOOLS, ToolRegistry
+from claudeq.worker.workdirs import runs_under_own_uid
 
 log = logging.getLogger("claudeq.warm")
 

@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from claude_agent_sdk import project_key_for_directory
-
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
-from claudeq.worker.options import default_cwd, runs_under_own_uid
 from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
 from claudeq.worker.ports import EventSink
 from claudeq.worker.watchdog import Timeouts
+from claudeq.worker.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
@@ -234,6 +232,10 @@ class ScriptedRunner:
         if isinstance(answer, str):
             answer = Reply(text=answer)
         model = req.spec.model or DEFAULT_MODEL
+        budget = req.spec.max_budget_usd  # the spec's, or what the tenant and the account have left (the handler's)
+        if isinstance(answer, Reply) and budget is not None and usage_of(answer.usage, model).cost_usd > budget:
+            # The CLI ends a run whose spend passed --max-budget-usd with `error_max_budget_usd`, its answer or not.
+            answer = budget_exhausted(usage=answer.usage)
         await emit(
             Event(
                 type="run_started",

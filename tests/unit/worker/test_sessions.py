@@ -15,7 +15,6 @@ from claudeq.jobs import JobStore
 from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import make_store
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.options import default_cwd
 from claudeq.worker.session_planner import (
     CONTINUE_PROMPT,
     SessionPlanner,
@@ -23,6 +22,7 @@ from claudeq.worker.session_planner import (
     is_real_message,
     user_text,
 )
+from claudeq.worker.workdirs import default_cwd
 
 
 def _user(uuid: str, text: Any) -> dict[str, Any]:
