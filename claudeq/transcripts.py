@@ -13,26 +13,30 @@ per session id the set of project keys holding it (to find a session by id alone
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis.asyncio as aioredis
-from claude_agent_sdk import fold_session_summary
-from claude_agent_sdk.types import (
-    SessionKey,
-    SessionListSubkeysKey,
-    SessionStore,
-    SessionStoreEntry,
-    SessionStoreListEntry,
-    SessionSummaryEntry,
-)
 from redis.exceptions import WatchError
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.transcript_codec import Codec, decode, encode
+
+if TYPE_CHECKING:
+    # The SDK's types only: the producer install (`claudeq transcript`) and the testing kit read and write sessions
+    # here without claude-agent-sdk (docs/architecture.md#packaging).
+    from claude_agent_sdk.types import (
+        SessionKey,
+        SessionListSubkeysKey,
+        SessionStore,
+        SessionStoreEntry,
+        SessionStoreListEntry,
+        SessionSummaryEntry,
+    )
 
 #: Optimistic transactions retried this many times under contention before giving up (the SDK retries the batch).
 CAS_RETRIES = 50
@@ -46,7 +50,17 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-class RedisSessionStore(SessionStore):
+@functools.cache
+def _sdk_fold() -> Callable[..., SessionSummaryEntry] | None:
+    """The SDK's `fold_session_summary` (the summaries its session listing reads), None without the SDK."""
+    try:
+        from claude_agent_sdk import fold_session_summary
+    except ImportError:
+        return None
+    return fold_session_summary
+
+
+class RedisSessionStore:
     """Async SessionStore on `redis.asyncio`: uuid-deduplicated appends, race-safe summaries, retention TTL."""
 
     def __init__(
@@ -102,7 +116,7 @@ class RedisSessionStore(SessionStore):
             return
         if self._scrub is not None:
             # A transcript holds whatever the run saw (a tool printing its environment, say): no secret is stored.
-            entries = [cast(SessionStoreEntry, _scrubbed(e, self._scrub)) for e in entries]
+            entries = [cast("SessionStoreEntry", _scrubbed(e, self._scrub)) for e in entries]
         project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
         k = self._keys
         entries_key = k.session_entries(project_key, session_id, subpath)
@@ -176,11 +190,13 @@ class RedisSessionStore(SessionStore):
         """Queue the summary fold, the project index and the TTL refresh of the whole session."""
         project_key, session_id = key["project_key"], key["session_id"]
         k = self._keys
-        prev = cast(SessionSummaryEntry, json.loads(prev_raw)) if prev_raw else None
+        prev = cast("SessionSummaryEntry", json.loads(prev_raw)) if prev_raw else None
         now_ms = self._next_mtime(prev["mtime"] if prev else 0)
-        folded = fold_session_summary(prev, {"project_key": project_key, "session_id": session_id}, fresh)
-        folded["mtime"] = now_ms  # storage write time, the same clock list_sessions reports
-        pipe.set(k.session_summary(project_key, session_id), _dumps(folded), ex=self._ttl_s)
+        fold = _sdk_fold()
+        if fold is not None:  # without the SDK (the testing kit on the producer install) no summary is kept
+            folded = fold(prev, {"project_key": project_key, "session_id": session_id}, fresh)
+            folded["mtime"] = now_ms  # storage write time, the same clock list_sessions reports
+            pipe.set(k.session_summary(project_key, session_id), _dumps(folded), ex=self._ttl_s)
         pipe.zadd(k.session_index(project_key), {session_id: now_ms})
         # Sessions not appended to for a whole retention period have expired: drop them from the index, which a
         # busy project key (every job without a cwd shares one) would otherwise grow forever.
@@ -201,7 +217,7 @@ class RedisSessionStore(SessionStore):
         )
         if not raw:
             return None
-        return [cast(SessionStoreEntry, e) for e in decode(raw)]
+        return [cast("SessionStoreEntry", e) for e in decode(raw)]
 
     # -- optional --------------------------------------------------------------------------------------------
 
@@ -216,7 +232,7 @@ class RedisSessionStore(SessionStore):
         if not live:
             return []
         raws = await self._redis.mget([self._keys.session_summary(project_key, sid) for sid, _ in live])
-        return [cast(SessionSummaryEntry, json.loads(raw)) for raw in raws if raw]
+        return [cast("SessionSummaryEntry", json.loads(raw)) for raw in raws if raw]
 
     async def _live_sessions(self, project_key: str) -> list[tuple[str, int]]:
         """Index members whose transcript still exists; expired ones are pruned from the index."""
@@ -363,3 +379,10 @@ def _scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
     if isinstance(value, list):
         return [_scrubbed(v, scrub) for v in value]
     return value
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: RedisSessionStore) -> SessionStore:
+        """mypy proves here that the store is the SDK's SessionStore (a Protocol, so not subclassed at run time)."""
+        return store

@@ -17,7 +17,7 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
-from claudeq.producer.extras import exit_missing
+from claudeq.transcripts import RedisSessionStore
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -86,8 +86,6 @@ def delete(name: str, tenant: TenantOpt = DEFAULT_TENANT, as_json: JsonOpt = Fal
     conversations = ConversationStore.from_settings(settings)
 
     async def run() -> list[str]:
-        from claudeq.transcripts import RedisSessionStore  # the SDK's SessionStore: loaded only to delete
-
         sessions = RedisSessionStore.from_settings(settings)
         try:
             return await delete_conversation(conversations, sessions, name, tenant)
@@ -100,8 +98,6 @@ def delete(name: str, tenant: TenantOpt = DEFAULT_TENANT, as_json: JsonOpt = Fal
         deleted = asyncio.run(run())
     except redis.RedisError as exc:
         raise _fail(EXIT_ERROR, f"redis: {exc}", as_json) from None
-    except ModuleNotFoundError as exc:  # a producer installed without the worker extra has no SDK
-        exit_missing("claudeq conversation delete", exc, as_json)
     if as_json:
         print(json.dumps({"name": name, "deleted": True, "sessions": deleted}))
     else:

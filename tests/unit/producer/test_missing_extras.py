@@ -7,16 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-import fakeredis
 import pytest
-from typer.testing import CliRunner
 
-from claudeq.config.settings import Settings
-from claudeq.conversations import ConversationStore, Turn
-from claudeq.producer import cli_conversation
 from claudeq.producer.extras import missing_extra
 from tests.support.tree import tree_env
 
@@ -47,26 +41,6 @@ def test_a_command_without_its_extra_names_it(hidden: str, args: list[str], extr
     assert "\n" not in line  # one line, not wrapped: the pip command can be copied whole
     assert line.endswith(f"pip install 'claudeq[{extra}]'")
     assert f"{hidden} is not installed" in line
-
-
-def test_conversation_delete_without_the_sdk_names_the_worker_extra(
-    fake_settings: Settings, fake_redis: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = ConversationStore(fake_redis, ConversationStore.from_settings(fake_settings).keys, 3600)
-    finished = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    store.record_turn("c1", Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=finished), True)
-    monkeypatch.setattr(cli_conversation, "load_settings", lambda: fake_settings)
-    monkeypatch.setattr(ConversationStore, "from_settings", classmethod(lambda cls, settings: store))
-    monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
-    monkeypatch.delitem(sys.modules, "claudeq.transcripts", raising=False)
-
-    done = CliRunner().invoke(cli_conversation.conversation_app, ["delete", "c1", "--json"])
-    assert done.exit_code == 1, done.output
-    assert done.output.strip() == (
-        '{"error": "claudeq conversation delete needs the \'worker\' extra (claude_agent_sdk is not installed): '
-        "pip install 'claudeq[worker]'\"}"
-    )
-    assert store.info("c1") is not None  # nothing deleted
 
 
 def test_a_missing_module_no_extra_brings_is_raised_again() -> None:
