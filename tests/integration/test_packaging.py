@@ -9,6 +9,7 @@ packages): what a web app that only enqueues jobs gets, used against the real Re
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -24,10 +25,13 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
+from claudeq.keys import Keys
 from claudeq.models import utcnow
 from claudeq.producer.client import make_store
+from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.broker import job_id_of
 from tests.support.tree import ROOT
+from tests.unit.testing.test_isolation import BLOCKED, EXAMPLE
 
 #: What the wheel is built from (the rooms are linked into claudeq/, see pyproject.toml).
 SOURCES = ("pyproject.toml", "README.md", "claudeq", "config", "producer", "worker", "simulator")
@@ -257,7 +261,6 @@ def test_commands_needing_an_extra_name_it_on_the_base_install(
     for script, args, extra in (
         ("claudeq", ["mcp"], "mcp"),
         ("claudeq", ["exporter", "--port", "0"], "worker"),
-        ("claudeq", ["conversation", "delete", "pkg-conv"], "worker"),
         ("claudeq-worker", ["--check"], "worker"),
         ("claudeq-sim", ["--port", "0"], "worker"),
     ):
@@ -265,7 +268,83 @@ def test_commands_needing_an_extra_name_it_on_the_base_install(
         assert done.returncode == 1, (args, done.stderr[-2000:])
         assert "Traceback" not in done.stderr, args
         assert done.stderr.strip().endswith(f"pip install 'claudeq[{extra}]'"), (args, done.stderr)
-    assert conversations.info("pkg-conv") is not None
+
+
+def test_conversation_delete_works_on_the_base_install(
+    base_python: Path, settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Deleting a conversation deletes its sessions' transcripts through the session store, which needs no SDK."""
+    env = {"CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix}
+    conversations = ConversationStore.from_settings(settings, redis_client)
+    turn = Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=utcnow())
+    conversations.record_turn("pkg-conv", turn, True)
+    entry = {"type": "user", "uuid": "u1", "sessionId": "s1", "message": {"role": "user", "content": "hi"}}
+
+    async def write() -> None:
+        sessions = RedisSessionStore.from_settings(settings)
+        try:
+            await sessions.append({"project_key": "pkg-project", "session_id": "s1"}, [entry])  # type: ignore[list-item]
+        finally:
+            await sessions.aclose()
+
+    asyncio.run(write())
+    transcript = Keys(settings.key_prefix).session_entries("pkg-project", "s1", None)
+    assert redis_client.exists(transcript)
+    done = _claudeq(base_python, "conversation", "delete", "pkg-conv", "--json", cwd=tmp_path, **env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"name": "pkg-conv", "deleted": True, "sessions": ["s1"]}
+    assert conversations.info("pkg-conv") is None
+    assert not redis_client.exists(transcript)
+
+
+#: What the testing extra adds to the base install may not include the fleet's heavy parts (tenacity is light and
+#: runs the worker's real retry policy in the kit).
+NOT_IN_TESTING = FLEET_ONLY - {"tenacity"}
+
+
+@pytest.fixture(scope="module")
+def testing_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv into which pip installed `claudeq[testing]` and pytest, as a user's project would."""
+    env_dir = tmp_path_factory.mktemp("testing-venv")
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    done = _pip(python, "install", "-q", f"{wheel}[testing]", "pytest")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return python
+
+
+def test_the_testing_extra_brings_no_sdk_celery_prometheus_or_mcp(testing_python: Path) -> None:
+    installed = _installed(testing_python)
+    assert {"claudeq", "fakeredis", "lupa", "pytest"} <= installed
+    assert installed & NOT_IN_TESTING == set()
+
+
+def test_a_users_tests_run_on_the_testing_install_cut_off_from_redis_cli_network_and_processes(
+    testing_python: Path, tmp_path: Path
+) -> None:
+    """The example project's tests (they import only `claudeq` and `claudeq.testing`, and use the plugin's
+    `claudeq_fleet` fixture) pass on the testing install, in an interpreter where every connection and every child
+    process raises (tests/unit/testing/test_isolation.py), with no SDK, CLI, Celery or Redis server installed."""
+    env = _clean_env(
+        PATH=str(tmp_path),
+        HOME=str(tmp_path),
+        CLAUDEQ_REDIS_URL="redis://127.0.0.1:1/0",
+        CLAUDEQ_CLI_PATH=str(tmp_path / "no-such-claude"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    done = subprocess.run(
+        [str(testing_python), "-I", "-c", BLOCKED, str(EXAMPLE)],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert " passed" in out and "failed" not in out, out[-4000:]
+    assert "BLOCKED-ATTEMPTS 0 []" in out, out[-4000:]
+    assert "claude_agent_sdk" not in out
 
 
 def test_the_worker_extra_brings_the_sdk(base_python: Path, wheel: Path, tmp_path: Path) -> None:

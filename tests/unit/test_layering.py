@@ -105,6 +105,27 @@ def test_importing_the_client_loads_no_sdk_no_prometheus_no_celery_worker_no_wor
     assert done.stdout.strip() == ""
 
 
+def test_the_testing_kit_runs_a_job_with_no_sdk_celery_prometheus_or_mcp() -> None:
+    """claudeq.testing runs on the producer install plus its `testing` extra (docs/testing.md#installing): a whole
+    job, a retry and a conversation's transcript included, with the fleet's heavy packages made unimportable
+    (tests/integration/test_packaging.py does the same on a real pip install)."""
+    heavy = ("claude_agent_sdk", "celery", "kombu", "prometheus_client", "mcp", "uvicorn", "starlette", "httpx")
+    code = (
+        f"import sys\nfor name in {heavy!r}:\n    sys.modules[name] = None\n"
+        "from claudeq.testing import fleet, overloaded\n"
+        "with fleet() as f:\n"
+        "    f.fail('x', overloaded())\n"
+        "    f.reply('x', text='done')\n"
+        "    first = f.client.submit(prompt='x', conversation='c').wait()\n"
+        "    second = f.client.submit(prompt='x again', conversation='c').wait()\n"
+        "same = second.session_id == first.session_id\n"
+        "print(first.status, [a.outcome for a in first.attempts], second.status, same)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "succeeded ['transient_error', 'success'] succeeded True"
+
+
 def test_a_client_loads_no_celery_until_asked_for_its_app() -> None:
     code = (
         "import sys\nfrom claudeq.config.settings import Settings\nfrom claudeq.producer.client import Client\n"
