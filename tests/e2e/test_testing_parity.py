@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
@@ -55,9 +57,15 @@ def shape(record: JobRecord) -> dict[str, Any]:
     }
 
 
-def through_the_kit(scenarios: list[Scenario], settings: Settings) -> list[dict[str, Any]]:
-    knobs = {k: getattr(settings, k) for k in ("max_attempts", "retry_base_s", "retry_max_s", "retry_in_place_max_s")}
-    with fleet(accounts=["a", "b"], **knobs) as f:
+#: The worker settings the kit's fleet takes from the real fleet's, so that both retry alike.
+KNOBS = ("max_attempts", "retry_base_s", "retry_max_s", "retry_in_place_max_s", "rate_limit_cooldown_s")
+
+
+def through_the_kit(
+    scenarios: list[Scenario], settings: Settings, accounts: Sequence[AccountConfig | str] = ("a", "b")
+) -> list[dict[str, Any]]:
+    knobs = {k: getattr(settings, k) for k in KNOBS}
+    with fleet(accounts=accounts, **knobs) as f:
         f.reply(re.escape('[[sim: text "parity"]]'), text="parity")
         for prompt, failures, _ in scenarios:
             if failures:
@@ -98,7 +106,7 @@ def test_a_conversation_resumes_the_same_way(client: Client, workers: WorkerFact
     workers()
     real_handles = [client.submit(prompt=p, conversation="parity") for p in turns]
     real = conversation_shape([client.wait(h.id, timeout=120, poll_s=0.1) for h in real_handles])
-    knobs = {k: getattr(settings, k) for k in ("max_attempts", "retry_base_s", "retry_max_s", "retry_in_place_max_s")}
+    knobs = {k: getattr(settings, k) for k in KNOBS}
     with fleet(accounts=["a", "b"], **knobs) as f:
         f.fail(re.escape("[[sim: error 529 times=1]]"), overloaded())
         handles = [f.client.submit(prompt=p, conversation="parity") for p in turns]

@@ -217,8 +217,8 @@ def test_children_submitted_from_a_run_record_their_parent(claudeq_fleet: Fleet)
 def test_tenant_budget_defers_until_the_next_hour() -> None:
     tenants = {"tenants": [{"name": "team-a", "max_cost_usd_per_hour": 0.05}]}
     with fleet(tenants=tenants) as f:
-        f.reply("x", usage={"input_tokens": 10, "cost_usd": 0.04})
-        jobs = [f.client.submit(prompt="x", tenant="team-a", max_budget_usd=0.04) for _ in range(3)]
+        f.reply("x", usage={"input_tokens": 10, "cost_usd": 0.05})  # each run spends the whole hour's cap
+        jobs = [f.client.submit(prompt="x", tenant="team-a") for _ in range(3)]
         f.run_until_idle(advance=False)
         statuses = [f.record(j.id).status for j in jobs]
         assert statuses.count("succeeded") >= 1 and "deferred" in statuses
@@ -285,3 +285,20 @@ def test_a_run_that_hits_its_limits_fails_at_once(claudeq_fleet: Fleet, failure:
     record = claudeq_fleet.client.submit(prompt="x").wait()
     assert record.status == "failed" and record.error is not None and record.error.kind == "job"
     assert [a.outcome for a in record.attempts] == ["failed"]
+
+
+def test_a_reply_costing_more_than_the_runs_budget_ends_as_the_cli_ends_it() -> None:
+    """The CLI stops a run whose spend passed its --max-budget-usd with `error_max_budget_usd`, so a scripted reply
+    costing more than the run's budget (the spec's, or the tenant's hourly cap left) fails the job, kind `job`."""
+    tenants = {"tenants": [{"name": "default"}, {"name": "team-a", "max_cost_usd_per_hour": 0.01, "on_budget": "fail"}]}
+    with fleet(tenants=tenants) as f:
+        f.reply("x", usage={"input_tokens": 10, "cost_usd": 0.02})
+        over_spec = f.client.submit(prompt="x", max_budget_usd=0.015).wait()
+        within = f.client.submit(prompt="x", max_budget_usd=0.05).wait()
+        over_cap = f.client.submit(prompt="x", tenant="team-a").wait()
+        after = f.client.submit(prompt="x", tenant="team-a").wait()
+    assert (over_spec.status, over_spec.error and over_spec.error.kind) == ("failed", "job")
+    assert [a.outcome for a in over_spec.attempts] == ["failed"]
+    assert within.status == "succeeded"
+    assert (over_cap.status, over_cap.error and over_cap.error.kind) == ("failed", "job")
+    assert (after.status, after.error and after.error.kind) == ("failed", "budget_exceeded")
