@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import redis
 from pydantic import BaseModel
 
+from claudeq import connections
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.keys import Keys, text
@@ -105,9 +106,7 @@ class ConversationStore:
     @classmethod
     def from_settings(cls, settings: Settings, client: redis.Redis | None = None) -> ConversationStore:
         """A store under the settings' prefix, keeping conversations as long as their transcripts."""
-        return cls(
-            client or redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix), settings.session_retention_s
-        )
+        return cls(client or connections.sync_client(settings), Keys(settings.key_prefix), settings.session_retention_s)
 
     def latest_session(self, name: str, tenant: str = DEFAULT_TENANT) -> str | None:
         """The conversation's latest session id (None: no successful turn yet, or it expired)."""

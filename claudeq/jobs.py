@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Self, TypedDict
 import redis
 from pydantic import BaseModel, ValidationError
 
+from claudeq import connections
 from claudeq import job_scripts as scripts
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.keys import Keys, text
@@ -153,7 +154,7 @@ class JobStore:
     def for_settings(cls, settings: Settings, client: redis.Redis | None = None) -> Self:
         """A store on `settings`' Redis (a client of its own unless one is given), with the fleet's retention."""
         store = cls(
-            client or redis.Redis.from_url(settings.redis_url),
+            client or connections.sync_client(settings),
             Keys(settings.key_prefix),
             result_ttl_s=settings.result_ttl_s,
             events_maxlen=settings.events_maxlen,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
+from claudeq import connections
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.transcript_codec import Codec, decode, encode
@@ -84,7 +85,7 @@ class RedisSessionStore:
     ) -> RedisSessionStore:
         """A store under the settings' key prefix with their session retention; `scrub` cleans every string of
         every entry before it is stored (the worker passes its secret redaction)."""
-        client = redis if redis is not None else aioredis.Redis.from_url(settings.redis_url)
+        client = redis if redis is not None else connections.async_client(settings)
         return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub, settings.session_codec)
 
     @property

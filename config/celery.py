@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from claudeq.config.settings import Settings
 
 TASK_RUN = "claudeq.run"
+#: The scheme of kombu's sentinel transport: one URL per sentinel, joined by `;` (docs/failover.md).
+SENTINEL_SCHEME = "sentinel"
+
+
+def broker_url(settings: Settings) -> str:
+    """The broker URL: `redis_url`, or behind Sentinel one `sentinel://` URL per sentinel with `redis_url`'s
+    username, password and db (the primary's name goes in the transport options)."""
+    if not settings.sentinel_addresses:
+        return settings.redis_url
+    parts = urlsplit(settings.redis_url)
+    auth = ""
+    if parts.password:
+        auth = f"{quote(parts.username or '', safe='')}:{quote(parts.password, safe='')}@"
+    db = parts.path.strip("/") or "0"
+    return ";".join(f"{SENTINEL_SCHEME}://{auth}{host}:{port}/{db}" for host, port in settings.sentinel_addresses)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings for producer and worker alike."""
     visibility = {"visibility_timeout": settings.visibility_timeout_s}
     return {
-        "broker_url": settings.redis_url,
+        "broker_url": broker_url(settings),
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -31,7 +47,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # (docs/architecture.md#claim-lease-and-fence).
         # The visibility timeout, above the longest task in every place Celery reads it, matters only to a
         # deployment that turns ack emulation back on: Redis then never redelivers a live run.
-        "broker_transport_options": {**visibility, "queue_order_strategy": "priority", "ack_emulation": False},
+        "broker_transport_options": {
+            **visibility,
+            "queue_order_strategy": "priority",
+            "ack_emulation": False,
+            **({"master_name": settings.redis_master_name} if settings.sentinel_addresses else {}),
+        },
         "result_backend_transport_options": visibility,
         "visibility_timeout": settings.visibility_timeout_s,
         "worker_cancel_long_running_tasks_on_connection_loss": True,

@@ -142,6 +142,23 @@ class Settings(BaseSettings):
         default="redis://127.0.0.1:6379/0",
         description="Redis for state and as the Celery broker; `redis://:password@host:port/db` or `rediss://`.",
     )
+    redis_sentinels: str = Field(
+        default="",
+        description="Sentinels to find the Redis primary through, `host:port,host:port,…`; empty = `redis_url`'s "
+        "host. With them, the db, password and TLS still come from `redis_url` (docs/failover.md).",
+    )
+    redis_master_name: str = Field(
+        default="mymaster", description="The name the sentinels monitor the primary under (with `redis_sentinels`)."
+    )
+    redis_wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Replicas a submit must reach before it returns, and a finished job before `wait` reports it "
+        "(Redis WAIT); 0 = as soon as the primary has it (docs/failover.md#durability).",
+    )
+    redis_wait_timeout_ms: int = Field(
+        default=1000, ge=1, description="How long a submit or a `wait` waits for `redis_wait_replicas` (ms)."
+    )
     key_prefix: str = Field(default="claudeq:", description="Prefix of every Redis key claudeq writes.")
     queue: str = Field(default="claudeq.runs", description="Default Celery queue for agent runs.")
     queues: list[str] = Field(
@@ -278,6 +295,21 @@ class Settings(BaseSettings):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
 
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels(cls, value: str) -> str:
+        for item in (part.strip() for part in value.split(",") if part.strip()):
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{item!r} is not host:port; give e.g. 10.0.0.1:26379,10.0.0.2:26379")
+        return value
+
+    @model_validator(mode="after")
+    def _sentinels_need_tcp(self) -> Settings:
+        if self.sentinel_addresses and urlsplit(self.redis_url).scheme == "unix":
+            raise ValueError("redis_sentinels: a unix:// redis_url cannot be failed over; use redis:// or rediss://")
+        return self
+
     @field_validator("key_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
@@ -337,6 +369,15 @@ class Settings(BaseSettings):
         """Socket and connect timeout of a worker's Redis client: below the heartbeat interval, so a heartbeat stuck
         on a dead connection fails (and is retried) before the next one is due."""
         return max(0.1, self.heartbeat_s / 2)
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """`redis_sentinels` as (host, port) pairs; empty when the primary is `redis_url`'s host."""
+        pairs = []
+        for item in (part.strip() for part in self.redis_sentinels.split(",") if part.strip()):
+            host, _, port = item.rpartition(":")
+            pairs.append((host.strip("[]"), int(port)))
+        return pairs
 
     @property
     def session_retention_s(self) -> int:

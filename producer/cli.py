@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
@@ -532,7 +533,7 @@ def config_check(as_json: JsonOpt = False) -> None:
         _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
     report["redis_url"] = settings.redacted_redis_url()
     try:
-        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping()
+        connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5).ping()
         report["redis"] = "ok"
     except redis.RedisError as exc:
         report["redis"] = f"unreachable: {exc.__class__.__name__}"

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from claudeq import connections
 from claudeq.account_state import AccountStore
 from claudeq.config.settings import load_settings
 from claudeq.errors import ConfigError, UnknownAccount
@@ -58,7 +59,7 @@ def _store(ctx: typer.Context, as_json: bool) -> AccountStore:
         pool = settings.accounts
     except ConfigError as exc:
         _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
-    return AccountStore(redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix), pool)
+    return AccountStore(connections.sync_client(settings), Keys(settings.key_prefix), pool)
 
 
 def _run(as_json: bool, action: Callable[[], T]) -> T:

@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 from celery import signals
 
+from claudeq import connections
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
@@ -51,7 +52,11 @@ def create_app(cfg: Settings | None = None) -> Any:
     with _app_lock:
         _settings = cfg if cfg is not None else load_settings()
         _app = make_celery(_settings, main="claudeq-worker")
-        if _settings.redis_url.split("://", 1)[0] in ("redis", "rediss"):
+        if _settings.sentinel_addresses:
+            from claudeq.worker.broker_transport import SENTINEL_TRANSPORT_PATH
+
+            _app.conf.broker_transport = SENTINEL_TRANSPORT_PATH  # the same, through Sentinel
+        elif _settings.redis_url.split("://", 1)[0] in ("redis", "rediss"):
             from claudeq.worker.broker_transport import TRANSPORT_PATH
 
             _app.conf.broker_transport = TRANSPORT_PATH  # a queue entry that is not a message is dropped, logged
@@ -113,8 +118,8 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     from claudeq.worker.tools import wire_name
 
     timeout_s = cfg.worker_redis_timeout_s
-    client = redis.Redis.from_url(
-        cfg.redis_url,
+    client = connections.sync_client(
+        cfg,
         health_check_interval=30,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
@@ -126,15 +131,14 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     store = make_worker_store(cfg, client)
     # The engine loop's own client for a run's hot path (claim, heartbeat, fenced writes, events, spend, slot
     # release): no thread hop per call. A blocking pool: past its size a call waits for a connection, not fails.
-    loop_client = redis.asyncio.Redis(
-        connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
-            cfg.redis_url,
-            max_connections=engine_executor_workers(cfg.concurrency),
-            timeout=timeout_s,
-            health_check_interval=30,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-        )
+    loop_client = connections.async_client(
+        cfg,
+        blocking=True,
+        max_connections=engine_executor_workers(cfg.concurrency),
+        timeout=timeout_s,
+        health_check_interval=30,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
     )
     store.use_async(loop_client)
     runner = Runner(cfg)

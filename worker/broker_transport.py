@@ -22,16 +22,20 @@ log = logging.getLogger("claudeq.broker")
 UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
 
 
-class Channel(kombu_redis.Channel):
-    """A Redis channel whose BRPOP reader drops what it cannot read as a message."""
+class DroppingReader:
+    """A channel's BRPOP reader that drops what it cannot read as a message (mixed into kombu's channels)."""
 
     def _brpop_read(self, **options: Any) -> bool:
         try:
-            return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
+            return bool(super()._brpop_read(**options))  # type: ignore[misc]
         except UNREADABLE as exc:
             # The entry was popped already: it is gone. Only the kind of error is logged, never the entry.
             log.error("broker: dropped a queue entry that is not a Celery message (%s)", type(exc).__name__)
             return True
+
+
+class Channel(DroppingReader, kombu_redis.Channel):
+    """A Redis channel whose BRPOP reader drops what it cannot read as a message."""
 
 
 class Transport(kombu_redis.Transport):
@@ -40,5 +44,18 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(DroppingReader, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel (it asks the sentinels for the primary on each connect), reading as `Channel` does."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport (`sentinel://` URLs, `master_name` in the transport options) with the channel
+    above: behind Sentinel (docs/failover.md)."""
+
+    Channel = SentinelChannel
+
+
 #: The `broker_transport` setting that selects it.
 TRANSPORT_PATH = f"{__name__}:Transport"
+#: The same behind Sentinel.
+SENTINEL_TRANSPORT_PATH = f"{__name__}:SentinelTransport"

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from claudeq import connections
 from claudeq.account_state import AccountStore
 from claudeq.config.account_pool import AccountPool
 from claudeq.config.settings import Settings, load_settings
@@ -296,8 +297,8 @@ def build_registry(settings: Settings, client: redis.Redis | None = None) -> Col
     """A registry holding only the cluster collector (no process metrics: those belong to the workers)."""
     registry = CollectorRegistry()
     # Short timeouts and one quick retry: a scrape must answer (with redis_up 0) before Prometheus gives up on it.
-    conn = client or redis.Redis.from_url(
-        settings.redis_url, socket_timeout=3, socket_connect_timeout=3, retry=Retry(NoBackoff(), 1)
+    conn = client or connections.sync_client(
+        settings, socket_timeout=3, socket_connect_timeout=3, retry=Retry(NoBackoff(), 1)
     )
     registry.register(ClusterCollector(settings, conn))
     return registry

@@ -18,8 +18,8 @@ import socket
 import time
 
 import redis
-import redis.asyncio as aioredis
 
+from claudeq import connections
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import Attempt, Event, JobError, JobRecord, TerminalStatus, utcnow
@@ -296,7 +296,7 @@ class Loops:
         whose id is published on the follow channel store its events at once (someone follows them)."""
         cancels, follows = self.store.keys.cancel_channel, self.store.keys.follow_channel
         while True:
-            client = aioredis.Redis.from_url(self.settings.redis_url)
+            client = connections.async_client(self.settings)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(cancels, follows)

@@ -11,7 +11,7 @@ import time
 
 import redis
 
-from claudeq import tracing
+from claudeq import connections, tracing
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 
@@ -60,7 +60,7 @@ def check_health(settings: Settings) -> int:
     keys = Keys(settings.key_prefix)
     max_age = worker_ttl_s(settings.heartbeat_s)
     try:
-        client = redis.Redis.from_url(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+        client = connections.sync_client(settings, socket_timeout=3, socket_connect_timeout=3)
         now = time.time()
         if settings.worker_id:
             score = client.zscore(keys.workers, settings.worker_id)
