@@ -70,6 +70,21 @@ class JobTimeout(ClaudeqError):
         super().__init__(f"job {job_id!r} not finished after {timeout_s:g} s")
 
 
+class NotReplicated(ClaudeqError):
+    """Redis did not confirm, within the wait, that enough replicas hold a write (`CLAUDEQ_REDIS_WAIT_REPLICAS`).
+
+    The write is on the primary; it is lost only if the primary dies before a replica gets it. A submit that raises
+    this may or may not have made its jobs: submit again with the same idempotency key (docs/failover.md)."""
+
+    def __init__(self, acked: int, wanted: int, timeout_ms: int, job_ids: tuple[str, ...] = ()) -> None:
+        self.acked = acked
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+        self.job_ids = job_ids
+        jobs = f" for job(s) {', '.join(job_ids[:5])}{' …' if len(job_ids) > 5 else ''}" if job_ids else ""
+        super().__init__(f"{acked} of {wanted} replica(s) confirmed the write{jobs} within {timeout_ms} ms")
+
+
 class UnknownAccount(ClaudeqError):
     """An account name that is not in the pool."""
 

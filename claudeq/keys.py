@@ -163,6 +163,12 @@ class Keys:
         return f"{self.prefix}tenants-in-use"
 
     @property
+    def replication_mark(self) -> str:
+        """String, expiring after a minute: written just before a `WAIT` on the same connection, so the wait covers
+        every write this process made before it (claudeq/durability.py)."""
+        return f"{self.prefix}replication-mark"
+
+    @property
     def fair_share(self) -> str:
         """Hash: `v` the system virtual time, `t:<tenant>` each tenant's last virtual finish tag (fair share)."""
         return f"{self.prefix}fair"

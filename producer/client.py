@@ -12,12 +12,12 @@ from typing import Any
 
 import redis
 
-from claudeq import tenant_scripts, tracing
+from claudeq import durability, tenant_scripts, tracing
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
 from claudeq.conversations import NOT_YOURS, ConversationStore
-from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, RecordUnreadable
+from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, NotReplicated, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
@@ -145,6 +145,7 @@ class Client:
             if created:
                 # If this process dies right here the reconciler re-sends the job: the record is the truth.
                 self._enqueue([record], now, indexed)
+            durability.replicated(self.store.redis, self.settings, (job_id,))
             return JobHandle(self, job_id, created)
         pipe = self.store.redis.pipeline(transaction=True)
         now = time.time()
@@ -152,6 +153,7 @@ class Client:
         self._index(pipe, [record], now, indexed)
         self._queue_messages(pipe, [record], now)
         job_id, created = create_reply(pipe.execute()[0])
+        durability.replicated(self.store.redis, self.settings, (job_id,))
         return JobHandle(self, job_id, created)
 
     def validate_many(self, specs: Iterable[JobSpec | dict[str, Any]]) -> builtins.list[JobSpec]:
@@ -222,6 +224,7 @@ class Client:
         replies = self.store.create_many(records, sent_at, indexed)
         created = [record for record, (_, new) in zip(records, replies, strict=True) if new]
         self._enqueue(created, sent_at, indexed)
+        durability.replicated(self.store.redis, self.settings, tuple(job_id for job_id, _ in replies))
         return [JobHandle(self, job_id, created) for job_id, created in replies]
 
     def _enqueue(self, records: builtins.list[JobRecord], sent_at: float, indexed: bool) -> None:
@@ -358,15 +361,30 @@ class Client:
                 yield event
 
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
-        """Block until the job is finished and return its record."""
+        """Block until the job is finished and return its record (with `redis_wait_replicas`, once that many
+        replicas hold its end: a failover cannot take back an end this returned)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.store.status(job_id)
-            if status is None or status in TERMINAL:
-                return self.get(job_id)
+            record = self.finished(job_id)
+            if record is not None:
+                return record
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(job_id, timeout or 0)
             time.sleep(poll_s)
+
+    def finished(self, job_id: str) -> JobRecord | None:
+        """The job's record if it is finished, else None; with `redis_wait_replicas`, None too until that many
+        replicas hold the record as read (docs/failover.md#durability). JobNotFound for an unknown job."""
+        status = self.store.status(job_id)
+        if status is not None and status not in TERMINAL:
+            return None
+        record = self.get(job_id)
+        if self.settings.redis_wait_replicas and record.status in TERMINAL:
+            try:
+                durability.replicated(self.store.redis, self.settings, (job_id,))
+            except NotReplicated:
+                return None
+        return record
 
     def live_workers(self, queue: str | None = None) -> builtins.list[str]:
         """Ids of workers whose heartbeat is fresh (their `worker:{id}` hash has not expired), optionally only
@@ -444,9 +462,9 @@ class AsyncClient:
         """See Client.wait, without blocking the loop."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = await asyncio.to_thread(self.sync.store.status, job_id)
-            if status is None or status in TERMINAL:
-                return await self.get(job_id)
+            record = await asyncio.to_thread(self.sync.finished, job_id)
+            if record is not None:
+                return record
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(job_id, timeout or 0)
             await asyncio.sleep(poll_s)
