@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from claudeq.config.settings import Settings
 
@@ -20,9 +20,11 @@ def broker_url(settings: Settings) -> str:
     parts = urlsplit(settings.redis_url)
     auth = ""
     if parts.password:
-        auth = f"{quote(parts.username or '', safe='')}:{quote(parts.password, safe='')}@"
+        user, password = unquote(parts.username or ""), unquote(parts.password)
+        auth = f"{quote(user, safe='')}:{quote(password, safe='')}@"
     db = parts.path.strip("/") or "0"
-    return ";".join(f"{SENTINEL_SCHEME}://{auth}{host}:{port}/{db}" for host, port in settings.sentinel_addresses)
+    hosts = [(f"[{host}]" if ":" in host else host, port) for host, port in settings.sentinel_addresses]
+    return ";".join(f"{SENTINEL_SCHEME}://{auth}{host}:{port}/{db}" for host, port in hosts)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -171,3 +171,45 @@ def test_a_queue_name_that_is_a_claudeq_or_kombu_key_is_a_configuration_error(
 def test_job_queues_are_the_default_queue_and_the_consumed_ones() -> None:
     settings = Settings(_env_file=None, queue="a", queues=["b", "a", "c"])  # type: ignore[call-arg]
     assert settings.job_queues == ["a", "b", "c"]
+
+
+def test_sentinels_are_read_as_host_port_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", "redis://:s3cr%2Ft@ignored:6379/3")
+    monkeypatch.setenv("CLAUDEQ_REDIS_SENTINELS", "10.0.0.1:26379, sentinel-b:26380,[::1]:26381")
+    monkeypatch.setenv("CLAUDEQ_REDIS_MASTER_NAME", "cq")
+    settings = load_settings(_env_file=None)
+    assert settings.sentinel_addresses == [("10.0.0.1", 26379), ("sentinel-b", 26380), ("::1", 26381)]
+    conf = celery_config(settings)
+    # kombu's sentinel transport: one URL per sentinel with the primary's password and db; the name beside them.
+    assert conf["broker_url"] == (
+        "sentinel://:s3cr%2Ft@10.0.0.1:26379/3;sentinel://:s3cr%2Ft@sentinel-b:26380/3;sentinel://:s3cr%2Ft@[::1]:26381/3"
+    )
+    assert conf["broker_transport_options"]["master_name"] == "cq"
+
+
+def test_without_sentinels_the_broker_is_the_redis_url() -> None:
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:6380/1")  # type: ignore[call-arg]
+    conf = celery_config(settings)
+    assert settings.sentinel_addresses == []
+    assert conf["broker_url"] == "redis://127.0.0.1:6380/1"
+    assert "master_name" not in conf["broker_transport_options"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("sentinel-a", "not host:port"), ("a:26379,b:", "not host:port"), ("a:99999", "not host:port")],
+)
+def test_a_bad_sentinel_list_names_the_variable_and_the_form(
+    monkeypatch: pytest.MonkeyPatch, value: str, reason: str
+) -> None:
+    monkeypatch.setenv("CLAUDEQ_REDIS_SENTINELS", value)
+    with pytest.raises(ConfigError, match=rf"CLAUDEQ_REDIS_SENTINELS.*{reason}") as info:
+        load_settings(_env_file=None)
+    assert info.value.field == "CLAUDEQ_REDIS_SENTINELS"
+
+
+def test_a_unix_socket_cannot_be_failed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", "unix:///run/redis.sock")
+    monkeypatch.setenv("CLAUDEQ_REDIS_SENTINELS", "10.0.0.1:26379")
+    with pytest.raises(ConfigError, match="unix"):
+        load_settings(_env_file=None)
