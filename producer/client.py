@@ -353,9 +353,13 @@ class Client:
         return result
 
     def events(self, job_id: str, follow: bool = False) -> Iterator[Event]:
-        """The job's events; with `follow`, keep yielding until the job is finished."""
+        """The job's events; with `follow`, keep yielding until the job is finished (with `redis_wait_replicas`, its
+        end event only once that many replicas hold it, as `wait` reports it)."""
         if follow:
-            yield from self.store.follow_events(job_id)
+            for event in self.store.follow_events(job_id):
+                if event.type in TERMINAL:
+                    self.until_replicated(job_id)
+                yield event
         else:
             for _, event in self.store.read_events(job_id):
                 yield event
@@ -371,6 +375,15 @@ class Client:
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(job_id, timeout or 0)
             time.sleep(poll_s)
+
+    def until_replicated(self, job_id: str) -> None:
+        """Block until `redis_wait_replicas` replicas hold what this process read of the job (free when 0)."""
+        while True:
+            try:
+                durability.replicated(self.store.redis, self.settings, (job_id,))
+                return
+            except NotReplicated:
+                continue  # each try waited `redis_wait_timeout_ms`
 
     def finished(self, job_id: str) -> JobRecord | None:
         """The job's record if it is finished, else None; with `redis_wait_replicas`, None too until that many
@@ -479,6 +492,8 @@ class AsyncClient:
             batch = await asyncio.to_thread(store.read_events, job_id, after)
             for entry_id, event in batch:
                 after = entry_id
+                if follow and event.type in TERMINAL:
+                    await asyncio.to_thread(self.sync.until_replicated, job_id)
                 yield event
             if not follow:
                 return
@@ -487,6 +502,8 @@ class AsyncClient:
                 if status is None or status in TERMINAL:
                     tail = await asyncio.to_thread(store.read_events, job_id, after)
                     for _, event in tail:
+                        if event.type in TERMINAL:
+                            await asyncio.to_thread(self.sync.until_replicated, job_id)
                         yield event
                     return
                 await asyncio.sleep(0.2)

@@ -4,6 +4,7 @@ replica holds it, and a primary cut off from its replica and the sentinels accep
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -116,3 +117,28 @@ def test_a_partitioned_primary_accepts_no_submit_that_is_lost(group: SentinelGro
     assert survivors.store.redis.info("replication")["role"] == "master"
     for job_id in returned:
         assert survivors.get(job_id).status == "queued"
+
+
+def test_a_followed_job_shows_its_end_only_once_a_replica_holds_it(group: SentinelGroup, settings: Settings) -> None:
+    client = Client(settings)
+    job = client.submit(prompt="to cancel while followed")
+    seen: list[tuple[str, float]] = []
+
+    def follow() -> None:
+        for event in client.events(job.id, follow=True):
+            seen.append((event.type, time.monotonic()))
+
+    group.replica.pause()
+    follower = threading.Thread(target=follow)
+    try:
+        follower.start()
+        assert client.cancel(job.id) == "cancelled"
+        time.sleep(1.5)
+        assert "cancelled" not in [t for t, _ in seen]  # on the primary only: not shown yet
+        resumed = time.monotonic()
+    finally:
+        group.replica.resume()
+    follower.join(15)
+    assert not follower.is_alive()
+    end = [at for t, at in seen if t == "cancelled"]
+    assert end and end[0] >= resumed
