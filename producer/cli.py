@@ -308,6 +308,8 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
                 to.print(text, highlight=False, markup=False)
         status = store.status(job_id)
         if status is None or status in TERMINAL:
+            if status is not None:
+                client.until_replicated(job_id)  # as Client.wait: an end the replicas hold (docs/failover.md)
             for _, event in store.read_events(job_id, after):
                 text = line(event)
                 if text is not None:

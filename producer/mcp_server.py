@@ -253,6 +253,8 @@ def build_server(
                     last_report = time.monotonic()
                     await ctx.report_progress(step, None, message)
             if status is None or status in TERMINAL:
+                if status is not None:  # an end the replicas hold (CLAUDEQ_REDIS_WAIT_REPLICAS), as Client.wait
+                    await asyncio.to_thread(client.until_replicated, job_id)
                 break
             now = time.monotonic()
             if now >= deadline:
