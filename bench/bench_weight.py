@@ -54,7 +54,7 @@ REVIEWED = ["handler.py", "engine.py", "runner.py", "warm.py", "job_store.py", "
 WORKSPACE_GID = 62502  # the runs' shared group (as the e2e tests'): a root worker may run file tools as another uid
 
 CONFIGS: dict[str, dict[str, Any]] = {
-    "main": {"session_codec": "none", "event_tool_result_chars": 4000},
+    "main": {"session_codec": "none", "event_tool_result_chars": 4000, "event_codec": "none"},
     "compact": {},
     "compact, one-shot 0": {"oneshot_session_ttl_s": 0},
 }

@@ -187,6 +187,11 @@ class Settings(BaseSettings):
         "session, is kept after its success (0: deleted at success; it can then no longer be resumed); default: "
         "the session retention. Conversations' and failed jobs' transcripts keep the session retention.",
     )
+    event_codec: Literal["zlib", "none"] = Field(
+        default="zlib",
+        description="How a finished job's events are kept in its record: compressed by the worker that finished it "
+        "(zlib: the producer install reads it with the standard library), or `none` (JSON text). Either is read.",
+    )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
     event_tool_result_chars: int = Field(
         default=1000,

@@ -524,6 +524,11 @@ class DeliveryHandler:
             waiting = []
         for job_id in waiting:
             await self.dispatch.promote_and_send(job_id, force=True)
+        if self.settings.event_codec == "zlib":
+            try:  # the record keeps its events as JSON if this fails: both forms read back
+                await in_redis_thread(self.store.pack_events, d.job_id)
+            except Exception:
+                log.exception("job %s: packing its events failed", d.job_id)
         self.metrics.job_finished(d.record.spec.queue or self.settings.queue, status)
         log.info(
             "job %s: %s after %d attempt(s)%s", d.job_id, status, len(d.attempts), f" ({error.kind})" if error else ""

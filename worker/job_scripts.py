@@ -26,6 +26,8 @@ APPEND = script("job/append.lua")
 PROMOTE = script("job/promote.lua")
 #: A running job whose lease expired goes back to queued (or fails, poisoned).
 RECOVER = script("job/recover.lua")
+#: A finished job's compacted events, compressed, replace their JSON (if unchanged since read).
+PACK_EVENTS = script("job/pack_events.lua")
 #: Claim a resend of an unclaimed queued job.
 RESEND = script("job/resend.lua")
 #: A `running` set of an earlier claudeq becomes the sorted set.

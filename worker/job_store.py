@@ -22,7 +22,16 @@ import redis
 
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
-from claudeq.jobs import CANCEL_FIELD, JobFields, JobStore, compact_json, encode_event, encode_fields, stored_time
+from claudeq.jobs import (
+    CANCEL_FIELD,
+    JobFields,
+    JobStore,
+    compact_json,
+    encode_event,
+    encode_fields,
+    pack_events,
+    stored_time,
+)
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
@@ -124,6 +133,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         self._append = client.register_script(scripts.APPEND)
         self._upgrade_running = client.register_script(scripts.UPGRADE_RUNNING)
         self._start = client.register_script(scripts.START)
+        self._pack_events = client.register_script(scripts.PACK_EVENTS)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
 
     # ---- the engine loop's client (use_async: claudeq.script_calls.AsyncCalls) ---------------------------------
@@ -377,6 +387,20 @@ class WorkerJobStore(AsyncCalls, JobStore):
         if self._async is None:
             return await asyncio.to_thread(self.cancel_requested, job_id)
         return bool(await self._async.hexists(self.keys.job(job_id), CANCEL_FIELD))
+
+    def pack_events(self, job_id: str) -> int:
+        """Compress a finished job's compacted events in its record (the status scripts write them as JSON: Redis's
+        Lua has no codec). Read back by `read_events` in either form; replaced only if the field is still what was
+        read. -> bytes saved (0: nothing to do, already packed, no smaller, or changed meanwhile)."""
+        key = self.keys.job(job_id)
+        raw = self.redis.hget(key, "events")
+        if not isinstance(raw, bytes) or raw[:1] != b"[":
+            return 0
+        packed = pack_events(raw)
+        if packed is None:
+            return 0
+        replaced = self._pack_events(keys=[key], args=[raw, packed])
+        return len(raw) - len(packed) if int(replaced) else 0
 
     # ---- background loops: promoter, reconciler ----------------------------------------------------------------
 

@@ -117,3 +117,49 @@ def test_several_events_go_in_one_fenced_append_in_order_and_a_stale_fence_appen
     assert store.append_events_fenced(handle.id, old.fence, [Event(type="assistant_text", data={"text": "x"})]) is None
     texts = [e.data["text"] for _, e in store.read_events(handle.id) if e.type == "assistant_text"]
     assert texts == ["0", "1", "2", "3", "4"]
+
+
+def test_finished_events_packed_by_the_worker_read_back_the_same(client: Client, redis_client: redis.Redis) -> None:
+    """The worker that finished a job compresses the events the status script compacted as JSON: `events`,
+    cursors and `status` read the same events, and the record is smaller by what zlib saves."""
+    store = make_worker_store(client.settings, redis_client)
+    handle = client.submit(prompt="packed after the end")
+    claim = store.claim(handle.id, "w1", 30)
+    tool_output = "".join(f"line {n}: def handler(x): return x * {n}\n" for n in range(200))
+    events = [
+        Event(type="claimed", attempt=1),
+        Event(type="tool_result", attempt=1, data={"text": tool_output[:1000], "chars": len(tool_output)}),
+        Event(type="assistant_text", attempt=1, data={"text": "The handler multiplies. " * 40}),
+    ]
+    assert store.append_events_fenced(handle.id, claim.fence, events)
+    assert store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))
+    key = store.keys.job(handle.id)
+    before = list(client.events(handle.id))
+    plain = redis_client.hget(key, "events")
+    assert isinstance(plain, bytes) and plain.startswith(b"[")
+    ttl = redis_client.ttl(key)
+
+    saved = store.pack_events(handle.id)
+    packed = redis_client.hget(key, "events")
+    assert isinstance(packed, bytes) and not packed.startswith(b"[")
+    assert saved == len(plain) - len(packed) and len(packed) < len(plain) / 2
+    assert list(client.events(handle.id)) == before
+    assert list(client.events(handle.id, follow=True)) == before
+    ids = [entry_id for entry_id, _ in store.read_events(handle.id)]
+    assert [e.type for _, e in store.read_events(handle.id, after=ids[1])] == [e.type for e in before[2:]]
+    assert 0 < redis_client.ttl(key) <= ttl  # the record keeps its expiry
+    assert store.pack_events(handle.id) == 0  # already packed: nothing to do
+
+
+def test_events_changed_since_read_are_not_replaced(client: Client, redis_client: redis.Redis) -> None:
+    """The pack script replaces the field only if it is still the JSON that was compressed."""
+    store = make_worker_store(client.settings, redis_client)
+    handle = client.submit(prompt="changed meanwhile")
+    claim = store.claim(handle.id, "w1", 30)
+    assert store.append_events_fenced(handle.id, claim.fence, [Event(type="claimed", attempt=1)] * 20)
+    assert store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))
+    key = store.keys.job(handle.id)
+    plain = redis_client.hget(key, "events")
+    assert isinstance(plain, bytes)
+    replaced = store._pack_events(keys=[key], args=[plain + b" ", b"x\x9c"])
+    assert int(replaced) == 0 and redis_client.hget(key, "events") == plain

@@ -302,3 +302,22 @@ def test_a_reply_costing_more_than_the_runs_budget_ends_as_the_cli_ends_it() -> 
     assert within.status == "succeeded"
     assert (over_cap.status, over_cap.error and over_cap.error.kind) == ("failed", "job")
     assert (after.status, after.error and after.error.kind) == ("failed", "budget_exceeded")
+
+
+def test_a_finished_jobs_events_are_packed_by_the_worker_and_read_the_same(claudeq_fleet: Fleet) -> None:
+    claudeq_fleet.reply("review", text="looks fine " * 200, tool_calls=[("Read", {"file_path": "a.py"})] * 5)
+    job = claudeq_fleet.client.submit(prompt="review it")
+    assert job.wait().status == "succeeded"
+    stored = claudeq_fleet.redis.hget(claudeq_fleet.settings_keys.job(job.id), "events")
+    assert isinstance(stored, bytes) and stored[:1] == b"x"  # zlib, not the JSON the status script wrote
+    types = claudeq_fleet.event_types(job.id)
+    assert types[0] == "submitted" and types.count("tool_call") == 5 and types[-1] == "succeeded"
+    assert [e.type for e in job.events()] == types
+
+
+def test_event_codec_none_keeps_the_json() -> None:
+    with fleet(event_codec="none") as f:
+        job = f.client.submit(prompt="plain")
+        assert job.wait().status == "succeeded"
+        stored = f.redis.hget(f.settings_keys.job(job.id), "events")
+        assert isinstance(stored, bytes) and stored.startswith(b"[")
