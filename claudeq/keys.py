@@ -219,6 +219,11 @@ class Keys:
         """Set: the project keys a session id has a main transcript under (find a session by id alone)."""
         return f"{self.prefix}session-projects:{key_part(session_id)}"
 
+    @property
+    def archive_due(self) -> str:
+        """Sorted set: what moves to the transcript archive (`s:<session id>`, `j:<job id>`) -> when (epoch s)."""
+        return f"{self.prefix}archive-due"
+
     def session_tenant(self, session_id: str) -> str:
         """String: the tenant whose runs work in the session, for every tenant but `default` (no key: the default
         tenant's, or a session older than ownership); only its own tenant's jobs may resume it."""

@@ -8,6 +8,10 @@ element takes, old uncompressed entries included: `claudeq/transcript_codec.py`)
 transcript (dedup: one JSON text and a newline each, about half of what a set costs; sessions written before keep their
 set, still read), a set of subpaths, the folded summary; per project a sorted set session id -> mtime (ms);
 per session id the set of project keys holding it (to find a session by id alone).
+
+With a transcript archive (`claudeq/archive.py`), `archive_session` moves a session out of Redis; every read here
+(load, listings, subkeys, projects) then reads the archive beside Redis, a transcript being its archived elements
+followed by any appended to Redis since, and a delete or retention reaches both.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
 from claudeq import connections
+from claudeq.archive import Archive, ArchivedSession, open_archive
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.transcript_codec import Codec, decode, encode
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
         SessionSummaryEntry,
     )
 
+#: How long a store trusts the archived uuids it read for a transcript (s).
+ARCHIVED_IDS_S = 60.0
 #: Optimistic transactions retried this many times under contention before giving up (the SDK retries the batch).
 CAS_RETRIES = 50
 
@@ -71,12 +78,16 @@ class RedisSessionStore:
         ttl_s: int,
         scrub: Callable[[str], str] | None = None,
         codec: Codec = "zstd",
+        archive: Archive | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_s = ttl_s
         self._scrub = scrub
         self._codec: Codec = codec
+        self._archive = archive
+        # uuids archived, per transcript, with when they were read (dedup; re-read after ARCHIVED_IDS_S)
+        self._archived_ids: dict[tuple[str, str, str], tuple[float, set[str]]] = {}
         self._last_mtime = 0
 
     @classmethod
@@ -86,12 +97,20 @@ class RedisSessionStore:
         """A store under the settings' key prefix with their session retention; `scrub` cleans every string of
         every entry before it is stored (the worker passes its secret redaction)."""
         client = redis if redis is not None else connections.async_client(settings)
-        return cls(client, Keys(settings.key_prefix), settings.session_retention_s, scrub, settings.session_codec)
+        archive = open_archive(settings.archive_url)
+        return cls(
+            client, Keys(settings.key_prefix), settings.session_retention_s, scrub, settings.session_codec, archive
+        )
 
     @property
     def keys(self) -> Keys:
         """The key shapes this store writes."""
         return self._keys
+
+    @property
+    def archive(self) -> Archive | None:
+        """The transcript archive this store reads beside Redis, if any."""
+        return self._archive
 
     @property
     def ttl_s(self) -> int:
@@ -130,10 +149,15 @@ class RedisSessionStore:
             async with self._redis.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(*watched)
-                    fresh, new_uuids = await self._fresh_entries(pipe, ids_key, uuids_key, entries)
+                    fresh, new_uuids = await self._fresh_entries(
+                        pipe, ids_key, uuids_key, entries, await self._archived_uuids(project_key, session_id, subpath)
+                    )
                     if not fresh:
                         return
                     prev = await pipe.get(summary_key) if subpath is None else None
+                    if prev is None and subpath is None and self._archive is not None:
+                        archived = await self._archived(project_key, session_id)  # fold on from the archived one
+                        prev = archived.summary if archived else None
                     subpaths = await pipe.smembers(subkeys_key) if subpath is None else set()
                     # Compressing a batch of tens of KB takes milliseconds: off the loop the CLI's messages arrive on.
                     elements = await asyncio.to_thread(encode, list(fresh), self._codec)
@@ -155,12 +179,40 @@ class RedisSessionStore:
                     continue
         raise SessionStoreContention(f"append to session {session_id} lost {CAS_RETRIES} transactions in a row")
 
+    async def _archived_uuids(self, project_key: str, session_id: str, subpath: str | None) -> set[str]:
+        """The uuids of a transcript's archived entries (read once per transcript by this store)."""
+        if self._archive is None:
+            return set()
+        key = (project_key, session_id, subpath or "")
+        cached = self._archived_ids.get(key)
+        if cached is None or time.monotonic() - cached[0] > ARCHIVED_IDS_S:
+            archived = await self._archived(project_key, session_id)
+            text = archived.ids.get(subpath or "", "") if archived else ""
+            if len(self._archived_ids) > 1000:
+                self._archived_ids.clear()
+            cached = self._archived_ids[key] = (
+                time.monotonic(),
+                {json.loads(line) for line in text.split("\n") if line},
+            )
+        return cached[1]
+
+    async def _archived(self, project_key: str, session_id: str) -> ArchivedSession | None:
+        if self._archive is None:
+            return None
+        return await asyncio.to_thread(self._archive.get_session, self._keys.prefix, project_key, session_id)
+
     async def _fresh_entries(
-        self, pipe: Any, ids_key: str, uuids_key: str, entries: list[SessionStoreEntry]
+        self,
+        pipe: Any,
+        ids_key: str,
+        uuids_key: str,
+        entries: list[SessionStoreEntry],
+        archived: set[str] | None = None,
     ) -> tuple[list[SessionStoreEntry], list[str]]:
-        """Entries whose uuid is neither stored nor repeated earlier in the batch; entries without uuid always."""
+        """Entries whose uuid is neither stored (in Redis or the archive) nor repeated earlier in the batch; entries
+        without uuid always."""
         candidates = [u for e in entries if isinstance(u := e.get("uuid"), str) and u]
-        stored: set[str] = set()
+        stored: set[str] = set(archived or ())
         if candidates:
             raw = await pipe.get(ids_key)
             if raw:
@@ -212,10 +264,16 @@ class RedisSessionStore:
             pipe.expire(k.session_uuids(project_key, session_id, sub), self._ttl_s)
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
-        """All entries of one transcript in append order; None when it was never written (or expired)."""
-        raw = await self._redis.lrange(
-            self._keys.session_entries(key["project_key"], key["session_id"], key.get("subpath") or None), 0, -1
+        """All entries of one transcript in append order (its archived ones first); None when it was never written
+        (or expired)."""
+        raw: list[bytes | str] = list(
+            await self._redis.lrange(
+                self._keys.session_entries(key["project_key"], key["session_id"], key.get("subpath") or None), 0, -1
+            )
         )
+        archived = await self._archived(key["project_key"], key["session_id"])
+        if archived is not None:
+            raw = [*archived.transcripts.get(key.get("subpath") or "", []), *raw]
         if not raw:
             return None
         return [cast("SessionStoreEntry", e) for e in decode(raw)]
@@ -224,16 +282,25 @@ class RedisSessionStore:
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """Main transcripts of a project with their last append time (epoch ms)."""
-        live = await self._live_sessions(project_key)
-        return [{"session_id": sid, "mtime": mtime} for sid, mtime in live]
+        live = dict(await self._live_sessions(project_key))
+        for sid, mtime, _ in await self._archived_sessions(project_key):
+            live[sid] = max(mtime, live.get(sid, 0))
+        return [{"session_id": sid, "mtime": mtime} for sid, mtime in live.items()]
 
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """The folded summaries of a project's live sessions."""
         live = await self._live_sessions(project_key)
-        if not live:
+        raws = await self._redis.mget([self._keys.session_summary(project_key, sid) for sid, _ in live]) if live else []
+        found = {sid: raw for (sid, _), raw in zip(live, raws, strict=True) if raw}
+        for sid, _, summary in await self._archived_sessions(project_key):
+            if sid not in found and summary:  # a session appended to since it was archived: Redis's is newer
+                found[sid] = summary
+        return [cast("SessionSummaryEntry", json.loads(raw)) for raw in found.values()]
+
+    async def _archived_sessions(self, project_key: str) -> list[tuple[str, int, str | None]]:
+        if self._archive is None:
             return []
-        raws = await self._redis.mget([self._keys.session_summary(project_key, sid) for sid, _ in live])
-        return [cast("SessionSummaryEntry", json.loads(raw)) for raw in raws if raw]
+        return await asyncio.to_thread(self._archive.sessions, self._keys.prefix, project_key)
 
     async def _live_sessions(self, project_key: str) -> list[tuple[str, int]]:
         """Index members whose transcript still exists; expired ones are pruned from the index."""
@@ -256,6 +323,9 @@ class RedisSessionStore:
         project_key, session_id, subpath = key["project_key"], key["session_id"], key.get("subpath") or None
         k = self._keys
         subkeys_key = k.session_subkeys(project_key, session_id)
+        if self._archive is not None:
+            await asyncio.to_thread(self._archive.delete_session, k.prefix, project_key, session_id, subpath)
+            self._archived_ids.clear()
         if subpath is not None:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(
@@ -299,13 +369,15 @@ class RedisSessionStore:
         project_key, session_id = key["project_key"], key["session_id"]
         raw = await self._redis.smembers(self._keys.session_subkeys(project_key, session_id))
         subs = sorted(s.decode() if isinstance(s, bytes) else str(s) for s in raw)
-        if not subs:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for sub in subs:
-                pipe.exists(self._keys.session_entries(project_key, session_id, sub))
-            alive = await pipe.execute()
-        return [sub for sub, ok in zip(subs, alive, strict=True) if ok]
+        archived = await self._archived(project_key, session_id)
+        found = {sub for sub, elements in (archived.transcripts.items() if archived else ()) if sub and elements}
+        if subs:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for sub in subs:
+                    pipe.exists(self._keys.session_entries(project_key, session_id, sub))
+                alive = await pipe.execute()
+            found |= {sub for sub, ok in zip(subs, alive, strict=True) if ok}
+        return sorted(found)
 
     # -- claudeq helpers -------------------------------------------------------------------------------------
 
@@ -317,6 +389,9 @@ class RedisSessionStore:
         for project_key in projects:
             if await self._redis.exists(self._keys.session_entries(project_key, session_id)):
                 found.append(project_key)
+        if self._archive is not None:
+            archived = await asyncio.to_thread(self._archive.projects_of, self._keys.prefix, session_id)
+            found = sorted(set(found) | set(archived))
         return found
 
     async def delete_everywhere(self, session_id: str) -> int:
@@ -333,6 +408,8 @@ class RedisSessionStore:
             await self.delete_everywhere(session_id)
             return
         k = self._keys
+        if self._archive is not None:
+            await asyncio.to_thread(self._archive.retain_session, k.prefix, session_id, time.time() + ttl_s)
         for project_key in await self.projects_of(session_id):
             subs = await self.list_subkeys({"project_key": project_key, "session_id": session_id})
             names = [
@@ -350,6 +427,76 @@ class RedisSessionStore:
                 for name in names:
                     pipe.expire(name, ttl_s, lt=True)
                 await pipe.execute()
+
+    async def archive_session(self, session_id: str) -> int:
+        """Move a session (under every project key holding it in Redis) to the archive: its transcripts' elements
+        as stored, their uuids, its summary and mtime, with the retention its keys had left; then its keys out of
+        Redis, unless an append came meanwhile (then the move is made again: the archive skips what it holds).
+        -> elements moved. Requires an archive."""
+        assert self._archive is not None, "archive_session needs a transcript archive"
+        k = self._keys
+        raw_projects = await self._redis.smembers(k.session_projects(session_id))
+        moved = 0
+        for project_key in sorted(p.decode() if isinstance(p, bytes) else str(p) for p in raw_projects):
+            for _ in range(CAS_RETRIES):
+                done, count = await self._archive_once(project_key, session_id)
+                if done:
+                    moved += count
+                    break
+            else:
+                raise SessionStoreContention(f"archiving session {session_id} lost {CAS_RETRIES} transactions")
+        self._archived_ids.clear()
+        return moved
+
+    async def _archive_once(self, project_key: str, session_id: str) -> tuple[bool, int]:
+        k = self._keys
+        subkeys_key = k.session_subkeys(project_key, session_id)
+        subs = sorted(s.decode() if isinstance(s, bytes) else str(s) for s in await self._redis.smembers(subkeys_key))
+        transcripts = [None, *subs]
+        names = [k.session_summary(project_key, session_id), subkeys_key]
+        for sub in transcripts:
+            names += [
+                k.session_entries(project_key, session_id, sub),
+                k.session_ids(project_key, session_id, sub),
+                k.session_uuids(project_key, session_id, sub),
+            ]
+        async with self._redis.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(*names)
+                read = self._redis.pipeline(transaction=False)  # read beside the watching connection
+                for sub in transcripts:
+                    read.lrange(k.session_entries(project_key, session_id, sub), 0, -1)
+                    read.get(k.session_ids(project_key, session_id, sub))
+                    read.smembers(k.session_uuids(project_key, session_id, sub))
+                read.get(k.session_summary(project_key, session_id))
+                read.zscore(k.session_index(project_key), session_id)
+                read.pttl(k.session_entries(project_key, session_id))
+                replies = await read.execute()
+                summary, mtime, pttl = replies[-3:]
+                session = ArchivedSession(project_key, session_id, int(mtime or time.time() * 1000), None)
+                if summary:
+                    session.summary = summary.decode() if isinstance(summary, bytes) else str(summary)
+                for i, sub in enumerate(transcripts):
+                    elements, ids, uuids = replies[3 * i : 3 * i + 3]
+                    if not elements:
+                        continue
+                    text = ids.decode() if isinstance(ids, bytes) else str(ids or "")
+                    for u in sorted(x.decode() if isinstance(x, bytes) else str(x) for x in uuids):
+                        text += _dumps(u) + "\n"  # the set of sessions written before the string
+                    session.transcripts[sub or ""] = [bytes(e) for e in elements]
+                    session.ids[sub or ""] = text
+                count = sum(len(e) for e in session.transcripts.values())
+                if count:
+                    keep_s = (int(pttl) / 1000) if pttl and int(pttl) > 0 else self._ttl_s
+                    await asyncio.to_thread(self._archive.put_session, k.prefix, session, time.time() + keep_s)  # type: ignore[union-attr]
+                pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                pipe.delete(*names)
+                pipe.zrem(k.session_index(project_key), session_id)
+                pipe.srem(k.session_projects(session_id), project_key)
+                await pipe.execute()
+                return True, count
+            except WatchError:
+                return False, 0
 
     async def copy_session(self, session_id: str, from_project: str, to_project: str) -> int:
         """Copy a session (main transcript and subpaths) to another project key; -> entries copied.

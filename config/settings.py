@@ -192,6 +192,16 @@ class Settings(BaseSettings):
         description="How a finished job's events are kept in its record: compressed by the worker that finished it "
         "(zlib: the producer install reads it with the standard library), or `none` (JSON text). Either is read.",
     )
+    archive_url: str | None = Field(
+        default=None,
+        description="A transcript archive finished jobs' transcripts and events move to (`postgresql://…` with the "
+        "`archive` extra, or `sqlite:///path` for one host), read back transparently; default: none, Redis only.",
+    )
+    archive_after_s: int = Field(
+        default=3600,
+        ge=0,
+        description="How long after a job ends its transcripts and events move to the archive (with archive_url).",
+    )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
     event_tool_result_chars: int = Field(
         default=1000,
