@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from claudeq import connections
 from claudeq import job_scripts as scripts
+from claudeq.archive import Archive, open_archive
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.keys import Keys, text
 from claudeq.resp import execute_packed, pack_command, packed_capable
@@ -148,6 +149,8 @@ class JobStore:
         #: The queue named in the `submitted` event of a job that set none (make_store sets the fleet's default).
         self.default_queue: str | None = None
         self._announced: dict[str, float] = {}  # job id -> when this store last announced following it (monotonic)
+        #: Where finished jobs' events go after `archive_after_s` (for_settings opens the settings' archive).
+        self.archive: Archive | None = None
         self._create = client.register_script(scripts.CREATE)
         self._cancel = client.register_script(scripts.CANCEL)
 
@@ -162,6 +165,7 @@ class JobStore:
             conversation_ttl_s=settings.session_retention_s,
         )
         store.default_queue = settings.queue
+        store.archive = open_archive(settings.archive_url)
         return store
 
     # ---- create and read -------------------------------------------------------------------------------------
@@ -412,11 +416,14 @@ class JobStore:
             pipe = self.redis.pipeline(transaction=False)
             pipe.xrange(self.keys.events(job_id), min=start, count=count)
             pipe.hget(self.keys.job(job_id), "events")
-            entries, compacted = pipe.execute()
+            pipe.hget(self.keys.job(job_id), ARCHIVED_FIELD)
+            entries, compacted, archived = pipe.execute()
         else:
             res: Any = self.redis.xread({self.keys.events(job_id): after}, count=count, block=block_ms)
             entries = res[0][1] if res else []
-            compacted = self.redis.hget(self.keys.job(job_id), "events")
+            compacted, archived = self.redis.hmget(self.keys.job(job_id), ["events", ARCHIVED_FIELD])
+        if not compacted and archived and self.archive is not None:
+            compacted = self.archive.get_events(self.keys.prefix, job_id)  # moved to the archive after its end
         pairs = [(text(i), f.get(b"event") or f.get("event") or b"{}") for i, f in entries]
         if compacted:
             # Finished: the stream was moved into the record (a stale run may have appended to a new one since).
@@ -495,6 +502,8 @@ def _entry_key(entry_id: object) -> tuple[int, int]:
         return (0, 0)
 
 
+#: The record field saying its compacted events moved to the transcript archive (claudeq/archive.py).
+ARCHIVED_FIELD = "archived"
 #: zlib level of a finished job's packed events: ~1 ms per 100 KB, a few hundred bytes fewer than level 6.
 EVENTS_ZLIB_LEVEL = 9
 

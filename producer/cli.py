@@ -439,6 +439,45 @@ def events(
 
 @app.command()
 @_guard
+def transcript(job_id: str, as_json: JsonOpt = False) -> None:
+    """Print the transcripts of a job's sessions (from Redis or the transcript archive): per session its id, then
+    one line per entry (the entry's JSON with --json)."""
+    sessions = _client().transcript(job_id)
+    if not sessions and not as_json:
+        err.print(f"{job_id}: no transcript kept (its retention ended, or it was dropped at success)")
+    for session_id, entries in sessions:
+        if not as_json:
+            out.print(f"session {session_id} ({len(entries)} entries)", highlight=False, markup=False)
+        for entry in entries:
+            if as_json:
+                print(json.dumps({"session_id": session_id, **entry}), flush=True)
+            else:
+                out.print(_entry_line(entry), highlight=False, markup=False)
+
+
+def _entry_line(entry: dict[str, Any]) -> str:
+    """One transcript entry as a person reads it: its type, then its message's text or its tool use, cut short."""
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    parts: list[str] = []
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            elif block.get("type") == "tool_use":
+                parts.append(f"[{block.get('name')}] {json.dumps(block.get('input'))[:200]}")
+            elif block.get("type") == "tool_result":
+                parts.append(f"[result] {str(block.get('content'))[:200]}")
+    kind = str(entry.get("type", "?"))
+    return f"{kind}: {' '.join(parts)[:400]}".replace("\n", " ") if parts else kind
+
+
+@app.command()
+@_guard
 def top(
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,

@@ -364,6 +364,35 @@ class Client:
             for _, event in self.store.read_events(job_id):
                 yield event
 
+    def transcript(self, job_id: str) -> builtins.list[tuple[str, builtins.list[dict[str, Any]]]]:
+        """The transcripts of the sessions a job's runs worked in, oldest first: (session id, its main transcript's
+        entries as the CLI wrote them). Read from Redis and the transcript archive alike; a session no longer kept
+        (its retention ended, or a one-shot job's dropped at success) is left out. JobNotFound when the job is
+        unknown."""
+        self.store.get(job_id)
+        sessions: builtins.list[str] = []
+        for event in self.events(job_id):
+            sid = event.data.get("session_id") if event.type == "session" else None
+            if sid and str(sid) not in sessions:
+                sessions.append(str(sid))
+        return asyncio.run(self._load_transcripts(sessions)) if sessions else []
+
+    async def _load_transcripts(self, sessions: builtins.list[str]) -> builtins.list[tuple[str, builtins.list[Any]]]:
+        from claudeq.transcripts import RedisSessionStore
+
+        store = RedisSessionStore.from_settings(self.settings)
+        try:
+            out: builtins.list[tuple[str, builtins.list[Any]]] = []
+            for sid in sessions:
+                for project_key in await store.projects_of(sid):
+                    entries = await store.load({"project_key": project_key, "session_id": sid})
+                    if entries:
+                        out.append((sid, [dict(e) for e in entries]))
+                        break
+            return out
+        finally:
+            await store.aclose()
+
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
         """Block until the job is finished and return its record (with `redis_wait_replicas`, once that many
         replicas hold its end: a failover cannot take back an end this returned)."""

@@ -529,6 +529,12 @@ class DeliveryHandler:
                 await in_redis_thread(self.store.pack_events, d.job_id)
             except Exception:
                 log.exception("job %s: packing its events failed", d.job_id)
+        if self.store.archive is not None:
+            sessions = [d.session_id] if d.session_id else []
+            try:  # its bulk history moves off Redis later (claudeq/worker/loops.py `archiver`)
+                await in_redis_thread(self.store.schedule_archive, d.job_id, self.settings.archive_after_s, sessions)
+            except Exception:
+                log.exception("job %s: scheduling its archive move failed", d.job_id)
         self.metrics.job_finished(d.record.spec.queue or self.settings.queue, status)
         log.info(
             "job %s: %s after %d attempt(s)%s", d.job_id, status, len(d.attempts), f" ({error.kind})" if error else ""

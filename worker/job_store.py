@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Unpack, cast
 
@@ -23,6 +23,7 @@ import redis
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import (
+    ARCHIVED_FIELD,
     CANCEL_FIELD,
     JobFields,
     JobStore,
@@ -401,6 +402,60 @@ class WorkerJobStore(AsyncCalls, JobStore):
             return 0
         replaced = self._pack_events(keys=[key], args=[raw, packed])
         return len(raw) - len(packed) if int(replaced) else 0
+
+    def schedule_archive(self, job_id: str, after_s: float, sessions: Iterable[str] = ()) -> list[str]:
+        """A job ended: its compacted events and the transcripts of every session its runs reported (their
+        `session` events, and `sessions`) move to the archive `after_s` from now (`archive_due`). -> the sessions."""
+        found = set(sessions)
+        after = "0-0"
+        while True:
+            batch = self.read_events(job_id, after=after, count=500)
+            for entry_id, event in batch:
+                after = entry_id
+                if event.type == "session" and event.data.get("session_id"):
+                    found.add(str(event.data["session_id"]))
+            if len(batch) < 500:
+                break
+        due = time.time() + after_s
+        self.redis.zadd(self.keys.archive_due, {f"j:{job_id}": due, **{f"s:{sid}": due for sid in found}})
+        return sorted(found)
+
+    def due_archive(self, limit: int = 50, now: float | None = None) -> list[str]:
+        """Members of `archive_due` whose time came, each taken by this caller alone (ZREM: never two movers)."""
+        now = time.time() if now is None else now
+        members = [text(m) for m in self.redis.zrangebyscore(self.keys.archive_due, "-inf", now, start=0, num=limit)]
+        if not members:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for member in members:
+            pipe.zrem(self.keys.archive_due, member)
+        return [m for m, taken in zip(members, pipe.execute(), strict=True) if taken]
+
+    def archive_later(self, member: str, delay_s: float) -> None:
+        """Put a member back in `archive_due` (its move failed): tried again in `delay_s`."""
+        self.redis.zadd(self.keys.archive_due, {member: time.time() + delay_s})
+
+    def archive_events(self, job_id: str) -> bool:
+        """Move a finished job's compacted events to the archive (with the retention its record has left): the
+        record keeps `archived` instead; read_events reads them from there. False when there is nothing to move
+        (no events, the record gone, or it changed meanwhile: tried again on a later pass). Requires an archive."""
+        assert self.archive is not None, "archive_events needs a transcript archive"
+        key = self.keys.job(job_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                raw, status = pipe.hmget(key, ["events", "status"])
+                pttl = int(pipe.pttl(key))
+                if not isinstance(raw, bytes) or text(status) not in TERMINAL or pttl <= 0:
+                    return False
+                self.archive.put_events(self.keys.prefix, job_id, raw, time.time() + pttl / 1000)
+                pipe.multi()
+                pipe.hdel(key, "events")
+                pipe.hset(key, ARCHIVED_FIELD, "1")
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                return False
 
     # ---- background loops: promoter, reconciler ----------------------------------------------------------------
 

@@ -31,6 +31,11 @@ log = logging.getLogger("claudeq.loops")
 
 #: Trim the `jobs` index every this many reconciler passes.
 TRIM_EVERY = 120
+#: The archiver looks for due moves this often (s); a failed move is tried again this much later (s); the archive
+#: drops what outlived its retention every this many passes (and on the first).
+ARCHIVE_EVERY_S = 5.0
+ARCHIVE_RETRY_S = 60.0
+PURGE_EVERY = 720
 #: A worker key lives this many heartbeats after the last one.
 WORKER_TTL_HEARTBEATS = 3
 
@@ -71,12 +76,15 @@ class Loops:
         self.store = engine.store
         self.host = socket.gethostname()
         self._passes = 0  # reconciler passes this worker made (the index is trimmed every TRIM_EVERY)
+        self._archive_passes = 0  # archiver passes (the archive is purged every PURGE_EVERY)
         self._running_upgraded = False  # `running` is a sorted set (WorkerJobStore.upgrade_running)
 
     def install(self) -> None:
         """Register every loop with the engine (before it starts)."""
         for loop_fn in (self.promoter, self.reconciler, self.heartbeat, self.cancel_listener):
             self.engine.add_background(loop_fn)
+        if self.store.archive is not None:
+            self.engine.add_background(self.archiver)
 
     async def _forever(self, name: str, once: object, interval_s: float) -> None:
         assert callable(once)
@@ -112,6 +120,33 @@ class Loops:
                 log.info("job %s: promoted from deferred", job_id)
                 sent += 1
         return sent
+
+    # ---- archiver -------------------------------------------------------------------------------------------
+
+    async def archiver(self) -> None:
+        """Forever (with a transcript archive): move finished jobs' events and transcripts whose time came."""
+        await self._forever("archiver", self.archive_once, ARCHIVE_EVERY_S)
+
+    async def archive_once(self) -> int:
+        """One archiver pass: each due member is taken by one worker (ZREM) and moved; a move that fails is tried
+        again ARCHIVE_RETRY_S later. Now and then, what outlived its retention leaves the archive. -> moved."""
+        archive = self.store.archive
+        assert archive is not None
+        moved = 0
+        for member in await in_redis_thread(self.store.due_archive):
+            kind, _, name = member.partition(":")
+            try:
+                if kind == "j":
+                    moved += bool(await in_redis_thread(self.store.archive_events, name))
+                elif kind == "s":
+                    moved += bool(await self.engine.sessions.store().archive_session(name))
+            except Exception as exc:
+                log.warning("archiver: moving %s failed (%s); trying again later", member, exc)
+                await in_redis_thread(self.store.archive_later, member, ARCHIVE_RETRY_S)
+        self._archive_passes += 1
+        if self._archive_passes % PURGE_EVERY == 1:
+            await asyncio.to_thread(archive.purge, self.store.keys.prefix)
+        return moved
 
     # ---- reconciler ------------------------------------------------------------------------------------------
 
