@@ -3,11 +3,12 @@
 Off unless `CLAUDEQ_ARCHIVE_URL` names a store: `postgresql://…` (psycopg, the `archive` extra) for a fleet, or
 `sqlite:///path/archive.db` (the standard library) for one host. `CLAUDEQ_ARCHIVE_AFTER_S` after a job ends, a
 worker moves the transcripts of the job's sessions (their stored elements byte for byte, the uuids they were
-deduplicated by, the folded summary) and the record's compacted events out of Redis; what reads them
-(`RedisSessionStore.load`/`list_sessions`/…, hence resume and the SDK's session listing; `JobStore.read_events`;
-`claudeq transcript`) reads the archive transparently. Moves are idempotent: an element is keyed by its digest
-within its transcript, so a move retried after a crash between the archive's commit and the Redis trim adds nothing.
-Rows keep the retention the Redis keys had (`expires_at`); the mover deletes expired ones. Why, and the layout:
+deduplicated by, the folded summary) and the record's compacted events and result (when longer than
+`RESULT_KEPT_CHARS`) out of Redis; what reads them (`RedisSessionStore.load`/`list_sessions`/…, hence resume and
+the SDK's session listing; `JobStore.read_events`, `get` and `list_jobs`; `claudeq transcript`) reads the archive
+transparently. Moves are idempotent: an element is keyed by its digest within its transcript, so a move retried
+after a crash between the archive's commit and the Redis delete adds nothing. Rows keep the retention the Redis
+keys had (`expires_at`); the archiver deletes expired ones. Why, and the layout:
 docs/architecture.md#the-transcript-archive.
 """
 
@@ -35,8 +36,8 @@ SCHEMA = [
         prefix TEXT NOT NULL, project_key TEXT NOT NULL, session_id TEXT NOT NULL, mtime BIGINT NOT NULL,
         summary TEXT, ids TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (prefix, project_key, session_id))""",
-    """CREATE TABLE IF NOT EXISTS claudeq_job_events (
-        prefix TEXT NOT NULL, job_id TEXT NOT NULL, events {blob} NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+    """CREATE TABLE IF NOT EXISTS claudeq_job_history (
+        prefix TEXT NOT NULL, job_id TEXT NOT NULL, events {blob}, result TEXT, expires_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (prefix, job_id))""",
 ]
 
@@ -63,8 +64,11 @@ class Archive(Protocol):
     def projects_of(self, prefix: str, session_id: str) -> list[str]: ...
     def delete_session(self, prefix: str, project_key: str, session_id: str, subpath: str | None = None) -> None: ...
     def retain_session(self, prefix: str, session_id: str, expires_at: float) -> None: ...
-    def put_events(self, prefix: str, job_id: str, events: bytes, expires_at: float) -> None: ...
+    def put_job(
+        self, prefix: str, job_id: str, events: bytes | None, result: str | None, expires_at: float
+    ) -> None: ...
     def get_events(self, prefix: str, job_id: str) -> bytes | None: ...
+    def get_results(self, prefix: str, job_ids: Sequence[str]) -> dict[str, str]: ...
     def purge(self, prefix: str, now: float | None = None) -> int: ...
     def close(self) -> None: ...
 
@@ -230,24 +234,39 @@ class SqlArchive:
                 (expires_at, prefix, session_id, expires_at),
             )
 
-    # ---- job events ------------------------------------------------------------------------------------------
+    # ---- job history: a finished job's events and result ----------------------------------------------------
 
-    def put_events(self, prefix: str, job_id: str, events: bytes, expires_at: float) -> None:
+    def put_job(self, prefix: str, job_id: str, events: bytes | None, result: str | None, expires_at: float) -> None:
+        """A finished job's packed events and its result JSON (either None: not moved), replacing what was there."""
         with self._tx() as cur:
             cur.execute(
-                "INSERT INTO claudeq_job_events VALUES (?, ?, ?, ?) ON CONFLICT (prefix, job_id) DO UPDATE SET "
-                "events = excluded.events, expires_at = excluded.expires_at",
-                (prefix, job_id, events, expires_at),
+                "INSERT INTO claudeq_job_history VALUES (?, ?, ?, ?, ?) ON CONFLICT (prefix, job_id) DO UPDATE SET "
+                "events = COALESCE(excluded.events, claudeq_job_history.events), "
+                "result = COALESCE(excluded.result, claudeq_job_history.result), expires_at = excluded.expires_at",
+                (prefix, job_id, events, result, expires_at),
             )
 
     def get_events(self, prefix: str, job_id: str) -> bytes | None:
         with self._tx() as cur:
             cur.execute(
-                "SELECT events FROM claudeq_job_events WHERE prefix = ? AND job_id = ? AND expires_at > ?",
+                "SELECT events FROM claudeq_job_history WHERE prefix = ? AND job_id = ? AND expires_at > ?",
                 (prefix, job_id, time.time()),
             )
             row = cur.fetchone()
-        return bytes(row[0]) if row else None
+        return bytes(row[0]) if row and row[0] is not None else None
+
+    def get_results(self, prefix: str, job_ids: Sequence[str]) -> dict[str, str]:
+        """The archived results (JSON) of those of `job_ids` that have one, in one query."""
+        if not job_ids:
+            return {}
+        marks = ", ".join("?" for _ in job_ids)
+        with self._tx() as cur:
+            cur.execute(
+                f"SELECT job_id, result FROM claudeq_job_history WHERE prefix = ? AND job_id IN ({marks}) "
+                "AND result IS NOT NULL AND expires_at > ?",
+                (prefix, *job_ids, time.time()),
+            )
+            return {str(r[0]): str(r[1]) for r in cur.fetchall()}
 
     # ---- retention -------------------------------------------------------------------------------------------
 
@@ -262,13 +281,13 @@ class SqlArchive:
             )
             cur.execute("DELETE FROM claudeq_sessions WHERE prefix = ? AND expires_at <= ?", (prefix, now))
             gone = max(0, int(cur.rowcount))
-            cur.execute("DELETE FROM claudeq_job_events WHERE prefix = ? AND expires_at <= ?", (prefix, now))
+            cur.execute("DELETE FROM claudeq_job_history WHERE prefix = ? AND expires_at <= ?", (prefix, now))
             return gone + max(0, int(cur.rowcount))
 
     def drop(self, prefix: str) -> None:
         """Delete everything under `prefix` (tests, a fleet taken down)."""
         with self._tx() as cur:
-            for table in ("claudeq_transcript_elements", "claudeq_sessions", "claudeq_job_events"):
+            for table in ("claudeq_transcript_elements", "claudeq_sessions", "claudeq_job_history"):
                 cur.execute(f"DELETE FROM {table} WHERE prefix = ?", (prefix,))
 
 
@@ -294,6 +313,10 @@ class _Cursor:
     def rowcount(self) -> int:
         return int(self._cursor.rowcount)
 
+
+#: A result at most this long (its JSON) stays in the record when the job's history moves: reading it back costs
+#: the archive a query, and a short one costs Redis little.
+RESULT_KEPT_CHARS = 512
 
 _archives: dict[str, SqlArchive] = {}
 _archives_lock = threading.Lock()

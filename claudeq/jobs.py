@@ -268,7 +268,20 @@ class JobStore:
             raise _unreadable_key(job_id, exc) from None
         if not raw:
             raise JobNotFound(job_id)
-        return parse_record(job_id, record_fields(raw))
+        fields = record_fields(raw)
+        self._archived_results([(job_id, fields)])
+        return parse_record(job_id, fields)
+
+    def _archived_results(self, records: list[tuple[str, dict[str, str]]]) -> None:
+        """Put back the results that moved to the archive with their job's history (records marked `archived`
+        without a `result`), read in one query."""
+        moved = [job_id for job_id, f in records if ARCHIVED_FIELD in f and "result" not in f]
+        if not moved or self.archive is None:
+            return
+        found = self.archive.get_results(self.keys.prefix, moved)
+        for job_id, fields in records:
+            if job_id in found:
+                fields["result"] = found[job_id]
 
     def status(self, job_id: str) -> JobStatus | None:
         """Only the status (cheap), or None when the job does not exist; RecordUnreadable when its key is not a
@@ -311,7 +324,11 @@ class JobStore:
             pipe = self.redis.pipeline(transaction=False)
             for job_id in ids:
                 pipe.hgetall(self.keys.job(job_id))
-            for job_id, raw in zip(ids, pipe.execute(raise_on_error=False), strict=True):
+            replies = pipe.execute(raise_on_error=False)
+            read = [(i, record_fields(r)) for i, r in zip(ids, replies, strict=True) if r and isinstance(r, dict)]
+            self._archived_results(read)
+            fields_of = dict(read)
+            for job_id, raw in zip(ids, replies, strict=True):
                 if isinstance(raw, redis.ResponseError):  # the key is not a hash: report it, list the rest
                     if status is None and not scoped:
                         out.append(_unreadable_key(job_id, raw))
@@ -319,7 +336,7 @@ class JobStore:
                 if not raw:
                     gone.append(job_id)
                     continue
-                fields = record_fields(raw)
+                fields = fields_of[job_id]
                 if status is not None and fields.get("status") != status:
                     continue
                 try:

@@ -20,6 +20,7 @@ from typing import Any, Literal, Unpack, cast
 
 import redis
 
+from claudeq.archive import RESULT_KEPT_CHARS
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.jobs import (
@@ -435,22 +436,28 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """Put a member back in `archive_due` (its move failed): tried again in `delay_s`."""
         self.redis.zadd(self.keys.archive_due, {member: time.time() + delay_s})
 
-    def archive_events(self, job_id: str) -> bool:
-        """Move a finished job's compacted events to the archive (with the retention its record has left): the
-        record keeps `archived` instead; read_events reads them from there. False when there is nothing to move
-        (no events, the record gone, or it changed meanwhile: tried again on a later pass). Requires an archive."""
-        assert self.archive is not None, "archive_events needs a transcript archive"
+    def archive_job(self, job_id: str) -> bool:
+        """Move a finished job's history to the archive (with the retention its record has left): its compacted
+        events, and its result when longer than RESULT_KEPT_CHARS. The record keeps `archived` instead and reads
+        back the same (read_events, get, list_jobs read the archive). False when there is nothing to move (no
+        events nor long result, the record gone, or it changed meanwhile: tried again on a later pass). Requires an
+        archive."""
+        assert self.archive is not None, "archive_job needs a transcript archive"
         key = self.keys.job(job_id)
         with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-                raw, status = pipe.hmget(key, ["events", "status"])
+                events, result, status = pipe.hmget(key, ["events", "result", "status"])
                 pttl = int(pipe.pttl(key))
-                if not isinstance(raw, bytes) or text(status) not in TERMINAL or pttl <= 0:
+                if text(status) not in TERMINAL or pttl <= 0:
                     return False
-                self.archive.put_events(self.keys.prefix, job_id, raw, time.time() + pttl / 1000)
+                events = events if isinstance(events, bytes) else None
+                result = text(result) if result is not None and len(result) > RESULT_KEPT_CHARS else None
+                if events is None and result is None:
+                    return False
+                self.archive.put_job(self.keys.prefix, job_id, events, result, time.time() + pttl / 1000)
                 pipe.multi()
-                pipe.hdel(key, "events")
+                pipe.hdel(key, *(name for name, value in (("events", events), ("result", result)) if value is not None))
                 pipe.hset(key, ARCHIVED_FIELD, "1")
                 pipe.execute()
                 return True

@@ -137,7 +137,7 @@ class Loops:
             kind, _, name = member.partition(":")
             try:
                 if kind == "j":
-                    moved += bool(await in_redis_thread(self.store.archive_events, name))
+                    moved += bool(await in_redis_thread(self.store.archive_job, name))
                 elif kind == "s":
                     moved += bool(await self.engine.sessions.store().archive_session(name))
             except Exception as exc:

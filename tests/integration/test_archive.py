@@ -21,7 +21,7 @@ from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 from claudeq.archive import ArchivedSession, SqlArchive, open_archive
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
-from claudeq.models import Event
+from claudeq.models import Event, JobResult
 from claudeq.producer.client import Client
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.job_store import make_worker_store
@@ -172,21 +172,34 @@ def test_a_finished_jobs_events_move_to_the_archive_and_read_the_same(
         claim.fence,
         [Event(type="assistant_text", attempt=1, data={"text": f"part {n} " * 50}) for n in range(8)],
     )
-    assert not store.archive_events(handle.id)  # still running: nothing moves
-    assert store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))
+    assert not store.archive_job(handle.id)  # still running: nothing moves
+    answer = JobResult(text="The review found three things. " * 40)
+    assert store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), result=answer)
+    short = client.submit(prompt="a short answer")
+    short_claim = store.claim(short.id, "w1", 30)
+    assert store.write(
+        short.id, short_claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+    )
     store.pack_events(handle.id)
     key = store.keys.job(handle.id)
     before_events, before_record = list(client.events(handle.id)), client.get(handle.id)
     weight = int(redis_client.memory_usage(key, samples=0) or 0)
     packed = int(redis_client.hstrlen(key, "events"))
 
-    assert store.archive_events(handle.id)
+    assert store.archive_job(handle.id)
     assert not redis_client.hexists(key, "events") and redis_client.hget(key, "archived") == b"1"
+    assert not redis_client.hexists(key, "result")  # a long result moved too
     assert int(redis_client.memory_usage(key, samples=0) or 0) < weight - packed // 2
     assert list(client.events(handle.id)) == before_events
     assert list(client.events(handle.id, follow=True)) == before_events
     assert client.get(handle.id) == before_record  # what `claudeq status` and get_job show: unchanged
-    assert not store.archive_events(handle.id)  # moved once
+    assert before_record.result == answer
+    listed = {r.id: r for r in client.list(limit=10) if not isinstance(r, Exception)}
+    assert listed[handle.id] == before_record  # `claudeq list --json` too (the results read in one query)
+    short_before = client.get(short.id)
+    assert store.archive_job(short.id)  # its events move; its short result stays in the record
+    assert redis_client.hexists(store.keys.job(short.id), "result") and client.get(short.id) == short_before
+    assert not store.archive_job(handle.id)  # moved once
     assert 0 < redis_client.ttl(key) <= arch_settings.result_ttl_s
 
 
