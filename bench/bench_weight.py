@@ -9,7 +9,8 @@ The configurations: `main` is today's main (transcripts stored one JSON text per
 every transcript, tool results of 4,000 characters in events: `session_codec=none`, `event_tool_result_chars=4000`);
 `compact` is the defaults (each append batch compressed with `--codec`, Read results stored once, tool results of
 1,000 characters in events); `compact, one-shot 0` also deletes a one-shot job's transcript at its success
-(`oneshot_session_ttl_s=0`).
+(`oneshot_session_ttl_s=0`); `compact, archived` is the defaults with the transcript archive on PostgreSQL
+(`--archive-url`, the machine's by default) moving at once (`archive_after_s=0`), weighed once everything moved.
 
 Printed: Redis bytes per finished job by key family (the record without its events; the record's compacted events;
 the transcript: the session's list, uuids (`ids`), summary, subkeys; the session's own indexes: `session-projects`,
@@ -40,11 +41,13 @@ from typing import Any
 import redis
 
 from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.jobs import pack_events, unpack_events
 from claudeq.keys import Keys, key_part
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.transcript_codec import decode, without_copies
 from tests.conftest import make_settings
+from tests.support.archive import POSTGRES_URL
 from tests.support.redis_server import PrivateRedis
 from tests.support.worker_proc import FAST_E2E, SimAccount, start_worker, stop_all, write_accounts_toml
 
@@ -57,6 +60,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "main": {"session_codec": "none", "event_tool_result_chars": 4000, "event_codec": "none"},
     "compact": {},
     "compact, one-shot 0": {"oneshot_session_ttl_s": 0},
+    # The defaults plus the transcript archive on the machine's PostgreSQL, moving at once (archive_after_s=0):
+    # weighed once every job's events and sessions have moved.
+    "compact, archived": {"archive_after_s": 0},
 }
 KINDS = ["one-line", "tool-heavy", "long answer", "retried", "conversation turn"]
 
@@ -130,6 +136,7 @@ def weigh(
     batches: dict[str, list[list[Any]]] = defaultdict(list)
     raw_by_kind: dict[str, dict[str, float]] = {}
     record_fields: dict[str, dict[str, int]] = {}
+    events_cpu: dict[str, float] = {}
     session_prefix = f"{keys.prefix}session:"
     for kind, job_ids in ids.items():
         sums: dict[str, float] = defaultdict(float)
@@ -170,6 +177,13 @@ def weigh(
                 for name in index_keys & all_keys:
                     sums["session indexes"] += usage(r, name)
                 owned |= mine | index_keys
+        plain = [unpack_events(r.hget(keys.job(j), "events")) for j in job_ids]
+        plain = [p for p in plain if isinstance(p, bytes)]
+        t0 = time.process_time()
+        for _ in range(5):
+            for p in plain:
+                pack_events(p)
+        events_cpu[kind] = (time.process_time() - t0) / 5 * 1000 / len(job_ids)
         fields = {f.decode(): int(r.hstrlen(keys.job(job_ids[0]), f)) for f in r.hkeys(keys.job(job_ids[0]))}
         record_fields[kind] = dict(sorted(fields.items(), key=lambda kv: -kv[1])[:6])
         per_kind[kind] = {f: v / len(job_ids) for f, v in sums.items()}
@@ -186,7 +200,14 @@ def weigh(
         if kind == "conversation turn":
             per_kind[kind]["conversation keys"] = sum(conversation.values()) / len(ids[kind])
         per_kind[kind]["total"] = sum(v for f, v in per_kind[kind].items() if f != "total" and not f.startswith(" "))
-    return {"per_kind": per_kind, "raw": raw_by_kind, "batches": batches, "fields": record_fields, "fleet": fleet}
+    return {
+        "per_kind": per_kind,
+        "raw": raw_by_kind,
+        "batches": batches,
+        "fields": record_fields,
+        "fleet": fleet,
+        "events_cpu": events_cpu,
+    }
 
 
 def tool_output_bytes(batch: list[Any]) -> int:
@@ -246,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--each", type=int, default=2, help="jobs of every kind per configuration")
     parser.add_argument("--codec", default="zstd", choices=["zstd", "zlib"])
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument(
+        "--archive-url", default=POSTGRES_URL, help="the archive of the `compact, archived` configuration"
+    )
     parser.add_argument("--dump", type=Path, help="write every job's record and transcript (JSON) under this folder")
     args = parser.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -255,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     base, workspace = make_workspace()
     results: dict[str, dict[str, Any]] = {}
     queued: dict[str, float] = {}
+    archived: dict[str, dict[str, float]] = {}
     try:
         with SimulatorServer({"accounts": [{"name": account.name, "token": account.token_value}]}) as sim:
             accounts_file = write_accounts_toml(base / "accounts.toml", [account], sim.base_url)
@@ -263,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 tag = f"w{n}{uuid.uuid4().hex[:6]}"
                 if name != "main":
                     overrides = {"session_codec": args.codec, **overrides}
+                if "archive_after_s" in overrides:
+                    overrides = {**overrides, "archive_url": args.archive_url}
                 settings = make_settings(
                     server.url,
                     tag,
@@ -276,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                     client = Client(settings)
                     ids = run_mix(client, args.each, workspace, tag)
                     time.sleep(1.0)  # the last finish's bookkeeping (one-shot retention) lands
+                    if settings.archive_url:
+                        archived[name] = wait_archived(r, Keys(settings.key_prefix), ids, settings.archive_url)
                     dump = None
                     if args.dump is not None:
                         dump = args.dump / name.replace(", ", "-").replace(" ", "")
@@ -288,12 +317,49 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
     finished = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    report(args, started, finished, results, queued)
+    report(args, started, finished, results, queued, archived)
     return 0
 
 
+def wait_archived(r: redis.Redis, keys: Keys, ids: dict[str, list[str]], url: str) -> dict[str, float]:
+    """Wait until the archiver moved every job's events and sessions; -> archive bytes per job (elements, events),
+    read from the archive's tables (then this run's rows are deleted)."""
+    from claudeq.archive import open_archive
+
+    every = [j for job_ids in ids.values() for j in job_ids]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pending = [j for j in every if r.hget(keys.job(j), "archived") != b"1"]
+        session_lists = [k for k in r.scan_iter(match=f"{keys.prefix}session:*", count=1000) if k.endswith(b":main")]
+        if not pending and not session_lists and not r.zcard(keys.archive_due):
+            break
+        time.sleep(0.5)
+    else:
+        raise RuntimeError(f"the archiver did not move everything in 120 s: {len(pending)} jobs left")
+    time.sleep(1.0)  # the last move's Redis transaction lands
+    archive = open_archive(url)
+    assert archive is not None
+    with archive._tx() as cur:
+        cur.execute(
+            "SELECT COALESCE(SUM(LENGTH(element)), 0) FROM claudeq_transcript_elements WHERE prefix = ?", (keys.prefix,)
+        )
+        elements = int(cur.fetchone()[0])
+        cur.execute(
+            "SELECT COALESCE(SUM(LENGTH(events)) + SUM(LENGTH(result)), 0) FROM claudeq_job_history WHERE prefix = ?",
+            (keys.prefix,),
+        )
+        events = int(cur.fetchone()[0])
+    archive.drop(keys.prefix)
+    return {"transcripts": elements / len(every), "events": events / len(every)}
+
+
 def report(
-    args: argparse.Namespace, started: str, finished: str, results: dict[str, dict[str, Any]], queued: dict[str, float]
+    args: argparse.Namespace,
+    started: str,
+    finished: str,
+    results: dict[str, dict[str, Any]],
+    queued: dict[str, float],
+    archived: dict[str, dict[str, float]],
 ) -> None:
     print(
         f"bench_weight: {started} -> {finished}; --each {args.each} --codec {args.codec}; load {os.getloadavg()[0]:.1f}"
@@ -324,6 +390,16 @@ def report(
     print(
         "\nper queued job (record, indexes, broker message; used_memory delta): "
         + ", ".join(f"{c} {v:,.0f} B" for c, v in queued.items())
+    )
+    for name, sizes in archived.items():
+        print(
+            f"\nin the archive ({name}, bytes per job over the mix): transcripts {sizes['transcripts']:,.0f}, "
+            f"events and moved results {sizes['events']:,.0f}"
+        )
+    packing = results["compact"]["events_cpu"]
+    print(
+        "\nevents packed at a job's end (zlib -9, compact run; CPU per job): "
+        + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in packing.items())
     )
     by_kind: dict[str, list[list[Any]]] = results["compact"]["batches"]
     every = [b for kind in KINDS for b in by_kind[kind]]
