@@ -95,9 +95,12 @@ class SqlArchive:
             except ImportError as exc:
                 needs = "a PostgreSQL archive needs psycopg (pip install 'claudeq[archive]')"
                 raise ConfigError("archive_url", needs) from exc
-        with self._tx() as cur:
-            for statement in SCHEMA:
-                cur.execute(statement.format(blob="BLOB" if self.kind == "sqlite" else "BYTEA"))
+        try:
+            with self._tx() as cur:
+                for statement in SCHEMA:
+                    cur.execute(statement.format(blob="BLOB" if self.kind == "sqlite" else "BYTEA"))
+        except Exception as exc:  # the driver's errors name the host, never the URL's password
+            raise ConfigError("archive_url", f"the archive cannot be opened: {type(exc).__name__}: {exc}") from None
 
     # ---- connections -----------------------------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ def check_health(settings: Settings) -> int:
 
 def preflight(settings: Settings) -> None:
     """Fail fast on what would make every run fail: no accounts, no CLI."""
+    from claudeq.archive import open_archive
     from claudeq.worker.launcher import locate_cli, wrapper_path
     from claudeq.worker.tools import ToolRegistry
 
@@ -89,6 +90,7 @@ def preflight(settings: Settings) -> None:
     locate_cli(settings)
     wrapper_path()
     ToolRegistry.from_settings(settings)  # a bad tools module fails here, not on the first job
+    open_archive(settings.archive_url)  # and a bad or unreachable transcript archive
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -268,3 +268,11 @@ def test_claudeq_transcript_reads_a_job_session_from_redis_then_from_the_archive
     human = runner.invoke(app, ["transcript", handle.id])
     assert "session s-7 (2 entries)" in human.output and "user: the answer" in human.output
     assert runner.invoke(app, ["transcript", "no-such-job"]).exit_code != 0
+
+
+def test_an_unreachable_archive_is_a_configuration_error_without_the_password() -> None:
+    from claudeq.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="archive_url: the archive cannot be opened") as raised:
+        SqlArchive("postgresql://claudeq:hunter2-secret@127.0.0.1:1/nowhere?connect_timeout=2")
+    assert "hunter2-secret" not in str(raised.value)
