@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +44,6 @@ def archive(request: pytest.FixtureRequest, tmp_path: Path, settings: Settings) 
 @pytest.fixture
 def arch_settings(settings: Settings, archive: SqlArchive) -> Settings:
     return settings.model_copy(update={"archive_url": archive.url})
-
-
-@pytest.fixture
-async def aredis(redis_url: str, settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    async for key in client.scan_iter(match=f"{settings.key_prefix}*", count=1000):
-        await client.delete(key)
-    await client.aclose()
 
 
 class ArchivingStore(RedisSessionStore):

@@ -5,7 +5,7 @@ failed run."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +41,6 @@ class BrokenStore:
 def sim() -> Iterator[SimulatorServer]:
     with SimulatorServer({"accounts": [{"name": "s", "token": TOKEN, "kind": "oauth"}]}) as server:
         yield server
-
-
-@pytest.fixture
-async def aredis(redis_url: str, settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    async for key in client.scan_iter(match=f"{settings.key_prefix}*", count=1000):
-        await client.delete(key)
-    await client.aclose()
 
 
 def _runner_and_account(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,16 +17,6 @@ from claudeq.transcripts import RedisSessionStore
 pytestmark = pytest.mark.integration
 
 KEY: SessionKey = {"project_key": "-tmp-work", "session_id": "0b5cf1d6-5a0e-4d6f-8a3c-2f7e9b1d4c00"}
-
-
-@pytest.fixture
-async def aredis(redis_url: str, settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    """An async client on the real Redis; every key under this test's prefix is removed afterwards."""
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    async for key in client.scan_iter(match=f"{settings.key_prefix}*", count=1000):
-        await client.delete(key)
-    await client.aclose()
 
 
 async def test_conformance_suite_passes_on_real_redis(aredis: aioredis.Redis, settings: Settings) -> None:
