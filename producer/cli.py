@@ -580,6 +580,15 @@ def config_check(as_json: JsonOpt = False) -> None:
         report["redis"] = f"unreachable: {exc.__class__.__name__}"
         problems.append(f"Redis at {settings.redacted_redis_url()} does not answer (set CLAUDEQ_REDIS_URL)")
         unreachable = True
+    if settings.archive_url:
+        from claudeq.archive import open_archive
+
+        try:
+            open_archive(settings.archive_url)
+            report["archive"] = "ok"
+        except ConfigError as exc:
+            report["archive"] = "unreachable"
+            problems.append(str(exc))
     accounts: list[dict[str, Any]] = []
     try:
         pool = settings.accounts
@@ -603,6 +612,8 @@ def config_check(as_json: JsonOpt = False) -> None:
         print(json.dumps(report))
     else:
         out.print(f"redis      {report['redis_url']}: {report['redis']}", highlight=False)
+        if "archive" in report:
+            out.print(f"archive    {report['archive']}", highlight=False)
         for entry in accounts:
             out.print(
                 f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",

@@ -135,3 +135,33 @@ def test_wait_and_status_exit_3_for_a_job_that_finished_without_success(settings
     assert json.loads(waited.stdout)["status"] == "cancelled"
     assert cli(settings, "wait", handle.id).returncode == 3
     assert cli(settings, "status", handle.id, "--json").returncode == 0  # status only shows it
+
+
+def test_config_check_opens_the_transcript_archive(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    accounts = str(accounts_toml(tmp_path, "one"))
+    good = cli(
+        settings,
+        "config",
+        "check",
+        "--json",
+        CLAUDEQ_ACCOUNTS_FILE=accounts,
+        CQT_TOKEN_ONE="tok",
+        CLAUDEQ_ARCHIVE_URL=f"sqlite:///{tmp_path / 'archive.db'}",
+    )
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert json.loads(good.stdout)["archive"] == "ok"
+    bad = cli(
+        settings,
+        "config",
+        "check",
+        "--json",
+        CLAUDEQ_ACCOUNTS_FILE=accounts,
+        CQT_TOKEN_ONE="tok",
+        CLAUDEQ_ARCHIVE_URL="postgresql://u:pw-never-shown@127.0.0.1:1/x?connect_timeout=2",
+    )
+    assert bad.returncode != 0
+    report = json.loads(bad.stdout)
+    assert report["archive"] == "unreachable" and any("archive_url" in p for p in report["problems"])
+    assert "pw-never-shown" not in bad.stdout + bad.stderr
