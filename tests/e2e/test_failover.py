@@ -196,8 +196,11 @@ def test_200_jobs_through_a_primary_killed_mid_load_each_end_once(
     )
     assert all(runs[i] == 1 for i in submitted_after_failover)  # no job that started after the failover ran twice
     assert len(twice) <= 4 * len(accounts), twice  # only what was in flight at the kill ran again
-    # The records agree with the simulator: a job it ran once has one attempt.
-    assert all(len(records[i].attempts) == 1 for i, n in runs.items() if n == 1)
+    # The records agree with the simulator: only jobs in flight at the kill were tried again. (A job the simulator
+    # ran once may still have two attempts: its first attempt lost the primary before its CLI's request went out.)
+    retried = sorted(i for i, r in records.items() if len(r.attempts) > 1)
+    assert len(retried) <= 4 * len(accounts), retried
+    assert all(i not in submitted_after_failover for i in retried), retried
     for account in accounts:
         stats = simulator.stats()["accounts"][account.name]
         assert stats["max_in_flight"] <= account.max_concurrency, (account.name, stats["max_in_flight"])
