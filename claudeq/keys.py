@@ -220,6 +220,20 @@ class Keys:
         return f"{self.prefix}session-projects:{key_part(session_id)}"
 
     @property
+    def schedules(self) -> str:
+        """Hash: every schedule, `{tenant}/{name}` -> its JSON (claudeq/schedules.py)."""
+        return f"{self.prefix}schedules"
+
+    @property
+    def schedules_due(self) -> str:
+        """Sorted set: `{tenant}/{name}` -> the schedule's next tick (epoch s); paused schedules are not in it."""
+        return f"{self.prefix}schedules-due"
+
+    def schedule_stats(self, member: str) -> str:
+        """Hash: what a schedule fired (`fired`, `missed`, `last_job_id`)."""
+        return f"{self.prefix}schedule-stats:{key_part(member)}"
+
+    @property
     def archive_due(self) -> str:
         """Sorted set: what moves to the transcript archive (`s:<session id>`, `j:<job id>`) -> when (epoch s)."""
         return f"{self.prefix}archive-due"

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
+from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
@@ -28,6 +29,7 @@ from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
+from claudeq.schedules import ScheduleNotFound
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 
@@ -52,6 +54,8 @@ config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(conversation_app, name="conversation")
+schedule_app = typer.Typer(help="Jobs the fleet submits on a cron expression or an interval.", no_args_is_help=True)
+app.add_typer(schedule_app, name="schedule")
 
 out = Console()
 err = Console(stderr=True)
@@ -107,7 +111,7 @@ def _guard(fn: Any) -> Any:
             return fn(*args, **kwargs)
         except JobSpecError as exc:
             _fail(EXIT_BAD_INPUT, str(exc), as_json, fields=[{"field": f, "reason": r} for f, r in exc.errors])
-        except JobNotFound as exc:
+        except (JobNotFound, ScheduleNotFound) as exc:
             _fail(EXIT_NOT_FOUND, str(exc), as_json)
         except JobTimeout as exc:
             _fail(EXIT_TIMEOUT, str(exc), as_json)
@@ -474,6 +478,96 @@ def _entry_line(entry: dict[str, Any]) -> str:
                 parts.append(f"[result] {str(block.get('content'))[:200]}")
     kind = str(entry.get("type", "?"))
     return f"{kind}: {' '.join(parts)[:400]}".replace("\n", " ") if parts else kind
+
+
+ScheduleTenantOpt = Annotated[str, typer.Option("--tenant", help="Whose schedule (a tenant's names are its own).")]
+
+
+@schedule_app.command("add")
+@_guard
+def schedule_add(
+    name: str,
+    prompt: Annotated[str, typer.Argument(help="The prompt (`-` reads stdin, `@file` a file).")],
+    cron: Annotated[str | None, typer.Option(help="A cron expression, e.g. '0 2 * * *'.")] = None,
+    every: Annotated[int | None, typer.Option(help="Or: every this many seconds.", min=1)] = None,
+    tz: Annotated[str, typer.Option(help="The time zone the cron expression is read in.")] = "UTC",
+    on_missed: Annotated[str, typer.Option(help="A tick no worker reached in time: skip, or run_once.")] = "skip",
+    tenant: ScheduleTenantOpt = DEFAULT_TENANT,
+    spec: Annotated[
+        str | None, typer.Option(help="More spec fields as a JSON object (JSON text or @file): tools, cwd, …")
+    ] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a schedule of that name.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a schedule: the fleet submits PROMPT (and --spec's fields) on every tick, exactly once per tick."""
+    fields: dict[str, Any] = {}
+    if spec is not None:
+        try:
+            fields = json.loads(_read_text_arg(spec, "spec"))
+        except ValueError as exc:
+            raise JobSpecError([("spec", f"not JSON: {exc}")]) from None
+        if not isinstance(fields, dict):
+            raise JobSpecError([("spec", "must be a JSON object of spec fields")])
+    fields.update(prompt=_read_text_arg(prompt), tenant=tenant)
+    schedule = _client().add_schedule(
+        name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
+    )
+    [info] = [i for i in _client().schedules(tenant) if i.schedule.name == name]
+    if as_json:
+        print(info.model_dump_json())
+    else:
+        rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
+        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}", highlight=False, markup=False)
+
+
+@schedule_app.command("list")
+@_guard
+def schedule_list(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's schedules.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Schedules with their next tick and what they fired."""
+    infos = _client().schedules(tenant)
+    if as_json:
+        print(json.dumps([json.loads(i.model_dump_json()) for i in infos]))
+        return
+    table = Table("name", "tenant", "rule", "next tick", "fired", "missed", "last job")
+    for info in infos:
+        s = info.schedule
+        rule = f"{s.cron} ({s.tz})" if s.cron else f"every {s.every_s} s"
+        nxt = "paused" if s.paused else (info.next_tick.strftime("%Y-%m-%d %H:%M:%S") if info.next_tick else "-")
+        table.add_row(s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-")
+    out.print(table)
+
+
+def _schedule_action(action: str, name: str, tenant: str, as_json: bool) -> None:
+    client = _client()
+    getattr(client, f"{action}_schedule")(name, tenant)
+    if as_json:
+        print(json.dumps({"name": name, "tenant": tenant, "done": action}))
+    else:
+        out.print(f"schedule {name}: {action.removesuffix('e')}ed", highlight=False)
+
+
+@schedule_app.command("pause")
+@_guard
+def schedule_pause(name: str, tenant: ScheduleTenantOpt = DEFAULT_TENANT, as_json: JsonOpt = False) -> None:
+    """Stop firing a schedule until it is resumed."""
+    _schedule_action("pause", name, tenant, as_json)
+
+
+@schedule_app.command("resume")
+@_guard
+def schedule_resume(name: str, tenant: ScheduleTenantOpt = DEFAULT_TENANT, as_json: JsonOpt = False) -> None:
+    """Fire a paused schedule again, from its next tick after now."""
+    _schedule_action("resume", name, tenant, as_json)
+
+
+@schedule_app.command("remove")
+@_guard
+def schedule_remove(name: str, tenant: ScheduleTenantOpt = DEFAULT_TENANT, as_json: JsonOpt = False) -> None:
+    """Delete a schedule (the jobs it fired stay)."""
+    _schedule_action("remove", name, tenant, as_json)
 
 
 @app.command()

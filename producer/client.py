@@ -16,11 +16,13 @@ from claudeq import durability, tenant_scripts, tracing
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
+from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, NotReplicated, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
+from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.tenant_state import TenantStore
 
 
@@ -392,6 +394,51 @@ class Client:
             return out
         finally:
             await store.aclose()
+
+    # ---- schedules (claudeq/schedules.py) -------------------------------------------------------------------
+
+    @functools.cached_property
+    def _schedules(self) -> ScheduleStore:
+        return ScheduleStore(self.store.redis, self.store.keys)
+
+    def add_schedule(
+        self,
+        name: str,
+        spec: JobSpec | dict[str, Any] | None = None,
+        *,
+        cron: str | None = None,
+        every_s: int | None = None,
+        tz: str = "UTC",
+        on_missed: str = "skip",
+        misfire_grace_s: float = 60.0,
+        replace: bool = False,
+        **fields: Any,
+    ) -> Schedule:
+        """Submit `spec` on a cron expression (read in `tz`) or every `every_s` seconds, fired by the workers exactly
+        once per tick. The spec is checked as submit checks it; JobSpecError names the field and the reason (a
+        schedule's own fields too). A name is its tenant's (`spec.tenant`); an existing one is an error unless
+        `replace`."""
+        checked = self.validate(spec, **fields)
+        schedule = schedule_from(
+            name, checked, cron=cron, every_s=every_s, tz=tz, on_missed=on_missed, misfire_grace_s=misfire_grace_s
+        )
+        return self._schedules.add(schedule, replace=replace)
+
+    def schedules(self, tenant: str | None = None) -> builtins.list[ScheduleInfo]:
+        """Every schedule (of one tenant, if given) with its next tick and what it fired."""
+        return self._schedules.list(tenant)
+
+    def pause_schedule(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
+        """Stop firing until resumed (ScheduleNotFound when there is none)."""
+        self._schedules.pause(name, tenant)
+
+    def resume_schedule(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
+        """Fire again from the next tick after now; ticks while paused are not made up."""
+        self._schedules.resume(name, tenant)
+
+    def remove_schedule(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
+        """Delete a schedule (jobs it fired stay)."""
+        self._schedules.remove(name, tenant)
 
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
         """Block until the job is finished and return its record (with `redis_wait_replicas`, once that many

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -22,7 +23,9 @@ import redis
 from claudeq import connections
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.models import Attempt, Event, JobError, JobRecord, TerminalStatus, utcnow
+from claudeq.models import Attempt, Event, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
+from claudeq.producer.client import Client
+from claudeq.schedules import ScheduleStore
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
@@ -34,6 +37,8 @@ TRIM_EVERY = 120
 #: The archiver looks for due moves this often (s); a failed move is tried again this much later (s); the archive
 #: drops what outlived its retention every this many passes (and on the first).
 ARCHIVE_EVERY_S = 5.0
+#: The scheduler looks for due ticks this often (s): a tick fires within this of its time.
+SCHEDULE_EVERY_S = 0.25
 ARCHIVE_RETRY_S = 60.0
 PURGE_EVERY = 720
 #: A worker key lives this many heartbeats after the last one.
@@ -85,6 +90,7 @@ class Loops:
             self.engine.add_background(loop_fn)
         if self.store.archive is not None:
             self.engine.add_background(self.archiver)
+        self.engine.add_background(self.scheduler)
 
     async def _forever(self, name: str, once: object, interval_s: float) -> None:
         assert callable(once)
@@ -120,6 +126,39 @@ class Loops:
                 log.info("job %s: promoted from deferred", job_id)
                 sent += 1
         return sent
+
+    # ---- scheduler ------------------------------------------------------------------------------------------
+
+    async def scheduler(self) -> None:
+        """Forever: fire the schedules whose tick came (claudeq/schedules.py), each tick once across workers."""
+        await self._forever("scheduler", self.schedule_once, SCHEDULE_EVERY_S)
+
+    async def schedule_once(self) -> int:
+        """One scheduler pass; -> jobs this worker's pass submitted."""
+        fired = await in_redis_thread(self._schedules.fire_due, self._submit_scheduled)
+        for f in fired:
+            if f.job_id is not None:
+                self.engine.metrics.schedule_tick("fired")
+                log.info("schedule %s: tick %s fired job %s", f.member, f.tick, f.job_id)
+            if f.missed:
+                self.engine.metrics.schedule_tick("missed", f.missed)
+                log.warning("schedule %s: %d tick(s) missed (no scheduler ran within the grace)", f.member, f.missed)
+            if f.error is not None:
+                self.engine.metrics.schedule_tick("refused")
+                log.warning("schedule %s: tick %s refused: %s", f.member, f.tick, f.error)
+        return sum(f.job_id is not None for f in fired)
+
+    def _submit_scheduled(self, spec: JobSpec) -> str:
+        return self._client.submit(spec).id
+
+    @functools.cached_property
+    def _client(self) -> Client:
+        """A producer on this worker's Redis: a fired tick goes through submit's checks, budgets and idempotency."""
+        return Client(self.settings, redis_client=self.store.redis)
+
+    @functools.cached_property
+    def _schedules(self) -> ScheduleStore:
+        return ScheduleStore(self.store.redis, self.store.keys)
 
     # ---- archiver -------------------------------------------------------------------------------------------
 

@@ -128,6 +128,13 @@ class WorkerMetrics:
         self.session_mirror_errors = Counter(
             "claudeq_session_mirror_errors", "Session-store mirror errors reported by the SDK.", registry=reg
         )
+        self.schedule_ticks = Counter(
+            "claudeq_schedule_ticks",
+            "Schedule ticks by outcome: fired (a job submitted), missed (no scheduler ran within the grace), refused "
+            "(the spec no longer passes submit's checks).",
+            ["outcome"],
+            registry=reg,
+        )
         self.passthrough_refused = Counter(
             "claudeq_passthrough_refused",
             "Requests the pass-through answered itself with a 403 instead of forwarding (not a call the CLI makes),"
@@ -230,6 +237,11 @@ class WorkerMetrics:
         """Count one request the pass-through refused (labels bounded by worker/passthrough.py `refusal`)."""
         method = method if method in HTTP_METHODS else OTHER
         self.passthrough_refused.labels(method, reason if reason in REFUSAL_REASONS else OTHER).inc()
+
+    @_never_raise
+    def schedule_tick(self, outcome: str, n: int = 1) -> None:
+        """Count `n` schedule ticks of `outcome` (fired, missed, refused)."""
+        self.schedule_ticks.labels(outcome if outcome in ("fired", "missed", "refused") else OTHER).inc(n)
 
     @_never_raise
     def mirror_error(self) -> None:

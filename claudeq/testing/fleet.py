@@ -113,6 +113,9 @@ class Metrics:
     def mirror_error(self) -> None:
         self.calls.append(("mirror_error", ()))
 
+    def schedule_tick(self, outcome: str, n: int = 1) -> None:
+        self.calls.append(("schedule_tick", (outcome, n)))
+
 
 class _Handler(DeliveryHandler):
     """The real delivery handler, but a structured output is checked in this process: the real worker checks it in a

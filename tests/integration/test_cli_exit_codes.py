@@ -165,3 +165,27 @@ def test_config_check_opens_the_transcript_archive(
     report = json.loads(bad.stdout)
     assert report["archive"] == "unreachable" and any("archive_url" in p for p in report["problems"])
     assert "pw-never-shown" not in bad.stdout + bad.stderr
+
+
+def test_schedule_commands_add_list_pause_resume_remove(settings: Settings, redis_client: redis.Redis) -> None:
+    added = cli(
+        settings, "schedule", "add", "nightly", "review it", "--cron", "0 2 * * *", "--tz", "Europe/Berlin", "--json"
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    info = json.loads(added.stdout)
+    assert info["schedule"]["cron"] == "0 2 * * *" and info["schedule"]["spec"]["prompt"] == "review it"
+    assert info["next_tick"] is not None
+    bad = cli(settings, "schedule", "add", "other", "p", "--cron", "whenever", "--json")
+    assert bad.returncode == 2 and any(f["field"] == "cron" for f in json.loads(bad.stdout)["fields"])
+    both = cli(settings, "schedule", "add", "nightly", "p", "--every", "5")
+    assert both.returncode == 2 and "exists" in both.stderr
+    assert cli(settings, "schedule", "pause", "nightly").returncode == 0
+    listed = json.loads(cli(settings, "schedule", "list", "--json").stdout)
+    assert [(s["schedule"]["name"], s["schedule"]["paused"], s["next_tick"]) for s in listed] == [
+        ("nightly", True, None)
+    ]
+    assert "paused" in cli(settings, "schedule", "list").stdout
+    assert cli(settings, "schedule", "resume", "nightly").returncode == 0
+    assert cli(settings, "schedule", "remove", "nightly").returncode == 0
+    assert cli(settings, "schedule", "remove", "nightly").returncode == 5  # not found
+    assert json.loads(cli(settings, "schedule", "list", "--json").stdout) == []

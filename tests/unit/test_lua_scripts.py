@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from claudeq import account_scripts, conversations, job_scripts, lua, tenant_scripts
+from claudeq import account_scripts, conversations, job_scripts, lua, schedules, tenant_scripts
 from claudeq.lua import ScriptError, names, resolve, script, substitute
 from claudeq.lua.results import RESULTS, Reserve, Slot
 from claudeq.worker import job_scripts as worker_scripts
@@ -120,7 +120,7 @@ def test_every_lib_file_is_included_somewhere_and_every_entry_script_is_run_by_a
     assert {n for n in names() if n.startswith("lib/")} == included
     constants = {
         value
-        for module in (account_scripts, job_scripts, tenant_scripts, worker_scripts, conversations)
+        for module in (account_scripts, job_scripts, tenant_scripts, worker_scripts, conversations, schedules)
         for key, value in vars(module).items()
         if key.isupper() and isinstance(value, str)
     }
