@@ -234,14 +234,20 @@ class ScheduleStore:
             if raw is None:
                 self.redis.zrem(self.keys.schedules_due, member)
                 continue
-            schedule = Schedule.model_validate_json(raw)
+            try:
+                schedule = Schedule.model_validate_json(raw)
+            except ValidationError:  # written by something else: it cannot fire, and must not hold up the rest
+                self.redis.zrem(self.keys.schedules_due, member)
+                continue
             late = now - tick > schedule.misfire_grace_s
             job_id: str | None = None
             error: str | None = None
             if not late or schedule.on_missed == "run_once":
                 try:
                     job_id = submit(schedule.job_spec(tick))  # idempotent per tick: a second submit finds the job
-                except JobSpecError as exc:  # e.g. the workers' policy refuses its cwd: the tick is refused
+                except redis.RedisError:
+                    raise  # transient: the tick stays due, the next pass submits it
+                except ClaudeqError as exc:  # e.g. the workers' policy refuses its cwd: the tick is refused
                     error = str(exc)
             following = schedule.next_tick(now if late else tick)
             if int(self._advance(keys=[self.keys.schedules_due], args=[member, repr(tick), repr(following)])):

@@ -163,8 +163,11 @@ def test_a_spec_submit_refuses_is_a_refused_tick_not_a_stuck_schedule(client: Cl
     def refuse(spec: JobSpec) -> str:
         raise JobSpecError([("cwd", "outside the workspace roots")])
 
-    [fired] = s.fire_due(refuse, now=T0 + 0.1)
+    s.redis.hset(client.store.keys.schedules, "default/broken", "{not json")
+    s.redis.zadd(client.store.keys.schedules_due, {"default/broken": T0 - 1})
+    [fired] = s.fire_due(refuse, now=T0 + 0.1)  # the unreadable one is dropped from the due set, not fired
     assert fired.job_id is None and fired.error is not None and "cwd" in fired.error
     assert s.redis.zscore(client.store.keys.schedules_due, "default/refused") == T0 + 1  # moved on
+    assert s.redis.zscore(client.store.keys.schedules_due, "default/broken") is None
     [info] = client.schedules()
     assert info.refused == 1 and info.last_error is not None and "cwd" in info.last_error
