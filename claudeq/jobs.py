@@ -272,6 +272,35 @@ class JobStore:
         self._archived_results([(job_id, fields)])
         return parse_record(job_id, fields)
 
+    def records(self, job_ids: Sequence[str]) -> list[JobRecord | RecordUnreadable | None]:
+        """The records of `job_ids` in one round trip (None: no such job), without their compacted events: what a
+        listing shows of each (HMGET of the record's fields, however long its history grew)."""
+        names = ["status", "fence", ARCHIVED_FIELD, *_JSON_FIELDS, *_TIME_FIELDS, *_STR_FIELDS]
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(self.keys.job(job_id), names)
+        replies = pipe.execute(raise_on_error=False)
+        read: list[tuple[str, dict[str, str]]] = []
+        out: list[JobRecord | RecordUnreadable | None] = []
+        for job_id, reply in zip(job_ids, replies, strict=True):
+            if isinstance(reply, redis.ResponseError):
+                out.append(_unreadable_key(job_id, reply))
+                continue
+            fields = {name: text(value) for name, value in zip(names, reply, strict=True) if value is not None}
+            read.append((job_id, fields))
+            out.append(None)
+        self._archived_results(read)
+        fields_of = dict(read)
+        for i, job_id in enumerate(job_ids):
+            found = fields_of.get(job_id)
+            if out[i] is not None or not found:
+                continue
+            try:
+                out[i] = parse_record(job_id, found)
+            except RecordUnreadable as exc:
+                out[i] = exc
+        return out
+
     def _archived_results(self, records: list[tuple[str, dict[str, str]]]) -> None:
         """Put back the results that moved to the archive with their job's history (records marked `archived`
         without a `result`), read in one query."""
