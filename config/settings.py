@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from claudeq.config.account_pool import AccountPool
@@ -201,6 +210,11 @@ class Settings(BaseSettings):
         default=3600,
         ge=0,
         description="How long after a job ends its transcripts and events move to the archive (with archive_url).",
+    )
+    web_token: SecretStr | None = Field(
+        default=None,
+        description="The operator's token for `claudeq web` (CLAUDEQ_WEB_TOKEN): every tenant's jobs and the fleet "
+        "page. With it or with tenants' `mcp_token_env` tokens, every page of `claudeq web` needs a token.",
     )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
     event_tool_result_chars: int = Field(

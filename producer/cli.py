@@ -655,6 +655,20 @@ def mcp_cmd(
     serve(http, _settings())
 
 
+@app.command("web")
+def web_cmd(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8780,
+) -> None:
+    """Serve the run view in a browser: jobs, each run's events live, transcripts, accounts and tenants
+    (docs/web.md). With tenants' tokens or CLAUDEQ_WEB_TOKEN, every page needs one."""
+    try:
+        from claudeq.producer.web import serve  # imports jinja2, starlette, uvicorn: only for this command
+    except ModuleNotFoundError as exc:
+        exit_missing("claudeq web", exc)
+    serve(host, port, _settings())
+
+
 @config_app.command("check")
 def config_check(as_json: JsonOpt = False) -> None:
     """Validate settings and accounts, check every token is present and Redis answers (secrets never shown).

@@ -31,6 +31,7 @@ EXTRA_OF: dict[str, str] = {
     "httpx": "worker",
     "starlette": "worker",
     "uvicorn": "worker",
+    "jinja2": "web",
 }
 
 

@@ -208,7 +208,7 @@ def test_the_base_install_offers_the_producer_surface(base_python: Path, tmp_pat
 def test_claudeq_help_runs_on_the_base_install(base_python: Path, tmp_path: Path) -> None:
     done = _claudeq(base_python, "--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    for command in ("submit", "wait", "status", "top", "mcp"):
+    for command in ("submit", "wait", "status", "top", "mcp", "web"):
         assert command in done.stdout
 
 
@@ -260,6 +260,7 @@ def test_commands_needing_an_extra_name_it_on_the_base_install(
     conversations.record_turn("pkg-conv", turn, True)
     for script, args, extra in (
         ("claudeq", ["mcp"], "mcp"),
+        ("claudeq", ["web"], "web"),
         ("claudeq", ["exporter", "--port", "0"], "worker"),
         ("claudeq-worker", ["--check"], "worker"),
         ("claudeq-sim", ["--port", "0"], "worker"),
@@ -345,6 +346,15 @@ def test_a_users_tests_run_on_the_testing_install_cut_off_from_redis_cli_network
     assert " passed" in out and "failed" not in out, out[-4000:]
     assert "BLOCKED-ATTEMPTS 0 []" in out, out[-4000:]
     assert "claude_agent_sdk" not in out
+
+
+def test_the_wheel_holds_the_run_views_pages(wheel: Path) -> None:
+    """`claudeq web` renders templates and serves static files read from the package: the wheel must hold them."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for page in ("base.html", "jobs.html", "job.html", "fleet.html", "login.html", "transcript.html", "_event.html"):
+        assert f"claudeq/producer/web/templates/{page}" in names, page
+    assert {"claudeq/producer/web/static/app.js", "claudeq/producer/web/static/style.css"} <= names
 
 
 def test_the_worker_extra_brings_the_sdk(base_python: Path, wheel: Path, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ def run_cli_without(hidden: str, *args: str, cwd: Path) -> subprocess.CompletedP
     ("hidden", "args", "extra"),
     [
         ("mcp", ["mcp"], "mcp"),
+        ("jinja2", ["web"], "web"),
         ("prometheus_client", ["exporter", "--port", "0"], "worker"),
     ],
 )
