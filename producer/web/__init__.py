@@ -29,7 +29,8 @@ def serve(host: str, port: int, settings: Settings) -> None:
     shown = f"[{host}]" if ":" in host else host
     print(f"claudeq web: http://{shown}:{port}/", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        # Open live streams are closed after 2 s on Ctrl-C rather than waited for (a running job's may last hours).
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
     finally:
         app.state.web.client.close()
 

@@ -368,7 +368,7 @@ class Web:
         async def frames() -> AsyncIterator[str]:
             nonlocal after
             quiet = 0.0
-            while not await request.is_disconnected():
+            while True:  # a browser that goes away cancels this (StreamingResponse listens for it)
                 # The status first, then the events: the terminal write moves the last events into the record in
                 # the same step, so once the status read is terminal the events read after it hold them all.
                 await asyncio.to_thread(store.announce_follow, job_id)

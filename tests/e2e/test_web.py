@@ -113,9 +113,9 @@ def test_a_tenant_follows_a_run_live_cancels_one_and_never_sees_another_tenants(
 ) -> None:
     workers(concurrency=4)
     read = json.dumps({"file_path": "/etc/hostname"})
-    # Its first request waits 4 s (the page is open by then), its tool call follows, then a slow answer (6 s).
+    # Its first request waits 8 s (the page is open by then), its tool call follows, then a slow answer (6 s).
     live = client.submit(
-        prompt=f"[[sim: delay 4 times=1]] [[sim: tool Read {read}]] [[sim: stall 6 after=1 times=1]] live {unique}",
+        prompt=f"[[sim: delay 8 times=1]] [[sim: tool Read {read}]] [[sim: stall 6 after=1 times=1]] live {unique}",
         tools="read-only",
         tenant="team-a",
     )
