@@ -87,3 +87,47 @@ def sent_at_of(raw: bytes | str) -> float | None:
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def task_message(task: str, args: list[Any], queue: str, task_id: str) -> str:
+    """The JSON text kombu would LPUSH for `send_task(task, args=args, queue=queue, task_id=task_id)`: a callback
+    of the producer's own Celery app (a job's `link` / `link_error`), consumed by its own workers."""
+    headers: dict[str, Any] = {
+        "lang": "py",
+        "task": task,
+        "id": task_id,
+        "shadow": None,
+        "eta": None,
+        "expires": None,
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [None, None],
+        "root_id": task_id,
+        "parent_id": None,
+        "argsrepr": repr(args)[:1024],
+        "kwargsrepr": "{}",
+        "origin": _origin(),
+        "ignore_result": None,
+        "replaced_task_nesting": 0,
+        "stamped_headers": None,
+        "stamps": {},
+    }
+    body = base64.b64encode(json.dumps([args, {}, _EMBED]).encode()).decode()
+    return json.dumps(
+        {
+            "body": body,
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                "correlation_id": task_id,
+                "reply_to": _REPLY_TO,
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    )

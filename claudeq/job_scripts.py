@@ -21,3 +21,5 @@ TRIM_INDEX = script("job/trim_index.lua")
 CREATE = script("job/create.lua")
 #: Cancel a queued or deferred job now; flag a running one.
 CANCEL = script("job/cancel.lua")
+#: A job's dead end notifications tried again (`claudeq webhooks retry`).
+RETRY_NOTIFICATIONS = script("outbox/retry.lua")

@@ -35,7 +35,7 @@ from claudeq.models import (
 )
 
 #: Hash fields stored as JSON documents; the rest are plain strings.
-_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan")
+_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id", "traceparent")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
@@ -43,6 +43,8 @@ CANCEL_FIELD = "cancel"
 #: The record's field that says its producer put the job in its tenant's active-job index (a fleet that uses
 #: tenants): the job's end takes it out. Absent: there is no entry to take out.
 INDEXED_FIELD = "indexed"
+#: The record's field that says the job has end notifications (a webhook, a link): its end puts it in the outbox.
+NOTIFY_FIELD = "notify"
 
 
 class JobFields(TypedDict, total=False):
@@ -108,6 +110,9 @@ def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
             "traceparent": record.traceparent,
         }
     )
+    spec = record.spec
+    if spec.webhook is not None or spec.link is not None or spec.link_error is not None:
+        fields += [NOTIFY_FIELD, "1"]  # its end goes into the outbox (claudeq/lua/lib/notify_end.lua)
     return [*fields, INDEXED_FIELD, "1"] if indexed else fields
 
 
@@ -409,6 +414,7 @@ class JobStore:
                     self.keys.deferred,
                     self.keys.queued,
                     self.keys.events(job_id),
+                    self.keys.outbox,
                 ],
                 args=[
                     job_id,

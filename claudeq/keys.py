@@ -178,6 +178,17 @@ class Keys:
         return f"{self.prefix}worker:{worker_id}"
 
     @property
+    def outbox(self) -> str:
+        """Sorted set: job id -> when its end notifications (webhook, link) are next due (epoch s); a notifier that
+        takes one moves it a lease ahead, and takes it out when every notification is delivered or dead."""
+        return f"{self.prefix}outbox"
+
+    @property
+    def outbox_dead(self) -> str:
+        """Sorted set: job id -> when (epoch s) a notification of it was given up on (`claudeq webhooks retry`)."""
+        return f"{self.prefix}outbox-dead"
+
+    @property
     def workers(self) -> str:
         """Sorted set: worker id -> last heartbeat (epoch s)."""
         return f"{self.prefix}workers"

@@ -65,6 +65,30 @@ JsonScalar = str | int | float | bool | None
 PARENT_JOB_KEY = "parent_job_id"
 
 
+#: A Celery task name or queue a callback names (Celery's own names: dotted, no spaces).
+CELERY_NAME = r"^[A-Za-z_][\w.:-]{0,199}$"
+
+
+class WebhookSpec(BaseModel):
+    """Where a job's end is POSTed, signed the Standard Webhooks way (docs/notifications.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(min_length=1, max_length=2000, description="http(s) URL on a host the fleet allows.")
+    body: Literal["record", "result"] = Field(
+        default="record", description="The record's public JSON, or only its `result` (and status, id, error)."
+    )
+
+
+class CallbackSpec(BaseModel):
+    """A task of the producer's own Celery app, sent once with the job's public record when the job ends."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str = Field(pattern=CELERY_NAME, description="The task's registered name, e.g. myapp.tasks.store.")
+    queue: str = Field(default="celery", pattern=CELERY_NAME, description="The queue its worker consumes.")
+
+
 class JobSpec(BaseModel):
     """What a producer asks for. Unknown fields are refused, so a typo never silently does nothing."""
 
@@ -104,6 +128,9 @@ class JobSpec(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_CAP)
     metadata: dict[str, JsonScalar] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    webhook: WebhookSpec | None = Field(default=None, description="POST the job's end here, signed.")
+    link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
+    link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
 
     @field_validator("prompt")
     @classmethod
@@ -230,6 +257,20 @@ class JobError(BaseModel):
     retryable: bool = False
 
 
+NotificationTarget = Literal["webhook", "link", "link_error"]
+
+
+class Notification(BaseModel):
+    """The delivery log of one of a job's end notifications: its webhook, or its Celery `link` / `link_error`."""
+
+    target: NotificationTarget
+    state: Literal["pending", "delivered", "dead"] = "pending"
+    attempts: int = 0
+    status_code: int | None = None  # the receiver's last answer (webhook)
+    error: str | None = None  # why the last attempt failed
+    updated_at: Timestamp
+
+
 class JobRecord(BaseModel):
     """Everything stored about a job; `public()` is the one JSON form scripts rely on."""
 
@@ -247,6 +288,8 @@ class JobRecord(BaseModel):
     finished_at: Timestamp | None = None
     ready_at: Timestamp | None = None
     session_plan: PlannedSession | None = None  # how the first attempt started its session
+    #: The end notifications (webhook, link) and what became of each (docs/notifications.md).
+    notifications: list[Notification] = Field(default_factory=list)
     #: The W3C traceparent of the job's submit span when its producer traced it (docs/tracing.md): every delivery's
     #: spans continue that trace.
     traceparent: str | None = None

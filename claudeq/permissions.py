@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
@@ -97,7 +98,37 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     if spec.account and names and spec.account not in names:
         problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
     problems += tenant_problems(spec, settings)
+    if spec.webhook is not None:
+        wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts)
+        if wrong:
+            problems.append(("webhook.url", wrong))
+    for field, callback in (("link", spec.link), ("link_error", spec.link_error)):
+        if callback is not None and callback.queue in settings.job_queues:
+            problems.append((f"{field}.queue", f"{callback.queue!r} is a claudeq queue: name your own app's queue"))
     return problems
+
+
+def webhook_problem(url: str, hosts: list[str]) -> str | None:
+    """Why the fleet refuses `url` as a webhook, or None: an http(s) URL on an allowed host (exactly, or a subdomain
+    of a `*.example.com` entry), with no credentials in it (the URL is stored in the job's record)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a bad port raises here
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    if port == 0:
+        return "port 0 is not a port"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (the URL is stored in the record; receivers verify the signature)"
+    host = parts.hostname.lower().rstrip(".")
+    for allowed in hosts:
+        allowed = allowed.lower().rstrip(".")
+        if host == allowed or (allowed.startswith("*.") and host.endswith(allowed[1:])):
+            return None
+    listed = ", ".join(hosts) or "none"
+    return f"host {host!r} is not one the fleet allows (CLAUDEQ_WEBHOOK_HOSTS: {listed})"
 
 
 def spec_models(spec: JobSpec) -> list[tuple[str, str | None]]:

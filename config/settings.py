@@ -211,6 +211,23 @@ class Settings(BaseSettings):
         ge=0,
         description="How long after a job ends its transcripts and events move to the archive (with archive_url).",
     )
+    webhook_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a job's or a tenant's webhook URL may name: `hooks.example.com`, or `*.example.com` for "
+        "its subdomains; empty = no webhooks (docs/notifications.md).",
+    )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="The Standard Webhooks secret (`whsec_…`) webhooks are signed with, for tenants without their own "
+        "`webhook_secret_env`. Read by the workers, which deliver.",
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300, description="How long a receiver has to answer.")
+    notify_max_attempts: int = Field(
+        default=10, ge=1, le=100, description="Tries of an end notification before it is dead (then: webhooks retry)."
+    )
+    notify_backoff_s: float = Field(
+        default=5.0, gt=0, description="Wait before a notification's second try; doubled each time, at most 600 s."
+    )
     web_token: SecretStr | None = Field(
         default=None,
         description="The operator's token for `claudeq web` (CLAUDEQ_WEB_TOKEN): every tenant's jobs and the fleet "

@@ -47,6 +47,16 @@ class TenantConfig(BaseModel):
         default=None,
         description="Environment variable holding the bearer token that maps an HTTP MCP caller to this tenant.",
     )
+    webhook_url: str | None = Field(
+        default=None,
+        description="Where its jobs' ends are POSTed when a job names no webhook of its own (on an allowed host).",
+    )
+    webhook_body: Literal["record", "result"] = Field(default="record", description="What that webhook is sent.")
+    webhook_secret_env: str | None = Field(
+        default=None,
+        description="Environment variable holding the Standard Webhooks secret (`whsec_…`) its webhooks are signed "
+        "with; none = the fleet's CLAUDEQ_WEBHOOK_SECRET. Read by the workers, which deliver.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
@@ -58,6 +68,12 @@ class TenantConfig(BaseModel):
     def capped(self) -> bool:
         """Whether the tenant has a spend cap."""
         return self.max_cost_usd_per_hour is not None or self.max_cost_usd_per_day is not None
+
+    def webhook_secret(self) -> str | None:
+        """The secret its webhooks are signed with (read now), or None when it has none of its own."""
+        if self.webhook_secret_env is None:
+            return None
+        return os.environ.get(self.webhook_secret_env, "").strip() or None
 
     def mcp_token(self) -> str | None:
         """The bearer token of this tenant's MCP callers (read now), or None when none is configured or set."""

@@ -56,6 +56,11 @@ app.add_typer(accounts_app, name="accounts")
 app.add_typer(conversation_app, name="conversation")
 schedule_app = typer.Typer(help="Jobs the fleet submits on a cron expression or an interval.", no_args_is_help=True)
 app.add_typer(schedule_app, name="schedule")
+webhooks_app = typer.Typer(
+    help="End notifications (webhooks, Celery callbacks) the fleet gave up on, and trying them again.",
+    no_args_is_help=True,
+)
+app.add_typer(webhooks_app, name="webhooks")
 
 out = Console()
 err = Console(stderr=True)
@@ -218,6 +223,15 @@ def submit(
     max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
     cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    webhook: Annotated[
+        str | None, typer.Option(help="POST the job's end here, signed (on a host in CLAUDEQ_WEBHOOK_HOSTS).")
+    ] = None,
+    link: Annotated[
+        str | None, typer.Option(help="TASK[@QUEUE] of your Celery app, sent the record when the job succeeds.")
+    ] = None,
+    link_error: Annotated[
+        str | None, typer.Option(help="TASK[@QUEUE] of your Celery app, sent the record when it fails or is cancelled.")
+    ] = None,
     metadata: Annotated[list[str] | None, typer.Option("--meta", help="KEY=VALUE (repeatable).")] = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Follow the run (progress on stderr) and print the answer.")
@@ -261,6 +275,12 @@ def submit(
         fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
     if mcp_tool:
         fields["mcp_tools"] = mcp_tool
+    if webhook is not None:
+        fields["webhook"] = {"url": webhook}
+    for name, callback in (("link", link), ("link_error", link_error)):
+        if callback is not None:
+            task, _, callback_queue = callback.partition("@")
+            fields[name] = {"task": task, **({"queue": callback_queue} if callback_queue else {})}
     if metadata:
         fields["metadata"] = _metadata(metadata)
     if output_schema is not None:
@@ -481,6 +501,41 @@ def _entry_line(entry: dict[str, Any]) -> str:
 
 
 ScheduleTenantOpt = Annotated[str, typer.Option("--tenant", help="Whose schedule (a tenant's names are its own).")]
+
+
+@webhooks_app.command("dead")
+@_guard
+def webhooks_dead(
+    limit: Annotated[int, typer.Option(help="At most this many, most recent first.", min=1)] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Jobs with a notification given up on: what failed, how often, the last error (docs/notifications.md)."""
+    rows = [r for r in _client().dead_notifications(limit) if isinstance(r, JobRecord)]
+    if as_json:
+        print(
+            json.dumps(
+                [{"id": r.id, "notifications": [n.model_dump(mode="json") for n in r.notifications]} for r in rows]
+            )
+        )
+        return
+    table = Table("job", "tenant", "target", "state", "tries", "last answer", "last error")
+    for r in rows:
+        for n in r.notifications:
+            table.add_row(
+                r.id, r.spec.tenant, n.target, n.state, str(n.attempts), str(n.status_code or "-"), n.error or ""
+            )
+    out.print(table)
+
+
+@webhooks_app.command("retry")
+@_guard
+def webhooks_retry(job_id: str, as_json: JsonOpt = False) -> None:
+    """Try a job's dead notifications again, from the first try on, now."""
+    again = _client().retry_notifications(job_id)
+    if as_json:
+        print(json.dumps({"id": job_id, "retried": again}))
+        return
+    out.print(f"{job_id}: {again} notification(s) tried again" if again else f"{job_id}: no notification was dead")
 
 
 @schedule_app.command("add")

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from claudeq import durability, tenant_scripts, tracing
+from claudeq import durability, job_scripts, tenant_scripts, tracing
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
@@ -20,6 +20,7 @@ from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, NotReplicated, RecordUnreadable
 from claudeq.jobs import JobStore, create_reply
+from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
@@ -394,6 +395,28 @@ class Client:
             return out
         finally:
             await store.aclose()
+
+    # ---- end notifications (worker/notifier.py, docs/notifications.md) -------------------------------------
+
+    def dead_notifications(self, limit: int = 100) -> builtins.list[JobRecord | RecordUnreadable]:
+        """The jobs with a notification given up on (a webhook that kept failing), most recent first."""
+        ids = [text(i) for i in self.store.redis.zrevrange(self.store.keys.outbox_dead, 0, limit - 1)]
+        return [r for r in self.store.records(ids) if r is not None]
+
+    def retry_notifications(self, job_id: str) -> int:
+        """Try a job's dead notifications again (from the first try on), at once; -> how many. JobNotFound when the
+        job's record is gone."""
+        from claudeq.errors import JobNotFound
+
+        keys = self.store.keys
+        again = int(self._retry_script([keys.job(job_id), keys.outbox, keys.outbox_dead], [job_id, time.time()]))
+        if again < 0:
+            raise JobNotFound(job_id)
+        return again
+
+    @functools.cached_property
+    def _retry_script(self) -> Any:
+        return self.store.redis.register_script(job_scripts.RETRY_NOTIFICATIONS)
 
     # ---- schedules (claudeq/schedules.py) -------------------------------------------------------------------
 

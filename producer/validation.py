@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
-from claudeq.models import JobSpec
+from claudeq.models import JobSpec, WebhookSpec
 from claudeq.permissions import spec_problems
 
 
@@ -21,6 +21,10 @@ def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec
             raise JobSpecError(
                 [(".".join(str(p) for p in err["loc"]) or "spec", _reason(err)) for err in exc.errors()]
             ) from None
+    tenant = settings.tenants.get(spec.tenant)
+    if spec.webhook is None and tenant is not None and tenant.webhook_url:
+        # The tenant's webhook, for jobs that name none: in the spec, so the record says where the end goes.
+        spec = spec.model_copy(update={"webhook": WebhookSpec(url=tenant.webhook_url, body=tenant.webhook_body)})
     problems = spec_problems(spec, settings)
     if problems:
         raise JobSpecError(problems)

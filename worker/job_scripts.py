@@ -32,3 +32,9 @@ PACK_EVENTS = script("job/pack_events.lua")
 RESEND = script("job/resend.lua")
 #: A `running` set of an earlier claudeq becomes the sorted set.
 UPGRADE_RUNNING = script("job/upgrade_running.lua")
+#: The due jobs of the outbox, each taken with a lease (the notifier).
+CLAIM_NOTIFICATIONS = script("outbox/claim.lua")
+#: A job's Celery callback, sent exactly once.
+LINK = script("outbox/link.lua")
+#: A notifier pass's delivery log in the record, and the job's next place in the outbox.
+SETTLE_NOTIFICATIONS = script("outbox/settle.lua")

@@ -334,6 +334,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.queued,
             self.keys.deferred,
             self.keys.events(job_id) if stream or status not in TERMINAL else "",
+            self.keys.outbox,
         ]
         args = [
             job_id,
@@ -537,7 +538,13 @@ class WorkerJobStore(AsyncCalls, JobStore):
             cancelled = encode_event(Event(type="cancelled", data=data))
             on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
         answer = self._recover(
-            keys=[self.keys.job(job_id), self.keys.running, self.keys.queued, self.keys.events(job_id)],
+            keys=[
+                self.keys.job(job_id),
+                self.keys.running,
+                self.keys.queued,
+                self.keys.events(job_id),
+                self.keys.outbox,
+            ],
             args=[
                 job_id,
                 fence,

@@ -5,6 +5,8 @@
   re-enqueued (`JobStore.recover` checks the fence and the lease atomically); queued jobs nobody claimed for
   `unclaimed_resend_s` are re-sent (`claim_resend`, once across workers); the `jobs` index is trimmed now and then;
 - worker heartbeat: `worker:{id}` hash (host, pid, runs in flight, started_at) and the `workers` zset;
+- notifier: the end notifications of finished jobs (webhooks, Celery callbacks), due ones taken with a lease
+  (worker/notifier.py);
 - cancel listener: pub/sub on the cancel channel wakes the run of a cancelled job within milliseconds; on the follow
   channel, has the run of a followed job store its events within 0.1 s.
 """
@@ -29,6 +31,7 @@ from claudeq.schedules import ScheduleStore
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import CANCELLED
 from claudeq.worker.loop_host import in_redis_thread
+from claudeq.worker.notifier import Notifier
 
 log = logging.getLogger("claudeq.loops")
 
@@ -39,6 +42,8 @@ TRIM_EVERY = 120
 ARCHIVE_EVERY_S = 5.0
 #: The scheduler looks for due ticks this often (s): a tick fires within this of its time.
 SCHEDULE_EVERY_S = 0.25
+#: The notifier looks for due notifications this often (s).
+NOTIFY_EVERY_S = 0.25
 ARCHIVE_RETRY_S = 60.0
 PURGE_EVERY = 720
 #: A worker key lives this many heartbeats after the last one.
@@ -91,6 +96,7 @@ class Loops:
         if self.store.archive is not None:
             self.engine.add_background(self.archiver)
         self.engine.add_background(self.scheduler)
+        self.engine.add_background(self.notifier_loop)
 
     async def _forever(self, name: str, once: object, interval_s: float) -> None:
         assert callable(once)
@@ -159,6 +165,19 @@ class Loops:
     @functools.cached_property
     def _schedules(self) -> ScheduleStore:
         return ScheduleStore(self.store.redis, self.store.keys)
+
+    # ---- notifier (worker/notifier.py) -----------------------------------------------------------------------
+
+    async def notifier_loop(self) -> None:
+        """Forever: deliver the end notifications (webhooks, Celery callbacks) that are due, each job by one worker."""
+        try:
+            await self._forever("notifier", self.notifier.once, NOTIFY_EVERY_S)
+        finally:
+            await self.notifier.close()
+
+    @functools.cached_property
+    def notifier(self) -> Notifier:
+        return Notifier(self.settings, self.store, self.engine.metrics)
 
     # ---- archiver -------------------------------------------------------------------------------------------
 

@@ -57,6 +57,10 @@ def _never_raise(method: Callable[P, R | None]) -> Callable[P, R | None]:
     return wrapper
 
 
+#: The end notifications a job may have (claudeq.models.NotificationTarget): the metrics' `target` label.
+NOTIFICATION_TARGETS = frozenset({"webhook", "link", "link_error"})
+
+
 class WorkerMetrics:
     """The metrics of one worker process, on their own registry (so tests and several workers can build several)."""
 
@@ -133,6 +137,20 @@ class WorkerMetrics:
             "Schedule ticks by outcome: fired (a job submitted), missed (no scheduler ran within the grace), refused "
             "(the spec no longer passes submit's checks).",
             ["outcome"],
+            registry=reg,
+        )
+        self.notifications = Counter(
+            "claudeq_notifications",
+            "End notification tries by target (webhook, link, link_error) and outcome: delivered, failed (tried again "
+            "later), dead (given up on: claudeq webhooks retry).",
+            ["target", "outcome"],
+            registry=reg,
+        )
+        self.notification_latency = Histogram(
+            "claudeq_notification_latency_seconds",
+            "From a job's end to its notification delivered, by target.",
+            ["target"],
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200),
             registry=reg,
         )
         self.passthrough_refused = Counter(
@@ -242,6 +260,14 @@ class WorkerMetrics:
     def schedule_tick(self, outcome: str, n: int = 1) -> None:
         """Count `n` schedule ticks of `outcome` (fired, missed, refused)."""
         self.schedule_ticks.labels(outcome if outcome in ("fired", "missed", "refused") else OTHER).inc(n)
+
+    @_never_raise
+    def notification(self, target: str, outcome: str, latency_s: float | None = None) -> None:
+        """Count one try of an end notification; a delivered one also observes how long after the job's end."""
+        target = target if target in NOTIFICATION_TARGETS else OTHER
+        self.notifications.labels(target, outcome if outcome in ("delivered", "failed", "dead") else OTHER).inc()
+        if outcome == "delivered" and latency_s is not None:
+            self.notification_latency.labels(target).observe(max(0.0, latency_s))
 
     @_never_raise
     def mirror_error(self) -> None:

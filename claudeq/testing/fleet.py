@@ -116,6 +116,9 @@ class Metrics:
     def schedule_tick(self, outcome: str, n: int = 1) -> None:
         self.calls.append(("schedule_tick", (outcome, n)))
 
+    def notification(self, target: str, outcome: str, latency_s: float | None = None) -> None:
+        self.calls.append(("notification", (target, outcome)))
+
 
 class _Handler(DeliveryHandler):
     """The real delivery handler, but a structured output is checked in this process: the real worker checks it in a

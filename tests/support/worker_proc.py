@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from pydantic import SecretStr
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
@@ -94,6 +95,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """CLAUDEQ_* variables that reproduce `settings` in another process."""
     env: dict[str, str] = {}
     data = settings.model_dump(mode="json")
+    for name in data:  # a secret setting is dumped masked: the other process needs its value
+        secret = getattr(settings, name)
+        if isinstance(secret, SecretStr):
+            data[name] = secret.get_secret_value()
     for name, value in data.items():
         if value is None:
             continue

@@ -1,12 +1,13 @@
 -- CANCEL (JobStore): a queued or deferred job ends `cancelled` now, with its event; a running job gets the cancel
 -- flag: the record's `cancel` field (the claim and the heartbeat read it with what they read anyway; it survives a
 -- missed pub/sub wake-up), dropped when the job ends.
--- KEYS: job, deferred, queued, events.
+-- KEYS: job, deferred, queued, events, outbox (lib/notify_end.lua).
 -- ARGV: job_id, now_iso, ttl_s, error_json, event_json, events_maxlen, finished_counts_prefix
 -- Result: 'missing' (no record), 'cancelled', 'running' (flagged), or the job's status (already finished).
 
 --!include lib/count_finished.lua
 --!include lib/compact_events.lua
+--!include lib/notify_end.lua
 
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
@@ -25,6 +26,7 @@ if status == 'queued' or status == 'deferred' then
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
   count_finished(ARGV[7], 'cancelled', ARGV[3])
+  notify_end(KEYS[1], KEYS[5], ARGV[1])
   return 'cancelled'
 end
 if status == 'running' then

@@ -1,7 +1,7 @@
 -- RECOVER (WorkerJobStore): a running job whose lease expired (its worker died): back to queued with the caller's
 -- attempt record — or, when it has lost its worker too often, `failed` (poisoned) like any terminal write — and its
 -- event, in one step (a new owner's events always come after it).
--- KEYS: job, running, queued, events.
+-- KEYS: job, running, queued, events, outbox (lib/notify_end.lua).
 -- ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
 --       finished_counts_prefix, on_cancel, field, value, ... (no fields: status only)
 -- on_cancel ('' with `failed`): what a job whose cancel flag is set ends with instead of `queued` (a cancel that came
@@ -11,6 +11,7 @@
 
 --!include lib/count_finished.lua
 --!include lib/compact_events.lua
+--!include lib/notify_end.lua
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel')
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
@@ -32,6 +33,7 @@ if new == 'queued' then
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 else
   count_finished(ARGV[8], new, ARGV[7])
+  notify_end(KEYS[1], KEYS[5], ARGV[1], tonumber(ARGV[3]))
   compact_events(KEYS[1], KEYS[4])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
   redis.call('HDEL', KEYS[1], 'cancel')
