@@ -2,9 +2,10 @@
 to it and collects the results.
 
 Tools: `submit_job`, `get_job`, `list_jobs`, `cancel_job`, `wait_job` (a bounded long-poll that reports progress
-notifications while it waits) and `accounts`. Arguments go through the same validation as `Client.submit`, so a bad
-one comes back as a tool error naming the field; answers are the records' public JSON form (no secret is ever in
-one).
+notifications while it waits) and `accounts`; and the schedules': `add_schedule`, `list_schedules`,
+`pause_schedule`, `resume_schedule`, `remove_schedule` (each bound to the caller's tenant like the jobs).
+Arguments go through the same validation as `Client.submit`, so a bad one comes back as a tool error naming the
+field; answers are the records' public JSON form (no secret is ever in one).
 
 A job submitted through a server bound to a parent job (the worker binds the server it offers a run to that run's
 job; `claudeq mcp` started inside a run finds the id in CLAUDEQ_JOB_ID) records the parent in its metadata under
@@ -30,15 +31,23 @@ from pydantic import Field
 
 from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings, load_settings
-from claudeq.config.tenants import Tenants
-from claudeq.errors import ConfigError, JobNotFound, JobSpecError, RecordUnreadable
+from claudeq.config.tenants import DEFAULT_TENANT, Tenants
+from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
 
 SERVER_NAME = "claudeq"
-#: Every tool the server offers, in the order they are listed.
+#: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/tools.py).
 FLEET_TOOLS: tuple[str, ...] = ("submit_job", "get_job", "list_jobs", "cancel_job", "wait_job", "accounts")
+#: The schedule tools `claudeq mcp` adds (not a run's: a run does not leave schedules behind it).
+SCHEDULE_TOOLS: tuple[str, ...] = (
+    "add_schedule",
+    "list_schedules",
+    "pause_schedule",
+    "resume_schedule",
+    "remove_schedule",
+)
 #: The variable a worker sets in a run's CLI environment (worker/cli_env.py JOB_ID_VAR).
 JOB_ID_VAR = "CLAUDEQ_JOB_ID"
 MAX_WAIT_S = 600.0
@@ -95,13 +104,14 @@ def build_server(
     tenant: str | None = None,
     require_token: bool = False,
 ) -> MCPServer:
-    """The MCP server over `client`'s fleet; `tools` limits the tools offered (default: all).
+    """The MCP server over `client`'s fleet; `tools` limits the tools offered (default: every job and schedule
+    tool).
 
     `tenant`: bound to that tenant (a run's fleet tools): every job it submits is that tenant's, and it sees no
     other tenant's jobs. `require_token` (HTTP with tenant tokens configured): each call's bearer token decides the
     tenant the same way; a call without a known token is refused."""
-    offered = list(FLEET_TOOLS if tools is None else dict.fromkeys(tools))
-    unknown = [t for t in offered if t not in FLEET_TOOLS]
+    offered = list((*FLEET_TOOLS, *SCHEDULE_TOOLS) if tools is None else dict.fromkeys(tools))
+    unknown = [t for t in offered if t not in FLEET_TOOLS and t not in SCHEDULE_TOOLS]
     if unknown:
         raise ValueError(f"unknown fleet tools: {', '.join(unknown)}")
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
@@ -277,7 +287,79 @@ def build_server(
         states = await asyncio.to_thread(store.states)
         return {"accounts": [s.public() for s in states]}
 
+    def schedule_tenant(ctx: Context, tenant: str | None) -> str:
+        bound = caller(ctx)
+        if bound is not None and tenant is not None and tenant != bound:
+            raise ToolError(f"tenant: this caller's schedules are tenant {bound!r}'s only")
+        return bound or tenant or DEFAULT_TENANT
+
+    async def add_schedule(
+        name: Annotated[str, Field(description="The schedule's name (its tenant's own).")],
+        prompt: Annotated[str, Field(description="The prompt of every job it fires.")],
+        ctx: Context,
+        cron: Annotated[str | None, Field(description="A cron expression, e.g. '0 2 * * *'.")] = None,
+        every_s: Annotated[int | None, Field(description="Or: every this many seconds.")] = None,
+        tz: Annotated[str, Field(description="The time zone the cron expression is read in.")] = "UTC",
+        on_missed: Annotated[str, Field(description="A tick no worker reached in time: skip, or run_once.")] = "skip",
+        spec: Annotated[
+            dict[str, Any] | None, Field(description="More spec fields of its jobs: tools, model, cwd, …")
+        ] = None,
+        replace: Annotated[bool, Field(description="Replace a schedule of that name.")] = False,
+        tenant: Annotated[str | None, Field(description="Whose schedule (fixed when the caller is bound).")] = None,
+    ) -> dict[str, Any]:
+        """Have the fleet submit a job on a cron expression or an interval, exactly once per tick."""
+        owner = schedule_tenant(ctx, tenant)
+        fields = {**(spec or {}), "prompt": prompt, "tenant": owner}
+        if parent_job_id:
+            fields["metadata"] = {**fields.get("metadata", {}), PARENT_JOB_KEY: parent_job_id}
+        add = functools.partial(
+            client.add_schedule, name, fields, cron=cron, every_s=every_s, tz=tz, on_missed=on_missed, replace=replace
+        )
+        try:
+            schedule = await asyncio.to_thread(add)
+        except JobSpecError as exc:
+            raise _problem(exc) from None
+        except ClaudeqError as exc:
+            raise ToolError(str(exc)) from None
+        return schedule.model_dump(mode="json")
+
+    async def list_schedules(
+        ctx: Context,
+        tenant: Annotated[str | None, Field(description="Only this tenant's (fixed when the caller is bound).")] = None,
+    ) -> dict[str, Any]:
+        """Schedules with their next tick and what they fired."""
+        bound = caller(ctx)
+        if bound is not None and tenant is not None and tenant != bound:
+            raise ToolError(f"tenant: this caller's schedules are tenant {bound!r}'s only")
+        infos = await asyncio.to_thread(client.schedules, bound or tenant)
+        return {"schedules": [info.model_dump(mode="json") for info in infos]}
+
+    def schedule_action(action: str) -> Callable[..., Any]:
+        async def act(
+            name: Annotated[str, Field(description="The schedule's name.")],
+            ctx: Context,
+            tenant: Annotated[str | None, Field(description="Whose schedule (fixed when the caller is bound).")] = None,
+        ) -> dict[str, Any]:
+            owner = schedule_tenant(ctx, tenant)
+            try:
+                await asyncio.to_thread(getattr(client, f"{action}_schedule"), name, owner)
+            except ClaudeqError as exc:
+                raise ToolError(f"name: {exc}") from None
+            return {"name": name, "tenant": owner, "done": action}
+
+        act.__doc__ = {
+            "pause": "Stop a schedule firing until it is resumed.",
+            "resume": "Fire a paused schedule again from its next tick after now (paused ticks are not made up).",
+            "remove": "Delete a schedule (the jobs it fired stay).",
+        }[action]
+        return act
+
     functions: dict[str, Callable[..., Any]] = {
+        "add_schedule": add_schedule,
+        "list_schedules": list_schedules,
+        "pause_schedule": schedule_action("pause"),
+        "resume_schedule": schedule_action("resume"),
+        "remove_schedule": schedule_action("remove"),
         "submit_job": submit_job,
         "get_job": get_job,
         "list_jobs": list_jobs,

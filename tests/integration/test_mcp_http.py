@@ -204,3 +204,32 @@ async def test_an_idempotency_key_over_mcp_is_the_callers_tenants_own(token_serv
         assert same_key.structured_content is not None and same_key.structured_content["created"] is True
         assert same_key.structured_content["id"] != a_job and a_job not in str(same_key.content)
     assert client.get(same_key.structured_content["id"]).spec.tenant == "team-b"
+
+
+async def test_schedules_over_mcp_are_the_callers_tenants_own(token_server: tuple[str, Client]) -> None:
+    url, client = token_server
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        added = await team_a.call_tool(
+            "add_schedule", {"name": "nightly", "prompt": "review", "cron": "0 2 * * *", "spec": {"max_turns": 3}}
+        )
+        assert not added.is_error and added.structured_content is not None, added.content
+        assert added.structured_content["spec"]["tenant"] == "team-a"
+        bad = await team_a.call_tool("add_schedule", {"name": "x", "prompt": "p", "cron": "not cron"})
+        assert bad.is_error and "cron" in bad.content[0].text  # type: ignore[union-attr]
+        other = await team_a.call_tool("add_schedule", {"name": "y", "prompt": "p", "every_s": 60, "tenant": "team-b"})
+        assert other.is_error and "tenant" in other.content[0].text  # type: ignore[union-attr]
+        paused = await team_a.call_tool("pause_schedule", {"name": "nightly"})
+        assert not paused.is_error
+    [info] = client.schedules("team-a")
+    assert info.schedule.paused and info.schedule.spec.max_turns == 3
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+        listed = await team_b.call_tool("list_schedules", {})
+        assert listed.structured_content == {"schedules": []}
+        hidden = await team_b.call_tool("remove_schedule", {"name": "nightly"})
+        assert hidden.is_error and "nightly" in hidden.content[0].text  # type: ignore[union-attr]
+    async with as_caller(url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+        listed = await team_a.call_tool("list_schedules", {})
+        assert listed.structured_content is not None
+        assert [s["schedule"]["name"] for s in listed.structured_content["schedules"]] == ["nightly"]
+        assert not (await team_a.call_tool("remove_schedule", {"name": "nightly"})).is_error
+    assert client.schedules("team-a") == []
