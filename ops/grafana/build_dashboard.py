@@ -337,6 +337,35 @@ def panels() -> list[dict[str, Any]]:
             unit="currencyUSD",
         ),
     ]
+    out.append(row("Notifications and schedules", 91))
+    out += [
+        panel(
+            "End notifications /s by outcome",
+            "timeseries",
+            (0, 92, 8, 8),
+            [target(f"sum by (target, outcome) (rate(claudeq_notifications_total[{RATE}]))", "{{target}} {{outcome}}")],
+            unit="ops",
+            description="Tries of webhooks and Celery callbacks: delivered, failed (tried again), dead (given up on: "
+            "claudeq webhooks retry).",
+        ),
+        panel(
+            "Job end to notification delivered p50 / p95",
+            "timeseries",
+            (8, 92, 8, 8),
+            quantiles("claudeq_notification_latency_seconds", "target"),
+            unit="s",
+            description="A receiver that fails or hangs shows here as its retries' backoff.",
+        ),
+        panel(
+            "Schedule ticks /s by outcome",
+            "timeseries",
+            (16, 92, 8, 8),
+            [target(f"sum by (outcome) (rate(claudeq_schedule_ticks_total[{RATE}]))", "{{outcome}}")],
+            unit="ops",
+            description="fired (a job submitted), missed (no scheduler within the grace), refused (the spec no longer "
+            "passes submit's checks).",
+        ),
+    ]
     for i, item in enumerate(out, start=1):
         item["id"] = i
     return out
