@@ -42,7 +42,7 @@ from claudeq.producer.web.auth import (
     safe_next,
     same_site_post,
 )
-from claudeq.producer.web.listing import JobFilter, list_page, parse_cursor
+from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
 
 HERE = Path(__file__).parent
 STATUSES: tuple[str, ...] = get_args(JobStatus)
@@ -324,9 +324,7 @@ class Web:
         events = self.client.store.read_events(job_id, count=MAX_EVENTS)
         rows = [row for entry_id, event in events if (row := event_row(entry_id, event)) is not None]
         after = events[-1][0] if events else "0-0"
-        children = [
-            c for c in self.client.list(None, PAGE_ROWS, tenant=viewer.tenant, parent_job_id=job_id) if viewer_row(c)
-        ]
+        children = children_of(self.client, record, PAGE_ROWS)
         turns = []
         if record.spec.conversation:
             turns = self.client._conversations.turns(record.spec.conversation, record.spec.tenant)
@@ -439,10 +437,6 @@ class Web:
         return self.page(
             request, "fleet.html", snap=snap, tenants=tenants, tenants_note=tenants_note, now=datetime.now(UTC)
         )
-
-
-def viewer_row(item: JobRecord | RecordUnreadable) -> bool:
-    return isinstance(item, JobRecord)
 
 
 class Guard:

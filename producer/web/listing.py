@@ -196,3 +196,16 @@ def _conversation_page(client: Client, wanted: JobFilter, limit: int) -> Page:
     found.sort(key=lambda r: r.created_at, reverse=True)
     page.rows = list(found[:limit])
     return page
+
+
+def children_of(client: Client, parent: JobRecord, limit: int = 50, max_scan: int = MAX_SCAN) -> list[JobRecord]:
+    """The jobs `parent` submitted (its fleet tools' children are its tenant's), oldest first: read upward from the
+    parent's creation, where they are (a run submits its children while it runs), at most `max_scan` entries."""
+    keys = client.store.keys
+    source = keys.tenant_index(parent.spec.tenant) if client._indexes() else keys.jobs
+    floor = int(parent.created_at.timestamp() * 1000)
+    ids = [text(i) for i in client.store.redis.zrangebyscore(source, floor, "+inf", start=0, num=max_scan)]
+    wanted = JobFilter(parent=parent.id, tenant=parent.spec.tenant)
+    candidates = _light_pass(client, [i for i in ids if i != parent.id], wanted)
+    found = [r for r in client.store.records(candidates) if isinstance(r, JobRecord) and wanted.matches(r, "")]
+    return found[:limit]

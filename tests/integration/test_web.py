@@ -233,3 +233,15 @@ def test_an_unreadable_record_is_listed_as_such_only_in_the_whole_fleets_list(
     assert [getattr(r, "job_id", None) for r in rows[:1]] == ["broken-job"] and rows[1].id == good.id  # type: ignore[union-attr]
     for scoped in (JobFilter(status="queued"), JobFilter(tenant="default")):
         assert [r.id for r in list_page(client, scoped, limit=10).rows] == [good.id]  # type: ignore[union-attr]
+
+
+def test_a_jobs_page_shows_its_children_however_many_jobs_came_after(
+    client: Client, settings: Settings, unique: str
+) -> None:
+    parent = client.submit(prompt=f"parent {unique}")
+    kids = [client.submit(prompt=f"kid {i} {unique}", metadata={"parent_job_id": parent.id}) for i in range(2)]
+    client.submit_many([{"prompt": f"later {i} {unique}"} for i in range(300)])
+    with TestClient(create_app(settings, client)) as http:
+        page = http.get(f"/jobs/{parent.id}", headers=HTML).text
+    children = page.split('id="children"', 1)[1].split("</ul>", 1)[0]
+    assert all(k.id in children for k in kids) and children.count("<li>") == 2
