@@ -65,6 +65,10 @@ SECURITY_HEADERS = {
 }
 
 
+class NotLoggedIn(Exception):
+    """The request carries no token this server knows (a page answers with the login form)."""
+
+
 class WebError(Exception):
     """An answer other than the page: 400 (bad input, with the field), 403, 404."""
 
@@ -228,7 +232,7 @@ class Web:
     def viewer(self, request: Request) -> Viewer:
         viewer = self.auth.viewer(request)
         if viewer is None:
-            raise PermissionError
+            raise NotLoggedIn
         request.state.viewer = viewer
         return viewer
 
@@ -507,7 +511,7 @@ def create_app(settings: Settings, client: Client | None = None) -> Starlette:
         routes=routes,
         middleware=[Middleware(Guard)],
         exception_handlers={
-            PermissionError: on_denied,
+            NotLoggedIn: on_denied,
             WebError: on_web_error,
             redis.RedisError: on_store_error,
         },
