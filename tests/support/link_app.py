@@ -21,6 +21,7 @@ app.conf.update(
     worker_send_task_events=False,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    broker_transport_options={"ack_emulation": False},  # no `unacked` hash in the shared Redis
 )
 _seen = redis.Redis.from_url(os.environ.get("CQT_LINK_BROKER", "redis://127.0.0.1:6379/0"))
 
