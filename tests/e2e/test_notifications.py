@@ -94,6 +94,7 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.server.shutdown()
+    r.server.server_close()
 
 
 @pytest.fixture

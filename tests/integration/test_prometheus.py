@@ -188,6 +188,8 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     metrics.mirror_error()
     metrics.tenant_run("team-a")
     metrics.tenant_cost("team-a", 0.2)
+    metrics.notification("webhook", "delivered", 0.5)
+    metrics.schedule_tick("fired")
     # A run of team-a in flight and its spend so far, as the worker's admission and settling leave them.
     tenants = TenantStore(redis_client, keys, fleet_settings.tenants)
     team_a = fleet_settings.tenants.governing("team-a")
@@ -210,6 +212,8 @@ def test_every_dashboard_query_returns_series_from_a_real_prometheus(
         prometheus.wait_scraped(["claudeq-worker", "claudeq-exporter"])
         # a counter that moves between scrapes, so rates are not all zero
         populated.job_finished(fleet_settings.queue, "failed")
+        populated.notification("webhook", "delivered", 0.8)
+        populated.schedule_tick("fired")
         prometheus.wait_scraped(["claudeq-worker"], scrapes=5)
         assert empty_queries(prometheus) == []
         cost = prometheus.query('sum by (account) (claudeq_cost_usd_total{account="alpha"})')

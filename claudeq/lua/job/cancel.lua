@@ -9,7 +9,8 @@
 --!include lib/compact_events.lua
 --!include lib/notify_end.lua
 
-local status = redis.call('HGET', KEYS[1], 'status')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'notify')
+local status = cur[1]
 if not status then return 'missing' end
 if status == 'queued' or status == 'deferred' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[2], 'error', ARGV[4])
@@ -26,7 +27,7 @@ if status == 'queued' or status == 'deferred' then
   local idem = redis.call('HGET', KEYS[1], 'idem')
   if idem then redis.call('EXPIRE', idem, ARGV[3]) end
   count_finished(ARGV[7], 'cancelled', ARGV[3])
-  notify_end(KEYS[1], KEYS[5], ARGV[1])
+  notify_end(KEYS[5], ARGV[1], cur[2])
   return 'cancelled'
 end
 if status == 'running' then

@@ -13,7 +13,7 @@
 --!include lib/compact_events.lua
 --!include lib/notify_end.lua
 
-local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel', 'notify')
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or (expiry and expiry > tonumber(ARGV[3])) then
   if cur[1] ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) end
@@ -33,7 +33,7 @@ if new == 'queued' then
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 else
   count_finished(ARGV[8], new, ARGV[7])
-  notify_end(KEYS[1], KEYS[5], ARGV[1], tonumber(ARGV[3]))
+  notify_end(KEYS[5], ARGV[1], cur[4], tonumber(ARGV[3]))
   compact_events(KEYS[1], KEYS[4])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
   redis.call('HDEL', KEYS[1], 'cancel')

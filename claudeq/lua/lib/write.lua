@@ -9,7 +9,7 @@
 --!include lib/pack_events.lua
 
 local function write(KEYS, ARGV, outbox)
-  local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem', 'cancel')
+  local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem', 'cancel', 'notify')
   if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
     return {{Write.LOST}}
   end
@@ -58,7 +58,7 @@ local function write(KEYS, ARGV, outbox)
       fields[#fields + 1] = packed
     end
     count_finished(ARGV[6], new, ARGV[4], tonumber(ARGV[9]) / 1000)
-    notify_end(KEYS[1], outbox, ARGV[1], tonumber(ARGV[9]) / 1000)
+    notify_end(outbox, ARGV[1], cur[5], tonumber(ARGV[9]) / 1000)
     if KEYS[5] ~= '' then redis.call('DEL', KEYS[5]) end
     redis.call('EXPIRE', KEYS[1], ARGV[4])
     if cur[3] then redis.call('EXPIRE', cur[3], ARGV[4]) end
