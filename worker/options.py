@@ -71,7 +71,7 @@ def workspace_hook(policy: WorkerPolicy, home: Path) -> Callable[[HookInput, str
 
     Needed because `can_use_tool` is not consulted for tools already in `allowed_tools`. A second layer, not the
     only one: a root worker runs every run with file tools under a uid of its own (`runs_under_own_uid`), so what
-    the hook misjudges still meets the kernel's permission check (README, Security defaults).
+    the hook misjudges still meets the kernel's permission check (docs/workers.md#security-defaults).
     """
 
     async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:

@@ -45,7 +45,7 @@ def runs_under_own_uid(spec: JobSpec, policy: WorkerPolicy) -> bool:
     (always; a worker that cannot switch uids refuses it unless the policy accepts a shared uid), or a file tool
     that reads and this worker can switch uids (it runs as root): then the kernel, not only the workspace hook,
     keeps the run from files outside the workspace roots. A worker that is not root runs read-only file tools
-    under its own uid, held by the hook alone (README, Security defaults)."""
+    under its own uid, held by the hook alone (docs/workers.md#security-defaults)."""
     tools = allowed_builtin_tools(spec, policy)
     if policy.isolated_tools(tools):
         return True

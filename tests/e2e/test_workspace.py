@@ -1,6 +1,6 @@
 """Workspace confinement with the real CLI: file tools reaching outside the workspace roots are denied.
 
-Two layers keep file tools inside the roots (README, Security defaults). The PreToolUse hook (worker/options.py)
+Two layers keep file tools inside the roots (docs/workers.md#security-defaults). The PreToolUse hook (worker/options.py)
 denies a path that resolves outside them, read the way the CLI reads it (`~`, `~user`, `..`, symlinks): the tools
 are in `allowed_tools`, so the CLI asks nobody else. And a root worker (as this suite runs) runs every run with file
 tools under a uid of its own, so whatever the hook misjudged meets the kernel's permission check: files readable by

@@ -1,5 +1,5 @@
 """Directories a run's own uid can reach: a root worker runs shell and file-tool jobs under a uid of the run range,
-and pytest's tmp_path lies under a 0700 directory that uid cannot enter (README, Security defaults)."""
+and pytest's tmp_path lies under a 0700 directory that uid cannot enter (docs/workers.md#security-defaults)."""
 
 from __future__ import annotations
 
