@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from claudeq import connections
 from claudeq import job_scripts as scripts
 from claudeq.archive import Archive, open_archive
-from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.keys import Keys, text
 from claudeq.resp import execute_packed, pack_command, packed_capable
 
@@ -111,6 +111,8 @@ def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
         }
     )
     spec = record.spec
+    if spec.depends_on:  # CREATE reads them from the fields (claudeq/lua/job/create.lua)
+        fields += ["deps", json.dumps(spec.depends_on), "dep_mode", spec.on_dependency_failure]
     if spec.webhook is not None or spec.link is not None or spec.link_error is not None:
         fields += [NOTIFY_FIELD, "1"]  # its end goes into the outbox (claudeq/lua/lib/notify_end.lua)
     return [*fields, INDEXED_FIELD, "1"] if indexed else fields
@@ -248,6 +250,7 @@ class JobStore:
             self.keys.conversation_waiters(conversation, record.spec.tenant) if conversation else "",
             self.keys.conversation_seq(conversation, record.spec.tenant) if conversation else "",
             self.keys.tenant_index(record.spec.tenant) if indexed else "",
+            self.keys.waiting,
         ]
         args: list[str | int | float] = [
             record.id,
@@ -415,6 +418,7 @@ class JobStore:
                     self.keys.queued,
                     self.keys.events(job_id),
                     self.keys.outbox,
+                    self.keys.waiting,
                 ],
                 args=[
                     job_id,
@@ -605,9 +609,19 @@ def _unreadable_key(job_id: str, exc: redis.ResponseError) -> RecordUnreadable:
 
 
 def create_reply(reply: Any) -> tuple[str, bool]:
-    """The CREATE script's answer as (job id, created)."""
-    created, job_id = reply
-    return text(job_id), bool(created)
+    """The CREATE script's answer as (job id, created); JobSpecError on `depends_on` when a dependency is gone or
+    ended so that the job would fail at once (nothing was written)."""
+    code, job_id = int(reply[0]), text(reply[1])
+    if code == 2:
+        status = text(reply[2])
+        reason = "no such job" if status == "missing" else f"it {status}: this job would fail at once"
+        raise JobSpecError([("depends_on", f"{job_id}: {reason} (on_dependency_failure='run' runs it anyway)")])
+    return job_id, bool(code)
+
+
+def created_waiting(reply: Any) -> bool:
+    """Whether CREATE made the job `waiting` (a dependency still active: no broker message for it)."""
+    return len(reply) > 2 and int(reply[2]) == 1
 
 
 def parse_record(job_id: str, fields: dict[str, str]) -> JobRecord:

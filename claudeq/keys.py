@@ -42,6 +42,17 @@ class Keys:
         return f"{self.prefix}jobs"
 
     @property
+    def waiting(self) -> str:
+        """Sorted set: job id -> creation time (epoch s) of the jobs waiting for their dependencies (`depends_on`):
+        no broker message, no slot; a dependency's end makes one due (`deferred`) when it may run."""
+        return f"{self.prefix}waiting"
+
+    def dependents(self, job_id: str) -> str:
+        """Set: the waiting jobs that depend on `job_id`; its end releases them and deletes it. (The job's record
+        has `dependents` = 1 while it exists, read with what the end reads anyway.)"""
+        return f"{self.prefix}job:{job_id}:dependents"
+
+    @property
     def deferred(self) -> str:
         """Sorted set: deferred job id -> ready time (epoch s)."""
         return f"{self.prefix}deferred"

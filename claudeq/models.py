@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -12,11 +13,11 @@ from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionM
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
 
-JobStatus = Literal["queued", "deferred", "running", "succeeded", "failed", "cancelled"]
+JobStatus = Literal["waiting", "queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 #: The statuses a job ends in.
 TerminalStatus = Literal["succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-ACTIVE: frozenset[str] = frozenset({"queued", "deferred", "running"})
+ACTIVE: frozenset[str] = frozenset({"waiting", "queued", "deferred", "running"})
 
 Outcome = Literal[
     "success",
@@ -44,6 +45,7 @@ ErrorKind = Literal[
     "poisoned",  # it lost its worker too many times (it froze or killed each one): failed rather than retried
     "budget_exceeded",  # its tenant (on_budget = "fail") or every account it may use is over a spend cap
     "output",  # the run's output cannot be stored (e.g. a structured output nested too deeply to serialise)
+    "dependency",  # a job it depends on failed or was cancelled (on_dependency_failure = "fail")
 ]
 
 
@@ -64,6 +66,11 @@ JsonScalar = str | int | float | bool | None
 #: The metadata key under which a job submitted from inside another job's run records that job's id.
 PARENT_JOB_KEY = "parent_job_id"
 
+
+#: What a job id looks like where a spec names one (`depends_on`): what `new_job_id` makes, and room for others'.
+JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+#: The most jobs one job may depend on (JobSpec.depends_on).
+MAX_DEPENDENCIES = 100
 
 #: A Celery task name or queue a callback names (Celery's own names: dotted, no spaces).
 CELERY_NAME = r"^[A-Za-z_][\w.:-]{0,199}$"
@@ -128,6 +135,14 @@ class JobSpec(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_CAP)
     metadata: dict[str, JsonScalar] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    depends_on: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="Jobs (of the same tenant) that must succeed first; the job is `waiting` until they end.",
+    )
+    on_dependency_failure: Literal["fail", "run"] = Field(
+        default="fail", description="A dependency failed or was cancelled: fail this job (kind dependency), or run it."
+    )
     webhook: WebhookSpec | None = Field(default=None, description="POST the job's end here, signed.")
     link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
     link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
@@ -137,6 +152,15 @@ class JobSpec(BaseModel):
     def _prompt_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
+        return value
+
+    @field_validator("depends_on")
+    @classmethod
+    def _dependencies_unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a job twice")
+        if any(not JOB_ID.match(v) for v in value):
+            raise ValueError("each entry must be a job id")
         return value
 
     @field_validator("tools")

@@ -14,6 +14,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy
+from claudeq.dependencies import placeholder_problems
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
 
@@ -102,6 +103,7 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
         wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts)
         if wrong:
             problems.append(("webhook.url", wrong))
+    problems += placeholder_problems(spec)
     for field, callback in (("link", spec.link), ("link_error", spec.link_error)):
         if callback is not None and callback.queue in settings.job_queues:
             problems.append((f"{field}.queue", f"{callback.queue!r} is a claudeq queue: name your own app's queue"))

@@ -223,6 +223,12 @@ def submit(
     max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
     cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    depends_on: Annotated[
+        list[str] | None, typer.Option("--depends-on", help="A job that must succeed first (repeatable).")
+    ] = None,
+    on_dependency_failure: Annotated[
+        str | None, typer.Option(help="A dependency failed: fail (the default) or run.")
+    ] = None,
     webhook: Annotated[
         str | None, typer.Option(help="POST the job's end here, signed (on a host in CLAUDEQ_WEBHOOK_HOSTS).")
     ] = None,
@@ -275,6 +281,10 @@ def submit(
         fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
     if mcp_tool:
         fields["mcp_tools"] = mcp_tool
+    if depends_on:
+        fields["depends_on"] = depends_on
+    if on_dependency_failure is not None:
+        fields["on_dependency_failure"] = on_dependency_failure
     if webhook is not None:
         fields["webhook"] = {"url": webhook}
     for name, callback in (("link", link), ("link_error", link_error)):

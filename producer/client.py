@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -19,7 +20,7 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, NotReplicated, RecordUnreadable
-from claudeq.jobs import JobStore, create_reply
+from claudeq.jobs import JobStore, create_reply, created_waiting
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
@@ -128,7 +129,7 @@ class Client:
         One round trip: the record, its `submitted` event and the broker message go in one MULTI/EXEC (with an
         idempotency key, the message follows only when the record was created: two round trips)."""
         checked = self.validate(spec, **fields)
-        problems = self._resume_problems([checked])
+        problems = self._resume_problems([checked]) + self._dependency_problems(checked)
         if problems:
             raise JobSpecError([(field, reason) for _, field, reason in problems])
         record = JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow())
@@ -142,12 +143,14 @@ class Client:
     def _submit_one(self, record: JobRecord) -> JobHandle:
         checked = record.spec
         indexed = self._indexes()
-        if checked.idempotency_key:
+        if checked.idempotency_key or checked.depends_on:
             now = time.time()
-            job_id, created = create_reply(self.store.queue_create(self.store.redis, record, now, indexed))
+            reply = self.store.queue_create(self.store.redis, record, now, indexed)
+            job_id, created = create_reply(reply)
             if created:
-                # If this process dies right here the reconciler re-sends the job: the record is the truth.
-                self._enqueue([record], now, indexed)
+                # If this process dies right here the reconciler re-sends the job: the record is the truth. A job
+                # waiting for its dependencies gets no message: the end of the last one makes it due.
+                self._enqueue([record], now, indexed, send=not created_waiting(reply))
             durability.replicated(self.store.redis, self.settings, (job_id,))
             return JobHandle(self, job_id, created)
         pipe = self.store.redis.pipeline(transaction=True)
@@ -168,6 +171,9 @@ class Client:
                 checked.append(validate_spec(spec, self.settings))
             except JobSpecError as exc:
                 problems += [(index, field, reason) for field, reason in exc.errors]
+                continue
+            if checked[-1].depends_on:
+                problems.append((index, "depends_on", "a job that waits for others is submitted alone (Client.submit)"))
         if problems:
             raise BatchSpecError(problems)
         return checked
@@ -198,6 +204,28 @@ class Client:
             if progress is not None:
                 progress(len(handles))
         return handles
+
+    def _dependency_problems(self, spec: JobSpec) -> builtins.list[tuple[int, str, str]]:
+        """(0, `depends_on`, reason) for each dependency that is not a job of the spec's tenant (another tenant's job
+        is as if missing), or one that already failed or was cancelled when the job would then fail at once. One
+        round trip; CREATE checks their statuses again, atomically."""
+        if not spec.depends_on:
+            return []
+        pipe = self.store.redis.pipeline(transaction=False)
+        for dep in spec.depends_on:
+            pipe.hmget(self.store.keys.job(dep), ["status", "spec"])
+        problems: builtins.list[tuple[int, str, str]] = []
+        for dep, (status, raw) in zip(spec.depends_on, pipe.execute(raise_on_error=False), strict=True):
+            try:
+                tenant = json.loads(raw).get("tenant", DEFAULT_TENANT) if raw else None
+            except (ValueError, AttributeError):
+                tenant = None
+            if status is None or tenant != spec.tenant:
+                problems.append((0, "depends_on", f"{dep}: no such job (never submitted, or its retention expired)"))
+            elif text(status) in ("failed", "cancelled") and spec.on_dependency_failure == "fail":
+                reason = f"{dep}: it {text(status)}: this job would fail at once (on_dependency_failure='run' runs it)"
+                problems.append((0, "depends_on", reason))
+        return problems
 
     def _resume_problems(self, specs: builtins.list[JobSpec]) -> builtins.list[tuple[int, str, str]]:
         """(index, `resume`, reason) for each spec resuming a session that is not its tenant's own (sessions are
@@ -230,11 +258,12 @@ class Client:
         durability.replicated(self.store.redis, self.settings, tuple(job_id for job_id, _ in replies))
         return [JobHandle(self, job_id, created) for job_id, created in replies]
 
-    def _enqueue(self, records: builtins.list[JobRecord], sent_at: float, indexed: bool) -> None:
+    def _enqueue(self, records: builtins.list[JobRecord], sent_at: float, indexed: bool, send: bool = True) -> None:
         if records:
             pipe = self.store.redis.pipeline(transaction=False)
             self._index(pipe, records, sent_at, indexed)
-            self._queue_messages(pipe, records, sent_at)
+            if send:
+                self._queue_messages(pipe, records, sent_at)
             pipe.execute()
 
     def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float, indexed: bool) -> None:

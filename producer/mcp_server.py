@@ -152,6 +152,13 @@ def build_server(
             dict[str, str | int | float | bool | None] | None, Field(description="Free-form labels.")
         ] = None,
         idempotency_key: Annotated[str | None, Field(description="Same key, same job.")] = None,
+        depends_on: Annotated[
+            list[str] | None,
+            Field(description="Jobs that must succeed first; {{dep[0].text}} in the prompt is the first one's answer."),
+        ] = None,
+        on_dependency_failure: Annotated[
+            str | None, Field(description="A dependency failed: `fail` (the default) or `run` anyway.")
+        ] = None,
         tenant: Annotated[
             str | None, Field(description="Who the job is for (default `default`; fixed when the server is bound).")
         ] = None,
@@ -175,6 +182,8 @@ def build_server(
             "deadline_s": deadline_s,
             "max_attempts": max_attempts,
             "idempotency_key": idempotency_key,
+            "depends_on": depends_on,
+            "on_dependency_failure": on_dependency_failure,
             "tenant": bound or tenant,
         }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}

@@ -157,7 +157,7 @@ _STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 def render(snap: Snapshot, title: str) -> Group:
     """One frame."""
     now = snap.at
-    counts = " ".join(f"{s} {snap.counts.get(s, 0)}" for s in ("queued", "deferred", "running"))
+    counts = " ".join(f"{s} {snap.counts.get(s, 0)}" for s in ("waiting", "queued", "deferred", "running"))
     header = Text.assemble(
         (f"claudeq top · {title} · {now.strftime('%H:%M:%S')} UTC", "bold"),
         f"   {len(snap.workers)} live workers · {counts} · {snap.jobs_per_s:.2f} jobs/s   (q quits)",

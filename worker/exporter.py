@@ -36,7 +36,7 @@ from claudeq.worker.broker import KOMBU_PRIORITIES, queue_lists
 log = logging.getLogger(__name__)
 
 #: Every job status, so each `claudeq_jobs{status}` series exists (as 0) from the first scrape.
-JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "deferred", "running", "succeeded", "failed", "cancelled")
+JOB_STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "deferred", "running", "succeeded", "failed", "cancelled")
 #: Every account state, so `claudeq_account_state{state}` is a full one-hot set per account.
 ACCOUNT_STATES: tuple[str, ...] = ("ok", "warning", "cooling", "reserved", "disabled")
 DEFAULT_PORT = 9809  # workers use 9808 (.env.example); also claudeq.producer.cli.EXPORTER_PORT

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec
 
-from claudeq import tracing
+from claudeq import dependencies, tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
@@ -107,6 +107,13 @@ class DeliveryHandler:
         if problems:
             message = "refused by the worker policy: " + "; ".join(f"{f}: {r}" for f, r in problems)
             return await self.finish(d, "failed", JobError(kind="input", message=message))
+        if spec.depends_on:  # released by its dependencies' ends: they decide, and their results fill the prompt
+            settled = dependencies.settle(spec, await in_redis_thread(self.store.records, spec.depends_on))
+            if isinstance(settled, JobError):
+                return await self.finish(d, "failed", settled)
+            if settled != spec.prompt:
+                spec = spec.model_copy(update={"prompt": settled})
+                d.record = d.record.model_copy(update={"spec": spec})
         max_attempts = spec.max_attempts or self.settings.max_attempts
 
         async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:

@@ -42,7 +42,9 @@ from claudeq.worker import job_scripts as scripts
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
 #: running without a lease, the reconciler's; `missing`; or the job's status when it is not queued).
-ClaimResult = Literal["ok", "busy", "orphan", "missing", "queued", "deferred", "succeeded", "failed", "cancelled"]
+ClaimResult = Literal[
+    "ok", "busy", "orphan", "missing", "waiting", "queued", "deferred", "succeeded", "failed", "cancelled"
+]
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.deferred,
             self.keys.events(job_id) if stream or status not in TERMINAL else "",
             self.keys.outbox,
+            self.keys.waiting,
         ]
         args = [
             job_id,
@@ -544,6 +547,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
                 self.keys.queued,
                 self.keys.events(job_id),
                 self.keys.outbox,
+                self.keys.deferred,
+                self.keys.waiting,
             ],
             args=[
                 job_id,

@@ -329,6 +329,12 @@ class Web:
         rows = [row for entry_id, event in events if (row := event_row(entry_id, event)) is not None]
         after = events[-1][0] if events else "0-0"
         children = children_of(self.client, record, PAGE_ROWS)
+        dependencies = [
+            (dep, found if isinstance(found, JobRecord) and viewer.can_see(found) else None)
+            for dep, found in zip(
+                record.spec.depends_on, self.client.store.records(record.spec.depends_on), strict=True
+            )
+        ]
         turns = []
         if record.spec.conversation:
             turns = self.client._conversations.turns(record.spec.conversation, record.spec.tenant)
@@ -345,6 +351,7 @@ class Web:
             after=after,
             live=record.status not in TERMINAL,
             children=children,
+            dependencies=dependencies,
             turns=turns,
             default_queue=self.settings.queue,
             now=datetime.now(UTC),

@@ -245,3 +245,15 @@ def test_a_jobs_page_shows_its_children_however_many_jobs_came_after(
         page = http.get(f"/jobs/{parent.id}", headers=HTML).text
     children = page.split('id="children"', 1)[1].split("</ul>", 1)[0]
     assert all(k.id in children for k in kids) and children.count("<li>") == 2
+
+
+def test_a_waiting_jobs_page_lists_what_it_waits_for(client: Client, settings: Settings, unique: str) -> None:
+    first = client.submit(prompt=f"first {unique}")
+    then = client.submit(prompt=f"then {unique}", depends_on=[first.id])
+    with TestClient(create_app(settings, client)) as http:
+        page = http.get(f"/jobs/{then.id}", headers=HTML).text
+        listing = http.get("/jobs?status=waiting", headers=HTML).text
+    assert 'id="status">waiting' in page
+    waits_for = page.split('id="dependencies"', 1)[1].split("</ul>", 1)[0]
+    assert first.id in waits_for and "queued" in waits_for
+    assert then.id in listing and first.id not in listing

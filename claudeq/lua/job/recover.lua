@@ -1,7 +1,7 @@
 -- RECOVER (WorkerJobStore): a running job whose lease expired (its worker died): back to queued with the caller's
 -- attempt record — or, when it has lost its worker too often, `failed` (poisoned) like any terminal write — and its
 -- event, in one step (a new owner's events always come after it).
--- KEYS: job, running, queued, events, outbox (lib/notify_end.lua).
+-- KEYS: job, running, queued, events, outbox (lib/notify_end.lua), deferred, waiting (lib/release_dependents.lua).
 -- ARGV: job_id, fence, now_s, event_json ('' = none), events_maxlen, new_status ('queued' | 'failed'), ttl_s,
 --       finished_counts_prefix, on_cancel, field, value, ... (no fields: status only)
 -- on_cancel ('' with `failed`): what a job whose cancel flag is set ends with instead of `queued` (a cancel that came
@@ -12,8 +12,9 @@
 --!include lib/count_finished.lua
 --!include lib/compact_events.lua
 --!include lib/notify_end.lua
+--!include lib/release_dependents.lua
 
-local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel', 'notify')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'cancel', 'notify', 'dependents')
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] or (expiry and expiry > tonumber(ARGV[3])) then
   if cur[1] ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) end
@@ -34,6 +35,7 @@ if new == 'queued' then
 else
   count_finished(ARGV[8], new, ARGV[7])
   notify_end(KEYS[5], ARGV[1], cur[4], tonumber(ARGV[3]))
+  release_dependents(KEYS[1], ARGV[1], new, cur[5], KEYS[7], KEYS[6], tonumber(ARGV[3]))
   compact_events(KEYS[1], KEYS[4])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
   redis.call('HDEL', KEYS[1], 'cancel')

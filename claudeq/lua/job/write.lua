@@ -6,7 +6,8 @@
 -- gives the job and its idempotency key the retention.
 -- KEYS: job, running, queued, deferred, events ('' = the job has no stream: a terminal write need not read one; the
 --       caller knows when no event of the job ever went to one), outbox (a terminal write of a job with end
---       notifications puts it there: lib/notify_end.lua)
+--       notifications puts it there: lib/notify_end.lua), waiting (its dependents leave it when they may run:
+--       lib/release_dependents.lua)
 -- ARGV: job_id, fence, new_status ('' = unchanged), ttl_s, score (ready time / send time), finished_counts_prefix,
 --       n_events, events_maxlen, now_ms, on_cancel, then n_events event JSONs, then field, value, ...
 -- on_cancel ('' for a write to no status or a terminal one): for a write to `queued` or `deferred`, what the job ends
@@ -19,4 +20,4 @@
 
 --!include lib/write.lua
 
-return write(KEYS, ARGV, KEYS[6])
+return write(KEYS, ARGV, KEYS[6], KEYS[7])

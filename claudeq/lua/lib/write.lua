@@ -1,15 +1,17 @@
--- write(KEYS, ARGV, outbox) -> a Write code (claudeq/lua/results.py): LOST (the fence no longer holds the running job:
+-- write(KEYS, ARGV, outbox, waiting) -> a Write code (claudeq/lua/results.py): LOST (the fence no longer holds the running job:
 -- nothing written), WRITTEN, CANCELLED (instead, see on_cancel): the fenced write of a run; KEYS and ARGV as
 -- job/write.lua says. A run may write only while the fence it was given still matches (a paused worker whose lease
--- was taken over must not overwrite). `outbox`: where a terminal write puts a job with end notifications
--- (lib/notify_end.lua; nil for a write that is never terminal).
+-- was taken over must not overwrite). `outbox`, `waiting`: where a terminal write puts a job with end notifications
+-- (lib/notify_end.lua), and the waiting set its dependents leave (lib/release_dependents.lua); nil for a write that is
+-- never terminal.
 
 --!include lib/count_finished.lua
 --!include lib/notify_end.lua
+--!include lib/release_dependents.lua
 --!include lib/pack_events.lua
 
-local function write(KEYS, ARGV, outbox)
-  local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem', 'cancel', 'notify')
+local function write(KEYS, ARGV, outbox, waiting)
+  local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'idem', 'cancel', 'notify', 'dependents')
   if cur[1] ~= ARGV[2] or cur[2] ~= 'running' then
     return {{Write.LOST}}
   end
@@ -59,6 +61,7 @@ local function write(KEYS, ARGV, outbox)
     end
     count_finished(ARGV[6], new, ARGV[4], tonumber(ARGV[9]) / 1000)
     notify_end(outbox, ARGV[1], cur[5], tonumber(ARGV[9]) / 1000)
+    release_dependents(KEYS[1], ARGV[1], new, cur[6], waiting, KEYS[4], tonumber(ARGV[9]) / 1000)
     if KEYS[5] ~= '' then redis.call('DEL', KEYS[5]) end
     redis.call('EXPIRE', KEYS[1], ARGV[4])
     if cur[3] then redis.call('EXPIRE', cur[3], ARGV[4]) end
