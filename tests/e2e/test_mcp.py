@@ -51,7 +51,10 @@ async def test_stdio_client_lists_submits_waits_and_gets_field_errors(
 
     async with McpClient(stdio_server(settings), read_timeout_seconds=60) as mcp:
         names = [t.name for t in (await mcp.list_tools()).tools]
-        assert names == ["submit_job", "get_job", "list_jobs", "cancel_job", "wait_job", "accounts"]
+        assert names == [
+            *("submit_job", "get_job", "list_jobs", "cancel_job", "wait_job", "accounts"),
+            *("add_schedule", "list_schedules", "pause_schedule", "resume_schedule", "remove_schedule"),
+        ]
 
         bad = await mcp.call_tool("submit_job", {"prompt": "x", "max_turns": 0})
         assert bad.is_error and "max_turns" in text_of(bad), text_of(bad)

@@ -8,12 +8,16 @@ their events; finally a real Prometheus scrapes the same processes and every das
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import httpx
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from claudeq.config.settings import Settings
 from claudeq.models import TERMINAL, JobRecord
@@ -148,8 +153,15 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         accounts_file.write_text(text)
         tenants_file = tmp / "tenants.toml"
         tenants_file.write_text('[[tenants]]\nname = "default"\nmax_concurrency = 100\nmax_cost_usd_per_day = 100.0\n')
+        receiver = _Receiver()  # a webhook receiver that accepts everything: the notification panels have data
         settings = make_settings(
-            redis_url, uuid.uuid4().hex[:10], accounts_file=accounts_file, tenants_file=tenants_file, **FAST_E2E
+            redis_url,
+            uuid.uuid4().hex[:10],
+            accounts_file=accounts_file,
+            tenants_file=tenants_file,
+            webhook_hosts=["127.0.0.1"],
+            webhook_secret=SecretStr(WEBHOOK_SECRET),
+            **FAST_E2E,
         )
         settings = settings.model_copy(
             update={"policy": settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"})}
@@ -172,6 +184,20 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                     break
                 ids.append(client.submit(prompt=f"[[sim: tokens out=15]] top-up {i}").id)
                 records.append(client.wait(ids[-1], timeout=180, poll_s=0.2))
+            # A job with a webhook, and a schedule that fires once: the notification and schedule panels.
+            hooked = client.submit(prompt="[[sim: text hooked]] hooked", webhook={"url": receiver.url})
+            ids.append(hooked.id)
+            records.append(client.wait(hooked.id, timeout=180, poll_s=0.2))
+            run_until(lambda: client.get(hooked.id).notifications, timeout=60, what="the webhook was not delivered")
+            name = f"tick-{uuid.uuid4().hex[:6]}"
+            client.add_schedule(name, prompt="[[sim: text tick]] tick", every_s=1)
+            run_until(lambda: client.schedules()[0].fired >= 1, timeout=60, what="the schedule never fired")
+            client.remove_schedule(name)
+            time.sleep(1.5)  # a tick that was firing as it was removed has submitted by now
+            for job in client.list(limit=200):
+                if isinstance(job, JobRecord) and job.spec.metadata.get("schedule") == name:
+                    ids.append(job.id)
+                    records.append(client.wait(job.id, timeout=180, poll_s=0.2))
             yield Fleet(
                 settings=settings,
                 worker_ports=ports,
@@ -180,6 +206,8 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 events={job_id: list(client.events(job_id)) for job_id in ids},
             )
         finally:
+            receiver.server.shutdown()
+            receiver.server.server_close()
             if exporter is not None:
                 exporter.terminate()
                 exporter.wait(10)
@@ -193,6 +221,28 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             client_redis.delete(settings.queue)
             client_redis.close()
             assert not leftover, f"claude processes outlived their workers: {leftover}"
+
+
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"claudeq-metrics-e2e-webhook-secret").decode()
+
+
+class _Receiver:
+    """A loopback webhook receiver answering 200 to everything."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture(scope="module")
