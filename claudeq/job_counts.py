@@ -18,10 +18,10 @@ FINISHED: tuple[str, ...] = tuple(status for status in typing.get_args(JobStatus
 def status_counts(client: redis.Redis, keys: Keys, now: float) -> dict[str, int]:
     """Jobs per status, O(statuses + hours of retention), never O(jobs).
 
-    Active statuses are the sizes of their indexes (`waiting`, `queued`, `deferred`, `running`), which the status scripts keep
-    in the same atomic step as the status itself: exact. A finished job is counted under the hour its retention ends
-    and leaves the count when that hour is over, so a finished count may include jobs that expired less than an
-    hour ago."""
+    Active statuses are the sizes of their indexes (`waiting`, `queued`, `deferred`, `running`), which the status
+    scripts keep in the same atomic step as the status itself: exact. A finished job is counted under the hour its
+    retention ends and leaves the count when that hour is over, so a finished count may include jobs that expired
+    less than an hour ago."""
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.waiting)
     pipe.zcard(keys.queued)
