@@ -29,9 +29,10 @@ class Node:
         self.sentinel = sentinel
         self.proc = self._start()
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
         with open(self.dir / "server.log", "ab") as log:  # the child keeps its own descriptor
-            proc = subprocess.Popen([_server_binary(), *self.args], stdout=log, stderr=log, cwd=self.dir)
+            command = [_server_binary(), *self.args, *(extra or [])]
+            proc = subprocess.Popen(command, stdout=log, stderr=log, cwd=self.dir)
         deadline = time.monotonic() + 30
         while not _answers(self.url):
             if time.monotonic() > deadline or proc.poll() is not None:
@@ -61,6 +62,13 @@ class Node:
     def restart(self) -> None:
         """Start the process again on its port (after `kill`): the sentinels make a returning old primary a replica."""
         self.proc = self._start()
+
+    def rejoin(self, primary_port: int) -> None:
+        """Start a killed node again as a replica of `primary_port` that is never promoted (replica-priority 0).
+        Nodes here keep no data on disk, so it comes back empty: as a primary it would serve nothing, and promoted
+        before its first sync completes it would make the group forget what it held (Redis's advice for primaries
+        without persistence). It is what the group needs to write again under `min-replicas-to-write`."""
+        self.proc = self._start(["--replicaof", "127.0.0.1", str(primary_port), "--replica-priority", "0"])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
