@@ -45,6 +45,10 @@ CANCEL_FIELD = "cancel"
 INDEXED_FIELD = "indexed"
 #: The record's field that says the job has end notifications (a webhook, a link): its end puts it in the outbox.
 NOTIFY_FIELD = "notify"
+#: The record's field that says its webhook follows chosen events (CREATE puts the job in the outbox at once).
+NOTIFY_EVENTS_FIELD = "notify_events"
+#: The record's field holding the entry id of the last event its webhook was sent (worker/notifier.py).
+WEBHOOK_CURSOR_FIELD = "webhook_cursor"
 
 
 class JobFields(TypedDict, total=False):
@@ -115,6 +119,8 @@ def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
         fields += ["deps", json.dumps(spec.depends_on), "dep_mode", spec.on_dependency_failure]
     if spec.webhook is not None or spec.link is not None or spec.link_error is not None:
         fields += [NOTIFY_FIELD, "1"]  # its end goes into the outbox (claudeq/lua/lib/notify_end.lua)
+    if spec.webhook is not None and spec.webhook.events:
+        fields += [NOTIFY_EVENTS_FIELD, "1"]  # and, now, the job: its webhook follows its events
     return [*fields, INDEXED_FIELD, "1"] if indexed else fields
 
 
@@ -208,7 +214,8 @@ class JobStore:
         queued: list[str | int | float] = []
         by_tenant: dict[str, list[str | int | float]] = {}  # tenant index -> its members, as `jobs`
         for record in records:
-            if record.spec.idempotency_key or record.spec.conversation:
+            follows = record.spec.webhook is not None and bool(record.spec.webhook.events)
+            if record.spec.idempotency_key or record.spec.conversation or follows:
                 keys, args = self._create_call(record, now, indexed)
                 commands.append(pack_command("EVALSHA", sha, len(keys), *keys, *args))
                 scripted.append(True)
@@ -251,6 +258,7 @@ class JobStore:
             self.keys.conversation_seq(conversation, record.spec.tenant) if conversation else "",
             self.keys.tenant_index(record.spec.tenant) if indexed else "",
             self.keys.waiting,
+            self.keys.outbox,
         ]
         args: list[str | int | float] = [
             record.id,

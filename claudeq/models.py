@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
@@ -76,6 +76,10 @@ MAX_DEPENDENCIES = 100
 CELERY_NAME = r"^[A-Za-z_][\w.:-]{0,199}$"
 
 
+#: Event types a webhook cannot ask for one by one: the end is always sent (and `unreadable` is the reader's own).
+UNWATCHABLE_EVENTS = frozenset({"submitted", "succeeded", "failed", "cancelled", "unreadable"})
+
+
 class WebhookSpec(BaseModel):
     """Where a job's end is POSTed, signed the Standard Webhooks way (docs/notifications.md)."""
 
@@ -85,6 +89,23 @@ class WebhookSpec(BaseModel):
     body: Literal["record", "result"] = Field(
         default="record", description="The record's public JSON, or only its `result` (and status, id, error)."
     )
+    events: list[str] = Field(
+        default_factory=list,
+        max_length=30,
+        description="Also POST these event types as they happen (tool_call, rate_limit, retry, …); the end is sent "
+        "in any case.",
+    )
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, value: list[str]) -> list[str]:
+        known = set(get_args(EventType)) - UNWATCHABLE_EVENTS
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not an event type a webhook can follow ({', '.join(sorted(known))})")
+        if len(set(value)) != len(value):
+            raise ValueError("names an event type twice")
+        return value
 
 
 class CallbackSpec(BaseModel):
@@ -281,7 +302,7 @@ class JobError(BaseModel):
     retryable: bool = False
 
 
-NotificationTarget = Literal["webhook", "link", "link_error"]
+NotificationTarget = Literal["events", "webhook", "link", "link_error"]
 
 
 class Notification(BaseModel):

@@ -232,6 +232,10 @@ def submit(
     webhook: Annotated[
         str | None, typer.Option(help="POST the job's end here, signed (on a host in CLAUDEQ_WEBHOOK_HOSTS).")
     ] = None,
+    webhook_event: Annotated[
+        list[str] | None,
+        typer.Option("--webhook-event", help="Also POST this event type as it happens (repeatable; needs --webhook)."),
+    ] = None,
     link: Annotated[
         str | None, typer.Option(help="TASK[@QUEUE] of your Celery app, sent the record when the job succeeds.")
     ] = None,
@@ -285,8 +289,10 @@ def submit(
         fields["depends_on"] = depends_on
     if on_dependency_failure is not None:
         fields["on_dependency_failure"] = on_dependency_failure
+    if webhook_event and webhook is None:
+        raise JobSpecError([("webhook", "--webhook-event needs --webhook URL")])
     if webhook is not None:
-        fields["webhook"] = {"url": webhook}
+        fields["webhook"] = {"url": webhook, **({"events": webhook_event} if webhook_event else {})}
     for name, callback in (("link", link), ("link_error", link_error)):
         if callback is not None:
             task, _, callback_queue = callback.partition("@")

@@ -58,7 +58,7 @@ def _never_raise(method: Callable[P, R | None]) -> Callable[P, R | None]:
 
 
 #: The end notifications a job may have (claudeq.models.NotificationTarget): the metrics' `target` label.
-NOTIFICATION_TARGETS = frozenset({"webhook", "link", "link_error"})
+NOTIFICATION_TARGETS = frozenset({"events", "webhook", "link", "link_error"})
 
 
 class WorkerMetrics:
@@ -141,8 +141,8 @@ class WorkerMetrics:
         )
         self.notifications = Counter(
             "claudeq_notifications",
-            "End notification tries by target (webhook, link, link_error) and outcome: delivered, failed (tried again "
-            "later), dead (given up on: claudeq webhooks retry).",
+            "Notification tries by target (events, webhook, link, link_error) and outcome: delivered, failed (tried "
+            "again later), dead (given up on: claudeq webhooks retry).",
             ["target", "outcome"],
             registry=reg,
         )

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from claudeq.broker_message import task_message
 from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.jobs import WEBHOOK_CURSOR_FIELD
 from claudeq.keys import text
-from claudeq.models import JobRecord, Notification, NotificationTarget, utcnow
+from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
 from claudeq.permissions import webhook_problem
 from claudeq.worker import job_scripts as scripts
 from claudeq.worker.job_store import WorkerJobStore
@@ -45,6 +46,9 @@ log = logging.getLogger("claudeq.notifier")
 
 #: The record field that says a callback was sent (one per target).
 SENT_FIELD = {"link": "link_sent", "link_error": "link_error_sent"}
+#: How often the events of a running job its webhook follows are looked at (s), and at most how many per look.
+EVENTS_POLL_S = 1.0
+EVENTS_BATCH = 500
 #: Jobs one worker delivers for at once; the longest wait between tries (s).
 MAX_IN_FLIGHT = 32
 MAX_BACKOFF_S = 600.0
@@ -131,42 +135,100 @@ class Notifier:
             await in_redis_thread(self.store.redis.zrem, keys.outbox, job_id)
             return
         log_by_target = {n.target: n for n in record.notifications}
-        for target in self.targets(record):
-            entry = log_by_target.get(target) or Notification(target=target, updated_at=utcnow())
-            if entry.state != "pending":
-                continue
-            outcome, status_code, error = await self._try(target, record)
-            attempts = entry.attempts + 1
-            state: Literal["pending", "delivered", "dead"] = "delivered" if outcome == "delivered" else "pending"
-            if outcome == "dead" or (state == "pending" and attempts >= self.settings.notify_max_attempts):
-                state = "dead"
-            log_by_target[target] = Notification(
-                target=target,
-                state=state,
-                attempts=attempts,
-                status_code=status_code,
-                error=error,
-                updated_at=utcnow(),
-            )
-            latency = (time.time() - record.finished_at.timestamp()) if record.finished_at else None
-            self.metrics.notification(target, "failed" if state == "pending" else state, latency)
-            if state == "dead":
-                log.warning("job %s: %s given up after %d tries: %s", job_id, target, attempts, error)
+        cursor = ""
+        polling = False  # its webhook follows the events of a job still active: look again soon
+        targets = self.targets(record)
+        if "events" in targets:
+            entry = log_by_target.get("events") or Notification(target="events", updated_at=utcnow())
+            if entry.state == "pending":
+                entry, cursor = await self._events(record, entry)
+                log_by_target["events"] = entry
+                polling = entry.state == "pending" and entry.attempts == 0
+        following = log_by_target.get("events")
+        if record.status in TERMINAL and (following is None or following.state != "pending"):
+            for target in targets:  # the end, after the events it follows
+                if target == "events":
+                    continue
+                entry = log_by_target.get(target) or Notification(target=target, updated_at=utcnow())
+                if entry.state == "pending":
+                    log_by_target[target] = await self._end(record, target, entry)
         entries = list(log_by_target.values())
         pending = [n for n in entries if n.state == "pending"]
         next_due = ""
-        if pending:
-            next_due = repr(time.time() + backoff_s(max(n.attempts for n in pending), self.settings.notify_backoff_s))
+        failing = [n.attempts for n in pending if n.attempts > 0]
+        if failing:
+            next_due = repr(time.time() + backoff_s(max(failing), self.settings.notify_backoff_s))
+        elif polling or (pending and record.status not in TERMINAL):
+            next_due = repr(time.time() + EVENTS_POLL_S)
+        elif pending:
+            next_due = repr(time.time())  # its events are caught up now: the end goes next pass
         dead = any(n.state == "dead" for n in entries)
         payload = json.dumps([n.model_dump(mode="json") for n in entries])
-        args = [job_id, payload, next_due, "1" if dead else "", time.time()]
+        args = [job_id, payload, next_due, "1" if dead else "", time.time(), cursor]
         await in_redis_thread(self._settle, [keys.job(job_id), keys.outbox, keys.outbox_dead], args)
+
+    async def _end(self, record: JobRecord, target: NotificationTarget, entry: Notification) -> Notification:
+        """One try of an end notification, as its log entry after it."""
+        outcome, status_code, error = await self._try(target, record)
+        attempts = entry.attempts + 1
+        state: Literal["pending", "delivered", "dead"] = "delivered" if outcome == "delivered" else "pending"
+        if outcome == "dead" or (state == "pending" and attempts >= self.settings.notify_max_attempts):
+            state = "dead"
+        latency = (time.time() - record.finished_at.timestamp()) if record.finished_at else None
+        self.metrics.notification(target, "failed" if state == "pending" else state, latency)
+        if state == "dead":
+            log.warning("job %s: %s given up after %d tries: %s", record.id, target, attempts, error)
+        return Notification(
+            target=target, state=state, attempts=attempts, status_code=status_code, error=error, updated_at=utcnow()
+        )
+
+    async def _events(self, record: JobRecord, entry: Notification) -> tuple[Notification, str]:
+        """The job's events of the chosen types not sent yet, POSTed in order, each at least once (an event that
+        fails is tried again, with the ones after it, after the backoff); -> its log entry and the entry id of the
+        last event sent ('' = none this pass). Delivered once the job ended and every event was sent."""
+        webhook = record.spec.webhook
+        assert webhook is not None
+        key = self.store.keys.job(record.id)
+        raw = await in_redis_thread(self.store.redis.hget, key, WEBHOOK_CURSOR_FIELD)
+        after = text(raw) if raw else "0-0"
+        if record.status not in TERMINAL:  # its worker stores the run's events at once while someone follows
+            await in_redis_thread(self.store.announce_follow, record.id)
+        batch = await in_redis_thread(self.store.read_events, record.id, after)
+        wanted = set(webhook.events)
+        sent, status_code = "", entry.status_code
+        for entry_id, event in batch:
+            if event.type in wanted:
+                payload = {"id": record.id, "event_id": entry_id, "event": event.model_dump(mode="json")}
+                outcome, status_code, error = await self._webhook(record, payload, f"job_{record.id}_{entry_id}")
+                if outcome != "delivered":
+                    attempts = entry.attempts + 1
+                    dead = outcome == "dead" or attempts >= self.settings.notify_max_attempts
+                    self.metrics.notification("events", "dead" if dead else "failed")
+                    failed = Notification(
+                        target="events",
+                        state="dead" if dead else "pending",
+                        attempts=attempts,
+                        status_code=status_code,
+                        error=error,
+                        updated_at=utcnow(),
+                    )
+                    return failed, sent
+                self.metrics.notification("events", "delivered", (utcnow() - event.at).total_seconds())
+            sent = entry_id
+        done = record.status in TERMINAL and len(batch) < EVENTS_BATCH
+        state: Literal["pending", "delivered", "dead"] = "delivered" if done else "pending"
+        return Notification(target="events", state=state, status_code=status_code, updated_at=utcnow()), sent
 
     @staticmethod
     def targets(record: JobRecord) -> list[NotificationTarget]:
-        """What the job's end is told to: its webhook, and its `link` when it succeeded or `link_error` otherwise."""
+        """What the job is told to: the events its webhook follows; once it ended, its webhook, and its `link` when
+        it succeeded or `link_error` otherwise."""
         spec = record.spec
         out: list[NotificationTarget] = []
+        if spec.webhook is not None and spec.webhook.events:
+            out.append("events")
+        if record.status not in TERMINAL:
+            return out
         if spec.webhook is not None:
             out.append("webhook")
         if record.status == "succeeded" and spec.link is not None:
@@ -196,7 +258,10 @@ class Notifier:
             return own
         return self.settings.webhook_secret.get_secret_value() if self.settings.webhook_secret else None
 
-    async def _webhook(self, record: JobRecord) -> tuple[str, int | None, str | None]:
+    async def _webhook(
+        self, record: JobRecord, payload: dict[str, Any] | None = None, msg_id: str | None = None
+    ) -> tuple[str, int | None, str | None]:
+        """One POST of `payload` (default: the job's end) with id `msg_id`, signed: (outcome, status code, error)."""
         spec = record.spec.webhook
         assert spec is not None
         wrong = webhook_problem(spec.url, self.settings.webhook_hosts)  # the operator may have narrowed the list
@@ -219,8 +284,10 @@ class Notifier:
             signer = Webhook(secret)
         except Exception:
             return "dead", None, "the webhook secret is not a Standard Webhooks secret (whsec_ + base64)"
-        body = json.dumps(webhook_payload(record, spec.body), separators=(",", ":")).encode()
-        msg_id = f"job_{record.id}_end"
+        if payload is None:
+            payload = webhook_payload(record, spec.body)
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        msg_id = msg_id or f"job_{record.id}_end"
         now = datetime.now(UTC)
         headers = {
             "content-type": "application/json",

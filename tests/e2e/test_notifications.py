@@ -68,7 +68,14 @@ class Receiver:
                     status = 500
                 with receiver.lock:
                     receiver.seen.append(
-                        {"path": self.path, "id": msg_id, "verified": verified, "payload": payload, "status": status}
+                        {
+                            "path": self.path,
+                            "id": msg_id,
+                            "verified": verified,
+                            "payload": payload,
+                            "status": status,
+                            "at": time.time(),
+                        }
                     )
                 try:
                     self.send_response(status)
@@ -229,3 +236,31 @@ def test_a_celery_app_of_ones_own_receives_link_or_link_error_exactly_once(
         assert note.state == "delivered" and note.attempts == 1
         assert note.target == ("link" if handle in good else "link_error")
     assert json.loads(redis_client.hget(client.store.keys.job(good[0].id), "notifications") or b"[]")
+
+
+def test_a_webhook_follows_the_chosen_events_while_the_job_runs_then_its_end(
+    client: Client, workers: WorkerFactory, receiver: Receiver, unique: str
+) -> None:
+    workers(concurrency=2)
+    read = json.dumps({"file_path": "/etc/hostname"})
+    job = client.submit(
+        prompt=f"[[sim: tool Read {read}]] [[sim: stall 4 after=1 times=1]] follow {unique}",
+        tools="read-only",
+        webhook={"url": f"{receiver.url}/ok", "events": ["tool_call", "tool_result"]},
+    )
+    record = client.wait(job.id, timeout=120)
+    assert record.status == "succeeded" and record.finished_at is not None
+    settled(client, job.id)
+    with receiver.lock:
+        mine = [s for s in receiver.seen if s["id"].startswith(f"job_{job.id}_")]
+    assert all(s["verified"] for s in mine)
+    events = [s for s in mine if s["id"] != f"job_{job.id}_end"]
+    assert [s["payload"]["event"]["type"] for s in events] == ["tool_call", "tool_result"]
+    assert events[0]["payload"]["event"]["data"]["tool"] == "Read"
+    assert len({s["id"] for s in events}) == 2  # one webhook-id per event
+    # The tool call arrived while the job still ran (its answer stalled 4 s after it), the end after the events.
+    assert events[0]["at"] < record.finished_at.timestamp()
+    [end] = [s for s in mine if s["id"] == f"job_{job.id}_end"]
+    assert end["at"] >= events[-1]["at"] and end["payload"]["status"] == "succeeded"
+    notes = {n.target: n for n in client.get(job.id).notifications}
+    assert notes["events"].state == "delivered" and notes["webhook"].state == "delivered"

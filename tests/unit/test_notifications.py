@@ -71,3 +71,17 @@ def test_the_wait_between_tries_doubles_with_jitter_up_to_a_ceiling() -> None:
         waits = [backoff_s(attempts, 2.0) for _ in range(200)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits) and len(set(waits)) > 1
     assert backoff_s(40, 2.0) <= MAX_BACKOFF_S
+
+
+def test_a_webhook_follows_only_event_types_that_exist_and_not_the_end(unique: str) -> None:
+    settings = make_settings("redis://127.0.0.1:1/0", unique, webhook_hosts=["hooks.example.com"])
+    url = "https://hooks.example.com/x"
+    spec = validate_spec({"prompt": "p", "webhook": {"url": url, "events": ["tool_call", "retry"]}}, settings)
+    assert spec.webhook is not None and spec.webhook.events == ["tool_call", "retry"]
+    for events, says in (
+        (["succeeded"], "not an event type"),
+        (["nope"], "not an event type"),
+        (["retry"] * 2, "twice"),
+    ):
+        [(field, reason)] = refused(settings, webhook={"url": url, "events": events})
+        assert field == "webhook.events" and says in reason, reason

@@ -5,7 +5,8 @@
 -- its batch (JobStore.create_many). The idempotency key gets no expiry while the job is alive; finishing it gives the
 -- key the job's retention.
 -- KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq, tenant index
---       ('' = none), waiting (a job with `deps` among its fields: JobSpec.depends_on)
+--       ('' = none), waiting (a job with `deps` among its fields: JobSpec.depends_on), outbox (a job with
+--       `notify_events` among its fields goes there at once: its webhook follows its events, worker/notifier.py)
 -- ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, index cutoff ms, field, value, ...
 -- A job with dependencies (`deps`: JSON list of job ids, `dep_mode`: its on_dependency_failure) is created `waiting`
 -- (in `waiting`, not `queued`: no message is sent for it) while one of them is active, each active one noting it in
@@ -23,9 +24,15 @@ if KEYS[4] ~= '' then
     return {0, existing}
   end
 end
-local deps, mode = nil, 'fail'
+local deps, mode, follow = nil, 'fail', false
 for i = 7, #ARGV - 1, 2 do
-  if ARGV[i] == 'deps' then deps = ARGV[i + 1] elseif ARGV[i] == 'dep_mode' then mode = ARGV[i + 1] end
+  if ARGV[i] == 'deps' then
+    deps = ARGV[i + 1]
+  elseif ARGV[i] == 'dep_mode' then
+    mode = ARGV[i + 1]
+  elseif ARGV[i] == 'notify_events' then
+    follow = true
+  end
 end
 local pending = {}
 if deps then
@@ -56,4 +63,5 @@ else
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 end
 if KEYS[7] ~= '' then index_job(KEYS[7], ARGV[1], ARGV[2], ARGV[4], ARGV[6], 2) end
+if follow and KEYS[9] then redis.call('ZADD', KEYS[9], 'NX', ARGV[3], ARGV[1]) end
 return {1, ARGV[1], waiting}
