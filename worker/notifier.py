@@ -46,8 +46,10 @@ log = logging.getLogger("claudeq.notifier")
 
 #: The record field that says a callback was sent (one per target).
 SENT_FIELD = {"link": "link_sent", "link_error": "link_error_sent"}
-#: How often the events of a running job its webhook follows are looked at (s), and at most how many per look.
+#: How often the events of a job its webhook follows are looked at while it runs, and before it runs (s); at most
+#: how many per look.
 EVENTS_POLL_S = 1.0
+EVENTS_IDLE_POLL_S = 5.0
 EVENTS_BATCH = 500
 #: Jobs one worker delivers for at once; the longest wait between tries (s).
 MAX_IN_FLIGHT = 32
@@ -159,7 +161,9 @@ class Notifier:
         if failing:
             next_due = repr(time.time() + backoff_s(max(failing), self.settings.notify_backoff_s))
         elif polling or (pending and record.status not in TERMINAL):
-            next_due = repr(time.time() + EVENTS_POLL_S)
+            # A job not started yet has no events to follow: looked at less often (its claim starts them).
+            every = EVENTS_POLL_S if record.status == "running" else EVENTS_IDLE_POLL_S
+            next_due = repr(time.time() + every)
         elif pending:
             next_due = repr(time.time())  # its events are caught up now: the end goes next pass
         dead = any(n.state == "dead" for n in entries)

@@ -244,7 +244,7 @@ def test_a_webhook_follows_the_chosen_events_while_the_job_runs_then_its_end(
     workers(concurrency=2)
     read = json.dumps({"file_path": "/etc/hostname"})
     job = client.submit(
-        prompt=f"[[sim: tool Read {read}]] [[sim: stall 4 after=1 times=1]] follow {unique}",
+        prompt=f"[[sim: tool Read {read}]] [[sim: stall 8 after=1 times=1]] follow {unique}",
         tools="read-only",
         webhook={"url": f"{receiver.url}/ok", "events": ["tool_call", "tool_result"]},
     )
@@ -258,7 +258,7 @@ def test_a_webhook_follows_the_chosen_events_while_the_job_runs_then_its_end(
     assert [s["payload"]["event"]["type"] for s in events] == ["tool_call", "tool_result"]
     assert events[0]["payload"]["event"]["data"]["tool"] == "Read"
     assert len({s["id"] for s in events}) == 2  # one webhook-id per event
-    # The tool call arrived while the job still ran (its answer stalled 4 s after it), the end after the events.
+    # The tool call arrived while the job still ran (its answer stalled 8 s after it), the end after the events.
     assert events[0]["at"] < record.finished_at.timestamp()
     [end] = [s for s in mine if s["id"] == f"job_{job.id}_end"]
     assert end["at"] >= events[-1]["at"] and end["payload"]["status"] == "succeeded"
