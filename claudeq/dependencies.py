@@ -48,7 +48,9 @@ def _field(value: Any, path: list[str]) -> Any:
 
 def settle(spec: JobSpec, records: list[JobRecord | RecordUnreadable | None]) -> JobError | str:
     """What the dependencies' records (in `depends_on` order; None: gone) decide: a JobError (kind `dependency`)
-    when the job may not run, else its prompt with the placeholders filled in."""
+    when the job may not run, else its prompt with the placeholders filled in. Another tenant's job is as if gone
+    (submit refuses it; this holds against a writer that went round the client)."""
+    records = [r if isinstance(r, JobRecord) and r.spec.tenant == spec.tenant else None for r in records]
     for dep, record in zip(spec.depends_on, records, strict=True):
         if not isinstance(record, JobRecord):
             if spec.on_dependency_failure == "run":
