@@ -9,6 +9,7 @@ and `claudeq tenants` use; nothing here writes but cancel and resubmit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, get_args
 
+import redis
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -300,7 +302,7 @@ class Web:
         except ValueError as exc:
             problem = str(exc)
         if viewer.tenant is not None:  # a tenant's token lists its own jobs, whatever the form says
-            wanted = JobFilter(**{**wanted.__dict__, "tenant": viewer.tenant})
+            wanted = dataclasses.replace(wanted, tenant=viewer.tenant)
             given["tenant"] = viewer.tenant
         page = None
         if problem is None:
@@ -497,8 +499,6 @@ def create_app(settings: Settings, client: Client | None = None) -> Starlette:
         if isinstance(exc, ClaudeqError):
             message = str(exc)
         return web.page(request, "error.html", status=503, message=message)
-
-    import redis
 
     routes = [
         Route("/", web.index),

@@ -8,6 +8,7 @@ everything matches, and says how far back it looked. The cursor is where the wal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -189,7 +190,7 @@ def _conversation_page(client: Client, wanted: JobFilter, limit: int) -> Page:
     ids = list(dict.fromkeys([*(text(i) for i in waiting), *([text(holder)] if holder else [])]))
     ids += [t.job_id for t in reversed(turns) if t.job_id not in ids]
     page = Page(scanned=len(ids))
-    scoped = JobFilter(**{**wanted.__dict__, "tenant": tenant})
+    scoped = dataclasses.replace(wanted, tenant=tenant)
     found = [
         r for r in client.store.records(ids) if isinstance(r, JobRecord) and scoped.matches(r, client.settings.queue)
     ]
