@@ -40,6 +40,15 @@ def text_files(root: Path = ROOT) -> Iterator[Path]:
                 yield path
 
 
+#: A line an unfinished merge leaves behind: `<<<<<<< HEAD`, `=======`, `>>>>>>> branch`.
+CONFLICT_MARKER = re.compile(r"^(?:<{7}|>{7})(?: |$)|^={7}$", re.MULTILINE)
+
+
+def conflict_markers(text: str) -> list[int]:
+    """The line numbers of `text` that are merge conflict markers."""
+    return [text.count("\n", 0, m.start()) + 1 for m in CONFLICT_MARKER.finditer(text)]
+
+
 def outside_references(text: str) -> list[str]:
     """The lines of `text` that point at a document outside the repository, numbered."""
     return [f"{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
@@ -138,6 +147,15 @@ def test_no_file_points_at_a_document_outside_the_repository() -> None:
     assert found == [], "point at docs/architecture.md or docs/cli-behaviour.md instead:\n" + "\n".join(found)
 
 
+def test_no_file_holds_a_merge_conflict() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in text_files()
+        for n in conflict_markers(path.read_text(errors="replace"))
+    ]
+    assert found == [], "finish the merge: " + ", ".join(found)
+
+
 def test_every_path_in_readme_layout_exists_and_every_top_level_folder_is_listed() -> None:
     block = layout_block((ROOT / "README.md").read_text())
     assert len(layout_paths(block)) >= 10
@@ -179,6 +197,11 @@ def test_outside_references_are_caught() -> None:
     text = f"ok line\n# see {design}, 'Failure policy'\n# measured ({reference})\nfixed in issue 7\n"
     assert [hit.split(":")[0] for hit in outside_references(text)] == ["2", "3", "4"]
     assert outside_references("see docs/cli-behaviour.md#stalls-and-stopping-a-run") == []
+
+
+def test_conflict_markers_are_caught() -> None:
+    text = "a\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> wave3-lua\n| ======= |\n<<<<<<<<\n"
+    assert conflict_markers(text) == [2, 4, 6]
 
 
 def test_a_layout_path_that_does_not_exist_is_caught(tmp_path: Path) -> None:
