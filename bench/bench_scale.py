@@ -25,6 +25,7 @@ On a shared machine use a smaller `--jobs` first; the README says which size pro
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -124,7 +125,7 @@ def claim_latencies(client: Client, n: int, tag: str) -> tuple[list[float], dict
     out = []
     for job_id in ids:
         start = time.perf_counter()
-        claim = store.claim(job_id, "bench-probe", 60)
+        claim = asyncio.run(store.claim(job_id, "bench-probe", 60))
         out.append((time.perf_counter() - start) * 1000)
         assert claim.ok, claim
     pipe = store.redis.pipeline(transaction=False)

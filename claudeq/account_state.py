@@ -23,7 +23,6 @@ The account hash `keys.account(name)` holds:
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -38,7 +37,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
-from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.script_calls import ScriptCall, run_call
 
 #: Model families with waiting lines and windows of their own (`-`: a job for no particular family, and the windows
 #: that apply to every job). Order matters: the scripts index it.
@@ -75,7 +74,7 @@ def _from_epoch(value: str | None) -> datetime | None:
         return None
 
 
-class AccountStore(AsyncCalls):
+class AccountStore:
     """Reads and writes account state and slots in Redis; every multi-step change is one Lua script."""
 
     def __init__(
@@ -195,12 +194,10 @@ class AccountStore(AsyncCalls):
         (what the API said is left is spoken for by the runs in flight), IN_LINE (the free slots belong to waiters
         ranked before `rank`; None: no waiting line is consulted), RESERVED (a window at its ceiling, or predicted to
         pass it), RAMPING.
-        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one). `then`: as
-        for `atry_acquire`."""
-        call = self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold)
-        return self._run(call if then is None else then(call))
+        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one)."""
+        return run_call(self.acquire_call(name, job_id, ttl_s, now, rank, family, may_hold))
 
-    async def atry_acquire(
+    def acquire_call(
         self,
         name: str,
         job_id: str,
@@ -209,27 +206,9 @@ class AccountStore(AsyncCalls):
         rank: float | None = None,
         family: str = "-",
         may_hold: bool = True,
-        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
-    ) -> int:
-        """`try_acquire` on the worker's event loop (its async client; else in a thread). `then`: makes the ACQUIRE
-        call into one that does more in the same script (a worker's attempt start: WorkerJobStore.start_call)."""
-        call = self._acquire_call(name, job_id, ttl_s, now, rank, family, may_hold)
-        if then is not None:
-            call = then(call)
-        if self._async is None:
-            return await asyncio.to_thread(self._run, call)
-        return await self._arun(self._async, call)
-
-    def _acquire_call(
-        self,
-        name: str,
-        job_id: str,
-        ttl_s: float,
-        now: float | None,
-        rank: float | None,
-        family: str,
-        may_hold: bool,
     ) -> ScriptCall[int]:
+        """`try_acquire` as a call, for the worker to send from its event loop (AccountManager), or to make into one
+        that does more in the same script (a worker's attempt start: WorkerJobStore.start_call)."""
         account = self.config(name)
         now = time.time() if now is None else now
         keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name)]
@@ -256,15 +235,12 @@ class AccountStore(AsyncCalls):
     def release(self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
         ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
-        return self._run(self._release_call(name, job_id, ttl_s, now))
+        return run_call(self.release_call(name, job_id, ttl_s, now))
 
-    async def arelease(self, name: str, job_id: str, ttl_s: float = 15.0) -> list[str]:
-        """`release` on the worker's event loop (its async client; else in a thread)."""
-        if self._async is None:
-            return await asyncio.to_thread(self.release, name, job_id, ttl_s)
-        return await self._arun(self._async, self._release_call(name, job_id, ttl_s, None))
-
-    def _release_call(self, name: str, job_id: str, ttl_s: float, now: float | None) -> ScriptCall[list[str]]:
+    def release_call(
+        self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None
+    ) -> ScriptCall[list[str]]:
+        """`release` as a call, for the worker to send from its event loop (AccountManager)."""
         keys, args = self.handout(name, ttl_s, now)
         return ScriptCall(self._release, keys, [job_id, *args], _texts)
 

@@ -1,10 +1,11 @@
-"""One Redis script call, sendable on the sync client or on an async one (`ScriptCall`), and the mixin that gives a
-store both (`AsyncCalls`).
+"""One Redis script call (`ScriptCall`: the script, its keys, its arguments and the parser of its answer), and the
+mixin that sends a store's calls from the worker's event loop (`AsyncCalls`).
 
 Workers drive many runs from one event loop: the calls each run makes (claim, heartbeat, fenced writes, spend,
-slot release) go on an async client from the loop, while the same stores serve sync callers (producers, the CLI,
-the background loops) unchanged. Each method builds its call once and sends it either way, so the two paths cannot
-drift apart (docs/scaling.md#the-engines-redis-client).
+slot release) are coroutines sent on the loop's async client (`use_async`), batched per turn of the loop. Each such
+operation is one coroutine method, never a sync method with a coroutine twin; without an async client (fakeredis
+in the unit tests, the in-process testing kit) the same call goes on the store's sync client in a thread
+(docs/scaling.md#the-engines-redis-client).
 """
 
 from __future__ import annotations
@@ -33,22 +34,27 @@ class ScriptCall(Generic[T]):
     parse: Callable[[Any], T]
 
 
+def run_call(call: ScriptCall[T]) -> T:
+    """Send `call` on the sync client its script was registered on."""
+    return call.parse(call.script(keys=call.keys, args=call.args))
+
+
 class AsyncCalls:
-    """Gives a store an optional async client (`use_async`) for the coroutine twins of its hot methods. Without
-    one, a twin runs its sync method in a thread (the unit tests' fakeredis)."""
+    """Gives a store an optional async client (`use_async`) for its coroutine methods (`_send`). Without one, a
+    call goes on the sync client in a thread."""
 
     _async: redis.asyncio.Redis | None = None
 
     def use_async(self, client: redis.asyncio.Redis | None) -> None:
-        """Send the coroutine twins' calls on `client` (same server; used on one event loop only); None: in a
+        """Send the coroutine methods' calls on `client` (same server; used on one event loop only); None: in a
         thread each, on the sync client."""
         self._async = client
 
-    def _run(self, call: ScriptCall[T]) -> T:
-        return call.parse(call.script(keys=call.keys, args=call.args))
-
-    async def _arun(self, client: redis.asyncio.Redis, call: ScriptCall[T]) -> T:
-        reply = await _batch_for(client).send(call.script, call.keys, call.args)
+    async def _send(self, call: ScriptCall[T]) -> T:
+        """Send `call` from the event loop: batched on the async client, else on the sync client in a thread."""
+        if self._async is None:
+            return await asyncio.to_thread(run_call, call)
+        reply = await _batch_for(self._async).send(call.script, call.keys, call.args)
         return call.parse(reply)
 
 

@@ -7,7 +7,6 @@ and the day (`d:<epoch s // 86400>`); a cap's window rolls at the top of the hou
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -22,7 +21,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig, Tenants
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Reserve
-from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.script_calls import ScriptCall, run_call
 
 HOUR_S = 3600
 DAY_S = 86400
@@ -178,7 +177,7 @@ def effective_cap(tenant: TenantConfig, share: int | None) -> int | None:
     return min(caps) if caps else None
 
 
-class TenantStore(AsyncCalls):
+class TenantStore:
     """Reads and writes tenants' runs, waiters and spend, and accounts' spend; multi-step changes are Lua scripts."""
 
     def __init__(self, client: redis.Redis, keys: Keys, tenants: Tenants, accounts: Sequence[str] = ()) -> None:
@@ -372,40 +371,26 @@ class TenantStore(AsyncCalls):
         run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes runs
         wait) where a cap may read it: the tenant's, and the account's when it has a spend cap (`account_capped`).
         One SETTLE script (claudeq/tenant_scripts.py)."""
-        parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
-        if parts is not None:
-            self._run(ScriptCall(self._settle, *parts, lambda _: None))
+        call = self.settle_call(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
+        if call is not None:
+            run_call(call)
 
-    async def asettle(
+    def settle_call(
         self,
         tenant: str | None,
         account: str,
         job_id: str,
         cost_usd: float,
+        now: float | None = None,
         model: str | None = None,
         turns: int | None = None,
-        *,
         reserved: bool = True,
         account_capped: bool = True,
-    ) -> None:
-        """`settle` on the worker's event loop (its async client; else in a thread)."""
-        if self._async is None:
-            await asyncio.to_thread(
-                self.settle,
-                tenant,
-                account,
-                job_id,
-                cost_usd,
-                None,
-                model,
-                turns,
-                reserved=reserved,
-                account_capped=account_capped,
-            )
-            return
-        parts = self.settle_parts(tenant, account, job_id, cost_usd, None, model, turns, reserved, account_capped)
-        if parts is not None:
-            await self._arun(self._async, ScriptCall(self._settle, *parts, lambda _: None))
+    ) -> ScriptCall[None] | None:
+        """`settle` as a call, for the worker to send from its event loop (AccountManager); None: nothing to
+        count."""
+        parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
+        return None if parts is None else ScriptCall(self._settle, *parts, lambda _: None)
 
     def settle_parts(
         self,
@@ -505,29 +490,17 @@ class TenantStore(AsyncCalls):
         process's (a producer without the tenants file files every job under `default`): so every name it can
         have been filed under — its own, the one governing it here, `default` — loses it. So does the tenant's line
         (a job that ended while waiting in it, e.g. cancelled)."""
-        indexes, done = self.unindex_keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
-        for key in indexes:
-            pipe.zrem(key, job_id)
-        if done is not None:
-            pipe.hset(self.keys.tenants_done, done, repr(time.time()))
+        self.queue_unindex(pipe, tenant, job_id)
         pipe.execute()
 
-    async def aunindex(self, tenant: str, job_id: str) -> None:
-        """`unindex` on the worker's event loop (its async client; else in a thread)."""
-        if self._async is None:
-            await asyncio.to_thread(self.unindex, tenant, job_id)
-            return
+    def queue_unindex(self, pipe: Any, tenant: str, job_id: str) -> None:
+        """Queue `unindex`'s commands on `pipe`: a sync pipeline, or the worker's async one (AccountManager)."""
         indexes, done = self.unindex_keys(tenant)
-        if len(indexes) == 1 and done is None:
-            await self._async.zrem(indexes[0], job_id)  # no tenants file: one command, no pipeline
-            return
-        pipe = self._async.pipeline(transaction=False)
         for key in indexes:
             pipe.zrem(key, job_id)
         if done is not None:
             pipe.hset(self.keys.tenants_done, done, repr(time.time()))
-        await pipe.execute()
 
     def unindex_keys(self, tenant: str) -> tuple[list[str], str | None]:
         """The sorted sets a finished job of `tenant` leaves, and the tenant whose last job's end is recorded (with

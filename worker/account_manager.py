@@ -1,9 +1,10 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
-Sync redis, with coroutine twins of what every run calls (`aacquire`, `asettle`, `arelease`, `ajob_done`) on the
-engine loop's async client; taking a slot is written once for both (`_slot_steps`, a step function). State lives
-in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself is the
-pure `claudeq.worker.account_choice.choose`.
+What every run calls (`acquire`, `settle`, `release`, `job_done`) is a coroutine for the engine loop: its script
+calls go on the loop's async client (`use_async`), the rarer reads and a tenant's admission on a Redis thread. The
+signals and the background loops' calls (`observe`, `cool`, `admit`, ...) are plain calls, made on a Redis thread.
+State lives in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself
+is the pure `claudeq.worker.account_choice.choose`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Generator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -29,8 +29,17 @@ from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
 from claudeq.models import AccountState, JobSpec, WindowInfo
 from claudeq.permissions import spec_models
-from claudeq.script_calls import ScriptCall
-from claudeq.tenant_state import BALANCE_REPAY_S, AtMax, OverBudget, Reserved, TenantStore, caught_up, effective_cap
+from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.tenant_state import (
+    BALANCE_REPAY_S,
+    Admitted,
+    AtMax,
+    OverBudget,
+    Reserved,
+    TenantStore,
+    caught_up,
+    effective_cap,
+)
 from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.job_store import START_LOST, SlotRelease
 from claudeq.worker.limit_headers import TOKEN_WINDOWS, LimitFacts
@@ -61,7 +70,7 @@ class SlotLease:
     budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
     model: str | None = None  # the spec's model: what one turn costs is learned per model
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
-    started: bool = False  # the attempt's start was written with the slot, in the same script (`aacquire`'s start)
+    started: bool = False  # the attempt's start was written with the slot, in the same script (`acquire`'s start)
 
 
 #: Makes an account's ACQUIRE call into the START that also writes the attempt's start (WorkerJobStore.start_call),
@@ -83,7 +92,7 @@ class Spent:
     turns: int | None = None
 
 
-class AccountManager:
+class AccountManager(AsyncCalls):
     """The worker's view of the account pool: slots, choice and state changes."""
 
     def __init__(self, settings: Settings, redis: redis.Redis, keys: Keys, pool: AccountPool | None = None) -> None:
@@ -118,13 +127,14 @@ class AccountManager:
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
-    def acquire(
+    async def acquire(
         self,
         job_id: str,
         spec: JobSpec,
         exclude: frozenset[str] = frozenset(),
         rank: float | None = None,
         holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
         """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
         account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
@@ -135,14 +145,27 @@ class AccountManager:
 
         `holds`: the only accounts (names, or slots keys) on which the job may already hold a slot — the one the
         waiting line handed it, the ones its attempts ran on (None: look at every account).
+
+        `start` (no tenants file): the slot of an account without a spend cap is taken with the attempt's start
+        written in the same script (the lease says `started`); StartLost when the fence no longer held the job.
         """
         tenant = self.tenants.governing(spec.tenant)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            return _untenanted(
-                _drive(self._slot_steps(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds))
-            )
+            lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
+            return _untenanted(lease)
+        admission = await in_redis_thread(self._admit_run, tenant, job_id, spec)
+        if isinstance(admission, NoAccount):
+            return admission
+        admitted, cap = admission
+        lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
+        await in_redis_thread(self._admitted, tenant, job_id, admitted, cap, lease, rank)
+        return lease
+
+    def _admit_run(self, tenant: TenantConfig, job_id: str, spec: JobSpec) -> tuple[Admitted, int | None] | NoAccount:
+        """A tenant's admission of one more run (its runs in flight, its share, its spend caps): what it may spend
+        and the cap on its runs now, or when to look again."""
         share = self._share(tenant)
         cap = effective_cap(tenant, share)
         now = time.time()
@@ -166,7 +189,19 @@ class AccountManager:
         if isinstance(admitted, OverBudget):
             self._drop_slots(job_id)
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
-        lease = _drive(self._slot_steps(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds))
+        return admitted, cap
+
+    def _admitted(
+        self,
+        tenant: TenantConfig,
+        job_id: str,
+        admitted: Admitted,
+        cap: int | None,
+        lease: SlotLease | NoAccount,
+        rank: float | None,
+    ) -> None:
+        """A tenant's admitted run after its try for a slot: it keeps its place among the tenant's runs while it
+        waits in the accounts' lines, or gives it up; a slot taken with a smaller budget reserves that one."""
         if isinstance(lease, NoAccount):
             if cap is not None and lease.accounts and not lease.permanent:
                 # It waits in the accounts' lines: it keeps its place among its tenant's runs (until its slot expiry)
@@ -177,33 +212,11 @@ class AccountManager:
                 self.tenant_store.unreserve(tenant.name, job_id)
             else:
                 self.tenant_store.release(tenant, job_id, pop=False)
-            return lease
+            return
         if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
             self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
-        if self.tenants.configured and rank is not None:
+        if rank is not None:
             self.tenant_store.advance(rank)  # the fleet's virtual time moves on (with tenants the rank is the tag)
-        return lease
-
-    async def aacquire(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str] = frozenset(),
-        rank: float | None = None,
-        holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
-    ) -> SlotLease | NoAccount:
-        """`acquire` on the engine loop: without a tenants file, its calls go on the async client (the slot's
-        `ACQUIRE`; the rarer reads — the accounts' snapshot, a slot the job may hold, a capped account's budget — on
-        a Redis thread); with one, the whole admission runs on a Redis thread.
-
-        `start` (no tenants file): the slot of an account without a spend cap is taken with the attempt's start
-        written in the same script (the lease says `started`); StartLost when the fence no longer held the job."""
-        if self.tenants.configured:
-            return await in_redis_thread(self.acquire, job_id, spec, exclude, rank, holds)
-        tenant = self.tenants.governing(spec.tenant)
-        steps = self._slot_steps(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
-        return _untenanted(await _adrive(steps))
 
     def _share(self, tenant: TenantConfig) -> int | None:
         """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
@@ -245,7 +258,7 @@ class AccountManager:
             return NoAccount(_dt(time.time()), reason, [], permanent=True, kind="budget_exceeded")
         return NoAccount(over.until, reason, [])
 
-    def _slot_steps(
+    async def _take_slot(
         self,
         job_id: str,
         spec: JobSpec,
@@ -255,17 +268,15 @@ class AccountManager:
         rank: float | None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
-    ) -> Steps[SlotLease | NoAccount]:
-        """Lease a slot on the best eligible account, or say when one may free (NoAccount). Written once for both
-        clients: each Redis call is yielded as an `_Io` and its answer sent back (`_drive`: sync, `_adrive`: on the
-        engine loop)."""
+    ) -> SlotLease | NoAccount:
+        """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
         over: dict[str, OverBudget] = {}
         reserved: set[str] = set()
         family = model_family(spec.model)
         ttl = self.settings.lease_ttl_s
         held_by: list[str] = []
         if holds is None or holds:
-            held_by = yield _Io(partial(self.store.held_by, job_id, among=holds))
+            held_by = await in_redis_thread(self.store.held_by, job_id, among=holds)
         for name in held_by:
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
             # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
@@ -274,11 +285,11 @@ class AccountManager:
             if name in exclude:
                 continue
             then = self._then(start, self.store.config(name), want)
-            got = yield self._try_acquire(name, job_id, ttl, None, None, family, True, then)
+            got = await self._try_acquire(name, job_id, ttl, None, None, family, True, then)
             if got == START_LOST:
                 raise StartLost(job_id)
             if got == Slot.ACQUIRED:
-                held = yield from self._budgeted_steps(self.store.config(name), job_id, tenant, want, spec.model)
+                held = await self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
                 if isinstance(held, SlotLease) and then is not None:
                     held = replace(held, started=True)
                 if isinstance(held, OverBudget):
@@ -295,7 +306,7 @@ class AccountManager:
             now = time.time()
             reused = self._snapshot_reusable(now, reuse)
             if not reused:
-                self._snapshot = (now, (yield _Io(partial(self.store.snapshot, now), partial(self._asnapshot, now))))
+                self._snapshot = (now, await self._read_snapshot(now))
             views = self._views(tenant.accounts)
             rounds, reuse = rounds + (0 if reused else 1), False
             decision = choose(
@@ -325,13 +336,13 @@ class AccountManager:
                 # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
                 # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
                 then = self._then(start, account, want)
-                got = yield self._try_acquire(
+                got = await self._try_acquire(
                     account.name, job_id, ttl, now, rank, family, account.name in held_by, then
                 )
                 if got == START_LOST:
                     raise StartLost(job_id)
                 if got == Slot.ACQUIRED:
-                    lease = yield from self._budgeted_steps(account, job_id, tenant, want, spec.model)
+                    lease = await self._budgeted(account, job_id, tenant, want, spec.model)
                     if isinstance(lease, SlotLease) and then is not None:
                         lease = replace(lease, started=True)
                     if isinstance(lease, OverBudget):
@@ -377,7 +388,7 @@ class AccountManager:
         soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
-    async def _asnapshot(self, now: float) -> list[tuple[AccountState, datetime | None]]:
+    async def _read_snapshot(self, now: float) -> list[tuple[AccountState, datetime | None]]:
         """The accounts' snapshot on the engine loop (read on a Redis thread): one read at a time, shared by every
         acquire that wants one while it is in flight. Its answer is at most that read's round trip older than `now`,
         well within _VIEW_REUSE_S; ACQUIRE re-checks the account atomically anyway."""
@@ -387,7 +398,7 @@ class AccountManager:
             self._snapshot_read = reading
         return await asyncio.shield(reading)
 
-    def _try_acquire(
+    async def _try_acquire(
         self,
         name: str,
         job_id: str,
@@ -397,11 +408,9 @@ class AccountManager:
         family: str,
         may_hold: bool,
         then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
-    ) -> _Io[int]:
-        return _Io(
-            partial(self.store.try_acquire, name, job_id, ttl, now, rank, family, may_hold, then),
-            partial(self.store.atry_acquire, name, job_id, ttl, now, rank, family, may_hold, then),
-        )
+    ) -> int:
+        call = self.store.acquire_call(name, job_id, ttl, now, rank, family, may_hold)
+        return await self._send(call if then is None else then(call))
 
     @staticmethod
     def _then(
@@ -411,25 +420,19 @@ class AccountManager:
         the slot back once its budget is read)."""
         return None if start is None or account.capped else start(account, want)
 
-    def _budgeted_steps(
-        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
-    ) -> Steps[SlotLease | Reserved | OverBudget]:
-        """`_budgeted`, as a step: no call at all for an account without a spend cap."""
-        if not account.capped:
-            return SlotLease(account, job_id, tenant.name, want, model)
-        budgeted: SlotLease | Reserved | OverBudget = yield _Io(
-            partial(self._budgeted, account, job_id, tenant, want, model)
-        )
-        return budgeted
-
-    def _budgeted(
+    async def _budgeted(
         self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
     ) -> SlotLease | Reserved | OverBudget:
-        """The lease of a slot just taken on `account`, with the run's budget; an account over its spend cap (or
-        whose budget left is reserved by its runs in flight) gives the slot back at once (no waiter was denied it:
-        it was free)."""
+        """The lease of a slot just taken on `account`, with the run's budget (no call at all for an account without
+        a spend cap); an account over its spend cap (or whose budget left is reserved by its runs in flight) gives
+        the slot back at once (no waiter was denied it: it was free)."""
         if not account.capped:
             return SlotLease(account, job_id, tenant.name, want, model)
+        return await in_redis_thread(self._budget_on, account, job_id, tenant, want, model)
+
+    def _budget_on(
+        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
+    ) -> SlotLease | Reserved | OverBudget:
         reserved = self.tenant_store.admit_account(account, job_id, want, model=model)
         if isinstance(reserved, OverBudget | Reserved):
             self.store.redis.zrem(self.store.keys.account_slots(account.name), job_id)
@@ -453,42 +456,41 @@ class AccountManager:
             keys.append(self.store.keys.tenant_runs(lease.tenant))
         return keys
 
-    def release(self, lease: SlotLease) -> list[str]:
+    async def release(self, lease: SlotLease) -> list[str]:
         """Free the slot and the tenant's run; returns the jobs to wake: the account's waiter the slot was handed to
-        (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote)."""
-        woken: list[str] = []
-        if lease.tenant is not None:
-            if self.tenants.reserve_share:
-                self.run_s += 0.2 * (time.monotonic() - lease.taken - self.run_s)
-            tenant = self.tenants.governing(lease.tenant)
-            popped = self.tenant_store.release(tenant, lease.job_id, share=self._share(tenant))
-            for i, waiter in enumerate(popped):
-                # The tenant's waiter joins this account's line at its own rank, holding its place among its
-                # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
-                # tenant's turn), not to whoever waits in line while its message makes the round trip through the
-                # broker. A job this account may not run is promoted as before, and so are the waiters popped
-                # beyond the first (its cap rose: a share cap as other tenants went idle), whose slots may be free
-                # on any account.
-                admitted = self._line_up(lease.account, tenant, waiter) if i == 0 else None
-                woken += [waiter] if admitted is None else admitted
-        woken = self.store.release(lease.account.name, lease.job_id, self.settings.lease_ttl_s) + woken
-        return list(dict.fromkeys(woken))
+        (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote). A run admitted
+        as no tenant's (no tenants file) frees its slot in one call on the async client; a tenant's run first reads
+        and moves the tenant's state, on a Redis thread."""
+        woken = [] if lease.tenant is None else await in_redis_thread(self._release_tenant_run, lease, lease.tenant)
+        call = self.store.release_call(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
+        return list(dict.fromkeys(await self._send(call) + woken))
 
-    async def arelease(self, lease: SlotLease) -> list[str]:
-        """`release` on the engine loop: a run admitted as no tenant's (no tenants file) frees its slot on the async
-        client; a tenant's run, whose release also reads and moves the tenant's state, on a Redis thread."""
-        if lease.tenant is not None:
-            return await in_redis_thread(self.release, lease)
-        return await self.store.arelease(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
+    def _release_tenant_run(self, lease: SlotLease, tenant_name: str) -> list[str]:
+        """The tenant's side of a release: its run ends, and its waiter popped joins this account's line."""
+        woken: list[str] = []
+        if self.tenants.reserve_share:
+            self.run_s += 0.2 * (time.monotonic() - lease.taken - self.run_s)
+        tenant = self.tenants.governing(tenant_name)
+        popped = self.tenant_store.release(tenant, lease.job_id, share=self._share(tenant))
+        for i, waiter in enumerate(popped):
+            # The tenant's waiter joins this account's line at its own rank, holding its place among its
+            # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
+            # tenant's turn), not to whoever waits in line while its message makes the round trip through the
+            # broker. A job this account may not run is promoted as before, and so are the waiters popped
+            # beyond the first (its cap rose: a share cap as other tenants went idle), whose slots may be free
+            # on any account.
+            admitted = self._line_up(lease.account, tenant, waiter) if i == 0 else None
+            woken += [waiter] if admitted is None else admitted
+        return woken
 
     def slot_release(
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
-        """What the job's terminal write can free in its own script (WorkerJobStore.afinish): the slot of a run
+        """What the job's terminal write can free in its own script (WorkerJobStore.finish): the slot of a run
         admitted as no tenant's (no tenants file), the job's entries in the active-job index (`tenant`: the name its
         spec gives; `indexed` False: its producer put it in none) and what its last attempt spent (`spent`: counted
         with the write, as `settle` would). None for a tenant's run: its release reads and moves the tenant's state
-        (`arelease`, `ajob_done`)."""
+        (`release`, `job_done`)."""
         if lease.tenant is not None or self.tenants.configured:
             return None
         unindex, done = self.tenant_store.unindex_keys(tenant)
@@ -519,43 +521,23 @@ class AccountManager:
             [account.name], job_id, key, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
         )
 
-    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
         the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran). A run
-        admitted as no tenant's (no tenants file) counts against its account alone."""
+        admitted as no tenant's (no tenants file) counts against its account alone. One call on the async client."""
         tenant, reserved = self._settled(lease)
         account = lease.account
-        self.tenant_store.settle(
-            tenant,
-            account.name,
-            lease.job_id,
-            cost_usd,
-            model=lease.model,
-            turns=turns,
-            reserved=reserved,
-            account_capped=account.capped,
+        call = self.tenant_store.settle_call(
+            tenant, account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, account.capped
         )
-
-    async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        """`settle` on the engine loop (the async client: no thread hop)."""
-        tenant, reserved = self._settled(lease)
-        account = lease.account
-        await self.tenant_store.asettle(
-            tenant,
-            account.name,
-            lease.job_id,
-            cost_usd,
-            lease.model,
-            turns,
-            reserved=reserved,
-            account_capped=account.capped,
-        )
+        if call is not None:
+            await self._send(call)
 
     def settle_parts(
         self, lease: SlotLease, cost_usd: float, turns: int | None = None
     ) -> tuple[list[str], list[Any]] | None:
         """`settle` as keys and arguments of the `settle` Lua function, for a job's terminal write to run in its own
-        script (WorkerJobStore.afinish); None when there is nothing to count."""
+        script (WorkerJobStore.finish); None when there is nothing to count."""
         tenant, reserved = self._settled(lease)
         return self.tenant_store.settle_parts(
             tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, lease.account.capped
@@ -571,18 +553,15 @@ class AccountManager:
             return None, lease.budget_usd is not None and lease.account.capped
         return lease.tenant, lease.budget_usd is not None
 
-    def job_done(self, tenant: str, job_id: str) -> None:
-        """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`)."""
-        self.tenant_store.unindex(tenant, job_id)
-
-    async def ajob_done(self, tenant: str, job_id: str) -> None:
-        """`job_done` on the engine loop (the async client: no thread hop)."""
-        await self.tenant_store.aunindex(tenant, job_id)
-
-    def use_async(self, client: redis.asyncio.Redis | None) -> None:
-        """Send `asettle`, `ajob_done` and `arelease` on `client` (the engine loop's; see WorkerJobStore)."""
-        self.store.use_async(client)
-        self.tenant_store.use_async(client)
+    async def job_done(self, tenant: str, job_id: str) -> None:
+        """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`), in one
+        pipeline on the async client."""
+        if self._async is None:
+            await in_redis_thread(self.tenant_store.unindex, tenant, job_id)
+            return
+        pipe = self._async.pipeline(transaction=False)
+        self.tenant_store.queue_unindex(pipe, tenant, job_id)
+        await pipe.execute()
 
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
@@ -813,43 +792,6 @@ class AccountManager:
             for state, first_free in self._snapshot[1]
             if allowed is None or state.name in allowed
         ]
-
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class _Io(Generic[T]):
-    """One Redis call of a step function: `sync` on the caller's thread, `aio` (when it has one) on the engine
-    loop's async client, else `sync` on a Redis thread."""
-
-    sync: Callable[[], T]
-    aio: Callable[[], Awaitable[T]] | None = None
-
-
-#: A step function: yields its Redis calls, is sent their answers, returns its result.
-Steps = Generator[_Io[Any], Any, T]
-
-
-def _drive(steps: Steps[T]) -> T:
-    """Run a step function with sync calls."""
-    try:
-        io = next(steps)
-        while True:
-            io = steps.send(io.sync())
-    except StopIteration as done:
-        return cast(T, done.value)
-
-
-async def _adrive(steps: Steps[T]) -> T:
-    """Run a step function on the engine loop."""
-    try:
-        io = next(steps)
-        while True:
-            answer = await io.aio() if io.aio is not None else await in_redis_thread(io.sync)
-            io = steps.send(answer)
-    except StopIteration as done:
-        return cast(T, done.value)
 
 
 def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:

@@ -32,7 +32,7 @@ class Dispatch:
             # ids); ours expires on its own when the heartbeat stops refreshing it.
             return
         try:
-            waiters = await self.accounts.arelease(slot)
+            waiters = await self.accounts.release(slot)
         except Exception:
             log.exception("job %s: releasing the account slot failed (it expires on its own)", d.job_id)
             return

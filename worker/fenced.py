@@ -66,7 +66,7 @@ class FencedWriter:
         """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
         the fence holds; False (and the delivery lost) when stale; CANCELLED when a write to `queued` or `deferred`
         ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write). `release` (a terminal
-        status only): free the run's slot and index entries in the same script (WorkerJobStore.afinish).
+        status only): free the run's slot and index entries in the same script (WorkerJobStore.finish).
         `hold_events` (a write that moves no status: the attempt's start): leave the pending events waiting unless
         the job is followed."""
         if d.lost:
@@ -163,13 +163,14 @@ class FencedWriter:
         if status not in TERMINAL and events:
             d.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
         if release is not None and status in TERMINAL:
-            return await self.store.afinish(d.job_id, d.fence, status, release, events, stream=d.stream, **fields)
-        return await self.store.awrite(d.job_id, d.fence, status, events=events, stream=d.stream, **fields)
+            return await self.store.finish(d.job_id, d.fence, status, release, events, stream=d.stream, **fields)
+        return await self.store.write(d.job_id, d.fence, status, events=events, stream=d.stream, **fields)
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
-        fence, current = await self.store.afence_and_status(d.job_id)
-        if fence is None or fence != d.fence:
+        stored = await self.store.lease_state(d.job_id)
+        if stored.fence is None or stored.fence != d.fence:
             return False
+        current = stored.status
         if status in ("queued", "deferred") and current == "cancelled":
             return CANCELLED  # it landed, and the cancel flag turned it into the job's end
         return status is None or current == status
@@ -221,7 +222,7 @@ class FencedWriter:
                 return
             d.stream = True
             try:
-                stored = await self.store.aappend_events_fenced(d.job_id, d.fence, events)
+                stored = await self.store.append_events_fenced(d.job_id, d.fence, events)
             except redis.RedisError as exc:
                 log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
                 return

@@ -151,7 +151,7 @@ class DeliveryHandler:
             d.stop("shutdown")  # claimed just as the shutdown began: requeue rather than start a run
         if d.cancel_known:
             d.cancel_known = False  # the claim just read the flag; later attempts ask again
-        elif d.why is None and await self.store.acancel_requested(d.job_id):
+        elif d.why is None and (await self.store.lease_state(d.job_id)).cancel_requested:
             d.stop("cancel")
         if d.why is not None:
             return await self._between_attempts(d)
@@ -229,7 +229,7 @@ class DeliveryHandler:
         start, starts = starting
         waiting = span.child("claudeq.account_slot", job_id=d.job_id)
         try:
-            acquired = await self.accounts.aacquire(
+            acquired = await self.accounts.acquire(
                 d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
             )
         except StartLost:
@@ -383,7 +383,7 @@ class DeliveryHandler:
         """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
         spent, d.spent = d.spent, None
         if spent is not None:
-            await _quietly(self.accounts.asettle(spent.lease, spent.cost_usd, spent.turns), "settle")
+            await _quietly(self.accounts.settle(spent.lease, spent.cost_usd, spent.turns), "settle")
 
     async def _release(self, d: Delivery) -> None:
         """Give back the delivery's slot, its attempt's spend counted first: the release drops the run's
@@ -523,7 +523,7 @@ class DeliveryHandler:
         """What follows a terminal write that landed (its slot already given back): the job out of its tenant's
         active jobs (unless the write did it: `unindexed`), the conversation's next turn, the metrics."""
         if not unindexed:
-            await _quietly(self.accounts.ajob_done(d.record.spec.tenant, d.job_id), "job_done")
+            await _quietly(self.accounts.job_done(d.record.spec.tenant, d.job_id), "job_done")
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
         except Exception:

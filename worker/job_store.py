@@ -3,10 +3,10 @@
 The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
 on the same Redis. Every status change is one atomic Lua script (claudeq/worker/job_scripts.py).
 
-The calls a run makes many times (claim, heartbeat, fenced write, event append, cancel check) also come as
-coroutines (`aclaim`, `abeat`, `awrite`, ...) for the engine's event loop: on the async client a worker attaches
-(`use_async`), with no thread hop per call; without one they run the sync method in a thread. Both build the same
-script call (claudeq.script_calls), so the two paths cannot drift apart (docs/scaling.md#the-engines-redis-client).
+The calls a run makes many times (claim, heartbeat, fenced write, event append, the lease's state) are coroutines
+for the engine's event loop, one method each: on the async client a worker attaches (`use_async`), with no thread
+hop per call; without one (fakeredis) on the sync client in a thread (claudeq.script_calls,
+docs/scaling.md#the-engines-redis-client).
 """
 
 from __future__ import annotations
@@ -72,6 +72,15 @@ class Claim:
     def ok(self) -> bool:
         """Whether this worker now owns the run."""
         return self.result == "ok"
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """A job's lease as stored (`WorkerJobStore.lease_state`)."""
+
+    fence: int | None  # its fencing token (None: never claimed, or no record)
+    status: str | None  # None: no record
+    cancel_requested: bool  # a cancel flag is set
 
 
 @dataclass
@@ -149,16 +158,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
 
-    def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
+    async def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
         """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
         the same step: `Claim.fields`)."""
-        return self._run(self._claim_call(job_id, worker, lease_ttl_s))
-
-    async def aclaim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
-        """`claim` on the engine loop."""
-        if self._async is None:
-            return await asyncio.to_thread(self.claim, job_id, worker, lease_ttl_s)
-        return await self._arun(self._async, self._claim_call(job_id, worker, lease_ttl_s))
+        return await self._send(self._claim_call(job_id, worker, lease_ttl_s))
 
     def _claim_call(self, job_id: str, worker: str, lease_ttl_s: float) -> ScriptCall[Claim]:
         now = stored_time(utcnow())
@@ -179,23 +182,13 @@ class WorkerJobStore(AsyncCalls, JobStore):
         clock = time.time()
         return ScriptCall(self._claim, keys, [job_id, worker, repr(clock + lease_ttl_s), now, repr(clock)], parse)
 
-    def heartbeat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float) -> bool:
-        """Extend the lease; False when it is no longer ours (the job was recovered or taken over)."""
-        return self.beat(job_id, worker, fence, lease_ttl_s).ours
-
-    def beat(self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()) -> Beat:
-        """One heartbeat of a run, in one script: extend the lease and, while it is ours, move the run's expiry in
-        each sorted set of `expiring` (its account slot first, then its tenant's runs: `expiring_keys`), and say
-        whether a cancel flag is set."""
-        return self._run(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
-
-    async def abeat(
+    async def beat(
         self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()
     ) -> Beat:
-        """`beat` on the engine loop."""
-        if self._async is None:
-            return await asyncio.to_thread(self.beat, job_id, worker, fence, lease_ttl_s, expiring)
-        return await self._arun(self._async, self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
+        """One heartbeat of a run, in one script: extend the lease (`Beat.ours` False: the job was recovered or
+        taken over) and, while it is ours, move the run's expiry in each sorted set of `expiring` (its account slot
+        first, then its tenant's runs: `expiring_keys`), and say whether a cancel flag is set."""
+        return await self._send(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
 
     def _beat_call(
         self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str]
@@ -208,7 +201,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         args = [fence, job_id, repr(time.time() + lease_ttl_s), worker]
         return ScriptCall(self._heartbeat, keys, args, parse)
 
-    def write(
+    async def write(
         self,
         job_id: str,
         fence: int,
@@ -225,29 +218,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
         write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
         write need not read it."""
-        return self._run(self._write_call(job_id, fence, status, score, event, events, fields, stream))
+        return await self._send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
 
-    async def awrite(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus | None = None,
-        score: float = 0,
-        event: Event | None = None,
-        events: Sequence[Event] = (),
-        *,
-        stream: bool = True,
-        **fields: Unpack[JobFields],
-    ) -> Written:
-        """`write` on the engine loop."""
-        if self._async is None:
-            return await asyncio.to_thread(
-                self.write, job_id, fence, status, score, event, events, stream=stream, **fields
-            )
-        call = self._write_call(job_id, fence, status, score, event, events, fields, stream)
-        return await self._arun(self._async, call)
-
-    async def afinish(
+    async def finish(
         self,
         job_id: str,
         fence: int,
@@ -258,15 +231,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
         stream: bool = True,
         **fields: Unpack[JobFields],
     ) -> bool:
-        """A terminal `awrite` that also frees the run's slot and takes the job out of its tenants' index, in one
+        """A terminal `write` that also frees the run's slot and takes the job out of its tenants' index, in one
         script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease).
-        `stream`: as for `awrite`."""
+        `stream`: as for `write`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        call = self._finish_call(job_id, fence, status, release, events, fields, stream)
-        if self._async is None:
-            return await asyncio.to_thread(self._run, call)
-        return await self._arun(self._async, call)
+        return await self._send(self._finish_call(job_id, fence, status, release, events, fields, stream))
 
     def _finish_call(
         self,
@@ -355,21 +325,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
         ]
         return ScriptCall(self._write, keys, args, _written)
 
-    def append_event_fenced(self, job_id: str, fence: int, event: Event) -> str | None:
-        """Append a running job's event while `fence` still holds it; None (nothing appended) once the run was
-        superseded or the job moved on. Workers append every event of a run this way."""
-        return self.append_events_fenced(job_id, fence, [event])
-
-    def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
-        """Append several events of a running job, in order, in one script (see append_event_fenced); returns the
-        last entry id, None when refused."""
-        return self._run(self._append_call(job_id, fence, events))
-
-    async def aappend_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
-        """`append_events_fenced` on the engine loop."""
-        if self._async is None:
-            return await asyncio.to_thread(self.append_events_fenced, job_id, fence, events)
-        return await self._arun(self._async, self._append_call(job_id, fence, events))
+    async def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+        """Append a running job's events, in order, in one script, while `fence` still holds it: the last entry id,
+        None (nothing appended) once the run was superseded or the job moved on. Workers append every event of a
+        run this way."""
+        return await self._send(self._append_call(job_id, fence, events))
 
     def _append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         if not events:
@@ -378,21 +338,15 @@ class WorkerJobStore(AsyncCalls, JobStore):
         args = [fence, self.events_maxlen, *(encode_event(e) for e in events)]
         return ScriptCall(self._append, keys, args, lambda entry_id: None if entry_id is None else text(entry_id))
 
-    def fence_and_status(self, job_id: str) -> tuple[int | None, str | None]:
-        """The job's fencing token and status as stored (None where absent), read in one call."""
-        return _fence_and_status(self.redis.hmget(self.keys.job(job_id), ["fence", "status"]))
-
-    async def afence_and_status(self, job_id: str) -> tuple[int | None, str | None]:
-        """`fence_and_status` on the engine loop."""
+    async def lease_state(self, job_id: str) -> LeaseState:
+        """The job's fencing token, status and cancel flag as stored, read in one call."""
+        key, fields = self.keys.job(job_id), ["fence", "status", CANCEL_FIELD]
         if self._async is None:
-            return await asyncio.to_thread(self.fence_and_status, job_id)
-        return _fence_and_status(await self._async.hmget(self.keys.job(job_id), ["fence", "status"]))
-
-    async def acancel_requested(self, job_id: str) -> bool:
-        """`cancel_requested` on the engine loop."""
-        if self._async is None:
-            return await asyncio.to_thread(self.cancel_requested, job_id)
-        return bool(await self._async.hexists(self.keys.job(job_id), CANCEL_FIELD))
+            reply = await asyncio.to_thread(self.redis.hmget, key, fields)
+        else:
+            reply = await self._async.hmget(key, fields)
+        fence, status, cancel = reply
+        return LeaseState(None if fence is None else int(fence), None if status is None else text(status), bool(cancel))
 
     def pack_events(self, job_id: str) -> int:
         """Compress a finished job's compacted events in its record (the status scripts write them as JSON: Redis's
@@ -671,11 +625,6 @@ def _written(reply: Any) -> Written:
     or deferred)."""
     answer = int(reply)
     return CANCELLED if answer == Write.CANCELLED else answer == Write.WRITTEN
-
-
-def _fence_and_status(reply: list[Any]) -> tuple[int | None, str | None]:
-    fence, status = reply
-    return (None if fence is None else int(fence)), (None if status is None else text(status))
 
 
 def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:

@@ -49,7 +49,7 @@ class LeaseKeeper:
                 sent = time.monotonic()
                 slot = d.slot
                 expiring = self.accounts.expiring_keys(slot) if slot is not None else []
-                beat = await self.store.abeat(d.job_id, self.worker_id, d.fence, ttl, expiring)
+                beat = await self.store.beat(d.job_id, self.worker_id, d.fence, ttl, expiring)
                 last_ok = time.monotonic()
                 if not beat.ours:
                     log.warning("job %s: lease lost (expired or taken over); stopping the run", d.job_id)

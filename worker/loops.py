@@ -303,7 +303,7 @@ class Loops:
         """What follows the recovery of a job that ended it (poisoned, or cancelled by its flag), as for a job the
         handler finishes: out of its tenant's active jobs, the conversation's next turn, the metrics."""
         try:
-            await in_redis_thread(self.engine.accounts.job_done, record.spec.tenant, record.id)
+            await self.engine.accounts.job_done(record.spec.tenant, record.id)
         except Exception:
             log.exception("job %s: tenant bookkeeping failed", record.id)
         self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, status)

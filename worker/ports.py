@@ -34,20 +34,10 @@ class RunnerLike(Protocol):
 
 
 class AccountsLike(Protocol):
-    """claudeq.worker.account_manager.AccountManager as the engine uses it (sync; called in threads)."""
+    """claudeq.worker.account_manager.AccountManager as the engine uses it: a run's calls are coroutines on the
+    engine loop; the rest are plain calls, made on a Redis thread."""
 
-    def acquire(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str] = ...,
-        rank: float | None = ...,
-        holds: Collection[str] | None = ...,
-    ) -> SlotLease | NoAccount:
-        """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
-        the job may already hold one (None: anywhere)."""
-
-    async def aacquire(
+    async def acquire(
         self,
         job_id: str,
         spec: JobSpec,
@@ -56,18 +46,16 @@ class AccountsLike(Protocol):
         holds: Collection[str] | None = ...,
         start: StartWrite | None = ...,
     ) -> SlotLease | NoAccount:
-        """`acquire`, awaited on the engine loop; `start`: the attempt's start written with the slot when it can be
-        (the lease says `started`; StartLost when the fence no longer holds the job)."""
+        """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
+        the job may already hold one (None: anywhere); `start`: the attempt's start written with the slot when it
+        can be (the lease says `started`; StartLost when the fence no longer holds the job)."""
 
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         """The sorted sets holding the lease's run with an expiry (its account slot first, then its tenant's runs),
         which the run's heartbeat moves on in the same script as its lease."""
 
-    def release(self, lease: SlotLease) -> list[str]:
+    async def release(self, lease: SlotLease) -> list[str]:
         """Free a slot; the waiters admitted into it (already queued): send their messages."""
-
-    async def arelease(self, lease: SlotLease) -> list[str]:
-        """`release`, awaited on the engine loop."""
 
     def add_waiter(
         self,
@@ -88,23 +76,17 @@ class AccountsLike(Protocol):
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end."""
 
-    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's cost against its tenant's and account's spend."""
 
-    async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        """`settle`, awaited on the engine loop."""
-
-    def job_done(self, tenant: str, job_id: str) -> None:
+    async def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs."""
 
     def slot_release(
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
-        """What the job's terminal write may free (and count: `spent`) in its own script (None: `arelease`,
-        `ajob_done` and `asettle` do it)."""
-
-    async def ajob_done(self, tenant: str, job_id: str) -> None:
-        """`job_done`, awaited on the engine loop."""
+        """What the job's terminal write may free (and count: `spent`) in its own script (None: `release`,
+        `job_done` and `settle` do it)."""
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         """Record a rate-limit signal."""

@@ -22,6 +22,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import new_job_id
 from claudeq.worker.exporter import status_counts
 from claudeq.worker.job_store import WorkerJobStore
+from tests.support.aio import run
 from tests.support.redis_server import redis_url_for_tests
 
 JOBS = 2
@@ -90,7 +91,7 @@ class StatusScripts(RuleBasedStateMachine):
     @rule(i=st.integers(0, JOBS - 1), worker=st.sampled_from(WORKERS))
     def claim(self, i: int, worker: str) -> None:
         job = self.jobs[i]
-        got = self.store.claim(job.id, worker, TTL_S)
+        got = run(self.store.claim(job.id, worker, TTL_S))
         if job.status == "queued":
             assert got.ok and got.fence == job.fence + 1, (got, job)
             job.fence = got.fence
@@ -106,7 +107,7 @@ class StatusScripts(RuleBasedStateMachine):
     def heartbeat(self, i: int, worker: str, offset: int) -> None:
         job = self.jobs[i]
         fence = self.fence_for(job, offset)
-        alive = self.store.heartbeat(job.id, worker, fence, TTL_S)
+        alive = run(self.store.beat(job.id, worker, fence, TTL_S)).ours
         # The fence says whose run it is (a lease that expired with nobody recovering the job is renewed).
         assert alive == (job.status == "running" and fence == job.fence and worker == job.worker), (alive, job)
         if alive:
@@ -122,7 +123,7 @@ class StatusScripts(RuleBasedStateMachine):
         fence = self.fence_for(job, offset)
         ready = {"ready_at": utcnow() - timedelta(seconds=1)} if status == "deferred" else {}
         event = Event(type=status) if status in ("deferred", "succeeded", "failed", "cancelled") else None
-        ok = self.store.write(job.id, fence, status, event=event, **ready)  # type: ignore[arg-type]
+        ok = run(self.store.write(job.id, fence, status, event=event, **ready))  # type: ignore[arg-type]
         expected = job.status == "running" and fence == job.fence
         # A cancel is seen at every status write: a job with the flag never goes back to waiting, it ends.
         cancels = expected and status in ("queued", "deferred") and job.cancel_flag
@@ -187,7 +188,8 @@ class StatusScripts(RuleBasedStateMachine):
     @invariant()
     def redis_agrees_with_the_model(self) -> None:
         for job in self.jobs:
-            fence, status = self.store.fence_and_status(job.id)
+            stored = run(self.store.lease_state(job.id))
+            fence, status = stored.fence, stored.status
             assert status == job.status and (fence or 0) == job.fence, (status, fence, job)
             expiry = self.redis.zscore(self.keys.running, job.id)
             assert (expiry is not None and expiry > time.time()) == job.lease, (expiry, job)

@@ -26,6 +26,7 @@ from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops
 from claudeq.worker.ports import AccountsLike
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ class CancelledWhileAsking(AccountManager):
         self.cancels: list[str] = []
         self.answers: list[SlotLease | NoAccount] = []
 
-    async def aacquire(
+    async def acquire(
         self,
         job_id: str,
         spec: JobSpec,
@@ -63,7 +64,7 @@ class CancelledWhileAsking(AccountManager):
         start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
         self.cancels.append(self.producer.cancel(job_id))
-        answer = await super().aacquire(job_id, spec, exclude, rank, holds, start)
+        answer = await super().acquire(job_id, spec, exclude, rank, holds, start)
         self.answers.append(answer)
         return answer
 
@@ -155,11 +156,11 @@ def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_
 
 def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobStore) -> None:
     job = _queued(wstore)
-    claim = wstore.claim(job, "w1", 30)
+    claim = run(wstore.claim(job, "w1", 30))
     assert wstore.cancel(job) == "running"
 
     requeued = Event(type="requeued", data={"reason": "worker shutting down; job re-enqueued"})
-    assert wstore.write(job, claim.fence, "queued", event=requeued) == "cancelled"
+    assert run(wstore.write(job, claim.fence, "queued", event=requeued)) == "cancelled"
 
     record = wstore.get(job)
     assert record.status == "cancelled" and record.error is not None and record.error.kind == "cancelled"
@@ -167,8 +168,8 @@ def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobS
     assert "requeued" not in _types(wstore, job) and _types(wstore, job)[-1] == "cancelled"
     # Without the flag the same write re-queues, as before.
     other = _queued(wstore)
-    fence = wstore.claim(other, "w1", 30).fence
-    assert wstore.write(other, fence, "queued", event=requeued) is True
+    fence = run(wstore.claim(other, "w1", 30)).fence
+    assert run(wstore.write(other, fence, "queued", event=requeued)) is True
     assert wstore.get(other).status == "queued"
 
 
@@ -176,8 +177,8 @@ def test_the_recovery_of_a_job_cancelled_while_its_worker_died_cancels_it(
     engine: Engine, wstore: WorkerJobStore, sent: list[str]
 ) -> None:
     job = _queued(wstore, tenant="team-c")
-    claim = wstore.claim(job, "w-dead", 30)
-    assert wstore.write(job, claim.fence, attempts=[Attempt(number=1, worker="w-dead", started_at=utcnow())])
+    claim = run(wstore.claim(job, "w-dead", 30))
+    assert run(wstore.write(job, claim.fence, attempts=[Attempt(number=1, worker="w-dead", started_at=utcnow())]))
     assert wstore.cancel(job) == "running"  # the flag is set; its worker is gone and nobody hears the wake-up
     wstore.redis.zadd(wstore.keys.running, {job: 0})  # its lease expired
 

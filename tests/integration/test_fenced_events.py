@@ -19,6 +19,7 @@ from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.outcome import RunOutcome
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.support.procs import run_until
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
 
@@ -45,29 +46,31 @@ def _types(store: WorkerJobStore, job_id: str) -> list[str]:
 
 def test_a_superseded_fence_appends_no_event(wstore: WorkerJobStore) -> None:
     job = _job(wstore)
-    old = wstore.claim(job, "w1", 30)
-    assert wstore.append_event_fenced(job, old.fence, Event(type="assistant_text", data={"text": "mine"}))
+    old = run(wstore.claim(job, "w1", 30))
+    assert run(wstore.append_events_fenced(job, old.fence, [Event(type="assistant_text", data={"text": "mine"})]))
     wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert wstore.recover(job, old.fence, None)
-    new = wstore.claim(job, "w2", 30)
+    new = run(wstore.claim(job, "w2", 30))
 
-    assert wstore.append_event_fenced(job, old.fence, Event(type="assistant_text", data={"text": "stale"})) is None
-    assert wstore.append_event_fenced(job, new.fence, Event(type="assistant_text", data={"text": "new owner"}))
+    assert (
+        run(wstore.append_events_fenced(job, old.fence, [Event(type="assistant_text", data={"text": "stale"})])) is None
+    )
+    assert run(wstore.append_events_fenced(job, new.fence, [Event(type="assistant_text", data={"text": "new owner"})]))
     texts = [e.data.get("text") for _, e in wstore.read_events(job) if e.type == "assistant_text"]
     assert texts == ["mine", "new owner"]
 
 
 def test_the_terminal_event_goes_in_with_the_fenced_status_write(wstore: WorkerJobStore) -> None:
     job = _job(wstore)
-    old = wstore.claim(job, "w1", 30)
+    old = run(wstore.claim(job, "w1", 30))
     wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert wstore.recover(job, old.fence, None)
-    new = wstore.claim(job, "w2", 30)
+    new = run(wstore.claim(job, "w2", 30))
 
     stale = Event(type="failed", data={"kind": "transient", "message": "stale"})
-    assert not wstore.write(job, old.fence, "failed", event=stale)
+    assert not run(wstore.write(job, old.fence, "failed", event=stale))
     assert "failed" not in _types(wstore, job)
-    assert wstore.write(job, new.fence, "succeeded", event=Event(type="succeeded"))
+    assert run(wstore.write(job, new.fence, "succeeded", event=Event(type="succeeded")))
     assert _types(wstore, job)[-1] == "succeeded" and wstore.status(job) == "succeeded"
 
 
@@ -91,7 +94,7 @@ class _Takeover:
         await asyncio.to_thread(self.store.redis.zadd, self.store.keys.running, {job: 0})
         record = await asyncio.to_thread(self.store.get, job)
         assert await asyncio.to_thread(self.store.recover, job, record.fence, None)
-        assert (await asyncio.to_thread(self.store.claim, job, "w2", 30)).ok
+        assert (await self.store.claim(job, "w2", 30)).ok
         await emit(Event(type="assistant_text", data={"text": "after the takeover"}))
         return RunOutcome(result=JobResult(text="done"), session_id="s", got_result=True, subtype="success")
 

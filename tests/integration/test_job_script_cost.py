@@ -16,6 +16,7 @@ from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.worker.exporter import status_counts
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.support.redis_server import command_calls, commands_since, private_client
 
 pytestmark = pytest.mark.integration
@@ -35,19 +36,19 @@ def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[red
     client, settings = private_redis
     store = make_worker_store(settings, client)
     _job(store, "warm-up")  # the scripts are loaded (SCRIPT LOAD once)
-    claim = store.claim("warm-up", "w", 15)
-    assert store.write("warm-up", claim.fence, "succeeded", event=Event(type="succeeded"))
+    claim = run(store.claim("warm-up", "w", 15))
+    assert run(store.write("warm-up", claim.fence, "succeeded", event=Event(type="succeeded")))
 
     before = command_calls(client)
     _job(store, "job-1")
     create = commands_since(client, before)
     before = command_calls(client)
-    claim = store.claim("job-1", "w", 15)
+    claim = run(store.claim("job-1", "w", 15))
     claimed = commands_since(client, before)
     assert claim.ok
     assert status_counts(client, store.keys, time.time())["running"] == 1
     before = command_calls(client)
-    assert store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"), stream=False)
+    assert run(store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"), stream=False))
     finish = commands_since(client, before)
 
     # One counter per finished job (the hour its retention ends); none for queued, running or deferred.

@@ -15,6 +15,7 @@ from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
 
 pytestmark = pytest.mark.integration
@@ -51,9 +52,9 @@ def _lost_so_far(store: WorkerJobStore, earlier_losses: int, tenant: str = "defa
         Attempt(number=i + 1, worker=f"w{i}", outcome="worker_lost", started_at=utcnow(), finished_at=utcnow())
         for i in range(earlier_losses)
     ]
-    claim = store.claim(job, f"w{earlier_losses}", 30)
+    claim = run(store.claim(job, f"w{earlier_losses}", 30))
     attempts.append(Attempt(number=earlier_losses + 1, worker=f"w{earlier_losses}", started_at=utcnow()))
-    assert store.write(job, claim.fence, attempts=attempts)
+    assert run(store.write(job, claim.fence, attempts=attempts))
     store.redis.zadd(store.keys.running, {job: 0})
     return job
 

@@ -20,6 +20,7 @@ from claudeq.models import JobSpec
 from claudeq.tenant_state import TenantStore, effective_cap
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
 from tests.conftest import make_settings
+from tests.support.aio import run
 
 pytestmark = pytest.mark.integration
 
@@ -130,9 +131,9 @@ def test_a_flooding_tenant_leaves_its_share_of_slots_to_another_active_tenant(
     for i in range(1, 11):
         submitted(redis_client, keys, "a", f"a{i}")
     # a alone takes every slot of the fleet (8).
-    runs = [lease(m.acquire(f"a{i}", spec_a)) for i in range(1, 9)]
+    runs = [lease(run(m.acquire(f"a{i}", spec_a))) for i in range(1, 9)]
     # Its ninth job waits in its own line (its cap is the 8 slots), not in the accounts' lines.
-    ninth = m.acquire("a9", spec_a)
+    ninth = run(m.acquire("a9", spec_a))
     assert isinstance(ninth, NoAccount) and ninth.tenant == "a"
     for job_id in ("a9", "a10"):
         deferred(redis_client, keys, job_id, spec_a, tag=float(job_id[1:]))
@@ -141,23 +142,23 @@ def test_a_flooding_tenant_leaves_its_share_of_slots_to_another_active_tenant(
     submitted(redis_client, keys, "b", "b1")
     submitted(redis_client, keys, "b", "b2")
     fresh()
-    assert m.release(runs[0]) == []
-    assert m.release(runs[1]) == []
+    assert run(m.release(runs[0])) == []
+    assert run(m.release(runs[1])) == []
     # b's jobs start at once on the slots a left (without waiting for another of a's runs to end).
-    b_runs = [lease(m.acquire("b1", spec_b)), lease(m.acquire("b2", spec_b))]
+    b_runs = [lease(run(m.acquire("b1", spec_b))), lease(run(m.acquire("b2", spec_b)))]
     # a at its share: its next job waits for one of its runs, and says why.
     assert redis_client.zcard(keys.tenant_runs("a")) == 6
-    over = m.acquire("a11", spec_a)
+    over = run(m.acquire("a11", spec_a))
     assert isinstance(over, NoAccount) and over.tenant == "a" and "reserve_share" in over.reason
     # b finishes and goes idle: after the grace a's share is every slot again, and the end of one of its runs lets
     # both its waiters go (the slots b left are free).
-    for run in b_runs:
-        m.release(run)
-        m.job_done("b", run.job_id)
+    for done in b_runs:
+        run(m.release(done))
+        run(m.job_done("b", done.job_id))
     time.sleep(settings.tenants.share_idle_s + 0.1)
-    woken = m.release(runs[2])
+    woken = run(m.release(runs[2]))
     assert woken == ["a9", "a10"], woken
-    assert lease(m.acquire("a9", spec_a)) and lease(m.acquire("a10", spec_a))
+    assert lease(run(m.acquire("a9", spec_a))) and lease(run(m.acquire("a10", spec_a)))
     assert redis_client.zcard(keys.tenant_runs("a")) == 7
 
 
@@ -172,10 +173,10 @@ def test_a_tenants_jobs_waiting_for_a_slot_count_toward_its_share(
     spec_a = JobSpec(prompt="x", tenant="a")
     # a's share is 3 of the 4 slots: three of its jobs wait in x's line, held among its runs ...
     for job_id in ("a1", "a2", "a3"):
-        waits = m.acquire(job_id, spec_a)
+        waits = run(m.acquire(job_id, spec_a))
         assert isinstance(waits, NoAccount) and waits.accounts == ["x"] and waits.tenant is None
     # ... and a fourth waits in a's own line: a's backlog never queues in the accounts' lines past its share.
-    fourth = m.acquire("a4", spec_a)
+    fourth = run(m.acquire("a4", spec_a))
     assert isinstance(fourth, NoAccount) and fourth.tenant == "a" and fourth.accounts == []
 
 
@@ -193,9 +194,9 @@ def test_the_active_tenants_are_read_once_per_reuse_window_and_not_at_all_when_o
     monkeypatch.setattr(m.tenant_store, "active", active)
     spec = JobSpec(prompt="x", tenant="a")
     began = time.monotonic()
-    held = [lease(m.acquire(f"a{i}", spec)) for i in range(3)]
-    for run in held:
-        m.release(run)
+    held = [lease(run(m.acquire(f"a{i}", spec))) for i in range(3)]
+    for done in held:
+        run(m.release(done))
     took = time.monotonic() - began
     # Six calls that wanted the active tenants: one read per 0.25 s at most (one in all unless the machine is slow).
     assert 1 <= len(reads) <= 1 + took / 0.25, (len(reads), took)
@@ -203,7 +204,7 @@ def test_the_active_tenants_are_read_once_per_reuse_window_and_not_at_all_when_o
     off = make_settings(settings.redis_url, unique, tenants_file=tenants_file(tmp_path, on=False))
     m_off = manager(off, redis_client, account("x", 8))
     monkeypatch.setattr(m_off.tenant_store, "active", lambda now=None: pytest.fail("read with reserve_share off"))
-    m_off.release(lease(m_off.acquire("o1", spec)))
+    run(m_off.release(lease(run(m_off.acquire("o1", spec)))))
 
 
 def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_back(
@@ -214,7 +215,7 @@ def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_b
     spec_a, spec_b = JobSpec(prompt="x", tenant="a"), JobSpec(prompt="x", tenant="b")
     for i in range(1, 13):
         submitted(redis_client, keys, "a", f"a{i}")
-    runs = [lease(m.acquire(f"a{i}", spec_a)) for i in range(1, 9)]  # a alone: every slot
+    runs = [lease(run(m.acquire(f"a{i}", spec_a))) for i in range(1, 9)]  # a alone: every slot
     for i in (9, 10, 11):
         deferred(redis_client, keys, f"a{i}", spec_a, tag=float(i))
         m.add_tenant_waiter("a", f"a{i}", float(i))
@@ -222,38 +223,38 @@ def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_b
     for i in range(1, 5):
         submitted(redis_client, keys, "b", f"b{i}")
     fresh()
-    first = m.acquire("b1", spec_b)
+    first = run(m.acquire("b1", spec_b))
     assert isinstance(first, NoAccount) and first.tenant is None and first.accounts
     deferred(redis_client, keys, "b1", spec_b, tag=1.0)
     assert m.add_waiter(first.accounts, "b1", 1.0, None, ("b", 1.0)) == []
     # For a second and more a runs 2 past its share (6) and b 2 short of its own (2) with a job waiting.
     for _ in range(4):
         fresh()
-        refused = m.acquire("a12", spec_a)
+        refused = run(m.acquire("a12", spec_a))
         assert isinstance(refused, NoAccount) and refused.tenant == "a"
     # Three of a's runs end. The first hands its slot to b1; a is not given the other two (it owes: its cap is one
     # below its share, 5) ...
-    woken = [job for run in runs[:3] for job in m.release(run)]
+    woken = [job for done in runs[:3] for job in run(m.release(done))]
     assert woken == ["b1"], woken
-    lease(m.acquire("b1", spec_b))
+    lease(run(m.acquire("b1", spec_b)))
     assert redis_client.zcard(keys.tenant_runs("a")) == 5
     # ... so b's next jobs start at once, one past its share while it is owed; the one after that waits.
-    b_runs = [lease(m.acquire("b2", spec_b)), lease(m.acquire("b3", spec_b))]
-    fourth = m.acquire("b4", spec_b)
+    b_runs = [lease(run(m.acquire("b2", spec_b))), lease(run(m.acquire("b3", spec_b)))]
+    fourth = run(m.acquire("b4", spec_b))
     assert isinstance(fourth, NoAccount) and fourth.tenant == "b", fourth
     # While b runs one past its share and a one below its own (with jobs waiting), both balances move back to even:
     # then a's cap is its share again (a12 joins the accounts' lines instead of a's own line) and b's is 2.
     deadline = time.monotonic() + 6
     while True:
         fresh()
-        again = m.acquire("a12", spec_a)
+        again = run(m.acquire("a12", spec_a))
         assert isinstance(again, NoAccount)
         if again.tenant is None:
             break
         assert time.monotonic() < deadline, m.tenant_store.balances()
     balances = m.tenant_store.balances()
     assert abs(balances["a"]) <= 1 and abs(balances["b"]) <= 1.5, balances
-    still = m.acquire("b4", spec_b)
+    still = run(m.acquire("b4", spec_b))
     assert isinstance(still, NoAccount) and still.tenant == "b"  # b holds 3, its cap is 2 again
     assert len(b_runs) == 2
 
@@ -272,11 +273,11 @@ def test_a_large_catch_up_balance_moves_the_share_cap_by_a_slot_per_five_slot_se
         submitted(redis_client, keys, "b", f"b{i}")
     now = time.time()
     redis_client.hset(keys.tenants_balance, mapping={"a": f"-12.0|{now}", "b": f"12.0|{now}"})
-    b_runs = [lease(m.acquire(f"b{i}", spec_b)) for i in range(1, 6)]  # its share 2, owed 3 more
-    sixth = m.acquire("b6", spec_b)
+    b_runs = [lease(run(m.acquire(f"b{i}", spec_b))) for i in range(1, 6)]  # its share 2, owed 3 more
+    sixth = run(m.acquire("b6", spec_b))
     assert isinstance(sixth, NoAccount) and sixth.tenant == "b", sixth
-    a_runs = [lease(m.acquire(f"a{i}", spec_a)) for i in range(1, 4)]  # its share 6, owing 3
-    fourth = m.acquire("a4", spec_a)
+    a_runs = [lease(run(m.acquire(f"a{i}", spec_a))) for i in range(1, 4)]  # its share 6, owing 3
+    fourth = run(m.acquire("a4", spec_a))
     assert isinstance(fourth, NoAccount) and fourth.tenant == "a", fourth
     assert len(b_runs) == 5 and len(a_runs) == 3
 
@@ -293,13 +294,13 @@ def test_with_long_runs_a_slot_of_catch_up_repays_a_run_length_of_balance(
         submitted(redis_client, keys, "a", f"a{i}")
         submitted(redis_client, keys, "b", f"b{i}")
     for i in range(10):  # ten of a's runs that held their slots for a minute each end
-        m.release(replace(lease(m.acquire(f"a{i % 8 + 1}", spec_a)), taken=time.monotonic() - 60))
+        run(m.release(replace(lease(run(m.acquire(f"a{i % 8 + 1}", spec_a))), taken=time.monotonic() - 60)))
     assert m.run_s > 50, m.run_s
     fresh()
     now = time.time()
     redis_client.hset(keys.tenants_balance, mapping={"a": f"-12.0|{now}", "b": f"12.0|{now}"})
-    b_runs = [lease(m.acquire(f"b{i}", spec_b)) for i in range(1, 4)]  # its share 2, owed 1 more
-    fourth = m.acquire("b4", spec_b)
+    b_runs = [lease(run(m.acquire(f"b{i}", spec_b))) for i in range(1, 4)]  # its share 2, owed 1 more
+    fourth = run(m.acquire("b4", spec_b))
     assert isinstance(fourth, NoAccount) and fourth.tenant == "b", fourth
     shown = {u.name: u.share_cap for u in TenantStore(redis_client, keys, settings.tenants).usage(slots=m.slots)}
     assert (shown["a"], shown["b"]) == (5, 3), shown

@@ -15,6 +15,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.worker.job_store import make_worker_store
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.support.redis_server import command_calls, commands_since, private_client
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ def _claimed(settings: Settings, client: redis.Redis, n: int, ttl_s: float) -> l
         job_id, _ = store.create(
             JobRecord(id=f"run-{i}", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow())
         )
-        assert store.claim(job_id, "w1", ttl_s).ok
+        assert run(store.claim(job_id, "w1", ttl_s)).ok
         ids.append(job_id)
     return ids
 
@@ -54,7 +55,7 @@ def test_the_reconciler_reads_only_the_expired_leases_in_one_command(private: tu
     assert sorted(expired) == sorted(dead)
     assert sum(cost.values()) == 1, cost
     assert [store.lease_alive(job_id) for job_id in live[:3]] == [False, False, True]
-    assert store.beat(live[0], "w1", 1, 30).ours  # nobody recovered it: its worker's next beat renews it
+    assert run(store.beat(live[0], "w1", 1, 30)).ours  # nobody recovered it: its worker's next beat renews it
     assert store.lease_alive(live[0]) and live[0] not in store.expired_runs()
 
 

@@ -14,6 +14,7 @@ from claudeq.models import JobError, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
 from claudeq.worker.exporter import ClusterCollector, status_counts
 from claudeq.worker.job_store import make_worker_store
+from tests.support.aio import run
 
 
 def _gauges(settings: Settings, client: redis.Redis) -> dict[str, float]:
@@ -31,28 +32,28 @@ def test_counters_equal_a_recount_after_a_mixed_workload(
     ids = [h.id for h in client.submit_many([{"prompt": f"job {i}"} for i in range(12)])]
     ok, bad, cancelled, deferred, promoted, retried, lost, lost_then_ok, deferred_cancelled = ids[:9]
     for job_id, status in ((ok, "succeeded"), (bad, "failed")):
-        claim = store.claim(job_id, "w1", 30)
+        claim = run(store.claim(job_id, "w1", 30))
         fields = {"error": JobError(kind="job", message="x")} if status == "failed" else {}
-        assert store.write(job_id, claim.fence, status, **fields)  # type: ignore[arg-type]
+        assert run(store.write(job_id, claim.fence, status, **fields))  # type: ignore[arg-type]
     assert client.cancel(cancelled) == "cancelled"
     for job_id in (deferred, promoted, deferred_cancelled):
-        claim = store.claim(job_id, "w1", 30)
-        assert store.write(job_id, claim.fence, "deferred", ready_at=utcnow() + timedelta(hours=1))
+        claim = run(store.claim(job_id, "w1", 30))
+        assert run(store.write(job_id, claim.fence, "deferred", ready_at=utcnow() + timedelta(hours=1)))
     assert store.promote(promoted, force=True)
     assert client.cancel(deferred_cancelled) == "cancelled"
-    claim = store.claim(retried, "w1", 30)
-    assert store.write(retried, claim.fence, "queued")  # a retry that re-enqueues
+    claim = run(store.claim(retried, "w1", 30))
+    assert run(store.write(retried, claim.fence, "queued"))  # a retry that re-enqueues
     for job_id in (lost, lost_then_ok):
-        claim = store.claim(job_id, "dead-worker", 30)
+        claim = run(store.claim(job_id, "dead-worker", 30))
         redis_client.zadd(store.keys.running, {job_id: 0})
         assert store.recover(job_id, claim.fence, None)
-    claim = store.claim(lost_then_ok, "w2", 30)
-    assert store.write(lost_then_ok, claim.fence, "succeeded")
+    claim = run(store.claim(lost_then_ok, "w2", 30))
+    assert run(store.write(lost_then_ok, claim.fence, "succeeded"))
     running = ids[9]
-    store.claim(running, "w1", 30)
+    run(store.claim(running, "w1", 30))
     # A stale write (old fence) and a second claim change nothing, so they must not count either.
-    assert not store.write(ok, 1, "failed")
-    assert not store.claim(running, "w3", 30).ok
+    assert not run(store.write(ok, 1, "failed"))
+    assert not run(store.claim(running, "w3", 30)).ok
 
     recount = store.count_by_status()
     assert recount == {"succeeded": 2, "failed": 1, "cancelled": 2, "deferred": 1, "queued": 5, "running": 1}
@@ -98,8 +99,8 @@ def test_a_finished_job_leaves_the_count_when_its_retention_hour_is_over(
 ) -> None:
     store = make_worker_store(settings, redis_client)
     job_id, _ = store.create(JobRecord(id="j-ttl", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow()))
-    claim = store.claim(job_id, "w", 30)
-    assert store.write(job_id, claim.fence, "succeeded")
+    claim = run(store.claim(job_id, "w", 30))
+    assert run(store.write(job_id, claim.fence, "succeeded"))
     now = time.time()
     assert status_counts(redis_client, store.keys, now)["succeeded"] == 1
     later = now + settings.result_ttl_s + 3600

@@ -8,6 +8,7 @@ import fakeredis
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.worker.job_store import WorkerJobStore
+from tests.support.aio import run
 
 
 def test_cancelling_a_requeued_job_deletes_the_flag_its_run_left() -> None:
@@ -15,8 +16,8 @@ def test_cancelling_a_requeued_job_deletes_the_flag_its_run_left() -> None:
     keys = Keys("cqt-flag:")
     store = WorkerJobStore(client, keys, result_ttl_s=600, events_maxlen=100)
     job_id, _ = store.create(JobRecord(id="j1", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow()))
-    claim = store.claim(job_id, "w1", 60)
+    claim = run(store.claim(job_id, "w1", 60))
     assert store.cancel(job_id) == "running" and client.hexists(keys.job(job_id), "cancel")
-    assert store.write(job_id, claim.fence, "queued")  # requeued before the run saw the flag
+    assert run(store.write(job_id, claim.fence, "queued"))  # requeued before the run saw the flag
     assert store.cancel(job_id) == "cancelled"
     assert not client.hexists(keys.job(job_id), "cancel")

@@ -64,7 +64,9 @@ def test_deferred_job_is_not_in_the_broker_and_its_promotion_is_sent_at_once_wit
 ) -> None:
     queue = settings.queue
     engine = runtime.engine
-    holder = engine.accounts.acquire("holder-job", JobSpec(prompt="holds the only slot"))
+    holder = engine.call(engine.accounts.acquire("holder-job", JobSpec(prompt="holds the only slot"))).result(
+        timeout=30
+    )
     assert not hasattr(holder, "ready_at"), holder  # a SlotLease, not NoAccount
 
     job = client.submit(prompt="wait for a slot", priority=9)
@@ -81,7 +83,9 @@ def test_deferred_job_is_not_in_the_broker_and_its_promotion_is_sent_at_once_wit
     assert messages(redis_client, queue) == {}, "a deferred job must not wait in the broker"
     assert pending_job_ids(redis_client, [queue]) == set()
 
-    waiters = engine.accounts.release(holder)  # the slot frees: it is handed to the waiter, now queued
+    waiters = engine.call(engine.accounts.release(holder)).result(
+        timeout=30
+    )  # the slot frees: it is handed to the waiter, now queued
     assert waiters == [job.id]
     assert client.get(job.id).status == "queued"
     engine.call(engine.dispatch.send_admitted(waiters)).result(30)
@@ -96,13 +100,15 @@ def test_promoter_loop_sends_a_due_deferred_job_at_once(
     client: Client, runtime: WorkerRuntime, settings: Settings, redis_client: redis.Redis
 ) -> None:
     engine = runtime.engine
-    holder = engine.accounts.acquire("holder-job", JobSpec(prompt="holds the only slot"))
+    holder = engine.call(engine.accounts.acquire("holder-job", JobSpec(prompt="holds the only slot"))).result(
+        timeout=30
+    )
     job = client.submit(prompt="wait for a slot", priority=0)
     for name in queue_lists(settings.queue):
         redis_client.delete(name)
     assert engine.deliver_blocking(job.id).outcome == "deferred"
     redis_client.delete(engine.store.keys.account_waiters("only"))  # out of line: its ready time brings it back
-    assert engine.accounts.release(holder) == []
+    assert engine.call(engine.accounts.release(holder)).result(timeout=30) == []
     redis_client.zadd(engine.store.keys.deferred, {job.id: 0})  # due now
     assert engine.call(runtime.loops.promote_once()).result(30) >= 1
     promoted = messages(redis_client, settings.queue)

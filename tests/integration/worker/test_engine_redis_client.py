@@ -21,6 +21,7 @@ from claudeq.worker.account_choice import NoAccount
 from claudeq.worker.account_manager import AccountManager, SlotLease
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.engine import engine_executor_workers
+from claudeq.worker.job_store import LeaseState
 from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
 from tests.support.runtime import engine_runtime
 
@@ -49,27 +50,25 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     monkeypatch.setattr("asyncio.to_thread", no_thread)  # the fallback of a store without an async client
 
     async def one_run() -> dict[str, Any]:
-        claim = await store.aclaim(job_id, "w1", 30)
+        claim = await store.claim(job_id, "w1", 30)
         assert claim.ok and claim.fields is not None and claim.cancelled is True
         attempt = Attempt(number=1, account="a", worker="w1", started_at=utcnow())
-        wrote = await store.awrite(job_id, claim.fence, events=[Event(type="claimed")], attempts=[attempt])
-        appended = await store.aappend_events_fenced(job_id, claim.fence, [Event(type="run_started")])
-        beat = await store.abeat(job_id, "w1", claim.fence, 30)
-        stale_beat = await store.abeat(job_id, "w1", claim.fence + 1, 30)
-        cancelled = await store.acancel_requested(job_id)
-        fence_status = await store.afence_and_status(job_id)
-        done = await store.awrite(
+        wrote = await store.write(job_id, claim.fence, events=[Event(type="claimed")], attempts=[attempt])
+        appended = await store.append_events_fenced(job_id, claim.fence, [Event(type="run_started")])
+        beat = await store.beat(job_id, "w1", claim.fence, 30)
+        stale_beat = await store.beat(job_id, "w1", claim.fence + 1, 30)
+        lease = await store.lease_state(job_id)
+        done = await store.write(
             job_id, claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
         )
-        stale = await store.awrite(job_id, claim.fence, "failed")
+        stale = await store.write(job_id, claim.fence, "failed")
         return dict(
             fence=claim.fence,
             wrote=wrote,
             appended=appended,
             beat=beat,
             stale_beat=stale_beat,
-            cancelled=cancelled,
-            fence_status=fence_status,
+            lease=lease,
             done=done,
             stale=stale,
         )
@@ -78,8 +77,7 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     assert got["wrote"] and got["done"] and got["appended"] is not None
     assert got["beat"].ours and got["beat"].cancelled
     assert not got["stale_beat"].ours
-    assert got["cancelled"] is True
-    assert got["fence_status"] == (got["fence"], "running")
+    assert got["lease"] == LeaseState(got["fence"], "running", cancel_requested=True)
     assert got["stale"] is False  # the job moved on: a late write is refused
     record = store.get(job_id)
     assert record.status == "succeeded"
@@ -105,12 +103,12 @@ def test_a_runs_slot_spend_release_and_unindex_go_on_the_async_client_without_a_
     monkeypatch.setattr("asyncio.to_thread", no_thread)
 
     async def a_run() -> tuple[SlotLease | NoAccount, bool, list[str]]:
-        lease = await accounts.aacquire(job_id, JobSpec(prompt="hi"), holds=frozenset())
+        lease = await accounts.acquire(job_id, JobSpec(prompt="hi"), holds=frozenset())
         assert isinstance(lease, SlotLease)
         held = store.redis.zscore(keys.account_slots("acct-a"), job_id) is not None
-        await accounts.asettle(lease, 0.25, turns=2)
-        woken = await accounts.arelease(lease)
-        await accounts.ajob_done("default", job_id)
+        await accounts.settle(lease, 0.25, turns=2)
+        woken = await accounts.release(lease)
+        await accounts.job_done("default", job_id)
         return lease, held, woken
 
     lease, held, woken = runtime.engine.call(a_run()).result(timeout=30)
@@ -121,18 +119,6 @@ def test_a_runs_slot_spend_release_and_unindex_go_on_the_async_client_without_a_
     assert accounts.tenant_store.spend("tenant", "default")[0] == pytest.approx(0.25)
     assert store.redis.zscore(keys.account_slots("acct-a"), job_id) is None
     assert store.redis.zscore(keys.tenant_jobs("default"), job_id) is None
-
-
-def test_taking_a_slot_on_the_loop_answers_as_the_sync_path_does(runtime: WorkerRuntime) -> None:
-    """Both drivers of the one slot-taking step function: a full account says when to look again either way."""
-    accounts = runtime.engine.accounts
-    spec = JobSpec(prompt="hi")
-    taken = [accounts.acquire(f"sync-{n}", spec) for n in range(4)]  # the account's 4 slots
-    assert all(isinstance(t, SlotLease) for t in taken)
-    sync_answer = accounts.acquire("sync-5", spec)
-    loop_answer = runtime.engine.call(accounts.aacquire("loop-5", spec)).result(timeout=30)
-    assert isinstance(sync_answer, NoAccount) and isinstance(loop_answer, NoAccount)
-    assert loop_answer.reason == sync_answer.reason and loop_answer.accounts == sync_answer.accounts
 
 
 def test_acquires_at_the_same_time_share_one_read_of_the_accounts(
@@ -153,7 +139,7 @@ def test_acquires_at_the_same_time_share_one_read_of_the_accounts(
     spec = JobSpec(prompt="hi")
 
     async def burst() -> list[SlotLease | NoAccount]:
-        return await asyncio.gather(*(accounts.aacquire(f"burst-{n}", spec) for n in range(4)))
+        return await asyncio.gather(*(accounts.acquire(f"burst-{n}", spec) for n in range(4)))
 
     taken = runtime.engine.call(burst()).result(timeout=30)
     assert all(isinstance(t, SlotLease) for t in taken), taken

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
-from claudeq.script_calls import ScriptCall
+from claudeq.script_calls import ScriptCall, run_call
 from claudeq.worker.account_manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
@@ -54,8 +54,8 @@ def _running_with_slot(rt: WorkerRuntime) -> tuple[str, int, SlotLease]:
     store.create(JobRecord(id=job_id, spec=spec, status="queued", created_at=utcnow()))
     for name in ("acme", "default"):
         store.redis.zadd(store.keys.tenant_jobs(name), {job_id: 1.0})
-    claim = store.claim(job_id, "w1", 30)
-    lease = accounts.acquire(job_id, spec)
+    claim = rt.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30)
+    lease = rt.engine.call(accounts.acquire(job_id, spec)).result(timeout=30)
     assert claim.ok and isinstance(lease, SlotLease)
     return job_id, claim.fence, lease
 
@@ -68,7 +68,7 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
     assert release is not None
 
     done = runtime.engine.call(
-        store.afinish(job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok"))
+        store.finish(job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok"))
     ).result(10)
 
     assert done and release.done and release.admitted == []
@@ -91,7 +91,7 @@ def test_a_job_no_producer_indexed_is_taken_out_of_no_index(runtime: WorkerRunti
     job_id, fence, lease = _running_with_slot(runtime)
     release = accounts.slot_release(lease, "acme", indexed=False)
     assert release is not None and release.unindex == []
-    assert runtime.engine.call(store.afinish(job_id, fence, "succeeded", release)).result(10)
+    assert runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10)
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None  # no ZREM was sent
 
 
@@ -102,7 +102,7 @@ def test_a_stale_fence_writes_and_frees_nothing(runtime: WorkerRuntime) -> None:
     release = accounts.slot_release(lease, "acme", spent=Spent(lease, 0.25))
     assert release is not None
 
-    done = runtime.engine.call(store.afinish(job_id, fence + 1, "failed", release)).result(10)
+    done = runtime.engine.call(store.finish(job_id, fence + 1, "failed", release)).result(10)
 
     # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it. Its spend is
     # not counted either: the handler counts it apart (DeliveryHandler._settle), as for any write that did not land.
@@ -126,7 +126,7 @@ def test_the_freed_slot_goes_to_the_waiter_in_line(runtime: WorkerRuntime) -> No
 
     release = accounts.slot_release(lease, "acme")
     assert release is not None
-    done = runtime.engine.call(store.afinish(job_id, fence, "succeeded", release)).result(10)
+    done = runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10)
 
     assert done and release.admitted == [waiter]
     assert store.get(waiter).status == "queued"
@@ -145,19 +145,19 @@ def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeyp
     job_id = _queued(store)
     separately: list[str] = []
 
-    async def arelease(lease: SlotLease) -> list[str]:
+    async def release(lease: SlotLease) -> list[str]:
         separately.append("release")
         return []
 
-    async def ajob_done(tenant: str, job_id: str) -> None:
+    async def job_done(tenant: str, job_id: str) -> None:
         separately.append("job_done")
 
-    async def asettle(lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+    async def settle(lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         separately.append("settle")
 
-    monkeypatch.setattr(accounts, "arelease", arelease)
-    monkeypatch.setattr(accounts, "ajob_done", ajob_done)
-    monkeypatch.setattr(accounts, "asettle", asettle)
+    monkeypatch.setattr(accounts, "release", release)
+    monkeypatch.setattr(accounts, "job_done", job_done)
+    monkeypatch.setattr(accounts, "settle", settle)
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered
@@ -188,11 +188,11 @@ def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, m
     job_id = _queued(store)
     writes: list[object] = []
 
-    async def awrite(*args: object, **kwargs: object) -> bool:
+    async def write(*args: object, **kwargs: object) -> bool:
         writes.append((args, kwargs))
         return False
 
-    monkeypatch.setattr(store, "awrite", awrite)  # the attempt's start goes in START; the end in FINISH
+    monkeypatch.setattr(store, "write", write)  # the attempt's start goes in START; the end in FINISH
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered
@@ -205,14 +205,15 @@ def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, m
 def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
     job_id = _queued(store)
-    fence = store.claim(job_id, "w1", 30).fence
+    fence = runtime.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30).fence
 
     def start(fence: int) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
         return lambda acquire: store.start_call(acquire, job_id, fence, account="acct-a")
 
-    assert accounts.store.try_acquire("acct-a", job_id, 30, may_hold=False, then=start(fence + 1)) == START_LOST
+    stale = start(fence + 1)(accounts.store.acquire_call("acct-a", job_id, 30, may_hold=False))
+    assert run_call(stale) == START_LOST
     assert store.get(job_id).account is None  # nothing written
-    assert accounts.store.try_acquire("acct-a", job_id, 30, then=start(fence)) == 1  # the slot it took, again
+    assert run_call(start(fence)(accounts.store.acquire_call("acct-a", job_id, 30))) == 1  # the slot it took, again
     assert store.get(job_id).account == "acct-a"
     assert store.redis.zcard(store.keys.account_slots("acct-a")) == 1
 

@@ -17,6 +17,7 @@ from claudeq.producer.client import Client
 from claudeq.producer.mcp_server import FLEET_TOOLS, build_server, parse_address
 from claudeq.worker import tools
 from claudeq.worker.job_store import make_worker_store
+from tests.support.aio import run
 
 
 class _NoCelery:
@@ -105,9 +106,9 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
     the terminal one (the write moves it into the record with the status in one step)."""
     worker = make_worker_store(fleet.settings, fleet.store.redis)
     job = fleet.submit(prompt="hi")
-    claim = worker.claim(job.id, "w-1", 30)
+    claim = await worker.claim(job.id, "w-1", 30)
     assert claim.ok
-    worker.write(job.id, claim.fence, event=Event(type="run_started", data={"account": "a"}))
+    await worker.write(job.id, claim.fence, event=Event(type="run_started", data={"account": "a"}))
     read = fleet.store.read_events
     finished: list[bool] = []
 
@@ -115,7 +116,7 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
         out = read(job_id, after, **kwargs)
         if not finished:
             finished.append(True)
-            assert worker.write(job.id, claim.fence, "succeeded", event=Event(type="succeeded"))
+            assert run(worker.write(job.id, claim.fence, "succeeded", event=Event(type="succeeded")))
         return out
 
     monkeypatch.setattr(fleet.store, "read_events", read_then_finish)

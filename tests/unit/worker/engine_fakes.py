@@ -99,14 +99,16 @@ class FakeAccounts:
         self.released: list[str] = []
         self.lock = threading.Lock()
 
-    def acquire(
+    async def acquire(
         self,
         job_id: str,
         spec: JobSpec,
         exclude: frozenset[str] = frozenset(),
         rank: float | None = None,
         holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
+        # The attempt's start is written apart (`start` is not taken up).
         with self.lock:
             if self.permanent:
                 return NoAccount(utcnow(), "no account allows this job", [], permanent=True)
@@ -123,29 +125,15 @@ class FakeAccounts:
                 return NoAccount(min(cooling_ends), "all accounts cooling", names, cooldown=True)
             return NoAccount(now + timedelta(seconds=30), "all accounts busy", [a.name for a in self.accounts])
 
-    async def aacquire(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str] = frozenset(),
-        rank: float | None = None,
-        holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
-    ) -> SlotLease | NoAccount:
-        return self.acquire(job_id, spec, exclude, rank, holds)  # the attempt's start is written apart
-
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         return []  # slots are held in memory here: the heartbeat has none to move
 
-    def release(self, lease: SlotLease) -> list[str]:
+    async def release(self, lease: SlotLease) -> list[str]:
         with self.lock:
             self.held.pop(lease.job_id, None)
             self.released.append(lease.job_id)
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
-
-    async def arelease(self, lease: SlotLease) -> list[str]:
-        return self.release(lease)
 
     def add_waiter(
         self,
@@ -167,22 +155,16 @@ class FakeAccounts:
     def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         self.tenant_waiters.append((tenant, job_id))
 
-    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         self.settled.append((lease.job_id, cost_usd))
 
-    async def asettle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        self.settle(lease, cost_usd, turns)
-
-    def job_done(self, tenant: str, job_id: str) -> None:
+    async def job_done(self, tenant: str, job_id: str) -> None:
         self.done.append((tenant, job_id))
-
-    async def ajob_done(self, tenant: str, job_id: str) -> None:
-        self.job_done(tenant, job_id)
 
     def slot_release(
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
-        return None  # the fakes free slots through arelease and ajob_done, and count spend through asettle
+        return None  # the fakes free slots through release and job_done, and count spend through settle
 
     def observe(self, account: str, signal: RateLimitSignal) -> None:
         self.observed.append((account, signal))
@@ -230,20 +212,21 @@ class FlakyAccounts(FakeAccounts):
         super().__init__(*accounts)
         self.failures = failures
 
-    def acquire(
+    async def acquire(
         self,
         job_id: str,
         spec: JobSpec,
         exclude: frozenset[str] = frozenset(),
         rank: float | None = None,
         holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
     ) -> SlotLease | NoAccount:
         if self.failures > 0:
             self.failures -= 1
             import redis
 
             raise redis.ConnectionError("Redis went away")
-        return super().acquire(job_id, spec, exclude, rank)
+        return await super().acquire(job_id, spec, exclude, rank)
 
 
 def fake_engine(settings: Settings, store: WorkerJobStore, sent: list[str], worker_id: str = "w-test") -> Engine:

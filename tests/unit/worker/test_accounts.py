@@ -16,6 +16,7 @@ from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.outcome import RateLimitSignal
+from tests.support.aio import run
 
 SPEC = JobSpec(prompt="hello")
 
@@ -39,9 +40,9 @@ def lease(result: SlotLease | NoAccount) -> SlotLease:
 
 
 def test_spreads_jobs_and_defers_when_full(manager: AccountManager) -> None:
-    leases = [lease(manager.acquire(f"j{i}", SPEC)) for i in range(3)]
+    leases = [lease(run(manager.acquire(f"j{i}", SPEC))) for i in range(3)]
     assert sorted(x.account.name for x in leases) == ["a", "b", "b"]
-    full = manager.acquire("j9", SPEC)
+    full = run(manager.acquire("j9", SPEC))
     assert isinstance(full, NoAccount)
     assert not full.permanent
     assert sorted(full.accounts) == ["a", "b"]
@@ -50,8 +51,8 @@ def test_spreads_jobs_and_defers_when_full(manager: AccountManager) -> None:
 
 
 def test_repeated_acquire_returns_the_same_slot(manager: AccountManager) -> None:
-    first = lease(manager.acquire("j1", SPEC))
-    again = lease(manager.acquire("j1", SPEC))
+    first = lease(run(manager.acquire("j1", SPEC)))
+    again = lease(run(manager.acquire("j1", SPEC)))
     assert again.account.name == first.account.name
     assert sum(s.slots_in_use for s in manager.states()) == 1
 
@@ -64,8 +65,8 @@ def test_rejected_with_reset_cools_until_then_and_routes_elsewhere(manager: Acco
     assert state.cooldown_until is not None
     assert abs((state.cooldown_until - resets).total_seconds()) < 0.01
     assert "five_hour" in (state.reason or "")
-    assert lease(manager.acquire("j1", SPEC)).account.name == "a"
-    waiting = manager.acquire("j2", SPEC)
+    assert lease(run(manager.acquire("j1", SPEC))).account.name == "a"
+    waiting = run(manager.acquire("j2", SPEC))
     assert isinstance(waiting, NoAccount)
     # a (full) frees at its slot expiry at the latest, before b's cooldown ends.
     assert waiting.accounts == ["a", "b"]
@@ -76,8 +77,8 @@ def test_rejected_seen_by_a_second_manager_at_once(
 ) -> None:
     other = AccountManager(fake_settings, fake_redis, Keys(fake_settings.key_prefix), manager.pool)
     manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=40), "five_hour"))
-    assert lease(other.acquire("j1", SPEC.model_copy(update={"account": None}))).account.name == "b"
-    pinned = other.acquire("j2", JobSpec(prompt="x", account="a"))
+    assert lease(run(other.acquire("j1", SPEC.model_copy(update={"account": None})))).account.name == "b"
+    pinned = run(other.acquire("j2", JobSpec(prompt="x", account="a")))
     assert isinstance(pinned, NoAccount)
     assert not pinned.permanent
     assert pinned.accounts == ["a"]
@@ -121,7 +122,7 @@ def test_warning_is_recorded_and_chosen_last_then_cleared(manager: AccountManage
     state = manager.state("b")
     assert state.state == "warning"
     assert state.windows["five_hour"].utilization == 0.91
-    assert lease(manager.acquire("j1", SPEC)).account.name == "a"
+    assert lease(run(manager.acquire("j1", SPEC))).account.name == "a"
     manager.observe("b", RateLimitSignal("allowed", resets, "five_hour", 0.2))
     state = manager.state("b")
     assert state.state == "ok"
@@ -139,12 +140,12 @@ def test_disable_logs_and_blocks_until_enabled(manager: AccountManager, caplog: 
         manager.disable("a", "authentication failed (401)")
     assert "account a disabled: authentication failed (401)" in caplog.text
     assert manager.state("a").state == "disabled"
-    pinned = manager.acquire("j1", JobSpec(prompt="x", account="a"))
+    pinned = run(manager.acquire("j1", JobSpec(prompt="x", account="a")))
     assert isinstance(pinned, NoAccount)
     assert pinned.permanent
     assert "401" in pinned.reason
     manager.enable("a")
-    assert lease(manager.acquire("j1", JobSpec(prompt="x", account="a"))).account.name == "a"
+    assert lease(run(manager.acquire("j1", JobSpec(prompt="x", account="a")))).account.name == "a"
 
 
 def test_clear_cooldown(manager: AccountManager) -> None:
@@ -154,26 +155,26 @@ def test_clear_cooldown(manager: AccountManager) -> None:
 
 
 def test_permanent_when_pinned_to_an_unknown_account(manager: AccountManager) -> None:
-    result = manager.acquire("j1", JobSpec(prompt="x", account="nope"))
+    result = run(manager.acquire("j1", JobSpec(prompt="x", account="nope")))
     assert isinstance(result, NoAccount)
     assert result.permanent
 
 
 def test_exclude_routes_to_another_account(manager: AccountManager) -> None:
-    assert lease(manager.acquire("j1", SPEC, exclude=frozenset({"a"}))).account.name == "b"
+    assert lease(run(manager.acquire("j1", SPEC, exclude=frozenset({"a"})))).account.name == "b"
 
 
 def test_release_hands_the_slot_to_a_waiter(manager: AccountManager, fake_redis: fakeredis.FakeRedis) -> None:
-    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0))
-    waiting = manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0)
+    held = lease(run(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0)))
+    waiting = run(manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0))
     assert isinstance(waiting, NoAccount)
     fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
     assert manager.add_waiter([*waiting.accounts, "unknown"], "j2", 9.0) == []
-    assert manager.release(held) == ["j2"]
+    assert run(manager.release(held)) == ["j2"]
     # A job that arrives now finds no free slot: the one released is j2's.
-    late = manager.acquire("j3", JobSpec(prompt="x", account="a"), rank=1.0)
+    late = run(manager.acquire("j3", JobSpec(prompt="x", account="a"), rank=1.0))
     assert isinstance(late, NoAccount)
-    assert lease(manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0)).account.name == "a"
+    assert lease(run(manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0))).account.name == "a"
 
 
 def _in_line(client: fakeredis.FakeRedis, manager: AccountManager, account: str, members: dict[str, float]) -> None:
@@ -188,7 +189,7 @@ def test_a_new_job_waits_in_line_behind_better_ranked_waiters(
     fake_redis.hset(manager.store.keys.job("urgent"), "status", "deferred")
     _in_line(fake_redis, manager, "a", {"urgent": 1.0})
     pinned = JobSpec(prompt="x", account="a")
-    waiting = manager.acquire("bulk", pinned, rank=9e10)
+    waiting = run(manager.acquire("bulk", pinned, rank=9e10))
     assert isinstance(waiting, NoAccount)
     assert "waiting in line" in waiting.reason and waiting.accounts == ["a"]
     # Its turn comes through the line: the ready time is only the fallback.
@@ -203,8 +204,8 @@ def test_a_job_in_line_waits_in_the_line_of_every_account_that_may_run_it(
     # `b` frees next is handed to it (joining `a`'s line alone, it would sit there until its fallback).
     fake_redis.hset(manager.store.keys.job("urgent"), "status", "deferred")
     _in_line(fake_redis, manager, "a", {"urgent": 1.0})
-    held = [lease(manager.acquire(f"b{i}", JobSpec(prompt="x", account="b"))) for i in range(2)]
-    waiting = manager.acquire("bulk", SPEC, rank=9e10)
+    held = [lease(run(manager.acquire(f"b{i}", JobSpec(prompt="x", account="b")))) for i in range(2)]
+    waiting = run(manager.acquire("bulk", SPEC, rank=9e10))
     assert isinstance(waiting, NoAccount)
     assert "waiting in line" in waiting.reason and waiting.accounts == ["a", "b"]
     fake_redis.hset(manager.store.keys.job("bulk"), "status", "deferred")
@@ -212,11 +213,11 @@ def test_a_job_in_line_waits_in_the_line_of_every_account_that_may_run_it(
     assert manager.add_waiter(waiting.accounts, "bulk", 9e10) == ["urgent"]  # a's free slot: the better waiter's
     fallback = fake_redis.zscore(manager.store.keys.deferred, "bulk")
     assert fallback is not None and fallback > time.time() + manager.settings.waiter_fallback_s - 5
-    assert manager.release(held[0]) == ["bulk"]
+    assert run(manager.release(held[0])) == ["bulk"]
 
 
 def test_refresh_keeps_the_slot(manager: AccountManager) -> None:
-    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a")))
+    held = lease(run(manager.acquire("j1", JobSpec(prompt="x", account="a"))))
     manager.refresh(held, 120)
     expiry = manager.store.slot_holders("a")["j1"]
     assert expiry > time.time() + 100
@@ -230,7 +231,7 @@ def test_racing_threads_never_exceed_max_concurrency(fake_settings: Settings, fa
 
     def work(index: int) -> None:
         for n in range(10):
-            result = managers[index].acquire(f"t{index}-{n}", SPEC)
+            result = run(managers[index].acquire(f"t{index}-{n}", SPEC))
             if isinstance(result, SlotLease):
                 with lock:
                     got.append(result)
@@ -256,14 +257,14 @@ def test_an_acquire_reuses_a_fresh_read_of_the_accounts_but_never_says_no_from_i
         return snapshot(now)  # type: ignore[return-value]
 
     monkeypatch.setattr(manager.store, "snapshot", counted)
-    first, second = lease(manager.acquire("j1", SPEC)), lease(manager.acquire("j2", SPEC))
+    first, second = lease(run(manager.acquire("j1", SPEC))), lease(run(manager.acquire("j2", SPEC)))
     assert len(reads) == 1  # the second acquire chose from the first one's read
     assert {first.account.name, second.account.name} <= {"a", "b"}
     # Cooled meanwhile: the reused read still shows `b` open; the script refuses it and a fresh read routes away.
     manager.cool("b", datetime.now(UTC) + timedelta(seconds=60), "test")
     reads.clear()
-    taken = manager.acquire("j3", SPEC)
-    full = manager.acquire("j4", SPEC)
+    taken = run(manager.acquire("j3", SPEC))
+    full = run(manager.acquire("j4", SPEC))
     assert isinstance(taken, SlotLease) or "cooling" in taken.reason
     # Nothing decided from a reused read: the answer is the one a fresh read gives (every slot taken or cooling).
     assert isinstance(full, NoAccount) and not full.permanent
@@ -275,13 +276,13 @@ def test_a_waiter_handed_a_slot_finds_it_where_its_record_says(
 ) -> None:
     # `b` has room, but the slot the waiting line handed the job is on `a`: its record names it (`slot`), and an
     # acquire told to look only there takes that slot back, never a second one.
-    held = lease(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0))
+    held = lease(run(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0)))
     fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
     assert manager.add_waiter(["a"], "j2", 9.0) == []
-    assert manager.release(held) == ["j2"]
+    assert run(manager.release(held)) == ["j2"]
     hint = fake_redis.hget(manager.store.keys.job("j2"), "slot")
     assert hint is not None and hint.decode() == manager.store.keys.account_slots("a")
-    again = lease(manager.acquire("j2", SPEC, rank=9.0, holds=frozenset({hint.decode()})))
+    again = lease(run(manager.acquire("j2", SPEC, rank=9.0, holds=frozenset({hint.decode()}))))
     assert again.account.name == "a"
     assert manager.store.held_by("j2") == ["a"]
     # A job that may hold no slot anywhere looks at no account's slots before choosing.
@@ -305,7 +306,7 @@ def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake
         """What the delivery handler does with the answer: run, wait in place (a cooldown about to end), or wait
         deferred in the line of the accounts it names."""
         rank = priority * PRIORITY_SPAN + time.time()
-        got = manager.acquire(job_id, JobSpec(prompt="hi", priority=priority), rank=rank)
+        got = run(manager.acquire(job_id, JobSpec(prompt="hi", priority=priority), rank=rank))
         if isinstance(got, SlotLease):
             return
         if got.cooldown and (got.ready_at - datetime.now(UTC)).total_seconds() <= settings.retry_in_place_max_s:
@@ -334,13 +335,13 @@ def test_a_paced_start_goes_to_the_best_waiter_not_to_a_worse_ranked_newcomer(
     keys = Keys(settings.key_prefix)
     manager.store.cool("a", datetime.now(UTC) + timedelta(seconds=0.05), "429")
     time.sleep(0.1)
-    assert isinstance(manager.acquire("first", SPEC, rank=9 * PRIORITY_SPAN + time.time()), SlotLease)
+    assert isinstance(run(manager.acquire("first", SPEC, rank=9 * PRIORITY_SPAN + time.time())), SlotLease)
     urgent_rank = time.time()
-    waiting = manager.acquire("urgent", JobSpec(prompt="hi", priority=0), rank=urgent_rank)
+    waiting = run(manager.acquire("urgent", JobSpec(prompt="hi", priority=0), rank=urgent_rank))
     assert isinstance(waiting, NoAccount)
     fake_redis.hset(keys.job("urgent"), "status", "deferred")  # what the handler does: defer, join the line
     assert manager.add_waiter(waiting.accounts, "urgent", urgent_rank) == []
     time.sleep(0.55)  # the next start is due
-    late = manager.acquire("late", JobSpec(prompt="hi", priority=9), rank=9 * PRIORITY_SPAN + time.time())
+    late = run(manager.acquire("late", JobSpec(prompt="hi", priority=9), rank=9 * PRIORITY_SPAN + time.time()))
     assert isinstance(late, NoAccount), late
     assert manager.admit() == ["urgent"]

@@ -19,6 +19,7 @@ from claudeq.worker.account_manager import SlotLease
 from claudeq.worker.engine import Engine
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.unit.worker.engine_fakes import (
     FakeAccounts,
     FakeMetrics,
@@ -290,7 +291,7 @@ def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: WorkerJo
     store.redis.zadd(store.keys.running, {job: 0})
     record = store.get(job)
     assert store.recover(job, record.fence, record.attempts)
-    assert store.claim(job, "w2", 30).ok
+    assert run(store.claim(job, "w2", 30)).ok
     assert finish() == ["lost"]
     after = store.get(job)
     assert after.status == "running" and after.worker == "w2"
@@ -409,7 +410,7 @@ def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, sto
     store.redis.zadd(store.keys.running, {job: 0})
     record = store.get(job)
     assert store.recover(job, record.fence, record.attempts)
-    assert store.claim(job, "w2", 30).ok
+    assert run(store.claim(job, "w2", 30)).ok
     assert finish() == ["lost"]
     assert job not in accounts.released  # the new owner may hold this very slot
     assert store.get(job).status == "running"
@@ -432,13 +433,13 @@ class _OrderedAccounts(FakeAccounts):
         super().__init__(*accounts)
         self.log: list[str] = []
 
-    def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         self.log.append("settle")
-        super().settle(lease, cost_usd, turns)
+        await super().settle(lease, cost_usd, turns)
 
-    def release(self, lease: SlotLease) -> list[str]:
+    async def release(self, lease: SlotLease) -> list[str]:
         self.log.append("release")
-        return super().release(lease)
+        return await super().release(lease)
 
 
 def test_an_attempts_spend_is_counted_before_its_slot_is_given_back(make: Any) -> None:

@@ -21,9 +21,9 @@ from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 class _CountingStore(WorkerJobStore):
     appends: list[int]
 
-    def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+    async def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
         self.appends.append(len(events))
-        return super().append_events_fenced(job_id, fence, events)
+        return await super().append_events_fenced(job_id, fence, events)
 
 
 @pytest.fixture
@@ -36,10 +36,10 @@ def store(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> _Counting
     return counting
 
 
-def _delivery(store: WorkerJobStore, job_id: str = "j1") -> Delivery:
+async def _delivery(store: WorkerJobStore, job_id: str = "j1") -> Delivery:
     record = JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
     store.create(record)
-    claim = store.claim(job_id, "w1", 30)
+    claim = await store.claim(job_id, "w1", 30)
     return Delivery(job_id, claim.fence, record, [])
 
 
@@ -48,7 +48,7 @@ def _types(store: WorkerJobStore, job_id: str) -> list[str]:
 
 
 async def test_a_burst_of_events_costs_one_append(store: _CountingStore) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01)
     for kind in ("run_started", "session", "assistant_text"):
         await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
@@ -59,7 +59,7 @@ async def test_a_burst_of_events_costs_one_append(store: _CountingStore) -> None
 
 
 async def test_pending_events_ride_in_the_next_write_before_its_own_event(store: _CountingStore) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=60)  # the linger never ends within the test
     await writer.event(d, Event(type="claimed"))
     assert await writer.write(d, account="a")  # an attempt write: the event goes to the stream with it
@@ -73,12 +73,12 @@ async def test_pending_events_ride_in_the_next_write_before_its_own_event(store:
 
 
 async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(store: _CountingStore) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=60)
     await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
     store.redis.zadd(store.keys.running, {"j1": 0})
     assert store.recover("j1", d.fence, None)
-    assert store.claim("j1", "w2", 30).ok
+    assert (await store.claim("j1", "w2", 30)).ok
     await writer.close(d)  # the pending event is refused: another worker owns the job
     assert d.lost
     assert "assistant_text" not in _types(store, "j1")
@@ -87,7 +87,7 @@ async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(st
 
 
 async def test_the_flush_and_a_write_never_reorder_events(store: _CountingStore) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0)
     tasks: list[Any] = []
     for i in range(20):
@@ -104,7 +104,7 @@ async def test_the_flush_and_a_write_never_reorder_events(store: _CountingStore)
 async def test_nobody_following_a_short_run_stores_its_events_once_in_the_terminal_write(
     store: _CountingStore,
 ) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
     await writer.event(d, Event(type="claimed"))
     assert await writer.write(d, hold_events=True, account="a")  # the attempt's start: events wait (no follower)
@@ -122,7 +122,7 @@ async def test_nobody_following_a_short_run_stores_its_events_once_in_the_termin
 async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_ones_within_the_linger(
     store: _CountingStore,
 ) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
     await writer.event(d, Event(type="run_started"))
     await asyncio.sleep(0.05)
@@ -144,7 +144,7 @@ async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_one
 
 
 async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore) -> None:
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01)
     await writer.event(d, Event(type="run_started"))
     first = d.flusher
@@ -160,7 +160,7 @@ async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore
 
 async def test_a_write_between_attempts_stores_the_waiting_events(store: _CountingStore) -> None:
     """The session planner reads the last attempt's `session` event from Redis before the next attempt."""
-    d = _delivery(store)
+    d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
     await writer.event(d, Event(type="session", data={"session_id": "s-1"}))
     assert await writer.write(d, session_id="s-1")  # a retry's write: no hold
@@ -173,14 +173,14 @@ async def test_a_first_delivery_reads_no_stream_at_its_end_unless_its_events_wen
 ) -> None:
     # A job's first delivery starts knowing it has no stream: its terminal write skips reading one. Events flushed
     # mid-run, or stored by a write before the end, create one: the terminal write must still fold them in.
-    quiet = _delivery(store, "quiet")
+    quiet = await _delivery(store, "quiet")
     quiet.stream = False
     writer = FencedWriter(store, 30, linger_s=60)
     await writer.event(quiet, Event(type="claimed"))
     assert await writer.write(quiet, "succeeded", Event(type="succeeded"))
     assert not quiet.stream and _types(store, "quiet") == ["submitted", "claimed", "succeeded"]
 
-    flushed = _delivery(store, "flushed")
+    flushed = await _delivery(store, "flushed")
     flushed.stream = False
     fast = FencedWriter(store, 30, linger_s=0.01)
     await fast.event(flushed, Event(type="run_started"))
@@ -190,7 +190,7 @@ async def test_a_first_delivery_reads_no_stream_at_its_end_unless_its_events_wen
     assert _types(store, "flushed") == ["submitted", "run_started", "succeeded"]
     assert not store.redis.exists(store.keys.events("flushed"))  # folded into the record, the stream deleted
 
-    written = _delivery(store, "written")
+    written = await _delivery(store, "written")
     written.stream = False
     await writer.event(written, Event(type="claimed"))
     assert await writer.write(written, account="a")  # an attempt write stores what waits: to the stream

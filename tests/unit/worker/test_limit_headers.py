@@ -14,6 +14,7 @@ from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.limit_headers import parse, parse_reset, parse_retry_after
+from tests.support.aio import run
 
 NOW = 1_800_000_000.0
 SPEC = JobSpec(prompt="hello")
@@ -129,22 +130,22 @@ def test_429s_without_a_hint_back_off_2_4_8_capped_and_a_success_starts_again_at
 def test_remaining_spoken_for_by_runs_in_flight_holds_the_account(manager: AccountManager) -> None:
     now = time.time()
     manager.record_response("a", parse(api_key_headers(1, now + 20), 200, now))
-    first = manager.acquire("j1", SPEC.model_copy(update={"account": "a"}))
+    first = run(manager.acquire("j1", SPEC.model_copy(update={"account": "a"})))
     assert isinstance(first, SlotLease)  # 1 left, nothing in flight
-    held = manager.acquire("j2", SPEC.model_copy(update={"account": "a"}))
+    held = run(manager.acquire("j2", SPEC.model_copy(update={"account": "a"})))
     assert isinstance(held, NoAccount) and held.cooldown  # the run in flight may take the last one
     assert "holding back" in held.reason
     state = manager.state("a")
     assert state.held_until is not None and state.held_until.timestamp() == pytest.approx(now + 20, abs=1)
-    assert isinstance(manager.acquire("j3", SPEC), SlotLease)  # unpinned: b has no reading, it takes it
-    manager.release(first)
-    assert isinstance(manager.acquire("j2", SPEC.model_copy(update={"account": "a"})), SlotLease)
+    assert isinstance(run(manager.acquire("j3", SPEC)), SlotLease)  # unpinned: b has no reading, it takes it
+    run(manager.release(first))
+    assert isinstance(run(manager.acquire("j2", SPEC.model_copy(update={"account": "a"}))), SlotLease)
 
 
 def test_remaining_0_holds_until_the_reset_then_the_limit_is_what_is_left(manager: AccountManager) -> None:
     now = time.time()
     manager.record_response("a", parse(api_key_headers(0, now + 30, limit=1), 200, now))
-    held = manager.acquire("j1", SPEC.model_copy(update={"account": "a"}))
+    held = run(manager.acquire("j1", SPEC.model_copy(update={"account": "a"})))
     assert isinstance(held, NoAccount)
     assert held.ready_at.timestamp() == pytest.approx(now + 30, abs=0.01)
     # After the reset, a fresh window holds its limit (1): one run may start, a second waits for it.

@@ -15,6 +15,7 @@ from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
 from claudeq.worker.job_store import WorkerJobStore, make_worker_store
 from claudeq.worker.loops import Loops, lost_attempts, worker_ttl_s
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.unit.worker.engine_fakes import fake_engine
 
 
@@ -53,8 +54,8 @@ def on_loop(loops: Loops, coro: Any) -> Any:
 def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: WorkerJobStore, sent: list[str]) -> None:
     due, later = submit(store), submit(store)
     for job, ready in ((due, utcnow() - timedelta(seconds=1)), (later, utcnow() + timedelta(hours=1))):
-        claim = store.claim(job, "w", 5)
-        assert store.write(job, claim.fence, "deferred", ready_at=ready)
+        claim = run(store.claim(job, "w", 5))
+        assert run(store.write(job, claim.fence, "deferred", ready_at=ready))
     assert on_loop(loops, loops.promote_once()) == 1
     assert on_loop(loops, loops.promote_once()) == 0  # the ZREM claim makes a second pass a no-op
     assert sent == [due]
@@ -65,9 +66,9 @@ def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
     loops: Loops, store: WorkerJobStore, sent: list[str]
 ) -> None:
     job = submit(store)
-    claim = store.claim(job, "dead", 5)
+    claim = run(store.claim(job, "dead", 5))
     attempt = Attempt(number=1, account="a", worker="dead", started_at=utcnow())
-    assert store.write(job, claim.fence, attempts=[attempt])
+    assert run(store.write(job, claim.fence, attempts=[attempt]))
     assert on_loop(loops, loops.recover_once()) == []  # lease still alive
     store.redis.zadd(store.keys.running, {job: 0})
     assert on_loop(loops, loops.recover_once()) == [job]
@@ -86,7 +87,7 @@ def test_one_reconciler_pass_per_interval_across_the_fleet(
     try:
         second = Loops(other)
         job = submit(store)
-        store.claim(job, "dead", 5)
+        run(store.claim(job, "dead", 5))
         store.redis.zadd(store.keys.running, {job: 0})
         assert on_loop(loops, loops.reconcile_once())  # this worker's turn: it recovers the dead worker's job
         assert store.status(job) == "queued" and sent == [job]

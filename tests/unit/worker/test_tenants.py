@@ -22,6 +22,7 @@ from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore,
 from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.waiting_line import PRIORITY_SPAN
 from tests.conftest import make_settings
+from tests.support.aio import run
 
 TENANTS = """
 [[tenants]]
@@ -124,19 +125,19 @@ def test_a_tenant_at_max_concurrency_waits_and_a_release_promotes_its_waiter(
 ) -> None:
     m = manager(tenants_settings, fake_redis, account("x", 8))
     spec = JobSpec(prompt="x", tenant="a")
-    first, second = lease(m.acquire("j1", spec)), lease(m.acquire("j2", spec))
+    first, second = lease(run(m.acquire("j1", spec))), lease(run(m.acquire("j2", spec)))
     assert first.tenant == second.tenant == "a"
-    third = m.acquire("j3", spec)
+    third = run(m.acquire("j3", spec))
     assert isinstance(third, NoAccount) and third.tenant == "a" and not third.permanent
     assert "max_concurrency" in third.reason
     keys = Keys(tenants_settings.key_prefix)
     fake_redis.hset(keys.job("j3"), "status", "deferred")
     fake_redis.zadd(keys.deferred, {"j3": time.time() + 60})
     m.add_tenant_waiter("a", "j3", 1.0)
-    assert m.release(first) == ["j3"]  # one of the tenant's runs ended: its waiter goes next
-    assert isinstance(m.acquire("j3", spec), SlotLease)
+    assert run(m.release(first)) == ["j3"]  # one of the tenant's runs ended: its waiter goes next
+    assert isinstance(run(m.acquire("j3", spec)), SlotLease)
     # Another tenant is not held back by `a`'s cap.
-    assert isinstance(m.acquire("k1", JobSpec(prompt="x")), SlotLease)
+    assert isinstance(run(m.acquire("k1", JobSpec(prompt="x"))), SlotLease)
 
 
 def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
@@ -144,8 +145,8 @@ def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
 ) -> None:
     m = manager(tenants_settings, fake_redis, account("x", 8))
     spec = JobSpec(prompt="x", tenant="a")
-    first, _ = lease(m.acquire("j1", spec)), lease(m.acquire("j2", spec))
-    at_max = m.acquire("j3", spec)
+    first, _ = lease(run(m.acquire("j1", spec))), lease(run(m.acquire("j2", spec)))
+    at_max = run(m.acquire("j3", spec))
     assert isinstance(at_max, NoAccount) and at_max.tenant == "a"
     keys = Keys(tenants_settings.key_prefix)
     fake_redis.hset(keys.job("j3"), "status", "deferred")
@@ -156,7 +157,7 @@ def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
     # re-send every lease TTL would send a whole backlog through the broker again and again).
     ready = fake_redis.zscore(keys.deferred, "j3")
     assert ready is not None and ready >= now + tenants_settings.waiter_fallback_s - 1
-    assert m.release(first) == ["j3"]
+    assert run(m.release(first)) == ["j3"]
 
 
 def _deferred(
@@ -196,7 +197,7 @@ def test_a_tenants_turn_goes_to_its_best_job_by_priority_and_its_share_is_unchan
     settings = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path)
     keys = Keys(settings.key_prefix)
     m = manager(settings, fake_redis, account("x", 1))
-    busy = lease(m.acquire("busy", JobSpec(prompt="x")))
+    busy = lease(run(m.acquire("busy", JobSpec(prompt="x"))))
     # Tenant p: three jobs at priority 5 (turns 1, 2, 3), then an urgent one (turn 4); tenant q: one job at priority
     # 9 (turn 1.5): its turn comes after p's first, whatever p's priorities.
     low = [f"p5-{i}" for i in range(3)]
@@ -207,11 +208,11 @@ def test_a_tenants_turn_goes_to_its_best_job_by_priority_and_its_share_is_unchan
     order: list[str] = []
     running = busy
     for _ in range(5):
-        (handed,) = m.release(running)
+        (handed,) = run(m.release(running))
         order.append(handed)
         tag = float(fake_redis.hget(keys.job(handed), "vtag") or 0)
         spec = JobSpec.model_validate_json(fake_redis.hget(keys.job(handed), "spec") or b"")
-        running = lease(m.acquire(handed, spec, rank=tag))
+        running = lease(run(m.acquire(handed, spec, rank=tag)))
     # p's first turn serves its urgent job; q's job does not wait behind p's backlog (nor p's priority-0 job behind
     # q's priority-9 one: priority orders within a tenant); p's priority-5 jobs go in submit order, on p's turns.
     assert order == ["p0", "q9", *low]
@@ -224,14 +225,14 @@ def test_a_capped_tenants_job_waiting_for_a_slot_counts_toward_its_cap(
     tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
 ) -> None:
     m = manager(tenants_settings, fake_redis, account("x", 1))
-    assert isinstance(m.acquire("other", JobSpec(prompt="x")), SlotLease)  # the account is full
+    assert isinstance(run(m.acquire("other", JobSpec(prompt="x"))), SlotLease)  # the account is full
     spec = JobSpec(prompt="x", tenant="a")  # max_concurrency 2
     for job_id in ("a1", "a2"):
-        waits = m.acquire(job_id, spec)
+        waits = run(m.acquire(job_id, spec))
         assert isinstance(waits, NoAccount) and waits.accounts == ["x"]  # they wait in x's line
     # Two of a's jobs wait in line: a third is at a's cap and waits for one of a's runs, not in the accounts' lines
     # (else a's backlog would queue there past its cap and take the slots the cap leaves to other tenants).
-    third = m.acquire("a3", spec)
+    third = run(m.acquire("a3", spec))
     assert isinstance(third, NoAccount) and third.tenant == "a" and "max_concurrency" in third.reason
 
 
@@ -241,14 +242,18 @@ def test_a_freed_slot_goes_to_the_capped_tenants_waiter_when_it_ranks_first(
     keys = Keys(tenants_settings.key_prefix)
     m = manager(tenants_settings, fake_redis, account("x", 3))
     spec_a, spec_d = JobSpec(prompt="x", tenant="a"), JobSpec(prompt="x")
-    runs = [lease(m.acquire("a1", spec_a)), lease(m.acquire("a2", spec_a)), lease(m.acquire("d1", spec_d))]
+    runs = [
+        lease(run(m.acquire("a1", spec_a))),
+        lease(run(m.acquire("a2", spec_a))),
+        lease(run(m.acquire("d1", spec_d))),
+    ]
     # a's next job waits for one of a's runs (its cap, 2); another tenant's job waits in x's line, ranked after it.
     _deferred(fake_redis, keys, "a3", spec_a, tag=1.0)
     m.add_tenant_waiter("a", "a3", 1.0)
     _deferred(fake_redis, keys, "d2", spec_d, tag=5.0)
     assert m.add_waiter(["x"], "d2", 5.0) == []
     # a's run ends: its slot goes to a's waiter (ranked first), not to the job that happened to wait in the line.
-    assert m.release(runs[0]) == ["a3"]
+    assert run(m.release(runs[0])) == ["a3"]
     assert fake_redis.hget(keys.job("a3"), "status") == b"queued"
     assert fake_redis.zscore(keys.account_slots("x"), "a3") is not None
     assert fake_redis.hget(keys.job("d2"), "status") == b"deferred"
@@ -260,21 +265,21 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     m = manager(tenants_settings, fake_redis, account("y", 8))
     store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
     spec = JobSpec(prompt="x", tenant="b", model="haiku", max_budget_usd=0.02)
-    one = lease(m.acquire("j1", spec))
+    one = lease(run(m.acquire("j1", spec)))
     assert one.budget_usd == pytest.approx(0.02)
     # What one turn costs is not known yet: the first run goes alone and teaches it.
-    first_alone = m.acquire("j2", spec)
+    first_alone = run(m.acquire("j2", spec))
     assert isinstance(first_alone, NoAccount) and not first_alone.permanent and "reserved" in first_alone.reason
-    m.settle(one, 0.004, turns=1)
-    m.release(one)
+    run(m.settle(one, 0.004, turns=1))
+    run(m.release(one))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.004)
     assert store.turn_cost("account", "y", "haiku") is None  # y has no spend cap: nothing reads it there
     # Each run reserves its budget and one turn beside it (the CLI may run a turn past its budget).
-    two = lease(m.acquire("j2", spec))
+    two = lease(run(m.acquire("j2", spec)))
     assert two.budget_usd == pytest.approx(0.02)
-    three = lease(m.acquire("j3", spec))
+    three = lease(run(m.acquire("j3", spec)))
     assert three.budget_usd == pytest.approx(0.05 - 0.004 - (0.02 + 0.004) - 0.004)  # never the same dollars twice
-    reserved = m.acquire("j4", spec)
+    reserved = run(m.acquire("j4", spec))
     # All that is left is reserved: wait for a run of the tenant to end, not for the window.
     assert isinstance(reserved, NoAccount) and not reserved.permanent and reserved.tenant == "b"
     assert "reserved" in reserved.reason
@@ -282,10 +287,10 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     assert store.spend("account", "y")[0] == pytest.approx(0.004)
     # Spent to within less than one turn of the cap: on_budget = "fail" fails the job as budget_exceeded.
     for done in (two, three):
-        m.settle(done, 0.021, turns=1)
-        m.release(done)
+        run(m.settle(done, 0.021, turns=1))
+        run(m.release(done))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.021)
-    refused = m.acquire("j5", spec)
+    refused = run(m.acquire("j5", spec))
     assert isinstance(refused, NoAccount) and refused.permanent and refused.kind == "budget_exceeded"
 
 
@@ -322,24 +327,24 @@ def test_account_caps_route_around_a_spent_account_then_wait(
     m = manager(fake_settings, fake_redis, account("p", 4, max_cost_usd_per_hour=0.01), account("q", 4))
     keys = Keys(fake_settings.key_prefix)
     fake_redis.hset(keys.account_spend("p"), hour_field(time.time()), "0.01")
-    got = lease(m.acquire("j1", JobSpec(prompt="x", account=None)))
+    got = lease(run(m.acquire("j1", JobSpec(prompt="x", account=None))))
     assert got.account.name == "q"
-    pinned = m.acquire("j2", JobSpec(prompt="x", account="p"))
+    pinned = run(m.acquire("j2", JobSpec(prompt="x", account="p")))
     assert isinstance(pinned, NoAccount) and not pinned.permanent and "spend cap" in pinned.reason
     assert fake_redis.zscore(keys.account_slots("p"), "j2") is None  # the slot went back at once
 
 
 def test_an_account_cap_clamps_the_run_budget(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
     m = manager(fake_settings, fake_redis, account("p", 4, max_cost_usd_per_day=0.03))
-    first = lease(m.acquire("j1", JobSpec(prompt="x", max_budget_usd=1.0)))
+    first = lease(run(m.acquire("j1", JobSpec(prompt="x", max_budget_usd=1.0))))
     assert first.budget_usd == pytest.approx(0.03)
-    waits = m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0))  # all reserved: wait for the account's run
+    waits = run(m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0)))  # all reserved: wait for the account's run
     assert isinstance(waits, NoAccount) and waits.accounts == ["p"] and not waits.permanent
-    m.settle(first, 0.01, turns=4)  # one turn: $0.0025
-    m.release(first)
+    run(m.settle(first, 0.01, turns=4))  # one turn: $0.0025
+    run(m.release(first))
     # Runs without a budget of their own share what is left, less one turn, with the slots that may still start
     # beside them; each reserves its share and a turn.
-    shared = [lease(m.acquire(f"k{i}", JobSpec(prompt="x"))) for i in range(2)]
+    shared = [lease(run(m.acquire(f"k{i}", JobSpec(prompt="x")))) for i in range(2)]
     turn = 0.0025
     assert shared[0].budget_usd == pytest.approx((0.02 - turn) / 4)
     assert shared[1].budget_usd == pytest.approx((0.02 - (0.02 - turn) / 4 - turn - turn) / 3)
@@ -386,13 +391,13 @@ def test_without_a_tenants_file_runs_are_not_indexed_per_tenant_and_spend_is_sti
     # `default` from the status counters, and its spend is still tallied.
     accounts = manager(fake_settings, fake_redis, account("x"))
     keys = Keys(fake_settings.key_prefix)
-    lease = accounts.acquire("j1", JobSpec(prompt="p"))
+    lease = run(accounts.acquire("j1", JobSpec(prompt="p")))
     assert isinstance(lease, SlotLease) and lease.budget_usd is None and lease.tenant is None
-    budgeted = accounts.acquire("j2", JobSpec(prompt="p", max_budget_usd=0.5))
+    budgeted = run(accounts.acquire("j2", JobSpec(prompt="p", max_budget_usd=0.5)))
     assert isinstance(budgeted, SlotLease) and budgeted.budget_usd == 0.5  # the spec's own budget, as before
-    accounts.settle(lease, 0.25)
-    assert accounts.release(lease) == []
-    accounts.job_done("default", "j1")
+    run(accounts.settle(lease, 0.25))
+    assert run(accounts.release(lease)) == []
+    run(accounts.job_done("default", "j1"))
     for key in (keys.tenant_runs, keys.tenant_reserved, keys.tenant_jobs, keys.tenant_waiters):
         assert not fake_redis.exists(key("default"))
     assert accounts.tenant_store.spend("tenant", "default") == (0.25, 0.25)
@@ -412,13 +417,13 @@ def test_an_uncapped_tenant_in_a_tenants_file_is_counted_without_reserving(
     settings = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=path)
     accounts = manager(settings, fake_redis, account("x"))
     keys = Keys(settings.key_prefix)
-    lease = accounts.acquire("j1", JobSpec(prompt="p", tenant="c", max_budget_usd=0.5))
+    lease = run(accounts.acquire("j1", JobSpec(prompt="p", tenant="c", max_budget_usd=0.5)))
     assert isinstance(lease, SlotLease) and lease.tenant == "c" and lease.budget_usd == 0.5
     assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is not None
     assert not fake_redis.exists(keys.tenant_reserved("c"))
     assert accounts.tenant_store.usage()[0].in_flight == 1
-    accounts.settle(lease, 0.1)
-    accounts.release(lease)
+    run(accounts.settle(lease, 0.1))
+    run(accounts.release(lease))
     assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is None
     assert accounts.tenant_store.spend("tenant", "c") == (0.1, 0.1)
 
