@@ -35,7 +35,7 @@ import redis
 
 from claudeq.models import JobSpec
 from claudeq.producer.client import Client
-from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
 from tests.conftest import make_settings
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, write_accounts_toml
@@ -48,7 +48,7 @@ def measure(mode: str, redis_url: str, jobs: int, concurrency: int, run_s: float
     os.environ[BENCH_FAKE_RUNNER_ENV] = str(run_s)
     from claudeq.worker import loop_host
     from claudeq.worker.app import build_runtime
-    from claudeq.worker.engine import engine_executor_workers
+    from claudeq.worker.delivery.engine import engine_executor_workers
 
     root = Path(tempfile.mkdtemp(prefix="claudeq-bench-engine-"))
     accounts = [SimAccount(f"bench-{i}", max_concurrency=4 * concurrency) for i in range(3)]

@@ -37,7 +37,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker.launcher import bundled_cli
+from claudeq.worker.run.launcher import bundled_cli
 from tests.conftest import make_settings
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml

@@ -43,9 +43,8 @@ TOKEN = "sk-ant-oat01-bench-pt"  # a made-up token the simulator accepts
 def serve_passthrough(upstream: str) -> None:
     """Run a pass-through with one open run on an account at `upstream`; print its URL and stand-in."""
     from claudeq.config.account_pool import AccountConfig
-    from claudeq.worker.limit_headers import LimitFacts
-    from claudeq.worker.outcome import LimitHint
-    from claudeq.worker.passthrough import PassThrough
+    from claudeq.worker.passthrough.limit_headers import LimitFacts, LimitHint
+    from claudeq.worker.passthrough.server import PassThrough
 
     seen = [0]
 

@@ -43,9 +43,9 @@ import redis
 from claudeq.config.celery import TASK_RUN
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
-from claudeq.worker.exporter import ClusterCollector
-from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.metrics.exporter import ClusterCollector
+from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
 from tests.support import redis_server
 from tests.support.procs import run_until
@@ -166,7 +166,7 @@ def script_names() -> dict[str, str]:
     import hashlib
 
     from claudeq import account_scripts, conversations, job_scripts, tenant_scripts
-    from claudeq.worker import job_scripts as worker_scripts
+    from claudeq.worker.store import job_scripts as worker_scripts
 
     out = {}
     for module, label in (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from claudeq.lua import script
 
 #: Take a slot of the account for a job (the attempt's start in the same script on a worker: START in
-#: claudeq/worker/job_scripts.py).
+#: claudeq/worker/store/job_scripts.py).
 ACQUIRE = script("account/acquire.lua")
 #: Free a job's slot and hand the free slots to the best waiters.
 RELEASE = script("account/release.lua")

@@ -47,7 +47,7 @@ INDEXED_FIELD = "indexed"
 NOTIFY_FIELD = "notify"
 #: The record's field that says its webhook follows chosen events (CREATE puts the job in the outbox at once).
 NOTIFY_EVENTS_FIELD = "notify_events"
-#: The record's field holding the entry id of the last event its webhook was sent (worker/notifier.py).
+#: The record's field holding the entry id of the last event its webhook was sent (worker/delivery/notifier.py).
 WEBHOOK_CURSOR_FIELD = "webhook_cursor"
 
 
@@ -142,7 +142,7 @@ def encode_fields(fields: Mapping[str, object]) -> list[str]:
 
 class JobStore:
     """What producers (and workers) do with job state: create, read, cancel, events. Each status change is one atomic
-    Lua script (claudeq/job_scripts.py); what only workers do is `claudeq.worker.job_store.WorkerJobStore`."""
+    Lua script (claudeq/job_scripts.py); what only workers do is `claudeq.worker.store.job_store.WorkerJobStore`."""
 
     def __init__(
         self,
@@ -551,7 +551,7 @@ class JobStore:
 
 
 #: How often a follower announces itself (s): the worker holds a followed job's events for at most 0.1 s while
-#: announcements keep coming (claudeq.worker.fenced.FOLLOW_HOLD_S is a few of these).
+#: announcements keep coming (claudeq.worker.delivery.fenced.FOLLOW_HOLD_S is a few of these).
 FOLLOW_ANNOUNCE_S = 2.0
 
 #: The entry id of the `submitted` event read_events makes from the record (before any stream entry id).

@@ -2,8 +2,8 @@
 
 Both sides apply it: the producer refuses a spec at submit (`spec_problems`, via claudeq.producer.validation) and
 the worker checks it again before a run (`spec_problems` and `check_spec`, which also knows the worker's registered
-MCP tools and the local file system). Not to be confused with the failure policy (claudeq.worker.failure), which
-decides what happens after an attempt.
+MCP tools and the local file system). Not to be confused with the failure policy
+(claudeq.worker.delivery.failure), which decides what happens after an attempt.
 """
 
 from __future__ import annotations

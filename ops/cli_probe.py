@@ -27,7 +27,7 @@ from pathlib import Path
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, StreamEvent
 
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker.launcher import bundled_cli, wrapper_path
+from claudeq.worker.run.launcher import bundled_cli, wrapper_path
 
 #: What is printed of each message type (StreamEvents print their event type).
 SHOWN: dict[str, tuple[str, ...]] = {

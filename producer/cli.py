@@ -81,7 +81,7 @@ def exporter(
     """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
     # Fleet code (prometheus_client): loaded when the exporter runs, never by a producer importing the CLI.
     try:
-        from claudeq.worker.exporter import exporter_command
+        from claudeq.worker.metrics.exporter import exporter_command
     except ModuleNotFoundError as exc:
         exit_missing("claudeq exporter", exc)
 

@@ -38,7 +38,7 @@ from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
 
 SERVER_NAME = "claudeq"
-#: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/tools.py).
+#: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/run/tools.py).
 FLEET_TOOLS: tuple[str, ...] = ("submit_job", "get_job", "list_jobs", "cancel_job", "wait_job", "accounts")
 #: The schedule tools `claudeq mcp` adds (not a run's: a run does not leave schedules behind it).
 SCHEDULE_TOOLS: tuple[str, ...] = (
@@ -48,7 +48,7 @@ SCHEDULE_TOOLS: tuple[str, ...] = (
     "resume_schedule",
     "remove_schedule",
 )
-#: The variable a worker sets in a run's CLI environment (worker/cli_env.py JOB_ID_VAR).
+#: The variable a worker sets in a run's CLI environment (worker/run/cli_env.py JOB_ID_VAR).
 JOB_ID_VAR = "CLAUDEQ_JOB_ID"
 MAX_WAIT_S = 600.0
 WAIT_POLL_S = 0.25

@@ -29,12 +29,12 @@ from rich.table import Table
 from rich.text import Text
 
 from claudeq.account_state import AccountStore
+from claudeq.broker_queues import queue_lists
 from claudeq.errors import ConfigError, RecordUnreadable
 from claudeq.job_counts import status_counts
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
 from claudeq.producer.client import Client
-from claudeq.worker.broker import queue_lists
 
 #: Jobs looked at for "recent finishes" and jobs/s (newest first by creation).
 RECENT_WINDOW = 200

@@ -29,10 +29,10 @@ from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.producer.client import push_run
-from claudeq.worker.engine import Engine, engine_executor_workers
-from claudeq.worker.job_store import make_worker_store
-from claudeq.worker.loops import Loops
-from claudeq.worker.session_planner import SessionPlanner
+from claudeq.worker.delivery.engine import Engine, engine_executor_workers
+from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.delivery.session_planner import SessionPlanner
+from claudeq.worker.store.job_store import make_worker_store
 
 log = logging.getLogger("claudeq.worker")
 
@@ -99,8 +99,8 @@ class WorkerRuntime:
     loops: Loops
     metrics: Any
     pid: int
-    passthrough: Any = None  # claudeq.worker.passthrough.PassThrough, when runs go through it
-    warm: Any = None  # claudeq.worker.warm.WarmPool: the idle CLIs kept for later jobs
+    passthrough: Any = None  # claudeq.worker.passthrough.server.PassThrough, when runs go through it
+    warm: Any = None  # claudeq.worker.run.warm.WarmPool: the idle CLIs kept for later jobs
 
 
 _runtime: WorkerRuntime | None = None
@@ -110,12 +110,12 @@ _shutdown_signals = 0
 
 def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     """Wire the engine of this process: store, accounts, runner, metrics, loops (not started)."""
-    from claudeq.worker.account_manager import AccountManager
-    from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
-    from claudeq.worker.metrics import WorkerMetrics
-    from claudeq.worker.passthrough import PassThrough
-    from claudeq.worker.runner import Runner
-    from claudeq.worker.tools import wire_name
+    from claudeq.worker.accounts.manager import AccountManager
+    from claudeq.worker.metrics.prometheus import WorkerMetrics
+    from claudeq.worker.passthrough.server import PassThrough
+    from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
+    from claudeq.worker.run.runner import Runner
+    from claudeq.worker.run.tools import wire_name
 
     timeout_s = cfg.worker_redis_timeout_s
     client = connections.sync_client(

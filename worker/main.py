@@ -55,7 +55,7 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
 def check_health(settings: Settings) -> int:
     """EXIT_OK when the heartbeat of CLAUDEQ_WORKER_ID (or of a worker on this host) is fresh, else EXIT_UNHEALTHY."""
     from claudeq.keys import Keys
-    from claudeq.worker.loops import worker_ttl_s
+    from claudeq.worker.delivery.loops import worker_ttl_s
 
     keys = Keys(settings.key_prefix)
     max_age = worker_ttl_s(settings.heartbeat_s)
@@ -78,8 +78,8 @@ def check_health(settings: Settings) -> int:
 def preflight(settings: Settings) -> None:
     """Fail fast on what would make every run fail: no accounts, no CLI."""
     from claudeq.archive import open_archive
-    from claudeq.worker.launcher import locate_cli, wrapper_path
-    from claudeq.worker.tools import ToolRegistry
+    from claudeq.worker.run.launcher import locate_cli, wrapper_path
+    from claudeq.worker.run.tools import ToolRegistry
 
     if not settings.accounts.accounts:
         raise ConfigError(
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `claudeq-worker`."""
     args = parse_args(argv)
     if args.bench_fake_runner is not None:
-        # Not a setting: claudeq.worker.fake_runner reads it from the environment when the runtime is built.
+        # Not a setting: claudeq.worker.run.fake_runner reads it from the environment when the runtime is built.
         os.environ["CLAUDEQ_BENCH_FAKE_RUNNER"] = str(args.bench_fake_runner)
     try:
         settings = load_settings(**overrides(args))

@@ -39,15 +39,15 @@ from claudeq.testing import clock as _clock
 from claudeq.testing._loop import FleetStalled, jumped_s, virtual_loop
 from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.account_manager import AccountManager
-from claudeq.worker.cli_env import redact
-from claudeq.worker.engine import Engine
-from claudeq.worker.failure import OutputCheck
-from claudeq.worker.handler import DeliveryHandler
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
-from claudeq.worker.loops import Loops
-from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
-from claudeq.worker.session_planner import SessionPlanner
+from claudeq.worker.accounts.manager import AccountManager
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.failure import OutputCheck
+from claudeq.worker.delivery.handler import DeliveryHandler
+from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.delivery.session_planner import SessionPlanner
+from claudeq.worker.redaction import redact
+from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome, RunRequest
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 
 #: The token variable the kit's accounts name (never read: no CLI runs).
 TOKEN_ENV = "CLAUDEQ_TESTING_TOKEN"
@@ -65,7 +65,7 @@ class Delivery:
 
 
 class Metrics:
-    """The worker's metrics, recorded in memory as (name, args) (claudeq.worker.ports.MetricsLike)."""
+    """The worker's metrics, recorded in memory as (name, args) (claudeq.worker.delivery.ports.MetricsLike)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -122,7 +122,7 @@ class Metrics:
 
 class _Handler(DeliveryHandler):
     """The real delivery handler, but a structured output is checked in this process: the real worker checks it in a
-    child interpreter with a deadline (claudeq/worker/output_check.py), which a test's own schemas do not need."""
+    child interpreter with a deadline (claudeq/worker/run/output_check.py), which a test's own schemas do not need."""
 
     async def _check_output(self, spec: JobSpec, outcome: RunOutcome) -> OutputCheck | None:
         data = outcome.result.structured_output

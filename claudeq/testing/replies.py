@@ -1,7 +1,8 @@
 """What a scripted run answers: a `Reply`, or a `Failure` shaped as users meet it (docs/testing.md#replies).
 
-Each answer becomes the `RunOutcome` the real runner would fill in for it (claudeq.worker.parse reads the SDK's
-messages into the same fields), and the worker's real failure policy (claudeq.worker.failure) decides what follows.
+Each answer becomes the `RunOutcome` the real runner would fill in for it (claudeq.worker.run.parse reads the SDK's
+messages into the same fields), and the worker's real failure policy (claudeq.worker.delivery.failure) decides what
+follows.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
-from claudeq.worker.outcome import RateLimitSignal, RunOutcome, RunRequest
-from claudeq.worker.ports import EventSink
-from claudeq.worker.watchdog import Timeouts
-from claudeq.worker.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
+from claudeq.worker.run.outcome import EventSink, RateLimitSignal, RunOutcome, RunRequest
+from claudeq.worker.run.watchdog import Timeouts
+from claudeq.worker.run.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
@@ -188,7 +188,7 @@ class Rule:
 
 
 class ScriptedRunner:
-    """A `RunnerLike` (claudeq.worker.ports) that answers from rules instead of running the CLI."""
+    """A `RunnerLike` (claudeq.worker.delivery.ports) that answers from rules instead of running the CLI."""
 
     def __init__(
         self,
@@ -263,7 +263,7 @@ class ScriptedRunner:
             await req.session_store.append(key, entries)  # type: ignore[arg-type]
 
     def _project_of(self, req: RunRequest) -> str:
-        """The session-store project key of the run's directory (as claudeq.worker.session_planner computes it)."""
+        """The session-store project key of the run's directory (as delivery.session_planner computes it)."""
         if req.spec.cwd:
             return str(project_key_for_directory(req.spec.cwd))
         return str(project_key_for_directory(default_cwd(runs_under_own_uid(req.spec, self.settings.policy))))

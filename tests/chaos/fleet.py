@@ -30,9 +30,9 @@ from claudeq.keys import Keys
 from claudeq.models import FREE_OUTCOMES, TERMINAL, JobRecord
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker import procs
-from claudeq.worker.exporter import ClusterCollector
-from claudeq.worker.passthrough import refusal
+from claudeq.worker.metrics.exporter import ClusterCollector
+from claudeq.worker.passthrough.server import refusal
+from claudeq.worker.run import procs
 from tests.conftest import make_settings
 from tests.support.redis_server import PrivateRedis
 from tests.support.worker_proc import FAST_E2E, SimAccount, WorkerProcess, start_worker, write_accounts_toml
@@ -531,7 +531,7 @@ def check_secrets(report: SoakReport, secrets: list[str], blobs: Iterable[tuple[
 
 def check_upstream(report: SoakReport, wire: Iterable[dict[str, Any]]) -> None:
     """What the pass-throughs forwarded upstream (the simulator's wire log, every request it received on any path):
-    only calls the CLI makes (worker/passthrough.py `ALLOWED`), each with a configured account's credential."""
+    only calls the CLI makes (worker/passthrough/server.py `ALLOWED`), each with a configured account's credential."""
     for entry in wire:
         target = entry["path"] + ("?" + entry["query"] if entry["query"] else "")
         if refusal(entry["method"], target) is not None:

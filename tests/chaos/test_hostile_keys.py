@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.producer.client import Client
-from claudeq.worker.exporter import ClusterCollector
+from claudeq.worker.metrics.exporter import ClusterCollector
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import run_until
 from tests.support.tree import ROOT

@@ -1,4 +1,4 @@
-"""Hostile input to the SDK-message → event parser (worker/parse.py): whatever the CLI prints — random, truncated,
+"""Hostile input to the SDK-message → event parser (worker/run/parse.py): whatever the CLI prints — random, truncated,
 wrong-typed — `MessageParser.feed` and `finish` never raise, and every event they make serialises (it is stored).
 
 Two layers, as in a run: raw CLI JSON goes through the SDK's own `parse_message` (which may refuse it: the runner
@@ -27,7 +27,7 @@ from claude_agent_sdk.types import MirrorErrorMessage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from claudeq.worker.parse import MessageParser
+from claudeq.worker.run.parse import MessageParser
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

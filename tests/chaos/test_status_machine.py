@@ -20,8 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from claudeq.keys import Keys
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import new_job_id
-from claudeq.worker.exporter import status_counts
-from claudeq.worker.job_store import WorkerJobStore
+from claudeq.worker.metrics.exporter import status_counts
+from claudeq.worker.store.job_store import WorkerJobStore
 from tests.support.aio import run
 from tests.support.redis_server import redis_url_for_tests
 

@@ -10,7 +10,7 @@ from typing import Any
 from claude_agent_sdk import tool
 
 #: The modules whose files `where` reports: the package root and one module of each room.
-WHERE_MODULES = ("claudeq", "claudeq.worker.engine", "claudeq.producer.client", "claudeq.config.settings")
+WHERE_MODULES = ("claudeq", "claudeq.worker.delivery.engine", "claudeq.producer.client", "claudeq.config.settings")
 
 
 @tool("add", "Add two integers", {"a": int, "b": int})

@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from claudeq.config.settings import Settings
 from claudeq.models import TERMINAL, JobRecord
 from claudeq.producer.client import Client
-from claudeq.worker.metric_labels import BUILTIN_TOOLS, OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
+from claudeq.worker.metrics.labels import BUILTIN_TOOLS, OTHER, TOKEN_TYPES, canonical_model, token_label, tool_label
 from tests.conftest import make_settings
 from tests.e2e.conftest import assert_no_secrets
 from tests.integration.test_prometheus import PrometheusServer, empty_queries, free_port, prometheus_binary
@@ -92,11 +92,11 @@ def summed(scrapes: list[Samples], name: str, by: tuple[str, ...]) -> dict[tuple
 
 
 def start_exporter(settings: Settings, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """`python -m claudeq.worker.exporter` as its own process, with the workers' configuration."""
+    """`claudeq exporter` as its own process, with the workers' configuration."""
     port = free_port()
     with (log_dir / "exporter.log").open("wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "claudeq.worker.exporter", "--port", str(port), "--addr", "127.0.0.1"],
+            [sys.executable, "-m", "claudeq.producer.cli", "exporter", "--port", str(port), "--addr", "127.0.0.1"],
             env=worker_env(settings, ACCOUNTS),
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -20,7 +20,7 @@ import pytest
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.producer.client import Client
-from claudeq.worker import procs
+from claudeq.worker.run import procs
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_prometheus import free_port

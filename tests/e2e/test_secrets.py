@@ -24,7 +24,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.keys import Keys
 from claudeq.producer.client import Client
 from claudeq.transcript_codec import decode
-from claudeq.worker.exporter import ClusterCollector
+from claudeq.worker.metrics.exporter import ClusterCollector
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory, assert_no_secrets
 from tests.integration.test_prometheus import free_port

@@ -17,7 +17,7 @@ from claudeq.keys import Keys
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker import procs
+from claudeq.worker.run import procs
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import run_until
 

@@ -1,12 +1,12 @@
 """Workspace confinement with the real CLI: file tools reaching outside the workspace roots are denied.
 
-Two layers keep file tools inside the roots (docs/workers.md#security-defaults). The PreToolUse hook (worker/options.py)
-denies a path that resolves outside them, read the way the CLI reads it (`~`, `~user`, `..`, symlinks): the tools
-are in `allowed_tools`, so the CLI asks nobody else. And a root worker (as this suite runs) runs every run with file
-tools under a uid of its own, so whatever the hook misjudged meets the kernel's permission check: files readable by
-root alone stay unread. Here the simulator's tool directives make the real CLI call each file tool with every path
-form; the tool results, the events and the job record say it was refused, and nothing of the outside files reaches
-the job.
+Two layers keep file tools inside the roots (docs/workers.md#security-defaults). The PreToolUse hook
+(worker/run/options.py) denies a path that resolves outside them, read the way the CLI reads it (`~`, `~user`, `..`,
+symlinks): the tools are in `allowed_tools`, so the CLI asks nobody else. And a root worker (as this suite runs) runs
+every run with file tools under a uid of its own, so whatever the hook misjudged meets the kernel's permission check:
+files readable by root alone stay unread. Here the simulator's tool directives make the real CLI call each file tool
+with every path form; the tool results, the events and the job record say it was refused, and nothing of the outside
+files reaches the job.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
-from claudeq.worker import procs
+from claudeq.worker.run import procs
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.run_dirs import group_workspace, open_base

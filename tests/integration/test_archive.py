@@ -24,7 +24,7 @@ from claudeq.keys import Keys
 from claudeq.models import Event, JobResult
 from claudeq.producer.client import Client
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.store.job_store import make_worker_store
 from tests.support.aio import run
 from tests.support.archive import archive_url
 

@@ -19,12 +19,12 @@ from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
 from claudeq.tenant_state import hour_field
-from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import AccountManager, SlotLease, StartWrite
-from claudeq.worker.engine import Engine
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
-from claudeq.worker.loops import Loops
-from claudeq.worker.ports import AccountsLike
+from claudeq.worker.accounts.choice import NoAccount
+from claudeq.worker.accounts.manager import AccountManager, SlotLease, StartWrite
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.delivery.ports import AccountsLike
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from claudeq.broker_queues import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
-from claudeq.worker.broker import pending_job_ids
 from tests.integration.test_producer import _cli
 
 pytestmark = pytest.mark.integration

@@ -92,7 +92,7 @@ def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
     from claudeq.keys import Keys
     from claudeq.producer.client import Client
     from claudeq.tenant_state import TenantStore
-    from claudeq.worker.account_manager import AccountManager
+    from claudeq.worker.accounts.manager import AccountManager
 
     tenants = tmp_path / "tenants.toml"
     tenants.write_text('[[tenants]]\nname = "default"\n\n[[tenants]]\nname = "team-a"\nweight = 3\n')
@@ -168,7 +168,7 @@ def test_tenants_and_the_exporter_show_each_tenants_share_cap_under_reserve_shar
     assert table.exit_code == 0 and "0/6 (share)" in table.output and "0/1" in table.output, table.output
 
     from claudeq.config.settings import Settings as LoadedSettings
-    from claudeq.worker.exporter import ClusterCollector
+    from claudeq.worker.metrics.exporter import ClusterCollector
 
     collector = ClusterCollector(LoadedSettings(), redis_client)
     samples = {

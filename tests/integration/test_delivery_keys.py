@@ -15,9 +15,9 @@ import redis
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
-from claudeq.worker.engine import Engine
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
-from claudeq.worker.outcome import RunOutcome
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.run.outcome import RunOutcome
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
 

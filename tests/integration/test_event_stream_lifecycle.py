@@ -10,7 +10,7 @@ import redis
 
 from claudeq.models import Event
 from claudeq.producer.client import Client
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.store.job_store import make_worker_store
 from tests.support.aio import run
 
 

@@ -15,8 +15,8 @@ import redis
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.account_manager import AccountManager, SlotLease
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.accounts.manager import AccountManager, SlotLease
+from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.redis_server import PrivateRedis, command_calls, commands_since

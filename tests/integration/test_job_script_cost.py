@@ -13,8 +13,8 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
-from claudeq.worker.exporter import status_counts
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.metrics.exporter import status_counts
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.redis_server import command_calls, commands_since, private_client

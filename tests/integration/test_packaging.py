@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from claudeq.broker_queues import job_id_of
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.keys import Keys
 from claudeq.models import utcnow
 from claudeq.producer.client import make_store
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.broker import job_id_of
 from tests.support.tree import ROOT
 from tests.unit.testing.test_isolation import BLOCKED, EXAMPLE
 
@@ -378,7 +378,7 @@ def test_the_wheel_holds_every_lua_script_and_the_installed_loader_reads_them(
     code = (
         "import json\n"
         "from claudeq.lua import names, script\n"
-        "from claudeq.worker import job_scripts\n"
+        "from claudeq.worker.store import job_scripts\n"
         "print(json.dumps({'names': names(), 'finish': job_scripts.FINISH == script('job/finish.lua'),\n"
         "                  'file': __import__('claudeq.lua').lua.__file__}))\n"
     )

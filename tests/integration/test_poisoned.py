@@ -11,9 +11,9 @@ import redis
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
-from claudeq.worker.engine import Engine
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
-from claudeq.worker.loops import Loops
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import redis
 
+from claudeq.broker_queues import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
-from claudeq.worker.broker import pending_job_ids
 from tests.support.tree import ROOT, tree_env
 
 pytestmark = pytest.mark.integration

@@ -28,9 +28,9 @@ from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, Usage, WindowInfo, utcnow
 from claudeq.tenant_state import Admitted, TenantStore
-from claudeq.worker import exporter
-from claudeq.worker.metrics import WorkerMetrics
-from claudeq.worker.outcome import RateLimitSignal
+from claudeq.worker.metrics import exporter
+from claudeq.worker.metrics.prometheus import WorkerMetrics
+from claudeq.worker.run.outcome import RateLimitSignal
 from tests.conftest import make_settings
 from tests.support.binaries import require_binary
 

@@ -12,13 +12,13 @@ import sys
 import pytest
 import redis
 
+from claudeq.broker_queues import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.errors import JobSpecError
 from claudeq.keys import Keys
 from claudeq.models import utcnow
 from claudeq.producer.client import Client
-from claudeq.worker.broker import pending_job_ids
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.integration

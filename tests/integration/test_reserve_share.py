@@ -18,7 +18,7 @@ from claudeq.config.tenants import TenantConfig, Tenants
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.tenant_state import TenantStore, effective_cap
-from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
+from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from tests.conftest import make_settings
 from tests.support.aio import run
 

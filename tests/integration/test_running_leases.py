@@ -13,7 +13,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.redis_server import command_calls, commands_since, private_client

@@ -19,8 +19,8 @@ from claudeq.config.settings import Settings
 from claudeq.models import Event, JobSpec
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.runner import Runner, RunRequest
-from claudeq.worker.workdirs import default_cwd
+from claudeq.worker.run.runner import Runner, RunRequest
+from claudeq.worker.run.workdirs import default_cwd
 
 pytestmark = pytest.mark.integration
 

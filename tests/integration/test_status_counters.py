@@ -12,8 +12,8 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.models import JobError, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
-from claudeq.worker.exporter import ClusterCollector, status_counts
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.metrics.exporter import ClusterCollector, status_counts
+from claudeq.worker.store.job_store import make_worker_store
 from tests.support.aio import run
 
 

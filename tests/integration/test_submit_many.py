@@ -12,10 +12,10 @@ import pytest
 import redis
 
 from claudeq.broker_message import SENT_HEADER, list_for, run_message, sent_at_of
+from claudeq.broker_queues import job_id_of, queue_lists
 from claudeq.config.celery import TASK_RUN
 from claudeq.errors import BatchSpecError, JobSpecError
 from claudeq.producer.client import AsyncClient, Client
-from claudeq.worker.broker import job_id_of, queue_lists
 
 pytestmark = pytest.mark.integration
 

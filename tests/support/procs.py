@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from claudeq.worker import procs
+from claudeq.worker.run import procs
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ import fakeredis
 
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.job_store import WorkerJobStore
+from claudeq.worker.store.job_store import WorkerJobStore
 from tests.support.aio import run
 
 

@@ -24,7 +24,7 @@ OUTSIDE = re.compile(
 )
 #: Top-level folders a path in the docs may start with.
 ROOMS = ("claudeq", "config", "producer", "worker", "simulator", "ops", "tests", "bench", "docs")
-#: A repository path inside backticks or a Markdown link target: `worker/failure.py`, (../worker/failure.py).
+#: A repository path inside backticks or a Markdown link target: `worker/run/parse.py`, (../worker/run/parse.py).
 DOC_PATH = re.compile(r"(?:`|\((?:\.\./)?)((?:" + "|".join(ROOMS) + r")/[\w./-]*[\w/])(?:::[\w:]*)?[`)#]")
 #: A reference to a section of one of our docs: docs/architecture.md#redis-keys, (cli-behaviour.md#stalls-…).
 ANCHOR_REF = re.compile(r"(?:docs/)?\b([\w-]+\.md)#([\w-]+)")
@@ -185,7 +185,7 @@ def test_architecture_says_in_one_step_where_status_changes_and_what_decides_a_r
     status_row = next(line for line in first_table.splitlines() if "status change" in line)
     retry_row = next(line for line in first_table.splitlines() if "retried" in line)
     assert "job_scripts.py" in status_row and "JobStore" in status_row
-    assert "worker/failure.py" in retry_row
+    assert "worker/delivery/failure.py" in retry_row
 
 
 # ---- the checks catch what they are for ------------------------------------------------------------------------

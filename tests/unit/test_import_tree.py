@@ -16,7 +16,13 @@ import pytest
 
 from tests.support.tree import ROOT, tree_env, under_root
 
-MODULES = ("claudeq", "claudeq.worker.engine", "claudeq.producer.cli", "claudeq.config.settings", "claudeq.simulator")
+MODULES = (
+    "claudeq",
+    "claudeq.worker.delivery.engine",
+    "claudeq.producer.cli",
+    "claudeq.config.settings",
+    "claudeq.simulator",
+)
 
 
 def test_root_is_this_checkout() -> None:
@@ -31,7 +37,7 @@ def test_in_process_imports_come_from_this_checkout(name: str) -> None:
 
 
 def test_every_loaded_claudeq_module_comes_from_this_checkout() -> None:
-    importlib.import_module("claudeq.worker.engine")
+    importlib.import_module("claudeq.worker.delivery.engine")
     elsewhere = {
         name: getattr(module, "__file__", None)
         for name, module in list(sys.modules.items())

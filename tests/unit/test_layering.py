@@ -140,7 +140,9 @@ def test_a_client_loads_no_celery_until_asked_for_its_app() -> None:
 
 
 def test_a_forbidden_import_is_caught() -> None:
-    source = "from claudeq.worker.engine import Engine\nfrom claudeq import keys\nimport claudeq.producer.client\n"
-    assert claudeq_imports(source) == {"claudeq.worker.engine", "claudeq.keys", "claudeq.producer.client"}
+    source = (
+        "from claudeq.worker.delivery.engine import Engine\nfrom claudeq import keys\nimport claudeq.producer.client\n"
+    )
+    assert claudeq_imports(source) == {"claudeq.worker.delivery.engine", "claudeq.keys", "claudeq.producer.client"}
     found = violations("claudeq", {"x.py": source}, ("claudeq.keys",))
-    assert found == ["claudeq/x.py: claudeq.producer.client", "claudeq/x.py: claudeq.worker.engine"]
+    assert found == ["claudeq/x.py: claudeq.producer.client", "claudeq/x.py: claudeq.worker.delivery.engine"]

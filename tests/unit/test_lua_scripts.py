@@ -12,7 +12,7 @@ import pytest
 from claudeq import account_scripts, conversations, job_scripts, lua, schedules, tenant_scripts
 from claudeq.lua import ScriptError, names, resolve, script, substitute
 from claudeq.lua.results import RESULTS, Reserve, Slot
-from claudeq.worker import job_scripts as worker_scripts
+from claudeq.worker.store import job_scripts as worker_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "claudeq" / "lua"

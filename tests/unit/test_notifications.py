@@ -10,7 +10,7 @@ import pytest
 
 from claudeq.errors import JobSpecError
 from claudeq.producer.validation import validate_spec
-from claudeq.worker.notifier import MAX_BACKOFF_S, backoff_s
+from claudeq.worker.delivery.notifier import MAX_BACKOFF_S, backoff_s
 from tests.conftest import make_settings
 
 

@@ -48,7 +48,7 @@ if sys.argv[1] == "on":
 from datetime import timedelta
 from claudeq.models import utcnow
 from claudeq.producer.client import Client
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
 from tests.unit.worker.engine_fakes import FakeAccounts, FakeRunner, rate_limited, success
 from tests.unit.worker.test_engine import A, Harness

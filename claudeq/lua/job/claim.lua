@@ -1,4 +1,4 @@
--- CLAIM (WorkerJobStore, worker/job_store.py): a worker takes a queued job: status `running`, the fence raised, the
+-- CLAIM (WorkerJobStore, worker/store/job_store.py): a worker takes a queued job: status `running`, the fence raised, the
 -- lease (its score in the `running` sorted set: when it expires, epoch s, the claiming or beating worker's clock;
 -- worker clocks must agree within a lease TTL less a heartbeat interval). The job hash's `fence` says whose run it
 -- is: a claim raises it, and every write of a run checks it. One HGETALL reads status, fence, started_at and the

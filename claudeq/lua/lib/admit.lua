@@ -2,7 +2,7 @@
 -- waiters still `deferred`; their ids are added to `out`.
 --
 -- The waiting line (docs/architecture.md#the-waiting-line): the jobs waiting for a slot on an account are sorted sets
--- scored by rank (lower goes first: priority, then age; see worker/waiting_line.py), one line per model family
+-- scored by rank (lower goes first: priority, then age; see worker/accounts/waiting_line.py), one line per model family
 -- (`acct:{name}:waiters` for jobs of no particular family, `…:waiters:opus`, `…:sonnet`, `…:haiku`), so a family
 -- held back on the account never blocks the others. A slot that frees goes to the best-ranked waiter still
 -- `deferred` among the lines whose family the account admits now (`gate`): `admit` puts that job in the semaphore

@@ -16,10 +16,10 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobSpec
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker import procs
-from claudeq.worker.failure import Decision, decide
-from claudeq.worker.outcome import RunOutcome
-from claudeq.worker.runner import Runner, RunRequest
+from claudeq.worker.delivery.failure import Decision, decide
+from claudeq.worker.run import procs
+from claudeq.worker.run.outcome import RunOutcome
+from claudeq.worker.run.runner import Runner, RunRequest
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
-from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import AccountManager, SlotLease
+from claudeq.worker.accounts.choice import NoAccount
+from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.app import WorkerRuntime
-from claudeq.worker.engine import engine_executor_workers
-from claudeq.worker.job_store import LeaseState
+from claudeq.worker.delivery.engine import engine_executor_workers
 from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
+from claudeq.worker.store.job_store import LeaseState
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration

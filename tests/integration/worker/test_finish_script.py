@@ -15,10 +15,10 @@ import pytest
 
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import ScriptCall, run_call
-from claudeq.worker.account_manager import AccountManager, SlotLease, Spent
+from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
-from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.job_store import START_LOST, WorkerJobStore
+from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.store.job_store import START_LOST, WorkerJobStore
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration

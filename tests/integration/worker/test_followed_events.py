@@ -13,7 +13,7 @@ import pytest
 
 from claudeq.models import Event
 from claudeq.producer.client import Client
-from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
 from tests.conftest import make_settings
 from tests.support.procs import run_until
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml

@@ -22,11 +22,10 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobSpec
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker.failure import decide
-from claudeq.worker.limit_headers import LimitFacts
-from claudeq.worker.outcome import LimitHint
-from claudeq.worker.passthrough import PassThrough
-from claudeq.worker.runner import Runner, RunRequest
+from claudeq.worker.delivery.failure import decide
+from claudeq.worker.passthrough.limit_headers import LimitFacts, LimitHint
+from claudeq.worker.passthrough.server import PassThrough
+from claudeq.worker.run.runner import Runner, RunRequest
 from tests.support.procs import run_until
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.worker.app import build_runtime
-from claudeq.worker.engine import engine_executor_workers
+from claudeq.worker.delivery.engine import engine_executor_workers
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ConfigError
 from claudeq.models import Event, JobSpec
-from claudeq.worker import procs
-from claudeq.worker.launcher import acquire_identity
-from claudeq.worker.runner import Runner, RunRequest
+from claudeq.worker.run import procs
+from claudeq.worker.run.launcher import acquire_identity
+from claudeq.worker.run.runner import Runner, RunRequest
 from tests.support.procs import run_until
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,10 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import Event, JobSpec
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker import procs
-from claudeq.worker.outcome import RunOutcome
-from claudeq.worker.prices import cost_usd
-from claudeq.worker.runner import Runner, RunRequest
+from claudeq.worker.run import procs
+from claudeq.worker.run.outcome import RunOutcome
+from claudeq.worker.run.prices import cost_usd
+from claudeq.worker.run.runner import Runner, RunRequest
 from tests.support.sample_tools import CALL_LOG_VAR
 
 pytestmark = pytest.mark.integration

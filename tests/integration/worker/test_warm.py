@@ -16,10 +16,10 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobSpec
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.worker import procs
-from claudeq.worker.outcome import RunOutcome, RunRequest
-from claudeq.worker.passthrough import PassThrough
-from claudeq.worker.runner import Runner
+from claudeq.worker.passthrough.server import PassThrough
+from claudeq.worker.run import procs
+from claudeq.worker.run.outcome import RunOutcome, RunRequest
+from claudeq.worker.run.runner import Runner
 
 pytestmark = pytest.mark.integration
 

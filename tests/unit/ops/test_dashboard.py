@@ -19,9 +19,9 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import Usage
-from claudeq.worker.exporter import ClusterCollector
-from claudeq.worker.metrics import WorkerMetrics
-from claudeq.worker.outcome import RateLimitSignal
+from claudeq.worker.metrics.exporter import ClusterCollector
+from claudeq.worker.metrics.prometheus import WorkerMetrics
+from claudeq.worker.run.outcome import RateLimitSignal
 
 ROOT = Path(__file__).resolve().parents[3]
 OPS = ROOT / "ops"

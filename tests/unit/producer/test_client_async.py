@@ -11,7 +11,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError, JobTimeout
 from claudeq.producer.client import AsyncClient, Client
-from claudeq.worker.job_store import WorkerJobStore
+from claudeq.worker.store.job_store import WorkerJobStore
 
 
 class RecordingCelery:

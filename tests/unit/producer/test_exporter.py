@@ -15,13 +15,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from claudeq.account_state import AccountStore
+from claudeq.broker_queues import queue_lists
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.broker import queue_lists
-from claudeq.worker.exporter import ClusterCollector
+from claudeq.worker.metrics.exporter import ClusterCollector
 
 NOW = 1_800_000_000.0
 POOL = AccountPool(

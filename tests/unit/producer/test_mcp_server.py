@@ -15,8 +15,8 @@ from claudeq.config.settings import Settings
 from claudeq.models import PARENT_JOB_KEY, Event
 from claudeq.producer.client import Client
 from claudeq.producer.mcp_server import FLEET_TOOLS, build_server, parse_address
-from claudeq.worker import tools
-from claudeq.worker.job_store import make_worker_store
+from claudeq.worker.run import tools
+from claudeq.worker.store.job_store import make_worker_store
 from tests.support.aio import run
 
 

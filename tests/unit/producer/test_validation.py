@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from claudeq.broker_queues import job_id_of, queue_lists
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import JobSpecError
 from claudeq.producer.client import Client
 from claudeq.producer.validation import validate_spec
-from claudeq.worker.broker import job_id_of, queue_lists
 
 
 class RecordingCelery:

@@ -11,11 +11,11 @@ from typing import Any
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
-from claudeq.worker.account_choice import NoAccount
-from claudeq.worker.account_manager import SlotLease, Spent, StartWrite
-from claudeq.worker.engine import Engine
-from claudeq.worker.job_store import SlotRelease, WorkerJobStore
-from claudeq.worker.outcome import RateLimitSignal, RunOutcome
+from claudeq.worker.accounts.choice import NoAccount
+from claudeq.worker.accounts.manager import SlotLease, Spent, StartWrite
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
+from claudeq.worker.store.job_store import SlotRelease, WorkerJobStore
 
 Script = Callable[[Any, Callable[[Event], Awaitable[None]], asyncio.Event], Awaitable[RunOutcome]]
 

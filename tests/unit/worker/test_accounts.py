@@ -14,8 +14,8 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
-from claudeq.worker.outcome import RateLimitSignal
+from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
+from claudeq.worker.run.outcome import RateLimitSignal
 from tests.support.aio import run
 
 SPEC = JobSpec(prompt="hello")
@@ -293,7 +293,7 @@ def test_a_waiter_handed_a_slot_finds_it_where_its_record_says(
 def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
     """A priority-0 job that arrives while starts are ramping up after a reset gets the next start before a
     priority-9 job already waiting: both wait in the line, and the paced starts are handed out from it by rank."""
-    from claudeq.worker.waiting_line import PRIORITY_SPAN
+    from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN
 
     settings = fake_settings.model_copy(update={"ramp_jitter_s": 0.0})
     account = AccountConfig(name="a", kind="oauth", token_env="TOKEN_a", max_concurrency=4, ramp_starts_per_s=2.0)
@@ -327,7 +327,7 @@ def test_a_paced_start_goes_to_the_best_waiter_not_to_a_worse_ranked_newcomer(
 ) -> None:
     """While starts ramp up after a reset only one start is due at a time: a job arriving when it is due, ranked
     behind a job waiting in line, waits too (the free slots are many, the start is one)."""
-    from claudeq.worker.waiting_line import PRIORITY_SPAN
+    from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN
 
     settings = fake_settings.model_copy(update={"ramp_jitter_s": 0.0})
     account = AccountConfig(name="a", kind="oauth", token_env="TOKEN_a", max_concurrency=4, ramp_starts_per_s=2.0)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import AccountState, WindowInfo
-from claudeq.worker.account_choice import AccountView, NoAccount, choose, eligible, utilization
+from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible, utilization
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

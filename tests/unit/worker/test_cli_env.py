@@ -9,7 +9,8 @@ import pytest
 
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
-from claudeq.worker.cli_env import build_env, redact, remember_secret, remember_settings_secrets
+from claudeq.worker.redaction import redact, remember_secret, remember_settings_secrets
+from claudeq.worker.run.cli_env import build_env
 
 OAUTH = AccountConfig(name="a", kind="oauth", token_env="TOK_A", base_url="http://127.0.0.1:9")
 KEY = AccountConfig(name="b", kind="api_key", token_env="TOK_B")

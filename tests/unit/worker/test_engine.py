@@ -15,9 +15,9 @@ import pytest
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.account_manager import SlotLease
-from claudeq.worker.engine import Engine
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.accounts.manager import SlotLease
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.unit.worker.engine_fakes import (

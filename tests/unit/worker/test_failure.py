@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import FREE_OUTCOMES, JobResult
-from claudeq.worker.failure import Decision, OutputCheck, decide
-from claudeq.worker.outcome import RateLimitSignal, RunOutcome
+from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
+from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 OAUTH = AccountConfig(name="sub", kind="oauth", token_env="T_SUB")

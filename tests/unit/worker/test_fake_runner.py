@@ -10,9 +10,9 @@ import pytest
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Event, JobSpec, utcnow
-from claudeq.worker.failure import decide
-from claudeq.worker.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
-from claudeq.worker.outcome import RunOutcome
+from claudeq.worker.delivery.failure import decide
+from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
+from claudeq.worker.run.outcome import RunOutcome
 
 
 def _req() -> SimpleNamespace:

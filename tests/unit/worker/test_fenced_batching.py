@@ -1,6 +1,6 @@
-"""FencedWriter batches a delivery's events (claudeq/worker/fenced.py): a burst goes in one fenced append, events
-pending when a fenced write comes ride in that write, in the order they were emitted, and nothing of a delivery that
-lost its job is stored."""
+"""FencedWriter batches a delivery's events (worker/delivery/fenced.py): a burst goes in one fenced append, events
+pending when a fenced write comes ride in that write, in the order they were emitted, and nothing of a delivery
+that lost its job is stored."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
-from claudeq.worker.delivery import Delivery
-from claudeq.worker.fenced import FencedWriter
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.delivery.fenced import FencedWriter
+from claudeq.worker.delivery.state import Delivery
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 
 
 class _CountingStore(WorkerJobStore):

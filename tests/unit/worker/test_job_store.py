@@ -1,4 +1,4 @@
-"""WorkerJobStore (claudeq/worker/job_store.py) on fakeredis: claim, lease, fenced writes, every worker-side
+"""WorkerJobStore (claudeq/worker/store/job_store.py) on fakeredis: claim, lease, fenced writes, every worker-side
 status transition, recovery, re-sends, TTLs."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.jobs import parse_record
 from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
-from claudeq.worker.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.support.aio import run
 
 

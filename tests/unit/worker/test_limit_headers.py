@@ -12,8 +12,8 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
-from claudeq.worker.limit_headers import parse, parse_reset, parse_retry_after
+from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
+from claudeq.worker.passthrough.limit_headers import parse, parse_reset, parse_retry_after
 from tests.support.aio import run
 
 NOW = 1_800_000_000.0

@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from claudeq.errors import ConfigError
 from claudeq.models import Usage
-from claudeq.worker.metric_labels import canonical_model, model_label, primary_model, token_label, tool_label
-from claudeq.worker.metrics import WorkerMetrics
-from claudeq.worker.outcome import RateLimitSignal
-from claudeq.worker.prices import PRICES
+from claudeq.worker.metrics.labels import canonical_model, model_label, primary_model, token_label, tool_label
+from claudeq.worker.metrics.prometheus import WorkerMetrics
+from claudeq.worker.run.outcome import RateLimitSignal
+from claudeq.worker.run.prices import PRICES
 
 
 @pytest.fixture

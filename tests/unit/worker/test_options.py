@@ -11,9 +11,9 @@ from claude_agent_sdk import ClaudeAgentOptions
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
-from claudeq.worker.options import build_options
-from claudeq.worker.tools import ToolRegistry
-from claudeq.worker.workdirs import default_cwd
+from claudeq.worker.run.options import build_options
+from claudeq.worker.run.tools import ToolRegistry
+from claudeq.worker.run.workdirs import default_cwd
 
 REGISTRY = ToolRegistry.from_module("tests.support.sample_tools")
 

@@ -7,7 +7,7 @@ import pytest
 
 from claudeq.jobs import compact_json
 from claudeq.models import JobResult, Usage
-from claudeq.worker.output_check import OutputCheckTimeout, json_depth, schema_problem, storable, unstorable
+from claudeq.worker.run.output_check import OutputCheckTimeout, json_depth, schema_problem, storable, unstorable
 from tests.support.procs import descendants
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -30,7 +30,7 @@ async def test_a_backtracking_pattern_is_cut_off_at_the_deadline_and_its_process
 async def test_a_slow_start_of_the_checker_never_counts_against_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a loaded machine the child's start-up (interpreter + jsonschema import) can take longer than the deadline:
     a valid answer must still be judged, not failed as a timeout."""
-    from claudeq.worker import output_check
+    from claudeq.worker.run import output_check
 
     monkeypatch.setattr(output_check, "_STARTUP", output_check._STARTUP + "import time; time.sleep(2)\n")
     assert await schema_problem({"n": 3}, SCHEMA, 1) is None

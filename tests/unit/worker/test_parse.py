@@ -21,8 +21,8 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import MirrorErrorMessage
 
-from claudeq.worker.parse import MessageParser, truncate, usage_from_model_usage
-from claudeq.worker.prices import cost_usd
+from claudeq.worker.run.parse import MessageParser, truncate, usage_from_model_usage
+from claudeq.worker.run.prices import cost_usd
 
 SID = "sess-1"
 MODEL_USAGE = {
@@ -257,7 +257,7 @@ def test_truncate_marks_what_was_cut() -> None:
 
 
 def test_structured_output_is_redacted_like_the_text() -> None:
-    from claudeq.worker.cli_env import remember_secret
+    from claudeq.worker.redaction import remember_secret
 
     remember_secret("opaque-structured-secret-42")
     parser = MessageParser(attempt=1, clock=Clock())
@@ -294,7 +294,7 @@ def test_assistant_events_carry_the_tokens_the_attempt_used_so_far() -> None:
 
 
 def test_a_long_tool_result_is_cut_in_its_event_and_says_how_long_it_was() -> None:
-    from claudeq.worker.parse import TOOL_RESULT_LIMIT
+    from claudeq.worker.run.parse import TOOL_RESULT_LIMIT
 
     parser = MessageParser(attempt=1)
     long_text = "line\n" * 1000

@@ -1,4 +1,4 @@
-"""The CLI wrapper (worker/claude-pdeathsig.sh) sets the parent-death signal with setpriv, or from Python when
+"""The CLI wrapper (worker/run/claude-pdeathsig.sh) sets the parent-death signal with setpriv, or from Python when
 setpriv is missing: either way the CLI keeps the wrapper's pid and is SIGKILLed when the process that started it
 dies (a killed worker leaves no CLI calling the API)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from claudeq.worker.launcher import wrapper_path
+from claudeq.worker.run.launcher import wrapper_path
 from tests.support.procs import run_until
 from tests.support.tree import tree_env
 

@@ -1,4 +1,5 @@
-"""The engine's Protocols (claudeq/worker/ports.py) are typed end to end, and the real classes satisfy them."""
+"""The engine's Protocols (worker/delivery/ports.py, and the runner's in worker/run/outcome.py) are typed end to end,
+and the real classes satisfy them, a coroutine where the Protocol says one."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import inspect
 
 import pytest
 
-from claudeq.worker import ports
+from claudeq.worker.delivery import ports
+from claudeq.worker.run.outcome import RunnerLike
 
-PROTOCOLS = (ports.RunnerLike, ports.AccountsLike, ports.MetricsLike)
+PROTOCOLS = (RunnerLike, ports.AccountsLike, ports.MetricsLike)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
@@ -22,14 +24,17 @@ def test_no_protocol_method_takes_or_returns_any(protocol: type) -> None:
 
 
 def test_the_real_implementations_have_every_protocol_method() -> None:
-    from claudeq.worker.account_manager import AccountManager
-    from claudeq.worker.metrics import WorkerMetrics
-    from claudeq.worker.runner import Runner
+    from claudeq.worker.accounts.manager import AccountManager
+    from claudeq.worker.metrics.prometheus import WorkerMetrics
+    from claudeq.worker.run.runner import Runner
 
     for protocol, real in (
-        (ports.RunnerLike, Runner),
+        (RunnerLike, Runner),
         (ports.AccountsLike, AccountManager),
         (ports.MetricsLike, WorkerMetrics),
     ):
-        wanted = {name for name, m in vars(protocol).items() if inspect.isfunction(m) and not name.startswith("_")}
-        assert wanted <= set(dir(real)), (real.__name__, wanted - set(dir(real)))
+        wanted = {name: m for name, m in vars(protocol).items() if inspect.isfunction(m) and not name.startswith("_")}
+        assert set(wanted) <= set(dir(real)), (real.__name__, set(wanted) - set(dir(real)))
+        for name, method in wanted.items():
+            is_async = inspect.iscoroutinefunction(method)
+            assert inspect.iscoroutinefunction(getattr(real, name)) == is_async, (real.__name__, name, is_async)

@@ -1,4 +1,4 @@
-"""claudeq.worker.procs: find processes by CLAUDEQ_JOB_ID and kill them."""
+"""claudeq.worker.run.procs: find processes by CLAUDEQ_JOB_ID and kill them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from claudeq.worker import procs
+from claudeq.worker.run import procs
 
 
 def test_finds_and_kills_a_job_process(unique: str) -> None:

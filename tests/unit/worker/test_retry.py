@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from claudeq.config.settings import Settings
-from claudeq.worker.retry import DeferInstead, JobBackoff, Step, run_attempts
-from claudeq.worker.waits import Cooldown
+from claudeq.worker.delivery.retry import DeferInstead, JobBackoff, Step, run_attempts
+from claudeq.worker.delivery.waits import Cooldown
 from tests.conftest import make_settings
 
 

@@ -15,14 +15,14 @@ from claudeq.jobs import JobStore
 from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import make_store
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.session_planner import (
+from claudeq.worker.delivery.session_planner import (
     CONTINUE_PROMPT,
     SessionPlanner,
     find_continuation,
     is_real_message,
     user_text,
 )
-from claudeq.worker.workdirs import default_cwd
+from claudeq.worker.run.workdirs import default_cwd
 
 
 def _user(uuid: str, text: Any) -> dict[str, Any]:

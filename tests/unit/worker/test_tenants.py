@@ -19,8 +19,8 @@ from claudeq.models import JobSpec
 from claudeq.permissions import spec_models
 from claudeq.producer.validation import validate_spec
 from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore, hour_field
-from claudeq.worker.account_manager import AccountManager, NoAccount, SlotLease
-from claudeq.worker.waiting_line import PRIORITY_SPAN
+from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
+from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN
 from tests.conftest import make_settings
 from tests.support.aio import run
 

@@ -6,7 +6,7 @@ import pytest
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ConfigError
-from claudeq.worker.tools import SERVER_NAME, ToolRegistry, wire_name
+from claudeq.worker.run.tools import SERVER_NAME, ToolRegistry, wire_name
 
 
 def test_loads_tools_from_the_configured_module() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
-from claudeq.worker.waits import Cooldown, wait_rate_limit
+from claudeq.worker.delivery.waits import Cooldown, wait_rate_limit
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 FAILED = "failed"  # an attempt that ended some other way (a transient error, say)

@@ -11,11 +11,11 @@ import pytest
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import JobSpec
-from claudeq.worker.outcome import RunRequest
-from claudeq.worker.passthrough import PassThrough
-from claudeq.worker.runner import Runner
-from claudeq.worker.tools import ToolRegistry
-from claudeq.worker.warm import warm_eligible
+from claudeq.worker.passthrough.server import PassThrough
+from claudeq.worker.run.outcome import RunRequest
+from claudeq.worker.run.runner import Runner
+from claudeq.worker.run.tools import ToolRegistry
+from claudeq.worker.run.warm import warm_eligible
 
 
 @pytest.fixture
@@ -92,9 +92,9 @@ def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     read_only = req(runner, tools="read-only", cwd=str(tmp_path / "work"))
     # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace), so
     # cold; a worker that is not root runs them under its uid, held by the hook, and may reuse a warm CLI.
-    with patch("claudeq.worker.workdirs.can_switch_uid", return_value=True):
+    with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=True):
         assert warm_eligible(read_only, settings, tools) == OWN_UID
-    with patch("claudeq.worker.workdirs.can_switch_uid", return_value=False):
+    with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
         assert warm_eligible(read_only, settings, tools) is None
     assert warm_eligible(req(runner, conversation="c"), settings, tools) == "a conversation turn"
     resumed = req(runner)
@@ -108,7 +108,7 @@ def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     assert warm_eligible(req(runner), off, tools) == "warm CLIs are off"
     # File tools that could reach the CLIs' config dirs (the run root under a workspace root) run cold.
     exposed = settings.model_copy(update={"run_root": tmp_path / "work" / "runs"})
-    with patch("claudeq.worker.workdirs.can_switch_uid", return_value=False):
+    with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
         assert warm_eligible(read_only, exposed, tools) is not None
     assert warm_eligible(req(runner), exposed, tools) is None
 

@@ -6,7 +6,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.models import JobSpec
-from claudeq.worker.watchdog import Timeouts, Watchdog
+from claudeq.worker.run.watchdog import Timeouts, Watchdog
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""claudeq/worker/workdirs.py: the project key derived without the SDK is the SDK's, for every kind of path the
+"""claudeq/worker/run/workdirs.py: the project key derived without the SDK is the SDK's, for every kind of path the
 fleet meets (the testing kit on the producer install writes transcripts under it)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from claude_agent_sdk import project_key_for_directory as sdk_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claudeq.worker.workdirs import local_project_key, project_key_for_directory
+from claudeq.worker.run.workdirs import local_project_key, project_key_for_directory
 
 #: Path parts: plain, punctuated, non-ASCII (composed and decomposed), long enough to pass the 200-character cut.
 PARTS = st.text(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from claudeq.config.settings import WorkerPolicy
-from claudeq.worker.options import workspace_hook
+from claudeq.worker.run.options import workspace_hook
 
 
 def _decide(tmp_path: Path, tool: str, tool_input: dict[str, Any]) -> str | None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from claudeq.worker.launcher import wrapper_path
-from claudeq.worker.outcome import RunOutcome
-from claudeq.worker.runner import exec_errno
+from claudeq.worker.run.launcher import wrapper_path
+from claudeq.worker.run.outcome import RunOutcome
+from claudeq.worker.run.runner import exec_errno
 
 
 def _run_wrapper(binary: Path, path_env: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,820 @@
+"""AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
+
+What every run calls (`acquire`, `settle`, `release`, `job_done`) is a coroutine for the engine loop: its script
+calls go on the loop's async client (`use_async`), the rarer reads and a tenant's admission on a Redis thread. The
+signals and the background loops' calls (`observe`, `cool`, `admit`, ...) are plain calls, made on a Redis thread.
+State lives in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself
+is the pure `claudeq.worker.accounts.choice.choose`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from claudeq.account_state import AccountStore, model_family, window_family
+from claudeq.config.account_pool import AccountConfig, AccountPool
+from claudeq.config.settings import Settings
+from claudeq.config.tenants import TenantConfig
+from claudeq.errors import UnknownAccount
+from claudeq.keys import Keys, text
+from claudeq.lua.results import Slot
+from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.permissions import spec_models
+from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.tenant_state import (
+    BALANCE_REPAY_S,
+    Admitted,
+    AtMax,
+    OverBudget,
+    Reserved,
+    TenantStore,
+    caught_up,
+    effective_cap,
+)
+from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible
+from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN, tenant_rank
+from claudeq.worker.loop_host import in_redis_thread
+from claudeq.worker.passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
+from claudeq.worker.run.outcome import RateLimitSignal
+from claudeq.worker.store.job_store import START_LOST, SlotRelease
+
+__all__ = ["AccountManager", "NoAccount", "SlotLease"]
+
+log = logging.getLogger("claudeq.accounts")
+
+#: How often acquire re-reads state after losing every slot race before it reports NoAccount.
+_ACQUIRE_ROUNDS = 3
+#: An acquire may first choose from the accounts' states another acquire of this process read at most this long ago
+#: (s): the ACQUIRE script re-checks everything atomically, so a reused read only orders the candidates, and nothing
+#: is decided from it without a fresh read (no account, or every answer a wait). Reading every account's state and
+#: live slots costs two commands per account, O(runs in flight) for the slots.
+_VIEW_REUSE_S = 0.25
+
+
+@dataclass(frozen=True)
+class SlotLease:
+    """A slot held on one account for one job; refresh it with the run's heartbeat, release it when done."""
+
+    account: AccountConfig
+    job_id: str
+    tenant: str | None = None  # the tenant whose run this is (None: a lease taken outside tenant admission)
+    budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
+    model: str | None = None  # the spec's model: what one turn costs is learned per model
+    taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
+    started: bool = False  # the attempt's start was written with the slot, in the same script (`acquire`'s start)
+
+
+#: Makes an account's ACQUIRE call into the START that also writes the attempt's start (WorkerJobStore.start_call),
+#: given the account and the run's budget on it.
+StartWrite = Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]]
+
+
+class StartLost(Exception):
+    """START took the slot, but the run's fence no longer holds the job: another worker owns it now."""
+
+
+@dataclass(frozen=True)
+class Spent:
+    """An attempt's cost not counted yet (AccountManager.settle): the job's terminal write counts it in its own
+    script when it can (`slot_release`)."""
+
+    lease: SlotLease
+    cost_usd: float
+    turns: int | None = None
+
+
+class AccountManager(AsyncCalls):
+    """The worker's view of the account pool: slots, choice and state changes."""
+
+    def __init__(self, settings: Settings, redis: redis.Redis, keys: Keys, pool: AccountPool | None = None) -> None:
+        self.settings = settings
+        self.pool = pool if pool is not None else settings.accounts
+        self.store = AccountStore(
+            redis, keys, self.pool, predictive=settings.predictive_admission, jitter_s=settings.ramp_jitter_s
+        )
+        self.tenants = settings.tenants
+        self.tenant_store = TenantStore(redis, keys, self.tenants, accounts=[a.name for a in self.pool.accounts])
+        if self.tenants.configured:
+            # Producers without the tenants file index their jobs (under `default`) only in a fleet that uses them.
+            redis.set(keys.tenants_in_use, "1")
+        #: The pass-through reads every response's headers: 429s are acted on there (`record_response`), so a
+        #: `rejected` RateLimitEvent without a reset adds nothing and must not cool or count a second time.
+        self.headers_seen = settings.passthrough
+        # account -> (tokens reset, requests remaining, tokens remaining) of its last token reading: the drop between
+        # two readings of one window, per request, estimates what one request takes.
+        self._last_tokens: dict[str, tuple[float, int, int]] = {}
+        self._tokens_per_request: dict[str, float] = {}
+        self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
+        #: The snapshot read in flight on the engine loop: the acquires that find the last one too old meanwhile
+        #: share it instead of each reading its own (a burst of claims once read the accounts ~10 times a second).
+        self._snapshot_read: asyncio.Future[list[tuple[AccountState, datetime | None]]] | None = None
+        #: The fleet's slots as this worker knows them (reserved fair share divides them among active tenants).
+        self.slots = sum(a.max_concurrency for a in self.pool.accounts)
+        # (read at, active tenants, their catch-up balances), reused like _snapshot
+        self._active: tuple[float, set[str], dict[str, float]] | None = None
+        #: How long a tenant's run holds its slot here (s; a moving average of the runs released): one slot of
+        #: catch-up repays about one run's length of balance (caught_up divides by at least BALANCE_REPAY_S).
+        self.run_s = BALANCE_REPAY_S
+
+    # ---- slots -----------------------------------------------------------------------------------------------
+
+    async def acquire(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str] = frozenset(),
+        rank: float | None = None,
+        holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
+    ) -> SlotLease | NoAccount:
+        """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
+        account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
+        most the spec's `max_budget_usd` and what the tenant and the account have left in their capped windows.
+
+        `rank` is the job's place in the waiting line (claudeq.worker.accounts.waiting_line): a free slot that
+        better-ranked waiters are due for is theirs, and the job waits in line too (None: take any free slot).
+
+        `holds`: the only accounts (names, or slots keys) on which the job may already hold a slot — the one the
+        waiting line handed it, the ones its attempts ran on (None: look at every account).
+
+        `start` (no tenants file): the slot of an account without a spend cap is taken with the attempt's start
+        written in the same script (the lease says `started`); StartLost when the fence no longer held the job.
+        """
+        tenant = self.tenants.governing(spec.tenant)
+        if not self.tenants.configured:
+            # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
+            # `default` from the status counters); its spend is still tallied under `default` when the run settles.
+            lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
+            return _untenanted(lease)
+        admission = await in_redis_thread(self._admit_run, tenant, job_id, spec)
+        if isinstance(admission, NoAccount):
+            return admission
+        admitted, cap = admission
+        lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
+        await in_redis_thread(self._admitted, tenant, job_id, admitted, cap, lease, rank)
+        return lease
+
+    def _admit_run(self, tenant: TenantConfig, job_id: str, spec: JobSpec) -> tuple[Admitted, int | None] | NoAccount:
+        """A tenant's admission of one more run (its runs in flight, its share, its spend caps): what it may spend
+        and the cap on its runs now, or when to look again."""
+        share = self._share(tenant)
+        cap = effective_cap(tenant, share)
+        now = time.time()
+        admitted = self.tenant_store.admit(
+            tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model, share=share
+        )
+        if isinstance(admitted, AtMax | Reserved):
+            if isinstance(admitted, AtMax) and cap == tenant.max_concurrency:
+                reason = f"tenant {tenant.name!r} has {cap} run(s) in flight (its max_concurrency)"
+            elif isinstance(admitted, AtMax):
+                reason = (
+                    f"tenant {tenant.name!r} holds {cap} slot(s), its share of the fleet's {self.slots} while other "
+                    "tenants are active (reserve_share)"
+                )
+            else:
+                reason = f"what tenant {tenant.name!r} has left per {admitted.window} is reserved by its runs in flight"
+            # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound. A slot the
+            # waiting line handed it goes back (the promoter's next pass hands it on).
+            self._drop_slots(job_id)
+            return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
+        if isinstance(admitted, OverBudget):
+            self._drop_slots(job_id)
+            return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
+        return admitted, cap
+
+    def _admitted(
+        self,
+        tenant: TenantConfig,
+        job_id: str,
+        admitted: Admitted,
+        cap: int | None,
+        lease: SlotLease | NoAccount,
+        rank: float | None,
+    ) -> None:
+        """A tenant's admitted run after its try for a slot: it keeps its place among the tenant's runs while it
+        waits in the accounts' lines, or gives it up; a slot taken with a smaller budget reserves that one."""
+        if isinstance(lease, NoAccount):
+            if cap is not None and lease.accounts and not lease.permanent:
+                # It waits in the accounts' lines: it keeps its place among its tenant's runs (until its slot expiry)
+                # so the tenant's jobs in line and in flight stay within its cap (max_concurrency, or its share cap
+                # under reserve_share). Otherwise a capped tenant's backlog queues in the lines past its cap, ahead
+                # of other tenants' later-tagged jobs, and takes the slots its cap was meant to leave free (then
+                # gives them back: it is at its cap).
+                self.tenant_store.unreserve(tenant.name, job_id)
+            else:
+                self.tenant_store.release(tenant, job_id, pop=False)
+            return
+        if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
+            self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
+        if rank is not None:
+            self.tenant_store.advance(rank)  # the fleet's virtual time moves on (with tenants the rank is the tag)
+
+    def _share(self, tenant: TenantConfig) -> int | None:
+        """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
+        the fleet's slots among the tenants active now, moved by its catch-up balance (a slot more while owed, a slot
+        fewer while owing, per `run_s` of balance, rounded up; docs/architecture.md#fair-share). The active tenants
+        are read with one pipeline and the balances moved on with one script, or both taken from a read under
+        _VIEW_REUSE_S old (RESERVE re-checks the runs atomically; only which tenants are active and their balances
+        may be that old)."""
+        if not self.tenants.configured or not self.tenants.reserve_share:
+            return None
+        now = time.time()
+        read = self._active
+        if read is None or not 0 <= now - read[0] <= _VIEW_REUSE_S:
+            active = self.tenant_store.active(now)
+            shares = {
+                name: cap
+                for name in sorted(active)
+                if (cap := self.tenants.share_cap(self.tenants.governing(name), active, self.slots)) is not None
+            }
+            read = (now, active, self.tenant_store.balance(shares, now, self.run_s))
+            self._active = read
+        share = self.tenants.share_cap(tenant, read[1], self.slots)
+        return None if share is None else caught_up(share, read[2].get(tenant.name, 0.0), self.run_s)
+
+    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+        """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing
+        over tenants; issued once per job). None without a tenants file: the creation time orders."""
+        if not self.tenants.configured:
+            return None
+        return self.tenant_store.tag(self.tenants.governing(spec.tenant), job_id)
+
+    def _drop_slots(self, job_id: str) -> None:
+        for name in self.store.held_by(job_id):
+            self.store.redis.zrem(self.store.keys.account_slots(name), job_id)
+
+    def _over_budget(self, who: str, tenant: TenantConfig, over: OverBudget) -> NoAccount:
+        reason = f"{who} is over its spend cap per {over.window} until {over.until.isoformat()}"
+        if tenant.on_budget == "fail":
+            return NoAccount(_dt(time.time()), reason, [], permanent=True, kind="budget_exceeded")
+        return NoAccount(over.until, reason, [])
+
+    async def _take_slot(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        exclude: frozenset[str],
+        tenant: TenantConfig,
+        want: float | None,
+        rank: float | None,
+        holds: Collection[str] | None = None,
+        start: StartWrite | None = None,
+    ) -> SlotLease | NoAccount:
+        """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
+        over: dict[str, OverBudget] = {}
+        reserved: set[str] = set()
+        family = model_family(spec.model)
+        ttl = self.settings.lease_ttl_s
+        held_by: list[str] = []
+        if holds is None or holds:
+            held_by = await in_redis_thread(self.store.held_by, job_id, among=holds)
+        for name in held_by:
+            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
+            # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
+            # Only where a slot can be is looked at (`holds`): a worker that died in the instant between taking a
+            # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
+            if name in exclude:
+                continue
+            then = self._then(start, self.store.config(name), want)
+            got = await self._try_acquire(name, job_id, ttl, None, None, family, True, then)
+            if got == START_LOST:
+                raise StartLost(job_id)
+            if got == Slot.ACQUIRED:
+                held = await self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
+                if isinstance(held, SlotLease) and then is not None:
+                    held = replace(held, started=True)
+                if isinstance(held, OverBudget):
+                    over[name] = held
+                elif isinstance(held, Reserved):
+                    reserved.add(name)
+                else:
+                    return held
+        decision: list[AccountConfig] | NoAccount = []
+        in_line: list[str] = []
+        views: list[AccountView] = []
+        rounds, reuse = 0, True
+        while rounds < _ACQUIRE_ROUNDS:
+            now = time.time()
+            reused = self._snapshot_reusable(now, reuse)
+            if not reused:
+                self._snapshot = (now, await self._read_snapshot(now))
+            views = self._views(tenant.accounts)
+            rounds, reuse = rounds + (0 if reused else 1), False
+            decision = choose(
+                views,
+                model=spec.model,
+                pin=spec.account,
+                now=_dt(now),
+                exclude=exclude | set(over) | reserved,
+                family=family,
+                fallback_model=spec.fallback_model,
+            )
+            if isinstance(decision, NoAccount):
+                if reused:
+                    continue  # read again before saying no
+                if reserved and not decision.permanent:
+                    # A run in flight on it ends and frees its reservation (its release promotes a waiter).
+                    reason = f"what account(s) {', '.join(reserved)} have left is reserved by their runs in flight"
+                    return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, sorted(reserved))
+                if over and not decision.permanent:
+                    first = min(over.items(), key=lambda item: item[1].until)
+                    return self._over_budget(f"account {first[0]!r}", tenant, first[1])
+                return decision
+            in_line = []
+            ramping: list[str] = []
+            for account in decision:
+                # The script re-checks state and capacity atomically: another worker may have taken the last slot
+                # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
+                # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
+                then = self._then(start, account, want)
+                got = await self._try_acquire(
+                    account.name, job_id, ttl, now, rank, family, account.name in held_by, then
+                )
+                if got == START_LOST:
+                    raise StartLost(job_id)
+                if got == Slot.ACQUIRED:
+                    lease = await self._budgeted(account, job_id, tenant, want, spec.model)
+                    if isinstance(lease, SlotLease) and then is not None:
+                        lease = replace(lease, started=True)
+                    if isinstance(lease, OverBudget):
+                        over[account.name] = lease
+                        continue
+                    if isinstance(lease, Reserved):
+                        reserved.add(account.name)
+                        continue
+                    return lease
+                if got in (Slot.IN_LINE, Slot.RESERVED):
+                    in_line.append(account.name)
+                elif got == Slot.RAMPING:
+                    ramping.append(account.name)
+            if len(in_line) + len(ramping) == len(decision) and not reused:
+                break  # no use racing again: every free slot is spoken for, or starts are being paced
+        names = [a.name for a in decision] if isinstance(decision, list) else []
+        if ramping and not in_line and rank is None:
+            # Just out of a cooldown or a reservation: starts are paced; the next one is due within a second or so.
+            # (A job without a rank cannot wait in line: it waits in place.)
+            soon = _dt(time.time() + 1.0 / max(0.1, min(self.store.config(n).ramp_starts_per_s for n in ramping)))
+            return NoAccount(soon, f"starts on {', '.join(ramping)} are ramping up after a reset", names, cooldown=True)
+        if in_line or ramping:
+            # Our turn comes through the waiting line: a release or the promoter's pass hands us a slot. We wait in
+            # the line of every account that may run the job, not only the ones that yielded, so a slot freeing on
+            # an account that was full a moment ago is handed to us too. Joining the line moves the ready time out
+            # to the fallback (`waiter_fallback_s`); this one counts should the worker die before the job joins.
+            # The paced starts of a ramp after a reset are handed out from the line too, so they go by rank (a job
+            # waiting in place for one would be in no line and take it only by asking first).
+            skip = set(in_line) | set(ramping) | exclude | set(over) | reserved
+            named = in_line + ramping
+            lines = named + [
+                n
+                for n in eligible(views, model=spec.model, pin=spec.account, fallback_model=spec.fallback_model)
+                if n not in skip
+            ]
+            later = _dt(time.time() + self.settings.lease_ttl_s)
+            why = (
+                f"waiting in line behind better-ranked jobs on {', '.join(in_line)}"
+                if in_line
+                else f"waiting in line while starts on {', '.join(ramping)} ramp up after a reset"
+            )
+            return NoAccount(later, why, lines)
+        soon = _dt(time.time() + min(1.0, self.settings.loop_interval_s))
+        return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
+
+    async def _read_snapshot(self, now: float) -> list[tuple[AccountState, datetime | None]]:
+        """The accounts' snapshot on the engine loop (read on a Redis thread): one read at a time, shared by every
+        acquire that wants one while it is in flight. Its answer is at most that read's round trip older than `now`,
+        well within _VIEW_REUSE_S; ACQUIRE re-checks the account atomically anyway."""
+        reading = self._snapshot_read
+        if reading is None or reading.done() or reading.get_loop() is not asyncio.get_running_loop():
+            reading = asyncio.ensure_future(in_redis_thread(self.store.snapshot, now))
+            self._snapshot_read = reading
+        return await asyncio.shield(reading)
+
+    async def _try_acquire(
+        self,
+        name: str,
+        job_id: str,
+        ttl: float,
+        now: float | None,
+        rank: float | None,
+        family: str,
+        may_hold: bool,
+        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
+    ) -> int:
+        call = self.store.acquire_call(name, job_id, ttl, now, rank, family, may_hold)
+        return await self._send(call if then is None else then(call))
+
+    @staticmethod
+    def _then(
+        start: StartWrite | None, account: AccountConfig, want: float | None
+    ) -> Callable[[ScriptCall[int]], ScriptCall[int]] | None:
+        """The attempt's start to write with a slot on `account` (None: apart, after it: a capped account may give
+        the slot back once its budget is read)."""
+        return None if start is None or account.capped else start(account, want)
+
+    async def _budgeted(
+        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
+    ) -> SlotLease | Reserved | OverBudget:
+        """The lease of a slot just taken on `account`, with the run's budget (no call at all for an account without
+        a spend cap); an account over its spend cap (or whose budget left is reserved by its runs in flight) gives
+        the slot back at once (no waiter was denied it: it was free)."""
+        if not account.capped:
+            return SlotLease(account, job_id, tenant.name, want, model)
+        return await in_redis_thread(self._budget_on, account, job_id, tenant, want, model)
+
+    def _budget_on(
+        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
+    ) -> SlotLease | Reserved | OverBudget:
+        reserved = self.tenant_store.admit_account(account, job_id, want, model=model)
+        if isinstance(reserved, OverBudget | Reserved):
+            self.store.redis.zrem(self.store.keys.account_slots(account.name), job_id)
+            return reserved
+        return SlotLease(account, job_id, tenant.name, reserved.budget_usd, model)
+
+    def refresh(self, lease: SlotLease, ttl_s: float) -> None:
+        """Extend the slot's expiry and the run's place among its tenant's runs (called with the run's heartbeat)."""
+        if lease.tenant is not None:
+            self.tenant_store.refresh(lease.tenant, lease.job_id, ttl_s)
+        if not self.store.refresh(lease.account.name, lease.job_id, ttl_s):
+            # Expired and dropped (a long pause): the run goes on, but the slot may have been handed out again.
+            log.warning("slot of job %s on account %s had expired before refresh", lease.job_id, lease.account.name)
+
+    def expiring_keys(self, lease: SlotLease) -> list[str]:
+        """The sorted sets holding the run with an expiry, the ones `refresh` moves it in: its account slot, then its
+        tenant's runs (when the run was admitted as a tenant's). The engine's lease heartbeat moves them in its own
+        script (WorkerJobStore.beat) rather than through `refresh`."""
+        keys = [self.store.keys.account_slots(lease.account.name)]
+        if lease.tenant is not None:
+            keys.append(self.store.keys.tenant_runs(lease.tenant))
+        return keys
+
+    async def release(self, lease: SlotLease) -> list[str]:
+        """Free the slot and the tenant's run; returns the jobs to wake: the account's waiter the slot was handed to
+        (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote). A run admitted
+        as no tenant's (no tenants file) frees its slot in one call on the async client; a tenant's run first reads
+        and moves the tenant's state, on a Redis thread."""
+        woken = [] if lease.tenant is None else await in_redis_thread(self._release_tenant_run, lease, lease.tenant)
+        call = self.store.release_call(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
+        return list(dict.fromkeys(await self._send(call) + woken))
+
+    def _release_tenant_run(self, lease: SlotLease, tenant_name: str) -> list[str]:
+        """The tenant's side of a release: its run ends, and its waiter popped joins this account's line."""
+        woken: list[str] = []
+        if self.tenants.reserve_share:
+            self.run_s += 0.2 * (time.monotonic() - lease.taken - self.run_s)
+        tenant = self.tenants.governing(tenant_name)
+        popped = self.tenant_store.release(tenant, lease.job_id, share=self._share(tenant))
+        for i, waiter in enumerate(popped):
+            # The tenant's waiter joins this account's line at its own rank, holding its place among its
+            # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
+            # tenant's turn), not to whoever waits in line while its message makes the round trip through the
+            # broker. A job this account may not run is promoted as before, and so are the waiters popped
+            # beyond the first (its cap rose: a share cap as other tenants went idle), whose slots may be free
+            # on any account.
+            admitted = self._line_up(lease.account, tenant, waiter) if i == 0 else None
+            woken += [waiter] if admitted is None else admitted
+        return woken
+
+    def slot_release(
+        self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
+    ) -> SlotRelease | None:
+        """What the job's terminal write can free in its own script (WorkerJobStore.finish): the slot of a run
+        admitted as no tenant's (no tenants file), the job's entries in the active-job index (`tenant`: the name its
+        spec gives; `indexed` False: its producer put it in none) and what its last attempt spent (`spent`: counted
+        with the write, as `settle` would). None for a tenant's run: its release reads and moves the tenant's state
+        (`release`, `job_done`)."""
+        if lease.tenant is not None or self.tenants.configured:
+            return None
+        unindex, done = self.tenant_store.unindex_keys(tenant)
+        if done is not None:
+            return None
+        keys, args = self.store.handout(lease.account.name, self.settings.lease_ttl_s, None)
+        settle = None if spent is None else self.settle_parts(spent.lease, spent.cost_usd, spent.turns)
+        return SlotRelease(keys[:6], args, unindex if indexed else [], settle)
+
+    def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
+        """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
+        may run it; returns the jobs the line admitted at once (see add_waiter), None when it did not join."""
+        spec_json, tag, created = self.store.redis.hmget(self.store.keys.job(job_id), ["spec", "vtag", "created_at"])
+        if not spec_json or not tag or not created:
+            return None
+        try:
+            spec = JobSpec.model_validate_json(spec_json)
+            created_s = datetime.fromisoformat(text(created)).timestamp()
+        except ValueError:
+            return None
+        if spec.account not in (None, account.name) or not all(account.allows_model(m) for _, m in spec_models(spec)):
+            return None
+        if tenant.accounts is not None and account.name not in tenant.accounts:
+            return None
+        self.tenant_store.hold(tenant.name, job_id, self.settings.lease_ttl_s)
+        key = min(max(float(tag), 0.0), PRIORITY_SPAN - 1.0)
+        return self.add_waiter(
+            [account.name], job_id, key, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
+        )
+
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
+        the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran). A run
+        admitted as no tenant's (no tenants file) counts against its account alone. One call on the async client."""
+        tenant, reserved = self._settled(lease)
+        account = lease.account
+        call = self.tenant_store.settle_call(
+            tenant, account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, account.capped
+        )
+        if call is not None:
+            await self._send(call)
+
+    def settle_parts(
+        self, lease: SlotLease, cost_usd: float, turns: int | None = None
+    ) -> tuple[list[str], list[Any]] | None:
+        """`settle` as keys and arguments of the `settle` Lua function, for a job's terminal write to run in its own
+        script (WorkerJobStore.finish); None when there is nothing to count."""
+        tenant, reserved = self._settled(lease)
+        return self.tenant_store.settle_parts(
+            tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, lease.account.capped
+        )
+
+    @staticmethod
+    def _settled(lease: SlotLease) -> tuple[str | None, bool]:
+        """Whose spend a run's cost counts against besides its account's (None: no tenant's; without a tenants file
+        `default`'s spend is the accounts' sum), and whether the run reserved a budget to drop: a tenant's run
+        started with one did (its tenant admission, and a capped account's); a run of no tenant only on a capped
+        account."""
+        if lease.tenant is None:
+            return None, lease.budget_usd is not None and lease.account.capped
+        return lease.tenant, lease.budget_usd is not None
+
+    async def job_done(self, tenant: str, job_id: str) -> None:
+        """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`), in one
+        pipeline on the async client."""
+        if self._async is None:
+            await in_redis_thread(self.tenant_store.unindex, tenant, job_id)
+            return
+        pipe = self._async.pipeline(transaction=False)
+        self.tenant_store.queue_unindex(pipe, tenant, job_id)
+        await pipe.execute()
+
+    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+        """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
+        config = self.tenants.governing(tenant)
+        share = self._share(config)
+        if self.tenant_store.wait(config, job_id, score, fallback_s=self.settings.waiter_fallback_s, share=share):
+            log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
+
+    def add_waiter(
+        self,
+        accounts: list[str],
+        job_id: str,
+        rank: float,
+        model: str | None = None,
+        tenant: tuple[str, float] | None = None,
+    ) -> list[str]:
+        """A deferred job (of `model`) waits in line for a slot on these accounts (its ready time becomes the fallback,
+        `waiter_fallback_s` away); returns the jobs admitted into a free slot right away (already `queued`, holding
+        it; maybe this very job): send their messages. `tenant`: (its tenant, its place among the tenant's jobs,
+        `waiting_line.tenant_rank`): with a tenants file it joins its tenant's line at that place too, so a slot that
+        goes to its tenant goes to the tenant's best job."""
+        names = [a for a in accounts if self.pool.get(a) is not None]
+        line = None
+        if tenant is not None and self.tenants.configured:
+            line = (self.store.keys.tenant_line(self.tenants.governing(tenant[0]).name), tenant[1])
+        admitted = self.store.add_waiter(
+            names,
+            job_id,
+            rank,
+            self.settings.lease_ttl_s,
+            family=model_family(model),
+            fallback_s=self.settings.waiter_fallback_s,
+            tenant_line=line,
+        )
+        if job_id in admitted:
+            log.info("job %s: a slot was free when it joined the line; it is due now", job_id)
+        return admitted
+
+    def admit(self) -> list[str]:
+        """Hand every account's free slots to its best waiters (the promoter's pass); returns the jobs admitted."""
+        admitted: list[str] = []
+        for account in self.pool.accounts:
+            admitted += self.store.admit(account.name, self.settings.lease_ttl_s)
+        return admitted
+
+    # ---- signals ---------------------------------------------------------------------------------------------
+
+    def observe(self, account: str, signal: RateLimitSignal) -> None:
+        """Record a RateLimitEvent: rejected cools the account; a warning marks it; allowed clears the warning."""
+        if self.pool.get(account) is None:
+            log.warning("rate-limit signal for unknown account %s ignored", account)
+            return
+        now = time.time()
+        window = signal.window or "unknown"
+        self.store.record_window(
+            account,
+            window,
+            WindowInfo(
+                status=signal.status,
+                utilization=signal.utilization,
+                resets_at=signal.resets_at,
+                type=signal.window,
+                seen_at=_dt(now),
+            ),
+        )
+        if signal.status == "rejected":
+            if not self.headers_seen:
+                self.store.incr(account, "rejected")
+            if signal.resets_at is not None and signal.resets_at.timestamp() > now:
+                until = signal.resets_at
+                reason = f"rate limited on {window} until {until.isoformat()}"
+            elif self.headers_seen:
+                return  # the pass-through saw that 429 and cooled the account from what it said
+            else:
+                until = _dt(now + self.settings.rate_limit_cooldown_s)
+                reason = f"rate limited on {window} (no reset given); cooling {self.settings.rate_limit_cooldown_s:g} s"
+            # A model family's own window (seven_day_opus) holds back only that family's jobs on the account.
+            self._cool(account, until, reason, window_family(window))
+        elif signal.status == "allowed_warning":
+            self.store.incr(account, "warnings")
+            self.store.set_warning(account, window)
+        elif signal.status == "allowed":
+            self.store.clear_warning(account)
+
+    def record_response(self, account: str, facts: LimitFacts) -> LimitHint | None:
+        """Record the rate-limit facts of one response the pass-through forwarded for `account`.
+
+        Every response: its windows (utilization, remaining, reset) and the readings admission holds on. A 429:
+        cool the account until what the API said (`retry-after`, else the reset of what is exhausted), or, with no
+        hint at all, back off adaptively (short first, doubling while 429s repeat, `rate_limit_cooldown_s` at
+        most; a success starts it short again). Returns what was done about a 429 (None otherwise).
+        """
+        if self.pool.get(account) is None:
+            return None
+        success = 200 <= facts.status < 300
+        requests = _reading(facts, "requests")
+        tokens = self._tightest_tokens(facts)
+        if facts.windows or success:
+            self.store.record_limits(
+                account,
+                facts.windows,
+                requests=requests,
+                tokens=tokens,
+                tokens_per_request=self._estimate(account, requests, tokens),
+                success=success,
+            )
+        self._unified_state(account, facts)
+        readings = [
+            (name, info.utilization, info.resets_at.timestamp())
+            for name, info in facts.windows.items()
+            if info.utilization is not None and info.resets_at is not None
+        ]
+        if readings:
+            self.store.record_utilization(account, readings)
+        if not facts.rejected:
+            return None
+        self.store.incr(account, "rejected")
+        hint = facts.until()
+        if hint is not None:
+            until, said = hint
+            family = _rejected_family(facts)
+            scope = "" if family == "-" else f" ({family} jobs only)"
+            reason = f"429: {said}, cooling until {until.isoformat()}{scope}"
+            self._cool(account, until, reason, family)
+            return LimitHint(until, said)
+        base = min(self.settings.rate_limit_backoff_s, self.settings.rate_limit_cooldown_s)
+        until, n = self.store.backoff(
+            account, facts.seen_at, base, self.settings.rate_limit_cooldown_s, "429 without a hint: backing off"
+        )
+        wait = until.timestamp() - facts.seen_at
+        log.info("account %s: 429 without a hint (%d in a row); cooling %.1f s", account, n, wait)
+        return LimitHint(until, f"no hint: backoff {wait:.3g} s ({n} in a row)", adaptive=True)
+
+    def _unified_state(self, account: str, facts: LimitFacts) -> None:
+        # OAuth: warnings from the headers themselves, whether or not the CLI emits a RateLimitEvent for them.
+        if facts.unified_status is None or facts.rejected:
+            return
+        warned = [name for name, w in facts.windows.items() if w.status == "allowed_warning"]
+        if warned:
+            self.store.set_warning(account, warned[0])
+        elif facts.unified_status == "allowed":
+            self.store.clear_warning(account)
+
+    @staticmethod
+    def _tightest_tokens(facts: LimitFacts) -> tuple[int, float, int | None] | None:
+        readings = []
+        for name in TOKEN_WINDOWS:
+            info = facts.windows.get(name)
+            reading = _reading(facts, name)
+            if info is not None and reading is not None:
+                readings.append((reading[0] / info.limit if info.limit else 0.0, reading))
+        return min(readings)[1] if readings else None
+
+    def _estimate(
+        self,
+        account: str,
+        requests: tuple[int, float, int | None] | None,
+        tokens: tuple[int, float, int | None] | None,
+    ) -> float | None:
+        if tokens is None or requests is None:
+            return None
+        last = self._last_tokens.get(account)
+        self._last_tokens[account] = (tokens[1], requests[0], tokens[0])
+        if last is None or abs(last[0] - tokens[1]) > 0.5:
+            return None
+        spent_requests, spent_tokens = last[1] - requests[0], last[2] - tokens[0]
+        if spent_requests <= 0 or spent_tokens < 0:
+            return None
+        sample = spent_tokens / spent_requests
+        previous = self._tokens_per_request.get(account)
+        estimate = sample if previous is None else max(sample, 0.5 * previous + 0.5 * sample)
+        self._tokens_per_request[account] = estimate
+        return estimate
+
+    def cool(self, account: str, until: datetime, reason: str) -> None:
+        """Cool an account until `until` (e.g. a 429 on an API-key account, which sends no RateLimitEvent)."""
+        if self.pool.get(account) is None:
+            log.warning("cooldown for unknown account %s ignored", account)
+            return
+        self._cool(account, until, reason)
+
+    def default_cooldown_end(self) -> datetime:
+        """When a cooldown without a known reset ends if it started now."""
+        return _dt(time.time() + self.settings.rate_limit_cooldown_s)
+
+    def disable(self, account: str, reason: str) -> None:
+        """Disable the account (e.g. 401): no run goes there until an operator enables it."""
+        self.store.disable(account, reason)
+        log.warning("account %s disabled: %s", account, reason)
+
+    def enable(self, account: str) -> None:
+        """Enable a disabled account."""
+        self.store.enable(account)
+        log.info("account %s enabled", account)
+
+    def clear_cooldown(self, account: str) -> None:
+        """End the account's cooldown now."""
+        self.store.clear_cooldown(account)
+        log.info("account %s cooldown cleared", account)
+
+    def states(self) -> list[AccountState]:
+        """Every configured account's state, in pool order."""
+        return self.store.states()
+
+    def state(self, account: str) -> AccountState:
+        """One account's state; UnknownAccount if not configured."""
+        if self.pool.get(account) is None:
+            raise UnknownAccount(account)
+        return self.store.state(account)
+
+    # ---- internals -------------------------------------------------------------------------------------------
+
+    def _cool(self, account: str, until: datetime, reason: str, family: str = "-") -> None:
+        if self.store.cool(account, until, reason, family):
+            log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
+
+    def _snapshot_reusable(self, now: float, reuse: bool) -> bool:
+        """Whether the accounts' last snapshot will do (`reuse`: one at most _VIEW_REUSE_S old)."""
+        read = self._snapshot
+        return reuse and read is not None and 0 <= now - read[0] <= _VIEW_REUSE_S
+
+    def _views(self, allowed: list[str] | None = None) -> list[AccountView]:
+        """The accounts as the chooser sees them, from the last snapshot."""
+        assert self._snapshot is not None
+        by_name = {a.name: a for a in self.pool.accounts}
+        return [
+            AccountView(by_name[state.name], state, first_free)
+            for state, first_free in self._snapshot[1]
+            if allowed is None or state.name in allowed
+        ]
+
+
+def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:
+    """A slot taken without tenant admission (no tenants file) counts as no tenant's run."""
+    return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
+
+
+def _rejected_family(facts: LimitFacts) -> str:
+    """The model family a 429 is about: when every window the API reports rejected is one family's own
+    (seven_day_opus), only that family's jobs are held back; `-` (the whole account) otherwise."""
+    rejected = {window_family(name) for name, info in facts.windows.items() if info.status == "rejected"}
+    if len(rejected) == 1 and facts.retry_after_s is None:
+        return rejected.pop()
+    return "-"
+
+
+def _reading(facts: LimitFacts, window: str) -> tuple[int, float, int | None] | None:
+    """(remaining, reset epoch s, limit) of one family in a response, when remaining and reset were sent."""
+    info = facts.windows.get(window)
+    if info is None or info.remaining is None or info.resets_at is None:
+        return None
+    return info.remaining, info.resets_at.timestamp(), info.limit
+
+
+def _dt(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, UTC)

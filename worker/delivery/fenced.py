@@ -1,0 +1,239 @@
+"""Fenced writes of a delivery: record fields and status changes, and events, only while its fence holds the job.
+
+A write whose fence is stale (another worker took the job over) marks the delivery lost: it stops its run and writes
+nothing more. Redis blips are retried for up to half a lease; a retried write whose first try landed with its reply
+lost is recognised as landed.
+
+Events are batched: an emitted event waits and goes to Redis with the events emitted in the meantime (one fenced
+append), or with the delivery's next status write if that comes first (a terminal write puts them straight into the
+record's compacted events). While someone follows the job (a follower announces itself on the follow channel: the
+engine calls `followed`), an event waits at most `EVENT_LINGER_S`; otherwise up to `idle_linger_s`
+(`CLAUDEQ_EVENT_FLUSH_S`), so a short run's events reach Redis once, inside its terminal write, and a long run's in a
+few appends. A run's burst of events costs one script call, not one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Unpack
+
+import redis
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from claudeq.jobs import JobFields
+from claudeq.models import TERMINAL, Event, JobStatus
+from claudeq.worker.delivery.state import Delivery
+from claudeq.worker.store.job_store import CANCELLED, SlotRelease, WorkerJobStore, Written
+
+log = logging.getLogger("claudeq.engine")
+
+#: How long an emitted event may wait for others to share its append while the job is followed (s): what a
+#: follower's view may lag behind.
+EVENT_LINGER_S = 0.1
+#: How long a follower's announcement holds (s): followers announce themselves every FOLLOW_ANNOUNCE_S
+#: (claudeq/jobs.py), so a follower that goes away stops holding the job after a few seconds.
+FOLLOW_HOLD_S = 6.0
+
+
+class FencedWriter:
+    """Writes a delivery's record and events through its fencing token."""
+
+    def __init__(
+        self,
+        store: WorkerJobStore,
+        lease_ttl_s: float,
+        linger_s: float = EVENT_LINGER_S,
+        idle_linger_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.lease_ttl_s = lease_ttl_s
+        self.linger_s = linger_s
+        #: How long an event may wait while nobody follows the job (None: `linger_s`, followed or not).
+        self.idle_linger_s = linger_s if idle_linger_s is None else max(linger_s, idle_linger_s)
+
+    async def write(
+        self,
+        d: Delivery,
+        status: JobStatus | None = None,
+        event: Event | None = None,
+        *,
+        release: SlotRelease | None = None,
+        hold_events: bool = False,
+        **fields: Unpack[JobFields],
+    ) -> Written:
+        """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
+        the fence holds; False (and the delivery lost) when stale; CANCELLED when a write to `queued` or `deferred`
+        ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write). `release` (a terminal
+        status only): free the run's slot and index entries in the same script (WorkerJobStore.finish).
+        `hold_events` (a write that moves no status: the attempt's start): leave the pending events waiting unless
+        the job is followed."""
+        if d.lost:
+            return False
+        if event is not None and event.attempt is None and d.attempts:
+            event = event.model_copy(update={"attempt": len(d.attempts)})
+        async with d.write_lock:
+            if hold_events and status is None and event is None and not self._followed(d):
+                # The attempt's start leaves the run's events waiting: nobody follows, and its status write or a
+                # later flush takes them. (Every other write takes them: between attempts, the session planner reads
+                # the last attempt's `session` event from Redis.)
+                events: list[Event] = []
+            else:
+                events, d.pending_events = d.pending_events, []
+            if event is not None:
+                events.append(event)
+            return await self._write_locked(d, status, events, fields, release)
+
+    def followed_now(self, d: Delivery) -> bool:
+        """Whether the delivery's events are stored within `linger_s` now (someone follows the job, or no idle
+        linger is set): a write then takes the events waiting."""
+        return self._followed(d)
+
+    def lost(self, d: Delivery, what: str) -> None:
+        """A fenced step of the delivery found the fence stale (`what`: what became of it, e.g. "write dropped"):
+        another worker owns the job. Stop the run, and write nothing more."""
+        log.warning("job %s: stale fence %d, %s (another worker owns the job)", d.job_id, d.fence, what)
+        d.why = "lost"
+        d.cancel.set()
+
+    def _followed(self, d: Delivery) -> bool:
+        return self.idle_linger_s <= self.linger_s or d.followed_until > time.monotonic()
+
+    async def _write_locked(
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        events: list[Event],
+        fields: JobFields,
+        release: SlotRelease | None = None,
+    ) -> Written:
+        if d.lost:
+            return False
+        started = time.monotonic()
+        try:
+            ok = await self._write_once(d, status, events, fields, release)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # A blip: try again for up to half a lease from the first try. It may have landed with its reply lost:
+            # then the job already holds what we wrote (and `release.done` stays False: the caller frees the slot
+            # again, which is harmless).
+            ok = await self._write_retrying(d, status, events, fields, started, exc, release) or await self._landed(
+                d, status
+            )
+        if not ok:
+            self.lost(d, "write dropped")
+        return ok
+
+    async def _write_retrying(
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        events: list[Event],
+        fields: JobFields,
+        started: float,
+        first: redis.RedisError,
+        release: SlotRelease | None = None,
+    ) -> Written:
+        """The tries after a first one that failed (`first`); raises the last error once half a lease has gone
+        since `started`."""
+        left = max(1.0, self.lease_ttl_s / 2) - (time.monotonic() - started)
+        if left <= 0:
+            raise first
+        ok: Written = False
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            stop=stop_after_delay(left),
+            reraise=True,
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number == 1:
+                    await asyncio.sleep(0.1)  # the wait before a second try
+                ok = await self._write_once(d, status, events, fields, release)
+        return ok
+
+    async def _write_once(
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        events: list[Event],
+        fields: JobFields,
+        release: SlotRelease | None = None,
+    ) -> Written:
+        if status not in TERMINAL and events:
+            d.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
+        if release is not None and status in TERMINAL:
+            return await self.store.finish(d.job_id, d.fence, status, release, events, stream=d.stream, **fields)
+        return await self.store.write(d.job_id, d.fence, status, events=events, stream=d.stream, **fields)
+
+    async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
+        stored = await self.store.lease_state(d.job_id)
+        if stored.fence is None or stored.fence != d.fence:
+            return False
+        current = stored.status
+        if status in ("queued", "deferred") and current == "cancelled":
+            return CANCELLED  # it landed, and the cancel flag turned it into the job's end
+        return status is None or current == status
+
+    async def event(self, d: Delivery, event: Event) -> None:
+        """Queue an event for the job's stream (numbered with the current attempt): stored within `linger_s`, with
+        the events emitted meanwhile, or by the next fenced write; refused once the fence no longer holds the job
+        (which marks the delivery lost)."""
+        if d.lost:
+            return
+        if event.attempt is None and d.attempts:
+            event = event.model_copy(update={"attempt": len(d.attempts)})
+        d.pending_events.append(event)
+        self._schedule(d)
+
+    def followed(self, d: Delivery, hold_s: float = FOLLOW_HOLD_S) -> None:
+        """Someone follows the job: for `hold_s`, store its events within `linger_s`, starting with what waits."""
+        d.followed_until = time.monotonic() + hold_s
+        if d.pending_events and not d.lost:
+            self._schedule(d)
+
+    def _schedule(self, d: Delivery) -> None:
+        """Make sure a flush of the pending events comes within the wait that applies now (followed or not)."""
+        delay = self.linger_s if self._followed(d) else self.idle_linger_s
+        at = time.monotonic() + delay
+        flusher = d.flusher
+        if flusher is not None and not flusher.done():
+            if d.flush_at <= at:
+                return  # one comes soon enough (or is storing now, and looks again when done)
+            # A follower arrived while the flush was set for later: a sooner one. The later one is left to run (it
+            # may find nothing to store); close() stops it.
+            d.later_flushers.add(flusher)
+            flusher.add_done_callback(d.later_flushers.discard)
+        d.flush_at = at
+        d.flusher = asyncio.create_task(self._flush_later(d, delay))
+
+    async def _flush_later(self, d: Delivery, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self.flush(d)
+        if d.pending_events and not d.lost and d.flusher is asyncio.current_task():
+            d.flusher = None  # events emitted while this flush stored the others: their own flush
+            self._schedule(d)
+
+    async def flush(self, d: Delivery) -> None:
+        """Store the delivery's pending events now (one fenced append); a Redis error only logs."""
+        async with d.write_lock:
+            events, d.pending_events = d.pending_events, []
+            if not events or d.lost:
+                return
+            d.stream = True
+            try:
+                stored = await self.store.append_events_fenced(d.job_id, d.fence, events)
+            except redis.RedisError as exc:
+                log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
+                return
+            if stored is None and not d.lost:
+                self.lost(d, "event refused")
+
+    async def close(self, d: Delivery) -> None:
+        """The delivery ends: store what is still pending (refused if the job moved on) and stop its flush timer."""
+        flusher, d.flusher = d.flusher, None
+        for task in [flusher, *d.later_flushers]:
+            if task is not None and not task.done():
+                task.cancel()
+        if d.pending_events and not d.lost:
+            await self.flush(d)

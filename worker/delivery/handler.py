@@ -1,0 +1,665 @@
+"""The delivery state machine: what happens to a claimed job, from the permission check to the status it ends in.
+
+Per delivery: permission check -> attempts (session plan -> account slot -> run -> classify with the failure policy
+-> record the attempt) with retries in between (`retry`) -> a terminal status, a deferral or a requeue, each written
+through the delivery's fence (`fenced`). This is the one place a job's status changes on the worker side; the
+decision to retry is `failure`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Literal, ParamSpec
+
+from claudeq import dependencies, tracing
+from claudeq.config.account_pool import AccountConfig
+from claudeq.config.settings import Settings
+from claudeq.errors import ConfigError, PolicyViolation
+from claudeq.jobs import JobFields
+from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
+from claudeq.permissions import spec_problems
+from claudeq.script_calls import ScriptCall
+from claudeq.tracing import NO_SPAN, SpanLike
+from claudeq.worker.accounts.choice import NoAccount
+from claudeq.worker.accounts.manager import Spent, StartLost
+from claudeq.worker.accounts.waiting_line import rank, tenant_rank
+from claudeq.worker.delivery.dispatch import Dispatch
+from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
+from claudeq.worker.delivery.fenced import FencedWriter
+from claudeq.worker.delivery.ports import AccountsLike, MetricsLike
+from claudeq.worker.delivery.retry import DeferInstead, Step, StepKind, run_attempts
+from claudeq.worker.delivery.session_planner import SessionPlanner
+from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
+from claudeq.worker.delivery.waits import Cooldown
+from claudeq.worker.loop_host import in_redis_thread
+from claudeq.worker.metrics.labels import primary_model
+from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
+from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
+from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED
+
+log = logging.getLogger("claudeq.engine")
+#: `gen_ai.agent.name` of the attempts' spans (the GenAI conventions' `invoke_agent {gen_ai.agent.name}`).
+AGENT_NAME = "claudeq"
+
+P = ParamSpec("P")
+
+
+class DeliveryHandler:
+    """Carries one claimed delivery through its attempts to the status it ends in."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        accounts: AccountsLike,
+        runner: RunnerLike,
+        metrics: MetricsLike,
+        sessions: SessionPlanner,
+        writer: FencedWriter,
+        dispatch: Dispatch,
+        worker_id: str,
+        closing: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.store = writer.store
+        self.accounts = accounts
+        self.runner = runner
+        self.metrics = metrics
+        self.sessions = sessions
+        self.writer = writer
+        self.dispatch = dispatch
+        self.worker_id = worker_id
+        self.closing = closing
+
+    async def handle(self, d: Delivery) -> Finish:
+        """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
+        if not tracing.enabled():
+            return await self._handle(d)
+        d.trace = tracing.delivery_span(d.record, d.first_claim, self.worker_id)
+        try:
+            with d.trace.current():
+                status = await self._handle(d)
+            d.trace.set(status=status)
+            if status in ("failed", "lost"):
+                d.trace.fail(status)
+            return status
+        except BaseException as exc:
+            d.trace.fail(type(exc).__name__)
+            raise
+        finally:
+            d.trace.end()
+
+    async def _handle(self, d: Delivery) -> Finish:
+        spec = d.record.spec
+        number = len(d.attempts) + 1
+        await self.event(d, Event(type="claimed", attempt=number, data={"worker": self.worker_id, "attempt": number}))
+        if d.first_claim:  # once per job: a job deferred before its first attempt is claimed again later
+            self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
+        problems = spec_problems(spec, self.settings)
+        try:
+            self.runner.check(spec)
+        except PolicyViolation as exc:
+            problems.append((exc.field, exc.reason))
+        if problems:
+            message = "refused by the worker policy: " + "; ".join(f"{f}: {r}" for f, r in problems)
+            return await self.finish(d, "failed", JobError(kind="input", message=message))
+        if spec.depends_on:  # released by its dependencies' ends: they decide, and their results fill the prompt
+            settled = dependencies.settle(spec, await in_redis_thread(self.store.records, spec.depends_on))
+            if isinstance(settled, JobError):
+                return await self.finish(d, "failed", settled)
+            if settled != spec.prompt:
+                spec = spec.model_copy(update={"prompt": settled})
+                d.record = d.record.model_copy(update={"spec": spec})
+        max_attempts = spec.max_attempts or self.settings.max_attempts
+
+        async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
+            self.metrics.retry(step.reason)
+            d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
+            data = {"reason": step.reason, "wait_s": round(wait_s, 3), "next_attempt": len(d.attempts) + 1}
+            await self.event(d, Event(type="retry", data={**data, "in_place": in_place}))
+
+        async def attempt() -> Step:
+            return await self._attempt(d, max_attempts)
+
+        try:
+            step = await run_attempts(
+                attempt,
+                self.settings,
+                counted=lambda: d.counted,
+                max_passes=max_attempts + 2 * max(1, len(self.settings.accounts.names)) + 2,
+                on_retry=on_retry,
+                interrupt=d.cancel,
+            )
+        except DeferInstead as defer:
+            if d.why is not None:
+                return (await self._between_attempts(d)).done
+            ready = utcnow() + timedelta(seconds=defer.wait_s)
+            reason = f"a wait of {defer.wait_s:.1f} s is too long to sit out in place"
+            return await self._defer(d, ready, reason, [])
+        if step.kind != "done":
+            # Rerouted more times than there are accounts: let the cooldowns play out in the deferred set.
+            ready = utcnow() + timedelta(seconds=self.settings.rate_limit_cooldown_s)
+            return await self._defer(d, ready, "no account could take the job after several reroutes", [])
+        return step.done
+
+    async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
+        if d.why is None and self.closing():
+            d.stop("shutdown")  # claimed just as the shutdown began: requeue rather than start a run
+        if d.cancel_known:
+            d.cancel_known = False  # the claim just read the flag; later attempts ask again
+        elif d.why is None and (await self.store.lease_state(d.job_id)).cancel_requested:
+            d.stop("cancel")
+        if d.why is not None:
+            return await self._between_attempts(d)
+        spec = d.record.spec
+        if len(d.record.attempts) != len(d.attempts):  # the planner reads the attempts of this delivery too
+            d.record = d.record.model_copy(update={"attempts": list(d.attempts)})
+        plan = await self.sessions.plan(d.record, lambda event: self.event(d, event))
+        if plan.error is not None:
+            return Step.finished(await self.finish(d, "failed", plan.error))
+        if plan.wait is not None:  # another turn of the conversation comes first
+            status = await self._defer(d, plan.wait.ready_at, plan.wait.reason, [])
+            if status == "deferred" and await self.sessions.recheck(d.record):
+                await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
+            return Step.finished(status)
+        # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
+        holds = None if d.may_hold is None else d.may_hold | {a.account for a in d.attempts if a.account}
+        number = len(d.attempts) + 1
+        # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
+        first_plan = d.record.session_plan is None and self.sessions.enabled
+        starts: dict[str, Attempt] = {}
+
+        def start(on: AccountConfig, budget: float | None) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
+            # The attempt's start written in the slot's own script (START): its account, its attempts, the plan.
+            starts[on.name] = attempt = self._attempt_on(d, number, on, budget)
+            fields: JobFields = {"account": on.name, "attempts": [*d.attempts, attempt]}
+            if first_plan:
+                fields["session_plan"] = plan.stored()
+            return lambda acquire: self.store.start_call(acquire, d.job_id, d.fence, **fields)
+
+        # While someone follows the job the start's write stores the waiting events too: then it goes apart.
+        together = not d.lost and not self.writer.followed_now(d)
+        span = d.trace.child(f"invoke_agent {AGENT_NAME}", job_id=d.job_id, tenant=spec.tenant, attempt=number)
+        span.set_raw(
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": AGENT_NAME,
+                "gen_ai.provider.name": "anthropic",
+                "gen_ai.request.model": spec.model,
+            }
+        )
+        try:
+            with span.current():
+                step = await self._attempt_traced(
+                    d, span, spec, number, holds, (start, starts), together, first_plan, plan, max_attempts
+                )
+            span.set(step=step.kind, status=step.status)
+            if step.kind == "reroute":  # to another account at once (a `retry` or a rate-limit `wait` is on_retry's)
+                d.trace.event(
+                    "reroute", reason=step.reason, from_account=d.attempts[-1].account if d.attempts else None
+                )
+            return step
+        except BaseException as exc:
+            span.fail(type(exc).__name__)
+            raise
+        finally:
+            span.end()
+
+    async def _attempt_traced(
+        self,
+        d: Delivery,
+        span: SpanLike,
+        spec: JobSpec,
+        number: int,
+        holds: frozenset[str] | None,
+        starting: tuple[
+            Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]], dict[str, Attempt]
+        ],
+        together: bool,
+        first_plan: bool,
+        plan: Any,
+        max_attempts: int,
+    ) -> Step:
+        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `starting`: the
+        start write the slot's script makes, and the attempts it wrote by account."""
+        start, starts = starting
+        waiting = span.child("claudeq.account_slot", job_id=d.job_id)
+        try:
+            acquired = await self.accounts.acquire(
+                d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
+            )
+        except StartLost:
+            self.writer.lost(d, "the attempt's start dropped")
+            return Step.finished("lost")
+        finally:
+            waiting.end()
+        if isinstance(acquired, NoAccount):
+            span.set(outcome="no_account", detail=acquired.reason)
+            if acquired.permanent:
+                kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
+                return Step.finished(await self.finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
+            until_ready = (acquired.ready_at - utcnow()).total_seconds()
+            if acquired.cooldown and until_ready <= self.settings.retry_in_place_max_s:
+                # A cooldown about to end: sit it out in place (no slot held) rather than a round trip via deferral.
+                return Step("wait", reason="rate_limit", cooldown=Cooldown(acquired.ready_at))
+            return Step.finished(
+                await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts, acquired.tenant)
+            )
+        d.slot = acquired
+        account: AccountConfig = acquired.account
+        span.set(account=account.name)
+        if acquired.budget_usd is not None:
+            # What the tenant and the account have left, or the spec's own budget when smaller.
+            spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
+        attempt = (
+            starts[account.name] if acquired.started else self._attempt_on(d, number, account, acquired.budget_usd)
+        )
+        d.attempts.append(attempt)
+        if first_plan:
+            d.record = d.record.model_copy(update={"session_plan": plan.stored()})
+        if not acquired.started:
+            if first_plan:
+                written = await self.writer.write(
+                    d, hold_events=True, account=account.name, attempts=d.attempts, session_plan=plan.stored()
+                )
+            else:
+                written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
+            if not written:
+                return Step.finished("lost")
+        request = RunRequest(
+            job_id=d.job_id,
+            attempt=number,
+            spec=spec if plan.prompt is None else spec.model_copy(update={"prompt": plan.prompt}),
+            account=account,
+            resume=plan.resume,
+            fork=plan.fork,
+            resume_at=plan.resume_at,
+            session_store=plan.session_store,
+            urgent=d.urgent,
+            traceparent=span.traceparent(),
+        )
+        run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
+        try:
+            outcome, refused = await self._run(d, request, account)
+        finally:
+            run_span.end()
+        if outcome is not None and span is not NO_SPAN:
+            _trace_outcome(span, outcome)
+        # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
+        # counts it in its own script when it can (`finish`); otherwise before the slot is given back (`_release`),
+        # or at the latest as the attempt's step ends.
+        cost = outcome.result.usage.cost_usd if outcome else 0.0
+        d.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
+        self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
+        try:
+            return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
+        finally:
+            await self._settle(d)
+
+    async def _after_run(
+        self,
+        d: Delivery,
+        attempt: Attempt,
+        account: AccountConfig,
+        spec: JobSpec,
+        outcome: RunOutcome | None,
+        refused: JobError | None,
+        max_attempts: int,
+        span: SpanLike = NO_SPAN,
+    ) -> Step:
+        """Classify a finished run and act on it (finish, requeue, retry or reroute); `span`: the attempt's."""
+        number = attempt.number
+        if d.lost:
+            log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
+            return Step.finished("lost")
+        if refused is not None:
+            d.attempts[-1] = attempt.model_copy(
+                update={"outcome": "failed", "detail": refused.message, "finished_at": utcnow()}
+            )
+            self.metrics.attempt(account.name, "failed")
+            span.set(outcome="failed", detail=refused.message)
+            return Step.finished(await self.finish(d, "failed", refused))
+        assert outcome is not None
+        if outcome.stopped_by == "cancel" and d.why == "shutdown":
+            # The run was stopped for the shutdown, not by a user: requeue it. A run that finished before the stop
+            # took effect keeps its own outcome (a success is never thrown away and run again).
+            outcome = replace(outcome, stopped_by="shutdown")
+        # An output the record cannot store would make every write of this result raise: the job fails once, kind
+        # `output`, with what can be stored of it (worker/run/output_check.py).
+        problem = unstorable(outcome.result)
+        if problem is not None:
+            log.warning("job %s: attempt %d's output cannot be stored: %s", d.job_id, number, problem)
+            outcome = replace(outcome, result=storable(outcome.result))
+        decision = decide(
+            outcome,
+            account,
+            d.counted,
+            max_attempts,
+            now=utcnow(),
+            rate_limit_cooldown_s=self.settings.rate_limit_cooldown_s,
+            output_schema=spec.output_schema,
+            output_check=None if problem is not None else await self._check_output(spec, outcome),
+            unstorable=problem,
+        )
+        await self._apply_account_effects(account, outcome, decision)
+        d.attempts[-1] = attempt.model_copy(
+            update={
+                "outcome": decision.outcome,
+                "detail": decision.detail,
+                "session_id": outcome.session_id,
+                "usage": outcome.result.usage,
+                "finished_at": utcnow(),
+            }
+        )
+        self.metrics.attempt(account.name, decision.outcome)
+        d.trace.set(last_outcome=decision.outcome)
+        span.set(outcome=decision.outcome, retry_reason=decision.retry_reason)
+        if decision.outcome != "success":
+            span.fail(decision.outcome)
+        self.metrics.usage(account.name, outcome.result.usage)
+        d.result = outcome.result
+        d.session_id = outcome.session_id or d.session_id
+        await self.event(
+            d, Event(type="attempt_finished", data={"outcome": decision.outcome, "detail": decision.detail})
+        )
+        return await self._act(d, decision)
+
+    def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
+        """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not
+        the spec's own)."""
+        return Attempt(
+            number=number,
+            account=account.name,
+            worker=self.worker_id,
+            started_at=utcnow(),
+            budget_usd=budget if budget != d.record.spec.max_budget_usd else None,
+        )
+
+    async def _settle(self, d: Delivery) -> None:
+        """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
+        spent, d.spent = d.spent, None
+        if spent is not None:
+            await _quietly(self.accounts.settle(spent.lease, spent.cost_usd, spent.turns), "settle")
+
+    async def _release(self, d: Delivery) -> None:
+        """Give back the delivery's slot, its attempt's spend counted first: the release drops the run's
+        reservation and wakes waiters, whose admission must find that spend already counted (else runs started
+        on what looked left take a tenant or an account past its cap)."""
+        await self._settle(d)
+        await self.dispatch.release(d)
+
+    async def _run(
+        self, d: Delivery, request: RunRequest, account: AccountConfig
+    ) -> tuple[RunOutcome | None, JobError | None]:
+        """Run one attempt; (outcome, None), or (None, error) when the run was refused before it started."""
+        self.metrics.run_started(account.name)
+        self.metrics.tenant_run(self.settings.tenants.label(request.spec.tenant))
+        started = time.monotonic()
+        outcome: RunOutcome | None = None
+        try:
+            outcome = await self.runner.run(request, self._emitter(d, request.attempt), d.cancel)
+            return outcome, None
+        except PolicyViolation as exc:
+            return None, JobError(kind="input", message=f"refused by the worker policy: {exc}")
+        except ConfigError as exc:
+            return None, JobError(kind="configuration", message=str(exc))
+        finally:
+            self.metrics.run_ended(account.name)
+            # Label by the model that actually answered (canonical id), not the alias the spec asked for.
+            model = primary_model(outcome.result.usage if outcome else None) or d.record.spec.model or "default"
+            self.metrics.run_duration(account.name, model, time.monotonic() - started)
+
+    async def _rank(self, d: Delivery) -> float:
+        """The job's place in the waiting line (kept for the delivery): its virtual finish tag with tenants
+        configured (fair share; priority orders within its tenant), else priority then its creation time."""
+        if d.rank is None:
+            try:
+                key = (  # a tag exists only with a tenants file: no thread hop for a None
+                    await in_redis_thread(self.accounts.fair_key, d.job_id, d.record.spec)
+                    if self.settings.tenants.configured
+                    else None
+                )
+            except Exception:
+                log.exception("job %s: no fair-share tag (its creation time orders it)", d.job_id)
+                key = None
+            d.rank = rank(d.record, key)
+        return d.rank
+
+    async def _check_output(self, spec: JobSpec, outcome: RunOutcome) -> OutputCheck | None:
+        """Check a structured output against the job's schema in its own process, with a deadline: never on this
+        loop (a backtracking `pattern` would hold the GIL and stop every heartbeat of the worker)."""
+        data = outcome.result.structured_output
+        if spec.output_schema is None or data is None or not outcome.got_result or outcome.is_error:
+            return None
+        timeout_s = self.settings.output_check_timeout_s
+        try:
+            return OutputCheck(problem=await schema_problem(data, spec.output_schema, timeout_s))
+        except OutputCheckTimeout:
+            return OutputCheck(timed_out=f"{timeout_s:g} s")
+
+    async def _apply_account_effects(self, account: AccountConfig, outcome: RunOutcome, decision: Decision) -> None:
+        for signal in outcome.rate_limits:
+            self.metrics.rate_limit_event(account.name, signal)
+            await _quiet(self.accounts.observe, account.name, signal)
+        if decision.cool_until is not None:
+            await _quiet(self.accounts.cool, account.name, decision.cool_until, decision.detail)
+        if decision.disable_reason is not None:
+            log.warning("account %s disabled: %s", account.name, decision.disable_reason)
+            await _quiet(self.accounts.disable, account.name, decision.disable_reason)
+
+    async def _act(self, d: Delivery, decision: Decision) -> Step:
+        if decision.action == "succeed":
+            return Step.finished(await self.finish(d, "succeeded"))
+        if decision.action in ("fail", "cancel"):
+            assert decision.error is not None
+            status: TerminalStatus = "failed" if decision.action == "fail" else "cancelled"
+            return Step.finished(await self.finish(d, status, decision.error))
+        if decision.action == "requeue":
+            return Step.finished(await self._requeue(d, decision.detail))
+        # retry / reroute: record the attempt, free the slot (a wait never holds it), go round again.
+        if not await self.writer.write(d, attempts=d.attempts, result=self._result(d), session_id=d.session_id):
+            return Step.finished("lost")
+        await self._release(d)
+        kind: StepKind = "retry" if decision.action == "retry" else "reroute"
+        return Step(kind, reason=decision.retry_reason or decision.outcome)
+
+    async def _between_attempts(self, d: Delivery) -> Step:
+        """No run in flight and the delivery was stopped: act on why."""
+        if d.why == "cancel":
+            error = JobError(kind="cancelled", message="cancelled by request")
+            return Step.finished(await self.finish(d, "cancelled", error))
+        if d.why == "shutdown":
+            return Step.finished(await self._requeue(d, "worker shutting down; job re-enqueued"))
+        return Step.finished("lost")
+
+    # ---- how a delivery ends -----------------------------------------------------------------------------------
+
+    def _result(self, d: Delivery) -> JobResult:
+        return d.result.model_copy(update={"usage": summed_usage(d.attempts)})
+
+    async def finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> Finish:
+        """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
+        data = {"kind": error.kind, "message": error.message} if error else {}
+        # The run's slot, the job's index entries and its last attempt's spend go in the same script as the status
+        # when they can (a run admitted as no tenant's): one round trip for the job's end.
+        release = (
+            None
+            if d.slot is None or d.lost
+            else self.accounts.slot_release(d.slot, d.record.spec.tenant, indexed=d.indexed, spent=d.spent)
+        )
+        span = d.trace.child("claudeq.terminal_write", job_id=d.job_id, status=status)
+        ok: bool | Literal["cancelled"] = False
+        try:
+            ok = await self.writer.write(
+                d,
+                status,
+                Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
+                release=release,
+                attempts=d.attempts,
+                result=self._result(d),
+                session_id=d.session_id,
+                error=error,
+            )
+        finally:
+            span.set(written=bool(ok))
+            span.end()
+        if release is not None and ok:
+            d.spent = None  # counted with the write (it landed: a retried write found it had, or its reply said so)
+        if release is not None and release.done:
+            d.slot = None
+            await self.dispatch.send_admitted(release.admitted)
+        await self._release(d)
+        if not ok:
+            return "lost"
+        return await self._ended(d, status, error, unindexed=release is not None and release.done)
+
+    async def _ended(
+        self, d: Delivery, status: TerminalStatus, error: JobError | None, *, unindexed: bool = False
+    ) -> TerminalStatus:
+        """What follows a terminal write that landed (its slot already given back): the job out of its tenant's
+        active jobs (unless the write did it: `unindexed`), the conversation's next turn, the metrics."""
+        if not unindexed:
+            await _quietly(self.accounts.job_done(d.record.spec.tenant, d.job_id), "job_done")
+        try:
+            waiting = await self.sessions.finished(d.record, status, d.session_id)
+        except Exception:
+            log.exception("job %s: conversation bookkeeping failed", d.job_id)
+            waiting = []
+        for job_id in waiting:
+            await self.dispatch.promote_and_send(job_id, force=True)
+        if self.settings.event_codec == "zlib":
+            try:  # the record keeps its events as JSON if this fails: both forms read back
+                await in_redis_thread(self.store.pack_events, d.job_id)
+            except Exception:
+                log.exception("job %s: packing its events failed", d.job_id)
+        if self.store.archive is not None:
+            sessions = [d.session_id] if d.session_id else []
+            try:  # its bulk history moves off Redis later (claudeq/worker/delivery/loops.py `archiver`)
+                await in_redis_thread(self.store.schedule_archive, d.job_id, self.settings.archive_after_s, sessions)
+            except Exception:
+                log.exception("job %s: scheduling its archive move failed", d.job_id)
+        self.metrics.job_finished(d.record.spec.queue or self.settings.queue, status)
+        log.info(
+            "job %s: %s after %d attempt(s)%s", d.job_id, status, len(d.attempts), f" ({error.kind})" if error else ""
+        )
+        return status
+
+    async def _defer(
+        self, d: Delivery, ready_at: datetime, reason: str, accounts: list[str], tenant: str | None = None
+    ) -> Finish:
+        await self._release(d)
+        ok = await self.writer.write(
+            d,
+            "deferred",
+            Event(type="deferred", data={"ready_at": ready_at.isoformat(), "reason": reason}),
+            ready_at=ready_at,
+            attempts=d.attempts,
+            result=self._result(d),
+            session_id=d.session_id,
+        )
+        if ok == CANCELLED:  # cancelled while it ran (before the deferral): it ends here instead of waiting
+            return await self._ended(d, "cancelled", CANCEL_ERROR)
+        if not ok:
+            return "lost"
+        # Its place among its tenant's waiting jobs (with a tenants file): priority, then creation time.
+        among = tenant_rank(d.record.spec.priority, d.record.created_at.timestamp())
+        if accounts:
+            try:
+                spec, place = d.record.spec, await self._rank(d)
+                admitted = await in_redis_thread(
+                    self.accounts.add_waiter,
+                    accounts,
+                    d.job_id,
+                    place,
+                    spec.model,
+                    (spec.tenant, among),
+                )
+            except Exception:
+                log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
+                admitted = []
+            await self.dispatch.send_admitted(admitted)
+        if tenant is not None:
+            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, among)
+        log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
+        return "deferred"
+
+    async def _requeue(self, d: Delivery, reason: str) -> Finish:
+        await self._release(d)
+        requeued = Event(type="requeued", data={"reason": reason})
+        ok = await self.writer.write(
+            d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id
+        )
+        if ok == CANCELLED:  # cancelled while it ran: it ends here instead of running again
+            return await self._ended(d, "cancelled", CANCEL_ERROR)
+        if not ok:
+            return "lost"
+        await self.dispatch.send_message(d.job_id, d.record.spec)
+        log.info("job %s: requeued (%s)", d.job_id, reason)
+        return "requeued"
+
+    # ---- events and metric routing -----------------------------------------------------------------------------
+
+    async def event(self, d: Delivery, event: Event) -> None:
+        """Store an event of the delivery (fenced: a lost delivery stores nothing)."""
+        await self.writer.event(d, event)
+
+    def _emitter(self, d: Delivery, attempt: int) -> EventSink:
+        """The runner's event sink: numbers events with the attempt and routes the ones metrics count."""
+
+        async def emit(event: Event) -> None:
+            if event.attempt is None:
+                event = event.model_copy(update={"attempt": attempt})
+            if event.type == "tool_call":
+                self.metrics.tool_call(str(event.data.get("tool", "")))
+            elif event.type == "mirror_error":
+                self.metrics.mirror_error()
+            elif event.type == "session" and event.data.get("session_id"):
+                d.session_id = str(event.data["session_id"])
+                await self.sessions.claim(d.record.spec.tenant, d.session_id)
+            await self.event(d, event)
+
+        return emit
+
+
+def _trace_outcome(span: SpanLike, outcome: RunOutcome) -> None:
+    """The run's GenAI attributes on the attempt's span, and each rate-limit signal as an event."""
+    usage = outcome.result.usage
+    span.set_raw(
+        {
+            "gen_ai.conversation.id": outcome.session_id,
+            "gen_ai.response.model": primary_model(usage),
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
+        }
+    )
+    span.set(cost_usd=usage.cost_usd, num_turns=outcome.result.num_turns, stopped_by=outcome.stopped_by)
+    for signal in outcome.rate_limits:
+        span.event(
+            "rate_limit",
+            status=signal.status,
+            window=signal.window,
+            resets_at=signal.resets_at.isoformat() if signal.resets_at else None,
+            utilization=signal.utilization,
+        )
+
+
+async def _quiet(fn: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
+    """Call a sync account-state method in a thread; a failure is logged, never fatal to the job."""
+    try:
+        await in_redis_thread(fn, *args, **kwargs)
+    except Exception:
+        log.exception("account update %s failed", getattr(fn, "__name__", fn))
+
+
+async def _quietly(update: Coroutine[Any, Any, None], what: str) -> None:
+    """Await an account-state update on the engine loop; a failure is logged, never fatal to the job."""
+    try:
+        await update
+    except Exception:
+        log.exception("account update %s failed", what)

@@ -1,0 +1,417 @@
+"""Background loops every worker runs on its engine loop; each is safe with any number of workers running it.
+
+- promoter: due deferred jobs back to the queue (atomic ZREM in `JobStore.promote`, so never twice) and re-sent;
+- reconciler: running jobs whose lease expired (their worker died) get attempt outcome `worker_lost` and are
+  re-enqueued (`JobStore.recover` checks the fence and the lease atomically); queued jobs nobody claimed for
+  `unclaimed_resend_s` are re-sent (`claim_resend`, once across workers); the `jobs` index is trimmed now and then;
+- worker heartbeat: `worker:{id}` hash (host, pid, runs in flight, started_at) and the `workers` zset;
+- notifier: the end notifications of finished jobs (webhooks, Celery callbacks), due ones taken with a lease
+  (worker/delivery/notifier.py);
+- cancel listener: pub/sub on the cancel channel wakes the run of a cancelled job within milliseconds; on the follow
+  channel, has the run of a followed job store its events within 0.1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import socket
+import time
+
+import redis
+
+from claudeq import connections
+from claudeq.broker_message import BACKLOG_PRIORITY, list_for
+from claudeq.errors import JobNotFound, RecordUnreadable
+from claudeq.models import Attempt, Event, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
+from claudeq.producer.client import Client
+from claudeq.schedules import ScheduleStore
+from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.notifier import Notifier
+from claudeq.worker.loop_host import in_redis_thread
+from claudeq.worker.store.job_store import CANCELLED
+
+log = logging.getLogger("claudeq.loops")
+
+#: Trim the `jobs` index every this many reconciler passes.
+TRIM_EVERY = 120
+#: The archiver looks for due moves this often (s); a failed move is tried again this much later (s); the archive
+#: drops what outlived its retention every this many passes (and on the first).
+ARCHIVE_EVERY_S = 5.0
+#: The scheduler looks for due ticks this often (s): a tick fires within this of its time.
+SCHEDULE_EVERY_S = 0.25
+#: The notifier looks for due notifications this often (s).
+NOTIFY_EVERY_S = 0.25
+ARCHIVE_RETRY_S = 60.0
+PURGE_EVERY = 720
+#: A worker key lives this many heartbeats after the last one.
+WORKER_TTL_HEARTBEATS = 3
+
+
+def worker_ttl_s(heartbeat_s: float) -> int:
+    """Expiry of a worker's heartbeat key (and the age `--check` accepts)."""
+    return max(2, int(heartbeat_s * WORKER_TTL_HEARTBEATS + 0.999))
+
+
+def lost_attempts(record: JobRecord, now_detail: str) -> list[Attempt]:
+    """The record's attempts with the in-flight one (or a new one) marked `worker_lost`."""
+    attempts = list(record.attempts)
+    now = utcnow()
+    if attempts and attempts[-1].outcome is None:
+        attempts[-1] = attempts[-1].model_copy(
+            update={"outcome": "worker_lost", "detail": now_detail, "finished_at": now}
+        )
+    else:
+        attempts.append(
+            Attempt(
+                number=len(attempts) + 1,
+                worker=record.worker,
+                outcome="worker_lost",
+                detail=now_detail,
+                started_at=record.started_at or now,
+                finished_at=now,
+            )
+        )
+    return attempts
+
+
+class Loops:
+    """The background loops of one worker process (coroutines to run on the engine's loop)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self.store = engine.store
+        self.host = socket.gethostname()
+        self._passes = 0  # reconciler passes this worker made (the index is trimmed every TRIM_EVERY)
+        self._archive_passes = 0  # archiver passes (the archive is purged every PURGE_EVERY)
+        self._running_upgraded = False  # `running` is a sorted set (WorkerJobStore.upgrade_running)
+
+    def install(self) -> None:
+        """Register every loop with the engine (before it starts)."""
+        for loop_fn in (self.promoter, self.reconciler, self.heartbeat, self.cancel_listener):
+            self.engine.add_background(loop_fn)
+        if self.store.archive is not None:
+            self.engine.add_background(self.archiver)
+        self.engine.add_background(self.scheduler)
+        self.engine.add_background(self.notifier_loop)
+
+    async def _forever(self, name: str, once: object, interval_s: float) -> None:
+        assert callable(once)
+        while True:
+            try:
+                await once()
+            except asyncio.CancelledError:
+                raise
+            except redis.RedisError as exc:
+                log.warning("%s: redis error (%s); retrying", name, type(exc).__name__)
+            except Exception:
+                log.exception("%s: unexpected error; retrying", name)
+            await asyncio.sleep(interval_s)
+
+    # ---- promoter --------------------------------------------------------------------------------------------
+
+    async def promoter(self) -> None:
+        """Forever: move due deferred jobs back to the queue."""
+        await self._forever("promoter", self.promote_once, self.settings.loop_interval_s)
+
+    async def promote_once(self) -> int:
+        """One promoter pass; returns how many jobs it sent.
+
+        First the waiting lines: every account's free slots go to its best waiters (a cooldown that ended, a hold
+        that lifted, a slot that expired frees slots no release hands over). Then deferred jobs whose ready time
+        came (the fallback for a waiter nobody admitted, and the jobs deferred for other reasons).
+        """
+        admitted = await in_redis_thread(self.engine.accounts.admit)
+        await self.engine.dispatch.send_admitted(admitted)
+        sent = len(admitted)
+        for job_id in await in_redis_thread(self.store.due_deferred):
+            if await self.engine.promote_and_send(job_id):
+                log.info("job %s: promoted from deferred", job_id)
+                sent += 1
+        return sent
+
+    # ---- scheduler ------------------------------------------------------------------------------------------
+
+    async def scheduler(self) -> None:
+        """Forever: fire the schedules whose tick came (claudeq/schedules.py), each tick once across workers."""
+        await self._forever("scheduler", self.schedule_once, SCHEDULE_EVERY_S)
+
+    async def schedule_once(self) -> int:
+        """One scheduler pass; -> jobs this worker's pass submitted."""
+        fired = await in_redis_thread(self._schedules.fire_due, self._submit_scheduled)
+        for f in fired:
+            if f.job_id is not None:
+                self.engine.metrics.schedule_tick("fired")
+                log.info("schedule %s: tick %s fired job %s", f.member, f.tick, f.job_id)
+            if f.missed:
+                self.engine.metrics.schedule_tick("missed", f.missed)
+                log.warning("schedule %s: %d tick(s) missed (no scheduler ran within the grace)", f.member, f.missed)
+            if f.error is not None:
+                self.engine.metrics.schedule_tick("refused")
+                log.warning("schedule %s: tick %s refused: %s", f.member, f.tick, f.error)
+        return sum(f.job_id is not None for f in fired)
+
+    def _submit_scheduled(self, spec: JobSpec) -> str:
+        return self._client.submit(spec).id
+
+    @functools.cached_property
+    def _client(self) -> Client:
+        """A producer on this worker's Redis: a fired tick goes through submit's checks, budgets and idempotency."""
+        return Client(self.settings, redis_client=self.store.redis)
+
+    @functools.cached_property
+    def _schedules(self) -> ScheduleStore:
+        return ScheduleStore(self.store.redis, self.store.keys)
+
+    # ---- notifier (worker/delivery/notifier.py) --------------------------------------------------------------
+
+    async def notifier_loop(self) -> None:
+        """Forever: deliver the end notifications (webhooks, Celery callbacks) that are due, each job by one worker."""
+        try:
+            await self._forever("notifier", self.notifier.once, NOTIFY_EVERY_S)
+        finally:
+            await self.notifier.close()
+
+    @functools.cached_property
+    def notifier(self) -> Notifier:
+        return Notifier(self.settings, self.store, self.engine.metrics)
+
+    # ---- archiver -------------------------------------------------------------------------------------------
+
+    async def archiver(self) -> None:
+        """Forever (with a transcript archive): move finished jobs' events and transcripts whose time came."""
+        await self._forever("archiver", self.archive_once, ARCHIVE_EVERY_S)
+
+    async def archive_once(self) -> int:
+        """One archiver pass: each due member is taken by one worker (ZREM) and moved; a move that fails is tried
+        again ARCHIVE_RETRY_S later. Now and then, what outlived its retention leaves the archive. -> moved."""
+        archive = self.store.archive
+        assert archive is not None
+        moved = 0
+        for member in await in_redis_thread(self.store.due_archive):
+            kind, _, name = member.partition(":")
+            try:
+                if kind == "j":
+                    moved += bool(await in_redis_thread(self.store.archive_job, name))
+                elif kind == "s":
+                    moved += bool(await self.engine.sessions.store().archive_session(name))
+            except Exception as exc:
+                log.warning("archiver: moving %s failed (%s); trying again later", member, exc)
+                await in_redis_thread(self.store.archive_later, member, ARCHIVE_RETRY_S)
+        self._archive_passes += 1
+        if self._archive_passes % PURGE_EVERY == 1:
+            await asyncio.to_thread(archive.purge, self.store.keys.prefix)
+        return moved
+
+    # ---- reconciler ------------------------------------------------------------------------------------------
+
+    async def reconciler(self) -> None:
+        """Forever: recover jobs of dead workers, re-send lost messages, trim the index now and then."""
+        await self._forever("reconciler", self.reconcile_once, self.settings.loop_interval_s)
+
+    async def reconcile_once(self) -> bool:
+        """One reconciler pass, when this worker takes the fleet's turn for this interval; False when another
+        worker's turn runs.
+
+        One pass per interval across the fleet: a pass reads the expired leases (one command), recovers those jobs
+        and re-sends lost messages; a pass per worker would repeat that work. The turn expires with the interval, so
+        a worker that dies or stalls holding it delays the next pass by one interval at most."""
+        if not self._running_upgraded:
+            await in_redis_thread(self.store.upgrade_running, self.settings.lease_ttl_s)
+            self._running_upgraded = True
+        turn = self.store.keys.reconciler_turn
+        interval = self.settings.loop_interval_s
+        if not await in_redis_thread(self.store.take_turn, turn, self.engine.worker_id, interval):
+            return False
+        await self.recover_once()
+        await self.resend_once()
+        self._passes += 1
+        if self._passes % TRIM_EVERY == 1:
+            await in_redis_thread(self.store.trim_index)
+            await in_redis_thread(self.store.prune_finished_counts)
+        return True
+
+    async def recover_once(self) -> list[str]:
+        """Re-enqueue running jobs whose lease expired; returns their ids."""
+        recovered: list[str] = []
+        # Only the runs whose lease expired: one read however many are in flight (`running` is scored by expiry).
+        expired = [
+            job_id for job_id in await in_redis_thread(self.store.expired_runs) if not self.engine.handles(job_id)
+        ]
+        for job_id in expired:
+            try:
+                record = await in_redis_thread(self.store.get, job_id)
+            except JobNotFound:
+                await in_redis_thread(self.store.forget_running, job_id)  # expired or deleted: nothing to recover
+                continue
+            except RecordUnreadable as exc:
+                # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
+                # internal) instead of leaving it `running` forever.
+                fence = await in_redis_thread(self.store.fence_of, job_id)
+                answer = False if fence is None else await in_redis_thread(self.store.recover, job_id, fence, None)
+                if answer == CANCELLED:
+                    log.warning("job %s: worker lost and record unreadable (%s); cancelled", job_id, exc.detail)
+                    recovered.append(job_id)
+                elif answer:
+                    log.warning("job %s: worker lost and record unreadable (%s); re-enqueued", job_id, exc.detail)
+                    await self.engine.resend(job_id)
+                    recovered.append(job_id)
+                continue
+            if record.status != "running":
+                continue
+            detail = f"worker {record.worker or '?'} lost (lease expired)"
+            attempts = lost_attempts(record, detail)
+            losses = sum(1 for a in attempts if a.outcome == "worker_lost")
+            if losses >= self.settings.max_worker_lost:
+                if await self._poisoned(record, attempts, losses, detail):
+                    recovered.append(job_id)
+                continue
+            event = Event(type="requeued", data={"reason": detail})
+            answer = await in_redis_thread(self.store.recover, job_id, record.fence, attempts, event)
+            if answer == CANCELLED:  # a cancel came while it ran: it ends rather than run again
+                log.warning("job %s: %s; cancelled (a cancel was asked for while it ran)", job_id, detail)
+                await self._ended(record, "cancelled")
+                recovered.append(job_id)
+                continue
+            if not answer:
+                continue  # another reconciler won, or the job moved on
+            log.warning("job %s: %s; re-enqueued", job_id, detail)
+            await self.engine.resend(job_id)
+            recovered.append(job_id)
+        return recovered
+
+    async def _poisoned(self, record: JobRecord, attempts: list[Attempt], losses: int, detail: str) -> bool:
+        """Fail a job that lost its worker `losses` times: whatever it does freezes or kills the worker running it,
+        and another round would take down one more. False when another reconciler won, or the job moved on."""
+        message = (
+            f"the job lost its worker {losses} times (each time its lease expired mid-run; last: {detail}): failed as "
+            "poisoned rather than handed to another worker. Something in the run freezes or kills the worker "
+            "running it; see the worker logs of its attempts."
+        )
+        error = JobError(kind="poisoned", message=message)
+        event = Event(type="failed", data={"kind": error.kind, "message": message})
+        if not await in_redis_thread(self.store.recover, record.id, record.fence, attempts, event, error):
+            return False
+        log.error("job %s: %s", record.id, message)
+        await self._ended(record, "failed")
+        return True
+
+    async def _ended(self, record: JobRecord, status: TerminalStatus) -> None:
+        """What follows the recovery of a job that ended it (poisoned, or cancelled by its flag), as for a job the
+        handler finishes: out of its tenant's active jobs, the conversation's next turn, the metrics."""
+        try:
+            await self.engine.accounts.job_done(record.spec.tenant, record.id)
+        except Exception:
+            log.exception("job %s: tenant bookkeeping failed", record.id)
+        self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, status)
+        try:
+            waiting = await self.engine.sessions.finished(record, status, record.session_id)
+        except Exception:
+            log.exception("job %s: conversation bookkeeping failed", record.id)
+            waiting = []
+        for job_id in waiting:
+            await self.engine.promote_and_send(job_id, force=True)
+
+    async def resend_once(self) -> list[str]:
+        """Re-send queued jobs nobody claimed for `unclaimed_resend_s` and whose message is not waiting in the
+        broker (lost with a dead producer, say); returns their ids."""
+        older = self.settings.unclaimed_resend_s
+        sent: list[str] = []
+        stale = await in_redis_thread(self.store.stale_queued, older)
+        if not stale:
+            return sent
+        # A job stuck behind a backlog still has its message in the queue: sending another would only pile up
+        # duplicates. Look again after another `unclaimed_resend_s`.
+        waiting = await in_redis_thread(self._waiting_in_broker, stale)
+        for job_id in stale:
+            if job_id in waiting:
+                await in_redis_thread(self.store.mark_sent, job_id)
+                continue
+            if await in_redis_thread(self.store.claim_resend, job_id, older):
+                log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
+                await self.engine.resend(job_id)
+                sent.append(job_id)
+        return sent
+
+    def _waiting_in_broker(self, job_ids: list[str]) -> set[str]:
+        """Which of `job_ids` may still have their message in the broker: O(checked jobs), never a queue read."""
+        jobs: list[tuple[str, str, float]] = []
+        for job_id, sent in zip(job_ids, self.store.sent_scores(job_ids), strict=True):
+            if sent is None:
+                continue  # no longer queued: claim_resend will see it
+            try:
+                spec = self.store.get(job_id).spec
+            except (JobNotFound, RecordUnreadable):
+                spec = None
+            queue = (spec.queue if spec else None) or self.settings.queue
+            jobs.append((job_id, list_for(queue, spec.priority if spec else 0), sent))
+            # A backlogged tenant's message waits at the last priority step instead (producer/client.py).
+            jobs.append((job_id, list_for(queue, BACKLOG_PRIORITY), sent))
+        return self.store.may_be_waiting(jobs)
+
+    # ---- worker heartbeat ------------------------------------------------------------------------------------
+
+    async def heartbeat(self) -> None:
+        """Forever: publish this worker's liveness."""
+        await self._forever("heartbeat", self.beat_once, self.settings.heartbeat_s)
+
+    async def beat_once(self) -> None:
+        """Write the worker hash and its zset entry once."""
+        await in_redis_thread(self._beat)
+
+    def _beat(self) -> None:
+        self.store.record_worker(
+            self.engine.worker_id,
+            {
+                "host": self.host,
+                "pid": os.getpid(),
+                "runs": self.engine.in_flight,
+                "concurrency": self.settings.concurrency,
+                "queues": ",".join(self.settings.queues),
+                "state": "stopping" if self.engine.closing else "running",
+                "started_at": self.engine.started_at.isoformat(),
+                "heartbeat": time.time(),
+            },
+            worker_ttl_s(self.settings.heartbeat_s),
+        )
+
+    def forget(self) -> None:
+        """Remove this worker's heartbeat (clean exit)."""
+        self.store.forget_worker(self.engine.worker_id)
+
+    # ---- cancel listener -------------------------------------------------------------------------------------
+
+    async def cancel_listener(self) -> None:
+        """Forever: wake the run of a job whose id is published on the cancel channel, and have the run of a job
+        whose id is published on the follow channel store its events at once (someone follows them)."""
+        cancels, follows = self.store.keys.cancel_channel, self.store.keys.follow_channel
+        while True:
+            client = connections.async_client(self.settings)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(cancels, follows)
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    data, channel = message.get("data"), message.get("channel")
+                    job_id = data.decode() if isinstance(data, bytes) else str(data)
+                    channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+                    if not self.engine.handles(job_id):
+                        continue
+                    if channel == follows:
+                        self.engine.follow(job_id)
+                    else:
+                        log.info("job %s: cancel requested", job_id)
+                        self.engine.request_cancel(job_id)
+            except asyncio.CancelledError:
+                raise
+            except (redis.RedisError, OSError) as exc:
+                log.warning("cancel listener: %s; reconnecting (heartbeats re-check the flag)", type(exc).__name__)
+                await asyncio.sleep(self.settings.loop_interval_s)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
+                await client.aclose()

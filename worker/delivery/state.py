@@ -1,0 +1,118 @@
+"""One delivery of a job in this process, and the typed answers the engine gives about it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, Usage
+from claudeq.tracing import NO_SPAN, SpanLike
+from claudeq.worker.accounts.manager import SlotLease, Spent
+from claudeq.worker.store.job_store import ClaimResult
+
+#: Why a delivery's `cancel` event was set: a producer's cancel, the worker's shutdown, or the lease was lost.
+StopWhy = Literal["cancel", "shutdown", "lost"]
+
+#: How the handling of a delivery ended: the job's new status, `lost` (another worker owns the job now: nothing was
+#: written), `handed_back` (shutting down: re-sent unclaimed) or `dropped` (nothing to do; see `Delivered.reason`).
+DeliveryOutcome = Literal["succeeded", "failed", "cancelled", "deferred", "requeued", "lost", "handed_back", "dropped"]
+#: The outcomes the attempt loop ends with (a subset of DeliveryOutcome).
+Finish = Literal["succeeded", "failed", "cancelled", "deferred", "requeued", "lost"]
+#: Why a delivery was dropped: what the claim found, `redis` (unreachable; the reconciler re-sends), `malformed`
+#: (not a job id) or `error` (the worker failed inside; the reconciler recovers the job).
+DropReason = ClaimResult | Literal["redis", "malformed", "error"]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What became of one delivery; `str()` is the label the Celery task returns and logs
+    (`succeeded`, `dropped:busy`, ...)."""
+
+    outcome: DeliveryOutcome
+    reason: DropReason | None = None
+
+    def __str__(self) -> str:
+        return f"{self.outcome}:{self.reason}" if self.reason else self.outcome
+
+    @staticmethod
+    def dropped(reason: DropReason) -> Delivered:
+        """A delivery there was nothing to do for."""
+        return Delivered("dropped", reason)
+
+
+@dataclass
+class Delivery:
+    """One delivery of a job being handled by this process."""
+
+    job_id: str
+    fence: int
+    record: JobRecord
+    attempts: list[Attempt]
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)  # stops the run / cuts a wait short
+    why: StopWhy | None = None  # why `cancel` was set
+    slot: SlotLease | None = None  # the account slot held right now
+    result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
+    session_id: str | None = None
+    first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
+    #: Whether the job may have an event stream (False: none of its events went to one yet, so its terminal write
+    #: need not read it). A job's first delivery starts with none; any other may find its earlier deliveries' events.
+    stream: bool = True
+    #: Whether the job sits in its tenant's active-job index (its record's `indexed`; True when not known): its end
+    #: takes it out.
+    indexed: bool = True
+    #: The last attempt's cost, not counted yet: the terminal write counts it when it can, else the handler does.
+    spent: Spent | None = None
+    #: Monotonic time before which the lease (and the account slot) are surely still ours: the send time of the
+    #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
+    lease_until: float = 0.0
+    urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
+    rank: float | None = None  # the job's place in the waiting line, once known (claudeq.worker.accounts.waiting_line)
+    #: Events emitted but not stored yet: the next fenced write takes them, or a flush shortly after (FencedWriter).
+    pending_events: list[Event] = field(default_factory=list)
+    #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
+    #: The delivery's span when the job is traced (docs/tracing.md); its attempts' spans are its children.
+    trace: SpanLike = NO_SPAN
+    #: Someone follows the job's events until then (time.monotonic()): its events are stored within 0.1 s.
+    followed_until: float = 0.0
+    flush_at: float = 0.0  # when `flusher` stores the pending events (time.monotonic())
+    #: Flushes set for later than a follower needs, left to run beside the sooner one (FencedWriter._schedule).
+    later_flushers: set[asyncio.Task[None]] = field(default_factory=set)
+    #: The claim already said whether a cancel flag was set: the first attempt need not ask Redis again.
+    cancel_known: bool = False
+    #: Where the job may hold an account slot as the delivery starts, as the claim read it: the slots key the waiting
+    #: line handed it (`slot`), the account its last attempt ran on. None: not known (every account is looked at).
+    may_hold: frozenset[str] | None = None
+
+    @property
+    def counted(self) -> int:
+        """Attempts so far that count against max attempts."""
+        return sum(1 for a in self.attempts if a.outcome is not None and a.outcome not in FREE_OUTCOMES)
+
+    @property
+    def lost(self) -> bool:
+        """Whether another worker may own the job now (this one must write nothing more)."""
+        return self.why == "lost"
+
+    def stop(self, why: StopWhy) -> None:
+        """Stop the run (or cut a wait short); the first reason given is the one acted on."""
+        if self.why is None:
+            self.why = why
+        self.cancel.set()
+
+    def lose(self) -> None:
+        """The job is (or is about to be) no longer ours: stop the run at once, write nothing, free nothing."""
+        self.stop("lost")
+        self.why = "lost"
+        self.urgent.set()
+
+
+def summed_usage(attempts: list[Attempt]) -> Usage:
+    """The usage of all attempts together (the record's result.usage)."""
+    total = Usage()
+    for attempt in attempts:
+        if attempt.usage is not None:
+            total = total + attempt.usage
+    return total

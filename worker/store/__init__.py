@@ -1,0 +1,6 @@
+"""The worker's Redis state for jobs: `WorkerJobStore` (claim, heartbeat, fenced writes, promote, recover, re-send,
+archive) on top of the contract's `claudeq.jobs.JobStore`, and the constants of the Lua scripts it runs
+(`job_scripts`; the scripts themselves are `.lua` files under claudeq/lua/).
+
+Imports from the worker: nothing.
+"""

@@ -1,0 +1,632 @@
+"""WorkerJobStore: what only workers do with job state — claim, heartbeat, fenced writes, promote, recover, re-send.
+
+The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
+on the same Redis. Every status change is one atomic Lua script (claudeq/worker/store/job_scripts.py).
+
+The calls a run makes many times (claim, heartbeat, fenced write, event append, the lease's state) are coroutines
+for the engine's event loop, one method each: on the async client a worker attaches (`use_async`), with no thread
+hop per call; without one (fakeredis) on the sync client in a thread (claudeq.script_calls,
+docs/scaling.md#the-engines-redis-client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Unpack, cast
+
+import redis
+
+from claudeq.archive import RESULT_KEPT_CHARS
+from claudeq.broker_message import sent_at_of
+from claudeq.config.settings import Settings
+from claudeq.jobs import (
+    ARCHIVED_FIELD,
+    CANCEL_FIELD,
+    JobFields,
+    JobStore,
+    compact_json,
+    encode_event,
+    encode_fields,
+    pack_events,
+    stored_time,
+)
+from claudeq.keys import Keys, text
+from claudeq.lua.results import Slot, Write
+from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
+from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.worker.store import job_scripts as scripts
+
+#: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
+#: running without a lease, the reconciler's; `missing`; or the job's status when it is not queued).
+ClaimResult = Literal[
+    "ok", "busy", "orphan", "missing", "waiting", "queued", "deferred", "succeeded", "failed", "cancelled"
+]
+
+
+@dataclass(frozen=True)
+class Beat:
+    """The answer to a heartbeat."""
+
+    ours: bool  # the lease was extended (False: the job was recovered or taken over; nothing was touched)
+    held: bool = True  # the run's account slot still held it (its expiry moved); True when none was given
+    cancelled: bool = False  # a cancel flag is set
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a claim: `ok` with a fencing token, or why the delivery is to be dropped."""
+
+    result: ClaimResult
+    fence: int = 0
+    first: bool = False  # the job's first claim ever: its queue wait ends now
+    #: The job hash as the claim left it (status, fence, worker, started_at set): the record, without a second read.
+    fields: dict[str, str] | None = None
+    #: Whether a cancel flag was set when the job was claimed (None: this claim did not say).
+    cancelled: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether this worker now owns the run."""
+        return self.result == "ok"
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """A job's lease as stored (`WorkerJobStore.lease_state`)."""
+
+    fence: int | None  # its fencing token (None: never claimed, or no record)
+    status: str | None  # None: no record
+    cancel_requested: bool  # a cancel flag is set
+
+
+@dataclass
+class SlotRelease:
+    """What a job's terminal write frees in the same script (FINISH): the run's account slot (`keys`: slots, account
+    hash, its four lines; `args`: RELEASE's handout arguments), the job's entries in its tenants' active-job index
+    (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
+    the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count). After the write, `done` says
+    whether they were (the fence held: a write that did not land counted no spend) and `admitted` lists the waiters
+    the slot was handed to (now queued: the caller sends their messages)."""
+
+    keys: list[str]
+    args: list[Any]
+    unindex: list[str]
+    settle: tuple[list[str], list[Any]] | None = None
+    done: bool = False
+    admitted: list[str] = field(default_factory=list)
+
+
+#: A write's answer: True (written), False (stale: nothing written), or CANCELLED: a write to `queued` or `deferred`
+#: found the cancel flag set and ended the job `cancelled` instead (its terminal bookkeeping is the caller's).
+CANCELLED: Literal["cancelled"] = "cancelled"
+Written = bool | Literal["cancelled"]
+#: The error and the event of a job a status write ended `cancelled` because of its cancel flag.
+CANCEL_ERROR = JobError(kind="cancelled", message="cancelled by request")
+#: The event a write to `queued` / `deferred` brings for its status: dropped when the write cancels the job instead.
+_STATUS_EVENT = {"queued": "requeued", "deferred": "deferred"}
+
+#: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
+CLOCK_SLACK_S = 1.0
+#: START's answer when the slot was taken but the run's fence no longer holds the job.
+START_LOST = Slot.START_LOST
+#: Expired leases the reconciler reads per pass (it recovers each; more wait for the next pass).
+EXPIRED_READ = 500
+
+
+class WorkerJobStore(AsyncCalls, JobStore):
+    """JobStore plus the transitions only workers make."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        result_ttl_s: int,
+        events_maxlen: int,
+        conversation_ttl_s: int | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            keys,
+            result_ttl_s=result_ttl_s,
+            events_maxlen=events_maxlen,
+            conversation_ttl_s=conversation_ttl_s,
+        )
+        self._claim = client.register_script(scripts.CLAIM)
+        self._heartbeat = client.register_script(scripts.HEARTBEAT)
+        self._write = client.register_script(scripts.WRITE)
+        self._finish = client.register_script(scripts.FINISH)
+        self._promote = client.register_script(scripts.PROMOTE)
+        self._recover = client.register_script(scripts.RECOVER)
+        self._resend = client.register_script(scripts.RESEND)
+        self._append = client.register_script(scripts.APPEND)
+        self._upgrade_running = client.register_script(scripts.UPGRADE_RUNNING)
+        self._start = client.register_script(scripts.START)
+        self._pack_events = client.register_script(scripts.PACK_EVENTS)
+        self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
+
+    # ---- the engine loop's client (use_async: claudeq.script_calls.AsyncCalls) ---------------------------------
+
+    async def aclose(self) -> None:
+        """Close the async client's connections (the engine loop ends)."""
+        if self._async is not None:
+            await self._async.aclose(close_connection_pool=True)
+
+    # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
+
+    async def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
+        """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
+        the same step: `Claim.fields`)."""
+        return await self._send(self._claim_call(job_id, worker, lease_ttl_s))
+
+    def _claim_call(self, job_id: str, worker: str, lease_ttl_s: float) -> ScriptCall[Claim]:
+        now = stored_time(utcnow())
+
+        def parse(reply: Any) -> Claim:
+            result, fence = cast(ClaimResult, text(reply[0])), int(reply[1])
+            if result != "ok":
+                return Claim(result, fence)
+            first = int(reply[2]) == 1
+            flat = [text(v) for v in reply[3]]
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            fields.update(status="running", fence=str(fence), worker=worker)
+            if first:
+                fields["started_at"] = now
+            return Claim(result, fence, first, fields, bool(int(reply[4])) if len(reply) > 4 else None)
+
+        keys = [self.keys.job(job_id), self.keys.queued, self.keys.running]
+        clock = time.time()
+        return ScriptCall(self._claim, keys, [job_id, worker, repr(clock + lease_ttl_s), now, repr(clock)], parse)
+
+    async def beat(
+        self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()
+    ) -> Beat:
+        """One heartbeat of a run, in one script: extend the lease (`Beat.ours` False: the job was recovered or
+        taken over) and, while it is ours, move the run's expiry in each sorted set of `expiring` (its account slot
+        first, then its tenant's runs: `expiring_keys`), and say whether a cancel flag is set."""
+        return await self._send(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
+
+    def _beat_call(
+        self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str]
+    ) -> ScriptCall[Beat]:
+        def parse(reply: Any) -> Beat:
+            ours, held, cancelled = reply
+            return Beat(bool(ours), bool(held), bool(cancelled))
+
+        keys = [self.keys.job(job_id), self.keys.running, *expiring]
+        args = [fence, job_id, repr(time.time() + lease_ttl_s), worker]
+        return ScriptCall(self._heartbeat, keys, args, parse)
+
+    async def write(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus | None = None,
+        score: float = 0,
+        event: Event | None = None,
+        events: Sequence[Event] = (),
+        *,
+        stream: bool = True,
+        **fields: Unpack[JobFields],
+    ) -> Written:
+        """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
+        the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
+        `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
+        write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
+        write need not read it."""
+        return await self._send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
+
+    async def finish(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus,
+        release: SlotRelease,
+        events: Sequence[Event] = (),
+        *,
+        stream: bool = True,
+        **fields: Unpack[JobFields],
+    ) -> bool:
+        """A terminal `write` that also frees the run's slot and takes the job out of its tenants' index, in one
+        script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease).
+        `stream`: as for `write`."""
+        if status not in TERMINAL:
+            raise ValueError("finish writes a terminal status")
+        return await self._send(self._finish_call(job_id, fence, status, release, events, fields, stream))
+
+    def _finish_call(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus,
+        release: SlotRelease,
+        events: Sequence[Event],
+        fields: JobFields,
+        stream: bool = True,
+    ) -> ScriptCall[bool]:
+        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream)
+
+        def parse(reply: list[Any]) -> bool:
+            release.done = bool(int(reply[0]))
+            release.admitted = [text(job) for job in reply[1:]]
+            return release.done
+
+        settle_keys, settle_args = release.settle if release.settle is not None else ([], [""] * 8)
+        return ScriptCall(
+            self._finish,
+            [*write.keys, *release.keys, *settle_keys, *release.unindex],
+            [*release.args, len(settle_keys), *settle_args, *write.args],
+            parse,
+        )
+
+    def start_call(
+        self, acquire: ScriptCall[int], job_id: str, fence: int, **fields: Unpack[JobFields]
+    ) -> ScriptCall[int]:
+        """`acquire` (an account slot's ACQUIRE call, AccountStore) with the attempt's start written in the same
+        script, under `fence` (START): ACQUIRE's answer, or START_LOST when the slot was taken but the fence no
+        longer holds the job (nothing written)."""
+        write = self._write_call(job_id, fence, None, 0, None, (), fields)
+        return ScriptCall(self._start, [*acquire.keys, *write.keys], [*acquire.args, *write.args], int)
+
+    def _write_call(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus | None,
+        score: float,
+        event: Event | None,
+        events: Sequence[Event],
+        fields: JobFields,
+        stream: bool = True,
+    ) -> ScriptCall[Written]:
+        if status == "deferred" and "ready_at" not in fields:
+            raise ValueError("a deferred job needs ready_at")
+        if status in TERMINAL and "finished_at" not in fields:
+            fields["finished_at"] = utcnow()
+        if status == "queued" and not score:
+            score = time.time()
+        if status == "deferred":
+            score = fields["ready_at"].timestamp()
+        every = (*events, *(() if event is None else (event,)))
+        payloads = [encode_event(e) for e in every]
+        on_cancel = ""
+        if status in _STATUS_EVENT:
+            own = 1 if every and every[-1].type == _STATUS_EVENT[status] else 0
+            attempt = every[-1].attempt if own else None
+            data = {"kind": CANCEL_ERROR.kind, "message": CANCEL_ERROR.message}
+            cancelled = Event(type="cancelled", attempt=attempt, data=data)
+            on_cancel = json.dumps([encode_event(cancelled), compact_json(CANCEL_ERROR), stored_time(utcnow()), own])
+        keys = [
+            self.keys.job(job_id),
+            self.keys.running,
+            self.keys.queued,
+            self.keys.deferred,
+            self.keys.events(job_id) if stream or status not in TERMINAL else "",
+            self.keys.outbox,
+            self.keys.waiting,
+        ]
+        args = [
+            job_id,
+            fence,
+            status or "",
+            self.result_ttl_s,
+            score,
+            self.keys.finished_counts_prefix,
+            len(payloads),
+            self.events_maxlen,
+            int(time.time() * 1000),
+            on_cancel,
+            *payloads,
+            *encode_fields(fields),
+        ]
+        return ScriptCall(self._write, keys, args, _written)
+
+    async def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+        """Append a running job's events, in order, in one script, while `fence` still holds it: the last entry id,
+        None (nothing appended) once the run was superseded or the job moved on. Workers append every event of a
+        run this way."""
+        return await self._send(self._append_call(job_id, fence, events))
+
+    def _append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
+        if not events:
+            raise ValueError("no events to append")
+        keys = [self.keys.job(job_id), self.keys.events(job_id)]
+        args = [fence, self.events_maxlen, *(encode_event(e) for e in events)]
+        return ScriptCall(self._append, keys, args, lambda entry_id: None if entry_id is None else text(entry_id))
+
+    async def lease_state(self, job_id: str) -> LeaseState:
+        """The job's fencing token, status and cancel flag as stored, read in one call."""
+        key, fields = self.keys.job(job_id), ["fence", "status", CANCEL_FIELD]
+        if self._async is None:
+            reply = await asyncio.to_thread(self.redis.hmget, key, fields)
+        else:
+            reply = await self._async.hmget(key, fields)
+        fence, status, cancel = reply
+        return LeaseState(None if fence is None else int(fence), None if status is None else text(status), bool(cancel))
+
+    def pack_events(self, job_id: str) -> int:
+        """Compress a finished job's compacted events in its record (the status scripts write them as JSON: Redis's
+        Lua has no codec). Read back by `read_events` in either form; replaced only if the field is still what was
+        read. -> bytes saved (0: nothing to do, already packed, no smaller, or changed meanwhile)."""
+        key = self.keys.job(job_id)
+        raw = self.redis.hget(key, "events")
+        if not isinstance(raw, bytes) or raw[:1] != b"[":
+            return 0
+        packed = pack_events(raw)
+        if packed is None:
+            return 0
+        replaced = self._pack_events(keys=[key], args=[raw, packed])
+        return len(raw) - len(packed) if int(replaced) else 0
+
+    def schedule_archive(self, job_id: str, after_s: float, sessions: Iterable[str] = ()) -> list[str]:
+        """A job ended: its compacted events and the transcripts of every session its runs reported (their
+        `session` events, and `sessions`) move to the archive `after_s` from now (`archive_due`). -> the sessions."""
+        found = set(sessions)
+        after = "0-0"
+        while True:
+            batch = self.read_events(job_id, after=after, count=500)
+            for entry_id, event in batch:
+                after = entry_id
+                if event.type == "session" and event.data.get("session_id"):
+                    found.add(str(event.data["session_id"]))
+            if len(batch) < 500:
+                break
+        due = time.time() + after_s
+        self.redis.zadd(self.keys.archive_due, {f"j:{job_id}": due, **{f"s:{sid}": due for sid in found}})
+        return sorted(found)
+
+    def due_archive(self, limit: int = 50, now: float | None = None) -> list[str]:
+        """Members of `archive_due` whose time came, each taken by this caller alone (ZREM: never two movers)."""
+        now = time.time() if now is None else now
+        members = [text(m) for m in self.redis.zrangebyscore(self.keys.archive_due, "-inf", now, start=0, num=limit)]
+        if not members:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for member in members:
+            pipe.zrem(self.keys.archive_due, member)
+        return [m for m, taken in zip(members, pipe.execute(), strict=True) if taken]
+
+    def archive_later(self, member: str, delay_s: float) -> None:
+        """Put a member back in `archive_due` (its move failed): tried again in `delay_s`."""
+        self.redis.zadd(self.keys.archive_due, {member: time.time() + delay_s})
+
+    def archive_job(self, job_id: str) -> bool:
+        """Move a finished job's history to the archive (with the retention its record has left): its compacted
+        events, and its result when longer than RESULT_KEPT_CHARS. The record keeps `archived` instead and reads
+        back the same (read_events, get, list_jobs read the archive). False when there is nothing to move (no
+        events nor long result, the record gone, or it changed meanwhile: tried again on a later pass). Requires an
+        archive."""
+        assert self.archive is not None, "archive_job needs a transcript archive"
+        key = self.keys.job(job_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                events, result, status = pipe.hmget(key, ["events", "result", "status"])
+                pttl = int(pipe.pttl(key))
+                if text(status) not in TERMINAL or pttl <= 0:
+                    return False
+                events = events if isinstance(events, bytes) else None
+                result = text(result) if result is not None and len(result) > RESULT_KEPT_CHARS else None
+                if events is None and result is None:
+                    return False
+                self.archive.put_job(self.keys.prefix, job_id, events, result, time.time() + pttl / 1000)
+                pipe.multi()
+                pipe.hdel(key, *(name for name, value in (("events", events), ("result", result)) if value is not None))
+                pipe.hset(key, ARCHIVED_FIELD, "1")
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                return False
+
+    # ---- background loops: promoter, reconciler ----------------------------------------------------------------
+
+    def due_deferred(self, now: float | None = None, limit: int = 100) -> list[str]:
+        """Deferred job ids whose ready time has come."""
+        now = time.time() if now is None else now
+        return [text(i) for i in self.redis.zrangebyscore(self.keys.deferred, "-inf", now, start=0, num=limit)]
+
+    def promote(self, job_id: str, now: float | None = None, force: bool = False) -> bool:
+        """Claim one deferred job back to `queued` (atomic ZREM, so only one caller wins); the caller sends it."""
+        due = "+inf" if force else str(time.time() if now is None else now)
+        return bool(
+            self._promote(
+                keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued],
+                args=[job_id, due],
+            )
+        )
+
+    def forget_running(self, job_id: str) -> None:
+        """Drop a job id from the running index (its record is gone)."""
+        self.redis.zrem(self.keys.running, job_id)
+
+    def fence_of(self, job_id: str) -> int | None:
+        """The job's fencing token read directly (works when the record itself cannot be parsed)."""
+        value = self.redis.hget(self.keys.job(job_id), "fence")
+        return None if value is None else int(value)
+
+    def upgrade_running(self, lease_ttl_s: float) -> int:
+        """Turn a `running` set left by an earlier claudeq (a set of ids beside `job:{id}:lease` strings) into the
+        sorted set scored by lease expiry, each run with a fresh lease: a run whose worker is gone is recovered one
+        lease later. -> how many runs it moved (0: nothing to do). Every worker does it once as it starts."""
+        return int(self._upgrade_running(keys=[self.keys.running], args=[repr(time.time() + lease_ttl_s)]))
+
+    def running_ids(self) -> list[str]:
+        """Ids of jobs marked running."""
+        return [text(i) for i in self.redis.zrange(self.keys.running, 0, -1)]
+
+    def lease_alive(self, job_id: str, now: float | None = None) -> bool:
+        """Whether the job's run lease is still live (its expiry in `running` is still to come)."""
+        expiry = self.redis.zscore(self.keys.running, job_id)
+        return expiry is not None and expiry > (time.time() if now is None else now)
+
+    def expired_runs(self, now: float | None = None, limit: int = EXPIRED_READ) -> list[str]:
+        """Running jobs whose lease expired (its worker stopped renewing it), oldest first: one ZRANGEBYSCORE, however
+        many runs are in flight (the reconciler reads these only)."""
+        cutoff = time.time() if now is None else now
+        rows = self.redis.zrangebyscore(self.keys.running, "-inf", f"({cutoff}", start=0, num=limit)
+        return [text(i) for i in rows]
+
+    def take_turn(self, key: str, worker: str, turn_s: float) -> bool:
+        """Take a turn that lasts `turn_s` (SET NX PX): False while another worker's turn runs."""
+        return bool(self.redis.set(key, worker, nx=True, px=max(1, int(turn_s * 1000))))
+
+    def recover(
+        self,
+        job_id: str,
+        fence: int,
+        attempts: list[Attempt] | None,
+        event: Event | None = None,
+        error: JobError | None = None,
+    ) -> Written:
+        """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
+        e.g. when the record cannot be parsed) and `event` appended in the same step; with `error`, it fails instead
+        (a terminal write: retention, counters). False if anything moved. CANCELLED: its cancel flag was set, so it
+        was cancelled instead of re-queued (a terminal write too; its other bookkeeping is the caller's)."""
+        fields: dict[str, object] = {} if attempts is None else {"attempts": attempts}
+        on_cancel = ""
+        if error is not None:
+            fields.update(error=error, finished_at=utcnow())
+        else:
+            data = {"kind": CANCEL_ERROR.kind, "message": CANCEL_ERROR.message}
+            cancelled = encode_event(Event(type="cancelled", data=data))
+            on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
+        answer = self._recover(
+            keys=[
+                self.keys.job(job_id),
+                self.keys.running,
+                self.keys.queued,
+                self.keys.events(job_id),
+                self.keys.outbox,
+                self.keys.deferred,
+                self.keys.waiting,
+            ],
+            args=[
+                job_id,
+                fence,
+                time.time(),
+                "" if event is None else encode_event(event),
+                self.events_maxlen,
+                "queued" if error is None else "failed",
+                self.result_ttl_s,
+                self.keys.finished_counts_prefix,
+                on_cancel,
+                *encode_fields(fields),
+            ],
+        )
+        return _written(answer)
+
+    def stale_queued(self, older_than_s: float, limit: int = 100) -> list[str]:
+        """Queued job ids whose message was sent more than `older_than_s` ago."""
+        cutoff = time.time() - older_than_s
+        return [text(i) for i in self.redis.zrangebyscore(self.keys.queued, "-inf", cutoff, start=0, num=limit)]
+
+    def claim_resend(self, job_id: str, older_than_s: float) -> bool:
+        """Claim the re-send of an unclaimed queued job (once across all workers)."""
+        now = time.time()
+        return bool(
+            self._resend(keys=[self.keys.queued, self.keys.job(job_id)], args=[job_id, now - older_than_s, now])
+        )
+
+    def mark_sent(self, job_id: str) -> None:
+        """Record that a message for this queued job was just sent."""
+        self.redis.zadd(self.keys.queued, {job_id: time.time()}, xx=True)
+
+    def sent_scores(self, job_ids: list[str]) -> list[float | None]:
+        """Each job's score in the `queued` set: the time its message was last sent (or later), None if absent."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.zscore(self.keys.queued, job_id)
+        return [None if s is None else float(s) for s in pipe.execute()]
+
+    def may_be_waiting(self, jobs: list[tuple[str, str, float]]) -> set[str]:
+        """Of `jobs` (id, broker list, time its message was last sent or later), those whose message may still wait
+        in the broker. Costs one LINDEX per distinct list, whatever the queue length: a broker list is FIFO, so
+        once its oldest message was sent after a job's message, the job's message has left the list (consumed,
+        or never pushed). Unsure (a message without claudeq's send time at the head) counts as waiting."""
+        names = list(dict.fromkeys(name for _, name, _ in jobs))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.lindex(name, -1)  # kombu LPUSHes and BRPOPs: the oldest message is at the right end
+        oldest: dict[str, float | Literal["empty"] | None] = {}
+        for name, raw in zip(names, pipe.execute(), strict=True):
+            oldest[name] = "empty" if raw is None else sent_at_of(raw)
+        waiting: set[str] = set()
+        for job_id, name, sent in jobs:
+            head = oldest[name]
+            if head == "empty":
+                continue
+            if head is None or head <= sent + CLOCK_SLACK_S:
+                waiting.add(job_id)
+        return waiting
+
+    def prune_finished_counts(self, now: float | None = None) -> int:
+        """Drop the hours that are over from the finished-job counters (the exporter ignores them anyway)."""
+        current = int((time.time() if now is None else now) // 3600)
+        dropped = 0
+        for status in TERMINAL:
+            key = self.keys.finished_counts(status)
+            old = [hour for hour in self.redis.hkeys(key) if int(hour) <= current]
+            if old:
+                dropped += int(self.redis.hdel(key, *old))
+        return dropped
+
+    # ---- the fleet's worker index: `worker:{id}` hashes and the `workers` zset ------------------------------------
+
+    def record_worker(self, worker_id: str, fields: dict[str, str | int | float], ttl_s: int) -> None:
+        """Write a worker's heartbeat hash (expiring after `ttl_s`) and its `workers` entry (score = its heartbeat)."""
+        now = float(fields.get("heartbeat", time.time()))
+        key = self.keys.worker(worker_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={k: v for k, v in fields.items()})
+        pipe.expire(key, ttl_s)
+        pipe.zadd(self.keys.workers, {worker_id: now})
+        # Workers gone for a long time leave the zset (their hash expired long ago).
+        pipe.zremrangebyscore(self.keys.workers, "-inf", now - 100 * ttl_s)
+        pipe.execute()
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Remove a worker's heartbeat (clean exit)."""
+        self.redis.delete(self.keys.worker(worker_id))
+        self.redis.zrem(self.keys.workers, worker_id)
+
+    def trim_index(self, page: int = 1000, max_checked: int = 20_000) -> int:
+        """Drop ids of expired jobs from the `jobs` index; returns how many. Walks the entries older than the
+        retention page by page past live ones (a job can outlive the retention while queued or running), checking
+        at most `max_checked` per call; the next call resumes where this one stopped."""
+        cutoff_ms = (time.time() - self.result_ttl_s) * 1000
+        offset = self._trim_offset
+        checked = removed = 0
+        while checked < max_checked:
+            old = [text(i) for i in self.redis.zrangebyscore(self.keys.jobs, "-inf", cutoff_ms, start=offset, num=page)]
+            if not old:
+                offset = 0  # walked to the end: the next call starts again from the oldest
+                break
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in old:
+                pipe.exists(self.keys.job(job_id))
+            gone = [job_id for job_id, alive in zip(old, pipe.execute(), strict=True) if not alive]
+            if gone:
+                # A stream a stale run appended to after its job was compacted has no expiry: it goes with its job.
+                self.redis.delete(*[self.keys.events(job_id) for job_id in gone])
+                self.redis.zrem(self.keys.jobs, *gone)
+            checked += len(old)
+            removed += len(gone)
+            offset += len(old) - len(gone)  # the live ones stay in front of the next page
+        self._trim_offset = offset
+        return removed
+
+
+def _written(reply: Any) -> Written:
+    """WRITE's (or RECOVER's) answer: LOST stale, WRITTEN, CANCELLED instead (the cancel flag, at a write to queued
+    or deferred)."""
+    answer = int(reply)
+    return CANCELLED if answer == Write.CANCELLED else answer == Write.WRITTEN
+
+
+def make_worker_store(settings: Settings, client: redis.Redis | None = None) -> WorkerJobStore:
+    """A WorkerJobStore on `settings`' Redis."""
+    return WorkerJobStore.for_settings(settings, client)
