@@ -28,7 +28,7 @@ from claudeq.worker.delivery.handler import DeliveryHandler
 from claudeq.worker.delivery.lease import LeaseKeeper
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike, Sender
 from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.delivery.state import Delivered, Delivery
+from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer
 from claudeq.worker.loop_host import Background, LoopHost, in_redis_thread
 from claudeq.worker.run.outcome import RunnerLike
 from claudeq.worker.run.output_check import storable, unstorable
@@ -248,7 +248,8 @@ class Engine:
             list(record.attempts),
             session_id=record.session_id,
             first_claim=claim.first,
-            stream=not claim.first,  # before its first claim a job has no events but `submitted` (from the record)
+            # Before its first claim a job has no events but `submitted` (from the record): no stream to read.
+            events=EventBuffer(stream=not claim.first),
         )
         if record.result is not None:
             delivery.result = record.result

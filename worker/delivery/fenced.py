@@ -23,9 +23,9 @@ import redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from claudeq.jobs import JobFields
-from claudeq.models import TERMINAL, Event, JobStatus
+from claudeq.models import TERMINAL, Event, JobStatus, TerminalStatus
 from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.store.job_store import CANCELLED, SlotRelease, WorkerJobStore, Written
+from claudeq.worker.store.job_store import CANCELLED, Freed, SlotRelease, WorkerJobStore, Written
 
 log = logging.getLogger("claudeq.engine")
 
@@ -59,28 +59,46 @@ class FencedWriter:
         status: JobStatus | None = None,
         event: Event | None = None,
         *,
-        release: SlotRelease | None = None,
         hold_events: bool = False,
         **fields: Unpack[JobFields],
     ) -> Written:
         """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
         the fence holds; False (and the delivery lost) when stale; CANCELLED when a write to `queued` or `deferred`
-        ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write). `release` (a terminal
-        status only): free the run's slot and index entries in the same script (WorkerJobStore.finish).
-        `hold_events` (a write that moves no status: the attempt's start): leave the pending events waiting unless
-        the job is followed."""
+        ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write). `hold_events` (a write
+        that moves no status: the attempt's start): leave the pending events waiting unless the job is followed."""
+        written, _ = await self._write(d, status, event, None, hold_events, fields)
+        return written
+
+    async def finish(
+        self, d: Delivery, status: TerminalStatus, event: Event, release: SlotRelease, **fields: Unpack[JobFields]
+    ) -> tuple[Written, Freed]:
+        """`write` of a terminal status that also frees what `release` names in the same script
+        (WorkerJobStore.finish): whether it was written, and what it freed (nothing when a blip hid the script's
+        answer and the write was found landed afterwards: the caller frees the slot apart, which is harmless)."""
+        written, freed = await self._write(d, status, event, release, False, fields)
+        return written, freed if freed is not None else Freed(False)
+
+    async def _write(
+        self,
+        d: Delivery,
+        status: JobStatus | None,
+        event: Event | None,
+        release: SlotRelease | None,
+        hold_events: bool,
+        fields: JobFields,
+    ) -> tuple[Written, Freed | None]:
         if d.lost:
-            return False
+            return False, None
         if event is not None and event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
-        async with d.write_lock:
+        async with d.events.lock:
             if hold_events and status is None and event is None and not self._followed(d):
                 # The attempt's start leaves the run's events waiting: nobody follows, and its status write or a
                 # later flush takes them. (Every other write takes them: between attempts, the session planner reads
                 # the last attempt's `session` event from Redis.)
                 events: list[Event] = []
             else:
-                events, d.pending_events = d.pending_events, []
+                events, d.events.pending = d.events.pending, []
             if event is not None:
                 events.append(event)
             return await self._write_locked(d, status, events, fields, release)
@@ -98,7 +116,7 @@ class FencedWriter:
         d.cancel.set()
 
     def _followed(self, d: Delivery) -> bool:
-        return self.idle_linger_s <= self.linger_s or d.followed_until > time.monotonic()
+        return self.idle_linger_s <= self.linger_s or d.events.followed_until > time.monotonic()
 
     async def _write_locked(
         self,
@@ -107,22 +125,22 @@ class FencedWriter:
         events: list[Event],
         fields: JobFields,
         release: SlotRelease | None = None,
-    ) -> Written:
+    ) -> tuple[Written, Freed | None]:
         if d.lost:
-            return False
+            return False, None
         started = time.monotonic()
         try:
-            ok = await self._write_once(d, status, events, fields, release)
+            ok, freed = await self._write_once(d, status, events, fields, release)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # A blip: try again for up to half a lease from the first try. It may have landed with its reply lost:
-            # then the job already holds what we wrote (and `release.done` stays False: the caller frees the slot
+            # then the job already holds what we wrote (and nothing says what it freed: the caller frees the slot
             # again, which is harmless).
-            ok = await self._write_retrying(d, status, events, fields, started, exc, release) or await self._landed(
-                d, status
-            )
+            ok, freed = await self._write_retrying(d, status, events, fields, started, exc, release)
+            if not ok:
+                ok, freed = await self._landed(d, status), None
         if not ok:
             self.lost(d, "write dropped")
-        return ok
+        return ok, freed
 
     async def _write_retrying(
         self,
@@ -133,13 +151,13 @@ class FencedWriter:
         started: float,
         first: redis.RedisError,
         release: SlotRelease | None = None,
-    ) -> Written:
+    ) -> tuple[Written, Freed | None]:
         """The tries after a first one that failed (`first`); raises the last error once half a lease has gone
         since `started`."""
         left = max(1.0, self.lease_ttl_s / 2) - (time.monotonic() - started)
         if left <= 0:
             raise first
-        ok: Written = False
+        answer: tuple[Written, Freed | None] = (False, None)
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
             wait=wait_exponential(multiplier=0.1, max=2),
@@ -149,8 +167,8 @@ class FencedWriter:
             with attempt:
                 if attempt.retry_state.attempt_number == 1:
                     await asyncio.sleep(0.1)  # the wait before a second try
-                ok = await self._write_once(d, status, events, fields, release)
-        return ok
+                answer = await self._write_once(d, status, events, fields, release)
+        return answer
 
     async def _write_once(
         self,
@@ -159,12 +177,15 @@ class FencedWriter:
         events: list[Event],
         fields: JobFields,
         release: SlotRelease | None = None,
-    ) -> Written:
+    ) -> tuple[Written, Freed | None]:
         if status not in TERMINAL and events:
-            d.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
+            d.events.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
         if release is not None and status in TERMINAL:
-            return await self.store.finish(d.job_id, d.fence, status, release, events, stream=d.stream, **fields)
-        return await self.store.write(d.job_id, d.fence, status, events=events, stream=d.stream, **fields)
+            freed = await self.store.finish(
+                d.job_id, d.fence, status, release, events, stream=d.events.stream, **fields
+            )
+            return freed.done, freed
+        return await self.store.write(d.job_id, d.fence, status, events=events, stream=d.events.stream, **fields), None
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
         stored = await self.store.lease_state(d.job_id)
@@ -183,44 +204,44 @@ class FencedWriter:
             return
         if event.attempt is None and d.attempts:
             event = event.model_copy(update={"attempt": len(d.attempts)})
-        d.pending_events.append(event)
+        d.events.pending.append(event)
         self._schedule(d)
 
     def followed(self, d: Delivery, hold_s: float = FOLLOW_HOLD_S) -> None:
         """Someone follows the job: for `hold_s`, store its events within `linger_s`, starting with what waits."""
-        d.followed_until = time.monotonic() + hold_s
-        if d.pending_events and not d.lost:
+        d.events.followed_until = time.monotonic() + hold_s
+        if d.events.pending and not d.lost:
             self._schedule(d)
 
     def _schedule(self, d: Delivery) -> None:
         """Make sure a flush of the pending events comes within the wait that applies now (followed or not)."""
         delay = self.linger_s if self._followed(d) else self.idle_linger_s
         at = time.monotonic() + delay
-        flusher = d.flusher
+        flusher = d.events.flusher
         if flusher is not None and not flusher.done():
-            if d.flush_at <= at:
+            if d.events.flush_at <= at:
                 return  # one comes soon enough (or is storing now, and looks again when done)
             # A follower arrived while the flush was set for later: a sooner one. The later one is left to run (it
             # may find nothing to store); close() stops it.
-            d.later_flushers.add(flusher)
-            flusher.add_done_callback(d.later_flushers.discard)
-        d.flush_at = at
-        d.flusher = asyncio.create_task(self._flush_later(d, delay))
+            d.events.later_flushers.add(flusher)
+            flusher.add_done_callback(d.events.later_flushers.discard)
+        d.events.flush_at = at
+        d.events.flusher = asyncio.create_task(self._flush_later(d, delay))
 
     async def _flush_later(self, d: Delivery, delay: float) -> None:
         await asyncio.sleep(delay)
         await self.flush(d)
-        if d.pending_events and not d.lost and d.flusher is asyncio.current_task():
-            d.flusher = None  # events emitted while this flush stored the others: their own flush
+        if d.events.pending and not d.lost and d.events.flusher is asyncio.current_task():
+            d.events.flusher = None  # events emitted while this flush stored the others: their own flush
             self._schedule(d)
 
     async def flush(self, d: Delivery) -> None:
         """Store the delivery's pending events now (one fenced append); a Redis error only logs."""
-        async with d.write_lock:
-            events, d.pending_events = d.pending_events, []
+        async with d.events.lock:
+            events, d.events.pending = d.events.pending, []
             if not events or d.lost:
                 return
-            d.stream = True
+            d.events.stream = True
             try:
                 stored = await self.store.append_events_fenced(d.job_id, d.fence, events)
             except redis.RedisError as exc:
@@ -231,9 +252,9 @@ class FencedWriter:
 
     async def close(self, d: Delivery) -> None:
         """The delivery ends: store what is still pending (refused if the job moved on) and stop its flush timer."""
-        flusher, d.flusher = d.flusher, None
-        for task in [flusher, *d.later_flushers]:
+        flusher, d.events.flusher = d.events.flusher, None
+        for task in [flusher, *d.events.later_flushers]:
             if task is not None and not task.done():
                 task.cancel()
-        if d.pending_events and not d.lost:
+        if d.events.pending and not d.lost:
             await self.flush(d)

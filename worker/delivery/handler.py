@@ -39,7 +39,7 @@ from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
-from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED
+from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
 
 log = logging.getLogger("claudeq.engine")
 #: `gen_ai.agent.name` of the attempts' spans (the GenAI conventions' `invoke_agent {gen_ai.agent.name}`).
@@ -492,30 +492,32 @@ class DeliveryHandler:
             else self.accounts.slot_release(d.slot, d.record.spec.tenant, indexed=d.indexed, spent=d.spent)
         )
         span = d.trace.child("claudeq.terminal_write", job_id=d.job_id, status=status)
+        event = Event(type=status, data=data)  # in the fenced write: no terminal event from a run that lost the job
+        fields: JobFields = {
+            "attempts": d.attempts,
+            "result": self._result(d),
+            "session_id": d.session_id,
+            "error": error,
+        }
         ok: bool | Literal["cancelled"] = False
+        freed = Freed(False)
         try:
-            ok = await self.writer.write(
-                d,
-                status,
-                Event(type=status, data=data),  # in the fenced write: no terminal event from a run that lost the job
-                release=release,
-                attempts=d.attempts,
-                result=self._result(d),
-                session_id=d.session_id,
-                error=error,
-            )
+            if release is None:
+                ok = await self.writer.write(d, status, event, **fields)
+            else:
+                ok, freed = await self.writer.finish(d, status, event, release, **fields)
         finally:
             span.set(written=bool(ok))
             span.end()
         if release is not None and ok:
             d.spent = None  # counted with the write (it landed: a retried write found it had, or its reply said so)
-        if release is not None and release.done:
+        if freed.done:
             d.slot = None
-            await self.dispatch.send_admitted(release.admitted)
+            await self.dispatch.send_admitted(list(freed.admitted))
         await self._release(d)
         if not ok:
             return "lost"
-        return await self._ended(d, status, error, unindexed=release is not None and release.done)
+        return await self._ended(d, status, error, unindexed=freed.done)
 
     async def _ended(
         self, d: Delivery, status: TerminalStatus, error: JobError | None, *, unindexed: bool = False

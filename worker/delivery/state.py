@@ -42,6 +42,25 @@ class Delivered:
 
 
 @dataclass
+class EventBuffer:
+    """A delivery's events on their way to Redis. Only FencedWriter (delivery/fenced.py) reads and writes it."""
+
+    #: Whether the job may have an event stream (False: none of its events went to one yet, so its terminal write
+    #: need not read it). A job's first delivery starts with none; any other may find its earlier deliveries' events.
+    stream: bool = True
+    #: Events emitted but not stored yet: the next fenced write takes them, or a flush shortly after.
+    pending: list[Event] = field(default_factory=list)
+    #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    flusher: asyncio.Task[None] | None = None  # the pending flush of `pending`, if one is scheduled
+    flush_at: float = 0.0  # when `flusher` stores the pending events (time.monotonic())
+    #: Flushes set for later than a follower needs, left to run beside the sooner one (FencedWriter._schedule).
+    later_flushers: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Someone follows the job's events until then (time.monotonic()): its events are stored within 0.1 s.
+    followed_until: float = 0.0
+
+
+@dataclass
 class Delivery:
     """One delivery of a job being handled by this process."""
 
@@ -55,9 +74,8 @@ class Delivery:
     result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
     session_id: str | None = None
     first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
-    #: Whether the job may have an event stream (False: none of its events went to one yet, so its terminal write
-    #: need not read it). A job's first delivery starts with none; any other may find its earlier deliveries' events.
-    stream: bool = True
+    #: The delivery's events on their way to Redis (FencedWriter's alone).
+    events: EventBuffer = field(default_factory=EventBuffer)
     #: Whether the job sits in its tenant's active-job index (its record's `indexed`; True when not known): its end
     #: takes it out.
     indexed: bool = True
@@ -68,18 +86,8 @@ class Delivery:
     lease_until: float = 0.0
     urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
     rank: float | None = None  # the job's place in the waiting line, once known (claudeq.worker.accounts.waiting_line)
-    #: Events emitted but not stored yet: the next fenced write takes them, or a flush shortly after (FencedWriter).
-    pending_events: list[Event] = field(default_factory=list)
-    #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    flusher: asyncio.Task[None] | None = None  # the pending flush of `pending_events`, if one is scheduled
     #: The delivery's span when the job is traced (docs/tracing.md); its attempts' spans are its children.
     trace: SpanLike = NO_SPAN
-    #: Someone follows the job's events until then (time.monotonic()): its events are stored within 0.1 s.
-    followed_until: float = 0.0
-    flush_at: float = 0.0  # when `flusher` stores the pending events (time.monotonic())
-    #: Flushes set for later than a follower needs, left to run beside the sooner one (FencedWriter._schedule).
-    later_flushers: set[asyncio.Task[None]] = field(default_factory=set)
     #: The claim already said whether a cancel flag was set: the first attempt need not ask Redis again.
     cancel_known: bool = False
     #: Where the job may hold an account slot as the delivery starts, as the claim read it: the slots key the waiting

@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Unpack, cast
 
 import redis
@@ -83,21 +83,27 @@ class LeaseState:
     cancel_requested: bool  # a cancel flag is set
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlotRelease:
     """What a job's terminal write frees in the same script (FINISH): the run's account slot (`keys`: slots, account
     hash, its four lines; `args`: RELEASE's handout arguments), the job's entries in its tenants' active-job index
     (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
-    the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count). After the write, `done` says
-    whether they were (the fence held: a write that did not land counted no spend) and `admitted` lists the waiters
-    the slot was handed to (now queued: the caller sends their messages)."""
+    the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count)."""
 
     keys: list[str]
     args: list[Any]
     unindex: list[str]
     settle: tuple[list[str], list[Any]] | None = None
-    done: bool = False
-    admitted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Freed:
+    """FINISH's answer: whether the write landed and freed what its SlotRelease names (`done`: the fence held; a
+    write that did not land freed and counted nothing), and the waiters the slot was handed to (`admitted`: now
+    queued, the caller sends their messages)."""
+
+    done: bool
+    admitted: tuple[str, ...] = ()
 
 
 #: A write's answer: True (written), False (stale: nothing written), or CANCELLED: a write to `queued` or `deferred`
@@ -230,10 +236,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         *,
         stream: bool = True,
         **fields: Unpack[JobFields],
-    ) -> bool:
-        """A terminal `write` that also frees the run's slot and takes the job out of its tenants' index, in one
-        script, only while `fence` still holds the job (`release.done`, `release.admitted`: see SlotRelease).
-        `stream`: as for `write`."""
+    ) -> Freed:
+        """A terminal `write` that also frees what `release` names (the run's slot, the job's index entries, its last
+        attempt's spend), in one script, only while `fence` still holds the job. `stream`: as for `write`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
         return await self._send(self._finish_call(job_id, fence, status, release, events, fields, stream))
@@ -247,13 +252,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
-    ) -> ScriptCall[bool]:
+    ) -> ScriptCall[Freed]:
         write = self._write_call(job_id, fence, status, 0, None, events, fields, stream)
 
-        def parse(reply: list[Any]) -> bool:
-            release.done = bool(int(reply[0]))
-            release.admitted = [text(job) for job in reply[1:]]
-            return release.done
+        def parse(reply: list[Any]) -> Freed:
+            return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
 
         settle_keys, settle_args = release.settle if release.settle is not None else ([], [""] * 8)
         return ScriptCall(

@@ -18,7 +18,7 @@ from claudeq.script_calls import ScriptCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.store.job_store import START_LOST, WorkerJobStore
+from claudeq.worker.store.job_store import START_LOST, Freed, WorkerJobStore
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
         store.finish(job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok"))
     ).result(10)
 
-    assert done and release.done and release.admitted == []
+    assert done == Freed(True, ())
     record = store.get(job_id)
     assert record.status == "succeeded" and record.result is not None and record.result.text == "ok"
     assert [e.type for _, e in store.read_events(job_id)] == ["submitted", "succeeded"]
@@ -91,7 +91,7 @@ def test_a_job_no_producer_indexed_is_taken_out_of_no_index(runtime: WorkerRunti
     job_id, fence, lease = _running_with_slot(runtime)
     release = accounts.slot_release(lease, "acme", indexed=False)
     assert release is not None and release.unindex == []
-    assert runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10)
+    assert runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10).done
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None  # no ZREM was sent
 
 
@@ -106,7 +106,7 @@ def test_a_stale_fence_writes_and_frees_nothing(runtime: WorkerRuntime) -> None:
 
     # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it. Its spend is
     # not counted either: the handler counts it apart (DeliveryHandler._settle), as for any write that did not land.
-    assert not done and not release.done
+    assert done == Freed(False, ())
     assert store.get(job_id).status == "running"
     assert store.redis.zscore(slots, job_id) is not None
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None
@@ -128,7 +128,7 @@ def test_the_freed_slot_goes_to_the_waiter_in_line(runtime: WorkerRuntime) -> No
     assert release is not None
     done = runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10)
 
-    assert done and release.admitted == [waiter]
+    assert done == Freed(True, (waiter,))
     assert store.get(waiter).status == "queued"
     assert store.redis.zscore(slots, waiter) is not None and store.redis.zscore(slots, job_id) is None
 

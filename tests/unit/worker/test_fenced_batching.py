@@ -52,8 +52,8 @@ async def test_a_burst_of_events_costs_one_append(store: _CountingStore) -> None
     writer = FencedWriter(store, 30, linger_s=0.01)
     for kind in ("run_started", "session", "assistant_text"):
         await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
-    assert d.flusher is not None
-    await d.flusher
+    assert d.events.flusher is not None
+    await d.events.flusher
     assert store.appends == [3]
     assert _types(store, "j1") == ["submitted", "run_started", "session", "assistant_text"]
 
@@ -83,7 +83,7 @@ async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(st
     assert d.lost
     assert "assistant_text" not in _types(store, "j1")
     await writer.event(d, Event(type="result"))
-    assert not d.pending_events  # nothing is even queued once lost
+    assert not d.events.pending  # nothing is even queued once lost
 
 
 async def test_the_flush_and_a_write_never_reorder_events(store: _CountingStore) -> None:
@@ -137,7 +137,7 @@ async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_one
     assert await writer.write(d, hold_events=True, account="a")  # followed: the attempt's start takes what waits
     assert _types(store, "j1")[-1] == "claimed"
     assert store.appends == [1, 1]
-    later = set(d.later_flushers)  # the flush set for later before the follower came
+    later = set(d.events.later_flushers)  # the flush set for later before the follower came
     await writer.close(d)
     await asyncio.sleep(0)
     assert later and all(t.cancelled() for t in later)  # close() stops it
@@ -147,12 +147,12 @@ async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01)
     await writer.event(d, Event(type="run_started"))
-    first = d.flusher
+    first = d.events.flusher
     assert first is not None
-    async with d.write_lock:  # the flush is storing (holds the lock) when the next event comes
+    async with d.events.lock:  # the flush is storing (holds the lock) when the next event comes
         await asyncio.sleep(0.03)
         await writer.event(d, Event(type="session"))
-        assert d.flusher is first  # the storing flush looks again when done
+        assert d.events.flusher is first  # the storing flush looks again when done
     await asyncio.sleep(0.1)
     assert _types(store, "j1") == ["submitted", "run_started", "session"]
     await writer.close(d)
@@ -174,24 +174,24 @@ async def test_a_first_delivery_reads_no_stream_at_its_end_unless_its_events_wen
     # A job's first delivery starts knowing it has no stream: its terminal write skips reading one. Events flushed
     # mid-run, or stored by a write before the end, create one: the terminal write must still fold them in.
     quiet = await _delivery(store, "quiet")
-    quiet.stream = False
+    quiet.events.stream = False
     writer = FencedWriter(store, 30, linger_s=60)
     await writer.event(quiet, Event(type="claimed"))
     assert await writer.write(quiet, "succeeded", Event(type="succeeded"))
-    assert not quiet.stream and _types(store, "quiet") == ["submitted", "claimed", "succeeded"]
+    assert not quiet.events.stream and _types(store, "quiet") == ["submitted", "claimed", "succeeded"]
 
     flushed = await _delivery(store, "flushed")
-    flushed.stream = False
+    flushed.events.stream = False
     fast = FencedWriter(store, 30, linger_s=0.01)
     await fast.event(flushed, Event(type="run_started"))
-    assert flushed.flusher is not None
-    await flushed.flusher  # an append: the stream exists now
+    assert flushed.events.flusher is not None
+    await flushed.events.flusher  # an append: the stream exists now
     assert await fast.write(flushed, "succeeded", Event(type="succeeded"))
     assert _types(store, "flushed") == ["submitted", "run_started", "succeeded"]
     assert not store.redis.exists(store.keys.events("flushed"))  # folded into the record, the stream deleted
 
     written = await _delivery(store, "written")
-    written.stream = False
+    written.events.stream = False
     await writer.event(written, Event(type="claimed"))
     assert await writer.write(written, account="a")  # an attempt write stores what waits: to the stream
     assert await writer.write(written, "succeeded", Event(type="succeeded"))
