@@ -357,6 +357,18 @@ def test_the_wheel_holds_the_run_views_pages(wheel: Path) -> None:
     assert {"claudeq/producer/web/static/app.js", "claudeq/producer/web/static/style.css"} <= names
 
 
+def test_the_wheel_holds_every_worker_package_and_the_cli_wrapper(wheel: Path) -> None:
+    """The worker's packages (docs/architecture.md#the-worker-by-concern) and the script its launcher starts the CLI
+    through (worker/run/claude-pdeathsig.sh, found beside launcher.py) are in the wheel."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    packages = sorted(p.name for p in (ROOT / "worker").iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["accounts", "delivery", "metrics", "passthrough", "run", "store"]
+    for package in packages:
+        assert f"claudeq/worker/{package}/__init__.py" in names, package
+    assert {"claudeq/worker/run/launcher.py", "claudeq/worker/run/claude-pdeathsig.sh"} <= names
+
+
 def test_the_worker_extra_brings_the_sdk(base_python: Path, wheel: Path, tmp_path: Path) -> None:
     """What `pip install 'claudeq[worker]'` would add to the base install, as pip resolves it (a dry run: the SDK's
     wheel, with its bundled CLI, is not unpacked)."""
