@@ -36,7 +36,7 @@ import redis
 from claudeq.models import JobSpec
 from claudeq.producer.client import Client
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
-from tests.conftest import make_settings
+from tests.conftest import make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, write_accounts_toml
 
@@ -76,8 +76,7 @@ def measure(mode: str, redis_url: str, jobs: int, concurrency: int, run_s: float
     r = redis.Redis.from_url(redis_url)
     done = sum(1 for job_id in ids if r.hget(settings.key_prefix + "job:" + job_id, "status") == b"succeeded")
     engine.stop()
-    for key in r.scan_iter(match=f"{settings.key_prefix}*", count=1000):
-        r.delete(key)
+    sweep({(redis_url, settings.key_prefix, settings.queue)})  # the jobs' keys, and the messages nobody consumed
     if done != jobs:
         raise SystemExit(f"{mode}: {done} of {jobs} jobs succeeded")
     return {"cpu_ms_per_job": 1000 * cpu / jobs, "jobs_per_s": jobs / wall}

@@ -55,8 +55,9 @@ def make_settings(redis_url: str, unique: str, **overrides: Any) -> Settings:
 
 
 def sweep(used: set[tuple[str, str, str]]) -> int:
-    """Delete every key under the prefixes (and the queues) of `used` on each Redis still answering; -> how many
-    there were. A test's own fixtures delete its keys; this catches what a worker wrote after them."""
+    """Delete every key under the prefixes (and the queues, with kombu's bindings of them) of `used` on each Redis
+    still answering; -> how many there were. A test's own fixtures delete its keys; this catches what a worker wrote
+    after them."""
     left = 0
     for url in {u for u, _, _ in used}:
         client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
@@ -67,6 +68,7 @@ def sweep(used: set[tuple[str, str, str]]) -> int:
         try:
             for _, prefix, queue in (entry for entry in used if entry[0] == url):
                 keys = [*client.scan_iter(match=f"{prefix}*", count=1000), *client.scan_iter(match=f"{queue}*")]
+                keys += [f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]  # a worker's bindings
                 for start in range(0, len(keys), 500):
                     left += int(client.delete(*keys[start : start + 500]))
         finally:

@@ -207,7 +207,7 @@ def link_worker(settings: Settings, unique: str, redis_client: redis.Redis) -> I
     finally:
         proc.terminate()
         proc.wait(30)
-        redis_client.delete(queue, f"_kombu.binding.{queue}")
+        redis_client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
 
 
 def test_a_celery_app_of_ones_own_receives_link_or_link_error_exactly_once(
