@@ -26,7 +26,7 @@ class Dispatch:
     async def release(self, d: Delivery) -> None:
         """Give back the delivery's account slot (if it holds one) and wake the jobs that waited for it: the
         account's waiter the slot was handed to (already queued: sent) and its tenant's waiter (promoted, sent)."""
-        slot, d.slot = d.slot, None
+        slot, d.hold.slot = d.hold.slot, None
         if slot is None or d.lost:
             # A worker that lost the job must not touch it: the new owner may hold this very slot (members are job
             # ids); ours expires on its own when the heartbeat stops refreshing it.

@@ -28,7 +28,7 @@ from claudeq.worker.delivery.handler import DeliveryHandler
 from claudeq.worker.delivery.lease import LeaseKeeper
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike, Sender
 from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer
+from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer, Lease, SlotHold
 from claudeq.worker.loop_host import Background, LoopHost, in_redis_thread
 from claudeq.worker.run.outcome import RunnerLike
 from claudeq.worker.run.output_check import storable, unstorable
@@ -243,7 +243,7 @@ class Engine:
             return Delivered.dropped("missing")
         delivery = Delivery(
             job_id,
-            claim.fence,
+            Lease(claim.fence, until=claim_sent + self.settings.lease_ttl_s),
             record,
             list(record.attempts),
             session_id=record.session_id,
@@ -254,13 +254,14 @@ class Engine:
         if record.result is not None:
             delivery.result = record.result
         if claim.fields is not None:
-            delivery.may_hold = frozenset(claim.fields[f] for f in ("slot", "account") if claim.fields.get(f))
-            delivery.indexed = bool(claim.fields.get(INDEXED_FIELD))
+            delivery.hold = SlotHold(
+                may_hold=frozenset(claim.fields[f] for f in ("slot", "account") if claim.fields.get(f)),
+                indexed=bool(claim.fields.get(INDEXED_FIELD)),
+            )
         if claim.cancelled is not None:
             delivery.cancel_known = True
             if claim.cancelled:
                 delivery.stop("cancel")
-        delivery.lease_until = claim_sent + self.settings.lease_ttl_s
         key = (job_id, claim.fence)
         self._deliveries[key] = delivery
         assert self._idle is not None

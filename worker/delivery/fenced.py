@@ -111,7 +111,7 @@ class FencedWriter:
     def lost(self, d: Delivery, what: str) -> None:
         """A fenced step of the delivery found the fence stale (`what`: what became of it, e.g. "write dropped"):
         another worker owns the job. Stop the run, and write nothing more."""
-        log.warning("job %s: stale fence %d, %s (another worker owns the job)", d.job_id, d.fence, what)
+        log.warning("job %s: stale fence %d, %s (another worker owns the job)", d.job_id, d.lease.fence, what)
         d.why = "lost"
         d.cancel.set()
 
@@ -182,14 +182,16 @@ class FencedWriter:
             d.events.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
         if release is not None and status in TERMINAL:
             freed = await self.store.finish(
-                d.job_id, d.fence, status, release, events, stream=d.events.stream, **fields
+                d.job_id, d.lease.fence, status, release, events, stream=d.events.stream, **fields
             )
             return freed.done, freed
-        return await self.store.write(d.job_id, d.fence, status, events=events, stream=d.events.stream, **fields), None
+        return await self.store.write(
+            d.job_id, d.lease.fence, status, events=events, stream=d.events.stream, **fields
+        ), None
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
         stored = await self.store.lease_state(d.job_id)
-        if stored.fence is None or stored.fence != d.fence:
+        if stored.fence is None or stored.fence != d.lease.fence:
             return False
         current = stored.status
         if status in ("queued", "deferred") and current == "cancelled":
@@ -243,7 +245,7 @@ class FencedWriter:
                 return
             d.events.stream = True
             try:
-                stored = await self.store.append_events_fenced(d.job_id, d.fence, events)
+                stored = await self.store.append_events_fenced(d.job_id, d.lease.fence, events)
             except redis.RedisError as exc:
                 log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
                 return

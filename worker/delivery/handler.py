@@ -167,7 +167,7 @@ class DeliveryHandler:
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
-        holds = None if d.may_hold is None else d.may_hold | {a.account for a in d.attempts if a.account}
+        holds = None if d.hold.may_hold is None else d.hold.may_hold | {a.account for a in d.attempts if a.account}
         number = len(d.attempts) + 1
         # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
         first_plan = d.record.session_plan is None and self.sessions.enabled
@@ -179,7 +179,7 @@ class DeliveryHandler:
             fields: JobFields = {"account": on.name, "attempts": [*d.attempts, attempt]}
             if first_plan:
                 fields["session_plan"] = plan.stored()
-            return lambda acquire: self.store.start_call(acquire, d.job_id, d.fence, **fields)
+            return lambda acquire: self.store.start_call(acquire, d.job_id, d.lease.fence, **fields)
 
         # While someone follows the job the start's write stores the waiting events too: then it goes apart.
         together = not d.lost and not self.writer.followed_now(d)
@@ -249,7 +249,7 @@ class DeliveryHandler:
             return Step.finished(
                 await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts, acquired.tenant)
             )
-        d.slot = acquired
+        d.hold.slot = acquired
         account: AccountConfig = acquired.account
         span.set(account=account.name)
         if acquired.budget_usd is not None:
@@ -293,7 +293,7 @@ class DeliveryHandler:
         # counts it in its own script when it can (`finish`); otherwise before the slot is given back (`_release`),
         # or at the latest as the attempt's step ends.
         cost = outcome.result.usage.cost_usd if outcome else 0.0
-        d.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
+        d.hold.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         try:
             return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
@@ -381,7 +381,7 @@ class DeliveryHandler:
 
     async def _settle(self, d: Delivery) -> None:
         """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
-        spent, d.spent = d.spent, None
+        spent, d.hold.spent = d.hold.spent, None
         if spent is not None:
             await _quietly(self.accounts.settle(spent.lease, spent.cost_usd, spent.turns), "settle")
 
@@ -416,7 +416,7 @@ class DeliveryHandler:
     async def _rank(self, d: Delivery) -> float:
         """The job's place in the waiting line (kept for the delivery): its virtual finish tag with tenants
         configured (fair share; priority orders within its tenant), else priority then its creation time."""
-        if d.rank is None:
+        if d.hold.rank is None:
             try:
                 key = (  # a tag exists only with a tenants file: no thread hop for a None
                     await in_redis_thread(self.accounts.fair_key, d.job_id, d.record.spec)
@@ -426,8 +426,8 @@ class DeliveryHandler:
             except Exception:
                 log.exception("job %s: no fair-share tag (its creation time orders it)", d.job_id)
                 key = None
-            d.rank = rank(d.record, key)
-        return d.rank
+            d.hold.rank = rank(d.record, key)
+        return d.hold.rank
 
     async def _check_output(self, spec: JobSpec, outcome: RunOutcome) -> OutputCheck | None:
         """Check a structured output against the job's schema in its own process, with a deadline: never on this
@@ -488,8 +488,10 @@ class DeliveryHandler:
         # when they can (a run admitted as no tenant's): one round trip for the job's end.
         release = (
             None
-            if d.slot is None or d.lost
-            else self.accounts.slot_release(d.slot, d.record.spec.tenant, indexed=d.indexed, spent=d.spent)
+            if d.hold.slot is None or d.lost
+            else self.accounts.slot_release(
+                d.hold.slot, d.record.spec.tenant, indexed=d.hold.indexed, spent=d.hold.spent
+            )
         )
         span = d.trace.child("claudeq.terminal_write", job_id=d.job_id, status=status)
         event = Event(type=status, data=data)  # in the fenced write: no terminal event from a run that lost the job
@@ -510,9 +512,11 @@ class DeliveryHandler:
             span.set(written=bool(ok))
             span.end()
         if release is not None and ok:
-            d.spent = None  # counted with the write (it landed: a retried write found it had, or its reply said so)
+            d.hold.spent = (
+                None  # counted with the write (it landed: a retried write found it had, or its reply said so)
+            )
         if freed.done:
-            d.slot = None
+            d.hold.slot = None
             await self.dispatch.send_admitted(list(freed.admitted))
         await self._release(d)
         if not ok:

@@ -40,16 +40,16 @@ class LeaseKeeper:
 
     async def keep(self, d: Delivery) -> None:
         """Heartbeat `d` until cancelled, or until the lease is lost (which stops its run). Each renewal moves
-        `d.lease_until`, which `guard` watches without waiting on Redis."""
+        `d.lease.until`, which `guard` watches without waiting on Redis."""
         ttl = self.lease_ttl_s
         last_ok = time.monotonic()
         while True:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 sent = time.monotonic()
-                slot = d.slot
+                slot = d.hold.slot
                 expiring = self.accounts.expiring_keys(slot) if slot is not None else []
-                beat = await self.store.beat(d.job_id, self.worker_id, d.fence, ttl, expiring)
+                beat = await self.store.beat(d.job_id, self.worker_id, d.lease.fence, ttl, expiring)
                 last_ok = time.monotonic()
                 if not beat.ours:
                     log.warning("job %s: lease lost (expired or taken over); stopping the run", d.job_id)
@@ -58,7 +58,7 @@ class LeaseKeeper:
                 if slot is not None and not beat.held:
                     # Expired and dropped (a long pause): the run goes on, but the slot may have been handed out again.
                     log.warning("slot of job %s on account %s had expired before refresh", d.job_id, slot.account.name)
-                d.lease_until = max(d.lease_until, sent + ttl)
+                d.lease.until = max(d.lease.until, sent + ttl)
                 if d.why is None and beat.cancelled:
                     d.stop("cancel")
             except redis.RedisError as exc:
@@ -82,14 +82,14 @@ class LeaseKeeper:
         slot by the time the lease is gone)."""
         margin = self.margin_s()
         while True:
-            left = d.lease_until - margin - time.monotonic()
+            left = d.lease.until - margin - time.monotonic()
             if left <= 0:
                 if d.why != "lost":
                     log.warning(
                         "job %s: lease not renewed in time (Redis unreachable?); stopping the run %.1f s before it "
                         "can expire",
                         d.job_id,
-                        max(0.0, d.lease_until - time.monotonic()),
+                        max(0.0, d.lease.until - time.monotonic()),
                     )
                     d.lose()
                 return

@@ -61,38 +61,57 @@ class EventBuffer:
 
 
 @dataclass
+class Lease:
+    """Whose run the job is and until when surely: the claim's fence (every fenced write checks it) and the
+    monotonic time before which the lease (and the account slot) cannot have expired: the send time of the claim,
+    then of the last heartbeat that renewed both, plus the lease TTL. The engine sets it at the claim; then only
+    LeaseKeeper (delivery/lease.py) moves `until`, which its guard watches."""
+
+    fence: int
+    until: float = 0.0
+
+
+@dataclass
+class SlotHold:
+    """The account slot a delivery holds and what its release settles. The handler's (delivery/handler.py): it
+    takes the slot, records the attempt's spend and hands both to the terminal write or to Dispatch.release; the
+    engine fills `may_hold` and `indexed` from the claim."""
+
+    slot: SlotLease | None = None  # the account slot held right now
+    #: The last attempt's cost, not counted yet: the terminal write counts it when it can, else the handler does.
+    spent: Spent | None = None
+    #: Where the job may hold an account slot as the delivery starts, as the claim read it: the slots key the waiting
+    #: line handed it (`slot`), the account its last attempt ran on. None: not known (every account is looked at).
+    may_hold: frozenset[str] | None = None
+    #: Whether the job sits in its tenant's active-job index (its record's `indexed`; True when not known): its end
+    #: takes it out.
+    indexed: bool = True
+    rank: float | None = None  # the job's place in the waiting line, once known (claudeq.worker.accounts.waiting_line)
+
+
+@dataclass
 class Delivery:
-    """One delivery of a job being handled by this process."""
+    """One delivery of a job being handled by this process: the job as claimed and its run so far, and three parts
+    with one owner each: the lease (LeaseKeeper), the event buffer (FencedWriter) and the slot hold (the handler)."""
 
     job_id: str
-    fence: int
+    lease: Lease
     record: JobRecord
     attempts: list[Attempt]
     cancel: asyncio.Event = field(default_factory=asyncio.Event)  # stops the run / cuts a wait short
     why: StopWhy | None = None  # why `cancel` was set
-    slot: SlotLease | None = None  # the account slot held right now
+    urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
     result: JobResult = field(default_factory=JobResult)  # latest (maybe partial) output
     session_id: str | None = None
     first_claim: bool = False  # the job's first claim ever (its queue wait ends here)
-    #: The delivery's events on their way to Redis (FencedWriter's alone).
-    events: EventBuffer = field(default_factory=EventBuffer)
-    #: Whether the job sits in its tenant's active-job index (its record's `indexed`; True when not known): its end
-    #: takes it out.
-    indexed: bool = True
-    #: The last attempt's cost, not counted yet: the terminal write counts it when it can, else the handler does.
-    spent: Spent | None = None
-    #: Monotonic time before which the lease (and the account slot) are surely still ours: the send time of the
-    #: claim, then of the last heartbeat that renewed both, plus the lease TTL.
-    lease_until: float = 0.0
-    urgent: asyncio.Event = field(default_factory=asyncio.Event)  # set with why=lost: kill the run at once
-    rank: float | None = None  # the job's place in the waiting line, once known (claudeq.worker.accounts.waiting_line)
-    #: The delivery's span when the job is traced (docs/tracing.md); its attempts' spans are its children.
-    trace: SpanLike = NO_SPAN
     #: The claim already said whether a cancel flag was set: the first attempt need not ask Redis again.
     cancel_known: bool = False
-    #: Where the job may hold an account slot as the delivery starts, as the claim read it: the slots key the waiting
-    #: line handed it (`slot`), the account its last attempt ran on. None: not known (every account is looked at).
-    may_hold: frozenset[str] | None = None
+    #: The delivery's events on their way to Redis (FencedWriter's alone).
+    events: EventBuffer = field(default_factory=EventBuffer)
+    #: The account slot it holds and what its release settles (the handler's).
+    hold: SlotHold = field(default_factory=SlotHold)
+    #: The delivery's span when the job is traced (docs/tracing.md); its attempts' spans are its children.
+    trace: SpanLike = NO_SPAN
 
     @property
     def counted(self) -> int:

@@ -14,7 +14,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.worker.delivery.fenced import FencedWriter
-from claudeq.worker.delivery.state import Delivery
+from claudeq.worker.delivery.state import Delivery, Lease
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 
 
@@ -40,7 +40,7 @@ async def _delivery(store: WorkerJobStore, job_id: str = "j1") -> Delivery:
     record = JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
     store.create(record)
     claim = await store.claim(job_id, "w1", 30)
-    return Delivery(job_id, claim.fence, record, [])
+    return Delivery(job_id, Lease(claim.fence), record, [])
 
 
 def _types(store: WorkerJobStore, job_id: str) -> list[str]:
@@ -77,7 +77,7 @@ async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(st
     writer = FencedWriter(store, 30, linger_s=60)
     await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
     store.redis.zadd(store.keys.running, {"j1": 0})
-    assert store.recover("j1", d.fence, None)
+    assert store.recover("j1", d.lease.fence, None)
     assert (await store.claim("j1", "w2", 30)).ok
     await writer.close(d)  # the pending event is refused: another worker owns the job
     assert d.lost
