@@ -21,6 +21,7 @@ from claudeq.resp import execute_packed, pack_command, packed_capable
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
+from claudeq.events import Cancelled, Unreadable
 from claudeq.models import (
     TERMINAL,
     Attempt,
@@ -433,7 +434,7 @@ class JobStore:
                     stored_time(utcnow()),
                     self.result_ttl_s,
                     error,
-                    encode_event(Event(type="cancelled", data={"reason": reason})),
+                    encode_event(Cancelled(reason=reason).event()),
                     self.events_maxlen,
                     self.keys.finished_counts_prefix,
                 ],
@@ -498,7 +499,7 @@ class JobStore:
             try:
                 out.append((entry_id, Event.model_validate_json(payload)))
             except ValidationError:
-                out.append((entry_id, Event(type="unreadable", data={"raw": text(payload)[:200]})))
+                out.append((entry_id, Unreadable(raw=text(payload)[:200]).event()))
         return out
 
     def _submitted_event(self, job_id: str) -> Event | None:

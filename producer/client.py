@@ -20,6 +20,7 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, NotReplicated, RecordUnreadable
+from claudeq.events import session_of
 from claudeq.jobs import JobStore, create_reply, created_waiting
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
@@ -404,9 +405,9 @@ class Client:
         self.store.get(job_id)
         sessions: builtins.list[str] = []
         for event in self.events(job_id):
-            sid = event.data.get("session_id") if event.type == "session" else None
-            if sid and str(sid) not in sessions:
-                sessions.append(str(sid))
+            sid = session_of(event)
+            if sid and sid not in sessions:
+                sessions.append(sid)
         return asyncio.run(self._load_transcripts(sessions)) if sessions else []
 
     async def _load_transcripts(self, sessions: builtins.list[str]) -> builtins.list[tuple[str, builtins.list[Any]]]:

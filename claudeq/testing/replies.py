@@ -16,6 +16,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from claudeq.events import (
+    AssistantText,
+    RateLimited,
+    ResultReceived,
+    RunStarted,
+    SessionStarted,
+    Stopped,
+    ToolCalled,
+    ToolResult,
+)
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.run.outcome import EventSink, RateLimitSignal, RunOutcome, RunRequest
 from claudeq.worker.run.watchdog import Timeouts
@@ -236,13 +246,7 @@ class ScriptedRunner:
         if isinstance(answer, Reply) and budget is not None and usage_of(answer.usage, model).cost_usd > budget:
             # The CLI ends a run whose spend passed --max-budget-usd with `error_max_budget_usd`, its answer or not.
             answer = budget_exhausted(usage=answer.usage)
-        await emit(
-            Event(
-                type="run_started",
-                attempt=req.attempt,
-                data={"account": req.account.name, "model": req.spec.model, "attempt": req.attempt},
-            )
-        )
+        await emit(RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt))
         started = asyncio.get_running_loop().time()
         session = (
             answer.session_id
@@ -257,7 +261,7 @@ class ScriptedRunner:
         return outcome
 
     async def _session(self, req: RunRequest, session: str, emit: EventSink, entries: list[dict[str, Any]]) -> None:
-        await emit(Event(type="session", attempt=req.attempt, data={"session_id": session}))
+        await emit(SessionStarted(session_id=session).event(req.attempt))
         if req.session_store is not None and entries:
             key = {"project_key": self._project_of(req), "session_id": session}
             await req.session_store.append(key, entries)  # type: ignore[arg-type]
@@ -281,12 +285,10 @@ class ScriptedRunner:
             name, tool_input, tool_result = _tool_call(call)
             names.append(name)
             use_id = f"toolu_{req.attempt}_{i}"
-            data = {"tool": name, "id": use_id, "input": json.dumps(tool_input)}
-            await emit(Event(type="tool_call", attempt=req.attempt, data=data))
-            result_data = {"id": use_id, "is_error": False, "text": tool_result}
-            await emit(Event(type="tool_result", attempt=req.attempt, data=result_data))
+            await emit(ToolCalled(tool=name, id=use_id, input=json.dumps(tool_input)).event(req.attempt))
+            await emit(ToolResult(id=use_id, is_error=False, text=tool_result).event(req.attempt))
         if reply.text:
-            await emit(Event(type="assistant_text", attempt=req.attempt, data={"text": reply.text}))
+            await emit(AssistantText(text=reply.text).event(req.attempt))
         usage = usage_of(reply.usage, model)
         result = JobResult(
             text=reply.text,
@@ -329,10 +331,10 @@ class ScriptedRunner:
                 resets_at = utcnow() + timedelta(seconds=failure.resets_in)
                 signal = RateLimitSignal("rejected", resets_at=resets_at, window=failure.window)
                 outcome.rate_limits.append(signal)
-                data = {"status": "rejected", "window": failure.window, "utilization": None}
-                await emit(
-                    Event(type="rate_limit", attempt=req.attempt, data={**data, "resets_at": resets_at.isoformat()})
+                limited = RateLimited(
+                    status="rejected", window=failure.window, utilization=None, resets_at=resets_at.isoformat()
                 )
+                await emit(limited.event(req.attempt))
         elif failure.kind == "auth_failed":
             outcome.assistant_error = "authentication_failed"
         elif failure.kind == "overloaded":
@@ -367,10 +369,11 @@ class ScriptedRunner:
             why = "deadline"
         try:
             await asyncio.wait_for(cancel.wait(), timeout=wait_s)
-            outcome.stopped_by = "cancel"
+            why = "cancel"
         except TimeoutError:
-            outcome.stopped_by = why  # type: ignore[assignment]
-        await emit(Event(type="stopped", attempt=req.attempt, data={"reason": outcome.stopped_by}))
+            pass
+        outcome.stopped_by = why  # type: ignore[assignment]
+        await emit(Stopped(reason=why).event(req.attempt))
         return outcome
 
 
@@ -387,12 +390,11 @@ def _tool_call(call: ToolCall) -> tuple[str, Mapping[str, Any], str]:
 
 
 def _result_event(req: RunRequest, is_error: bool, subtype: str, result: JobResult) -> Event:
-    data = {
-        "is_error": is_error,
-        "subtype": subtype,
-        "num_turns": result.num_turns,
-        "duration_ms": result.duration_ms,
-        "cost_usd": result.usage.cost_usd,
-        "stop_reason": result.stop_reason,
-    }
-    return Event(type="result", attempt=req.attempt, data=data)
+    return ResultReceived(
+        is_error=is_error,
+        subtype=subtype,
+        num_turns=result.num_turns,
+        duration_ms=result.duration_ms,
+        cost_usd=result.usage.cost_usd,
+        stop_reason=result.stop_reason,
+    ).event(req.attempt)

@@ -19,6 +19,18 @@ from claudeq import dependencies, tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
+from claudeq.events import (
+    AttemptFinished,
+    Claimed,
+    Deferred,
+    MirrorError,
+    Requeued,
+    RetryScheduled,
+    SessionStarted,
+    ToolCalled,
+    data_of,
+    ended,
+)
 from claudeq.jobs import JobFields
 from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
 from claudeq.permissions import spec_problems
@@ -96,7 +108,7 @@ class DeliveryHandler:
     async def _handle(self, d: Delivery) -> Finish:
         spec = d.record.spec
         number = len(d.attempts) + 1
-        await self.event(d, Event(type="claimed", attempt=number, data={"worker": self.worker_id, "attempt": number}))
+        await self.event(d, Claimed(worker=self.worker_id, attempt=number).event(number))
         if d.first_claim:  # once per job: a job deferred before its first attempt is claimed again later
             self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
         problems = spec_problems(spec, self.settings)
@@ -119,8 +131,10 @@ class DeliveryHandler:
         async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
             self.metrics.retry(step.reason)
             d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
-            data = {"reason": step.reason, "wait_s": round(wait_s, 3), "next_attempt": len(d.attempts) + 1}
-            await self.event(d, Event(type="retry", data={**data, "in_place": in_place}))
+            retry = RetryScheduled(
+                reason=step.reason, wait_s=round(wait_s, 3), next_attempt=len(d.attempts) + 1, in_place=in_place
+            )
+            await self.event(d, retry.event())
 
         async def attempt() -> Step:
             return await self._attempt(d, max_attempts)
@@ -363,9 +377,7 @@ class DeliveryHandler:
         self.metrics.usage(account.name, outcome.result.usage)
         d.result = outcome.result
         d.session_id = outcome.session_id or d.session_id
-        await self.event(
-            d, Event(type="attempt_finished", data={"outcome": decision.outcome, "detail": decision.detail})
-        )
+        await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
         return await self._act(d, decision)
 
     def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
@@ -483,7 +495,6 @@ class DeliveryHandler:
 
     async def finish(self, d: Delivery, status: TerminalStatus, error: JobError | None = None) -> Finish:
         """Write a terminal status (fenced); returns the status, or `lost` when the fence was stale."""
-        data = {"kind": error.kind, "message": error.message} if error else {}
         # The run's slot, the job's index entries and its last attempt's spend go in the same script as the status
         # when they can (a run admitted as no tenant's): one round trip for the job's end.
         release = (
@@ -494,7 +505,7 @@ class DeliveryHandler:
             )
         )
         span = d.trace.child("claudeq.terminal_write", job_id=d.job_id, status=status)
-        event = Event(type=status, data=data)  # in the fenced write: no terminal event from a run that lost the job
+        event = ended(status, error)  # in the fenced write: no terminal event from a run that lost the job
         fields: JobFields = {
             "attempts": d.attempts,
             "result": self._result(d),
@@ -561,7 +572,7 @@ class DeliveryHandler:
         ok = await self.writer.write(
             d,
             "deferred",
-            Event(type="deferred", data={"ready_at": ready_at.isoformat(), "reason": reason}),
+            Deferred(ready_at=ready_at.isoformat(), reason=reason).event(),
             ready_at=ready_at,
             attempts=d.attempts,
             result=self._result(d),
@@ -595,7 +606,7 @@ class DeliveryHandler:
 
     async def _requeue(self, d: Delivery, reason: str) -> Finish:
         await self._release(d)
-        requeued = Event(type="requeued", data={"reason": reason})
+        requeued = Requeued(reason=reason).event()
         ok = await self.writer.write(
             d, "queued", requeued, attempts=d.attempts, result=self._result(d), session_id=d.session_id
         )
@@ -619,12 +630,13 @@ class DeliveryHandler:
         async def emit(event: Event) -> None:
             if event.attempt is None:
                 event = event.model_copy(update={"attempt": attempt})
-            if event.type == "tool_call":
-                self.metrics.tool_call(str(event.data.get("tool", "")))
-            elif event.type == "mirror_error":
+            data = data_of(event)
+            if isinstance(data, ToolCalled):
+                self.metrics.tool_call(data.tool)
+            elif isinstance(data, MirrorError):
                 self.metrics.mirror_error()
-            elif event.type == "session" and event.data.get("session_id"):
-                d.session_id = str(event.data["session_id"])
+            elif isinstance(data, SessionStarted) and data.session_id:
+                d.session_id = data.session_id
                 await self.sessions.claim(d.record.spec.tenant, d.session_id)
             await self.event(d, event)
 

@@ -25,7 +25,8 @@ import redis
 from claudeq import connections
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.models import Attempt, Event, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
+from claudeq.events import Requeued, ended
+from claudeq.models import Attempt, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
 from claudeq.producer.client import Client
 from claudeq.schedules import ScheduleStore
 from claudeq.worker.delivery.engine import Engine
@@ -269,7 +270,7 @@ class Loops:
                 if await self._poisoned(record, attempts, losses, detail):
                     recovered.append(job_id)
                 continue
-            event = Event(type="requeued", data={"reason": detail})
+            event = Requeued(reason=detail).event()
             answer = await in_redis_thread(self.store.recover, job_id, record.fence, attempts, event)
             if answer == CANCELLED:  # a cancel came while it ran: it ends rather than run again
                 log.warning("job %s: %s; cancelled (a cancel was asked for while it ran)", job_id, detail)
@@ -292,7 +293,7 @@ class Loops:
             "running it; see the worker logs of its attempts."
         )
         error = JobError(kind="poisoned", message=message)
-        event = Event(type="failed", data={"kind": error.kind, "message": message})
+        event = ended("failed", error)
         if not await in_redis_thread(self.store.recover, record.id, record.fence, attempts, event, error):
             return False
         log.error("job %s: %s", record.id, message)

@@ -32,8 +32,9 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore, Turn
+from claudeq.events import SessionPlanned, SessionRestarted, session_of
 from claudeq.jobs import JobStore
-from claudeq.models import Event, JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
+from claudeq.models import JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.redaction import redact
 from claudeq.worker.run.outcome import EventSink
@@ -223,10 +224,12 @@ class SessionPlanner:
             plan = replace(plan, base=base, restarted_from=restarted_from)
         if emit is not None:
             if restarted_from is not None:
-                await emit(Event(type="session_restarted", data={"missing_session_id": restarted_from}))
+                await emit(SessionRestarted(missing_session_id=restarted_from).event())
             if plan.error is None:
-                data = {"mode": plan.mode, "resume": plan.resume, "fork": plan.fork, "resume_at": plan.resume_at}
-                await emit(Event(type="session_plan", data={**data, "base": plan.base}))
+                planned = SessionPlanned(
+                    mode=plan.mode, resume=plan.resume, fork=plan.fork, resume_at=plan.resume_at, base=plan.base
+                )
+                await emit(planned.event())
         return plan
 
     async def _continuation(self, record: JobRecord, store: RedisSessionStore, project: str) -> SessionPlan | None:
@@ -272,8 +275,8 @@ class SessionPlanner:
             batch = self.jobs.read_events(record.id, after=after, count=500)
             for entry_id, event in batch:
                 after = entry_id
-                if event.type == "session" and event.data.get("session_id"):
-                    session_id = str(event.data["session_id"])
+                if session := session_of(event):
+                    session_id = session
                 elif event.type == "session_plan" and first is None:
                     first = event.data
             if len(batch) < 500:
@@ -383,8 +386,8 @@ class SessionPlanner:
             batch = self.jobs.read_events(job_id, after=after, count=500)
             for entry_id, event in batch:
                 after = entry_id
-                if event.type == "session" and event.data.get("session_id"):
-                    found.add(str(event.data["session_id"]))
+                if session := session_of(event):
+                    found.add(session)
             if len(batch) < 500:
                 return found
 

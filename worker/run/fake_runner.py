@@ -14,7 +14,8 @@ import os
 import time
 import uuid
 
-from claudeq.models import Event, JobResult, JobSpec
+from claudeq.events import AssistantText, ResultReceived, RunStarted, SessionStarted
+from claudeq.models import JobResult, JobSpec
 from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest
 from claudeq.worker.run.parse import usage_from_model_usage
 
@@ -46,15 +47,10 @@ class FakeRunner:
     async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         """Sleep, emitting what a short real run emits (run_started, session, assistant_text, result)."""
         started = time.monotonic()
-        outcome = RunOutcome(session_id=str(uuid.uuid4()))
-        await emit(
-            Event(
-                type="run_started",
-                attempt=req.attempt,
-                data={"account": req.account.name, "model": req.spec.model, "attempt": req.attempt},
-            )
-        )
-        await emit(Event(type="session", attempt=req.attempt, data={"session_id": outcome.session_id}))
+        session = str(uuid.uuid4())
+        outcome = RunOutcome(session_id=session)
+        await emit(RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt))
+        await emit(SessionStarted(session_id=session).event(req.attempt))
         outcome.first_byte_at = time.monotonic()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(cancel.wait(), timeout=self.run_s)
@@ -62,7 +58,7 @@ class FakeRunner:
             outcome.stopped_by = "cancel"
             outcome.duration_s = time.monotonic() - started
             return outcome
-        await emit(Event(type="assistant_text", attempt=req.attempt, data={"text": "done"}))
+        await emit(AssistantText(text="done").event(req.attempt))
         usage = usage_from_model_usage(
             {
                 FAKE_MODEL: {
@@ -81,18 +77,14 @@ class FakeRunner:
         outcome.got_result = True
         outcome.subtype = "success"
         await emit(
-            Event(
-                type="result",
-                attempt=req.attempt,
-                data={
-                    "is_error": False,
-                    "subtype": "success",
-                    "num_turns": 1,
-                    "duration_ms": duration_ms,
-                    "cost_usd": usage.cost_usd,
-                    "stop_reason": "end_turn",
-                },
-            )
+            ResultReceived(
+                is_error=False,
+                subtype="success",
+                num_turns=1,
+                duration_ms=duration_ms,
+                cost_usd=usage.cost_usd,
+                stop_reason="end_turn",
+            ).event(req.attempt)
         )
         outcome.duration_s = time.monotonic() - started
         outcome.exit_code = 0

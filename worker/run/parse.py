@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +26,19 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import MirrorErrorMessage
 
-from claudeq.models import Event, EventType, Usage
+from claudeq.events import (
+    ApiRetry,
+    AssistantText,
+    EventData,
+    MirrorError,
+    RateLimited,
+    ResultReceived,
+    SessionStarted,
+    TokensSoFar,
+    ToolCalled,
+    ToolResult,
+)
+from claudeq.models import Event, Usage
 from claudeq.worker.redaction import redact
 from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
 from claudeq.worker.run.prices import cost_usd
@@ -158,11 +170,11 @@ class MessageParser:
         """Whether a tool call is running (a tool_use without its tool_result yet): idle time does not count."""
         return bool(self.tools_in_flight)
 
-    def _event(self, type_: EventType, **data: Any) -> Event:
-        return Event(type=type_, attempt=self.attempt, data=data)
-
     def feed(self, message: object) -> list[Event]:
         """Take one SDK message; return the claudeq events it means (possibly none)."""
+        return [data.event(self.attempt) for data in self._feed(message)]
+
+    def _feed(self, message: object) -> Sequence[EventData]:
         now = self.clock()
         self.last_progress = now
         if isinstance(message, StreamEvent):
@@ -180,7 +192,7 @@ class MessageParser:
             return self._rate_limit(message)
         if isinstance(message, MirrorErrorMessage):
             self.outcome.mirror_errors += 1
-            return [self._event("mirror_error", detail=truncate(redact(message.error), 500))]
+            return [MirrorError(detail=truncate(redact(message.error), 500))]
         if isinstance(message, SystemMessage):
             return self._system(message)
         return []
@@ -189,14 +201,14 @@ class MessageParser:
         if self.outcome.first_byte_at is None:
             self.outcome.first_byte_at = now
 
-    def _session(self, raw: object) -> list[Event]:
+    def _session(self, raw: object) -> list[SessionStarted]:
         session_id = raw if isinstance(raw, str) else None
         if not session_id or session_id == self.outcome.session_id:
             return []
         self.outcome.session_id = session_id
-        return [self._event("session", session_id=session_id)]
+        return [SessionStarted(session_id=session_id)]
 
-    def _system(self, message: SystemMessage) -> list[Event]:
+    def _system(self, message: SystemMessage) -> Sequence[EventData]:
         data = _dict(message.data)
         if message.subtype == "init":
             self.model = _opt_text(data.get("model")) or self.model
@@ -204,8 +216,7 @@ class MessageParser:
         if message.subtype == "api_retry":
             self.outcome.api_retries += 1
             return [
-                self._event(
-                    "api_retry",
+                ApiRetry(
                     attempt=data.get("attempt"),
                     error_status=data.get("error_status"),
                     error=data.get("error"),
@@ -214,30 +225,30 @@ class MessageParser:
             ]
         return []
 
-    def _assistant(self, message: AssistantMessage) -> list[Event]:
-        events = self._session(message.session_id)
+    def _assistant(self, message: AssistantMessage) -> list[SessionStarted | AssistantText | ToolCalled]:
+        events: list[SessionStarted | AssistantText | ToolCalled] = [*self._session(message.session_id)]
         if message.error is not None:
             self.outcome.assistant_error = _text(message.error)
         for block in message.content if isinstance(message.content, list) else []:
             if isinstance(block, TextBlock) and block.text:
-                events.append(self._event("assistant_text", text=truncate(redact(_text(block.text)))))
+                events.append(AssistantText(text=truncate(redact(_text(block.text)))))
             elif isinstance(block, ToolUseBlock):
                 name, use_id = _text(block.name), _text(block.id)
                 self.outcome.tool_calls.append(name)
                 self.tools_in_flight[use_id] = name
-                events.append(self._event("tool_call", tool=name, id=use_id, input=_json_text(block.input)))
+                events.append(ToolCalled(tool=name, id=use_id, input=_json_text(block.input)))
         if events and self._stream_usage:
             # What this attempt has used so far (from the stream events), so `claudeq top` can show a running job's
             # tokens before its result: the last such event is the latest figure.
             so_far = self.stream_usage()
-            events[-1].data["tokens_so_far"] = {
-                "input": so_far.input_tokens + so_far.cache_read_tokens + so_far.cache_creation_tokens,
-                "output": so_far.output_tokens,
-            }
+            events[-1].tokens_so_far = TokensSoFar(
+                input=so_far.input_tokens + so_far.cache_read_tokens + so_far.cache_creation_tokens,
+                output=so_far.output_tokens,
+            )
         return events
 
-    def _user(self, message: UserMessage) -> list[Event]:
-        events: list[Event] = []
+    def _user(self, message: UserMessage) -> list[ToolResult]:
+        events: list[ToolResult] = []
         if not isinstance(message.content, list):
             return events
         for block in message.content:
@@ -246,13 +257,13 @@ class MessageParser:
                 self.tools_in_flight.pop(use_id, None)
                 full = redact(_result_text(block.content))
                 text = truncate(full, self.tool_result_limit)
-                event = self._event("tool_result", id=use_id, is_error=bool(block.is_error), text=text)
+                event = ToolResult(id=use_id, is_error=bool(block.is_error), text=text)
                 if len(full) > self.tool_result_limit:
-                    event.data["chars"] = len(full)  # the whole result's length, in the session's transcript
+                    event.chars = len(full)  # the whole result's length, in the session's transcript
                 events.append(event)
         return events
 
-    def _rate_limit(self, message: RateLimitEvent) -> list[Event]:
+    def _rate_limit(self, message: RateLimitEvent) -> list[RateLimited]:
         info = message.rate_limit_info
         signal = RateLimitSignal(
             status=_text(info.status),
@@ -262,8 +273,7 @@ class MessageParser:
         )
         self.outcome.rate_limits.append(signal)
         return [
-            self._event(
-                "rate_limit",
+            RateLimited(
                 status=signal.status,
                 window=signal.window,
                 utilization=signal.utilization,
@@ -271,8 +281,8 @@ class MessageParser:
             )
         ]
 
-    def _result(self, message: ResultMessage) -> list[Event]:
-        events = self._session(message.session_id)
+    def _result(self, message: ResultMessage) -> list[SessionStarted | ResultReceived]:
+        events: list[SessionStarted | ResultReceived] = [*self._session(message.session_id)]
         out = self.outcome
         out.got_result = True
         out.is_error = message.is_error is not False  # success only when the CLI said so plainly
@@ -300,8 +310,7 @@ class MessageParser:
             if cost is not None:
                 result.usage.cost_usd = cost
         events.append(
-            self._event(
-                "result",
+            ResultReceived(
                 is_error=out.is_error,
                 subtype=out.subtype,
                 num_turns=result.num_turns,

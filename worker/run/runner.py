@@ -31,6 +31,7 @@ from claudeq import tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
+from claudeq.events import RunStarted, Stopped
 from claudeq.models import Event, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.passthrough.server import PassThrough, RunGrant
@@ -289,11 +290,7 @@ class Runner:
         try:
             await self._emit(
                 emit,
-                Event(
-                    type="run_started",
-                    attempt=req.attempt,
-                    data={"account": req.account.name, "model": req.spec.model, "attempt": req.attempt},
-                ),
+                RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt),
             )
             wake = asyncio.Event()
             prompt = req.spec.prompt
@@ -332,7 +329,7 @@ class Runner:
                 if outcome.exception is not None and outcome.start_errno is None:
                     outcome.start_errno = exec_errno(stderr_tail, outcome)
         if stopped is not None:
-            await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
+            await self._emit(emit, Stopped(reason=stopped).event(req.attempt))
         return parser.finish()
 
     def _prepare_cold(
@@ -476,15 +473,8 @@ class Runner:
         try:
             await self._emit(
                 emit,
-                Event(
-                    type="run_started",
-                    attempt=req.attempt,
-                    data={
-                        "account": req.account.name,
-                        "model": req.spec.model,
-                        "attempt": req.attempt,
-                        "warm": not fresh,
-                    },
+                RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt, warm=not fresh).event(
+                    req.attempt
                 ),
             )
             wake = asyncio.Event()
@@ -537,7 +527,7 @@ class Runner:
             if outcome.exception is not None and outcome.start_errno is None:
                 outcome.start_errno = exec_errno(cli.stderr, outcome)
         if stopped is not None:
-            await self._emit(emit, Event(type="stopped", attempt=req.attempt, data={"reason": stopped}))
+            await self._emit(emit, Stopped(reason=stopped).event(req.attempt))
         return parser.finish()
 
     async def _stop_warm(self, cli: WarmCli, pump: asyncio.Task[None] | None, connected: bool) -> None:

@@ -23,6 +23,7 @@ import redis
 from claudeq.archive import RESULT_KEPT_CHARS
 from claudeq.broker_message import sent_at_of
 from claudeq.config.settings import Settings
+from claudeq.events import ended, session_of
 from claudeq.jobs import (
     ARCHIVED_FIELD,
     CANCEL_FIELD,
@@ -300,8 +301,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         if status in _STATUS_EVENT:
             own = 1 if every and every[-1].type == _STATUS_EVENT[status] else 0
             attempt = every[-1].attempt if own else None
-            data = {"kind": CANCEL_ERROR.kind, "message": CANCEL_ERROR.message}
-            cancelled = Event(type="cancelled", attempt=attempt, data=data)
+            cancelled = ended("cancelled", CANCEL_ERROR, attempt)
             on_cancel = json.dumps([encode_event(cancelled), compact_json(CANCEL_ERROR), stored_time(utcnow()), own])
         keys = [
             self.keys.job(job_id),
@@ -374,8 +374,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
             batch = self.read_events(job_id, after=after, count=500)
             for entry_id, event in batch:
                 after = entry_id
-                if event.type == "session" and event.data.get("session_id"):
-                    found.add(str(event.data["session_id"]))
+                if session := session_of(event):
+                    found.add(session)
             if len(batch) < 500:
                 break
         due = time.time() + after_s
@@ -494,8 +494,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         if error is not None:
             fields.update(error=error, finished_at=utcnow())
         else:
-            data = {"kind": CANCEL_ERROR.kind, "message": CANCEL_ERROR.message}
-            cancelled = encode_event(Event(type="cancelled", data=data))
+            cancelled = encode_event(ended("cancelled", CANCEL_ERROR))
             on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
         answer = self._recover(
             keys=[
