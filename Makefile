@@ -29,14 +29,19 @@ lint: venv
 types: venv
 	$(BIN)/mypy
 
+# Every tier at once on PYTEST_WORKERS processes (pytest-xdist): each test has its own key prefix, queue, ports and
+# processes, so the tiers share nothing but the machine; a file's tests stay on one process (its fixtures are set up
+# once). PYTEST_WORKERS=0 runs them in this process, one after another.
+PYTEST_WORKERS ?= 2
 pytest: venv
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint types pytest
 
-# The unit tier alone (tests/unit: plain values and fakeredis, no Redis server, no CLI), in under a minute.
+# The unit tier alone (tests/unit: plain values and fakeredis, no Redis server, no CLI), in under a minute: its tests
+# share nothing, so they run on every core (pytest-xdist).
 test-fast: venv
-	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n auto tests/unit $(PYTEST_ARGS)
 
 # The long chaos soak (tests/chaos/): 3,000 jobs through 3 workers while a killer SIGKILLs them, Redis restarts and
 # the simulator injects faults; prints the table of what the witnesses saw. Smaller: make soak SOAK_ARGS="--jobs 300"

@@ -42,7 +42,7 @@ def test_top_renders_accounts_and_a_running_job_and_q_quits(
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 220, 0, 0))
     proc = subprocess.Popen(
         [sys.executable, "-m", "claudeq.producer.cli", "top", "--interval", "0.5"],
-        env=tree_env(**settings_env(settings), TERM="xterm-256color"),
+        env=tree_env(**settings_env(settings), TERM="xterm-256color", COLUMNS="220", LINES="60"),
         cwd=ROOT,
         stdin=slave,
         stdout=slave,
