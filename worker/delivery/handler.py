@@ -523,9 +523,8 @@ class DeliveryHandler:
             span.set(written=bool(ok))
             span.end()
         if release is not None and ok:
-            d.hold.spent = (
-                None  # counted with the write (it landed: a retried write found it had, or its reply said so)
-            )
+            # Counted with the write (it landed: a retried write found it had, or its reply said so).
+            d.hold.spent = None
         if freed.done:
             d.hold.slot = None
             await self.dispatch.send_admitted(list(freed.admitted))
