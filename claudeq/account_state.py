@@ -37,7 +37,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
-from claudeq.script_calls import ScriptCall, run_call
+from claudeq.script_calls import Queue, ScriptCall, run_call
 
 #: Model families with waiting lines and windows of their own (`-`: a job for no particular family, and the windows
 #: that apply to every job). Order matters: the scripts index it.
@@ -120,12 +120,23 @@ class AccountStore:
         counted (ZCOUNT) and only the earliest is read: O(log n) in the runs in flight, not a copy of every slot."""
         now = time.time() if now is None else now
         pipe = self.redis.pipeline(transaction=False)
-        for account in self.pool.accounts:
-            slots_key = self.keys.account_slots(account.name)
-            pipe.hgetall(self.keys.account(account.name))
-            pipe.zcount(slots_key, f"({now}", "+inf")
-            pipe.zrangebyscore(slots_key, f"({now}", "+inf", start=0, num=1, withscores=True)
-        replies = pipe.execute()
+        self.queue_snapshot(now)(pipe)
+        return self.snapshot_of(pipe.execute(), now)
+
+    def queue_snapshot(self, now: float) -> Queue:
+        """`snapshot`'s commands, for a pipeline of either client (the worker's loop sends them on its own)."""
+
+        def queue(pipe: Any) -> None:
+            for account in self.pool.accounts:
+                slots_key = self.keys.account_slots(account.name)
+                pipe.hgetall(self.keys.account(account.name))
+                pipe.zcount(slots_key, f"({now}", "+inf")
+                pipe.zrangebyscore(slots_key, f"({now}", "+inf", start=0, num=1, withscores=True)
+
+        return queue
+
+    def snapshot_of(self, replies: list[Any], now: float) -> list[tuple[AccountState, datetime | None]]:
+        """`snapshot`'s answer from the replies of its commands (`queue_snapshot`)."""
         out: list[tuple[AccountState, datetime | None]] = []
         for i, account in enumerate(self.pool.accounts):
             raw = {text(k): text(v) for k, v in replies[3 * i].items()}
@@ -145,18 +156,29 @@ class AccountStore:
     def held_by(self, job_id: str, now: float | None = None, among: Collection[str] | None = None) -> list[str]:
         """Accounts on which `job_id` holds a live slot (normally none or one); only those in `among` are looked at
         (None: every account; names or slots keys)."""
-        now = time.time() if now is None else now
-        accounts = [
+        accounts = self.held_among(among)
+        if not accounts:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        self.queue_held_by(job_id, accounts)(pipe)
+        return self.held_by_of(accounts, pipe.execute(), now)
+
+    def held_among(self, among: Collection[str] | None) -> list[AccountConfig]:
+        """The accounts `held_by` looks at: those in `among` (names or slots keys; None: every account)."""
+        return [
             a
             for a in self.pool.accounts
             if among is None or a.name in among or self.keys.account_slots(a.name) in among
         ]
-        if not accounts:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for account in accounts:
-            pipe.zscore(self.keys.account_slots(account.name), job_id)
-        scores = pipe.execute()
+
+    def queue_held_by(self, job_id: str, accounts: list[AccountConfig]) -> Queue:
+        """`held_by`'s commands, for a pipeline of either client."""
+        return lambda pipe: [pipe.zscore(self.keys.account_slots(account.name), job_id) for account in accounts]
+
+    @staticmethod
+    def held_by_of(accounts: list[AccountConfig], scores: list[Any], now: float | None = None) -> list[str]:
+        """`held_by`'s answer from the replies of its commands (`queue_held_by`)."""
+        now = time.time() if now is None else now
         return [a.name for a, score in zip(accounts, scores, strict=True) if score and float(score) > now]
 
     def waiters(self, name: str) -> list[str]:
@@ -262,8 +284,12 @@ class AccountStore:
 
     def admit(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
         """Hand `name`'s free slots to its best waiters still deferred (as `release` does, without freeing one)."""
+        return run_call(self.admit_call(name, ttl_s, now))
+
+    def admit_call(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> ScriptCall[list[str]]:
+        """`admit` as a call (the worker sends it from its event loop)."""
         keys, args = self.handout(name, ttl_s, now)
-        return _texts(self._admit(keys=keys, args=args))
+        return ScriptCall(self._admit, keys, args, _texts)
 
     def add_waiter(
         self,
@@ -282,10 +308,25 @@ class AccountStore:
         slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
         `job_id` itself is among them when it is first in line for a slot that is free right now. `tenant_line`:
         (its tenant's line key, its score there) when tenants order the lines (priority within a tenant)."""
+        call = self.add_waiter_call(names, job_id, rank, ttl_s, now, family, fallback_s, tenant_line)
+        return [] if call is None else run_call(call)
+
+    def add_waiter_call(
+        self,
+        names: Iterable[str],
+        job_id: str,
+        rank: float,
+        ttl_s: float = 15.0,
+        now: float | None = None,
+        family: str = "-",
+        fallback_s: float = 300.0,
+        tenant_line: tuple[str, float] | None = None,
+    ) -> ScriptCall[list[str]] | None:
+        """`add_waiter` as a call (None: no account to wait on)."""
         now = time.time() if now is None else now
         accounts = [self.config(name) for name in names]
         if not accounts:
-            return []
+            return None
         keys = self._job_keys()
         per_account: list[str | int] = []
         for account in accounts:
@@ -305,7 +346,7 @@ class AccountStore:
             "" if tenant_line is None else repr(tenant_line[1]),
             *per_account,
         ]
-        return [text(j) for j in self._add_waiter(keys=keys, args=args)]
+        return ScriptCall(self._add_waiter, keys, args, _texts)
 
     # ---- state writes ----------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 from pydantic import BaseModel
@@ -30,6 +30,7 @@ from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.keys import Keys, text
 from claudeq.lua import script
 from claudeq.models import ACTIVE, Timestamp
+from claudeq.script_calls import PipeCall, ScriptCall, done, run_call
 
 #: Why a job may not resume a session (the field is `resume`; the text names no other tenant nor any job).
 NOT_YOURS = "session {session_id} is not one of tenant {tenant!r}'s sessions"
@@ -93,7 +94,8 @@ class ConversationInfo:
 
 
 class ConversationStore:
-    """Pointer, turns and turn lock of conversations (sync; the worker calls it via asyncio.to_thread)."""
+    """Pointer, turns and turn lock of conversations. Sync; what the worker does with them is also a call
+    (`*_call`, claudeq/script_calls.py) the worker sends from its event loop."""
 
     def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int) -> None:
         self.redis = client
@@ -110,8 +112,14 @@ class ConversationStore:
 
     def latest_session(self, name: str, tenant: str = DEFAULT_TENANT) -> str | None:
         """The conversation's latest session id (None: no successful turn yet, or it expired)."""
-        value = self.redis.get(self.keys.conversation(name, tenant))
-        return None if value is None else text(value)
+        return run_call(self.latest_session_call(name, tenant))
+
+    def latest_session_call(self, name: str, tenant: str = DEFAULT_TENANT) -> PipeCall[str | None]:
+        """`latest_session` as a call."""
+        key = self.keys.conversation(name, tenant)
+        return PipeCall(
+            self.redis, lambda p: p.get(key), lambda replies: None if replies[0] is None else text(replies[0])
+        )
 
     def register(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> None:
         """Give `job_id` the next turn of `name` unless it has one (JobStore.create already numbers conversation
@@ -127,40 +135,56 @@ class ConversationStore:
 
     def acquire(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> TurnGrant:
         """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
-        granted, holder = self._acquire(
-            keys=[
-                self.keys.conversation_lock(name, tenant),
-                self.keys.conversation_waiters(name, tenant),
-                self.keys.conversation_seq(name, tenant),
-                self.keys.job(job_id),
-            ],
-            args=[job_id, "", self.keys.job(""), self.ttl_s, HEAD_POPS],
-        )
-        return TurnGrant(bool(granted), text(holder) if holder else None)
+        return run_call(self.acquire_call(name, job_id, tenant))
+
+    def acquire_call(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> ScriptCall[TurnGrant]:
+        """`acquire` as a call."""
+        keys = [
+            self.keys.conversation_lock(name, tenant),
+            self.keys.conversation_waiters(name, tenant),
+            self.keys.conversation_seq(name, tenant),
+            self.keys.job(job_id),
+        ]
+        args = [job_id, "", self.keys.job(""), self.ttl_s, HEAD_POPS]
+        return ScriptCall(self._acquire, keys, args, _grant)
 
     def release(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> str | None:
         """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
-        nxt = self._release(
-            keys=[self.keys.conversation_lock(name, tenant), self.keys.conversation_waiters(name, tenant)],
-            args=[job_id, HEAD_POPS, self.keys.job("")],
-        )
-        return text(nxt) if nxt else None
+        return run_call(self.release_call(name, job_id, tenant))
+
+    def release_call(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> ScriptCall[str | None]:
+        """`release` as a call."""
+        keys = [self.keys.conversation_lock(name, tenant), self.keys.conversation_waiters(name, tenant)]
+        return ScriptCall(self._release, keys, [job_id, HEAD_POPS, self.keys.job("")], lambda n: text(n) if n else None)
 
     def record_turn(self, name: str, turn: Turn, move_pointer: bool, tenant: str = DEFAULT_TENANT) -> None:
         """Append a finished turn; with `move_pointer`, its session becomes the conversation's latest."""
-        pipe = self.redis.pipeline()
-        if move_pointer and turn.session_id:
-            pipe.set(self.keys.conversation(name, tenant), turn.session_id, ex=self.ttl_s)
-        else:
-            pipe.expire(self.keys.conversation(name, tenant), self.ttl_s)
-        now = time.time()
-        pipe.rpush(self.keys.conversation_turns(name, tenant), turn.model_dump_json())
-        pipe.ltrim(self.keys.conversation_turns(name, tenant), -TURNS_KEPT, -1)
-        pipe.expire(self.keys.conversation_turns(name, tenant), self.ttl_s)
-        pipe.zadd(self.keys.conversations(tenant), {name: now})
-        pipe.zremrangebyscore(self.keys.conversations(tenant), "-inf", f"({now - self.ttl_s}")  # expired conversations
-        pipe.expire(self.keys.conversations(tenant), self.ttl_s)
-        pipe.execute()
+        run_call(self.record_turn_call(name, turn, move_pointer, tenant))
+
+    def record_turn_call(
+        self, name: str, turn: Turn, move_pointer: bool, tenant: str = DEFAULT_TENANT
+    ) -> PipeCall[None]:
+        """`record_turn` as a call (one MULTI/EXEC)."""
+        now, ttl_s = time.time(), self.ttl_s
+        pointer, turns, names = (
+            self.keys.conversation(name, tenant),
+            self.keys.conversation_turns(name, tenant),
+            self.keys.conversations(tenant),
+        )
+
+        def queue(pipe: Any) -> None:
+            if move_pointer and turn.session_id:
+                pipe.set(pointer, turn.session_id, ex=ttl_s)
+            else:
+                pipe.expire(pointer, ttl_s)
+            pipe.rpush(turns, turn.model_dump_json())
+            pipe.ltrim(turns, -TURNS_KEPT, -1)
+            pipe.expire(turns, ttl_s)
+            pipe.zadd(names, {name: now})
+            pipe.zremrangebyscore(names, "-inf", f"({now - ttl_s}")  # expired conversations
+            pipe.expire(names, ttl_s)
+
+        return PipeCall(self.redis, queue, done, transaction=True)
 
     def turns(self, name: str, tenant: str = DEFAULT_TENANT) -> list[Turn]:
         """The finished turns, oldest first."""
@@ -207,19 +231,30 @@ class ConversationStore:
         """A run of `tenant` works in `session_id`: mark it the tenant's (`session_tenant`; none for `default`).
         Kept twice the session retention from the last run in it, so it outlives the transcript."""
         if tenant != DEFAULT_TENANT:
-            self.redis.set(self.keys.session_tenant(session_id), tenant, ex=2 * self.ttl_s)
+            run_call(self.claim_session_call(session_id, tenant))
+
+    def claim_session_call(self, session_id: str, tenant: str) -> PipeCall[None]:
+        """`claim_session` as a call (for a tenant other than `default`)."""
+        key, ttl_s = self.keys.session_tenant(session_id), 2 * self.ttl_s
+        return PipeCall(self.redis, lambda p: p.set(key, tenant, ex=ttl_s), done)
 
     def may_resume(self, session_id: str, tenant: str) -> bool:
         """Whether a job of `tenant` may resume (or fork) `session_id`: the session is the tenant's own. A session
         without an owner is the default tenant's (ownership is kept for the others only), unless none is stored at
         all (then there is nothing to resume: the run's missing-session handling decides)."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.get(self.keys.session_tenant(session_id))
-        pipe.exists(self.keys.session_projects(session_id))
-        owner, stored = pipe.execute()
-        if owner is not None:
-            return text(owner) == tenant
-        return tenant == DEFAULT_TENANT or not stored
+        return run_call(self.may_resume_call(session_id, tenant))
+
+    def may_resume_call(self, session_id: str, tenant: str) -> PipeCall[bool]:
+        """`may_resume` as a call."""
+        owner_key, projects = self.keys.session_tenant(session_id), self.keys.session_projects(session_id)
+
+        def parse(replies: list[Any]) -> bool:
+            owner, stored = replies
+            if owner is not None:
+                return bool(text(owner) == tenant)
+            return tenant == DEFAULT_TENANT or not stored
+
+        return PipeCall(self.redis, lambda p: (p.get(owner_key), p.exists(projects)), parse)
 
     def forget(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         """Delete the pointer, turns, lock and waiters (not the transcripts: see `delete_conversation`)."""
@@ -230,6 +265,15 @@ class ConversationStore:
             self.keys.conversation_waiters(name, tenant),
         )
         self.redis.zrem(self.keys.conversations(tenant), name)
+
+
+def _first_text(replies: list[Any]) -> str | None:
+    return None if replies[0] is None else text(replies[0])
+
+
+def _grant(reply: Any) -> TurnGrant:
+    granted, holder = reply
+    return TurnGrant(bool(granted), text(holder) if holder else None)
 
 
 async def delete_conversation(

@@ -18,6 +18,7 @@ from claudeq.archive import Archive, open_archive
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.keys import Keys, text
 from claudeq.resp import execute_packed, pack_command, packed_capable
+from claudeq.script_calls import Queue
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
@@ -277,51 +278,37 @@ class JobStore:
         claudeq/lua/lib/index_job.lua)."""
         return int((now - self.result_ttl_s) * 1000)
 
+    # Each read is its commands (`_queue_*`: put on a pipeline of either client) and the parsing of their replies
+    # (read with raise_on_error=False: a key that is not a record is that job's RecordUnreadable), so the worker's
+    # event loop sends the same reads on its async client (claudeq.worker.store.reads.LoopReads).
+
     def get(self, job_id: str) -> JobRecord:
         """The record of `job_id`; JobNotFound or RecordUnreadable when it cannot be had."""
-        try:
-            raw = self.redis.hgetall(self.keys.job(job_id))
-        except redis.ResponseError as exc:
-            raise _unreadable_key(job_id, exc) from None
-        if not raw:
-            raise JobNotFound(job_id)
-        fields = record_fields(raw)
+        fields = record_reply(job_id, self._run(self._queue_get(job_id))[0])
         self._archived_results([(job_id, fields)])
         return parse_record(job_id, fields)
+
+    def _queue_get(self, job_id: str) -> Queue:
+        return lambda pipe: pipe.hgetall(self.keys.job(job_id))
 
     def records(self, job_ids: Sequence[str]) -> list[JobRecord | RecordUnreadable | None]:
         """The records of `job_ids` in one round trip (None: no such job), without their compacted events: what a
         listing shows of each (HMGET of the record's fields, however long its history grew)."""
-        names = ["status", "fence", ARCHIVED_FIELD, *_JSON_FIELDS, *_TIME_FIELDS, *_STR_FIELDS]
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hmget(self.keys.job(job_id), names)
-        replies = pipe.execute(raise_on_error=False)
-        read: list[tuple[str, dict[str, str]]] = []
-        out: list[JobRecord | RecordUnreadable | None] = []
-        for job_id, reply in zip(job_ids, replies, strict=True):
-            if isinstance(reply, redis.ResponseError):
-                out.append(_unreadable_key(job_id, reply))
-                continue
-            fields = {name: text(value) for name, value in zip(names, reply, strict=True) if value is not None}
-            read.append((job_id, fields))
-            out.append(None)
+        read, out = listing_replies(job_ids, self._run(self._queue_records(job_ids)))
         self._archived_results(read)
-        fields_of = dict(read)
-        for i, job_id in enumerate(job_ids):
-            found = fields_of.get(job_id)
-            if out[i] is not None or not found:
-                continue
-            try:
-                out[i] = parse_record(job_id, found)
-            except RecordUnreadable as exc:
-                out[i] = exc
-        return out
+        return listing_records(job_ids, read, out)
+
+    def _queue_records(self, job_ids: Sequence[str]) -> Queue:
+        def queue(pipe: Any) -> None:
+            for job_id in job_ids:
+                pipe.hmget(self.keys.job(job_id), LISTING_FIELDS)
+
+        return queue
 
     def _archived_results(self, records: list[tuple[str, dict[str, str]]]) -> None:
         """Put back the results that moved to the archive with their job's history (records marked `archived`
         without a `result`), read in one query."""
-        moved = [job_id for job_id, f in records if ARCHIVED_FIELD in f and "result" not in f]
+        moved = self._moved_results(records)
         if not moved or self.archive is None:
             return
         found = self.archive.get_results(self.keys.prefix, moved)
@@ -329,14 +316,25 @@ class JobStore:
             if job_id in found:
                 fields["result"] = found[job_id]
 
+    def _moved_results(self, records: list[tuple[str, dict[str, str]]]) -> list[str]:
+        """Of `records`, the jobs whose result moved to the archive (none without an archive)."""
+        if self.archive is None:
+            return []
+        return [job_id for job_id, f in records if ARCHIVED_FIELD in f and "result" not in f]
+
     def status(self, job_id: str) -> JobStatus | None:
         """Only the status (cheap), or None when the job does not exist; RecordUnreadable when its key is not a
         record."""
-        try:
-            value = self.redis.hget(self.keys.job(job_id), "status")
-        except redis.ResponseError as exc:
-            raise _unreadable_key(job_id, exc) from None
-        return None if value is None else text(value)  # type: ignore[return-value]
+        return status_reply(job_id, self._run(self._queue_status(job_id))[0])
+
+    def _queue_status(self, job_id: str) -> Queue:
+        return lambda pipe: pipe.hget(self.keys.job(job_id), "status")
+
+    def _run(self, queue: Queue) -> list[Any]:
+        """The replies of the commands `queue` puts on a pipeline (errors as replies)."""
+        pipe = self.redis.pipeline(transaction=False)
+        queue(pipe)
+        return list(pipe.execute(raise_on_error=False))
 
     def list_jobs(
         self,
@@ -469,41 +467,43 @@ class JobStore:
         record (entry id `0-1`: no stream exists for a job that has no other event yet), the others are in the
         job's stream while it is active, and in the record's `events` field once it finished (the stream is
         compacted into it by the script that writes the terminal status, and expires with the record)."""
-        out: list[tuple[str, Event]] = []
-        if after == "0-0":
-            submitted = self._submitted_event(job_id)
-            if submitted is not None:
-                out.append((SUBMITTED_ENTRY_ID, submitted))
-                after, block_ms = SUBMITTED_ENTRY_ID, None  # something to return already: do not block
-        entries: Any
         if block_ms is None:
-            start = f"({after}" if after != "0-0" else "-"
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.xrange(self.keys.events(job_id), min=start, count=count)
-            pipe.hget(self.keys.job(job_id), "events")
-            pipe.hget(self.keys.job(job_id), ARCHIVED_FIELD)
-            entries, compacted, archived = pipe.execute()
-        else:
-            res: Any = self.redis.xread({self.keys.events(job_id): after}, count=count, block=block_ms)
-            entries = res[0][1] if res else []
-            compacted, archived = self.redis.hmget(self.keys.job(job_id), ["events", ARCHIVED_FIELD])
+            return self._events_page(job_id, after, count, self._run(self._queue_events(job_id, after, count)))
+        head = self._submitted_event(job_id) if after == "0-0" else None
+        if head is not None:  # something to return already: do not block
+            return self._events_page(job_id, after, count, self._run(self._queue_events(job_id, after, count)))
+        res: Any = self.redis.xread({self.keys.events(job_id): after}, count=count, block=block_ms)
+        entries = res[0][1] if res else []
+        compacted, archived = self.redis.hmget(self.keys.job(job_id), ["events", ARCHIVED_FIELD])
         if not compacted and archived and self.archive is not None:
             compacted = self.archive.get_events(self.keys.prefix, job_id)  # moved to the archive after its end
-        pairs = [(text(i), f.get(b"event") or f.get("event") or b"{}") for i, f in entries]
-        if compacted:
-            # Finished: the stream was moved into the record (a stale run may have appended to a new one since).
-            merged = dict(_compacted_events(compacted, after))
-            merged.update(pairs)
-            pairs = sorted(merged.items(), key=lambda item: _entry_key(item[0]))
-        for entry_id, payload in pairs[: max(0, count - len(out))]:
-            try:
-                out.append((entry_id, Event.model_validate_json(payload)))
-            except ValidationError:
-                out.append((entry_id, Unreadable(raw=text(payload)[:200]).event()))
-        return out
+        return events_page(after, count, None, entries, compacted)
+
+    def _queue_events(self, job_id: str, after: str, count: int) -> Queue:
+        """read_events without blocking, in one round trip: the record's creation (the `submitted` event, when read
+        from the start), the stream's entries after `after`, the compacted events and the `archived` mark."""
+        start = f"({SUBMITTED_ENTRY_ID}" if after == "0-0" else f"({after}"
+        key = self.keys.job(job_id)
+
+        def queue(pipe: Any) -> None:
+            if after == "0-0":
+                pipe.hmget(key, ["created_at", "spec"])
+            pipe.xrange(self.keys.events(job_id), min=start, count=count)
+            pipe.hmget(key, ["events", ARCHIVED_FIELD])
+
+        return queue
+
+    def _events_page(self, job_id: str, after: str, count: int, replies: list[Any]) -> list[tuple[str, Event]]:
+        head = self._submitted_of(*_raised(replies.pop(0))) if after == "0-0" else None
+        entries, (compacted, archived) = _raised(replies[0]), _raised(replies[1])
+        if not compacted and archived and self.archive is not None:
+            compacted = self.archive.get_events(self.keys.prefix, job_id)  # moved to the archive after its end
+        return events_page(after, count, head, entries, compacted)
 
     def _submitted_event(self, job_id: str) -> Event | None:
-        created_at, spec = self.redis.hmget(self.keys.job(job_id), ["created_at", "spec"])
+        return self._submitted_of(*self.redis.hmget(self.keys.job(job_id), ["created_at", "spec"]))
+
+    def _submitted_of(self, created_at: Any, spec: Any) -> Event | None:
         if created_at is None:
             return None
         try:
@@ -522,16 +522,22 @@ class JobStore:
         """Say that someone follows `job_id`'s events: the worker running it stores them within 0.1 s instead of
         letting them wait for its next write (a PUBLISH; every FOLLOW_ANNOUNCE_S while following). At most one
         announcement per FOLLOW_ANNOUNCE_S per job from this store; a failure only means the events come later."""
-        now = time.monotonic() if now is None else now
-        if now - self._announced.get(job_id, -FOLLOW_ANNOUNCE_S) < FOLLOW_ANNOUNCE_S:
+        if not self._announce_due(job_id, now):
             return
-        self._announced[job_id] = now
-        if len(self._announced) > 1000:  # forget old jobs
-            self._announced = {k: v for k, v in self._announced.items() if now - v < FOLLOW_ANNOUNCE_S}
         try:
             self.redis.publish(self.keys.follow_channel, job_id)
         except redis.RedisError:
             pass
+
+    def _announce_due(self, job_id: str, now: float | None = None) -> bool:
+        """Whether this store announces following `job_id` now (at most once per FOLLOW_ANNOUNCE_S; noted)."""
+        now = time.monotonic() if now is None else now
+        if now - self._announced.get(job_id, -FOLLOW_ANNOUNCE_S) < FOLLOW_ANNOUNCE_S:
+            return False
+        self._announced[job_id] = now
+        if len(self._announced) > 1000:  # forget old jobs
+            self._announced = {k: v for k, v in self._announced.items() if now - v < FOLLOW_ANNOUNCE_S}
+        return True
 
     def follow_events(self, job_id: str, poll_ms: int = 1000) -> Iterator[Event]:
         """Yield events as they come until the job is finished and the stream is drained."""
@@ -615,6 +621,88 @@ def _compacted_events(raw: Any, after: str) -> list[tuple[str, Any]]:
 def _unreadable_key(job_id: str, exc: redis.ResponseError) -> RecordUnreadable:
     """A job key Redis refused to read as a record (e.g. WRONGTYPE: something else wrote a string there)."""
     return RecordUnreadable(job_id, f"its key is not a record ({str(exc).split(' ', 1)[0]})")
+
+
+def _raised(reply: Any) -> Any:
+    """A pipeline's reply, raised when it is an error."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+#: The fields a listing reads of each record (`JobStore.records`).
+LISTING_FIELDS = ["status", "fence", ARCHIVED_FIELD, *_JSON_FIELDS, *_TIME_FIELDS, *_STR_FIELDS]
+
+
+def record_reply(job_id: str, reply: Any) -> dict[str, str]:
+    """HGETALL's reply for a record as its fields; JobNotFound, or RecordUnreadable for a key that is not one."""
+    if isinstance(reply, redis.ResponseError):
+        raise _unreadable_key(job_id, reply)
+    if not reply:
+        raise JobNotFound(job_id)
+    return record_fields(_raised(reply))
+
+
+def status_reply(job_id: str, reply: Any) -> JobStatus | None:
+    """HGET status's reply (None: no such job); RecordUnreadable for a key that is not a record."""
+    if isinstance(reply, redis.ResponseError):
+        raise _unreadable_key(job_id, reply)
+    return None if _raised(reply) is None else text(reply)  # type: ignore[return-value]
+
+
+def listing_replies(
+    job_ids: Sequence[str], replies: Sequence[Any]
+) -> tuple[list[tuple[str, dict[str, str]]], list[JobRecord | RecordUnreadable | None]]:
+    """The HMGETs of a listing as (job id, fields read) and the answer so far (a key that is not a record already
+    answered: its RecordUnreadable)."""
+    read: list[tuple[str, dict[str, str]]] = []
+    out: list[JobRecord | RecordUnreadable | None] = []
+    for job_id, reply in zip(job_ids, replies, strict=True):
+        if isinstance(reply, redis.ResponseError):
+            out.append(_unreadable_key(job_id, reply))
+            continue
+        values = zip(LISTING_FIELDS, _raised(reply), strict=True)
+        fields = {name: text(value) for name, value in values if value is not None}
+        read.append((job_id, fields))
+        out.append(None)
+    return read, out
+
+
+def listing_records(
+    job_ids: Sequence[str], read: list[tuple[str, dict[str, str]]], out: list[JobRecord | RecordUnreadable | None]
+) -> list[JobRecord | RecordUnreadable | None]:
+    """A listing's answer: each record parsed from its fields (None: no such job)."""
+    fields_of = dict(read)
+    for i, job_id in enumerate(job_ids):
+        found = fields_of.get(job_id)
+        if out[i] is not None or not found:
+            continue
+        try:
+            out[i] = parse_record(job_id, found)
+        except RecordUnreadable as exc:
+            out[i] = exc
+    return out
+
+
+def events_page(after: str, count: int, head: Event | None, entries: Any, compacted: Any) -> list[tuple[str, Event]]:
+    """read_events' answer: the `submitted` event made from the record (`head`), then the stream's entries merged
+    with the compacted ones after `after`, at most `count` in all."""
+    out: list[tuple[str, Event]] = []
+    if head is not None:
+        out.append((SUBMITTED_ENTRY_ID, head))
+        after = SUBMITTED_ENTRY_ID
+    pairs = [(text(i), f.get(b"event") or f.get("event") or b"{}") for i, f in entries]
+    if compacted:
+        # Finished: the stream was moved into the record (a stale run may have appended to a new one since).
+        merged = dict(_compacted_events(compacted, after))
+        merged.update(pairs)
+        pairs = sorted(merged.items(), key=lambda item: _entry_key(item[0]))
+    for entry_id, payload in pairs[: max(0, count - len(out))]:
+        try:
+            out.append((entry_id, Event.model_validate_json(payload)))
+        except ValidationError:
+            out.append((entry_id, Unreadable(raw=text(payload)[:200]).event()))
+    return out
 
 
 def create_reply(reply: Any) -> tuple[str, bool]:

@@ -2,9 +2,10 @@
 mixin that sends a store's calls from the worker's event loop (`AsyncCalls`).
 
 Workers drive many runs from one event loop: the calls each run makes (claim, heartbeat, fenced writes, spend,
-slot release) are coroutines sent on the loop's async client (`use_async`), batched per turn of the loop. Each such
-operation is one coroutine method, never a sync method with a coroutine twin; without an async client (fakeredis
-in the unit tests, the in-process testing kit) the same call goes on the store's sync client in a thread
+slot release) are coroutines sent on the loop's async client (`use_async`), batched per turn of the loop; the
+plain commands of the background loops' reads go as one pipeline per step (`_pipe`). Each such operation is one
+coroutine method, never a sync method with a coroutine twin; without an async client (fakeredis in the unit tests,
+the in-process testing kit) the same call goes on the store's sync client in a thread
 (docs/scaling.md#the-engines-redis-client).
 """
 
@@ -16,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import redis
-import redis.asyncio
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 T = TypeVar("T")
 
@@ -34,28 +35,74 @@ class ScriptCall(Generic[T]):
     parse: Callable[[Any], T]
 
 
-def run_call(call: ScriptCall[T]) -> T:
-    """Send `call` on the sync client its script was registered on."""
+#: Queues commands on a pipeline (`AsyncCalls._pipe`): the same redis-py command methods on either client's.
+Queue = Callable[[Any], object]
+
+
+@dataclass(frozen=True)
+class PipeCall(Generic[T]):
+    """Plain commands sent together: `queue` puts them on a pipeline of either client (one round trip; MULTI/EXEC
+    with `transaction`), `parse` makes their replies (in order) into the answer. `client` is the store's sync client
+    (`run_call`'s)."""
+
+    client: Redis
+    queue: Queue
+    parse: Callable[[list[Any]], T]
+    transaction: bool = False
+
+
+#: A store's operation as data: a script call or plain commands, sent by either client (`run_call`, `_send`).
+Call = ScriptCall[T] | PipeCall[T]
+
+
+def run_call(call: Call[T]) -> T:
+    """Send `call` on the sync client (its script's, or its own)."""
+    if isinstance(call, PipeCall):
+        return call.parse(_run_pipe(call.client, call.queue, call.transaction, True))
     return call.parse(call.script(keys=call.keys, args=call.args))
 
 
+def done(_: Any) -> None:
+    """The answer of a call whose replies say nothing."""
+
+
 class AsyncCalls:
-    """Gives a store an optional async client (`use_async`) for its coroutine methods (`_send`). Without one, a
-    call goes on the sync client in a thread."""
+    """Gives a store an optional async client (`use_async`) for its coroutine methods (`_send`, `_pipe`). Without
+    one, a call goes on the sync client (`redis`) in a thread."""
 
-    _async: redis.asyncio.Redis | None = None
+    redis: Redis
+    _async: AsyncRedis | None = None
 
-    def use_async(self, client: redis.asyncio.Redis | None) -> None:
+    def use_async(self, client: AsyncRedis | None) -> None:
         """Send the coroutine methods' calls on `client` (same server; used on one event loop only); None: in a
         thread each, on the sync client."""
         self._async = client
 
-    async def _send(self, call: ScriptCall[T]) -> T:
-        """Send `call` from the event loop: batched on the async client, else on the sync client in a thread."""
+    async def send(self, call: Call[T]) -> T:
+        """Send `call` from the event loop: on the async client (a script call batched with the loop turn's
+        others), else on the sync client in a thread."""
         if self._async is None:
             return await asyncio.to_thread(run_call, call)
+        if isinstance(call, PipeCall):
+            return call.parse(await self._pipe(call.queue, transaction=call.transaction))
         reply = await _batch_for(self._async).send(call.script, call.keys, call.args)
         return call.parse(reply)
+
+    async def _pipe(self, queue: Queue, *, transaction: bool = False, raise_on_error: bool = True) -> list[Any]:
+        """Send the commands `queue` puts on a pipeline (one round trip; MULTI/EXEC with `transaction`) from the
+        event loop: on the async client, else on the sync client in a thread. -> their replies, in order (an error
+        raised, or with `raise_on_error=False` returned as that command's reply)."""
+        if self._async is None:
+            return await asyncio.to_thread(_run_pipe, self.redis, queue, transaction, raise_on_error)
+        pipe = self._async.pipeline(transaction=transaction)
+        queue(pipe)
+        return list(await pipe.execute(raise_on_error=raise_on_error))
+
+
+def _run_pipe(client: Redis, queue: Queue, transaction: bool, raise_on_error: bool) -> list[Any]:
+    pipe = client.pipeline(transaction=transaction)
+    queue(pipe)
+    return list(pipe.execute(raise_on_error=raise_on_error))
 
 
 class _Batch:
@@ -65,7 +112,7 @@ class _Batch:
     pool, the timeout, the connection check) was half the engine loop's CPU. Each call gets its own reply or error;
     a connection error fails every call of the batch, as it would have failed each of them alone."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: AsyncRedis) -> None:
         self.client = client
         self.pending: list[tuple[Script, list[Any], list[Any], asyncio.Future[Any]]] = []
         self.sending: set[asyncio.Task[None]] = set()  # batches in flight (a task nobody holds may vanish)
@@ -118,7 +165,7 @@ class _Batch:
             script, keys, args, _ = batch[0]
             try:
                 return [await self.client.evalsha(script.sha, len(keys), *keys, *args)]
-            except redis.ResponseError as exc:
+            except ResponseError as exc:
                 return [exc]
         pipe = self.client.pipeline(transaction=False)
         for script, keys, args, _ in batch:
@@ -126,10 +173,10 @@ class _Batch:
         return list(await pipe.execute(raise_on_error=False))
 
 
-_batches: weakref.WeakKeyDictionary[redis.asyncio.Redis, _Batch] = weakref.WeakKeyDictionary()
+_batches: weakref.WeakKeyDictionary[AsyncRedis, _Batch] = weakref.WeakKeyDictionary()
 
 
-def _batch_for(client: redis.asyncio.Redis) -> _Batch:
+def _batch_for(client: AsyncRedis) -> _Batch:
     batch = _batches.get(client)
     if batch is None:
         batch = _batches[client] = _Batch(client)

@@ -21,7 +21,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig, Tenants
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Reserve
-from claudeq.script_calls import ScriptCall, run_call
+from claudeq.script_calls import Call, PipeCall, ScriptCall, done, run_call
 
 HOUR_S = 3600
 DAY_S = 86400
@@ -211,20 +211,35 @@ class TenantStore:
         and what the tenant has left in each capped window, less what its other runs in flight reserved and one
         turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py). `share`: its share cap (reserve_share), a
         concurrency cap beside `max_concurrency`."""
+        return run_call(self.admit_call(tenant, job_id, ttl_s, want, now, model, share))
+
+    def admit_call(
+        self,
+        tenant: TenantConfig,
+        job_id: str,
+        ttl_s: float,
+        want: float | None,
+        now: float | None = None,
+        model: str | None = None,
+        share: int | None = None,
+    ) -> Call[Admission]:
+        """`admit` as a call (the worker sends it from its event loop: AccountManager)."""
         now = time.time() if now is None else now
         cap = effective_cap(tenant, share)
         if cap is None and not tenant.capped:
             # Nothing to check (RESERVE would admit it with the spec's budget and no turn): the run is only counted,
             # in one command; the tenant's RELEASE drops expired runs.
-            self.redis.zadd(self.keys.tenant_runs(tenant.name), {job_id: now + ttl_s})
-            return Admitted(want)
-        reply = self._reserve(
-            keys=[
+            runs, until = self.keys.tenant_runs(tenant.name), now + ttl_s
+            return PipeCall(self.redis, lambda p: p.zadd(runs, {job_id: until}), lambda _: Admitted(want))
+        at = now
+        return ScriptCall(
+            self._reserve,
+            [
                 self.keys.tenant_runs(tenant.name),
                 self.keys.tenant_reserved(tenant.name),
                 self.keys.tenant_spend(tenant.name),
             ],
-            args=[
+            [
                 job_id,
                 "1",
                 "" if cap is None else cap,
@@ -238,8 +253,8 @@ class TenantStore:
                 "" if tenant.max_concurrency is None else tenant.max_concurrency,
                 turn_field(model),
             ],
+            lambda reply: _admission(reply, at),
         )
-        return _admission(reply, now)
 
     def admit_account(
         self,
@@ -251,44 +266,74 @@ class TenantStore:
     ) -> Admitted | Reserved | OverBudget:
         """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps), and one
         turn of `model`'s runs on it beside it."""
-        now = time.time() if now is None else now
-        reply = self._reserve(
-            keys=[
+        return run_call(self.admit_account_call(account, job_id, want, now, model))
+
+    def admit_account_call(
+        self,
+        account: AccountConfig,
+        job_id: str,
+        want: float | None,
+        now: float | None = None,
+        model: str | None = None,
+    ) -> ScriptCall[Admitted | Reserved | OverBudget]:
+        """`admit_account` as a call."""
+        at = time.time() if now is None else now
+
+        def parse(reply: Any) -> Admitted | Reserved | OverBudget:
+            result = _admission(reply, now=at)
+            assert not isinstance(result, AtMax)
+            return result
+
+        return ScriptCall(
+            self._reserve,
+            [
                 self.keys.account_slots(account.name),
                 self.keys.account_reserved(account.name),
                 self.keys.account_spend(account.name),
             ],
-            args=[
+            [
                 job_id,
                 "0",
                 "",
                 "",
-                repr(now),
-                hour_field(now),
-                day_start_hour(now),
+                repr(at),
+                hour_field(at),
+                day_start_hour(at),
                 _opt(account.max_cost_usd_per_hour),
                 _opt(account.max_cost_usd_per_day),
                 _opt(want),
                 account.max_concurrency,
                 turn_field(model),
             ],
+            parse,
         )
-        result = _admission(reply, now=now)
-        assert not isinstance(result, AtMax)
-        return result
 
     def set_reserved(self, tenant: str, job_id: str, budget_usd: float, turn_usd: float = 0.0) -> None:
         """Lower a run's reservation to the budget it was finally started with (and the turn reserved beside it)."""
-        self.redis.hset(self.keys.tenant_reserved(tenant), job_id, repr(budget_usd + turn_usd))
+        run_call(self.set_reserved_call(tenant, job_id, budget_usd, turn_usd))
+
+    def set_reserved_call(self, tenant: str, job_id: str, budget_usd: float, turn_usd: float = 0.0) -> Call[None]:
+        """`set_reserved` as a call."""
+        key, value = self.keys.tenant_reserved(tenant), repr(budget_usd + turn_usd)
+        return PipeCall(self.redis, lambda p: p.hset(key, job_id, value), done)
 
     def hold(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
         """Count a job waiting in an account's line among its tenant's runs (until `ttl_s` from now, or its start)."""
-        now = time.time() if now is None else now
-        self.redis.zadd(self.keys.tenant_runs(tenant), {job_id: now + ttl_s})
+        run_call(self.hold_call(tenant, job_id, ttl_s, now))
+
+    def hold_call(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> Call[None]:
+        """`hold` as a call."""
+        key, until = self.keys.tenant_runs(tenant), (time.time() if now is None else now) + ttl_s
+        return PipeCall(self.redis, lambda p: p.zadd(key, {job_id: until}), done)
 
     def unreserve(self, tenant: str, job_id: str) -> None:
         """Drop what a job that did not start reserved of its tenant's budget (it keeps its place among the runs)."""
-        self.redis.hdel(self.keys.tenant_reserved(tenant), job_id)
+        run_call(self.unreserve_call(tenant, job_id))
+
+    def unreserve_call(self, tenant: str, job_id: str) -> Call[None]:
+        """`unreserve` as a call."""
+        key = self.keys.tenant_reserved(tenant)
+        return PipeCall(self.redis, lambda p: p.hdel(key, job_id), done)
 
     def refresh(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
         """Extend the run's place among the tenant's runs in flight (with the run's heartbeat)."""
@@ -301,30 +346,27 @@ class TenantStore:
         """End a run of the tenant; returns the waiters to promote now, best first (`pop` False: none, for a run
         that never started): one, or as many as it is under its cap (`max_concurrency` and `share`, its share cap
         under reserve_share, which rises when other tenants go idle)."""
+        return run_call(self.release_call(tenant, job_id, now, pop, share))
+
+    def release_call(
+        self, tenant: TenantConfig, job_id: str, now: float | None = None, pop: bool = True, share: int | None = None
+    ) -> Call[list[str]]:
+        """`release` as a call."""
         now = time.time() if now is None else now
+        runs, reserved = self.keys.tenant_runs(tenant.name), self.keys.tenant_reserved(tenant.name)
         if not pop and tenant.max_concurrency is None and not tenant.capped:
-            self.redis.zrem(self.keys.tenant_runs(tenant.name), job_id)  # an uncapped tenant reserves nothing
-            return []
+            # An uncapped tenant reserves nothing.
+            return PipeCall(self.redis, lambda p: p.zrem(runs, job_id), lambda _: [])
         if not pop:
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.zrem(self.keys.tenant_runs(tenant.name), job_id)
-            pipe.hdel(self.keys.tenant_reserved(tenant.name), job_id)
-            pipe.execute()
-            return []
-        popped = self._release(
-            keys=[
-                self.keys.tenant_runs(tenant.name),
-                self.keys.tenant_reserved(tenant.name),
-                self.keys.tenant_waiters(tenant.name),
-            ],
-            args=[
-                job_id,
-                self.keys.job(""),
-                _opt_int(effective_cap(tenant, share)),
-                repr(now),
-            ],
+            return PipeCall(
+                self.redis, lambda p: (p.zrem(runs, job_id), p.hdel(reserved, job_id)), lambda _: [], transaction=True
+            )
+        return ScriptCall(
+            self._release,
+            [runs, reserved, self.keys.tenant_waiters(tenant.name)],
+            [job_id, self.keys.job(""), _opt_int(effective_cap(tenant, share)), repr(now)],
+            _texts,
         )
-        return [text(j) for j in popped]
 
     def wait(
         self,
@@ -338,18 +380,30 @@ class TenantStore:
         """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now: under
         its cap, `max_concurrency` and `share`). Otherwise its ready time moves out to `fallback_s` from now (never
         earlier; None: left as it is)."""
+        return run_call(self.wait_call(tenant, job_id, score, now, fallback_s, share))
+
+    def wait_call(
+        self,
+        tenant: TenantConfig,
+        job_id: str,
+        score: float,
+        now: float | None = None,
+        fallback_s: float | None = None,
+        share: int | None = None,
+    ) -> ScriptCall[bool]:
+        """`wait` as a call."""
         now = time.time() if now is None else now
-        return bool(
-            self._wait(
-                keys=[self.keys.tenant_runs(tenant.name), self.keys.tenant_waiters(tenant.name), self.keys.deferred],
-                args=[
-                    job_id,
-                    repr(score),
-                    effective_cap(tenant, share) or 0,
-                    repr(now),
-                    "" if fallback_s is None else repr(now + fallback_s),
-                ],
-            )
+        return ScriptCall(
+            self._wait,
+            [self.keys.tenant_runs(tenant.name), self.keys.tenant_waiters(tenant.name), self.keys.deferred],
+            [
+                job_id,
+                repr(score),
+                effective_cap(tenant, share) or 0,
+                repr(now),
+                "" if fallback_s is None else repr(now + fallback_s),
+            ],
+            bool,
         )
 
     def settle(
@@ -434,12 +488,20 @@ class TenantStore:
 
     def tag(self, tenant: TenantConfig, job_id: str) -> float:
         """The job's virtual finish tag (issued once, kept in its hash): its place in weighted fair queueing."""
-        value = self._tag(keys=[self.keys.fair_share, self.keys.job(job_id)], args=[tenant.name, repr(tenant.weight)])
-        return float(text(value))
+        return run_call(self.tag_call(tenant, job_id))
+
+    def tag_call(self, tenant: TenantConfig, job_id: str) -> ScriptCall[float]:
+        """`tag` as a call."""
+        keys, args = [self.keys.fair_share, self.keys.job(job_id)], [tenant.name, repr(tenant.weight)]
+        return ScriptCall(self._tag, keys, args, lambda value: float(text(value)))
 
     def advance(self, tag: float) -> None:
         """A job with this tag started: the system virtual time moves up to it."""
-        self._advance(keys=[self.keys.fair_share], args=[repr(tag)])
+        run_call(self.advance_call(tag))
+
+    def advance_call(self, tag: float) -> ScriptCall[None]:
+        """`advance` as a call."""
+        return ScriptCall(self._advance, [self.keys.fair_share], [repr(tag)], done)
 
     def balance(
         self, shares: Mapping[str, int], now: float | None = None, repay_s: float = BALANCE_REPAY_S
@@ -447,15 +509,24 @@ class TenantStore:
         """Move the active tenants' catch-up balances (slot-seconds: + owed, - owing) on to now and return them.
         `shares`: each active tenant's share cap, without its balance; `repay_s`: the caller's slot-seconds per slot
         of catch-up, left for readers (BALANCE in claudeq/tenant_scripts.py)."""
+        return run_call(self.balance_call(shares, now, repay_s))
+
+    def balance_call(
+        self, shares: Mapping[str, int], now: float | None = None, repay_s: float = BALANCE_REPAY_S
+    ) -> ScriptCall[dict[str, float]]:
+        """`balance` as a call."""
         now = time.time() if now is None else now
         keys = [self.keys.tenants_balance]
         args: list[str] = [repr(now), repr(BALANCE_BOUND_S), repr(max(BALANCE_REPAY_S, repay_s))]
         for name, share in shares.items():
             keys += [self.keys.tenant_runs(name), self.keys.tenant_line(name), self.keys.tenant_waiters(name)]
             args += [name, str(share)]
-        reply = self._balance(keys=keys, args=args)
-        pairs = [text(item) for item in reply]
-        return {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+
+        def parse(reply: Any) -> dict[str, float]:
+            pairs = [text(item) for item in reply]
+            return {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+
+        return ScriptCall(self._balance, keys, args, parse)
 
     def balances(self) -> dict[str, float]:
         """The catch-up balances as last moved (a read only: `claudeq tenants`, the exporter)."""
@@ -514,22 +585,31 @@ class TenantStore:
     def active(self, now: float | None = None) -> set[str]:
         """The tenants active for reserved fair share: with jobs not finished (their active-job index exists), or
         whose last job finished less than `share_idle_s` ago. One pipeline."""
+        return run_call(self.active_call(now))
+
+    def active_call(self, now: float | None = None) -> PipeCall[set[str]]:
+        """`active` as a call."""
         now = time.time() if now is None else now
         names = self.tenants.share_names
-        pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.exists(self.keys.tenant_jobs(name))
-        pipe.hgetall(self.keys.tenants_done)
-        *indexed, done = pipe.execute()
-        active = {name for name, n in zip(names, indexed, strict=True) if n}
-        grace = self.tenants.share_idle_s
-        for name, at in done.items():
-            try:
-                if now - float(text(at)) < grace:
-                    active.add(text(name))
-            except ValueError:
-                continue
-        return active & set(names)
+
+        def queue(pipe: Any) -> None:
+            for name in names:
+                pipe.exists(self.keys.tenant_jobs(name))
+            pipe.hgetall(self.keys.tenants_done)
+
+        def parse(replies: list[Any]) -> set[str]:
+            *indexed, done = replies
+            active = {name for name, n in zip(names, indexed, strict=True) if n}
+            grace = self.tenants.share_idle_s
+            for name, at in done.items():
+                try:
+                    if now - float(text(at)) < grace:
+                        active.add(text(name))
+                except ValueError:
+                    continue
+            return active & set(names)
+
+        return PipeCall(self.redis, queue, parse)
 
     # ---- reads ---------------------------------------------------------------------------------------------
 
@@ -613,6 +693,10 @@ def _summed(replies: Sequence[Sequence[Any]], now: float) -> tuple[float, float]
         hour += values[current]
         day += sum(values)
     return hour, day
+
+
+def _texts(reply: Any) -> list[str]:
+    return [text(item) for item in reply]
 
 
 def _opt_int(value: int | None) -> str | int:

@@ -28,7 +28,6 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.producer.client import push_run
 from claudeq.worker.delivery.engine import Engine, engine_executor_workers
 from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.delivery.session_planner import SessionPlanner
@@ -144,10 +143,9 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     runner = Runner(cfg)
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
 
-    def send(job_id: str, spec: JobSpec | None) -> None:
+    async def send(job_id: str, spec: JobSpec | None) -> None:
         # The same message `send_task` would write, pushed directly (claudeq.broker_message): one round trip.
-        push_run(client, (spec.queue if spec else None) or cfg.queue, job_id, spec.priority if spec else 0)
-        store.mark_sent(job_id)
+        await store.send_run(job_id, (spec.queue if spec else None) or cfg.queue, spec.priority if spec else 0)
 
     fake_s = fake_run_seconds()
     if fake_s is not None:

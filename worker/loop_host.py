@@ -18,12 +18,11 @@ from typing import Any, ParamSpec, TypeVar
 T = TypeVar("T")
 P = ParamSpec("P")
 
-#: Threads for the engine's sync Redis calls (the accounts' snapshot and a capped account's budget when a slot is
-#: taken, a tenant's admission and release, message sends, the background loops). Few on purpose: every extra
-#: runnable thread costs the loop GIL hand-offs (the engine alone at 200 runs: ~1 ms of CPU per job more with 32
-#: threads than with 8; bench/bench_engine.py), and the calls a lease depends on (claim, heartbeat, fenced writes) do
-#: not queue here: they go on the async client (claudeq.script_calls). A slow Redis makes these calls wait their
-#: turn, which delays a slot's start or a tenant's release, never a lease.
+#: Threads for the engine's few sync Redis calls left: an account's rate-limit and auth signals (sync: the
+#: pass-through's threads make them too) and the scheduler's fired submits (the producer's submit). Every other call
+#: goes on the loop's async client (claudeq.script_calls). Few on purpose: every extra runnable thread costs the loop
+#: GIL hand-offs (the engine alone at 200 runs: ~1 ms of CPU per job more with 32 threads than with 8;
+#: bench/bench_engine.py). A slow Redis makes these calls wait their turn, never a lease.
 REDIS_THREADS = 8
 
 _redis_executors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, concurrent.futures.Executor] = (

@@ -34,7 +34,7 @@ from claudeq.config.tenants import Tenants
 from claudeq.errors import JobTimeout
 from claudeq.keys import Keys
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, Event, JobRecord, JobSpec, Outcome, TerminalStatus, Usage
-from claudeq.producer.client import AsyncClient, Client, JobHandle, push_run
+from claudeq.producer.client import AsyncClient, Client, JobHandle
 from claudeq.testing import clock as _clock
 from claudeq.testing._loop import FleetStalled, jumped_s, virtual_loop
 from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall
@@ -404,12 +404,10 @@ class Fleet:
                         return job_id
         return None
 
-    def _send(self, job_id: str, spec: JobSpec | None) -> None:
+    async def _send(self, job_id: str, spec: JobSpec | None) -> None:
         # As the real worker sends (claudeq.worker.app.build_runtime): the message pushed, the job marked sent.
-        push_run(
-            self.redis, (spec.queue if spec else None) or self.settings.queue, job_id, spec.priority if spec else 0
-        )
-        self.worker_store.mark_sent(job_id)
+        queue = (spec.queue if spec else None) or self.settings.queue
+        await self.worker_store.send_run(job_id, queue, spec.priority if spec else 0)
 
     def _child_submit(self, parent: str, spec: JobSpec | dict[str, Any] | None, **fields: Any) -> JobHandle:
         data: dict[str, Any] = dict(spec.model_dump(exclude_unset=True) if isinstance(spec, JobSpec) else spec or {})

@@ -147,7 +147,7 @@ class StatusScripts(RuleBasedStateMachine):
     @rule(i=st.integers(0, JOBS - 1), force=st.booleans())
     def promote(self, i: int, force: bool) -> None:
         job = self.jobs[i]
-        ok = self.store.promote(job.id, force=force)
+        ok = run(self.store.promote(job.id, force=force))
         # Deferred jobs here are due (ready a second ago), so force makes no difference.
         assert ok == (job.status == "deferred"), (ok, job)
         if ok:
@@ -162,7 +162,7 @@ class StatusScripts(RuleBasedStateMachine):
             from claudeq.models import JobError
 
             error = JobError(kind="poisoned", message="lost its worker too often")
-        ok = self.store.recover(job.id, fence, None, Event(type="requeued"), error=error)
+        ok = run(self.store.recover(job.id, fence, None, Event(type="requeued"), error=error))
         expected = job.status == "running" and fence == job.fence and not job.lease
         cancels = expected and not poisoned and job.cancel_flag  # not re-run: it was cancelled while it ran
         assert ok == ("cancelled" if cancels else expected), (ok, fence, job)
@@ -172,7 +172,7 @@ class StatusScripts(RuleBasedStateMachine):
     @rule(i=st.integers(0, JOBS - 1))
     def resend(self, i: int) -> None:
         job = self.jobs[i]
-        ok = self.store.claim_resend(job.id, older_than_s=-3600)  # any send time counts as old
+        ok = run(self.store.claim_resend(job.id, older_than_s=-3600))  # any send time counts as old
         assert ok == (job.status == "queued"), (ok, job)
 
     @rule(i=st.integers(0, JOBS - 1))

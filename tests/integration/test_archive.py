@@ -176,7 +176,7 @@ def test_a_finished_jobs_events_move_to_the_archive_and_read_the_same(
             short.id, short_claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
         )
     )
-    store.pack_events(handle.id)
+    run(store.pack_events(handle.id))
     key = store.keys.job(handle.id)
     before_events, before_record = list(client.events(handle.id)), client.get(handle.id)
     weight = int(redis_client.memory_usage(key, samples=0) or 0)
@@ -203,11 +203,11 @@ def test_due_moves_are_taken_once(arch_settings: Settings, redis_client: redis.R
     store = make_worker_store(arch_settings, redis_client)
     other = make_worker_store(arch_settings, redis_client)
     handle = Client(arch_settings, redis_client=redis_client).submit(prompt="due")
-    assert store.schedule_archive(handle.id, 0, ["s-9"]) == ["s-9"]
-    taken = store.due_archive() + other.due_archive()
+    assert run(store.schedule_archive(handle.id, 0, ["s-9"])) == ["s-9"]
+    taken = run(store.due_archive()) + run(other.due_archive())
     assert sorted(taken) == [f"j:{handle.id}", "s:s-9"]
-    store.archive_later("s:s-9", 3600)
-    assert store.due_archive() == [] and redis_client.zscore(store.keys.archive_due, "s:s-9")
+    run(store.archive_later("s:s-9", 3600))
+    assert run(store.due_archive()) == [] and redis_client.zscore(store.keys.archive_due, "s:s-9")
     redis_client.delete(store.keys.archive_due)
 
 

@@ -27,7 +27,7 @@ from claudeq.worker.delivery.ports import AccountsLike
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def _engine(settings: Settings, store: WorkerJobStore, accounts: AccountsLike, s
         accounts=accounts,
         runner=FakeRunner(),
         metrics=FakeMetrics(),
-        send=lambda job_id, spec: sent.append(job_id),
+        send=sends_into(sent),
         worker_id="w1",
     )
 

@@ -19,7 +19,8 @@ from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from tests.support.aio import run
+from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ def engine(wstore: WorkerJobStore, scripts: Scripts, redis_url: str, unique: str
         accounts=FakeAccounts(A),
         runner=FakeRunner(scripts.slow_to_stop, scripts.runs_until_stopped),
         metrics=FakeMetrics(),
-        send=lambda job_id, spec: None,
+        send=sends_into([]),
         worker_id="w1",
     )
     engine.start()
@@ -99,7 +100,7 @@ def test_a_redelivery_during_the_old_ones_stop_is_stopped_and_requeued_at_shutdo
     assert scripts.first_running.wait(10)
     # The worker froze past its lease: another reconciler recovered the job and its message came back here.
     wstore.redis.zadd(wstore.keys.running, {job: 0})
-    assert wstore.recover(job, wstore.get(job).fence, None)
+    assert run(wstore.recover(job, wstore.get(job).fence, None))
     assert scripts.first_stopping.wait(10)  # the old run saw the lease go and is stopping, slowly
     second = _in_thread(lambda: str(engine.deliver_blocking(job)))
     assert scripts.second_running.wait(10)

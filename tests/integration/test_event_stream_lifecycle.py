@@ -117,7 +117,7 @@ def test_several_events_go_in_one_fenced_append_in_order_and_a_stale_fence_appen
     batch = [Event(type="assistant_text", data={"text": str(i)}) for i in range(5)]
     assert run(store.append_events_fenced(handle.id, old.fence, batch))
     redis_client.zadd(store.keys.running, {handle.id: 0})
-    assert store.recover(handle.id, old.fence, None)
+    assert run(store.recover(handle.id, old.fence, None))
     assert run(store.claim(handle.id, "w2", 30)).ok
     assert (
         run(store.append_events_fenced(handle.id, old.fence, [Event(type="assistant_text", data={"text": "x"})]))
@@ -147,7 +147,7 @@ def test_finished_events_packed_by_the_worker_read_back_the_same(client: Client,
     assert isinstance(plain, bytes) and plain.startswith(b"[")
     ttl = redis_client.ttl(key)
 
-    saved = store.pack_events(handle.id)
+    saved = run(store.pack_events(handle.id))
     packed = redis_client.hget(key, "events")
     assert isinstance(packed, bytes) and not packed.startswith(b"[")
     assert saved == len(plain) - len(packed) and len(packed) < len(plain) / 2
@@ -156,7 +156,7 @@ def test_finished_events_packed_by_the_worker_read_back_the_same(client: Client,
     ids = [entry_id for entry_id, _ in store.read_events(handle.id)]
     assert [e.type for _, e in store.read_events(handle.id, after=ids[1])] == [e.type for e in before[2:]]
     assert 0 < redis_client.ttl(key) <= ttl  # the record keeps its expiry
-    assert store.pack_events(handle.id) == 0  # already packed: nothing to do
+    assert run(store.pack_events(handle.id)) == 0  # already packed: nothing to do
 
 
 def test_events_changed_since_read_are_not_replaced(client: Client, redis_client: redis.Redis) -> None:

@@ -21,7 +21,7 @@ from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.procs import run_until
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def test_a_superseded_fence_appends_no_event(wstore: WorkerJobStore) -> None:
     old = run(wstore.claim(job, "w1", 30))
     assert run(wstore.append_events_fenced(job, old.fence, [Event(type="assistant_text", data={"text": "mine"})]))
     wstore.redis.zadd(wstore.keys.running, {job: 0})
-    assert wstore.recover(job, old.fence, None)
+    assert run(wstore.recover(job, old.fence, None))
     new = run(wstore.claim(job, "w2", 30))
 
     assert (
@@ -64,7 +64,7 @@ def test_the_terminal_event_goes_in_with_the_fenced_status_write(wstore: WorkerJ
     job = _job(wstore)
     old = run(wstore.claim(job, "w1", 30))
     wstore.redis.zadd(wstore.keys.running, {job: 0})
-    assert wstore.recover(job, old.fence, None)
+    assert run(wstore.recover(job, old.fence, None))
     new = run(wstore.claim(job, "w2", 30))
 
     stale = Event(type="failed", data={"kind": "transient", "message": "stale"})
@@ -93,7 +93,7 @@ class _Takeover:
         await asyncio.to_thread(run_until, stored, 30, 0.02, what="the event emitted before the pause stored")
         await asyncio.to_thread(self.store.redis.zadd, self.store.keys.running, {job: 0})
         record = await asyncio.to_thread(self.store.get, job)
-        assert await asyncio.to_thread(self.store.recover, job, record.fence, None)
+        assert await self.store.recover(job, record.fence, None)
         assert (await self.store.claim(job, "w2", 30)).ok
         await emit(Event(type="assistant_text", data={"text": "after the takeover"}))
         return RunOutcome(result=JobResult(text="done"), session_id="s", got_result=True, subtype="success")
@@ -109,7 +109,7 @@ def engine(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Engi
         accounts=FakeAccounts(A),
         runner=FakeRunner(_Takeover(wstore)),
         metrics=FakeMetrics(),
-        send=lambda job_id, spec: None,
+        send=sends_into([]),
         worker_id="w1",
     )
     engine.start()

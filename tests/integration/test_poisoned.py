@@ -16,7 +16,7 @@ from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner
+from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def loops(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Loops
         accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
         runner=FakeRunner(),
         metrics=FakeMetrics(),
-        send=lambda job_id, spec: None,
+        send=sends_into([]),
         worker_id="w-reconciler",
     )
     engine.start()

@@ -17,6 +17,7 @@ from claudeq.config.settings import Settings
 from claudeq.config.tenants import TenantConfig, Tenants
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
+from claudeq.script_calls import PipeCall
 from claudeq.tenant_state import TenantStore, effective_cap
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from tests.conftest import make_settings
@@ -137,7 +138,7 @@ def test_a_flooding_tenant_leaves_its_share_of_slots_to_another_active_tenant(
     assert isinstance(ninth, NoAccount) and ninth.tenant == "a"
     for job_id in ("a9", "a10"):
         deferred(redis_client, keys, job_id, spec_a, tag=float(job_id[1:]))
-        m.add_tenant_waiter("a", job_id, float(job_id[1:]))
+        run(m.add_tenant_waiter("a", job_id, float(job_id[1:])))
     # b becomes active: a's share is 6 of 8. Two of a's runs end; neither hands its slot to a's waiters.
     submitted(redis_client, keys, "b", "b1")
     submitted(redis_client, keys, "b", "b2")
@@ -185,13 +186,13 @@ def test_the_active_tenants_are_read_once_per_reuse_window_and_not_at_all_when_o
 ) -> None:
     m = manager(settings, redis_client, account("x", 8))
     reads: list[float] = []
-    real = m.tenant_store.active
+    real = m.tenant_store.active_call
 
-    def active(now: float | None = None) -> set[str]:
+    def active(now: float | None = None) -> PipeCall[set[str]]:
         reads.append(time.monotonic())
         return real(now)
 
-    monkeypatch.setattr(m.tenant_store, "active", active)
+    monkeypatch.setattr(m.tenant_store, "active_call", active)
     spec = JobSpec(prompt="x", tenant="a")
     began = time.monotonic()
     held = [lease(run(m.acquire(f"a{i}", spec))) for i in range(3)]
@@ -203,7 +204,7 @@ def test_the_active_tenants_are_read_once_per_reuse_window_and_not_at_all_when_o
     assert all(b - a >= 0.24 for a, b in itertools.pairwise(reads))
     off = make_settings(settings.redis_url, unique, tenants_file=tenants_file(tmp_path, on=False))
     m_off = manager(off, redis_client, account("x", 8))
-    monkeypatch.setattr(m_off.tenant_store, "active", lambda now=None: pytest.fail("read with reserve_share off"))
+    monkeypatch.setattr(m_off.tenant_store, "active_call", lambda now=None: pytest.fail("read with reserve_share off"))
     run(m_off.release(lease(run(m_off.acquire("o1", spec)))))
 
 
@@ -218,7 +219,7 @@ def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_b
     runs = [lease(run(m.acquire(f"a{i}", spec_a))) for i in range(1, 9)]  # a alone: every slot
     for i in (9, 10, 11):
         deferred(redis_client, keys, f"a{i}", spec_a, tag=float(i))
-        m.add_tenant_waiter("a", f"a{i}", float(i))
+        run(m.add_tenant_waiter("a", f"a{i}", float(i)))
     # b becomes active while a holds all 8 slots: its first job waits in the accounts' lines.
     for i in range(1, 5):
         submitted(redis_client, keys, "b", f"b{i}")
@@ -226,7 +227,7 @@ def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_b
     first = run(m.acquire("b1", spec_b))
     assert isinstance(first, NoAccount) and first.tenant is None and first.accounts
     deferred(redis_client, keys, "b1", spec_b, tag=1.0)
-    assert m.add_waiter(first.accounts, "b1", 1.0, None, ("b", 1.0)) == []
+    assert run(m.add_waiter(first.accounts, "b1", 1.0, None, ("b", 1.0))) == []
     # For a second and more a runs 2 past its share (6) and b 2 short of its own (2) with a job waiting.
     for _ in range(4):
         fresh()

@@ -46,17 +46,17 @@ def test_the_reconciler_reads_only_the_expired_leases_in_one_command(private: tu
     dead = live[:2]
     for job_id in dead:  # their worker stopped beating: the expiry passed
         redis_client.zadd(store.keys.running, {job_id: time.time() - 1})
-    store.expired_runs()  # warm the connection
+    run(store.expired_runs())  # warm the connection
 
     before = command_calls(redis_client)
-    expired = store.expired_runs()
+    expired = run(store.expired_runs())
     cost = commands_since(redis_client, before)
 
     assert sorted(expired) == sorted(dead)
     assert sum(cost.values()) == 1, cost
     assert [store.lease_alive(job_id) for job_id in live[:3]] == [False, False, True]
     assert run(store.beat(live[0], "w1", 1, 30)).ours  # nobody recovered it: its worker's next beat renews it
-    assert store.lease_alive(live[0]) and live[0] not in store.expired_runs()
+    assert store.lease_alive(live[0]) and live[0] not in run(store.expired_runs())
 
 
 def test_a_running_set_of_an_earlier_claudeq_becomes_the_sorted_set(
@@ -66,9 +66,9 @@ def test_a_running_set_of_an_earlier_claudeq_becomes_the_sorted_set(
     redis_client.sadd(store.keys.running, "old-1", "old-2")
     started = time.time()
 
-    assert store.upgrade_running(15) == 2
+    assert run(store.upgrade_running(15)) == 2
     assert redis_client.type(store.keys.running) == b"zset"
     expiries = dict(redis_client.zrange(store.keys.running, 0, -1, withscores=True))
     assert set(expiries) == {b"old-1", b"old-2"}
     assert all(started + 14 < expiry < time.time() + 16 for expiry in expiries.values())  # a fresh lease each
-    assert store.upgrade_running(15) == 0  # once: a sorted set is left as it is
+    assert run(store.upgrade_running(15)) == 0  # once: a sorted set is left as it is

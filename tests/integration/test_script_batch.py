@@ -27,11 +27,11 @@ class Store(AsyncCalls):
 
     async def aincr(self, key: str, by: int) -> int:
         assert self._async is not None
-        return await self._send(ScriptCall(self.incr, [key], [by], int))
+        return await self.send(ScriptCall(self.incr, [key], [by], int))
 
     async def afail(self, why: str) -> None:
         assert self._async is not None
-        await self._send(ScriptCall(self.fail, [], [why], lambda reply: None))
+        await self.send(ScriptCall(self.fail, [], [why], lambda reply: None))
 
 
 def test_calls_of_one_turn_share_a_pipeline_and_get_their_own_replies(redis_url: str) -> None:

@@ -39,14 +39,14 @@ def test_counters_equal_a_recount_after_a_mixed_workload(
     for job_id in (deferred, promoted, deferred_cancelled):
         claim = run(store.claim(job_id, "w1", 30))
         assert run(store.write(job_id, claim.fence, "deferred", ready_at=utcnow() + timedelta(hours=1)))
-    assert store.promote(promoted, force=True)
+    assert run(store.promote(promoted, force=True))
     assert client.cancel(deferred_cancelled) == "cancelled"
     claim = run(store.claim(retried, "w1", 30))
     assert run(store.write(retried, claim.fence, "queued"))  # a retry that re-enqueues
     for job_id in (lost, lost_then_ok):
         claim = run(store.claim(job_id, "dead-worker", 30))
         redis_client.zadd(store.keys.running, {job_id: 0})
-        assert store.recover(job_id, claim.fence, None)
+        assert run(store.recover(job_id, claim.fence, None))
     claim = run(store.claim(lost_then_ok, "w2", 30))
     assert run(store.write(lost_then_ok, claim.fence, "succeeded"))
     running = ids[9]
@@ -105,5 +105,5 @@ def test_a_finished_job_leaves_the_count_when_its_retention_hour_is_over(
     assert status_counts(redis_client, store.keys, now)["succeeded"] == 1
     later = now + settings.result_ttl_s + 3600
     assert status_counts(redis_client, store.keys, later)["succeeded"] == 0
-    assert store.prune_finished_counts(later) == 1
+    assert run(store.prune_finished_counts(later)) == 1
     assert redis_client.hlen(store.keys.finished_counts("succeeded")) == 0

@@ -1,8 +1,10 @@
 """AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
 
-What every run calls (`acquire`, `settle`, `release`, `job_done`) is a coroutine for the engine loop: its script
-calls go on the loop's async client (`use_async`), the rarer reads and a tenant's admission on a Redis thread. The
-signals and the background loops' calls (`observe`, `cool`, `admit`, ...) are plain calls, made on a Redis thread.
+What the engine calls (a run's `acquire`, `settle`, `release`, `job_done`; the waiting lines' `add_waiter`,
+`add_tenant_waiter`, `admit`, `fair_key`) is a coroutine for the engine loop: the stores' calls it makes
+(`AccountStore` / `TenantStore` `*_call`: a script call or a pipeline, claudeq/script_calls.py) go on the loop's
+async client (`use_async`). The rate-limit and auth signals (`observe`, `record_response`, `cool`, `disable`) are
+plain calls: the pass-through's threads make them as responses pass (the handler, on a Redis thread).
 State lives in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself
 is the pure `claudeq.worker.accounts.choice.choose`.
 """
@@ -42,7 +44,6 @@ from claudeq.tenant_state import (
 )
 from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible
 from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN, tenant_rank
-from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
 from claudeq.worker.run.outcome import RateLimitSignal
 from claudeq.worker.store.job_store import START_LOST, SlotRelease
@@ -97,6 +98,7 @@ class AccountManager(AsyncCalls):
 
     def __init__(self, settings: Settings, redis: redis.Redis, keys: Keys, pool: AccountPool | None = None) -> None:
         self.settings = settings
+        self.redis = redis
         self.pool = pool if pool is not None else settings.accounts
         self.store = AccountStore(
             redis, keys, self.pool, predictive=settings.predictive_admission, jitter_s=settings.ramp_jitter_s
@@ -155,22 +157,26 @@ class AccountManager(AsyncCalls):
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
             lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
             return _untenanted(lease)
-        admission = await in_redis_thread(self._admit_run, tenant, job_id, spec)
+        admission = await self._admit_run(tenant, job_id, spec)
         if isinstance(admission, NoAccount):
             return admission
         admitted, cap = admission
         lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
-        await in_redis_thread(self._admitted, tenant, job_id, admitted, cap, lease, rank)
+        await self._admitted(tenant, job_id, admitted, cap, lease, rank)
         return lease
 
-    def _admit_run(self, tenant: TenantConfig, job_id: str, spec: JobSpec) -> tuple[Admitted, int | None] | NoAccount:
+    async def _admit_run(
+        self, tenant: TenantConfig, job_id: str, spec: JobSpec
+    ) -> tuple[Admitted, int | None] | NoAccount:
         """A tenant's admission of one more run (its runs in flight, its share, its spend caps): what it may spend
         and the cap on its runs now, or when to look again."""
-        share = self._share(tenant)
+        share = await self._share(tenant)
         cap = effective_cap(tenant, share)
         now = time.time()
-        admitted = self.tenant_store.admit(
-            tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model, share=share
+        admitted = await self.send(
+            self.tenant_store.admit_call(
+                tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model, share=share
+            )
         )
         if isinstance(admitted, AtMax | Reserved):
             if isinstance(admitted, AtMax) and cap == tenant.max_concurrency:
@@ -184,14 +190,14 @@ class AccountManager(AsyncCalls):
                 reason = f"what tenant {tenant.name!r} has left per {admitted.window} is reserved by its runs in flight"
             # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound. A slot the
             # waiting line handed it goes back (the promoter's next pass hands it on).
-            self._drop_slots(job_id)
+            await self._drop_slots(job_id)
             return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
         if isinstance(admitted, OverBudget):
-            self._drop_slots(job_id)
+            await self._drop_slots(job_id)
             return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
         return admitted, cap
 
-    def _admitted(
+    async def _admitted(
         self,
         tenant: TenantConfig,
         job_id: str,
@@ -209,16 +215,19 @@ class AccountManager(AsyncCalls):
                 # under reserve_share). Otherwise a capped tenant's backlog queues in the lines past its cap, ahead
                 # of other tenants' later-tagged jobs, and takes the slots its cap was meant to leave free (then
                 # gives them back: it is at its cap).
-                self.tenant_store.unreserve(tenant.name, job_id)
+                await self.send(self.tenant_store.unreserve_call(tenant.name, job_id))
             else:
-                self.tenant_store.release(tenant, job_id, pop=False)
+                await self.send(self.tenant_store.release_call(tenant, job_id, pop=False))
             return
         if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
-            self.tenant_store.set_reserved(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
+            await self.send(
+                self.tenant_store.set_reserved_call(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
+            )
         if rank is not None:
-            self.tenant_store.advance(rank)  # the fleet's virtual time moves on (with tenants the rank is the tag)
+            # The fleet's virtual time moves on (with tenants the rank is the tag).
+            await self.send(self.tenant_store.advance_call(rank))
 
-    def _share(self, tenant: TenantConfig) -> int | None:
+    async def _share(self, tenant: TenantConfig) -> int | None:
         """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
         the fleet's slots among the tenants active now, moved by its catch-up balance (a slot more while owed, a slot
         fewer while owing, per `run_s` of balance, rounded up; docs/architecture.md#fair-share). The active tenants
@@ -230,27 +239,34 @@ class AccountManager(AsyncCalls):
         now = time.time()
         read = self._active
         if read is None or not 0 <= now - read[0] <= _VIEW_REUSE_S:
-            active = self.tenant_store.active(now)
+            active = await self.send(self.tenant_store.active_call(now))
             shares = {
                 name: cap
                 for name in sorted(active)
                 if (cap := self.tenants.share_cap(self.tenants.governing(name), active, self.slots)) is not None
             }
-            read = (now, active, self.tenant_store.balance(shares, now, self.run_s))
+            read = (now, active, await self.send(self.tenant_store.balance_call(shares, now, self.run_s)))
             self._active = read
         share = self.tenants.share_cap(tenant, read[1], self.slots)
         return None if share is None else caught_up(share, read[2].get(tenant.name, 0.0), self.run_s)
 
-    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+    async def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing
         over tenants; issued once per job). None without a tenants file: the creation time orders."""
         if not self.tenants.configured:
             return None
-        return self.tenant_store.tag(self.tenants.governing(spec.tenant), job_id)
+        return await self.send(self.tenant_store.tag_call(self.tenants.governing(spec.tenant), job_id))
 
-    def _drop_slots(self, job_id: str) -> None:
-        for name in self.store.held_by(job_id):
-            self.store.redis.zrem(self.store.keys.account_slots(name), job_id)
+    async def _held_by(self, job_id: str, among: Collection[str] | None = None) -> list[str]:
+        """`AccountStore.held_by` from the loop: the accounts on which `job_id` holds a live slot."""
+        accounts = self.store.held_among(among)
+        scores = await self._pipe(self.store.queue_held_by(job_id, accounts)) if accounts else []
+        return self.store.held_by_of(accounts, scores)
+
+    async def _drop_slots(self, job_id: str) -> None:
+        slots = [self.store.keys.account_slots(name) for name in await self._held_by(job_id)]
+        if slots:
+            await self._pipe(lambda p: [p.zrem(key, job_id) for key in slots])
 
     def _over_budget(self, who: str, tenant: TenantConfig, over: OverBudget) -> NoAccount:
         reason = f"{who} is over its spend cap per {over.window} until {over.until.isoformat()}"
@@ -276,7 +292,7 @@ class AccountManager(AsyncCalls):
         ttl = self.settings.lease_ttl_s
         held_by: list[str] = []
         if holds is None or holds:
-            held_by = await in_redis_thread(self.store.held_by, job_id, among=holds)
+            held_by = await self._held_by(job_id, among=holds)
         for name in held_by:
             # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
             # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
@@ -394,9 +410,12 @@ class AccountManager(AsyncCalls):
         well within _VIEW_REUSE_S; ACQUIRE re-checks the account atomically anyway."""
         reading = self._snapshot_read
         if reading is None or reading.done() or reading.get_loop() is not asyncio.get_running_loop():
-            reading = asyncio.ensure_future(in_redis_thread(self.store.snapshot, now))
+            reading = asyncio.ensure_future(self._snapshot_now(now))
             self._snapshot_read = reading
         return await asyncio.shield(reading)
+
+    async def _snapshot_now(self, now: float) -> list[tuple[AccountState, datetime | None]]:
+        return self.store.snapshot_of(await self._pipe(self.store.queue_snapshot(now)), now)
 
     async def _try_acquire(
         self,
@@ -410,7 +429,7 @@ class AccountManager(AsyncCalls):
         then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
     ) -> int:
         call = self.store.acquire_call(name, job_id, ttl, now, rank, family, may_hold)
-        return await self._send(call if then is None else then(call))
+        return await self.send(call if then is None else then(call))
 
     @staticmethod
     def _then(
@@ -428,14 +447,10 @@ class AccountManager(AsyncCalls):
         the slot back at once (no waiter was denied it: it was free)."""
         if not account.capped:
             return SlotLease(account, job_id, tenant.name, want, model)
-        return await in_redis_thread(self._budget_on, account, job_id, tenant, want, model)
-
-    def _budget_on(
-        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
-    ) -> SlotLease | Reserved | OverBudget:
-        reserved = self.tenant_store.admit_account(account, job_id, want, model=model)
+        reserved = await self.send(self.tenant_store.admit_account_call(account, job_id, want, model=model))
         if isinstance(reserved, OverBudget | Reserved):
-            self.store.redis.zrem(self.store.keys.account_slots(account.name), job_id)
+            slots = self.store.keys.account_slots(account.name)
+            await self._pipe(lambda p: p.zrem(slots, job_id))
             return reserved
         return SlotLease(account, job_id, tenant.name, reserved.budget_usd, model)
 
@@ -461,17 +476,18 @@ class AccountManager(AsyncCalls):
         (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote). A run admitted
         as no tenant's (no tenants file) frees its slot in one call on the async client; a tenant's run first reads
         and moves the tenant's state, on a Redis thread."""
-        woken = [] if lease.tenant is None else await in_redis_thread(self._release_tenant_run, lease, lease.tenant)
+        woken = [] if lease.tenant is None else await self._release_tenant_run(lease, lease.tenant)
         call = self.store.release_call(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
-        return list(dict.fromkeys(await self._send(call) + woken))
+        return list(dict.fromkeys(await self.send(call) + woken))
 
-    def _release_tenant_run(self, lease: SlotLease, tenant_name: str) -> list[str]:
+    async def _release_tenant_run(self, lease: SlotLease, tenant_name: str) -> list[str]:
         """The tenant's side of a release: its run ends, and its waiter popped joins this account's line."""
         woken: list[str] = []
         if self.tenants.reserve_share:
             self.run_s += 0.2 * (time.monotonic() - lease.taken - self.run_s)
         tenant = self.tenants.governing(tenant_name)
-        popped = self.tenant_store.release(tenant, lease.job_id, share=self._share(tenant))
+        share = await self._share(tenant)
+        popped = await self.send(self.tenant_store.release_call(tenant, lease.job_id, share=share))
         for i, waiter in enumerate(popped):
             # The tenant's waiter joins this account's line at its own rank, holding its place among its
             # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
@@ -479,7 +495,7 @@ class AccountManager(AsyncCalls):
             # broker. A job this account may not run is promoted as before, and so are the waiters popped
             # beyond the first (its cap rose: a share cap as other tenants went idle), whose slots may be free
             # on any account.
-            admitted = self._line_up(lease.account, tenant, waiter) if i == 0 else None
+            admitted = await self._line_up(lease.account, tenant, waiter) if i == 0 else None
             woken += [waiter] if admitted is None else admitted
         return woken
 
@@ -500,10 +516,11 @@ class AccountManager(AsyncCalls):
         settle = None if spent is None else self.settle_parts(spent.lease, spent.cost_usd, spent.turns)
         return SlotRelease(keys[:6], args, unindex if indexed else [], settle)
 
-    def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
+    async def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
         """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
         may run it; returns the jobs the line admitted at once (see add_waiter), None when it did not join."""
-        spec_json, tag, created = self.store.redis.hmget(self.store.keys.job(job_id), ["spec", "vtag", "created_at"])
+        key = self.store.keys.job(job_id)
+        ((spec_json, tag, created),) = await self._pipe(lambda p: p.hmget(key, ["spec", "vtag", "created_at"]))
         if not spec_json or not tag or not created:
             return None
         try:
@@ -515,10 +532,10 @@ class AccountManager(AsyncCalls):
             return None
         if tenant.accounts is not None and account.name not in tenant.accounts:
             return None
-        self.tenant_store.hold(tenant.name, job_id, self.settings.lease_ttl_s)
-        key = min(max(float(tag), 0.0), PRIORITY_SPAN - 1.0)
-        return self.add_waiter(
-            [account.name], job_id, key, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
+        await self.send(self.tenant_store.hold_call(tenant.name, job_id, self.settings.lease_ttl_s))
+        rank = min(max(float(tag), 0.0), PRIORITY_SPAN - 1.0)
+        return await self.add_waiter(
+            [account.name], job_id, rank, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
         )
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
@@ -531,7 +548,7 @@ class AccountManager(AsyncCalls):
             tenant, account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, account.capped
         )
         if call is not None:
-            await self._send(call)
+            await self.send(call)
 
     def settle_parts(
         self, lease: SlotLease, cost_usd: float, turns: int | None = None
@@ -556,21 +573,17 @@ class AccountManager(AsyncCalls):
     async def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`), in one
         pipeline on the async client."""
-        if self._async is None:
-            await in_redis_thread(self.tenant_store.unindex, tenant, job_id)
-            return
-        pipe = self._async.pipeline(transaction=False)
-        self.tenant_store.queue_unindex(pipe, tenant, job_id)
-        await pipe.execute()
+        await self._pipe(lambda p: self.tenant_store.queue_unindex(p, tenant, job_id))
 
-    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
         config = self.tenants.governing(tenant)
-        share = self._share(config)
-        if self.tenant_store.wait(config, job_id, score, fallback_s=self.settings.waiter_fallback_s, share=share):
+        share = await self._share(config)
+        fallback_s = self.settings.waiter_fallback_s
+        if await self.send(self.tenant_store.wait_call(config, job_id, score, fallback_s=fallback_s, share=share)):
             log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
-    def add_waiter(
+    async def add_waiter(
         self,
         accounts: list[str],
         job_id: str,
@@ -587,7 +600,7 @@ class AccountManager(AsyncCalls):
         line = None
         if tenant is not None and self.tenants.configured:
             line = (self.store.keys.tenant_line(self.tenants.governing(tenant[0]).name), tenant[1])
-        admitted = self.store.add_waiter(
+        call = self.store.add_waiter_call(
             names,
             job_id,
             rank,
@@ -596,16 +609,15 @@ class AccountManager(AsyncCalls):
             fallback_s=self.settings.waiter_fallback_s,
             tenant_line=line,
         )
+        admitted = [] if call is None else await self.send(call)
         if job_id in admitted:
             log.info("job %s: a slot was free when it joined the line; it is due now", job_id)
         return admitted
 
-    def admit(self) -> list[str]:
+    async def admit(self) -> list[str]:
         """Hand every account's free slots to its best waiters (the promoter's pass); returns the jobs admitted."""
-        admitted: list[str] = []
-        for account in self.pool.accounts:
-            admitted += self.store.admit(account.name, self.settings.lease_ttl_s)
-        return admitted
+        calls = [self.store.admit_call(account.name, self.settings.lease_ttl_s) for account in self.pool.accounts]
+        return [job_id for admitted in await asyncio.gather(*map(self.send, calls)) for job_id in admitted]
 
     # ---- signals ---------------------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import JobSpec
 from claudeq.worker.delivery.ports import AccountsLike, Sender
 from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.store.job_store import WorkerJobStore
 
 log = logging.getLogger("claudeq.engine")
@@ -39,7 +38,7 @@ class Dispatch:
         for job_id in waiters:
             if await self.promote_and_send(job_id, force=True):
                 continue
-            if await in_redis_thread(self.store.status, job_id) == "queued":
+            if await self.store.reads.status(job_id) == "queued":
                 await self.send_admitted([job_id])  # admitted by the waiting line: queued, holding the slot
 
     async def send_admitted(self, job_ids: list[str]) -> None:
@@ -50,7 +49,7 @@ class Dispatch:
 
     async def promote_and_send(self, job_id: str, force: bool = False) -> bool:
         """Move a deferred job back to the queue (atomic, once across workers) and send its message."""
-        if not await in_redis_thread(self.store.promote, job_id, None, force):
+        if not await self.store.promote(job_id, None, force):
             return False
         await self.resend(job_id)
         return True
@@ -59,7 +58,7 @@ class Dispatch:
         """Send a job's message again (spec from its record; the default queue when it cannot be read)."""
         spec: JobSpec | None
         try:
-            spec = (await in_redis_thread(self.store.get, job_id)).spec
+            spec = (await self.store.reads.get(job_id)).spec
         except JobNotFound:
             return
         except RecordUnreadable:
@@ -69,6 +68,6 @@ class Dispatch:
     async def send_message(self, job_id: str, spec: JobSpec | None) -> None:
         """Send the job's `claudeq.run` message; a failure is left to the reconciler."""
         try:
-            await in_redis_thread(self.send, job_id, spec)
+            await self.send(job_id, spec)
         except Exception:
             log.exception("job %s: sending its message failed; the reconciler re-sends it", job_id)

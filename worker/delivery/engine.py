@@ -29,7 +29,7 @@ from claudeq.worker.delivery.lease import LeaseKeeper
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike, Sender
 from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer, Lease, SlotHold
-from claudeq.worker.loop_host import Background, LoopHost, in_redis_thread
+from claudeq.worker.loop_host import Background, LoopHost
 from claudeq.worker.run.outcome import RunnerLike
 from claudeq.worker.run.output_check import storable, unstorable
 from claudeq.worker.store.job_store import WorkerJobStore
@@ -225,9 +225,7 @@ class Engine:
         try:
             # The claim read the record in the same step; an older store's claim did not.
             record = (
-                parse_record(job_id, claim.fields)
-                if claim.fields is not None
-                else await in_redis_thread(self.store.get, job_id)
+                parse_record(job_id, claim.fields) if claim.fields is not None else await self.store.reads.get(job_id)
             )
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)

@@ -120,7 +120,7 @@ class DeliveryHandler:
             message = "refused by the worker policy: " + "; ".join(f"{f}: {r}" for f, r in problems)
             return await self.finish(d, "failed", JobError(kind="input", message=message))
         if spec.depends_on:  # released by its dependencies' ends: they decide, and their results fill the prompt
-            settled = dependencies.settle(spec, await in_redis_thread(self.store.records, spec.depends_on))
+            settled = dependencies.settle(spec, await self.store.reads.records(spec.depends_on))
             if isinstance(settled, JobError):
                 return await self.finish(d, "failed", settled)
             if settled != spec.prompt:
@@ -430,11 +430,7 @@ class DeliveryHandler:
         configured (fair share; priority orders within its tenant), else priority then its creation time."""
         if d.hold.rank is None:
             try:
-                key = (  # a tag exists only with a tenants file: no thread hop for a None
-                    await in_redis_thread(self.accounts.fair_key, d.job_id, d.record.spec)
-                    if self.settings.tenants.configured
-                    else None
-                )
+                key = await self.accounts.fair_key(d.job_id, d.record.spec)
             except Exception:
                 log.exception("job %s: no fair-share tag (its creation time orders it)", d.job_id)
                 key = None
@@ -549,13 +545,13 @@ class DeliveryHandler:
             await self.dispatch.promote_and_send(job_id, force=True)
         if self.settings.event_codec == "zlib":
             try:  # the record keeps its events as JSON if this fails: both forms read back
-                await in_redis_thread(self.store.pack_events, d.job_id)
+                await self.store.pack_events(d.job_id)
             except Exception:
                 log.exception("job %s: packing its events failed", d.job_id)
         if self.store.archive is not None:
             sessions = [d.session_id] if d.session_id else []
             try:  # its bulk history moves off Redis later (claudeq/worker/delivery/loops.py `archiver`)
-                await in_redis_thread(self.store.schedule_archive, d.job_id, self.settings.archive_after_s, sessions)
+                await self.store.schedule_archive(d.job_id, self.settings.archive_after_s, sessions)
             except Exception:
                 log.exception("job %s: scheduling its archive move failed", d.job_id)
         self.metrics.job_finished(d.record.spec.queue or self.settings.queue, status)
@@ -586,20 +582,13 @@ class DeliveryHandler:
         if accounts:
             try:
                 spec, place = d.record.spec, await self._rank(d)
-                admitted = await in_redis_thread(
-                    self.accounts.add_waiter,
-                    accounts,
-                    d.job_id,
-                    place,
-                    spec.model,
-                    (spec.tenant, among),
-                )
+                admitted = await self.accounts.add_waiter(accounts, d.job_id, place, spec.model, (spec.tenant, among))
             except Exception:
                 log.exception("job %s: joining the waiting line failed (its ready time still promotes it)", d.job_id)
                 admitted = []
             await self.dispatch.send_admitted(admitted)
         if tenant is not None:
-            await _quiet(self.accounts.add_tenant_waiter, tenant, d.job_id, among)
+            await _quietly(self.accounts.add_tenant_waiter(tenant, d.job_id, among), "add_tenant_waiter")
         log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
         return "deferred"
 

@@ -125,10 +125,10 @@ class Loops:
         that lifted, a slot that expired frees slots no release hands over). Then deferred jobs whose ready time
         came (the fallback for a waiter nobody admitted, and the jobs deferred for other reasons).
         """
-        admitted = await in_redis_thread(self.engine.accounts.admit)
+        admitted = await self.engine.accounts.admit()
         await self.engine.dispatch.send_admitted(admitted)
         sent = len(admitted)
-        for job_id in await in_redis_thread(self.store.due_deferred):
+        for job_id in await self.store.due_deferred():
             if await self.engine.promote_and_send(job_id):
                 log.info("job %s: promoted from deferred", job_id)
                 sent += 1
@@ -192,16 +192,16 @@ class Loops:
         archive = self.store.archive
         assert archive is not None
         moved = 0
-        for member in await in_redis_thread(self.store.due_archive):
+        for member in await self.store.due_archive():
             kind, _, name = member.partition(":")
             try:
                 if kind == "j":
-                    moved += bool(await in_redis_thread(self.store.archive_job, name))
+                    moved += bool(await asyncio.to_thread(self.store.archive_job, name))  # the archive's client is sync
                 elif kind == "s":
                     moved += bool(await self.engine.sessions.store().archive_session(name))
             except Exception as exc:
                 log.warning("archiver: moving %s failed (%s); trying again later", member, exc)
-                await in_redis_thread(self.store.archive_later, member, ARCHIVE_RETRY_S)
+                await self.store.archive_later(member, ARCHIVE_RETRY_S)
         self._archive_passes += 1
         if self._archive_passes % PURGE_EVERY == 1:
             await asyncio.to_thread(archive.purge, self.store.keys.prefix)
@@ -221,38 +221,36 @@ class Loops:
         and re-sends lost messages; a pass per worker would repeat that work. The turn expires with the interval, so
         a worker that dies or stalls holding it delays the next pass by one interval at most."""
         if not self._running_upgraded:
-            await in_redis_thread(self.store.upgrade_running, self.settings.lease_ttl_s)
+            await self.store.upgrade_running(self.settings.lease_ttl_s)
             self._running_upgraded = True
         turn = self.store.keys.reconciler_turn
         interval = self.settings.loop_interval_s
-        if not await in_redis_thread(self.store.take_turn, turn, self.engine.worker_id, interval):
+        if not await self.store.take_turn(turn, self.engine.worker_id, interval):
             return False
         await self.recover_once()
         await self.resend_once()
         self._passes += 1
         if self._passes % TRIM_EVERY == 1:
-            await in_redis_thread(self.store.trim_index)
-            await in_redis_thread(self.store.prune_finished_counts)
+            await self.store.trim_index()
+            await self.store.prune_finished_counts()
         return True
 
     async def recover_once(self) -> list[str]:
         """Re-enqueue running jobs whose lease expired; returns their ids."""
         recovered: list[str] = []
         # Only the runs whose lease expired: one read however many are in flight (`running` is scored by expiry).
-        expired = [
-            job_id for job_id in await in_redis_thread(self.store.expired_runs) if not self.engine.handles(job_id)
-        ]
+        expired = [job_id for job_id in await self.store.expired_runs() if not self.engine.handles(job_id)]
         for job_id in expired:
             try:
-                record = await in_redis_thread(self.store.get, job_id)
+                record = await self.store.reads.get(job_id)
             except JobNotFound:
-                await in_redis_thread(self.store.forget_running, job_id)  # expired or deleted: nothing to recover
+                await self.store.forget_running(job_id)  # expired or deleted: nothing to recover
                 continue
             except RecordUnreadable as exc:
                 # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
                 # internal) instead of leaving it `running` forever.
-                fence = await in_redis_thread(self.store.fence_of, job_id)
-                answer = False if fence is None else await in_redis_thread(self.store.recover, job_id, fence, None)
+                fence = await self.store.fence_of(job_id)
+                answer = False if fence is None else await self.store.recover(job_id, fence, None)
                 if answer == CANCELLED:
                     log.warning("job %s: worker lost and record unreadable (%s); cancelled", job_id, exc.detail)
                     recovered.append(job_id)
@@ -271,7 +269,7 @@ class Loops:
                     recovered.append(job_id)
                 continue
             event = Requeued(reason=detail).event()
-            answer = await in_redis_thread(self.store.recover, job_id, record.fence, attempts, event)
+            answer = await self.store.recover(job_id, record.fence, attempts, event)
             if answer == CANCELLED:  # a cancel came while it ran: it ends rather than run again
                 log.warning("job %s: %s; cancelled (a cancel was asked for while it ran)", job_id, detail)
                 await self._ended(record, "cancelled")
@@ -294,7 +292,7 @@ class Loops:
         )
         error = JobError(kind="poisoned", message=message)
         event = ended("failed", error)
-        if not await in_redis_thread(self.store.recover, record.id, record.fence, attempts, event, error):
+        if not await self.store.recover(record.id, record.fence, attempts, event, error):
             return False
         log.error("job %s: %s", record.id, message)
         await self._ended(record, "failed")
@@ -321,37 +319,37 @@ class Loops:
         broker (lost with a dead producer, say); returns their ids."""
         older = self.settings.unclaimed_resend_s
         sent: list[str] = []
-        stale = await in_redis_thread(self.store.stale_queued, older)
+        stale = await self.store.stale_queued(older)
         if not stale:
             return sent
         # A job stuck behind a backlog still has its message in the queue: sending another would only pile up
         # duplicates. Look again after another `unclaimed_resend_s`.
-        waiting = await in_redis_thread(self._waiting_in_broker, stale)
+        waiting = await self._waiting_in_broker(stale)
         for job_id in stale:
             if job_id in waiting:
-                await in_redis_thread(self.store.mark_sent, job_id)
+                await self.store.mark_sent(job_id)
                 continue
-            if await in_redis_thread(self.store.claim_resend, job_id, older):
+            if await self.store.claim_resend(job_id, older):
                 log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
                 await self.engine.resend(job_id)
                 sent.append(job_id)
         return sent
 
-    def _waiting_in_broker(self, job_ids: list[str]) -> set[str]:
+    async def _waiting_in_broker(self, job_ids: list[str]) -> set[str]:
         """Which of `job_ids` may still have their message in the broker: O(checked jobs), never a queue read."""
         jobs: list[tuple[str, str, float]] = []
-        for job_id, sent in zip(job_ids, self.store.sent_scores(job_ids), strict=True):
+        for job_id, sent in zip(job_ids, await self.store.sent_scores(job_ids), strict=True):
             if sent is None:
                 continue  # no longer queued: claim_resend will see it
             try:
-                spec = self.store.get(job_id).spec
+                spec = (await self.store.reads.get(job_id)).spec
             except (JobNotFound, RecordUnreadable):
                 spec = None
             queue = (spec.queue if spec else None) or self.settings.queue
             jobs.append((job_id, list_for(queue, spec.priority if spec else 0), sent))
             # A backlogged tenant's message waits at the last priority step instead (producer/client.py).
             jobs.append((job_id, list_for(queue, BACKLOG_PRIORITY), sent))
-        return self.store.may_be_waiting(jobs)
+        return await self.store.may_be_waiting(jobs)
 
     # ---- worker heartbeat ------------------------------------------------------------------------------------
 
@@ -361,10 +359,7 @@ class Loops:
 
     async def beat_once(self) -> None:
         """Write the worker hash and its zset entry once."""
-        await in_redis_thread(self._beat)
-
-    def _beat(self) -> None:
-        self.store.record_worker(
+        await self.store.record_worker(
             self.engine.worker_id,
             {
                 "host": self.host,

@@ -30,13 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from claudeq.broker_message import task_message
 from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
-from claudeq.jobs import WEBHOOK_CURSOR_FIELD
-from claudeq.keys import text
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
 from claudeq.permissions import webhook_problem
 from claudeq.worker.delivery.ports import MetricsLike
-from claudeq.worker.loop_host import in_redis_thread
-from claudeq.worker.store import job_scripts as scripts
 from claudeq.worker.store.job_store import WorkerJobStore
 
 if TYPE_CHECKING:
@@ -78,10 +74,6 @@ class Notifier:
         self.settings = settings
         self.store = store
         self.metrics = metrics
-        r = store.redis
-        self._claim = r.register_script(scripts.CLAIM_NOTIFICATIONS)
-        self._link = r.register_script(scripts.LINK)
-        self._settle = r.register_script(scripts.SETTLE_NOTIFICATIONS)
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._http: httpx.AsyncClient | None = None
 
@@ -95,11 +87,8 @@ class Notifier:
         room = MAX_IN_FLIGHT - len(self._in_flight)
         if room <= 0:
             return 0
-        now = time.time()
-        keys = self.store.keys
-        taken = await in_redis_thread(self._claim, [keys.outbox], [now, room, now + self.lease_s])
-        for raw in taken:
-            job_id = text(raw)
+        taken = await self.store.take_notifications(room, self.lease_s)
+        for job_id in taken:
             if job_id in self._in_flight:
                 continue
             task = asyncio.create_task(self._deliver(job_id), name=f"notify-{job_id}")
@@ -126,15 +115,14 @@ class Notifier:
 
     async def deliver(self, job_id: str) -> None:
         """Every notification of `job_id` not delivered yet, tried once; then settle."""
-        keys = self.store.keys
         try:
-            record = await in_redis_thread(self.store.get, job_id)
+            record = await self.store.reads.get(job_id)
         except JobNotFound:  # its retention ended before anyone could tell: nothing left to send
-            await in_redis_thread(self.store.redis.zrem, keys.outbox, job_id)
+            await self.store.drop_notifications(job_id)
             return
         except RecordUnreadable as exc:
             log.warning("job %s: record unreadable (%s); its notifications are dropped", job_id, exc.detail)
-            await in_redis_thread(self.store.redis.zrem, keys.outbox, job_id)
+            await self.store.drop_notifications(job_id)
             return
         log_by_target = {n.target: n for n in record.notifications}
         cursor = ""
@@ -168,8 +156,7 @@ class Notifier:
             next_due = repr(time.time())  # its events are caught up now: the end goes next pass
         dead = any(n.state == "dead" for n in entries)
         payload = json.dumps([n.model_dump(mode="json") for n in entries])
-        args = [job_id, payload, next_due, "1" if dead else "", time.time(), cursor]
-        await in_redis_thread(self._settle, [keys.job(job_id), keys.outbox, keys.outbox_dead], args)
+        await self.store.settle_notifications(job_id, payload, next_due, dead, cursor)
 
     async def _end(self, record: JobRecord, target: NotificationTarget, entry: Notification) -> Notification:
         """One try of an end notification, as its log entry after it."""
@@ -192,12 +179,10 @@ class Notifier:
         last event sent ('' = none this pass). Delivered once the job ended and every event was sent."""
         webhook = record.spec.webhook
         assert webhook is not None
-        key = self.store.keys.job(record.id)
-        raw = await in_redis_thread(self.store.redis.hget, key, WEBHOOK_CURSOR_FIELD)
-        after = text(raw) if raw else "0-0"
+        after = await self.store.webhook_cursor(record.id)
         if record.status not in TERMINAL:  # its worker stores the run's events at once while someone follows
-            await in_redis_thread(self.store.announce_follow, record.id)
-        batch = await in_redis_thread(self.store.read_events, record.id, after)
+            await self.store.reads.announce_follow(record.id)
+        batch = await self.store.reads.events(record.id, after)
         wanted = set(webhook.events)
         sent, status_code = "", entry.status_code
         for entry_id, event in batch:
@@ -248,9 +233,8 @@ class Notifier:
         callback = record.spec.link if target == "link" else record.spec.link_error
         assert callback is not None
         message = task_message(callback.task, [record.public()], callback.queue, f"{record.id}-{target}")
-        keys = [self.store.keys.job(record.id), callback.queue]
         try:
-            await in_redis_thread(self._link, keys, [SENT_FIELD[target], message])
+            await self.store.send_callback(record.id, callback.queue, SENT_FIELD[target], message)
         except Exception as exc:  # Redis: tried again later
             return "failed", None, f"sending the callback failed ({type(exc).__name__})"
         return "delivered", None, None

@@ -6,7 +6,7 @@ claudeq.worker.metrics.prometheus.WorkerMetrics) satisfy these structurally.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Protocol
 
@@ -17,12 +17,13 @@ from claudeq.worker.run.outcome import RateLimitSignal
 from claudeq.worker.store.job_store import SlotRelease
 
 #: Sends the `claudeq.run` message for a job (spec None: the record is unreadable, use the default queue).
-Sender = Callable[[str, JobSpec | None], None]
+Sender = Callable[[str, JobSpec | None], Awaitable[None]]
 
 
 class AccountsLike(Protocol):
-    """claudeq.worker.accounts.manager.AccountManager as the engine uses it: a run's calls are coroutines on the
-    engine loop; the rest are plain calls, made on a Redis thread."""
+    """claudeq.worker.accounts.manager.AccountManager as the engine uses it: coroutines on the engine loop, but the
+    rate-limit and auth signals (`observe`, `cool`, `disable`): plain calls, which the pass-through's threads make
+    too (the handler makes them on a Redis thread)."""
 
     async def acquire(
         self,
@@ -44,7 +45,7 @@ class AccountsLike(Protocol):
     async def release(self, lease: SlotLease) -> list[str]:
         """Free a slot; the waiters admitted into it (already queued): send their messages."""
 
-    def add_waiter(
+    async def add_waiter(
         self,
         accounts: list[str],
         job_id: str,
@@ -54,13 +55,13 @@ class AccountsLike(Protocol):
     ) -> list[str]:
         """A deferred job waits in line on these accounts; the waiters admitted at once (already queued)."""
 
-    def admit(self) -> list[str]:
+    async def admit(self) -> list[str]:
         """Hand every account's free slots to its best waiters; the jobs admitted (already queued)."""
 
-    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+    async def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's virtual finish tag in the waiting line (tenants configured), else None."""
 
-    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end."""
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:

@@ -21,7 +21,6 @@ Every run gets the RedisSessionStore, so its transcript is mirrored and any work
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,12 +32,12 @@ from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore, Turn
 from claudeq.events import SessionPlanned, SessionRestarted, session_of
-from claudeq.jobs import JobStore
 from claudeq.models import JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.redaction import redact
 from claudeq.worker.run.outcome import EventSink
 from claudeq.worker.run.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
+from claudeq.worker.store.job_store import WorkerJobStore
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +154,7 @@ class SessionPlanner:
     def __init__(
         self,
         settings: Settings | None = None,
-        jobs: JobStore | None = None,
+        jobs: WorkerJobStore | None = None,
         *,
         store: RedisSessionStore | None = None,
         conversations: ConversationStore | None = None,
@@ -207,8 +206,8 @@ class SessionPlanner:
             return SessionPlan()
         spec = record.spec
         if spec.conversation:
-            assert self.conversations is not None
-            grant = await asyncio.to_thread(self.conversations.acquire, spec.conversation, record.id, spec.tenant)
+            assert self.conversations is not None and self.jobs is not None
+            grant = await self.jobs.send(self.conversations.acquire_call(spec.conversation, record.id, spec.tenant))
             if not grant.granted:
                 reason = f"waiting for turn {grant.holder} of conversation {spec.conversation!r}"
                 ready = utcnow() + timedelta(seconds=self.recheck_s)
@@ -239,7 +238,7 @@ class SessionPlanner:
         a worker that died mid-run never wrote its attempt, but its events are there. Where the first attempt began
         (`base`) is in the record's `session_plan`.
         """
-        session_id, base = await asyncio.to_thread(self._previous_session, record)
+        session_id, base = await self._previous_session(record)
         if session_id is None:
             return None
         if not await self._present(store, session_id, project):
@@ -264,7 +263,7 @@ class SessionPlanner:
             base=base,
         )
 
-    def _previous_session(self, record: JobRecord) -> tuple[str | None, str | None]:
+    async def _previous_session(self, record: JobRecord) -> tuple[str | None, str | None]:
         """(the session the job's last attempt ran in, the entry its first attempt resumed from). The session comes
         from the job's `session` events (the record's when none is left); the base from the record's first plan."""
         assert self.jobs is not None
@@ -272,7 +271,7 @@ class SessionPlanner:
         first: dict[str, Any] | None = None
         after = "0-0"
         while True:
-            batch = self.jobs.read_events(record.id, after=after, count=500)
+            batch = await self.jobs.reads.events(record.id, after=after, count=500)
             for entry_id, event in batch:
                 after = entry_id
                 if session := session_of(event):
@@ -291,14 +290,13 @@ class SessionPlanner:
         """(plan, the entry resumed from, the missing session id when restarted) for a first try."""
         spec = record.spec
         target = spec.resume
+        assert self.conversations is not None and self.jobs is not None
         if spec.conversation:
-            assert self.conversations is not None
-            target = await asyncio.to_thread(self.conversations.latest_session, spec.conversation, spec.tenant)
+            target = await self.jobs.send(self.conversations.latest_session_call(spec.conversation, spec.tenant))
         if target is None:
             return SessionPlan(session_store=store, mode="new"), None, None
-        assert self.conversations is not None
         # Sessions are their tenant's own: checked before anything is read or copied, let alone sent to the model.
-        if not await asyncio.to_thread(self.conversations.may_resume, target, spec.tenant):
+        if not await self.jobs.send(self.conversations.may_resume_call(target, spec.tenant)):
             message = "resume: " + NOT_YOURS.format(session_id=target, tenant=spec.tenant)
             return SessionPlan(error=JobError(kind="input", message=message)), None, None
         if not await self._present(store, target, project):
@@ -331,9 +329,9 @@ class SessionPlanner:
         (it fails closed)."""
         if not self.enabled or tenant == DEFAULT_TENANT:
             return
-        assert self.conversations is not None
+        assert self.conversations is not None and self.jobs is not None
         try:
-            await asyncio.to_thread(self.conversations.claim_session, session_id, tenant)
+            await self.jobs.send(self.conversations.claim_session_call(session_id, tenant))
         except redis.RedisError:
             log.warning("session %s: could not record it as tenant %s's", session_id, tenant)
 
@@ -341,10 +339,10 @@ class SessionPlanner:
         """After deferring a waiting turn: True if the turn became ours meanwhile (the engine promotes it now)."""
         if not self.enabled or not record.spec.conversation:
             return False
-        assert self.conversations is not None
-        grant = await asyncio.to_thread(
-            self.conversations.acquire, record.spec.conversation, record.id, record.spec.tenant
-        )
+        assert self.conversations is not None and self.jobs is not None
+        spec = record.spec
+        assert spec.conversation is not None
+        grant = await self.jobs.send(self.conversations.acquire_call(spec.conversation, record.id, spec.tenant))
         return grant.granted
 
     async def finished(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
@@ -358,7 +356,7 @@ class SessionPlanner:
                 await self._retain_oneshot(record, session_id)
             return []
         assert self.conversations is not None
-        return await asyncio.to_thread(self._finish_turn, record, status, session_id)
+        return await self._finish_turn(record, status, session_id)
 
     async def _retain_oneshot(self, record: JobRecord, session_id: str) -> None:
         """A succeeded job that started a new session outside a conversation: nothing of claudeq resumes it any more
@@ -371,19 +369,19 @@ class SessionPlanner:
         if ttl is None or ttl >= self.settings.session_retention_s or plan is None or plan.mode != "new":
             return
         try:
-            sessions = {session_id, *await asyncio.to_thread(self._sessions_of, record.id)}
+            sessions = {session_id, *await self._sessions_of(record.id)}
             for sid in sorted(sessions):
                 await self.store().retain(sid, ttl)
         except redis.RedisError:
             log.warning("session %s: could not apply the one-shot transcript retention", session_id)
 
-    def _sessions_of(self, job_id: str) -> set[str]:
+    async def _sessions_of(self, job_id: str) -> set[str]:
         """Every session the job's runs reported (their `session` events)."""
         assert self.jobs is not None
         found: set[str] = set()
         after = "0-0"
         while True:
-            batch = self.jobs.read_events(job_id, after=after, count=500)
+            batch = await self.jobs.reads.events(job_id, after=after, count=500)
             for entry_id, event in batch:
                 after = entry_id
                 if session := session_of(event):
@@ -391,11 +389,11 @@ class SessionPlanner:
             if len(batch) < 500:
                 return found
 
-    def _finish_turn(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
+    async def _finish_turn(self, record: JobRecord, status: str, session_id: str | None) -> list[str]:
         assert self.conversations is not None and self.jobs is not None
         name = record.spec.conversation
         assert name is not None
-        first = record.session_plan or self._first_plan(record.id)
+        first = record.session_plan or await self._first_plan(record.id)
         if first is not None or status == "succeeded":
             mode = first.mode if first else None
             turn = Turn(
@@ -408,16 +406,15 @@ class SessionPlanner:
                 started_at=record.started_at,
                 finished_at=utcnow(),
             )
-            self.conversations.record_turn(
-                name, turn, move_pointer=status == "succeeded" and mode != "fork", tenant=record.spec.tenant
-            )
-        nxt = self.conversations.release(name, record.id, record.spec.tenant)
+            move = status == "succeeded" and mode != "fork"
+            await self.jobs.send(self.conversations.record_turn_call(name, turn, move, tenant=record.spec.tenant))
+        nxt = await self.jobs.send(self.conversations.release_call(name, record.id, record.spec.tenant))
         return [nxt] if nxt else []
 
-    def _first_plan(self, job_id: str) -> PlannedSession | None:
+    async def _first_plan(self, job_id: str) -> PlannedSession | None:
         """The first `session_plan` event of a job planned before plans were kept in the record (if not trimmed)."""
         assert self.jobs is not None
-        for _, event in self.jobs.read_events(job_id, count=500):
+        for _, event in await self.jobs.reads.events(job_id, count=500):
             if event.type == "session_plan":
                 return PlannedSession.model_validate(event.data)
         return None

@@ -1,32 +1,34 @@
-"""WorkerJobStore: what only workers do with job state — claim, heartbeat, fenced writes, promote, recover, re-send.
+"""WorkerJobStore: what only workers do with job state — claim, heartbeat, fenced writes, promote, recover, re-send,
+the outbox, the archive's moves, the worker index.
 
 The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
 on the same Redis. Every status change is one atomic Lua script (claudeq/worker/store/job_scripts.py).
 
-The calls a run makes many times (claim, heartbeat, fenced write, event append, the lease's state) are coroutines
-for the engine's event loop, one method each: on the async client a worker attaches (`use_async`), with no thread
-hop per call; without one (fakeredis) on the sync client in a thread (claudeq.script_calls,
-docs/scaling.md#the-engines-redis-client).
+What the worker does here is a coroutine for the engine's event loop, one method each (the producer's reads too,
+as `reads`: claudeq/worker/store/reads.py): on the async client a worker attaches (`use_async`), with no thread hop
+per call; without one (fakeredis) on the sync client in a thread (claudeq.script_calls,
+docs/scaling.md#the-engines-redis-client). Only `archive_job` is sync: the archive's database client is.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Unpack, cast
 
 import redis
 
 from claudeq.archive import RESULT_KEPT_CHARS
-from claudeq.broker_message import sent_at_of
+from claudeq.broker_message import list_for, run_message, sent_at_of
 from claudeq.config.settings import Settings
 from claudeq.events import ended, session_of
 from claudeq.jobs import (
     ARCHIVED_FIELD,
     CANCEL_FIELD,
+    WEBHOOK_CURSOR_FIELD,
     JobFields,
     JobStore,
     compact_json,
@@ -40,6 +42,7 @@ from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.worker.store import job_scripts as scripts
+from claudeq.worker.store.reads import LoopReads
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
 #: running without a lease, the reconciler's; `missing`; or the job's status when it is not queued).
@@ -154,7 +157,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
         self._upgrade_running = client.register_script(scripts.UPGRADE_RUNNING)
         self._start = client.register_script(scripts.START)
         self._pack_events = client.register_script(scripts.PACK_EVENTS)
+        self._take_notifications = client.register_script(scripts.CLAIM_NOTIFICATIONS)
+        self._link = client.register_script(scripts.LINK)
+        self._settle_notifications = client.register_script(scripts.SETTLE_NOTIFICATIONS)
         self._trim_offset = 0  # where the next trim_index resumes among the entries older than the retention
+        #: The reads of job state (record, status, events) as coroutines for the worker's event loop.
+        self.reads = LoopReads(self)
 
     # ---- the engine loop's client (use_async: claudeq.script_calls.AsyncCalls) ---------------------------------
 
@@ -168,7 +176,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
         """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
         the same step: `Claim.fields`)."""
-        return await self._send(self._claim_call(job_id, worker, lease_ttl_s))
+        return await self.send(self._claim_call(job_id, worker, lease_ttl_s))
 
     def _claim_call(self, job_id: str, worker: str, lease_ttl_s: float) -> ScriptCall[Claim]:
         now = stored_time(utcnow())
@@ -195,7 +203,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """One heartbeat of a run, in one script: extend the lease (`Beat.ours` False: the job was recovered or
         taken over) and, while it is ours, move the run's expiry in each sorted set of `expiring` (its account slot
         first, then its tenant's runs: `expiring_keys`), and say whether a cancel flag is set."""
-        return await self._send(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
+        return await self.send(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
 
     def _beat_call(
         self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str]
@@ -225,7 +233,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
         write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
         write need not read it."""
-        return await self._send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
+        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
 
     async def finish(
         self,
@@ -242,7 +250,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         attempt's spend), in one script, only while `fence` still holds the job. `stream`: as for `write`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        return await self._send(self._finish_call(job_id, fence, status, release, events, fields, stream))
+        return await self.send(self._finish_call(job_id, fence, status, release, events, fields, stream))
 
     def _finish_call(
         self,
@@ -332,7 +340,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """Append a running job's events, in order, in one script, while `fence` still holds it: the last entry id,
         None (nothing appended) once the run was superseded or the job moved on. Workers append every event of a
         run this way."""
-        return await self._send(self._append_call(job_id, fence, events))
+        return await self.send(self._append_call(job_id, fence, events))
 
     def _append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         if not events:
@@ -344,34 +352,30 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def lease_state(self, job_id: str) -> LeaseState:
         """The job's fencing token, status and cancel flag as stored, read in one call."""
         key, fields = self.keys.job(job_id), ["fence", "status", CANCEL_FIELD]
-        if self._async is None:
-            reply = await asyncio.to_thread(self.redis.hmget, key, fields)
-        else:
-            reply = await self._async.hmget(key, fields)
-        fence, status, cancel = reply
+        ((fence, status, cancel),) = await self._pipe(lambda p: p.hmget(key, fields))
         return LeaseState(None if fence is None else int(fence), None if status is None else text(status), bool(cancel))
 
-    def pack_events(self, job_id: str) -> int:
+    async def pack_events(self, job_id: str) -> int:
         """Compress a finished job's compacted events in its record (the status scripts write them as JSON: Redis's
         Lua has no codec). Read back by `read_events` in either form; replaced only if the field is still what was
         read. -> bytes saved (0: nothing to do, already packed, no smaller, or changed meanwhile)."""
         key = self.keys.job(job_id)
-        raw = self.redis.hget(key, "events")
+        (raw,) = await self._pipe(lambda p: p.hget(key, "events"))
         if not isinstance(raw, bytes) or raw[:1] != b"[":
             return 0
         packed = pack_events(raw)
         if packed is None:
             return 0
-        replaced = self._pack_events(keys=[key], args=[raw, packed])
-        return len(raw) - len(packed) if int(replaced) else 0
+        replaced = await self.send(ScriptCall(self._pack_events, [key], [raw, packed], int))
+        return len(raw) - len(packed) if replaced else 0
 
-    def schedule_archive(self, job_id: str, after_s: float, sessions: Iterable[str] = ()) -> list[str]:
+    async def schedule_archive(self, job_id: str, after_s: float, sessions: Iterable[str] = ()) -> list[str]:
         """A job ended: its compacted events and the transcripts of every session its runs reported (their
         `session` events, and `sessions`) move to the archive `after_s` from now (`archive_due`). -> the sessions."""
         found = set(sessions)
         after = "0-0"
         while True:
-            batch = self.read_events(job_id, after=after, count=500)
+            batch = await self.reads.events(job_id, after=after, count=500)
             for entry_id, event in batch:
                 after = entry_id
                 if session := session_of(event):
@@ -379,30 +383,31 @@ class WorkerJobStore(AsyncCalls, JobStore):
             if len(batch) < 500:
                 break
         due = time.time() + after_s
-        self.redis.zadd(self.keys.archive_due, {f"j:{job_id}": due, **{f"s:{sid}": due for sid in found}})
+        members = {f"j:{job_id}": due, **{f"s:{sid}": due for sid in found}}
+        await self._pipe(lambda p: p.zadd(self.keys.archive_due, members))
         return sorted(found)
 
-    def due_archive(self, limit: int = 50, now: float | None = None) -> list[str]:
+    async def due_archive(self, limit: int = 50, now: float | None = None) -> list[str]:
         """Members of `archive_due` whose time came, each taken by this caller alone (ZREM: never two movers)."""
         now = time.time() if now is None else now
-        members = [text(m) for m in self.redis.zrangebyscore(self.keys.archive_due, "-inf", now, start=0, num=limit)]
+        (rows,) = await self._pipe(lambda p: p.zrangebyscore(self.keys.archive_due, "-inf", now, start=0, num=limit))
+        members = [text(m) for m in rows]
         if not members:
             return []
-        pipe = self.redis.pipeline(transaction=False)
-        for member in members:
-            pipe.zrem(self.keys.archive_due, member)
-        return [m for m, taken in zip(members, pipe.execute(), strict=True) if taken]
+        taken = await self._pipe(lambda p: [p.zrem(self.keys.archive_due, member) for member in members])
+        return [m for m, took in zip(members, taken, strict=True) if took]
 
-    def archive_later(self, member: str, delay_s: float) -> None:
+    async def archive_later(self, member: str, delay_s: float) -> None:
         """Put a member back in `archive_due` (its move failed): tried again in `delay_s`."""
-        self.redis.zadd(self.keys.archive_due, {member: time.time() + delay_s})
+        await self._pipe(lambda p: p.zadd(self.keys.archive_due, {member: time.time() + delay_s}))
 
     def archive_job(self, job_id: str) -> bool:
         """Move a finished job's history to the archive (with the retention its record has left): its compacted
         events, and its result when longer than RESULT_KEPT_CHARS. The record keeps `archived` instead and reads
         back the same (read_events, get, list_jobs read the archive). False when there is nothing to move (no
         events nor long result, the record gone, or it changed meanwhile: tried again on a later pass). Requires an
-        archive."""
+        archive. Sync, and called in a thread: the archive's database client is (its write sits inside the record's
+        WATCH)."""
         assert self.archive is not None, "archive_job needs a transcript archive"
         key = self.keys.job(job_id)
         with self.redis.pipeline(transaction=True) as pipe:
@@ -427,35 +432,33 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
     # ---- background loops: promoter, reconciler ----------------------------------------------------------------
 
-    def due_deferred(self, now: float | None = None, limit: int = 100) -> list[str]:
+    async def due_deferred(self, now: float | None = None, limit: int = 100) -> list[str]:
         """Deferred job ids whose ready time has come."""
         now = time.time() if now is None else now
-        return [text(i) for i in self.redis.zrangebyscore(self.keys.deferred, "-inf", now, start=0, num=limit)]
+        (rows,) = await self._pipe(lambda p: p.zrangebyscore(self.keys.deferred, "-inf", now, start=0, num=limit))
+        return [text(i) for i in rows]
 
-    def promote(self, job_id: str, now: float | None = None, force: bool = False) -> bool:
+    async def promote(self, job_id: str, now: float | None = None, force: bool = False) -> bool:
         """Claim one deferred job back to `queued` (atomic ZREM, so only one caller wins); the caller sends it."""
         due = "+inf" if force else str(time.time() if now is None else now)
-        return bool(
-            self._promote(
-                keys=[self.keys.deferred, self.keys.job(job_id), self.keys.queued],
-                args=[job_id, due],
-            )
-        )
+        keys = [self.keys.deferred, self.keys.job(job_id), self.keys.queued]
+        return await self.send(ScriptCall(self._promote, keys, [job_id, due], bool))
 
-    def forget_running(self, job_id: str) -> None:
+    async def forget_running(self, job_id: str) -> None:
         """Drop a job id from the running index (its record is gone)."""
-        self.redis.zrem(self.keys.running, job_id)
+        await self._pipe(lambda p: p.zrem(self.keys.running, job_id))
 
-    def fence_of(self, job_id: str) -> int | None:
+    async def fence_of(self, job_id: str) -> int | None:
         """The job's fencing token read directly (works when the record itself cannot be parsed)."""
-        value = self.redis.hget(self.keys.job(job_id), "fence")
+        (value,) = await self._pipe(lambda p: p.hget(self.keys.job(job_id), "fence"))
         return None if value is None else int(value)
 
-    def upgrade_running(self, lease_ttl_s: float) -> int:
+    async def upgrade_running(self, lease_ttl_s: float) -> int:
         """Turn a `running` set left by an earlier claudeq (a set of ids beside `job:{id}:lease` strings) into the
         sorted set scored by lease expiry, each run with a fresh lease: a run whose worker is gone is recovered one
         lease later. -> how many runs it moved (0: nothing to do). Every worker does it once as it starts."""
-        return int(self._upgrade_running(keys=[self.keys.running], args=[repr(time.time() + lease_ttl_s)]))
+        args = [repr(time.time() + lease_ttl_s)]
+        return await self.send(ScriptCall(self._upgrade_running, [self.keys.running], args, int))
 
     def running_ids(self) -> list[str]:
         """Ids of jobs marked running."""
@@ -466,18 +469,21 @@ class WorkerJobStore(AsyncCalls, JobStore):
         expiry = self.redis.zscore(self.keys.running, job_id)
         return expiry is not None and expiry > (time.time() if now is None else now)
 
-    def expired_runs(self, now: float | None = None, limit: int = EXPIRED_READ) -> list[str]:
+    async def expired_runs(self, now: float | None = None, limit: int = EXPIRED_READ) -> list[str]:
         """Running jobs whose lease expired (its worker stopped renewing it), oldest first: one ZRANGEBYSCORE, however
         many runs are in flight (the reconciler reads these only)."""
         cutoff = time.time() if now is None else now
-        rows = self.redis.zrangebyscore(self.keys.running, "-inf", f"({cutoff}", start=0, num=limit)
+        (rows,) = await self._pipe(
+            lambda p: p.zrangebyscore(self.keys.running, "-inf", f"({cutoff}", start=0, num=limit)
+        )
         return [text(i) for i in rows]
 
-    def take_turn(self, key: str, worker: str, turn_s: float) -> bool:
+    async def take_turn(self, key: str, worker: str, turn_s: float) -> bool:
         """Take a turn that lasts `turn_s` (SET NX PX): False while another worker's turn runs."""
-        return bool(self.redis.set(key, worker, nx=True, px=max(1, int(turn_s * 1000))))
+        (taken,) = await self._pipe(lambda p: p.set(key, worker, nx=True, px=max(1, int(turn_s * 1000))))
+        return bool(taken)
 
-    def recover(
+    async def recover(
         self,
         job_id: str,
         fence: int,
@@ -496,65 +502,71 @@ class WorkerJobStore(AsyncCalls, JobStore):
         else:
             cancelled = encode_event(ended("cancelled", CANCEL_ERROR))
             on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
-        answer = self._recover(
-            keys=[
-                self.keys.job(job_id),
-                self.keys.running,
-                self.keys.queued,
-                self.keys.events(job_id),
-                self.keys.outbox,
-                self.keys.deferred,
-                self.keys.waiting,
-            ],
-            args=[
-                job_id,
-                fence,
-                time.time(),
-                "" if event is None else encode_event(event),
-                self.events_maxlen,
-                "queued" if error is None else "failed",
-                self.result_ttl_s,
-                self.keys.finished_counts_prefix,
-                on_cancel,
-                *encode_fields(fields),
-            ],
-        )
-        return _written(answer)
+        keys = [
+            self.keys.job(job_id),
+            self.keys.running,
+            self.keys.queued,
+            self.keys.events(job_id),
+            self.keys.outbox,
+            self.keys.deferred,
+            self.keys.waiting,
+        ]
+        args = [
+            job_id,
+            fence,
+            time.time(),
+            "" if event is None else encode_event(event),
+            self.events_maxlen,
+            "queued" if error is None else "failed",
+            self.result_ttl_s,
+            self.keys.finished_counts_prefix,
+            on_cancel,
+            *encode_fields(fields),
+        ]
+        return await self.send(ScriptCall(self._recover, keys, args, _written))
 
-    def stale_queued(self, older_than_s: float, limit: int = 100) -> list[str]:
+    async def stale_queued(self, older_than_s: float, limit: int = 100) -> list[str]:
         """Queued job ids whose message was sent more than `older_than_s` ago."""
         cutoff = time.time() - older_than_s
-        return [text(i) for i in self.redis.zrangebyscore(self.keys.queued, "-inf", cutoff, start=0, num=limit)]
+        (rows,) = await self._pipe(lambda p: p.zrangebyscore(self.keys.queued, "-inf", cutoff, start=0, num=limit))
+        return [text(i) for i in rows]
 
-    def claim_resend(self, job_id: str, older_than_s: float) -> bool:
+    async def claim_resend(self, job_id: str, older_than_s: float) -> bool:
         """Claim the re-send of an unclaimed queued job (once across all workers)."""
         now = time.time()
-        return bool(
-            self._resend(keys=[self.keys.queued, self.keys.job(job_id)], args=[job_id, now - older_than_s, now])
-        )
+        keys, args = [self.keys.queued, self.keys.job(job_id)], [job_id, now - older_than_s, now]
+        return await self.send(ScriptCall(self._resend, keys, args, bool))
 
-    def mark_sent(self, job_id: str) -> None:
+    async def mark_sent(self, job_id: str) -> None:
         """Record that a message for this queued job was just sent."""
-        self.redis.zadd(self.keys.queued, {job_id: time.time()}, xx=True)
+        await self._pipe(lambda p: p.zadd(self.keys.queued, {job_id: time.time()}, xx=True))
 
-    def sent_scores(self, job_ids: list[str]) -> list[float | None]:
+    async def send_run(self, job_id: str, queue: str, priority: int = 0) -> None:
+        """Push the job's `claudeq.run` message onto its broker list (the broker is this Redis:
+        claudeq/broker_message.py, as `claudeq.producer.client.push_run`) and mark it sent, in one round trip."""
+        message, broker_list = run_message(job_id, queue, priority), list_for(queue, priority)
+
+        def send(pipe: Any) -> None:
+            pipe.lpush(broker_list, message)
+            pipe.zadd(self.keys.queued, {job_id: time.time()}, xx=True)
+
+        await self._pipe(send)
+
+    async def sent_scores(self, job_ids: list[str]) -> list[float | None]:
         """Each job's score in the `queued` set: the time its message was last sent (or later), None if absent."""
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.zscore(self.keys.queued, job_id)
-        return [None if s is None else float(s) for s in pipe.execute()]
+        scores = await self._pipe(lambda p: [p.zscore(self.keys.queued, job_id) for job_id in job_ids])
+        return [None if s is None else float(s) for s in scores]
 
-    def may_be_waiting(self, jobs: list[tuple[str, str, float]]) -> set[str]:
+    async def may_be_waiting(self, jobs: list[tuple[str, str, float]]) -> set[str]:
         """Of `jobs` (id, broker list, time its message was last sent or later), those whose message may still wait
         in the broker. Costs one LINDEX per distinct list, whatever the queue length: a broker list is FIFO, so
         once its oldest message was sent after a job's message, the job's message has left the list (consumed,
         or never pushed). Unsure (a message without claudeq's send time at the head) counts as waiting."""
         names = list(dict.fromkeys(name for _, name, _ in jobs))
-        pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.lindex(name, -1)  # kombu LPUSHes and BRPOPs: the oldest message is at the right end
+        # kombu LPUSHes and BRPOPs: the oldest message is at the right end.
+        heads = await self._pipe(lambda p: [p.lindex(name, -1) for name in names])
         oldest: dict[str, float | Literal["empty"] | None] = {}
-        for name, raw in zip(names, pipe.execute(), strict=True):
+        for name, raw in zip(names, heads, strict=True):
             oldest[name] = "empty" if raw is None else sent_at_of(raw)
         waiting: set[str] = set()
         for job_id, name, sent in jobs:
@@ -565,37 +577,71 @@ class WorkerJobStore(AsyncCalls, JobStore):
                 waiting.add(job_id)
         return waiting
 
-    def prune_finished_counts(self, now: float | None = None) -> int:
+    async def prune_finished_counts(self, now: float | None = None) -> int:
         """Drop the hours that are over from the finished-job counters (the exporter ignores them anyway)."""
         current = int((time.time() if now is None else now) // 3600)
-        dropped = 0
-        for status in TERMINAL:
-            key = self.keys.finished_counts(status)
-            old = [hour for hour in self.redis.hkeys(key) if int(hour) <= current]
-            if old:
-                dropped += int(self.redis.hdel(key, *old))
-        return dropped
+        counters = [self.keys.finished_counts(status) for status in sorted(TERMINAL)]
+        hours = await self._pipe(lambda p: [p.hkeys(key) for key in counters])
+        old = {key: [h for h in found if int(h) <= current] for key, found in zip(counters, hours, strict=True)}
+        if not any(old.values()):
+            return 0
+        dropped = await self._pipe(lambda p: [p.hdel(key, *gone) for key, gone in old.items() if gone])
+        return sum(int(n) for n in dropped)
+
+    # ---- the outbox: end notifications (worker/delivery/notifier.py) ------------------------------------------
+
+    async def take_notifications(self, room: int, lease_s: float) -> list[str]:
+        """Up to `room` jobs whose notifications are due, each taken for `lease_s` (claudeq/lua/outbox/claim.lua)."""
+        now = time.time()
+        args = [now, room, now + lease_s]
+        return await self.send(ScriptCall(self._take_notifications, [self.keys.outbox], args, _texts))
+
+    async def drop_notifications(self, job_id: str) -> None:
+        """Take a job out of the outbox (its record is gone or unreadable: nothing can be told)."""
+        await self._pipe(lambda p: p.zrem(self.keys.outbox, job_id))
+
+    async def webhook_cursor(self, job_id: str) -> str:
+        """The entry id of the last event the job's webhook was sent ('0-0': none yet)."""
+        (raw,) = await self._pipe(lambda p: p.hget(self.keys.job(job_id), WEBHOOK_CURSOR_FIELD))
+        return text(raw) if raw else "0-0"
+
+    async def send_callback(self, job_id: str, queue: str, sent_field: str, message: str) -> None:
+        """Push a job's Celery callback message onto `queue`, once ever (`sent_field` marks it sent in the record,
+        in the same script: claudeq/lua/outbox/link.lua)."""
+        await self.send(ScriptCall(self._link, [self.keys.job(job_id), queue], [sent_field, message], int))
+
+    async def settle_notifications(
+        self, job_id: str, notifications: str, next_due: str, dead: bool, cursor: str
+    ) -> None:
+        """A notifier pass's delivery log (JSON) in the record, the webhook's event `cursor` ('' unchanged), and
+        the job's next place in the outbox: due at `next_due` ('' none: out), in the dead letters when `dead`
+        (claudeq/lua/outbox/settle.lua)."""
+        keys = [self.keys.job(job_id), self.keys.outbox, self.keys.outbox_dead]
+        args = [job_id, notifications, next_due, "1" if dead else "", time.time(), cursor]
+        await self.send(ScriptCall(self._settle_notifications, keys, args, int))
 
     # ---- the fleet's worker index: `worker:{id}` hashes and the `workers` zset ------------------------------------
 
-    def record_worker(self, worker_id: str, fields: dict[str, str | int | float], ttl_s: int) -> None:
+    async def record_worker(self, worker_id: str, fields: dict[str, str | int | float], ttl_s: int) -> None:
         """Write a worker's heartbeat hash (expiring after `ttl_s`) and its `workers` entry (score = its heartbeat)."""
         now = float(fields.get("heartbeat", time.time()))
         key = self.keys.worker(worker_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, mapping={k: v for k, v in fields.items()})
-        pipe.expire(key, ttl_s)
-        pipe.zadd(self.keys.workers, {worker_id: now})
-        # Workers gone for a long time leave the zset (their hash expired long ago).
-        pipe.zremrangebyscore(self.keys.workers, "-inf", now - 100 * ttl_s)
-        pipe.execute()
+
+        def beat(pipe: Any) -> None:
+            pipe.hset(key, mapping={k: v for k, v in fields.items()})
+            pipe.expire(key, ttl_s)
+            pipe.zadd(self.keys.workers, {worker_id: now})
+            # Workers gone for a long time leave the zset (their hash expired long ago).
+            pipe.zremrangebyscore(self.keys.workers, "-inf", now - 100 * ttl_s)
+
+        await self._pipe(beat, transaction=True)
 
     def forget_worker(self, worker_id: str) -> None:
         """Remove a worker's heartbeat (clean exit)."""
         self.redis.delete(self.keys.worker(worker_id))
         self.redis.zrem(self.keys.workers, worker_id)
 
-    def trim_index(self, page: int = 1000, max_checked: int = 20_000) -> int:
+    async def trim_index(self, page: int = 1000, max_checked: int = 20_000) -> int:
         """Drop ids of expired jobs from the `jobs` index; returns how many. Walks the entries older than the
         retention page by page past live ones (a job can outlive the retention while queued or running), checking
         at most `max_checked` per call; the next call resumes where this one stopped."""
@@ -603,23 +649,39 @@ class WorkerJobStore(AsyncCalls, JobStore):
         offset = self._trim_offset
         checked = removed = 0
         while checked < max_checked:
-            old = [text(i) for i in self.redis.zrangebyscore(self.keys.jobs, "-inf", cutoff_ms, start=offset, num=page)]
+            (rows,) = await self._pipe(functools.partial(_page, self.keys.jobs, cutoff_ms, offset, page))
+            old = [text(i) for i in rows]
             if not old:
                 offset = 0  # walked to the end: the next call starts again from the oldest
                 break
-            pipe = self.redis.pipeline(transaction=False)
-            for job_id in old:
-                pipe.exists(self.keys.job(job_id))
-            gone = [job_id for job_id, alive in zip(old, pipe.execute(), strict=True) if not alive]
+            exists = await self._pipe(functools.partial(_each, "exists", [self.keys.job(job_id) for job_id in old]))
+            gone = [job_id for job_id, live in zip(old, exists, strict=True) if not live]
             if gone:
                 # A stream a stale run appended to after its job was compacted has no expiry: it goes with its job.
-                self.redis.delete(*[self.keys.events(job_id) for job_id in gone])
-                self.redis.zrem(self.keys.jobs, *gone)
+                await self._pipe(functools.partial(_forget_jobs, self.keys.jobs, gone, self.keys.events))
             checked += len(old)
             removed += len(gone)
             offset += len(old) - len(gone)  # the live ones stay in front of the next page
         self._trim_offset = offset
         return removed
+
+
+def _page(key: str, max_score: float, offset: int, count: int, pipe: Any) -> None:
+    pipe.zrangebyscore(key, "-inf", max_score, start=offset, num=count)
+
+
+def _each(command: str, keys: list[str], pipe: Any) -> None:
+    for key in keys:
+        getattr(pipe, command)(key)
+
+
+def _forget_jobs(index: str, job_ids: list[str], stream_of: Callable[[str], str], pipe: Any) -> None:
+    pipe.delete(*[stream_of(job_id) for job_id in job_ids])
+    pipe.zrem(index, *job_ids)
+
+
+def _texts(reply: Any) -> list[str]:
+    return [text(item) for item in reply]
 
 
 def _written(reply: Any) -> Written:

@@ -121,21 +121,65 @@ def test_a_runs_slot_spend_release_and_unindex_go_on_the_async_client_without_a_
     assert store.redis.zscore(keys.tenant_jobs("default"), job_id) is None
 
 
+def test_the_reconciler_and_heartbeat_passes_go_on_the_async_client_without_a_thread(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconciler pass (a lost worker's job recovered and re-sent, an unclaimed job re-sent, the index trimmed,
+    old counters pruned) and a worker heartbeat: every Redis call on the loop's async client, none in a thread."""
+    store, loops, keys = runtime.engine.store, runtime.loops, runtime.engine.store.keys
+    store.redis.set(keys.reconciler_turn, "the-test", px=60_000)  # the runtime's own reconciler stays out
+    lost, unclaimed = uuid.uuid4().hex, uuid.uuid4().hex
+    for job_id in (lost, unclaimed):
+        store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    claim = runtime.engine.call(store.claim(lost, "gone-worker", 30)).result(timeout=30)
+    assert claim.ok
+    store.redis.zadd(keys.running, {lost: time.time() - 1})  # its lease ran out: its worker is gone
+    old = time.time() - runtime.settings.unclaimed_resend_s - 60
+    store.redis.zadd(keys.queued, {unclaimed: old})  # its message was sent long ago and is not in the broker
+    broker = runtime.settings.queue
+    store.redis.delete(broker)
+
+    def no_thread(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a background loop's Redis call went through a thread")
+
+    monkeypatch.setattr("asyncio.to_thread", no_thread)
+    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", no_thread)
+
+    async def passes() -> tuple[list[str], list[str]]:
+        # A reconciler pass's parts (reconcile_once runs them when this worker holds the fleet's turn).
+        recovered, resent = await loops.recover_once(), await loops.resend_once()
+        await store.trim_index()
+        await store.prune_finished_counts()
+        await loops.beat_once()
+        return recovered, resent
+
+    recovered, resent = runtime.engine.call(passes()).result(timeout=30)
+    monkeypatch.undo()
+    assert lost in recovered and unclaimed in resent
+    record = store.get(lost)
+    assert record.status == "queued" and [a.outcome for a in record.attempts] == ["worker_lost"]
+    assert [e.type for _, e in store.read_events(lost)][-1] == "requeued"
+    messages = [m.decode() for m in store.redis.lrange(broker, 0, -1)]
+    assert sum(lost in m for m in messages) == 1 and sum(unclaimed in m for m in messages) == 1
+    assert store.redis.zscore(keys.queued, unclaimed) > old  # marked sent again with the message
+    assert store.redis.hget(keys.worker(runtime.engine.worker_id), "state") == b"running"
+
+
 def test_acquires_at_the_same_time_share_one_read_of_the_accounts(
     runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A burst of claims wants the accounts' snapshot at once: one read in flight serves them all."""
     accounts = runtime.engine.accounts
     assert isinstance(accounts, AccountManager)
-    reads: list[float | None] = []
-    snapshot = accounts.store.snapshot
+    reads: list[float] = []
+    snapshot_now = accounts._snapshot_now
 
-    def slow_snapshot(now: float | None = None) -> Any:
+    async def slow_snapshot(now: float) -> Any:
         reads.append(now)
-        time.sleep(0.1)  # a slow Redis: the other acquires arrive while this read is in flight
-        return snapshot(now)
+        await asyncio.sleep(0.1)  # a slow Redis: the other acquires arrive while this read is in flight
+        return await snapshot_now(now)
 
-    monkeypatch.setattr(accounts.store, "snapshot", slow_snapshot)
+    monkeypatch.setattr(accounts, "_snapshot_now", slow_snapshot)
     spec = JobSpec(prompt="hi")
 
     async def burst() -> list[SlotLease | NoAccount]:

@@ -135,7 +135,7 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
-    def add_waiter(
+    async def add_waiter(
         self,
         accounts: list[str],
         job_id: str,
@@ -146,13 +146,13 @@ class FakeAccounts:
         self.waiters.append((accounts, job_id))
         return []
 
-    def admit(self) -> list[str]:
+    async def admit(self) -> list[str]:
         return []
 
-    def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
+    async def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         return None
 
-    def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         self.tenant_waiters.append((tenant, job_id))
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
@@ -229,6 +229,15 @@ class FlakyAccounts(FakeAccounts):
         return await super().acquire(job_id, spec, exclude, rank)
 
 
+def sends_into(sent: list[str]) -> Callable[[str, JobSpec | None], Awaitable[None]]:
+    """An engine's message sender that only notes the ids of the jobs it is asked to send."""
+
+    async def send(job_id: str, spec: JobSpec | None) -> None:
+        sent.append(job_id)
+
+    return send
+
+
 def fake_engine(settings: Settings, store: WorkerJobStore, sent: list[str], worker_id: str = "w-test") -> Engine:
     """An engine on fake accounts, runner and metrics whose messages are appended to `sent` (not started)."""
     return Engine(
@@ -237,6 +246,6 @@ def fake_engine(settings: Settings, store: WorkerJobStore, sent: list[str], work
         accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
         runner=FakeRunner(),
         metrics=FakeMetrics(),
-        send=lambda job_id, spec: sent.append(job_id),
+        send=sends_into(sent),
         worker_id=worker_id,
     )

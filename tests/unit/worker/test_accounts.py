@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import fakeredis
@@ -169,7 +170,7 @@ def test_release_hands_the_slot_to_a_waiter(manager: AccountManager, fake_redis:
     waiting = run(manager.acquire("j2", JobSpec(prompt="x", account="a"), rank=9.0))
     assert isinstance(waiting, NoAccount)
     fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
-    assert manager.add_waiter([*waiting.accounts, "unknown"], "j2", 9.0) == []
+    assert run(manager.add_waiter([*waiting.accounts, "unknown"], "j2", 9.0)) == []
     assert run(manager.release(held)) == ["j2"]
     # A job that arrives now finds no free slot: the one released is j2's.
     late = run(manager.acquire("j3", JobSpec(prompt="x", account="a"), rank=1.0))
@@ -194,7 +195,7 @@ def test_a_new_job_waits_in_line_behind_better_ranked_waiters(
     assert "waiting in line" in waiting.reason and waiting.accounts == ["a"]
     # Its turn comes through the line: the ready time is only the fallback.
     assert waiting.ready_at > datetime.now(UTC) + timedelta(seconds=manager.settings.lease_ttl_s / 2)
-    assert manager.admit() == ["urgent"]
+    assert run(manager.admit()) == ["urgent"]
 
 
 def test_a_job_in_line_waits_in_the_line_of_every_account_that_may_run_it(
@@ -210,7 +211,7 @@ def test_a_job_in_line_waits_in_the_line_of_every_account_that_may_run_it(
     assert "waiting in line" in waiting.reason and waiting.accounts == ["a", "b"]
     fake_redis.hset(manager.store.keys.job("bulk"), "status", "deferred")
     fake_redis.zadd(manager.store.keys.deferred, {"bulk": waiting.ready_at.timestamp()})
-    assert manager.add_waiter(waiting.accounts, "bulk", 9e10) == ["urgent"]  # a's free slot: the better waiter's
+    assert run(manager.add_waiter(waiting.accounts, "bulk", 9e10)) == ["urgent"]  # a's free slot: the better waiter's
     fallback = fake_redis.zscore(manager.store.keys.deferred, "bulk")
     assert fallback is not None and fallback > time.time() + manager.settings.waiter_fallback_s - 5
     assert run(manager.release(held[0])) == ["bulk"]
@@ -250,13 +251,13 @@ def test_an_acquire_reuses_a_fresh_read_of_the_accounts_but_never_says_no_from_i
     manager: AccountManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[float] = []
-    snapshot = manager.store.snapshot
+    snapshot = manager.store.queue_snapshot
 
-    def counted(now: float | None = None) -> list[tuple[object, object]]:
+    def counted(now: float) -> Callable[[object], object]:
         reads.append(time.time())
-        return snapshot(now)  # type: ignore[return-value]
+        return snapshot(now)
 
-    monkeypatch.setattr(manager.store, "snapshot", counted)
+    monkeypatch.setattr(manager.store, "queue_snapshot", counted)
     first, second = lease(run(manager.acquire("j1", SPEC))), lease(run(manager.acquire("j2", SPEC)))
     assert len(reads) == 1  # the second acquire chose from the first one's read
     assert {first.account.name, second.account.name} <= {"a", "b"}
@@ -278,7 +279,7 @@ def test_a_waiter_handed_a_slot_finds_it_where_its_record_says(
     # acquire told to look only there takes that slot back, never a second one.
     held = lease(run(manager.acquire("j1", JobSpec(prompt="x", account="a"), rank=5.0)))
     fake_redis.hset(manager.store.keys.job("j2"), "status", "deferred")
-    assert manager.add_waiter(["a"], "j2", 9.0) == []
+    assert run(manager.add_waiter(["a"], "j2", 9.0)) == []
     assert run(manager.release(held)) == ["j2"]
     hint = fake_redis.hget(manager.store.keys.job("j2"), "slot")
     assert hint is not None and hint.decode() == manager.store.keys.account_slots("a")
@@ -312,14 +313,14 @@ def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake
         if got.cooldown and (got.ready_at - datetime.now(UTC)).total_seconds() <= settings.retry_in_place_max_s:
             return  # waiting in place: in no line
         fake_redis.hset(keys.job(job_id), "status", "deferred")
-        manager.add_waiter(got.accounts, job_id, rank)
+        run(manager.add_waiter(got.accounts, job_id, rank))
 
     arrive("first", 9)  # takes the first start
     assert manager.store.held_by("first") == ["a"]
     arrive("bulk", 9)
     arrive("urgent", 0)
     time.sleep(0.55)  # the next start is due
-    assert manager.admit() == ["urgent"]
+    assert run(manager.admit()) == ["urgent"]
 
 
 def test_a_paced_start_goes_to_the_best_waiter_not_to_a_worse_ranked_newcomer(
@@ -340,8 +341,8 @@ def test_a_paced_start_goes_to_the_best_waiter_not_to_a_worse_ranked_newcomer(
     waiting = run(manager.acquire("urgent", JobSpec(prompt="hi", priority=0), rank=urgent_rank))
     assert isinstance(waiting, NoAccount)
     fake_redis.hset(keys.job("urgent"), "status", "deferred")  # what the handler does: defer, join the line
-    assert manager.add_waiter(waiting.accounts, "urgent", urgent_rank) == []
+    assert run(manager.add_waiter(waiting.accounts, "urgent", urgent_rank)) == []
     time.sleep(0.55)  # the next start is due
     late = run(manager.acquire("late", JobSpec(prompt="hi", priority=9), rank=9 * PRIORITY_SPAN + time.time()))
     assert isinstance(late, NoAccount), late
-    assert manager.admit() == ["urgent"]
+    assert run(manager.admit()) == ["urgent"]

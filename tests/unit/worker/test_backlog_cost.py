@@ -17,6 +17,7 @@ from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
+from tests.support.aio import run
 from tests.unit.worker.engine_fakes import fake_engine
 
 
@@ -141,7 +142,7 @@ def test_trim_index_walks_past_live_old_jobs(store: WorkerJobStore, settings: Se
     pipe.execute()
     removed = 0
     for _ in range(10):  # a few reconciler passes at most
-        step = store.trim_index()
+        step = run(store.trim_index())
         removed += step
         if step == 0:
             break
@@ -161,10 +162,10 @@ def test_a_submitted_jobs_own_message_counts_as_waiting(
     batch = [h.id for h in client.submit_many([{"prompt": "a"}, {"prompt": "b", "priority": 6}])]
     jobs = [single, keyed, *batch]
     # Each job's score is never earlier than its message's send time, so its own message at the head is "waiting".
-    assert loops._waiting_in_broker(jobs) == set(jobs)
+    assert run(loops._waiting_in_broker(jobs)) == set(jobs)
     while store.redis.rpop(list_for(settings.queue, 0)) is not None:
         pass  # every priority-0 message consumed: those jobs' messages have left the queue
-    assert loops._waiting_in_broker(jobs) == {batch[1]}
+    assert run(loops._waiting_in_broker(jobs)) == {batch[1]}
 
 
 def test_a_backlogged_tenants_message_at_the_last_priority_step_counts_as_waiting(
@@ -178,4 +179,4 @@ def test_a_backlogged_tenants_message_at_the_last_priority_step_counts_as_waitin
     store.create(record)
     store.redis.zadd(store.keys.queued, {"flooded": sent}, xx=True)
     store.redis.lpush(list_for(settings.queue, BACKLOG_PRIORITY), run_message("flooded", settings.queue, 9, sent))
-    assert loops._waiting_in_broker(["flooded"]) == {"flooded"}  # never re-sent while it waits there
+    assert run(loops._waiting_in_broker(["flooded"])) == {"flooded"}  # never re-sent while it waits there

@@ -27,6 +27,7 @@ from tests.unit.worker.engine_fakes import (
     blocking,
     failure,
     rate_limited,
+    sends_into,
     success,
 )
 
@@ -47,7 +48,7 @@ class Harness:
             accounts=accounts,
             runner=runner,
             metrics=self.metrics,
-            send=lambda job_id, spec: self.sent.append(job_id),
+            send=sends_into(self.sent),
             worker_id="w1",
         )
         self.engine.start()
@@ -290,7 +291,7 @@ def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: WorkerJo
     # Another worker takes over: the lease is gone and the job is claimed again with a new fence.
     store.redis.zadd(store.keys.running, {job: 0})
     record = store.get(job)
-    assert store.recover(job, record.fence, record.attempts)
+    assert run(store.recover(job, record.fence, record.attempts))
     assert run(store.claim(job, "w2", 30)).ok
     assert finish() == ["lost"]
     after = store.get(job)
@@ -396,7 +397,7 @@ def test_a_redis_blip_leaves_the_job_to_the_reconciler_instead_of_failing_it(mak
     assert record.status == "running"  # no terminal write: the lease expires and the reconciler re-enqueues it
     assert record.error is None
     h.store.redis.zadd(h.store.keys.running, {job: 0})
-    assert h.store.recover(job, record.fence, record.attempts)
+    assert run(h.store.recover(job, record.fence, record.attempts))
     assert h.deliver(job) == "succeeded"
 
 
@@ -409,7 +410,7 @@ def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, sto
     # Another worker took the job over (its lease expired while this one was paused): new fence, same slot member.
     store.redis.zadd(store.keys.running, {job: 0})
     record = store.get(job)
-    assert store.recover(job, record.fence, record.attempts)
+    assert run(store.recover(job, record.fence, record.attempts))
     assert run(store.claim(job, "w2", 30)).ok
     assert finish() == ["lost"]
     assert job not in accounts.released  # the new owner may hold this very slot

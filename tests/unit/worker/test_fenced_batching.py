@@ -77,7 +77,7 @@ async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(st
     writer = FencedWriter(store, 30, linger_s=60)
     await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
     store.redis.zadd(store.keys.running, {"j1": 0})
-    assert store.recover("j1", d.lease.fence, None)
+    assert await store.recover("j1", d.lease.fence, None)
     assert (await store.claim("j1", "w2", 30)).ok
     await writer.close(d)  # the pending event is refused: another worker owns the job
     assert d.lost

@@ -110,7 +110,7 @@ def test_stale_fence_cannot_write(fake_store: WorkerJobStore) -> None:
     old = run(fake_store.claim(job_id, "w1", 10))
     # w1 paused, its lease expired, the reconciler gave the job back and w2 took it over.
     fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
-    assert fake_store.recover(job_id, old.fence, [Attempt(number=1, outcome="worker_lost", started_at=utcnow())])
+    assert run(fake_store.recover(job_id, old.fence, [Attempt(number=1, outcome="worker_lost", started_at=utcnow())]))
     new = run(fake_store.claim(job_id, "w2", 10))
     assert new.fence == old.fence + 1
     assert not run(fake_store.write(job_id, old.fence, status="failed", error=JobError(kind="job", message="late")))
@@ -124,7 +124,7 @@ def test_terminal_states_never_change(fake_store: WorkerJobStore) -> None:
     claim = run(fake_store.claim(job_id, "w1", 10))
     run(fake_store.write(job_id, claim.fence, status="succeeded"))
     assert fake_store.cancel(job_id) == "succeeded"
-    assert not fake_store.promote(job_id, force=True)
+    assert not run(fake_store.promote(job_id, force=True))
     assert fake_store.get(job_id).status == "succeeded"
 
 
@@ -135,11 +135,11 @@ def test_running_to_deferred_to_queued_via_promote(fake_store: WorkerJobStore) -
     assert run(fake_store.write(job_id, claim.fence, status="deferred", ready_at=ready))
     record = fake_store.get(job_id)
     assert record.status == "deferred" and record.ready_at is not None
-    assert fake_store.due_deferred() == []
-    assert not fake_store.promote(job_id)  # not due yet
-    assert fake_store.due_deferred(now=ready.timestamp() + 1) == [job_id]
-    assert fake_store.promote(job_id, now=ready.timestamp() + 1)
-    assert not fake_store.promote(job_id, now=ready.timestamp() + 1)  # claimed once only
+    assert run(fake_store.due_deferred()) == []
+    assert not run(fake_store.promote(job_id))  # not due yet
+    assert run(fake_store.due_deferred(now=ready.timestamp() + 1)) == [job_id]
+    assert run(fake_store.promote(job_id, now=ready.timestamp() + 1))
+    assert not run(fake_store.promote(job_id, now=ready.timestamp() + 1))  # claimed once only
     record = fake_store.get(job_id)
     assert record.status == "queued" and record.ready_at is None
     assert fake_store.redis.zscore(fake_store.keys.queued, job_id) is not None
@@ -189,10 +189,10 @@ def test_reconciler_recovery_requires_an_expired_lease(fake_store: WorkerJobStor
     job_id = _queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     lost = [Attempt(number=1, outcome="worker_lost", started_at=utcnow())]
-    assert not fake_store.recover(job_id, claim.fence, lost)  # lease still alive
+    assert not run(fake_store.recover(job_id, claim.fence, lost))  # lease still alive
     fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
-    assert fake_store.recover(job_id, claim.fence, lost)
-    assert not fake_store.recover(job_id, claim.fence, lost)  # only once
+    assert run(fake_store.recover(job_id, claim.fence, lost))
+    assert not run(fake_store.recover(job_id, claim.fence, lost))  # only once
     record = fake_store.get(job_id)
     assert record.status == "queued"
     assert [a.outcome for a in record.attempts] == ["worker_lost"]
@@ -201,10 +201,10 @@ def test_reconciler_recovery_requires_an_expired_lease(fake_store: WorkerJobStor
 def test_unclaimed_queued_jobs_are_resent_once(fake_store: WorkerJobStore) -> None:
     job_id = _queued(fake_store)
     fake_store.redis.zadd(fake_store.keys.queued, {job_id: 0})
-    assert fake_store.stale_queued(older_than_s=60) == [job_id]
-    assert fake_store.claim_resend(job_id, older_than_s=60)
-    assert not fake_store.claim_resend(job_id, older_than_s=60)
-    assert fake_store.stale_queued(older_than_s=60) == []
+    assert run(fake_store.stale_queued(older_than_s=60)) == [job_id]
+    assert run(fake_store.claim_resend(job_id, older_than_s=60))
+    assert not run(fake_store.claim_resend(job_id, older_than_s=60))
+    assert run(fake_store.stale_queued(older_than_s=60)) == []
 
 
 def test_follow_events_ends_when_the_job_is_finished(fake_store: WorkerJobStore) -> None:
@@ -236,7 +236,7 @@ def test_trim_index_drops_only_expired_jobs(fake_store: WorkerJobStore) -> None:
         fake_store.create(_record(job_id))
     fake_store.redis.zadd(fake_store.keys.jobs, {"old": 0, "kept": 0})
     fake_store.redis.delete(fake_store.keys.job("old"))
-    assert fake_store.trim_index() == 1
+    assert run(fake_store.trim_index()) == 1
     assert fake_store.redis.zscore(fake_store.keys.jobs, "kept") is not None
 
 
@@ -254,7 +254,7 @@ def test_only_the_first_claim_ends_the_queue_wait(fake_store: WorkerJobStore) ->
     first = run(fake_store.claim(job_id, "w1", 10))
     assert first.first
     run(fake_store.write(job_id, first.fence, status="deferred", ready_at=utcnow()))
-    assert fake_store.promote(job_id, force=True)
+    assert run(fake_store.promote(job_id, force=True))
     again = run(fake_store.claim(job_id, "w1", 10))
     assert again.ok
     assert not again.first
@@ -265,8 +265,8 @@ def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store:
     claim = run(fake_store.claim(job_id, "w1", 10))
     fake_store.redis.hset(fake_store.keys.job(job_id), "spec", "{not json")
     fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
-    assert fake_store.fence_of(job_id) == claim.fence
-    assert fake_store.recover(job_id, claim.fence, None)
+    assert run(fake_store.fence_of(job_id)) == claim.fence
+    assert run(fake_store.recover(job_id, claim.fence, None))
     assert fake_store.status(job_id) == "queued"
 
 

@@ -147,4 +147,4 @@ def test_reconciler_does_not_resend_a_job_whose_message_waits_behind_a_backlog(
     store.redis.lpush(settings.queue, run_message(waiting, settings.queue, 0, now - 60))
     assert on_loop(loops, loops.resend_once()) == [lost]  # only the job whose message is gone
     assert sent == [lost]
-    assert store.stale_queued(settings.unclaimed_resend_s) == []  # the waiting one is looked at again later
+    assert run(store.stale_queued(settings.unclaimed_resend_s)) == []  # the waiting one is looked at again later

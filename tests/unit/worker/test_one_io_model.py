@@ -1,14 +1,17 @@
 """One I/O model in the worker (docs/architecture.md#the-worker-by-concern): no class of the worker offers an
 operation twice, as a plain method `x` and a coroutine `ax` — what a run calls on the engine loop is one coroutine.
 Inherited methods count (a worker store that adds `aread` beside its base's `read` is a twin too), as long as both
-come from claudeq's own classes."""
+come from claudeq's own classes. And the engine makes its Redis calls on the loop's async client, not in threads,
+but for the few that have no async form (docs/scaling.md#the-engines-redis-client)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import claudeq.worker
 
@@ -58,3 +61,49 @@ def test_a_twin_is_caught_and_an_inherited_one_too() -> None:
 
     assert twins(WorkerStore) == ["read/aread"]
     assert twins(Store) == []
+
+
+#: The only sync calls the worker's engine makes in a thread (`in_redis_thread`, `asyncio.to_thread`) outside
+#: `worker/run/` (a run's processes and folders): what has no async client, by module. Everything else goes on the
+#: loop's async client as a call (claudeq/script_calls.py; docs/scaling.md#the-engines-redis-client).
+THREAD_CALLS_ALLOWED = {
+    "worker/delivery/handler.py": {"fn"},  # _quiet: an account's rate-limit and auth signals (the pass-through's too)
+    "worker/delivery/loops.py": {
+        "self._schedules.fire_due",  # a fired tick goes through the producer's own submit
+        "self.store.archive_job",  # the archive's database client is sync
+        "archive.purge",
+    },
+    "worker/store/reads.py": {"store._events_page", "self._store._archived_results"},  # the archive's, again
+}
+
+
+def thread_calls(path: Path) -> set[str]:
+    """What `path` calls in a thread: the first argument of each `in_redis_thread(...)` / `asyncio.to_thread(...)`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        name = ast.unparse(node.func)
+        if name in ("in_redis_thread", "asyncio.to_thread", "loop.run_in_executor"):
+            found.add(ast.unparse(node.args[0]))
+    return found
+
+
+def test_the_engine_makes_no_redis_call_in_a_thread_but_the_few_it_must() -> None:
+    root = Path(claudeq.worker.__path__[0]).resolve()
+    seen: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = f"worker/{path.relative_to(root).as_posix()}"
+        if rel.startswith("worker/run/") or rel == "worker/loop_host.py":
+            continue
+        if calls := thread_calls(path):
+            seen[rel] = calls
+    assert seen == THREAD_CALLS_ALLOWED
+
+
+def test_a_thread_hop_is_seen(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "async def f(store):\n    await in_redis_thread(store.get, 'j')\n    await store.reads.get('j')\n"
+    )
+    assert thread_calls(module) == {"store.get"}

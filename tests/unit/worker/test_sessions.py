@@ -11,9 +11,7 @@ import pytest
 from claude_agent_sdk import project_key_for_directory
 
 from claudeq.config.settings import Settings
-from claudeq.jobs import JobStore
 from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
-from claudeq.producer.client import make_store
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.delivery.session_planner import (
     CONTINUE_PROMPT,
@@ -23,6 +21,7 @@ from claudeq.worker.delivery.session_planner import (
     user_text,
 )
 from claudeq.worker.run.workdirs import default_cwd
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 
 
 def _user(uuid: str, text: Any) -> dict[str, Any]:
@@ -71,7 +70,7 @@ class World:
 
     def __init__(self, settings: Settings) -> None:
         server = fakeredis.FakeServer()
-        self.jobs: JobStore = make_store(settings, fakeredis.FakeRedis(server=server))
+        self.jobs: WorkerJobStore = make_worker_store(settings, fakeredis.FakeRedis(server=server))
         self.sessions = RedisSessionStore.from_settings(settings, fakeredis.FakeAsyncRedis(server=server))
         self.planner = SessionPlanner(settings, self.jobs, store=self.sessions, recheck_s=5)
         self.project = project_key_for_directory(default_cwd())
@@ -192,7 +191,7 @@ async def test_a_job_that_never_ran_is_planned_without_reading_its_events(world:
     def no_read(*_: Any, **__: Any) -> Any:
         raise AssertionError("the first attempt's plan read the job's events")
 
-    world.jobs.read_events = no_read  # type: ignore[method-assign]
+    world.jobs.reads.events = no_read  # type: ignore[method-assign]
     assert (await world.planner.plan(job, world.emit)).mode == "new"
     with pytest.raises(AssertionError, match="read the job's events"):
         await world.planner.plan(world.ran(job), world.emit)  # a retry looks for its own session

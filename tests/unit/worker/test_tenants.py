@@ -133,7 +133,7 @@ def test_a_tenant_at_max_concurrency_waits_and_a_release_promotes_its_waiter(
     keys = Keys(tenants_settings.key_prefix)
     fake_redis.hset(keys.job("j3"), "status", "deferred")
     fake_redis.zadd(keys.deferred, {"j3": time.time() + 60})
-    m.add_tenant_waiter("a", "j3", 1.0)
+    run(m.add_tenant_waiter("a", "j3", 1.0))
     assert run(m.release(first)) == ["j3"]  # one of the tenant's runs ended: its waiter goes next
     assert isinstance(run(m.acquire("j3", spec)), SlotLease)
     # Another tenant is not held back by `a`'s cap.
@@ -152,7 +152,7 @@ def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
     fake_redis.hset(keys.job("j3"), "status", "deferred")
     fake_redis.zadd(keys.deferred, {"j3": at_max.ready_at.timestamp()})
     now = time.time()
-    m.add_tenant_waiter("a", "j3", 1.0)
+    run(m.add_tenant_waiter("a", "j3", 1.0))
     # In the tenant's line, the end of one of its runs promotes it: its ready time is only the fallback, far out (a
     # re-send every lease TTL would send a whole backlog through the broker again and again).
     ready = fake_redis.zscore(keys.deferred, "j3")
@@ -186,7 +186,7 @@ def _line_up(m: AccountManager, redis: fakeredis.FakeRedis, keys: Keys, job_id: 
     created = 1.7e9 + len(redis.keys(keys.job("*")))
     _deferred(redis, keys, job_id, spec, tag, created)
     place = spec.priority * PRIORITY_SPAN + created
-    assert m.add_waiter(["x"], job_id, tag, None, (spec.tenant, place)) == []
+    assert run(m.add_waiter(["x"], job_id, tag, None, (spec.tenant, place))) == []
 
 
 def test_a_tenants_turn_goes_to_its_best_job_by_priority_and_its_share_is_unchanged(
@@ -249,9 +249,9 @@ def test_a_freed_slot_goes_to_the_capped_tenants_waiter_when_it_ranks_first(
     ]
     # a's next job waits for one of a's runs (its cap, 2); another tenant's job waits in x's line, ranked after it.
     _deferred(fake_redis, keys, "a3", spec_a, tag=1.0)
-    m.add_tenant_waiter("a", "a3", 1.0)
+    run(m.add_tenant_waiter("a", "a3", 1.0))
     _deferred(fake_redis, keys, "d2", spec_d, tag=5.0)
-    assert m.add_waiter(["x"], "d2", 5.0) == []
+    assert run(m.add_waiter(["x"], "d2", 5.0)) == []
     # a's run ends: its slot goes to a's waiter (ranked first), not to the job that happened to wait in the line.
     assert run(m.release(runs[0])) == ["a3"]
     assert fake_redis.hget(keys.job("a3"), "status") == b"queued"
