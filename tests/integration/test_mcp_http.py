@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -24,30 +24,50 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def http_server(settings: Settings) -> Iterator[str]:
+def http_server(settings: Settings, tmp_path: Path) -> Iterator[str]:
     """`claudeq mcp --http 127.0.0.1:PORT` for this test's settings; yields its URL."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "claudeq.producer.cli", "mcp", "--http", f"127.0.0.1:{port}"],
-        env={**worker_env(settings, []), **settings_env(settings)},
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, "claudeq mcp --http exited"
-                assert time.monotonic() < deadline, "claudeq mcp --http did not listen"
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with _mcp_http({**worker_env(settings, []), **settings_env(settings)}, tmp_path / "mcp-http.log") as url:
+        yield url
+
+
+@contextmanager
+def _mcp_http(env: dict[str, str], log: Path) -> Iterator[str]:
+    """`claudeq mcp --http` on a free port, with `env`; yields its URL. Another process of the suite may take the
+    port between its pick and the bind: then it starts again on another."""
+    for _ in range(3):
+        port = _free_port()
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "claudeq.producer.cli", "mcp", "--http", f"127.0.0.1:{port}"],
+                env=env,
+                cwd=Path(__file__).resolve().parents[2],
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+            )
+        try:
+            if _listening(proc, port):
+                yield f"http://127.0.0.1:{port}/mcp"
+                return
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        said = log.read_text(errors="replace")
+        assert "address already in use" in said.lower(), f"claudeq mcp --http exited: {said[-2000:]}"
+    raise AssertionError("claudeq mcp --http found no free port in three tries")
+
+
+def _listening(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Wait until `proc` answers on `port` (True) or exits (False)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+            return True
+        except httpx.TransportError:
+            if proc.poll() is not None:
+                return False
+            assert time.monotonic() < deadline, "claudeq mcp --http did not listen"
+            time.sleep(0.2)
 
 
 async def test_http_transport_submits_a_job(http_server: str, client: Client) -> None:
@@ -83,29 +103,11 @@ def token_server(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Clie
     accounts = tmp_path / "accounts.toml"
     accounts.write_text('[[accounts]]\nname = "acct-secret-name"\nkind = "api_key"\ntoken_env = "CQT_UNUSED_KEY"\n')
     fleet = settings.model_copy(update={"tenants_file": tenants, "accounts_file": accounts})
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "claudeq.producer.cli", "mcp", "--http", f"127.0.0.1:{port}"],
-        env={**worker_env(fleet, []), **settings_env(fleet), **TOKENS},
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     client = Client(fleet)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, "claudeq mcp --http exited"
-                assert time.monotonic() < deadline, "claudeq mcp --http did not listen"
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/mcp", client
+        with _mcp_http({**worker_env(fleet, []), **settings_env(fleet), **TOKENS}, tmp_path / "mcp-http.log") as url:
+            yield url, client
     finally:
-        proc.terminate()
-        proc.wait(10)
         client.close()
 
 
