@@ -405,7 +405,7 @@ class AccountManager(AsyncCalls):
         return NoAccount(soon, "lost every race for a free slot; try again shortly", names)
 
     async def _read_snapshot(self, now: float) -> list[tuple[AccountState, datetime | None]]:
-        """The accounts' snapshot on the engine loop (read on a Redis thread): one read at a time, shared by every
+        """The accounts' snapshot on the engine loop (one pipeline on its client): one read at a time, shared by every
         acquire that wants one while it is in flight. Its answer is at most that read's round trip older than `now`,
         well within _VIEW_REUSE_S; ACQUIRE re-checks the account atomically anyway."""
         reading = self._snapshot_read
@@ -475,7 +475,7 @@ class AccountManager(AsyncCalls):
         """Free the slot and the tenant's run; returns the jobs to wake: the account's waiter the slot was handed to
         (already `queued`, holding it) and the tenant's waiter popped (still `deferred`, to promote). A run admitted
         as no tenant's (no tenants file) frees its slot in one call on the async client; a tenant's run first reads
-        and moves the tenant's state, on a Redis thread."""
+        and moves the tenant's state (a few calls more, on the same client)."""
         woken = [] if lease.tenant is None else await self._release_tenant_run(lease, lease.tenant)
         call = self.store.release_call(lease.account.name, lease.job_id, self.settings.lease_ttl_s)
         return list(dict.fromkeys(await self.send(call) + woken))
