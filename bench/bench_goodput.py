@@ -43,7 +43,7 @@ from celery import Celery
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
-from tests.conftest import make_settings
+from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, WorkerProcess, start_worker, stop_all, write_accounts_toml
 
@@ -733,4 +733,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        sweep(USED)  # what the workers left on the shared Redis: queues, kombu's bindings of them, prefixes

@@ -38,7 +38,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.worker.run.launcher import bundled_cli
-from tests.conftest import make_settings
+from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
 
@@ -276,4 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        sweep(USED)  # what the workers left on the shared Redis: queues, kombu's bindings of them, prefixes

@@ -54,7 +54,7 @@ from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.tenant_state import TenantStore, window_end
-from tests.conftest import make_settings
+from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
 
@@ -358,4 +358,7 @@ def load() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        sweep(USED)  # what the workers left on the shared Redis: queues, kombu's bindings of them, prefixes

@@ -37,7 +37,7 @@ import redis
 from bench.bench_overhead import direct
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import start_simulator_process
-from tests.conftest import make_settings
+from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
 
@@ -224,4 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        sweep(USED)  # what the workers left on the shared Redis: queues, kombu's bindings of them, prefixes
