@@ -51,7 +51,7 @@ class PipeCall(Generic[T]):
     transaction: bool = False
 
 
-#: A store's operation as data: a script call or plain commands, sent by either client (`run_call`, `_send`).
+#: A store's operation as data: a script call or plain commands, sent by either client (`run_call`, `AsyncCalls.send`).
 Call = ScriptCall[T] | PipeCall[T]
 
 
@@ -67,7 +67,7 @@ def done(_: Any) -> None:
 
 
 class AsyncCalls:
-    """Gives a store an optional async client (`use_async`) for its coroutine methods (`_send`, `_pipe`). Without
+    """Gives a store an optional async client (`use_async`) for its coroutine methods (`send`, `_pipe`). Without
     one, a call goes on the sync client (`redis`) in a thread."""
 
     redis: Redis
