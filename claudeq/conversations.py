@@ -227,14 +227,9 @@ class ConversationStore:
 
     # ---- whose sessions: a session is the tenant's whose runs created it -----------------------------------
 
-    def claim_session(self, session_id: str, tenant: str) -> None:
-        """A run of `tenant` works in `session_id`: mark it the tenant's (`session_tenant`; none for `default`).
-        Kept twice the session retention from the last run in it, so it outlives the transcript."""
-        if tenant != DEFAULT_TENANT:
-            run_call(self.claim_session_call(session_id, tenant))
-
     def claim_session_call(self, session_id: str, tenant: str) -> PipeCall[None]:
-        """`claim_session` as a call (for a tenant other than `default`)."""
+        """A run of `tenant` (other than `default`) works in `session_id`: mark it the tenant's (`session_tenant`).
+        Kept twice the session retention from the last run in it, so it outlives the transcript."""
         key, ttl_s = self.keys.session_tenant(session_id), 2 * self.ttl_s
         return PipeCall(self.redis, lambda p: p.set(key, tenant, ex=ttl_s), done)
 

@@ -256,18 +256,6 @@ class TenantStore:
             lambda reply: _admission(reply, at),
         )
 
-    def admit_account(
-        self,
-        account: AccountConfig,
-        job_id: str,
-        want: float | None,
-        now: float | None = None,
-        model: str | None = None,
-    ) -> Admitted | Reserved | OverBudget:
-        """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps), and one
-        turn of `model`'s runs on it beside it."""
-        return run_call(self.admit_account_call(account, job_id, want, now, model))
-
     def admit_account_call(
         self,
         account: AccountConfig,
@@ -276,7 +264,8 @@ class TenantStore:
         now: float | None = None,
         model: str | None = None,
     ) -> ScriptCall[Admitted | Reserved | OverBudget]:
-        """`admit_account` as a call."""
+        """Reserve the budget of a run that holds a slot on `account` (only for an account with spend caps), and one
+        turn of `model`'s runs on it beside it: a call the worker sends from its event loop (AccountManager)."""
         at = time.time() if now is None else now
 
         def parse(reply: Any) -> Admitted | Reserved | OverBudget:
@@ -308,30 +297,18 @@ class TenantStore:
             parse,
         )
 
-    def set_reserved(self, tenant: str, job_id: str, budget_usd: float, turn_usd: float = 0.0) -> None:
-        """Lower a run's reservation to the budget it was finally started with (and the turn reserved beside it)."""
-        run_call(self.set_reserved_call(tenant, job_id, budget_usd, turn_usd))
-
     def set_reserved_call(self, tenant: str, job_id: str, budget_usd: float, turn_usd: float = 0.0) -> Call[None]:
-        """`set_reserved` as a call."""
+        """Lower a run's reservation to the budget it was finally started with (and the turn reserved beside it)."""
         key, value = self.keys.tenant_reserved(tenant), repr(budget_usd + turn_usd)
         return PipeCall(self.redis, lambda p: p.hset(key, job_id, value), done)
 
-    def hold(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> None:
-        """Count a job waiting in an account's line among its tenant's runs (until `ttl_s` from now, or its start)."""
-        run_call(self.hold_call(tenant, job_id, ttl_s, now))
-
     def hold_call(self, tenant: str, job_id: str, ttl_s: float, now: float | None = None) -> Call[None]:
-        """`hold` as a call."""
+        """Count a job waiting in an account's line among its tenant's runs (until `ttl_s` from now, or its start)."""
         key, until = self.keys.tenant_runs(tenant), (time.time() if now is None else now) + ttl_s
         return PipeCall(self.redis, lambda p: p.zadd(key, {job_id: until}), done)
 
-    def unreserve(self, tenant: str, job_id: str) -> None:
-        """Drop what a job that did not start reserved of its tenant's budget (it keeps its place among the runs)."""
-        run_call(self.unreserve_call(tenant, job_id))
-
     def unreserve_call(self, tenant: str, job_id: str) -> Call[None]:
-        """`unreserve` as a call."""
+        """Drop what a job that did not start reserved of its tenant's budget (it keeps its place among the runs)."""
         key = self.keys.tenant_reserved(tenant)
         return PipeCall(self.redis, lambda p: p.hdel(key, job_id), done)
 
@@ -503,18 +480,12 @@ class TenantStore:
         """`advance` as a call."""
         return ScriptCall(self._advance, [self.keys.fair_share], [repr(tag)], done)
 
-    def balance(
-        self, shares: Mapping[str, int], now: float | None = None, repay_s: float = BALANCE_REPAY_S
-    ) -> dict[str, float]:
-        """Move the active tenants' catch-up balances (slot-seconds: + owed, - owing) on to now and return them.
-        `shares`: each active tenant's share cap, without its balance; `repay_s`: the caller's slot-seconds per slot
-        of catch-up, left for readers (BALANCE in claudeq/tenant_scripts.py)."""
-        return run_call(self.balance_call(shares, now, repay_s))
-
     def balance_call(
         self, shares: Mapping[str, int], now: float | None = None, repay_s: float = BALANCE_REPAY_S
     ) -> ScriptCall[dict[str, float]]:
-        """`balance` as a call."""
+        """Move the active tenants' catch-up balances (slot-seconds: + owed, - owing) on to now; -> them. `shares`: each
+        active tenant's share cap, without its balance; `repay_s`: the caller's slot-seconds per slot of catch-up, left
+        for readers (BALANCE in claudeq/tenant_scripts.py)."""
         now = time.time() if now is None else now
         keys = [self.keys.tenants_balance]
         args: list[str] = [repr(now), repr(BALANCE_BOUND_S), repr(max(BALANCE_REPAY_S, repay_s))]
