@@ -597,6 +597,8 @@ class Runner:
     ) -> None:
         await start()  # connect with the prompt (a new CLI), or send the prompt (a warm one)
         connected.set()
+        watchdog.prompt_sent()  # the first-byte timer starts: the CLI's own start is not the model's latency
+        wake.set()
         async for message in client.receive_response():
             events = parser.feed(message)
             before = (watchdog.first_byte_at is None, watchdog.tool_in_flight)

@@ -33,8 +33,11 @@ class Timeouts:
 class Watchdog:
     """Decides, from progress marks, whether a run has stalled and how long it may wait before asking again.
 
-    Before the first byte only the first-byte timer (and the deadline) runs; after it, the idle timer measures time
-    since the last progress mark, except while a tool call is in flight (a long tool is not a stalled model).
+    Before the first byte only the first-byte timer (and the deadline) runs, counted from the moment the CLI has the
+    prompt (`prompt_sent`): the CLI's own start, slow on a loaded host, is not the model's time to first byte (a CLI
+    that never comes up fails its start within the SDK's initialize timeout, docs/cli-behaviour.md). After the first
+    byte, the idle timer measures time since the last progress mark, except while a tool call is in flight (a
+    long tool is not a stalled model).
     """
 
     timeouts: Timeouts
@@ -42,11 +45,17 @@ class Watchdog:
     started_at: float = field(default=-1.0)
     first_byte_at: float | None = None
     last_progress: float | None = None
+    #: When the CLI had the prompt: the first-byte timer counts from here (None: still starting).
+    waiting_since: float | None = None
     _tool_since: float | None = None
 
     def __post_init__(self) -> None:
         if self.started_at < 0:
             self.started_at = self.clock()
+
+    def prompt_sent(self, *, at: float | None = None) -> None:
+        """The CLI is up and has the prompt: the first-byte timer starts."""
+        self.waiting_since = self.clock() if at is None else at
 
     @property
     def tool_in_flight(self) -> bool:
@@ -76,7 +85,9 @@ class Watchdog:
         if deadline_left <= 0:
             return "deadline", 0.0
         if self.first_byte_at is None:
-            first_left = self.started_at + self.timeouts.first_byte_s - now
+            if self.waiting_since is None:
+                return None, deadline_left  # the CLI is starting
+            first_left = self.waiting_since + self.timeouts.first_byte_s - now
             if first_left <= 0:
                 return "first_byte", 0.0
             return None, min(deadline_left, first_left)

@@ -20,6 +20,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import Event, JobSpec
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.worker.run import procs
+from claudeq.worker.run.launcher import bundled_cli
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.run.prices import cost_usd
 from claudeq.worker.run.runner import Runner, RunRequest
@@ -215,6 +216,29 @@ async def test_idle_watchdog_stops_a_stall_and_cli_env_holds_only_own_token(runn
     assert not any(TOKENS["beta"] in v or "runner-test-password" in v for v in values)
     assert sum(TOKENS["alpha"] in v for v in values) == 1
     assert environ["CLAUDEQ_JOB_ID"] == job_id
+
+
+async def test_a_slow_cli_start_does_not_count_against_the_first_byte(
+    runner: Runner, tmp_path: Path, unique: str
+) -> None:
+    """The first-byte timer counts again from when the CLI has the prompt: a CLI that takes longer to come up than
+    the job's first-byte timeout (a loaded host) still gets its answer, while a silent model is still stopped."""
+    slow = tmp_path / "slow-claude"
+    slow.write_text(f'#!/bin/sh\nsleep 2.5\nexec "{bundled_cli()}" "$@"\n')
+    slow.chmod(0o755)
+    settings = runner.settings.model_copy(update={"cli_path": slow})
+    settings.__dict__["accounts"] = runner.settings.accounts
+    slow_runner = Runner(settings)
+    outcome, _ = await run(
+        slow_runner, "alpha", f"slowstart-{unique}", prompt='hi [[sim: text "up"]]', first_byte_timeout_s=2
+    )
+    assert outcome.stopped_by is None, outcome
+    assert outcome.got_result and not outcome.is_error and outcome.result.text == "up"
+    silent, rec = await run(
+        slow_runner, "alpha", f"slowsilent-{unique}", prompt="hi [[sim: delay 30]]", first_byte_timeout_s=2
+    )
+    assert silent.stopped_by == "first_byte"
+    assert rec.of("stopped") == [{"reason": "first_byte"}]
 
 
 async def test_cancel_during_stall_returns_quickly(runner: Runner, unique: str) -> None:

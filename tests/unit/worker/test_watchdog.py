@@ -28,6 +28,7 @@ def dog(clock: Clock, first: float = 10, idle: float = 2, deadline: float = 100)
 
 def test_first_byte_fires_when_nothing_streams(clock: Clock) -> None:
     wd = dog(clock)
+    wd.prompt_sent()
     clock.now = 3
     wd.mark()  # the init message is progress but not model output
     assert wd.check() == (None, pytest.approx(7))
@@ -74,3 +75,31 @@ def test_timeouts_from_spec_then_settings_and_deadline_capped() -> None:
     settings = Settings(_env_file=None, idle_timeout_s=7, max_deadline_s=50)  # type: ignore[call-arg]
     t = Timeouts.for_job(JobSpec(prompt="x", deadline_s=99, first_byte_timeout_s=3), settings)
     assert t == Timeouts(first_byte_s=3, idle_s=7, deadline_s=50)
+
+
+def test_first_byte_counts_from_when_the_cli_has_the_prompt(clock: Clock) -> None:
+    """A slow CLI start (a loaded host) does not eat the model's time to first byte; only the deadline runs while
+    the CLI starts."""
+    wd = dog(clock, first=2, deadline=100)
+    clock.now = 5
+    assert wd.check() == (None, pytest.approx(95))
+    wd.prompt_sent()
+    clock.now = 6.5
+    assert wd.check() == (None, pytest.approx(0.5))
+    clock.now = 7
+    assert wd.check()[0] == "first_byte"
+
+
+def test_the_deadline_runs_while_the_cli_starts(clock: Clock) -> None:
+    wd = dog(clock, first=2, deadline=5)
+    clock.now = 5
+    assert wd.check()[0] == "deadline"
+
+
+def test_idle_after_first_byte_ignores_when_the_prompt_was_sent(clock: Clock) -> None:
+    wd = dog(clock, first=2, idle=2)
+    wd.prompt_sent()
+    clock.now = 1
+    wd.mark(first_byte=True)
+    clock.now = 2.5
+    assert wd.check() == (None, pytest.approx(0.5))  # the idle timer, from the first byte
