@@ -74,10 +74,22 @@ def through_the_kit(
         return [shape(handle.wait()) for handle in handles]
 
 
-def through_the_worker(scenarios: list[Scenario], client: Client, workers: WorkerFactory) -> list[dict[str, Any]]:
+def through_the_worker(scenarios: list[Scenario], client: Client, workers: WorkerFactory) -> list[JobRecord]:
     workers()
     handles = [client.submit(prompt=prompt, **extra) for prompt, _, extra in scenarios]
-    return [shape(client.wait(handle.id, timeout=120, poll_s=0.1)) for handle in handles]
+    return [client.wait(handle.id, timeout=120, poll_s=0.1) for handle in handles]
+
+
+def differences(scenarios: list[Scenario], kit: list[dict[str, Any]], real: list[JobRecord]) -> str:
+    """Where the kit's records differ from the real worker's, with what each real attempt said (its account and
+    detail: the reason an unexpected outcome was recorded); empty when they agree."""
+    lines = []
+    for (prompt, _, _), got, record in zip(scenarios, kit, real, strict=True):
+        want = shape(record)
+        if got != want:
+            lines += [f"{prompt}:", f"  kit  {got}", f"  real {want}"]
+            lines += [f"    attempt {a.number} on {a.account}: {a.outcome}: {a.detail}" for a in record.attempts]
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("scenarios", [COMMON, RATE_LIMITED, AUTH_FAILED], ids=["common", "429", "401"])
@@ -86,10 +98,8 @@ def test_the_kit_and_the_real_worker_give_the_same_records(
 ) -> None:
     real = through_the_worker(scenarios, client, workers)
     kit = through_the_kit(scenarios, settings)
-    differ = {
-        prompt: (got, want) for (prompt, _, _), got, want in zip(scenarios, kit, real, strict=True) if got != want
-    }
-    assert not differ, "\n".join(f"{prompt}:\n  kit  {got}\n  real {want}" for prompt, (got, want) in differ.items())
+    differ = differences(scenarios, kit, real)
+    assert not differ, differ
 
 
 def conversation_shape(records: list[JobRecord]) -> dict[str, Any]:

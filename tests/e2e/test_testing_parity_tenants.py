@@ -20,7 +20,7 @@ from claudeq.testing import auth_failed, fleet
 from claudeq.testing.fleet import TOKEN_ENV
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.test_testing_parity import COMMON, KNOBS, RATE_LIMITED, Scenario, shape, through_the_kit
+from tests.e2e.test_testing_parity import COMMON, KNOBS, RATE_LIMITED, Scenario, differences, shape, through_the_kit
 from tests.e2e.test_testing_parity import through_the_worker as _through_the_worker
 from tests.support.worker_proc import FAST_E2E, SimAccount
 
@@ -69,10 +69,8 @@ def test_api_key_accounts_give_the_same_records(
 ) -> None:
     real = _through_the_worker(scenarios, client, workers)
     kit = through_the_kit(scenarios, settings, accounts=api_keys())
-    differ = {
-        prompt: (got, want) for (prompt, _, _), got, want in zip(scenarios, kit, real, strict=True) if got != want
-    }
-    assert not differ, "\n".join(f"{prompt}:\n  kit  {got}\n  real {want}" for prompt, (got, want) in differ.items())
+    differ = differences(scenarios, kit, real)
+    assert not differ, differ
 
 
 def budget_shape(record: JobRecord) -> dict[str, Any]:
