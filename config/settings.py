@@ -231,7 +231,13 @@ class Settings(BaseSettings):
     web_token: SecretStr | None = Field(
         default=None,
         description="The operator's token for `claudeq web` (CLAUDEQ_WEB_TOKEN): every tenant's jobs and the fleet "
-        "page. With it or with tenants' `mcp_token_env` tokens, every page of `claudeq web` needs a token.",
+        "page. Without it or tenants' `mcp_token_env` tokens, `claudeq web` makes a token of its own and prints it.",
+    )
+    web_origin: str | None = Field(
+        default=None,
+        description="The origin browsers reach `claudeq web` / `claudeq api` at when it is not the address it binds "
+        "(`https://claudeq.example.com`, behind a proxy): its host joins the host allow-list and it is the origin "
+        "actions may come from (docs/web.md#who-sees-what).",
     )
     events_maxlen: int = Field(default=2000, ge=10, description="Approximate cap of events kept per job.")
     event_tool_result_chars: int = Field(
@@ -355,6 +361,16 @@ class Settings(BaseSettings):
         if self.sentinel_addresses and urlsplit(self.redis_url).scheme == "unix":
             raise ValueError("redis_sentinels: a unix:// redis_url cannot be failed over; use redis:// or rediss://")
         return self
+
+    @field_validator("web_origin")
+    @classmethod
+    def _web_origin(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+            raise ValueError("give scheme://host[:port] and nothing more, e.g. https://claudeq.example.com")
+        return f"{parts.scheme}://{parts.netloc.lower()}"
 
     @field_validator("key_prefix")
     @classmethod

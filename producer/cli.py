@@ -732,7 +732,7 @@ def web_cmd(
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8780,
 ) -> None:
     """Serve the run view in a browser: jobs, each run's events live, transcripts, accounts and tenants
-    (docs/web.md). With tenants' tokens or CLAUDEQ_WEB_TOKEN, every page needs one."""
+    (docs/web.md). Every page needs a token: tenants', CLAUDEQ_WEB_TOKEN, or the one it prints at start."""
     try:
         from claudeq.producer.web import serve  # imports jinja2, starlette, uvicorn: only for this command
     except ModuleNotFoundError as exc:

@@ -9,24 +9,22 @@ import jinja2  # noqa: F401  (first: without the `web` extra, the missing module
 from claudeq.config.settings import Settings
 from claudeq.producer.web.app import create_app
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
 
 def serve(host: str, port: int, settings: Settings) -> None:
     """Serve the run view on http://host:port until interrupted. Blocks."""
     import uvicorn
 
-    app = create_app(settings)
-    auth = app.state.web.auth
-    if auth.required:
+    app = create_app(settings, host=host)
+    shown = f"[{host}]" if ":" in host else host
+    made = app.state.web.auth.made_token
+    if made is None:
         print("claudeq web: every page needs a token (a tenant's mcp_token_env, or CLAUDEQ_WEB_TOKEN)", file=sys.stderr)
-    elif host not in LOOPBACK:
+    else:  # nothing configured: the server's own token, as Jupyter prints one (docs/web.md#who-sees-what)
         print(
-            f"warning: claudeq web on {host} shows every job to anyone who reaches it and lets them cancel and "
-            "resubmit (set CLAUDEQ_WEB_TOKEN or tenants' mcp_token_env)",
+            "claudeq web: no token configured (CLAUDEQ_WEB_TOKEN); open this address to log in with this server's own "
+            f"token, or give it as Authorization: Bearer:\n    http://{shown}:{port}/?token={made}",
             file=sys.stderr,
         )
-    shown = f"[{host}]" if ":" in host else host
     print(f"claudeq web: http://{shown}:{port}/", file=sys.stderr, flush=True)
     try:
         # Open live streams are closed after 2 s on Ctrl-C rather than waited for (a running job's may last hours).

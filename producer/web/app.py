@@ -44,6 +44,7 @@ from claudeq.producer.web.auth import (
     safe_next,
     same_site_post,
 )
+from claudeq.producer.web.hosts import HostAllowList, HostGuard
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
 
 HERE = Path(__file__).parent
@@ -210,10 +211,10 @@ def timeline(record: JobRecord, events: list[tuple[str, Event]]) -> list[dict[st
 class Web:
     """The pages over one fleet (`client`): shared by every request."""
 
-    def __init__(self, settings: Settings, client: Client | None = None) -> None:
+    def __init__(self, settings: Settings, client: Client | None = None, start_token: str | None = None) -> None:
         self.settings = settings
         self.client = client or Client(settings)
-        self.auth = Auth(settings)
+        self.auth = Auth(settings, start_token)
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -255,14 +256,26 @@ class Web:
 
     async def form(self, request: Request) -> dict[str, str]:
         form = await request.form()
-        if not same_site_post(request, form.get(CSRF_FIELD)):
+        if not same_site_post(request, form.get(CSRF_FIELD), self.settings.web_origin):
             raise WebError(403, "this action must come from a claudeq web page (cross-site request refused)")
         return {k: v for k, v in form.items() if isinstance(v, str)}
 
     # -- pages
 
     def index(self, request: Request) -> Response:
-        return RedirectResponse("/jobs", status_code=303)
+        """The job list; `/?token=…` (the address the command prints) logs in first, then leaves the address bar."""
+        token = request.query_params.get("token")
+        if token is None:
+            return RedirectResponse("/jobs", status_code=303)
+        sid = self.auth.login(token)
+        if sid is None:
+            return PlainTextResponse("that token is not one this server knows", 401)
+        return self.logged_in(RedirectResponse("/jobs", status_code=303), sid)
+
+    @staticmethod
+    def logged_in(response: Response, sid: str) -> Response:
+        response.set_cookie(SESSION_COOKIE, sid, max_age=SESSION_TTL_S, httponly=True, samesite="strict")
+        return response
 
     def login_page(self, request: Request) -> Response:
         return self.page(request, "login.html", next=safe_next(request.query_params.get("next")), failed=False)
@@ -273,9 +286,7 @@ class Web:
         target = safe_next(form.get("next"))
         if sid is None:
             return self.page(request, "login.html", status=401, next=target, failed=True)
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(SESSION_COOKIE, sid, max_age=SESSION_TTL_S, httponly=True, samesite="strict")
-        return response
+        return self.logged_in(RedirectResponse(target, status_code=303), sid)
 
     async def logout(self, request: Request) -> Response:
         await self.form(request)
@@ -478,9 +489,12 @@ class Guard:
         await self.app(scope, receive, with_headers)
 
 
-def create_app(settings: Settings, client: Client | None = None) -> Starlette:
-    """The ASGI app of `claudeq web` over `settings`' fleet."""
-    web = Web(settings, client)
+def create_app(
+    settings: Settings, client: Client | None = None, *, host: str = "127.0.0.1", start_token: str | None = None
+) -> Starlette:
+    """The ASGI app of `claudeq web` over `settings`' fleet, answering to the names of `host` (the bind address) and
+    `settings.web_origin`; with no token configured, `start_token` (or a random one) is the operator's."""
+    web = Web(settings, client, start_token)
 
     async def on_denied(request: Request, exc: Exception) -> Response:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
@@ -516,7 +530,7 @@ def create_app(settings: Settings, client: Client | None = None) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard)],
+        middleware=[Middleware(HostGuard, allowed=HostAllowList(host, settings.web_origin)), Middleware(Guard)],
         exception_handlers={
             NotLoggedIn: on_denied,
             WebError: on_web_error,

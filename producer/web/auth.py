@@ -2,7 +2,7 @@
 
 The MCP server's rule (producer/mcp_server.py): a tenant's `mcp_token_env` token shows that tenant's jobs and no
 other's; the operator's token (`CLAUDEQ_WEB_TOKEN`) shows every tenant's and the fleet page. With neither configured
-the server is open to whoever reaches it, which is why it binds to loopback by default. A token is given once, on
+the server makes an operator's token of its own and the command prints it. A token is given once, on
 the login form (or as `Authorization: Bearer` by a script); the browser then holds only a random session id in an
 HttpOnly, SameSite=Strict cookie. Every POST carries a token of its own that must match a SameSite=Strict cookie
 (the double-submit pattern) and, when the browser says where it comes from, the same origin.
@@ -44,12 +44,20 @@ OPEN = Viewer(tenant=None, operator=True)
 
 
 class Auth:
-    """The tokens of `settings` and the server's sessions (in memory: a restart asks everyone to log in again)."""
+    """The tokens of `settings` and the server's sessions (in memory: a restart asks everyone to log in again).
 
-    def __init__(self, settings: Settings) -> None:
+    A token is always needed: with none configured, the server makes an operator's token of its own (`start_token`,
+    or a random one) for the command to print, as Jupyter does — loopback is no boundary on a host where agents run
+    shell commands."""
+
+    def __init__(self, settings: Settings, start_token: str | None = None) -> None:
         self._tenants = settings.tenants
         self._operator = settings.web_token.get_secret_value() if settings.web_token else None
-        self.required = bool(self._operator) or self._tenants.token_mapping
+        #: The token this server made because none was configured (None when one was): printed at start.
+        self.made_token: str | None = None
+        if not self._operator and not self._tenants.token_mapping:
+            self._operator = self.made_token = start_token or secrets.token_urlsafe(32)
+        self.required = True
         self._sessions: dict[str, tuple[Viewer, float]] = {}
 
     def by_token(self, token: str) -> Viewer | None:
@@ -63,9 +71,7 @@ class Auth:
         return Viewer(tenant=tenant.name, operator=False) if tenant is not None else None
 
     def viewer(self, request: Request) -> Viewer | None:
-        """The request's viewer: everyone without tokens configured; else its bearer token or its session."""
-        if not self.required:
-            return OPEN
+        """The request's viewer: its bearer token's, or its session's."""
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             return self.by_token(token)
@@ -107,10 +113,10 @@ def csrf_token(request: Request) -> str:
     return made
 
 
-def same_site_post(request: Request, form_token: object) -> bool:
+def same_site_post(request: Request, form_token: object, web_origin: str | None = None) -> bool:
     """Whether a POST comes from a page of this server: its form token matches the cookie, and its Origin (when
-    the browser sends one) is this host. A request with a bearer token is a script's, not a browser's: no cookie
-    acts for it."""
+    the browser sends one) is this host or the configured origin (`web_origin`, behind a proxy). A request with a
+    bearer token is a script's, not a browser's: no cookie acts for it."""
     if request.headers.get("authorization", "").lower().startswith("bearer "):
         return True
     cookie = request.cookies.get(CSRF_COOKIE, "")
@@ -118,7 +124,7 @@ def same_site_post(request: Request, form_token: object) -> bool:
         return False
     origin = request.headers.get("origin")
     if origin is not None and origin != "null":
-        return urlsplit(origin).netloc == request.headers.get("host", "")
+        return origin == web_origin or urlsplit(origin).netloc == request.headers.get("host", "")
     return origin is None
 
 

@@ -54,6 +54,12 @@ def browser(fleet: Settings, fleet_client: Client) -> Iterator[TestClient]:
         yield http
 
 
+def open_view(settings: Settings, client: Client) -> TestClient:
+    """The view with no token configured, as a script given the token the server made reaches it."""
+    app = create_app(settings, client, start_token=OPERATOR)
+    return TestClient(app, base_url="http://127.0.0.1:8780", headers={"authorization": f"Bearer {OPERATOR}"})
+
+
 def csrf_of(page: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found, "the page has no form token"
@@ -241,7 +247,7 @@ def test_a_jobs_page_shows_its_children_however_many_jobs_came_after(
     parent = client.submit(prompt=f"parent {unique}")
     kids = [client.submit(prompt=f"kid {i} {unique}", metadata={"parent_job_id": parent.id}) for i in range(2)]
     client.submit_many([{"prompt": f"later {i} {unique}"} for i in range(300)])
-    with TestClient(create_app(settings, client)) as http:
+    with open_view(settings, client) as http:
         page = http.get(f"/jobs/{parent.id}", headers=HTML).text
     children = page.split('id="children"', 1)[1].split("</ul>", 1)[0]
     assert all(k.id in children for k in kids) and children.count("<li>") == 2
@@ -250,7 +256,7 @@ def test_a_jobs_page_shows_its_children_however_many_jobs_came_after(
 def test_a_waiting_jobs_page_lists_what_it_waits_for(client: Client, settings: Settings, unique: str) -> None:
     first = client.submit(prompt=f"first {unique}")
     then = client.submit(prompt=f"then {unique}", depends_on=[first.id])
-    with TestClient(create_app(settings, client)) as http:
+    with open_view(settings, client) as http:
         page = http.get(f"/jobs/{then.id}", headers=HTML).text
         listing = http.get("/jobs?status=waiting", headers=HTML).text
     assert 'id="status">waiting' in page
