@@ -94,6 +94,11 @@ class Keys:
         """String: the job id created for one of `tenant`'s idempotency keys (SET NX)."""
         return f"{self.scope(tenant)}idem:{key}"
 
+    def submit_rate(self, tenant: str, minute: int) -> str:
+        """String: how many jobs configured tenant `tenant` submitted through the HTTP API in epoch minute `minute`
+        (INCRBY; expires after two minutes)."""
+        return f"{self.scope(tenant)}submit-rate:{minute}"
+
     def conversation(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """String: the latest session id of `tenant`'s conversation `name` (every conversation key is in its
         tenant's scope: another tenant's conversation of the same name is another conversation)."""

@@ -43,6 +43,11 @@ class TenantConfig(BaseModel):
     accounts: list[str] | None = Field(default=None, description="Accounts its jobs may run on; none = any.")
     models: list[str] | None = Field(default=None, description="Models its jobs may ask for; none = any.")
     tool_profiles: list[str] | None = Field(default=None, description="Tool profiles its jobs may ask for.")
+    submit_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="Jobs it may submit through the HTTP API per minute; over it, 429 (docs/http-api.md); none = any.",
+    )
     mcp_token_env: str | None = Field(
         default=None,
         description="Environment variable holding the bearer token that maps an HTTP MCP caller to this tenant.",

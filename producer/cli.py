@@ -740,6 +740,20 @@ def web_cmd(
     serve(host, port, _settings())
 
 
+@app.command("api")
+def api_cmd(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8781,
+) -> None:
+    """Serve the HTTP API alone, /api/v1 described at /api/v1/openapi.json (docs/http-api.md); `claudeq web` serves
+    it too. Every call needs a token: tenants', CLAUDEQ_WEB_TOKEN, or the one it prints at start."""
+    try:
+        from claudeq.producer.api import serve  # imports fastapi, starlette, uvicorn: only for this command
+    except ModuleNotFoundError as exc:
+        exit_missing("claudeq api", exc)
+    serve(host, port, _settings())
+
+
 @config_app.command("check")
 def config_check(as_json: JsonOpt = False) -> None:
     """Validate settings and accounts, check every token is present and Redis answers (secrets never shown).

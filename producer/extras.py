@@ -32,6 +32,7 @@ EXTRA_OF: dict[str, str] = {
     "starlette": "worker",
     "uvicorn": "worker",
     "jinja2": "web",
+    "fastapi": "web",
 }
 
 

@@ -18,7 +18,7 @@ from claudeq.config.settings import Settings
 from tests.support.worker_proc import settings_env, worker_env
 
 #: The line `claudeq web` / `claudeq api` print at start when no token is configured: the URL that logs in.
-TOKEN_URL = re.compile(r"(http://\S+)[?&]token=([A-Za-z0-9_\-]+)")
+TOKEN_URL = re.compile(r"(?:[?&]token=|Authorization: Bearer )([A-Za-z0-9_\-]{20,})")
 
 
 def free_port() -> int:
@@ -39,7 +39,7 @@ class Served:
 
     def printed_token(self) -> str | None:
         found = TOKEN_URL.search(self.log())
-        return found[2] if found else None
+        return found[1] if found else None
 
 
 @contextmanager
