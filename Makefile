@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight bench-web soak compose-check clean
+.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight bench-web bench-api soak compose-check clean
 
 venv: $(STAMP)
 
@@ -65,6 +65,10 @@ bench: venv
 # `claudeq web`'s job list with 100,000 retained jobs against 1,000 (private Redis, real HTTP).
 bench-web: venv
 	$(BIN)/python -m bench.bench_web $(BENCH_WEB_ARGS)
+
+# Submitting through the HTTP API (`claudeq api`, real HTTP) against Client.submit, same run (private Redis).
+bench-api: venv
+	$(BIN)/python -m bench.bench_api $(BENCH_API_ARGS)
 
 # The control plane alone at fleet scale (fake runner, private Redis). Smaller: make bench-scale BENCH_SCALE_ARGS="--jobs 20000"
 # Then one engine alone (no Celery): CPU per job as built vs every Redis call in a thread.

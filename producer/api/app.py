@@ -157,8 +157,11 @@ def _comparable(spec: JobSpec) -> dict[str, Any]:
 BEARER = HTTPBearer(auto_error=False, description="A tenant's token (`mcp_token_env`) or the operator's.")
 
 
-def caller(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> Viewer:
-    """Who calls: the viewer its bearer token is (401 without a known one)."""
+async def caller(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+) -> Viewer:
+    """Who calls: the viewer its bearer token is (401 without a known one). Async, as it does no I/O: a plain
+    function would cost a thread hop per request."""
     api: Api = request.app.state.api
     viewer = api.auth.by_token(credentials.credentials) if credentials is not None else None
     if viewer is None:

@@ -1,10 +1,13 @@
-"""`claudeq web`: the run view in a browser (docs/web.md). Needs the `web` extra (jinja2, starlette, uvicorn)."""
+"""`claudeq web`: the run view in a browser (docs/web.md) and the HTTP API (docs/http-api.md). Needs the `web`
+extra (jinja2, fastapi, starlette, uvicorn)."""
 
 from __future__ import annotations
 
 import sys
 
-import jinja2  # noqa: F401  (first: without the `web` extra, the missing module named is this one)
+# First: without the `web` extra, the missing module named is one of these (the pages' and the HTTP API's).
+import fastapi  # noqa: F401
+import jinja2  # noqa: F401
 
 from claudeq.config.settings import Settings
 from claudeq.producer.web.app import create_app

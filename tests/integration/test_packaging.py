@@ -208,7 +208,7 @@ def test_the_base_install_offers_the_producer_surface(base_python: Path, tmp_pat
 def test_claudeq_help_runs_on_the_base_install(base_python: Path, tmp_path: Path) -> None:
     done = _claudeq(base_python, "--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    for command in ("submit", "wait", "status", "top", "mcp", "web"):
+    for command in ("submit", "wait", "status", "top", "mcp", "web", "api"):
         assert command in done.stdout
 
 
@@ -261,6 +261,7 @@ def test_commands_needing_an_extra_name_it_on_the_base_install(
     for script, args, extra in (
         ("claudeq", ["mcp"], "mcp"),
         ("claudeq", ["web"], "web"),
+        ("claudeq", ["api"], "web"),
         ("claudeq", ["exporter", "--port", "0"], "worker"),
         ("claudeq-worker", ["--check"], "worker"),
         ("claudeq-sim", ["--port", "0"], "worker"),

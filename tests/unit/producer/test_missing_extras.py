@@ -31,6 +31,8 @@ def run_cli_without(hidden: str, *args: str, cwd: Path) -> subprocess.CompletedP
     [
         ("mcp", ["mcp"], "mcp"),
         ("jinja2", ["web"], "web"),
+        ("fastapi", ["api"], "web"),
+        ("fastapi", ["web"], "web"),
         ("prometheus_client", ["exporter", "--port", "0"], "worker"),
     ],
 )
