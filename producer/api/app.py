@@ -27,7 +27,8 @@ from pydantic import BaseModel
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
-from claudeq.models import TERMINAL, JobRecord, JobSpec
+from claudeq.jobs import JobStore
+from claudeq.models import JobRecord, JobSpec
 from claudeq.producer.api.limits import OverRate, SubmitRate
 from claudeq.producer.api.models import (
     AccountList,
@@ -48,14 +49,12 @@ from claudeq.producer.api.models import (
     TranscriptSession,
 )
 from claudeq.producer.client import Client
+from claudeq.producer.follow import Ended, KeepAlive, follow
 from claudeq.producer.web.auth import Auth, Viewer
 from claudeq.producer.web.listing import JobFilter, list_page, parse_cursor
 from claudeq.schedules import Schedule, ScheduleNotFound
 
 PREFIX = "/api/v1"
-#: The live event stream: how often it looks for new events (s), and a keep-alive comment at least this often (s).
-POLL_S = 0.25
-KEEPALIVE_S = 15.0
 ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 SSE = "text/event-stream"
 
@@ -311,7 +310,7 @@ def create_api(settings: Settings, client: Client, auth: Auth) -> FastAPI:
                 )
             )
         headers = {"x-accel-buffering": "no", "cache-control": "no-store"}
-        return StreamingResponse(_follow(store, job_id, start), media_type=SSE, headers=headers)
+        return StreamingResponse(_sse(store, job_id, start), media_type=SSE, headers=headers)
 
     @app.post("/jobs/{job_id}/cancel", response_model=Cancelled, responses=_problems(401, 404, 422))
     async def cancel_job(job_id: str, viewer: Caller) -> Cancelled:
@@ -478,26 +477,14 @@ def _per_tenant(specs: list[Any]) -> dict[str, int]:
     return counts
 
 
-async def _follow(store: Any, job_id: str, after: str) -> AsyncIterator[str]:
-    """Server-sent events: each event after `after` as it comes, then `end` with the job's status. The order of
-    reads is the web view's and the CLI's follow: announce the follower, read the status, then the events (the
-    terminal write moves the last events into the record in the same step, so after a terminal status the events
-    read hold them all)."""
-    quiet = 0.0
-    while True:  # a client that goes away cancels this (StreamingResponse listens for it)
-        await asyncio.to_thread(store.announce_follow, job_id)
-        status = await asyncio.to_thread(store.status, job_id)
-        batch = await asyncio.to_thread(store.read_events, job_id, after)
-        for entry_id, event in batch:
-            after = entry_id
-            body = EventEntry(id=entry_id, **event.model_dump()).model_dump_json()
-            yield f"id: {entry_id}\ndata: {body}\n\n"
-            quiet = 0.0
-        if status is None or status in TERMINAL:
-            yield f"event: end\ndata: {json.dumps({'status': status or 'gone'})}\n\n"
-            return
-        if quiet >= KEEPALIVE_S:
+async def _sse(store: JobStore, job_id: str, after: str) -> AsyncIterator[str]:
+    """Server-sent events: each event after `after` as it comes (its entry id as the SSE id), then `end` with the
+    job's status (producer/follow.py reads them)."""
+    async for item in follow(store, job_id, after):
+        if isinstance(item, Ended):
+            yield f"event: end\ndata: {json.dumps({'status': item.status})}\n\n"
+        elif isinstance(item, KeepAlive):
             yield ": keep-alive\n\n"
-            quiet = 0.0
-        await asyncio.sleep(POLL_S)
-        quiet += POLL_S
+        else:
+            entry_id, event = item
+            yield f"id: {entry_id}\ndata: {EventEntry(id=entry_id, **event.model_dump()).model_dump_json()}\n\n"

@@ -87,6 +87,9 @@ class HostGuard:
             origin = headers.get("origin")
             if origin is not None and origin != "null" and not self.allowed.allows_origin(origin):
                 answer = PlainTextResponse("cross-site request refused: Origin is not this server", 403)
+        if answer is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # (no route takes one; refused all the same)
+            return
         if answer is not None:
             await answer(scope, receive, send)
             return
