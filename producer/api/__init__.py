@@ -8,10 +8,9 @@ import sys
 import fastapi  # noqa: F401  (first: without the `web` extra, the missing module named is this one)
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
 
 from claudeq.config.settings import Settings
-from claudeq.producer.api.app import PREFIX, create_api
+from claudeq.producer.api.app import PREFIX, create_api, mount
 from claudeq.producer.client import Client
 from claudeq.producer.web.auth import Auth
 from claudeq.producer.web.hosts import HostAllowList, HostGuard
@@ -24,7 +23,7 @@ def create_app(
     client = client or Client(settings)
     auth = Auth(settings, start_token)
     app = Starlette(
-        routes=[Mount(PREFIX, app=create_api(settings, client, auth))],
+        routes=[mount(create_api(settings, client, auth))],
         middleware=[Middleware(HostGuard, allowed=HostAllowList(host, settings.web_origin))],
     )
     app.state.auth = auth

@@ -23,6 +23,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.routing import Mount
 
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import DEFAULT_TENANT
@@ -448,11 +449,12 @@ def create_api(settings: Settings, client: Client, auth: Auth) -> FastAPI:
                 title=app.title, version=app.version, summary=app.summary, routes=app.routes, servers=[{"url": PREFIX}]
             )
             schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            for model in (JobSpec, BatchIn, ScheduleIn):
+            # The bodies the handlers read themselves, as their models give them (FastAPI's rendering of the same
+            # models, met in answers, drops their defaults): a job spec's schema is exactly JobSpec's.
+            for model in (BatchIn, ScheduleIn, JobSpec):
                 found = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                for name, sub in found.pop("$defs", {}).items():
-                    schemas.setdefault(name, sub)
-                schemas.setdefault(model.__name__, found)
+                schemas.update(found.pop("$defs", {}))
+                schemas[model.__name__] = found
             # A record as `public()` gives it: with its trace's id (a property of the model, not a field).
             trace_id = {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "The job's trace id."}
             schemas["JobRecord"]["properties"]["trace_id"] = trace_id
@@ -461,6 +463,14 @@ def create_api(settings: Settings, client: Client, auth: Auth) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def mount(app: FastAPI) -> Mount:
+    """The route taking every path under PREFIX to the API. Starlette's pattern stops at a newline, which a path may
+    hold (encoded): such a request is the API's all the same, answered by it in JSON."""
+    route = Mount(PREFIX, app=app)
+    route.path_regex = re.compile(route.path_regex.pattern, re.DOTALL)
+    return route
 
 
 def operator_only(viewer: Viewer) -> None:

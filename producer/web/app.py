@@ -514,10 +514,10 @@ def create_app(
             message = str(exc)
         return web.page(request, "error.html", status=503, message=message)
 
-    from claudeq.producer.api.app import PREFIX, create_api
+    from claudeq.producer.api.app import create_api, mount
 
     routes = [
-        Mount(PREFIX, app=create_api(settings, web.client, web.auth)),
+        mount(create_api(settings, web.client, web.auth)),
         Route("/", web.index),
         Route("/login", web.login_page, methods=["GET"]),
         Route("/login", web.login, methods=["POST"]),

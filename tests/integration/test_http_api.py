@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
+from claudeq.models import JobSpec
 from claudeq.producer.client import Client
 from claudeq.producer.web import create_app
 from tests.conftest import make_settings
@@ -178,3 +179,24 @@ def test_an_unreachable_redis_is_503(unique: str) -> None:
             http.post("/jobs", json={"prompt": "x"}, headers=AS_OPERATOR),
         ):
             assert answer.status_code == 503 and "Redis" in answer.json()["detail"], answer.url
+
+
+def test_the_openapi_document_gives_the_python_clients_job_spec_and_every_error_typed(http: TestClient) -> None:
+    document = http.get("/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    schemas = document["components"]["schemas"]
+    given = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, sub in given.pop("$defs").items():
+        assert schemas[name] == sub, name
+    assert schemas["JobSpec"] == given
+    submit = document["paths"]["/jobs"]["post"]
+    assert submit["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/JobSpec"}
+    assert {"201", "200", "401", "403", "409", "422", "429", "503"} <= set(submit["responses"])
+    refusal = submit["responses"]["422"]["content"]["application/json"]["schema"]
+    assert refusal == {"$ref": "#/components/schemas/Refusal"}
+    assert schemas["FieldProblem"]["required"] == ["field", "reason"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            assert "503" in operation["responses"], (method, path)
+            if path.startswith("/jobs/{job_id}"):
+                assert "404" in operation["responses"], (method, path)

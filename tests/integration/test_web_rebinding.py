@@ -40,6 +40,9 @@ def test_a_rebound_name_reads_no_prompt_and_cancels_no_job(
             form = re.search(r'name="csrf" value="([^"]+)"', page.text)
             cancel = attacker.post(f"/jobs/{job.id}/cancel", data={"csrf": form[1] if form else ""})
             assert cancel.status_code == 421
+            # The HTTP API it serves is behind the same guard.
+            assert attacker.get("/api/v1/jobs").status_code == 421
+            assert attacker.post(f"/api/v1/jobs/{job.id}/cancel").status_code == 421
         assert client.get(job.id).status == "queued"
 
 
