@@ -734,7 +734,7 @@ def web_cmd(
     """Serve the run view in a browser: jobs, each run's events live, transcripts, accounts and tenants
     (docs/web.md). Every page needs a token: tenants', CLAUDEQ_WEB_TOKEN, or the one it prints at start."""
     try:
-        from claudeq.producer.web import serve  # imports jinja2, starlette, uvicorn: only for this command
+        from claudeq.producer.web import serve  # imports jinja2, fastapi, starlette, uvicorn: only for this command
     except ModuleNotFoundError as exc:
         exit_missing("claudeq web", exc)
     serve(host, port, _settings())
