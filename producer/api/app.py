@@ -143,9 +143,13 @@ class Api:
         self.rate.take(str(spec.get("tenant") or DEFAULT_TENANT), 1)
         handle = self.client.submit(spec)
         if not handle.created:
-            # A replay answers the job it made; the same key with another spec is a conflict, not that job.
-            existing = self.client.get(handle.id).spec
-            if _comparable(existing) != _comparable(self.client.validate(spec)):
+            # A replay answers the job it made; the same key with another spec is a conflict, not that job (a record
+            # gone since, or unreadable, has no spec to compare: the key still names that job).
+            try:
+                existing: JobSpec | None = self.client.get(handle.id).spec
+            except (JobNotFound, RecordUnreadable):
+                existing = None
+            if existing is not None and _comparable(existing) != _comparable(self.client.validate(spec)):
                 raise ApiError(409, "Idempotency-Key: already used for a different spec")
         return Submitted(id=handle.id, created=handle.created), not handle.created
 
