@@ -85,3 +85,19 @@ def test_behind_a_proxy_the_configured_origin_is_answered_and_may_act(
         mine = {"origin": "https://claudeq.example.com"}
         assert browser.post(f"/jobs/{job.id}/cancel", data={"csrf": csrf[1]}, headers=mine).status_code == 200
         assert client.get(job.id).status == "cancelled"
+
+
+def test_claudeq_api_prints_its_own_token_and_answers_only_to_its_names(
+    settings: Settings, client: Client, redis_client: redis.Redis, tmp_path: Path, unique: str
+) -> None:
+    job = client.submit(prompt=f"for the api's token holder {unique}")
+    with serve_command("api", settings, tmp_path) as api:
+        token = api.printed_token()
+        assert token is not None and len(token) >= 32, api.log()
+        base = f"{api.base}/api/v1"
+        assert httpx.get(f"{base}/jobs/{job.id}").status_code == 401
+        answer = httpx.get(f"{base}/jobs/{job.id}", headers={"authorization": f"Bearer {token}"})
+        assert answer.status_code == 200 and answer.json()["spec"]["prompt"] == f"for the api's token holder {unique}"
+        port = api.base.rsplit(":", 1)[1]
+        rebound = {"authorization": f"Bearer {token}", "host": f"{ATTACKER}:{port}"}
+        assert httpx.get(f"{base}/jobs/{job.id}", headers=rebound).status_code == 421
