@@ -10,7 +10,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from claudeq.config.settings import Settings
-from claudeq.producer.api.app import PREFIX, create_api, mount
+from claudeq.producer.api.app import create_api, mount
+from claudeq.producer.api.core import PREFIX
 from claudeq.producer.client import Client
 from claudeq.producer.web.auth import Auth
 from claudeq.producer.web.hosts import HostAllowList, HostGuard
