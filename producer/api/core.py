@@ -8,6 +8,7 @@ and handed to the client's own validation, so a refusal is the Python client's `
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -28,6 +29,8 @@ from claudeq.producer.web.auth import Auth, Viewer
 PREFIX = "/api/v1"
 ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 SSE = "text/event-stream"
+#: The largest request body read (a batch of 1,000 specs with long prompts fits).
+MAX_BODY_BYTES = 32 * 2**20
 
 T = TypeVar("T")
 
@@ -160,9 +163,17 @@ async def run(call: Callable[..., T], *args: Any) -> T:
 
 
 async def json_body(request: Request) -> Any:
-    """The request's JSON body; a refusal of field `body` when it is not JSON."""
+    """The request's JSON body; a refusal of field `body` when it is not JSON, or larger than MAX_BODY_BYTES (read
+    no further than that: a caller cannot make the server hold more)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise JobSpecError([("body", f"larger than {MAX_BODY_BYTES // 2**20} MiB")])
+        chunks.append(chunk)
     try:
-        return await request.json()
+        return json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError):
         raise JobSpecError([("body", "not JSON")]) from None
 

@@ -103,9 +103,10 @@ def test_a_refusal_is_the_python_clients_own(http: TestClient, fleet_client: Cli
         "[1].max_turn",
     }
     assert fleet_client.list() == []  # nothing of a refused batch is written
-    for body in (b"not json", b"[1, 2]"):
+    huge = b'{"prompt": "' + b"x" * (33 * 2**20) + b'"}'
+    for body, field in ((b"not json", "body"), (b"[1, 2]", "spec"), (huge, "body")):
         bad = http.post("/jobs", content=body, headers={**AS_OPERATOR, "content-type": "application/json"})
-        assert bad.status_code == 422 and bad.json()["errors"], body
+        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == field, body[:20]
     listed = http.get("/jobs", params={"status": "finished", "since": "yesterday"}, headers=AS_OPERATOR)
     assert listed.status_code == 422 and [e["field"] for e in listed.json()["errors"]] == ["status", "since"]
 
