@@ -17,7 +17,7 @@ from typing import Annotated, Any, NoReturn
 import redis
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
@@ -27,6 +27,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
+from claudeq.producer.cli_output import CliConsole, print_table, styled
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
 from claudeq.schedules import ScheduleNotFound
@@ -62,10 +63,13 @@ webhooks_app = typer.Typer(
 )
 app.add_typer(webhooks_app, name="webhooks")
 
-out = Console()
-err = Console(stderr=True)
+out = CliConsole()
+err = CliConsole(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+#: How a job's status is coloured on a terminal (any other: cyan).
+_STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 
 #: The exporter's default port (workers use 9808, .env.example).
 EXPORTER_PORT = 9809
@@ -103,7 +107,7 @@ def _fail(code: int, message: str, as_json: bool = False, **extra: Any) -> NoRet
     if as_json:
         print(json.dumps({"error": message, **extra}))
     else:
-        err.print(f"[red]error:[/red] {message}", highlight=False)
+        err.print(styled(("error:", "red"), f" {message}"))
     raise typer.Exit(code)
 
 
@@ -155,8 +159,8 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
     if as_json:
         print(json.dumps(record.public()))
         return
-    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(record.status, "cyan")
-    out.print(f"[bold]{record.id}[/bold]  [{colour}]{record.status}[/{colour}]", highlight=False)
+    colour = _STATUS_STYLE.get(record.status, "cyan")
+    out.print(styled((record.id, "bold"), "  ", (record.status, colour)))
     rows: list[tuple[str, str]] = [
         ("account", record.account or "-"),
         ("session", record.session_id or "-"),
@@ -179,11 +183,11 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
     if record.error:
         rows.append(("error", f"{record.error.kind}: {record.error.message}"))
     for key, value in rows:
-        out.print(f"  {key:<9} {value}", highlight=False)
+        out.print(f"  {key:<9} {value}")
     if record.result and record.result.structured_output is not None:
         out.print_json(data=record.result.structured_output)
     elif record.result and record.result.text:
-        out.print(record.result.text, highlight=False, markup=False)
+        out.print(record.result.text)
 
 
 def _metadata(pairs: list[str]) -> dict[str, str]:
@@ -315,7 +319,7 @@ def submit(
         if as_json:
             print(json.dumps({"id": handle.id, "created": handle.created}))
         else:
-            out.print(handle.id, highlight=False)
+            out.print(handle.id)
         return
     record = _wait_with_spinner(client, handle.id, timeout, as_json)
     _print_record(record, as_json)
@@ -345,7 +349,7 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
             after = entry_id
             text = line(event)
             if text is not None:
-                to.print(text, highlight=False, markup=False)
+                to.print(text)
         status = store.status(job_id)
         if status is None or status in TERMINAL:
             if status is not None:
@@ -353,7 +357,7 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
             for _, event in store.read_events(job_id, after):
                 text = line(event)
                 if text is not None:
-                    to.print(text, highlight=False, markup=False)
+                    to.print(text)
             return client.get(job_id)
         now = time.monotonic()
         if status == "queued" and now >= next_worker_check:
@@ -412,7 +416,7 @@ def cancel(job_id: str, as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps({"id": job_id, "result": result}))
     else:
-        out.print(f"{job_id}: {message}", highlight=False)
+        out.print(f"{job_id}: {message}")
 
 
 @app.command("list")
@@ -434,21 +438,22 @@ def list_cmd(
             )
         )
         return
-    table = Table("status", "account", "attempts", "created", "prompt")
-    table.add_column("id", no_wrap=True)
+    rows: list[list[str | Text]] = []
     for item in items:
         if isinstance(item, RecordUnreadable):
-            table.add_row("[red]unreadable[/red]", "", "", "", item.detail[:40], item.job_id)
+            rows.append([Text("unreadable", "red"), "", "", "", item.detail, item.job_id])
             continue
-        table.add_row(
-            item.status,
-            item.account or "-",
-            str(len(item.attempts)),
-            item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            item.spec.prompt[:40].replace("\n", " "),
-            item.id,
+        rows.append(
+            [
+                Text(item.status, _STATUS_STYLE.get(item.status, "cyan")),
+                item.account or "-",
+                str(len(item.attempts)),
+                item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                item.spec.prompt,
+                item.id,
+            ]
         )
-    out.print(table)
+    print_table(out, ("status", "account", "attempts", "created", "prompt", "id"), rows)
 
 
 def _event_line(event: Event) -> str:
@@ -474,7 +479,7 @@ def events(
         if as_json:
             print(event.model_dump_json(), flush=True)
         else:
-            out.print(_event_line(event), highlight=False, markup=False)
+            out.print(_event_line(event))
 
 
 @app.command()
@@ -487,12 +492,12 @@ def transcript(job_id: str, as_json: JsonOpt = False) -> None:
         err.print(f"{job_id}: no transcript kept (its retention ended, or it was dropped at success)")
     for session_id, entries in sessions:
         if not as_json:
-            out.print(f"session {session_id} ({len(entries)} entries)", highlight=False, markup=False)
+            out.print(f"session {session_id} ({len(entries)} entries)")
         for entry in entries:
             if as_json:
                 print(json.dumps({"session_id": session_id, **entry}), flush=True)
             else:
-                out.print(_entry_line(entry), highlight=False, markup=False)
+                out.print(_entry_line(entry))
 
 
 def _entry_line(entry: dict[str, Any]) -> str:
@@ -534,13 +539,15 @@ def webhooks_dead(
             )
         )
         return
-    table = Table("job", "tenant", "target", "state", "tries", "last answer", "last error")
-    for r in rows:
-        for n in r.notifications:
-            table.add_row(
-                r.id, r.spec.tenant, n.target, n.state, str(n.attempts), str(n.status_code or "-"), n.error or ""
-            )
-    out.print(table)
+    print_table(
+        out,
+        ("job", "tenant", "target", "state", "tries", "last answer", "last error"),
+        [
+            [r.id, r.spec.tenant, n.target, n.state, str(n.attempts), str(n.status_code or "-"), n.error or ""]
+            for r in rows
+            for n in r.notifications
+        ],
+    )
 
 
 @webhooks_app.command("retry")
@@ -588,7 +595,7 @@ def schedule_add(
         print(info.model_dump_json())
     else:
         rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
-        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}", highlight=False, markup=False)
+        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}")
 
 
 @schedule_app.command("list")
@@ -602,13 +609,13 @@ def schedule_list(
     if as_json:
         print(json.dumps([json.loads(i.model_dump_json()) for i in infos]))
         return
-    table = Table("name", "tenant", "rule", "next tick", "fired", "missed", "last job")
+    rows = []
     for info in infos:
         s = info.schedule
         rule = f"{s.cron} ({s.tz})" if s.cron else f"every {s.every_s} s"
         nxt = "paused" if s.paused else (info.next_tick.strftime("%Y-%m-%d %H:%M:%S") if info.next_tick else "-")
-        table.add_row(s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-")
-    out.print(table)
+        rows.append([s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-"])
+    print_table(out, ("name", "tenant", "rule", "next tick", "fired", "missed", "last job"), rows)
 
 
 def _schedule_action(action: str, name: str, tenant: str, as_json: bool) -> None:
@@ -617,7 +624,7 @@ def _schedule_action(action: str, name: str, tenant: str, as_json: bool) -> None
     if as_json:
         print(json.dumps({"name": name, "tenant": tenant, "done": action}))
     else:
-        out.print(f"schedule {name}: {action.removesuffix('e')}ed", highlight=False)
+        out.print(f"schedule {name}: {action.removesuffix('e')}ed")
 
 
 @schedule_app.command("pause")
@@ -670,21 +677,25 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps({"tenants": [u.public() for u in usage]}))
         return
-    table = Table("tenant", "in flight", "waiting", "weight", "spend / cap per hour", "per day", "on budget")
+    rows = []
     for u in usage:
         cap = u.cap
-        table.add_row(
-            u.name,
-            f"{u.in_flight}/{cap}" + (f" ({_share_note(u.balance)})" if cap is not None and cap == u.share_cap else "")
-            if cap is not None
-            else str(u.in_flight),
-            str(u.waiting),
-            f"{u.weight:g}",
-            _spend(u.spend.hour, u.spend.cap_hour),
-            _spend(u.spend.day, u.spend.cap_day),
-            u.on_budget,
+        rows.append(
+            [
+                u.name,
+                f"{u.in_flight}/{cap}"
+                + (f" ({_share_note(u.balance)})" if cap is not None and cap == u.share_cap else "")
+                if cap is not None
+                else str(u.in_flight),
+                str(u.waiting),
+                f"{u.weight:g}",
+                _spend(u.spend.hour, u.spend.cap_hour),
+                _spend(u.spend.day, u.spend.cap_day),
+                u.on_budget,
+            ]
         )
-    out.print(table)
+    headers = ("tenant", "in flight", "waiting", "weight", "spend / cap per hour", "per day", "on budget")
+    print_table(out, headers, rows)
 
 
 def _share_note(balance: float | None) -> str:
@@ -790,18 +801,18 @@ def config_check(as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps(report))
     else:
-        out.print(f"redis      {report['redis_url']}: {report['redis']}", highlight=False)
+        out.print(f"redis      {report['redis_url']}: {report['redis']}")
         if "archive" in report:
-            out.print(f"archive    {report['archive']}", highlight=False)
+            out.print(f"archive    {report['archive']}")
         for entry in accounts:
             out.print(
                 f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
                 highlight=False,
             )
         for problem in problems:
-            err.print(f"[red]problem:[/red] {problem}", highlight=False)
+            err.print(styled(("problem:", "red"), f" {problem}"))
         if not problems:
-            out.print("[green]configuration ok[/green]")
+            out.print(styled(("configuration ok", "green")))
     if unreachable and len(problems) == 1:
         raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
     raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)

@@ -24,7 +24,6 @@ import redis
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -170,24 +169,24 @@ def render(snap: Snapshot, title: str) -> Group:
         util = ", ".join(f"{w} {i.utilization:.0%}" for w, i in a.windows.items() if i.utilization is not None)
         accounts.add_row(
             a.name,
-            f"[{style}]{a.state}[/{style}]",
+            Text(a.state, style),
             f"{a.slots_in_use}/{a.max_concurrency}",
             _ago(until) if until else "-",
             util or "-",
-            escape(a.reason or ""),
+            Text(a.reason or ""),
         )
     if snap.accounts_note:
-        accounts.add_row(escape(snap.accounts_note), "", "", "", "", "")
+        accounts.add_row(Text(snap.accounts_note), "", "", "", "", "")
 
     queues = Table("queue", "depth", title="queues", expand=True)
     for name, depth in snap.queues:
-        queues.add_row(name, str(depth))
-    queues.add_row("[dim]deferred set[/dim]", str(snap.deferred))
-    queues.add_row("[dim]oldest queued job waits[/dim]", _ago(snap.oldest_wait_s))
+        queues.add_row(Text(name), str(depth))
+    queues.add_row(Text("deferred set", "dim"), str(snap.deferred))
+    queues.add_row(Text("oldest queued job waits", "dim"), _ago(snap.oldest_wait_s))
 
     workers = Table("worker", "runs", "heartbeat", title="workers", expand=True)
     for worker_id, runs, age in snap.workers:
-        workers.add_row(worker_id, runs, f"{age:.0f}s ago")
+        workers.add_row(Text(worker_id), runs, f"{age:.0f}s ago")
 
     running = Table(
         "job", "account", "worker", "attempt", "elapsed", "tokens so far", "prompt", title="running", expand=True
@@ -203,7 +202,7 @@ def render(snap: Snapshot, title: str) -> Group:
             str(len(rec.attempts)),
             _ago((now - started).total_seconds() if started else None),
             tokens,
-            escape(rec.spec.prompt[:40].replace("\n", " ")),
+            Text(rec.spec.prompt[:40].replace("\n", " ")),
         )
 
     recent = Table("job", "status", "account", "finished", "cost $", "detail", title="recent finishes", expand=True)
@@ -212,11 +211,11 @@ def render(snap: Snapshot, title: str) -> Group:
         detail = rec.error.message if rec.error else (rec.result.text or "" if rec.result else "")
         recent.add_row(
             rec.id,
-            f"[{style}]{rec.status}[/{style}]",
+            Text(rec.status, style),
             rec.account or "-",
             _ago((now - rec.finished_at).total_seconds()) + " ago" if rec.finished_at else "-",
             f"{rec.result.usage.cost_usd:.4f}" if rec.result else "-",
-            escape(detail[:50].replace("\n", " ")),
+            Text(detail[:50].replace("\n", " ")),
         )
     top = Table.grid(expand=True)
     top.add_column(ratio=3)

@@ -1,0 +1,80 @@
+"""The `claudeq` command line read through a pipe: user text printed as written (never read as markup), nothing
+wrapped or cut, tables as plain columns (docs/cli.md#output)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import redis
+
+from claudeq.config.settings import Settings
+from claudeq.producer.client import Client
+from tests.support.tree import ROOT, tree_env
+
+pytestmark = pytest.mark.integration
+
+#: Prompts rich would read as markup: a closing tag with no opening one crashes it, the others vanish.
+BRACKETED = ("bold? [/b] closes nothing", "[[sim: text hi]] steer me", "[red]not red[/red] and [link=x]y[/link]")
+
+
+def cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`claudeq ARGS` with stdout and stderr to pipes (not a terminal), on this test's Redis and queue."""
+    base = {k: v for k, v in tree_env().items() if not k.startswith(("CLAUDEQ_", "COLUMNS", "LINES"))}
+    env = base | {
+        "CLAUDEQ_REDIS_URL": settings.redis_url,
+        "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
+        "CLAUDEQ_QUEUE": settings.queue,
+        "CLAUDEQ_QUEUES": json.dumps(settings.queues),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "claudeq.producer.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_list_shows_prompts_with_brackets_as_written(settings: Settings, client: Client) -> None:
+    ids = [client.submit(prompt=prompt).id for prompt in BRACKETED]
+    done = cli(settings, "list")
+    assert done.returncode == 0, done.stderr
+    for job_id, prompt in zip(ids, BRACKETED, strict=True):
+        [row] = [line for line in done.stdout.splitlines() if job_id in line]
+        assert prompt in row, row
+
+
+def test_an_error_about_bracketed_input_is_printed_as_written(settings: Settings, redis_client: redis.Redis) -> None:
+    done = cli(settings, "submit", "hi", "--meta", "[/b]")
+    assert done.returncode == 2, done.stderr
+    assert "'[/b]' is not KEY=VALUE" in done.stderr, done.stderr
+
+
+def test_piped_list_prints_every_value_whole_one_row_a_line(settings: Settings, client: Client) -> None:
+    long_prompt = "a prompt far wider than any terminal " * 12 + "END"
+    first = client.submit(prompt=long_prompt)
+    client.cancel(first.id)
+    second = client.submit(prompt="two\nlines")
+    done = cli(settings, "list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3, lines  # the header, then one line per job
+    assert lines[0].split() == ["status", "account", "attempts", "created", "prompt", "id"]
+    [row] = [line for line in lines if first.id in line]
+    assert row.split()[0] == "cancelled" and long_prompt in row
+    [row] = [line for line in lines if second.id in line]
+    assert row.split()[0] == "queued" and "two lines" in row
+    assert "…" not in done.stdout
+
+
+def test_a_piped_error_line_is_not_broken(settings: Settings, redis_client: redis.Redis) -> None:
+    pair = "no-equals-sign-" * 12
+    done = cli(settings, "submit", "hi", "--meta", pair)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: metadata: {pair!r} is not KEY=VALUE"], done.stderr
