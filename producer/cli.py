@@ -80,7 +80,15 @@ def exporter(
     port: Annotated[
         int, typer.Option("--port", envvar="CLAUDEQ_EXPORTER_PORT", help="Port of /metrics.")
     ] = EXPORTER_PORT,
-    addr: Annotated[str, typer.Option("--addr", envvar="CLAUDEQ_EXPORTER_ADDR", help="Address to bind.")] = "0.0.0.0",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            "--addr",
+            envvar=["CLAUDEQ_EXPORTER_HOST", "CLAUDEQ_EXPORTER_ADDR"],
+            help="Address to listen on (loopback by default, as `web` and `mcp`; 0.0.0.0 for every interface).",
+        ),
+    ] = "127.0.0.1",
 ) -> None:
     """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
     # Fleet code (prometheus_client): loaded when the exporter runs, never by a producer importing the CLI.
@@ -89,7 +97,7 @@ def exporter(
     except ModuleNotFoundError as exc:
         exit_missing("claudeq exporter", exc)
 
-    exporter_command(port, addr)
+    exporter_command(port, host)
 
 
 def _settings() -> Settings:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import redis
 
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
+from tests.integration.test_prometheus import free_port
 from tests.support.tree import ROOT, tree_env
 
 pytestmark = pytest.mark.integration
@@ -78,3 +80,38 @@ def test_a_piped_error_line_is_not_broken(settings: Settings, redis_client: redi
     done = cli(settings, "submit", "hi", "--meta", pair)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: metadata: {pair!r} is not KEY=VALUE"], done.stderr
+
+
+def _listening(port: int) -> list[str]:
+    """The local addresses (IPv4, as dotted quads) a socket listens on at `port`, read from the kernel's table."""
+    found = []
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = row.split()[1], row.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.append(".".join(str(b) for b in reversed(bytes.fromhex(address))))
+    return found
+
+
+def test_the_exporter_listens_on_loopback_unless_told_otherwise(settings: Settings, redis_client: redis.Redis) -> None:
+    port = free_port()
+    env = {k: v for k, v in tree_env().items() if not k.startswith("CLAUDEQ_")} | {
+        "CLAUDEQ_REDIS_URL": settings.redis_url,
+        "CLAUDEQ_KEY_PREFIX": settings.key_prefix,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "claudeq.producer.cli", "exporter", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"serving /metrics on 127.0.0.1:{port}" in line, line
+        assert _listening(port) == ["127.0.0.1"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
