@@ -23,13 +23,14 @@ from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
-from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
+from claudeq.models import TERMINAL, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.cli_output import CliConsole, print_table, styled
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
+from claudeq.producer.progress import line
 from claudeq.schedules import ScheduleNotFound
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
@@ -163,7 +164,8 @@ def _read_file_arg(value: str | None, field: str) -> str | None:
     return _read_text_arg(value, field)
 
 
-def _print_record(record: JobRecord, as_json: bool) -> None:
+def _print_record(record: JobRecord, as_json: bool, waits: str | None = None) -> None:
+    """The record as JSON, or for a person: status, attempts, usage, why it waits (`waits`), its error, its answer."""
     if as_json:
         print(json.dumps(record.public()))
         return
@@ -175,7 +177,9 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
         ("attempts", ", ".join(f"{a.number}:{a.account or '-'}:{a.outcome or 'running'}" for a in record.attempts)),
         ("created", record.created_at.isoformat()),
     ]
-    if record.ready_at:
+    if waits:
+        rows.append(("waiting", waits))
+    elif record.ready_at and not record.finished:
         rows.append(("ready at", record.ready_at.isoformat()))
     if record.trace_id:  # the job's trace, when its producer traced it (docs/tracing.md)
         rows.append(("trace", record.trace_id))
@@ -188,14 +192,33 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
                 f" / cache write {usage.cache_creation_tokens} · ${usage.cost_usd:.6f}",
             )
         )
-    if record.error:
-        rows.append(("error", f"{record.error.kind}: {record.error.message}"))
+    error = record.error
+    if error and error.kind == record.status:  # cancelled: the status says it; the message may say more
+        if error.message != error.kind:
+            rows.append(("reason", error.message))
+    elif error:
+        rows.append(("error", f"{error.kind}: {error.message}"))
     for key, value in rows:
         out.print(f"  {key:<9} {value}")
     if record.result and record.result.structured_output is not None:
         out.print_json(data=record.result.structured_output)
-    elif record.result and record.result.text:
-        out.print(record.result.text)
+    elif (
+        record.result and record.result.text and record.finished and not (error and record.result.text in error.message)
+    ):
+        out.print(record.result.text)  # (a failure's last words are already in its error)
+
+
+def _why_waiting(client: Client, record: JobRecord) -> str | None:
+    """Why an unfinished job is not running: its deferral (until when, why), or the jobs it waits for."""
+    if record.status == "deferred":
+        deferrals = [e for e in client.events(record.id) if e.type == "deferred"]
+        if deferrals:
+            data = deferrals[-1].data
+            return f"until {data.get('ready_at', '?')}: {data.get('reason', '?')}"
+        return f"until {record.ready_at.isoformat()}" if record.ready_at else None
+    if record.status == "waiting" and record.spec.depends_on:
+        return f"for {', '.join(record.spec.depends_on)} to succeed"
+    return None
 
 
 def _metadata(pairs: list[str]) -> dict[str, str]:
@@ -335,12 +358,14 @@ def submit(
         raise typer.Exit(EXIT_JOB_FAILED)
 
 
-def _stream(client: Client, job_id: str, timeout: float | None = None, to: Console | None = None) -> JobRecord:
-    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …) as it happens (on `to`,
-    default stderr), until it finishes; JobTimeout after `timeout` s. Says so (on stderr) when the job waits with
-    no live worker for its queue."""
+def _stream(
+    client: Client, job_id: str, timeout: float | None = None, to: Console | None = None, every: bool = False
+) -> JobRecord:
+    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …; with `every`, each
+    event) as it happens (on `to`, default stderr), until it finishes; JobTimeout after `timeout` s. Says so (on
+    stderr) when the job waits with no live worker for its queue."""
     to = to or err
-    from claudeq.producer.progress import line
+    whole = not to.is_terminal
 
     store = client.store
     record = client.get(job_id)
@@ -355,7 +380,7 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
         store.announce_follow(job_id)  # the worker running it stores its events at once while we follow
         for entry_id, event in store.read_events(job_id, after, block_ms=wait_ms):
             after = entry_id
-            text = line(event)
+            text = line(event, whole, every)
             if text is not None:
                 to.print(text)
         status = store.status(job_id)
@@ -363,7 +388,7 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
             if status is not None:
                 client.until_replicated(job_id)  # as Client.wait: an end the replicas hold (docs/failover.md)
             for _, event in store.read_events(job_id, after):
-                text = line(event)
+                text = line(event, whole, every)
                 if text is not None:
                     to.print(text)
             return client.get(job_id)
@@ -394,8 +419,10 @@ def _wait_with_spinner(client: Client, job_id: str, timeout: float | None, as_js
 @app.command()
 @_guard
 def status(job_id: str, as_json: JsonOpt = False) -> None:
-    """Show a job's record."""
-    _print_record(_client().get(job_id), as_json)
+    """Show a job's record (and why it waits, when it does)."""
+    client = _client()
+    record = client.get(job_id)
+    _print_record(record, as_json, None if as_json else _why_waiting(client, record))
 
 
 @app.command("wait")
@@ -464,12 +491,6 @@ def list_cmd(
     print_table(out, ("status", "account", "attempts", "created", "prompt", "id"), rows)
 
 
-def _event_line(event: Event) -> str:
-    attempt = f"#{event.attempt} " if event.attempt else ""
-    data = " ".join(f"{k}={json.dumps(v)[:120]}" for k, v in event.data.items())
-    return f"{event.at.strftime('%H:%M:%S.%f')[:-3]} {attempt}{event.type} {data}"
-
-
 @app.command()
 @_guard
 def events(
@@ -477,17 +498,18 @@ def events(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following until the job ends.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a job's events (one JSON object per line with --json)."""
+    """Print a job's events, one line each (one JSON object per line with --json); the same lines as it happens
+    with --follow."""
     client = _client()
     client.get(job_id)
     if follow and not as_json:
-        _stream(client, job_id, to=out)  # the same progress lines as `submit --wait`
+        _stream(client, job_id, to=out, every=True)
         return
     for event in client.events(job_id, follow=follow):
         if as_json:
             print(event.model_dump_json(), flush=True)
         else:
-            out.print(_event_line(event))
+            out.print(line(event, whole=not out.is_terminal, every=True))
 
 
 @app.command()

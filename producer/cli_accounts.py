@@ -88,8 +88,12 @@ def _relative(when: datetime | None, now: datetime) -> str:
 
 
 def _utilization(state: AccountState) -> str:
-    parts = [f"{name} {w.utilization:.2f}" for name, w in state.windows.items() if w.utilization is not None]
-    return ", ".join(parts) or "-"
+    """Each window's utilization: what the API last reported, else what the window holding runs back was read at
+    (a rejection reports no window utilization, but its reservation knows it)."""
+    known = {name: w.utilization for name, w in state.windows.items() if w.utilization is not None}
+    for r in state.reservations:
+        known.setdefault(r.window, r.utilization)
+    return ", ".join(f"{name} {value:.2f}" for name, value in known.items()) or "-"
 
 
 def _left(state: AccountState, windows: tuple[str, ...], now: datetime) -> str:

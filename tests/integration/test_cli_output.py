@@ -31,6 +31,8 @@ def cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.
         "CLAUDEQ_QUEUE": settings.queue,
         "CLAUDEQ_QUEUES": json.dumps(settings.queues),
     }
+    if settings.accounts_file is not None:
+        env["CLAUDEQ_ACCOUNTS_FILE"] = str(settings.accounts_file)
     return subprocess.run(
         [sys.executable, "-m", "claudeq.producer.cli", *args],
         env=env,
@@ -115,3 +117,24 @@ def test_the_exporter_listens_on_loopback_unless_told_otherwise(settings: Settin
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_events_and_events_follow_print_the_same_lines(settings: Settings, client: Client) -> None:
+    handle = client.submit(prompt="cancel me")
+    client.cancel(handle.id)
+    listed = cli(settings, "events", handle.id)
+    followed = cli(settings, "events", handle.id, "--follow")
+    assert listed.returncode == followed.returncode == 0, listed.stderr + followed.stderr
+    assert listed.stdout == followed.stdout
+    lines = listed.stdout.splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [f"queued on {settings.queue}", "cancelled"]
+
+
+def test_status_of_a_cancelled_job_says_so_once(settings: Settings, client: Client) -> None:
+    handle = client.submit(prompt="cancel me")
+    client.cancel(handle.id)
+    shown = cli(settings, "status", handle.id)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == f"{handle.id}  cancelled"
+    assert "  reason    cancelled by request" in shown.stdout.splitlines()
+    assert "cancelled: cancelled" not in shown.stdout
