@@ -31,6 +31,7 @@ from claudeq.producer.cli_output import CliConsole, print_table, styled
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
 from claudeq.producer.progress import line
+from claudeq.producer.transcript_view import block_line, conversation
 from claudeq.schedules import ScheduleNotFound
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
@@ -514,41 +515,29 @@ def events(
 
 @app.command()
 @_guard
-def transcript(job_id: str, as_json: JsonOpt = False) -> None:
-    """Print the transcripts of a job's sessions (from Redis or the transcript archive): per session its id, then
-    one line per entry (the entry's JSON with --json)."""
+def transcript(
+    job_id: str,
+    raw: Annotated[bool, typer.Option("--raw", help="Every entry as stored (one JSON object a line).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the conversation of a job's sessions (from Redis or the transcript archive): per session its id, then
+    what the user and the assistant said, its thinking, each tool use and result. --raw: the entries themselves;
+    --json: the entries with their session id."""
     sessions = _client().transcript(job_id)
     if not sessions and not as_json:
         err.print(f"{job_id}: no transcript kept (its retention ended, or it was dropped at success)")
     for session_id, entries in sessions:
-        if not as_json:
-            out.print(f"session {session_id} ({len(entries)} entries)")
-        for entry in entries:
-            if as_json:
+        if as_json:
+            for entry in entries:
                 print(json.dumps({"session_id": session_id, **entry}), flush=True)
-            else:
-                out.print(_entry_line(entry))
-
-
-def _entry_line(entry: dict[str, Any]) -> str:
-    """One transcript entry as a person reads it: its type, then its message's text or its tool use, cut short."""
-    message = entry.get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    parts: list[str] = []
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif block.get("type") == "tool_use":
-                parts.append(f"[{block.get('name')}] {json.dumps(block.get('input'))[:200]}")
-            elif block.get("type") == "tool_result":
-                parts.append(f"[result] {str(block.get('content'))[:200]}")
-    kind = str(entry.get("type", "?"))
-    return f"{kind}: {' '.join(parts)[:400]}".replace("\n", " ") if parts else kind
+            continue
+        out.print(f"session {session_id} ({len(entries)} entries)")
+        if raw:
+            for entry in entries:
+                out.print(json.dumps(entry, ensure_ascii=False))
+            continue
+        for block in conversation(entries):
+            out.print(block_line(block))
 
 
 ScheduleTenantOpt = Annotated[str, typer.Option("--tenant", help="Whose schedule (a tenant's names are its own).")]

@@ -3,6 +3,7 @@ job waits and prints a failure once, `events` keeps every character, `accounts` 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -56,3 +57,31 @@ def test_status_prints_a_failed_jobs_error_once(client: Client, workers: WorkerF
     shown = cli(settings, "status", job.id)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count(record.result.text) == 1, shown.stdout
+
+
+def test_transcript_prints_the_conversation_and_raw_the_entries(
+    client: Client, workers: WorkerFactory, settings: Settings, unique: str
+) -> None:
+    workers(policy=settings.policy.model_copy(update={"mcp_tools_module": "tests.e2e.e2e_tools"}))
+    prompt = '[[sim: tool mcp__claudeq__add {"a": 2, "b": 3}]] add two and three'
+    job = client.submit(prompt=prompt, mcp_tools=["add"], conversation=unique)  # a conversation keeps its transcript
+    record = client.wait(job.id, timeout=120)
+    assert record.status == "succeeded" and record.result and record.result.text, record.error
+    [(session_id, entries)] = client.transcript(job.id)
+    [result] = [e.data["text"] for e in client.events(job.id) if e.type == "tool_result"]
+
+    shown = cli(settings, "transcript", job.id)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        f"session {session_id} ({len(entries)} entries)",
+        f"user: {prompt}",
+        'tool use mcp__claudeq__add {"a": 2, "b": 3}',
+        f"tool result mcp__claudeq__add: {result}",
+        f"assistant: {record.result.text}",
+    ]
+
+    raw = cli(settings, "transcript", job.id, "--raw")
+    assert raw.returncode == 0, raw.stderr
+    header, *lines = raw.stdout.splitlines()
+    assert header == f"session {session_id} ({len(entries)} entries)"
+    assert [json.loads(line) for line in lines] == entries  # every entry, the CLI's bookkeeping too
