@@ -26,6 +26,7 @@ from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError,
 from claudeq.models import TERMINAL, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
+from claudeq.producer.cli_checks import redis_warnings, tenants_report
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.cli_output import CliConsole, print_table, styled
 from claudeq.producer.client import Client
@@ -772,8 +773,9 @@ def web_cmd(
 
 @config_app.command("check")
 def config_check(as_json: JsonOpt = False) -> None:
-    """Validate settings and accounts, check every token is present and Redis answers (secrets never shown).
-    The Claude CLI and the tools module are checked by `claudeq-worker` at start."""
+    """Validate settings, accounts and the tenants file, check every token is present, Redis answers and keeps
+    jobs (AOF on, noeviction: warnings with the fix). Secrets are never shown. The Claude CLI and the tools module
+    are checked by `claudeq-worker` at start."""
     problems: list[str] = []
     report: dict[str, Any] = {}
     unreachable = False
@@ -781,10 +783,14 @@ def config_check(as_json: JsonOpt = False) -> None:
         settings = load_settings()
     except ConfigError as exc:
         _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
+    warnings: list[str] = []
     report["redis_url"] = settings.redacted_redis_url()
     try:
-        connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5).ping()
+        client = connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5)
+        client.ping()
         report["redis"] = "ok"
+        report["redis_config"], found = redis_warnings(client)
+        warnings += found
     except redis.RedisError as exc:
         report["redis"] = f"unreachable: {exc.__class__.__name__}"
         problems.append(f"Redis at {settings.redacted_redis_url()} does not answer (set CLAUDEQ_REDIS_URL)")
@@ -815,8 +821,12 @@ def config_check(as_json: JsonOpt = False) -> None:
             problems.append(str(exc))
         accounts.append(entry)
     report["accounts"] = accounts
+    report["tenants"], tenant_problems, tenant_warnings = tenants_report(settings, [a.name for a in pool.accounts])
+    problems += tenant_problems
+    warnings += tenant_warnings
     report["queues"] = settings.queues
     report["problems"] = problems
+    report["warnings"] = warnings
     if as_json:
         print(json.dumps(report))
     else:
@@ -828,10 +838,14 @@ def config_check(as_json: JsonOpt = False) -> None:
                 f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
                 highlight=False,
             )
+        if report["tenants"]["file"]:
+            out.print(f"tenants    {report['tenants']['file']}: {', '.join(report['tenants']['tenants']) or '-'}")
+        for warning in warnings:
+            err.print(styled(("warning:", "yellow"), f" {warning}"))
         for problem in problems:
             err.print(styled(("problem:", "red"), f" {problem}"))
         if not problems:
-            out.print(styled(("configuration ok", "green")))
+            out.print(styled(("configuration ok", "green"), f" ({len(warnings)} warning(s))" if warnings else ""))
     if unreachable and len(problems) == 1:
         raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
     raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
