@@ -673,9 +673,15 @@ def schedule_remove(name: str, tenant: ScheduleTenantOpt = DEFAULT_TENANT, as_js
 def top(
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """The fleet, live: accounts, queues, workers, runs in flight, recent finishes, jobs/s. `q` quits."""
-    from claudeq.producer.top import run
+    """The fleet, live: accounts, queues, workers, runs in flight, recent finishes, jobs/s. `q` quits. With --json,
+    one frame's figures."""
+    from claudeq.producer.top import collect, run
+
+    if as_json:
+        print(json.dumps(collect(_client()).public()))
+        return
 
     try:
         run(_client(), interval=interval, once=once, console=out)

@@ -58,6 +58,28 @@ class Snapshot:
     jobs_per_s: float = 0.0
     workers: list[tuple[str, str, float]] = field(default_factory=list)  # id, runs/concurrency, heartbeat age
 
+    def public(self) -> dict[str, Any]:
+        """The frame as JSON data (`claudeq top --json`): the same figures, each value whole."""
+        return {
+            "at": self.at.isoformat(),
+            "accounts": [a.public() for a in self.accounts],
+            "accounts_note": self.accounts_note,
+            "queues": [{"queue": name, "depth": depth} for name, depth in self.queues],
+            "deferred": self.deferred,
+            "oldest_wait_s": self.oldest_wait_s,
+            "counts": self.counts,
+            "running": [
+                {
+                    **r.public(),
+                    "tokens_so_far": dict(zip(("input", "output"), self.tokens_so_far.get(r.id, (0, 0)), strict=True)),
+                }
+                for r in self.running
+            ],
+            "recent": [r.public() for r in self.recent],
+            "jobs_per_s": self.jobs_per_s,
+            "workers": [{"id": w, "runs": runs, "heartbeat_age_s": age} for w, runs, age in self.workers],
+        }
+
 
 #: How many of a running job's latest events are read for its latest token figure.
 _TOKEN_EVENTS = 20

@@ -138,3 +138,14 @@ def test_status_of_a_cancelled_job_says_so_once(settings: Settings, client: Clie
     assert shown.stdout.splitlines()[0] == f"{handle.id}  cancelled"
     assert "  reason    cancelled by request" in shown.stdout.splitlines()
     assert "cancelled: cancelled" not in shown.stdout
+
+
+def test_top_gives_its_frame_as_json(settings: Settings, client: Client) -> None:
+    queued = client.submit(prompt="waiting in line")
+    done = cli(settings, "top", "--json")
+    assert done.returncode == 0, done.stderr
+    frame = json.loads(done.stdout)
+    assert frame["counts"]["queued"] == 1
+    assert frame["queues"] == [{"queue": settings.queue, "depth": 1}]
+    assert frame["running"] == [] and frame["workers"] == []
+    assert client.get(queued.id).status == "queued"
