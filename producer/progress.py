@@ -64,9 +64,9 @@ def describe(event: Event, whole: bool = False) -> str | None:
         wait = d.get("wait_s", "?")
         return f"retrying ({d.get('reason', '?')}) in {wait} s, {where}, attempt {d.get('next_attempt')}"
     if kind == "deferred":
-        return f"waiting until {d.get('ready_at', '?')} ({_clip(d.get('reason', ''), 100)})"
+        return f"waiting until {d.get('ready_at', '?')} ({_one_line(d.get('reason', ''))})"  # a reason is read whole
     if kind == "requeued":
-        return f"requeued ({_clip(d.get('reason', ''), 100)})"
+        return f"requeued ({_one_line(d.get('reason', ''))})"
     if kind in ("succeeded", "failed", "cancelled"):
         detail = f": {_clip(d['message'], 160)}" if d.get("message") else ""
         return f"{kind}{detail}"
