@@ -9,6 +9,7 @@ and `claudeq tenants` use; nothing here writes but cancel and resubmit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import re
@@ -45,6 +46,7 @@ from claudeq.producer.web.auth import (
     safe_next,
     same_site_post,
 )
+from claudeq.producer.web.charts import Chart, account_gauges, finished_per_hour, spend_per_hour
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
 from claudeq.producer.web.timeline import draw as draw_timeline
 
@@ -459,8 +461,28 @@ class Web:
         except ConfigError as exc:
             tenants_note = f"tenants: {exc}"
         return self.page(
-            request, "fleet.html", snap=snap, tenants=tenants, tenants_note=tenants_note, now=datetime.now(UTC)
+            request,
+            "fleet.html",
+            snap=snap,
+            tenants=tenants,
+            tenants_note=tenants_note,
+            now=datetime.now(UTC),
+            charts=fleet_charts(self.client, self.settings, [u.name for u in tenants], snap.at.timestamp()),
+            account_rows=[(a, account_gauges(a)) for a in snap.accounts],
         )
+
+
+def fleet_charts(client: Client, settings: Settings, tenants: list[str], now: float) -> list[Chart]:
+    """The fleet page's pictures of the last hours (producer/web/charts.py)."""
+    store = client.store
+    charts = [finished_per_hour(store.redis, store.keys, now, settings.result_ttl_s)]
+    if settings.tenants.configured and tenants:
+        charts.append(spend_per_hour(store.redis, store.keys, now, "tenant", tenants))
+    with contextlib.suppress(ConfigError):  # the accounts note on the page says why
+        accounts = [a.name for a in settings.accounts.accounts]
+        if accounts:
+            charts.append(spend_per_hour(store.redis, store.keys, now, "account", accounts))
+    return charts
 
 
 class Guard:

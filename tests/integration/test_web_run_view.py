@@ -14,7 +14,7 @@ from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from claudeq.producer.web import create_app
-from claudeq.testing import Fleet, fleet, overloaded
+from claudeq.testing import Fleet, api_error, fleet, overloaded, rate_limited
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +94,80 @@ def test_the_transcript_page_is_the_conversation_with_the_entries_on_demand(kit:
     raw = http.get(f"/jobs/{job.id}/transcript?raw=1")
     assert raw.status_code == 200 and '"type": "user"' in raw.text.replace("&#34;", '"')
     assert 'class="block' not in raw.text
+
+
+def segments(page: str, chart: str) -> dict[tuple[str, int], float]:
+    """(series, epoch hour) -> value of every segment a chart draws."""
+    found = re.search(rf'<figure class="chart" id="chart-{chart}">.*?</figure>', page, re.DOTALL)
+    assert found, f"no chart {chart}"
+    return {
+        (series, int(bucket)): float(value)
+        for series, bucket, value in re.findall(
+            r'data-series="([^"]+)" data-bucket="(\d+)" data-value="([^"]+)"', found[0]
+        )
+    }
+
+
+def test_the_fleet_pictures_draw_what_redis_counts(redis_url: str) -> None:
+    tenants = {"tenants": [{"name": "team-a"}, {"name": "team-b"}]}
+    with fleet(
+        redis_url=redis_url, accounts=["acct-1", "acct-2"], tenants=tenants, web_token=SecretStr(OPERATOR)
+    ) as kit:
+        kit.reply("^alpha", text="a", usage={"input_tokens": 10, "cost_usd": 0.25})
+        kit.reply("^beta", text="b", usage={"input_tokens": 10, "cost_usd": 0.5})
+        kit.fail("^limited", rate_limited(resets_in=600))
+        kit.reply("^limited", text="c", usage={"input_tokens": 10, "cost_usd": 0.125})
+        kit.fail("^doomed", api_error(400))
+        jobs = [
+            kit.client.submit(prompt="alpha one", tenant="team-a"),
+            kit.client.submit(prompt="alpha two", tenant="team-a"),
+            kit.client.submit(prompt="beta", tenant="team-b"),
+            kit.client.submit(prompt="limited", tenant="team-b"),
+            kit.client.submit(prompt="doomed", tenant="team-b"),
+        ]
+        kit.run_until_idle()
+        dropped = kit.client.submit(prompt="alpha never", tenant="team-a")
+        kit.client.cancel(dropped.id)
+        statuses = [kit.record(j.id).status for j in [*jobs, dropped]]
+        assert statuses == ["succeeded"] * 4 + ["failed", "cancelled"]
+
+        headers = {"authorization": f"Bearer {OPERATOR}", "accept": "text/html"}
+        with TestClient(create_app(kit.settings, kit.client), base_url="http://127.0.0.1:8780", headers=headers) as h:
+            page = h.get("/fleet")
+        assert page.status_code == 200, page.text[:300]
+        keys, r = kit.settings_keys, kit.redis
+
+        drawn = segments(page.text, "cost-tenant")
+        for tenant in ("team-a", "team-b"):
+            stored = {
+                int(f[2:]): float(v)
+                for f, v in ((k.decode(), v.decode()) for k, v in r.hgetall(keys.tenant_spend(tenant)).items())
+                if f.startswith("h:")
+            }
+            assert {b: v for (s, b), v in drawn.items() if s == tenant} == {b: v for b, v in stored.items() if v}
+        assert sum(v for (s, _), v in drawn.items() if s == "team-a") == pytest.approx(0.5)
+        assert sum(v for (s, _), v in drawn.items() if s == "team-b") == pytest.approx(0.625)
+        by_account = segments(page.text, "cost-account")
+        assert sum(by_account.values()) == pytest.approx(1.125)
+
+        finished = segments(page.text, "finished")
+        for status in ("succeeded", "failed", "cancelled"):
+            stored = sum(int(v) for v in r.hgetall(keys.finished_counts(status)).values())
+            assert sum(v for (s, _), v in finished.items() if s == status) == stored
+        assert {s: sum(v for (t, _), v in finished.items() if t == s) for s, _ in finished} == {
+            "succeeded": 4,
+            "failed": 1,
+            "cancelled": 1,
+        }
+
+        states = {s.name: s for s in kit.accounts.store.states()}
+        rows = re.findall(
+            r'<tr data-account="([^"]+)">.*?data-rejected="(\d+)" data-warnings="(\d+)" data-cooled="(\d+)"',
+            page.text,
+            re.DOTALL,
+        )
+        counted = ("rejected", "warnings", "cooled")
+        assert {name: tuple(int(n) for n in ns) for name, *ns in rows} == {
+            name: tuple(s.counters.get(c, 0) for c in counted) for name, s in states.items()
+        }
+        assert sum(int(cooled) for *_, cooled in rows) >= 1  # the rate-limited attempt cooled its account
