@@ -23,7 +23,7 @@ from claudeq.models import AccountState
 #: How many hours the charts go back (the spend hashes keep two days).
 HOURS = 24
 #: Geometry of a chart (SVG user units; it scales to the page).
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 1000.0, 170.0, 60.0, 22.0, 10.0
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 1000.0, 120.0, 60.0, 20.0, 10.0
 
 
 @dataclass(frozen=True)

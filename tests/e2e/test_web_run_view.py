@@ -1,7 +1,8 @@
 """The run view in headless chromium over a real fleet (real workers, the real CLI, the simulator): a job followed
 live ends whole without a reload — status, attempts with their usage, the result — and its timeline matches the
 record (a bar per attempt, a mark per tool call on its attempt, the wait before the retry); the transcript page is
-the conversation; a prompt that is one 2,000-character word wraps in the job list. With
+the conversation; a prompt that is one 2,000-character word wraps in the job list; the fleet page's cost chart
+draws each tenant's spend hash. With
 CLAUDEQ_WEB_SCREENSHOTS=DIR it saves the job page, the transcript and the fleet page there (docs/web*.png)."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import os
 from pathlib import Path
 
 import pytest
+import redis
 from pydantic import SecretStr
 
 from claudeq.config.settings import Settings
+from claudeq.keys import Keys
 from claudeq.producer.client import Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
@@ -49,6 +52,8 @@ def test_a_run_followed_live_ends_whole_and_its_timeline_matches_the_record(
     browser: Browser,  # noqa: F811
     workers: WorkerFactory,
     client: Client,
+    settings: Settings,
+    redis_client: redis.Redis,
     unique: str,
 ) -> None:
     workers(concurrency=4)
@@ -102,6 +107,7 @@ def test_a_run_followed_live_ends_whole_and_its_timeline_matches_the_record(
     assert begins == pytest.approx(sum(first), abs=1.5) and begins + width == pytest.approx(second[0], abs=1.5)
     shots = os.environ.get("CLAUDEQ_WEB_SCREENSHOTS")
     if shots:
+        browser.execute("window.scrollTo(0, 0)")
         browser.screenshot(Path(shots) / "web.png")
 
     # The transcript as a conversation, the raw entries one click away.
@@ -130,7 +136,20 @@ def test_a_run_followed_live_ends_whole_and_its_timeline_matches_the_record(
     browser.get(f"{web}/jobs/{wide.id}")
     assert browser.execute("return document.documentElement.scrollWidth - window.innerWidth") <= 0
 
+    # The fleet's pictures draw what Redis counts: each tenant's cost per hour is its spend hash's.
     browser.get(f"{web}/fleet")
-    browser.until(lambda d: d.find_all("#accounts"))
+    browser.until(lambda d: d.find_all("#chart-cost-tenant"))
+    drawn = browser.execute(
+        "return [...document.querySelectorAll('#chart-cost-tenant rect.seg')]"
+        ".map(r => [r.dataset.series, Number(r.dataset.bucket), Number(r.dataset.value)]);"
+    )
+    keys = Keys(settings.key_prefix)
+    stored = [
+        [tenant, int(field.decode()[2:]), float(value)]
+        for tenant in ("team-a", "team-b")
+        for field, value in sorted(redis_client.hgetall(keys.tenant_spend(tenant)).items())
+        if field.startswith(b"h:") and float(value)
+    ]
+    assert sorted(drawn) == sorted(stored) and stored, (drawn, stored)
     if shots:
         browser.screenshot(Path(shots) / "web-fleet.png")
