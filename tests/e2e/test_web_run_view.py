@@ -73,6 +73,9 @@ def test_a_run_followed_live_ends_whole_and_its_timeline_matches_the_record(
     browser.until(lambda d: d.find_all("#events"))
     assert client.get(job.id).status != "succeeded", "the job ended before its page was open"
     browser.execute("window.claudeqSamePage = true")
+    # Live while it runs: the retry's attempt appears on the timeline before the job ends (attempt 2 waits 6 s).
+    browser.until(lambda d: len(d.find_all("#timeline rect[data-kind='attempt']")) == 2, timeout=90)
+    assert client.get(job.id).status == "running" and browser.find("#status").text != "succeeded"
     browser.until(lambda d: d.find("#status").text == "succeeded", timeout=120)
     record = client.get(job.id)
     assert record.result is not None and [a.outcome for a in record.attempts] == ["transient_error", "success"]

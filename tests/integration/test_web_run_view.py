@@ -171,3 +171,16 @@ def test_the_fleet_pictures_draw_what_redis_counts(redis_url: str) -> None:
             name: tuple(s.counters.get(c, 0) for c in counted) for name, s in states.items()
         }
         assert sum(int(cooled) for *_, cooled in rows) >= 1  # the rate-limited attempt cooled its account
+
+
+def test_the_fleet_page_says_deferred_once_and_no_unknown_allowed(kit: Fleet, http: TestClient) -> None:
+    from claudeq.worker.run.outcome import RateLimitSignal
+
+    kit.accounts.observe("default", RateLimitSignal("allowed"))  # a signal naming no window, saying nothing more
+    kit.accounts.observe("default", RateLimitSignal("allowed", window="five_hour", utilization=0.25))
+    assert set(kit.accounts.store.state("default").windows) == {"unknown", "five_hour"}
+    page = http.get("/fleet")
+    assert page.status_code == 200
+    facts = re.search(r'<p class="facts">(.*?)</p>', page.text, re.DOTALL)
+    assert facts and re.findall(r"\bdeferred\b", facts[1]) == ["deferred"], facts[1] if facts else page.text
+    assert "unknown" not in page.text and "five_hour: 25%" in page.text
