@@ -33,6 +33,8 @@ def cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.
     }
     if settings.accounts_file is not None:
         env["CLAUDEQ_ACCOUNTS_FILE"] = str(settings.accounts_file)
+    if settings.tenants_file is not None:
+        env["CLAUDEQ_TENANTS_FILE"] = str(settings.tenants_file)
     return subprocess.run(
         [sys.executable, "-m", "claudeq.producer.cli", *args],
         env=env,
@@ -149,3 +151,15 @@ def test_top_gives_its_frame_as_json(settings: Settings, client: Client) -> None
     assert frame["queues"] == [{"queue": settings.queue, "depth": 1}]
     assert frame["running"] == [] and frame["workers"] == []
     assert client.get(queued.id).status == "queued"
+
+
+def test_piped_tables_keep_one_row_a_line(settings: Settings, redis_client: redis.Redis, tmp_path: Path) -> None:
+    names = ["team-with-a-rather-long-name-for-the-tenant-" + c for c in "ab"]
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text("".join(f'[[tenants]]\nname = "{n}"\nmax_cost_usd_per_hour = 12.5\n\n' for n in names))
+    done = cli(settings.model_copy(update={"tenants_file": tenants}), "tenants")
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert header.split("  ")[0] == "tenant" and header.rstrip().endswith("on budget"), header
+    assert [row.split()[0] for row in rows] == names
+    assert all("$0.0000 / $12.5000 (0%)" in row for row in rows), rows
