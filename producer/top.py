@@ -39,6 +39,8 @@ from claudeq.producer.client import Client
 RECENT_WINDOW = 200
 #: jobs/s is the number of jobs finished in this many seconds, divided by it.
 RATE_WINDOW_S = 60.0
+#: How many minutes the per-minute finishes go back (the web fleet page's chart).
+MINUTES = 60
 
 
 @dataclass
@@ -57,6 +59,9 @@ class Snapshot:
     recent: list[JobRecord] = field(default_factory=list)
     jobs_per_s: float = 0.0
     workers: list[tuple[str, str, float]] = field(default_factory=list)  # id, runs/concurrency, heartbeat age
+    #: Jobs finished per minute by status over the last MINUTES minutes, among the RECENT_WINDOW newest jobs:
+    #: (the first minute, epoch s // 60; status -> a count per minute).
+    finished_per_minute: tuple[int, dict[str, list[int]]] = (0, {})
 
     def public(self) -> dict[str, Any]:
         """The frame as JSON data (`claudeq top --json`): the same figures, each value whole."""
@@ -146,6 +151,12 @@ def collect(client: Client) -> Snapshot:
     ]
     finished.sort(key=lambda rec: rec.finished_at or rec.created_at, reverse=True)
     snap.recent = finished[:8]
+    first_minute = int(now.timestamp() // 60) - MINUTES + 1
+    snap.finished_per_minute = (first_minute, {status: [0] * MINUTES for status in sorted(TERMINAL)})
+    for rec in finished:  # (finished_at is set: `finished` keeps only those)
+        index = int(rec.finished_at.timestamp() // 60) - first_minute  # type: ignore[union-attr]
+        if 0 <= index < MINUTES:
+            snap.finished_per_minute[1][rec.status][index] += 1
     snap.jobs_per_s = (
         sum(1 for rec in finished if rec.finished_at and (now - rec.finished_at).total_seconds() <= RATE_WINDOW_S)
         / RATE_WINDOW_S

@@ -46,7 +46,13 @@ from claudeq.producer.web.auth import (
     safe_next,
     same_site_post,
 )
-from claudeq.producer.web.charts import Chart, account_gauges, finished_per_hour, spend_per_hour
+from claudeq.producer.web.charts import (
+    Chart,
+    account_gauges,
+    finished_per_hour,
+    finished_per_minute,
+    spend_per_hour,
+)
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
 from claudeq.producer.web.timeline import draw as draw_timeline
 
@@ -467,7 +473,10 @@ class Web:
             tenants=tenants,
             tenants_note=tenants_note,
             now=datetime.now(UTC),
-            charts=fleet_charts(self.client, self.settings, [u.name for u in tenants], snap.at.timestamp()),
+            charts=[
+                finished_per_minute(*snap.finished_per_minute),
+                *fleet_charts(self.client, self.settings, [u.name for u in tenants], snap.at.timestamp()),
+            ],
             account_rows=[(a, account_gauges(a)) for a in snap.accounts],
         )
 

@@ -2,7 +2,8 @@
 Prometheus needed, and each figure is the counter's own value.
 
 - jobs finished per hour by status: the finished-jobs counters (`Keys.finished_counts`), which count each job under
-  the hour its retention ends: shifted back by `result_ttl_s`;
+  the hour its retention ends: shifted back by `result_ttl_s`; per minute over the last hour: the newest jobs'
+  records `claudeq top` reads anyway;
 - cost per hour by tenant and by account: the spend hashes the runs' ends write (`h:<epoch hour>` -> dollars);
 - per account: slots in use, each rate-limit window's utilization and reset, the rate-limit signals counted
   (`rejected`, `warnings`).
@@ -50,6 +51,7 @@ class Chart:
     series: list[str]
     buckets: list[int]
     values: dict[str, list[float]]
+    bucket_s: int = 3600  # a bucket's length: an hour, or a minute
     segments: list[Segment] = field(default_factory=list)
     ticks: list[tuple[float, str]] = field(default_factory=list)
     top: float = 0.0
@@ -67,8 +69,8 @@ def _number(value: bytes | str | None) -> float:
         return 0.0  # a damaged counter draws as nothing rather than failing the page
 
 
-def _label(hour: int) -> str:
-    return datetime.fromtimestamp(hour * 3600, UTC).strftime("%H:00")
+def _label(bucket: int, bucket_s: int = 3600) -> str:
+    return datetime.fromtimestamp(bucket * bucket_s, UTC).strftime("%H:%M")
 
 
 def _layout(chart: Chart) -> Chart:
@@ -84,14 +86,14 @@ def _layout(chart: Chart) -> Chart:
                 continue
             h = value / chart.top * plot_h
             shown = f"${value:.4f}" if chart.unit == "$" else f"{value:g} jobs"
-            title = f"{name}, {_label(bucket)}–{_label(bucket + 1)} UTC: {shown}"
+            title = f"{name}, {_label(bucket, chart.bucket_s)}–{_label(bucket + 1, chart.bucket_s)} UTC: {shown}"
             x = round(LEFT + i * slot + 1, 2)
             chart.segments.append(
                 Segment(name, bucket, value, x, round(base - h, 2), round(slot - 2, 2), round(h, 2), title)
             )
             base -= h
-        if i % 3 == 0:
-            chart.ticks.append((round(LEFT + i * slot + slot / 2, 2), _label(bucket)))
+        if i % (3 if chart.bucket_s == 3600 else 10) == 0:
+            chart.ticks.append((round(LEFT + i * slot + slot / 2, 2), _label(bucket, chart.bucket_s)))
     return chart
 
 
@@ -105,6 +107,15 @@ def finished_per_hour(client: redis.Redis, keys: Keys, now: float, result_ttl_s:
         pipe.hmget(keys.finished_counts(status), [str(b + shift) for b in buckets])
     values = {status: [_number(v) for v in row] for status, row in zip(FINISHED, pipe.execute(), strict=True)}
     return _layout(Chart("finished", "Jobs finished per hour", "jobs", list(FINISHED), buckets, values))
+
+
+def finished_per_minute(first_minute: int, counts: dict[str, list[int]]) -> Chart:
+    """Jobs finished per minute by status (`claudeq top`'s snapshot: among the newest jobs, the last hour)."""
+    series = [status for status in FINISHED if status in counts]
+    buckets = list(range(first_minute, first_minute + len(next(iter(counts.values()), []))))
+    values = {status: [float(n) for n in counts[status]] for status in series}
+    chart = Chart("finished-minute", "Jobs finished per minute", "jobs", series, buckets, values, bucket_s=60)
+    return _layout(chart)
 
 
 def spend_per_hour(client: redis.Redis, keys: Keys, now: float, kind: str, names: Sequence[str]) -> Chart:

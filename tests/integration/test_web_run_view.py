@@ -160,6 +160,12 @@ def test_the_fleet_pictures_draw_what_redis_counts(redis_url: str) -> None:
             "cancelled": 1,
         }
 
+        per_minute = segments(page.text, "finished-minute")  # from the newest records, by their finished_at
+        records = [kit.record(j.id) for j in [*jobs, dropped]]
+        assert sorted((s, b) for (s, b), v in per_minute.items() for _ in range(int(v))) == sorted(
+            (r.status, int(r.finished_at.timestamp() // 60)) for r in records if r.finished_at
+        )
+
         states = {s.name: s for s in kit.accounts.store.states()}
         rows = re.findall(
             r'<tr data-account="([^"]+)">.*?data-rejected="(\d+)" data-warnings="(\d+)" data-cooled="(\d+)"',
