@@ -17,18 +17,22 @@ from typing import Annotated, Any, NoReturn
 import redis
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
-from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
+from claudeq.models import TERMINAL, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
+from claudeq.producer.cli_checks import redis_warnings, tenants_report
 from claudeq.producer.cli_conversation import conversation_app
+from claudeq.producer.cli_output import CliConsole, print_table, styled
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
+from claudeq.producer.progress import line
+from claudeq.producer.transcript_view import block_line, conversation
 from claudeq.schedules import ScheduleNotFound
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
@@ -62,10 +66,13 @@ webhooks_app = typer.Typer(
 )
 app.add_typer(webhooks_app, name="webhooks")
 
-out = Console()
-err = Console(stderr=True)
+out = CliConsole()
+err = CliConsole(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+#: How a job's status is coloured on a terminal (any other: cyan).
+_STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 
 #: The exporter's default port (workers use 9808, .env.example).
 EXPORTER_PORT = 9809
@@ -76,7 +83,15 @@ def exporter(
     port: Annotated[
         int, typer.Option("--port", envvar="CLAUDEQ_EXPORTER_PORT", help="Port of /metrics.")
     ] = EXPORTER_PORT,
-    addr: Annotated[str, typer.Option("--addr", envvar="CLAUDEQ_EXPORTER_ADDR", help="Address to bind.")] = "0.0.0.0",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            "--addr",
+            envvar=["CLAUDEQ_EXPORTER_HOST", "CLAUDEQ_EXPORTER_ADDR"],
+            help="Address to listen on (loopback by default, as `web` and `mcp`; 0.0.0.0 for every interface).",
+        ),
+    ] = "127.0.0.1",
 ) -> None:
     """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
     # Fleet code (prometheus_client): loaded when the exporter runs, never by a producer importing the CLI.
@@ -85,7 +100,7 @@ def exporter(
     except ModuleNotFoundError as exc:
         exit_missing("claudeq exporter", exc)
 
-    exporter_command(port, addr)
+    exporter_command(port, host)
 
 
 def _settings() -> Settings:
@@ -103,7 +118,7 @@ def _fail(code: int, message: str, as_json: bool = False, **extra: Any) -> NoRet
     if as_json:
         print(json.dumps({"error": message, **extra}))
     else:
-        err.print(f"[red]error:[/red] {message}", highlight=False)
+        err.print(styled(("error:", "red"), f" {message}"))
     raise typer.Exit(code)
 
 
@@ -151,19 +166,22 @@ def _read_file_arg(value: str | None, field: str) -> str | None:
     return _read_text_arg(value, field)
 
 
-def _print_record(record: JobRecord, as_json: bool) -> None:
+def _print_record(record: JobRecord, as_json: bool, waits: str | None = None) -> None:
+    """The record as JSON, or for a person: status, attempts, usage, why it waits (`waits`), its error, its answer."""
     if as_json:
         print(json.dumps(record.public()))
         return
-    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(record.status, "cyan")
-    out.print(f"[bold]{record.id}[/bold]  [{colour}]{record.status}[/{colour}]", highlight=False)
+    colour = _STATUS_STYLE.get(record.status, "cyan")
+    out.print(styled((record.id, "bold"), "  ", (record.status, colour)))
     rows: list[tuple[str, str]] = [
         ("account", record.account or "-"),
         ("session", record.session_id or "-"),
         ("attempts", ", ".join(f"{a.number}:{a.account or '-'}:{a.outcome or 'running'}" for a in record.attempts)),
         ("created", record.created_at.isoformat()),
     ]
-    if record.ready_at:
+    if waits:
+        rows.append(("waiting", waits))
+    elif record.ready_at and not record.finished:
         rows.append(("ready at", record.ready_at.isoformat()))
     if record.trace_id:  # the job's trace, when its producer traced it (docs/tracing.md)
         rows.append(("trace", record.trace_id))
@@ -176,14 +194,33 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
                 f" / cache write {usage.cache_creation_tokens} · ${usage.cost_usd:.6f}",
             )
         )
-    if record.error:
-        rows.append(("error", f"{record.error.kind}: {record.error.message}"))
+    error = record.error
+    if error and error.kind == record.status:  # cancelled: the status says it; the message may say more
+        if error.message != error.kind:
+            rows.append(("reason", error.message))
+    elif error:
+        rows.append(("error", f"{error.kind}: {error.message}"))
     for key, value in rows:
-        out.print(f"  {key:<9} {value}", highlight=False)
+        out.print(f"  {key:<9} {value}")
     if record.result and record.result.structured_output is not None:
         out.print_json(data=record.result.structured_output)
-    elif record.result and record.result.text:
-        out.print(record.result.text, highlight=False, markup=False)
+    elif (
+        record.result and record.result.text and record.finished and not (error and record.result.text in error.message)
+    ):
+        out.print(record.result.text)  # (a failure's last words are already in its error)
+
+
+def _why_waiting(client: Client, record: JobRecord) -> str | None:
+    """Why an unfinished job is not running: its deferral (until when, why), or the jobs it waits for."""
+    if record.status == "deferred":
+        deferrals = [e for e in client.events(record.id) if e.type == "deferred"]
+        if deferrals:
+            data = deferrals[-1].data
+            return f"until {data.get('ready_at', '?')}: {data.get('reason', '?')}"
+        return f"until {record.ready_at.isoformat()}" if record.ready_at else None
+    if record.status == "waiting" and record.spec.depends_on:
+        return f"for {', '.join(record.spec.depends_on)} to succeed"
+    return None
 
 
 def _metadata(pairs: list[str]) -> dict[str, str]:
@@ -315,7 +352,7 @@ def submit(
         if as_json:
             print(json.dumps({"id": handle.id, "created": handle.created}))
         else:
-            out.print(handle.id, highlight=False)
+            out.print(handle.id)
         return
     record = _wait_with_spinner(client, handle.id, timeout, as_json)
     _print_record(record, as_json)
@@ -323,12 +360,14 @@ def submit(
         raise typer.Exit(EXIT_JOB_FAILED)
 
 
-def _stream(client: Client, job_id: str, timeout: float | None = None, to: Console | None = None) -> JobRecord:
-    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …) as it happens (on `to`,
-    default stderr), until it finishes; JobTimeout after `timeout` s. Says so (on stderr) when the job waits with
-    no live worker for its queue."""
+def _stream(
+    client: Client, job_id: str, timeout: float | None = None, to: Console | None = None, every: bool = False
+) -> JobRecord:
+    """Print the job's progress (assistant text, tool calls, retries, rate-limit waits, …; with `every`, each
+    event) as it happens (on `to`, default stderr), until it finishes; JobTimeout after `timeout` s. Says so (on
+    stderr) when the job waits with no live worker for its queue."""
     to = to or err
-    from claudeq.producer.progress import line
+    whole = not to.is_terminal
 
     store = client.store
     record = client.get(job_id)
@@ -343,17 +382,17 @@ def _stream(client: Client, job_id: str, timeout: float | None = None, to: Conso
         store.announce_follow(job_id)  # the worker running it stores its events at once while we follow
         for entry_id, event in store.read_events(job_id, after, block_ms=wait_ms):
             after = entry_id
-            text = line(event)
+            text = line(event, whole, every)
             if text is not None:
-                to.print(text, highlight=False, markup=False)
+                to.print(text)
         status = store.status(job_id)
         if status is None or status in TERMINAL:
             if status is not None:
                 client.until_replicated(job_id)  # as Client.wait: an end the replicas hold (docs/failover.md)
             for _, event in store.read_events(job_id, after):
-                text = line(event)
+                text = line(event, whole, every)
                 if text is not None:
-                    to.print(text, highlight=False, markup=False)
+                    to.print(text)
             return client.get(job_id)
         now = time.monotonic()
         if status == "queued" and now >= next_worker_check:
@@ -382,8 +421,10 @@ def _wait_with_spinner(client: Client, job_id: str, timeout: float | None, as_js
 @app.command()
 @_guard
 def status(job_id: str, as_json: JsonOpt = False) -> None:
-    """Show a job's record."""
-    _print_record(_client().get(job_id), as_json)
+    """Show a job's record (and why it waits, when it does)."""
+    client = _client()
+    record = client.get(job_id)
+    _print_record(record, as_json, None if as_json else _why_waiting(client, record))
 
 
 @app.command("wait")
@@ -412,7 +453,7 @@ def cancel(job_id: str, as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps({"id": job_id, "result": result}))
     else:
-        out.print(f"{job_id}: {message}", highlight=False)
+        out.print(f"{job_id}: {message}")
 
 
 @app.command("list")
@@ -434,27 +475,22 @@ def list_cmd(
             )
         )
         return
-    table = Table("status", "account", "attempts", "created", "prompt")
-    table.add_column("id", no_wrap=True)
+    rows: list[list[str | Text]] = []
     for item in items:
         if isinstance(item, RecordUnreadable):
-            table.add_row("[red]unreadable[/red]", "", "", "", item.detail[:40], item.job_id)
+            rows.append([Text("unreadable", "red"), "", "", "", item.detail, item.job_id])
             continue
-        table.add_row(
-            item.status,
-            item.account or "-",
-            str(len(item.attempts)),
-            item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            item.spec.prompt[:40].replace("\n", " "),
-            item.id,
+        rows.append(
+            [
+                Text(item.status, _STATUS_STYLE.get(item.status, "cyan")),
+                item.account or "-",
+                str(len(item.attempts)),
+                item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                item.spec.prompt,
+                item.id,
+            ]
         )
-    out.print(table)
-
-
-def _event_line(event: Event) -> str:
-    attempt = f"#{event.attempt} " if event.attempt else ""
-    data = " ".join(f"{k}={json.dumps(v)[:120]}" for k, v in event.data.items())
-    return f"{event.at.strftime('%H:%M:%S.%f')[:-3]} {attempt}{event.type} {data}"
+    print_table(out, ("status", "account", "attempts", "created", "prompt", "id"), rows)
 
 
 @app.command()
@@ -464,56 +500,45 @@ def events(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following until the job ends.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a job's events (one JSON object per line with --json)."""
+    """Print a job's events, one line each (one JSON object per line with --json); the same lines as it happens
+    with --follow."""
     client = _client()
     client.get(job_id)
     if follow and not as_json:
-        _stream(client, job_id, to=out)  # the same progress lines as `submit --wait`
+        _stream(client, job_id, to=out, every=True)
         return
     for event in client.events(job_id, follow=follow):
         if as_json:
             print(event.model_dump_json(), flush=True)
         else:
-            out.print(_event_line(event), highlight=False, markup=False)
+            out.print(line(event, whole=not out.is_terminal, every=True))
 
 
 @app.command()
 @_guard
-def transcript(job_id: str, as_json: JsonOpt = False) -> None:
-    """Print the transcripts of a job's sessions (from Redis or the transcript archive): per session its id, then
-    one line per entry (the entry's JSON with --json)."""
+def transcript(
+    job_id: str,
+    raw: Annotated[bool, typer.Option("--raw", help="Every entry as stored (one JSON object a line).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the conversation of a job's sessions (from Redis or the transcript archive): per session its id, then
+    what the user and the assistant said, its thinking, each tool use and result. --raw: the entries themselves;
+    --json: the entries with their session id."""
     sessions = _client().transcript(job_id)
     if not sessions and not as_json:
         err.print(f"{job_id}: no transcript kept (its retention ended, or it was dropped at success)")
     for session_id, entries in sessions:
-        if not as_json:
-            out.print(f"session {session_id} ({len(entries)} entries)", highlight=False, markup=False)
-        for entry in entries:
-            if as_json:
+        if as_json:
+            for entry in entries:
                 print(json.dumps({"session_id": session_id, **entry}), flush=True)
-            else:
-                out.print(_entry_line(entry), highlight=False, markup=False)
-
-
-def _entry_line(entry: dict[str, Any]) -> str:
-    """One transcript entry as a person reads it: its type, then its message's text or its tool use, cut short."""
-    message = entry.get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    parts: list[str] = []
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif block.get("type") == "tool_use":
-                parts.append(f"[{block.get('name')}] {json.dumps(block.get('input'))[:200]}")
-            elif block.get("type") == "tool_result":
-                parts.append(f"[result] {str(block.get('content'))[:200]}")
-    kind = str(entry.get("type", "?"))
-    return f"{kind}: {' '.join(parts)[:400]}".replace("\n", " ") if parts else kind
+            continue
+        out.print(f"session {session_id} ({len(entries)} entries)")
+        if raw:
+            for entry in entries:
+                out.print(json.dumps(entry, ensure_ascii=False))
+            continue
+        for block in conversation(entries):
+            out.print(block_line(block))
 
 
 ScheduleTenantOpt = Annotated[str, typer.Option("--tenant", help="Whose schedule (a tenant's names are its own).")]
@@ -534,13 +559,15 @@ def webhooks_dead(
             )
         )
         return
-    table = Table("job", "tenant", "target", "state", "tries", "last answer", "last error")
-    for r in rows:
-        for n in r.notifications:
-            table.add_row(
-                r.id, r.spec.tenant, n.target, n.state, str(n.attempts), str(n.status_code or "-"), n.error or ""
-            )
-    out.print(table)
+    print_table(
+        out,
+        ("job", "tenant", "target", "state", "tries", "last answer", "last error"),
+        [
+            [r.id, r.spec.tenant, n.target, n.state, str(n.attempts), str(n.status_code or "-"), n.error or ""]
+            for r in rows
+            for n in r.notifications
+        ],
+    )
 
 
 @webhooks_app.command("retry")
@@ -588,7 +615,7 @@ def schedule_add(
         print(info.model_dump_json())
     else:
         rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
-        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}", highlight=False, markup=False)
+        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}")
 
 
 @schedule_app.command("list")
@@ -602,13 +629,13 @@ def schedule_list(
     if as_json:
         print(json.dumps([json.loads(i.model_dump_json()) for i in infos]))
         return
-    table = Table("name", "tenant", "rule", "next tick", "fired", "missed", "last job")
+    rows = []
     for info in infos:
         s = info.schedule
         rule = f"{s.cron} ({s.tz})" if s.cron else f"every {s.every_s} s"
         nxt = "paused" if s.paused else (info.next_tick.strftime("%Y-%m-%d %H:%M:%S") if info.next_tick else "-")
-        table.add_row(s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-")
-    out.print(table)
+        rows.append([s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-"])
+    print_table(out, ("name", "tenant", "rule", "next tick", "fired", "missed", "last job"), rows)
 
 
 def _schedule_action(action: str, name: str, tenant: str, as_json: bool) -> None:
@@ -617,7 +644,7 @@ def _schedule_action(action: str, name: str, tenant: str, as_json: bool) -> None
     if as_json:
         print(json.dumps({"name": name, "tenant": tenant, "done": action}))
     else:
-        out.print(f"schedule {name}: {action.removesuffix('e')}ed", highlight=False)
+        out.print(f"schedule {name}: {action.removesuffix('e')}ed")
 
 
 @schedule_app.command("pause")
@@ -646,9 +673,15 @@ def schedule_remove(name: str, tenant: ScheduleTenantOpt = DEFAULT_TENANT, as_js
 def top(
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """The fleet, live: accounts, queues, workers, runs in flight, recent finishes, jobs/s. `q` quits."""
-    from claudeq.producer.top import run
+    """The fleet, live: accounts, queues, workers, runs in flight, recent finishes, jobs/s. `q` quits. With --json,
+    one frame's figures."""
+    from claudeq.producer.top import collect, run
+
+    if as_json:
+        print(json.dumps(collect(_client()).public()))
+        return
 
     try:
         run(_client(), interval=interval, once=once, console=out)
@@ -670,21 +703,25 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps({"tenants": [u.public() for u in usage]}))
         return
-    table = Table("tenant", "in flight", "waiting", "weight", "spend / cap per hour", "per day", "on budget")
+    rows = []
     for u in usage:
         cap = u.cap
-        table.add_row(
-            u.name,
-            f"{u.in_flight}/{cap}" + (f" ({_share_note(u.balance)})" if cap is not None and cap == u.share_cap else "")
-            if cap is not None
-            else str(u.in_flight),
-            str(u.waiting),
-            f"{u.weight:g}",
-            _spend(u.spend.hour, u.spend.cap_hour),
-            _spend(u.spend.day, u.spend.cap_day),
-            u.on_budget,
+        rows.append(
+            [
+                u.name,
+                f"{u.in_flight}/{cap}"
+                + (f" ({_share_note(u.balance)})" if cap is not None and cap == u.share_cap else "")
+                if cap is not None
+                else str(u.in_flight),
+                str(u.waiting),
+                f"{u.weight:g}",
+                _spend(u.spend.hour, u.spend.cap_hour),
+                _spend(u.spend.day, u.spend.cap_day),
+                u.on_budget,
+            ]
         )
-    out.print(table)
+    headers = ("tenant", "in flight", "waiting", "weight", "spend / cap per hour", "per day", "on budget")
+    print_table(out, headers, rows)
 
 
 def _share_note(balance: float | None) -> str:
@@ -756,8 +793,9 @@ def api_cmd(
 
 @config_app.command("check")
 def config_check(as_json: JsonOpt = False) -> None:
-    """Validate settings and accounts, check every token is present and Redis answers (secrets never shown).
-    The Claude CLI and the tools module are checked by `claudeq-worker` at start."""
+    """Validate settings, accounts and the tenants file, check every token is present, Redis answers and keeps
+    jobs (AOF on, noeviction: warnings with the fix). Secrets are never shown. The Claude CLI and the tools module
+    are checked by `claudeq-worker` at start."""
     problems: list[str] = []
     report: dict[str, Any] = {}
     unreachable = False
@@ -765,10 +803,14 @@ def config_check(as_json: JsonOpt = False) -> None:
         settings = load_settings()
     except ConfigError as exc:
         _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
+    warnings: list[str] = []
     report["redis_url"] = settings.redacted_redis_url()
     try:
-        connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5).ping()
+        client = connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5)
+        client.ping()
         report["redis"] = "ok"
+        report["redis_config"], found = redis_warnings(client)
+        warnings += found
     except redis.RedisError as exc:
         report["redis"] = f"unreachable: {exc.__class__.__name__}"
         problems.append(f"Redis at {settings.redacted_redis_url()} does not answer (set CLAUDEQ_REDIS_URL)")
@@ -799,23 +841,31 @@ def config_check(as_json: JsonOpt = False) -> None:
             problems.append(str(exc))
         accounts.append(entry)
     report["accounts"] = accounts
+    report["tenants"], tenant_problems, tenant_warnings = tenants_report(settings, [a.name for a in pool.accounts])
+    problems += tenant_problems
+    warnings += tenant_warnings
     report["queues"] = settings.queues
     report["problems"] = problems
+    report["warnings"] = warnings
     if as_json:
         print(json.dumps(report))
     else:
-        out.print(f"redis      {report['redis_url']}: {report['redis']}", highlight=False)
+        out.print(f"redis      {report['redis_url']}: {report['redis']}")
         if "archive" in report:
-            out.print(f"archive    {report['archive']}", highlight=False)
+            out.print(f"archive    {report['archive']}")
         for entry in accounts:
             out.print(
                 f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
                 highlight=False,
             )
+        if report["tenants"]["file"]:
+            out.print(f"tenants    {report['tenants']['file']}: {', '.join(report['tenants']['tenants']) or '-'}")
+        for warning in warnings:
+            err.print(styled(("warning:", "yellow"), f" {warning}"))
         for problem in problems:
-            err.print(f"[red]problem:[/red] {problem}", highlight=False)
+            err.print(styled(("problem:", "red"), f" {problem}"))
         if not problems:
-            out.print("[green]configuration ok[/green]")
+            out.print(styled(("configuration ok", "green"), f" ({len(warnings)} warning(s))" if warnings else ""))
     if unreachable and len(problems) == 1:
         raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
     raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)

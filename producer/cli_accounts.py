@@ -12,8 +12,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import redis
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from claudeq import connections
 from claudeq.account_state import AccountStore
@@ -21,6 +20,7 @@ from claudeq.config.settings import load_settings
 from claudeq.errors import ConfigError, UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, utcnow
+from claudeq.producer.cli_output import CliConsole, print_table, styled
 
 #: Token families the API reports for API-key accounts (the tightest is shown).
 TOKEN_WINDOWS: tuple[str, ...] = ("tokens", "input_tokens", "output_tokens")
@@ -35,8 +35,8 @@ accounts_app = typer.Typer(
     no_args_is_help=False,
 )
 
-out = Console()
-err = Console(stderr=True)
+out = CliConsole()
+err = CliConsole(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 T = TypeVar("T")
@@ -46,7 +46,7 @@ def _fail(code: int, message: str, as_json: bool = False) -> NoReturn:
     if as_json:
         print(json.dumps({"error": message}))
     else:
-        err.print(f"[red]error:[/red] {message}", highlight=False)
+        err.print(styled(("error:", "red"), f" {message}"))
     raise typer.Exit(code)
 
 
@@ -88,8 +88,12 @@ def _relative(when: datetime | None, now: datetime) -> str:
 
 
 def _utilization(state: AccountState) -> str:
-    parts = [f"{name} {w.utilization:.2f}" for name, w in state.windows.items() if w.utilization is not None]
-    return ", ".join(parts) or "-"
+    """Each window's utilization: what the API last reported, else what the window holding runs back was read at
+    (a rejection reports no window utilization, but its reservation knows it)."""
+    known = {name: w.utilization for name, w in state.windows.items() if w.utilization is not None}
+    for r in state.reservations:
+        known.setdefault(r.window, r.utilization)
+    return ", ".join(f"{name} {value:.2f}" for name, value in known.items()) or "-"
 
 
 def _left(state: AccountState, windows: tuple[str, ...], now: datetime) -> str:
@@ -137,33 +141,36 @@ def _show(store: AccountStore, as_json: bool) -> None:
         return
     now = utcnow()
     kinds = {a.name: a.kind for a in store.pool.accounts}
-    table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization")
-    limits = Table("name", "requests left", "tokens left", "holding back")
-    reserved = Table("name", "held back")
+    table: list[list[str | Text]] = []
+    limits: list[list[str | Text]] = []
+    reserved: list[list[str | Text]] = []
     for s in states:
-        style = _STYLE.get(s.state, "")
-        table.add_row(
-            s.name,
-            kinds.get(s.name, "?"),
-            f"[{style}]{s.state}[/{style}]",
-            s.reason or "-",
-            f"{s.slots_in_use}/{s.max_concurrency}",
-            _relative(s.cooldown_until, now),
-            _utilization(s),
+        table.append(
+            [
+                s.name,
+                kinds.get(s.name, "?"),
+                Text(s.state, _STYLE.get(s.state, "")),
+                s.reason or "-",
+                f"{s.slots_in_use}/{s.max_concurrency}",
+                _relative(s.cooldown_until, now),
+                _utilization(s),
+            ]
         )
         requests, tokens = _left(s, ("requests",), now), _left(s, TOKEN_WINDOWS, now)
         if (requests, tokens) != ("-", "-") or s.held_until is not None:
             held = f"until {_relative(s.held_until, now)}: {s.held_reason}" if s.held_until is not None else "-"
-            limits.add_row(s.name, requests, tokens, held)
+            limits.append([s.name, requests, tokens, held])
         for line in _reserved(s, now):
-            reserved.add_row(s.name, line)
-    out.print(table)
-    if reserved.row_count:
+            reserved.append([s.name, line])
+    print_table(out, ("name", "kind", "state", "reason", "slots", "cooldown until", "utilization"), table)
+    if reserved:
         # Window-aware admission: windows at (or predicted to pass) their ceiling, model families cooling.
-        out.print(reserved)
-    if limits.row_count:
+        out.print()
+        print_table(out, ("name", "held back"), reserved)
+    if limits:
         # What the API said is left (API-key accounts, read from response headers by the workers' pass-through).
-        out.print(limits)
+        out.print()
+        print_table(out, ("name", "requests left", "tokens left", "holding back"), limits)
 
 
 @accounts_app.callback()

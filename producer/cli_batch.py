@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from claudeq.errors import BatchSpecError
+from claudeq.producer.cli_output import styled
 from claudeq.producer.client import SUBMIT_CHUNK, Client
 
 #: Same as claudeq.producer.cli.EXIT_BAD_INPUT (kept here so this module needs nothing of the CLI's).
@@ -74,8 +75,8 @@ def submit_from_file(client: Client, path: str, defaults: dict[str, Any], as_jso
         else:
             for number, reason in problems:
                 where = f"line {number}: " if number else ""
-                err.print(f"[red]error:[/red] {where}{reason}", highlight=False, markup=True)
-            err.print(f"nothing submitted ({len({n for n, _ in problems})} line(s) refused)", highlight=False)
+                err.print(styled(("error:", "red"), f" {where}{reason}"))
+            err.print(f"nothing submitted ({len({n for n, _ in problems})} line(s) refused)")
         raise typer.Exit(EXIT_BAD_INPUT)
     started = time.monotonic()
     show = not as_json and err.is_terminal

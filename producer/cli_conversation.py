@@ -11,12 +11,12 @@ from typing import Annotated
 
 import redis
 import typer
-from rich.console import Console
 
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
+from claudeq.producer.cli_output import CliConsole, styled
 from claudeq.transcripts import RedisSessionStore
 
 EXIT_ERROR = 1
@@ -25,8 +25,8 @@ EXIT_NOT_FOUND = 5
 
 conversation_app = typer.Typer(help="Inspect and delete conversations (turns, sessions, jobs).", no_args_is_help=True)
 
-out = Console()
-err = Console(stderr=True)
+out = CliConsole()
+err = CliConsole(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 #: Conversations are each tenant's own (claudeq/conversations.py): the commands look in one tenant's.
@@ -37,7 +37,7 @@ def _fail(code: int, message: str, as_json: bool) -> typer.Exit:
     if as_json:
         print(json.dumps({"error": message}))
     else:
-        err.print(f"[red]error:[/red] {message}", highlight=False)
+        err.print(styled(("error:", "red"), f" {message}"))
     return typer.Exit(code)
 
 
@@ -49,11 +49,11 @@ def _settings(as_json: bool) -> Settings:
 
 
 def _print_info(info: ConversationInfo) -> None:
-    out.print(f"[bold]{info.name}[/bold]  session [cyan]{info.session_id or '-'}[/cyan]", highlight=False)
+    out.print(styled((info.name, "bold"), "  session ", (info.session_id or "-", "cyan")))
     if info.running:
-        out.print(f"  running   {info.running}", highlight=False)
+        out.print(f"  running   {info.running}")
     if info.waiting:
-        out.print(f"  waiting   {', '.join(info.waiting)}", highlight=False)
+        out.print(f"  waiting   {', '.join(info.waiting)}")
     for number, turn in enumerate(info.turns, 1):
         how = "forked" if turn.forked else "restarted" if turn.restarted else "resumed" if turn.resumed_from else "new"
         out.print(
@@ -101,7 +101,7 @@ def delete(name: str, tenant: TenantOpt = DEFAULT_TENANT, as_json: JsonOpt = Fal
     if as_json:
         print(json.dumps({"name": name, "deleted": True, "sessions": deleted}))
     else:
-        out.print(f"deleted conversation {name} ({len(deleted)} session transcript(s))", highlight=False)
+        out.print(f"deleted conversation {name} ({len(deleted)} session transcript(s))")
 
 
 @conversation_app.command("list")
@@ -120,4 +120,4 @@ def list_cmd(
         print(json.dumps(names))
     else:
         for name in names:
-            out.print(name, highlight=False)
+            out.print(name)

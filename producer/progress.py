@@ -14,14 +14,19 @@ from claudeq.models import Event
 LINE_TEXT = 160
 
 
-def _clip(value: Any, limit: int = LINE_TEXT) -> str:
+def _one_line(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return " ".join(text.split())
 
 
-def describe(event: Event) -> str | None:
-    """A short sentence for `event`, or None for events that only matter to machines."""
+def describe(event: Event, whole: bool = False) -> str | None:
+    """A short sentence for `event`, or None for events that only matter to machines. Free text is cut to a line's
+    length unless `whole` (output that is not a terminal's: every character kept, on one line)."""
+
+    def _clip(value: Any, limit: int = LINE_TEXT) -> str:
+        text = _one_line(value)
+        return text if whole or len(text) <= limit else text[: limit - 1] + "…"
+
     d = event.data
     kind = event.type
     if kind == "submitted":
@@ -59,9 +64,9 @@ def describe(event: Event) -> str | None:
         wait = d.get("wait_s", "?")
         return f"retrying ({d.get('reason', '?')}) in {wait} s, {where}, attempt {d.get('next_attempt')}"
     if kind == "deferred":
-        return f"waiting until {d.get('ready_at', '?')} ({_clip(d.get('reason', ''), 100)})"
+        return f"waiting until {d.get('ready_at', '?')} ({_one_line(d.get('reason', ''))})"  # a reason is read whole
     if kind == "requeued":
-        return f"requeued ({_clip(d.get('reason', ''), 100)})"
+        return f"requeued ({_one_line(d.get('reason', ''))})"
     if kind in ("succeeded", "failed", "cancelled"):
         detail = f": {_clip(d['message'], 160)}" if d.get("message") else ""
         return f"{kind}{detail}"
@@ -70,10 +75,13 @@ def describe(event: Event) -> str | None:
     return None
 
 
-def line(event: Event) -> str | None:
-    """`describe(event)` with a timestamp and the attempt number, or None."""
-    text = describe(event)
+def line(event: Event, whole: bool = False, every: bool = False) -> str | None:
+    """`describe(event, whole)` after the time and the attempt number: `21:14:05 #1 tool call Glob {…}`; None for an
+    event only machines read, unless `every` (then its type and data: `21:14:05 #1 session session_id=…`)."""
+    text = describe(event, whole)
     if text is None:
-        return None
+        if not every:
+            return None
+        text = " ".join([event.type, *(f"{k}={_one_line(v)}" for k, v in event.data.items())])
     attempt = f" #{event.attempt}" if event.attempt else ""
     return f"{event.at.strftime('%H:%M:%S')}{attempt} {text}"

@@ -24,7 +24,6 @@ import redis
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -40,6 +39,8 @@ from claudeq.producer.client import Client
 RECENT_WINDOW = 200
 #: jobs/s is the number of jobs finished in this many seconds, divided by it.
 RATE_WINDOW_S = 60.0
+#: How many minutes the per-minute finishes go back (the web fleet page's chart).
+MINUTES = 60
 
 
 @dataclass
@@ -58,6 +59,31 @@ class Snapshot:
     recent: list[JobRecord] = field(default_factory=list)
     jobs_per_s: float = 0.0
     workers: list[tuple[str, str, float]] = field(default_factory=list)  # id, runs/concurrency, heartbeat age
+    #: Jobs finished per minute by status over the last MINUTES minutes, among the RECENT_WINDOW newest jobs:
+    #: (the first minute, epoch s // 60; status -> a count per minute).
+    finished_per_minute: tuple[int, dict[str, list[int]]] = (0, {})
+
+    def public(self) -> dict[str, Any]:
+        """The frame as JSON data (`claudeq top --json`): the same figures, each value whole."""
+        return {
+            "at": self.at.isoformat(),
+            "accounts": [a.public() for a in self.accounts],
+            "accounts_note": self.accounts_note,
+            "queues": [{"queue": name, "depth": depth} for name, depth in self.queues],
+            "deferred": self.deferred,
+            "oldest_wait_s": self.oldest_wait_s,
+            "counts": self.counts,
+            "running": [
+                {
+                    **r.public(),
+                    "tokens_so_far": dict(zip(("input", "output"), self.tokens_so_far.get(r.id, (0, 0)), strict=True)),
+                }
+                for r in self.running
+            ],
+            "recent": [r.public() for r in self.recent],
+            "jobs_per_s": self.jobs_per_s,
+            "workers": [{"id": w, "runs": runs, "heartbeat_age_s": age} for w, runs, age in self.workers],
+        }
 
 
 #: How many of a running job's latest events are read for its latest token figure.
@@ -125,6 +151,12 @@ def collect(client: Client) -> Snapshot:
     ]
     finished.sort(key=lambda rec: rec.finished_at or rec.created_at, reverse=True)
     snap.recent = finished[:8]
+    first_minute = int(now.timestamp() // 60) - MINUTES + 1
+    snap.finished_per_minute = (first_minute, {status: [0] * MINUTES for status in sorted(TERMINAL)})
+    for rec in finished:  # (finished_at is set: `finished` keeps only those)
+        index = int(rec.finished_at.timestamp() // 60) - first_minute  # type: ignore[union-attr]
+        if 0 <= index < MINUTES:
+            snap.finished_per_minute[1][rec.status][index] += 1
     snap.jobs_per_s = (
         sum(1 for rec in finished if rec.finished_at and (now - rec.finished_at).total_seconds() <= RATE_WINDOW_S)
         / RATE_WINDOW_S
@@ -170,24 +202,24 @@ def render(snap: Snapshot, title: str) -> Group:
         util = ", ".join(f"{w} {i.utilization:.0%}" for w, i in a.windows.items() if i.utilization is not None)
         accounts.add_row(
             a.name,
-            f"[{style}]{a.state}[/{style}]",
+            Text(a.state, style),
             f"{a.slots_in_use}/{a.max_concurrency}",
             _ago(until) if until else "-",
             util or "-",
-            escape(a.reason or ""),
+            Text(a.reason or ""),
         )
     if snap.accounts_note:
-        accounts.add_row(escape(snap.accounts_note), "", "", "", "", "")
+        accounts.add_row(Text(snap.accounts_note), "", "", "", "", "")
 
     queues = Table("queue", "depth", title="queues", expand=True)
     for name, depth in snap.queues:
-        queues.add_row(name, str(depth))
-    queues.add_row("[dim]deferred set[/dim]", str(snap.deferred))
-    queues.add_row("[dim]oldest queued job waits[/dim]", _ago(snap.oldest_wait_s))
+        queues.add_row(Text(name), str(depth))
+    queues.add_row(Text("deferred set", "dim"), str(snap.deferred))
+    queues.add_row(Text("oldest queued job waits", "dim"), _ago(snap.oldest_wait_s))
 
     workers = Table("worker", "runs", "heartbeat", title="workers", expand=True)
     for worker_id, runs, age in snap.workers:
-        workers.add_row(worker_id, runs, f"{age:.0f}s ago")
+        workers.add_row(Text(worker_id), runs, f"{age:.0f}s ago")
 
     running = Table(
         "job", "account", "worker", "attempt", "elapsed", "tokens so far", "prompt", title="running", expand=True
@@ -203,7 +235,7 @@ def render(snap: Snapshot, title: str) -> Group:
             str(len(rec.attempts)),
             _ago((now - started).total_seconds() if started else None),
             tokens,
-            escape(rec.spec.prompt[:40].replace("\n", " ")),
+            Text(rec.spec.prompt[:40].replace("\n", " ")),
         )
 
     recent = Table("job", "status", "account", "finished", "cost $", "detail", title="recent finishes", expand=True)
@@ -212,11 +244,11 @@ def render(snap: Snapshot, title: str) -> Group:
         detail = rec.error.message if rec.error else (rec.result.text or "" if rec.result else "")
         recent.add_row(
             rec.id,
-            f"[{style}]{rec.status}[/{style}]",
+            Text(rec.status, style),
             rec.account or "-",
             _ago((now - rec.finished_at).total_seconds()) + " ago" if rec.finished_at else "-",
             f"{rec.result.usage.cost_usd:.4f}" if rec.result else "-",
-            escape(detail[:50].replace("\n", " ")),
+            Text(detail[:50].replace("\n", " ")),
         )
     top = Table.grid(expand=True)
     top.add_column(ratio=3)

@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -37,7 +37,7 @@ from claudeq.models import PARENT_JOB_KEY, TERMINAL, Event, JobRecord, JobSpec, 
 from claudeq.producer.client import AsyncClient, Client, JobHandle
 from claudeq.testing import clock as _clock
 from claudeq.testing._loop import FleetStalled, jumped_s, virtual_loop
-from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall
+from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall, UnmatchedPrompt
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.accounts.manager import AccountManager
 from claudeq.worker.delivery.engine import Engine
@@ -143,9 +143,9 @@ class FleetClient(Client):
         super().__init__(settings, redis_client=redis_client)
         self.fleet = fleet
 
-    def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
-        """Run the fleet until the job is finished; JobTimeout when `timeout` virtual seconds pass first, FleetStalled
-        when nothing is left to do and it is still not finished."""
+    def wait(self, job_id: str, timeout: Duration | None = None, poll_s: float = 0.2) -> JobRecord:
+        """Run the fleet until the job is finished; JobTimeout when `timeout` virtual seconds (or a timedelta) pass
+        first, FleetStalled when nothing is left to do and it is still not finished."""
         self.fleet.run_until_finished(job_id, timeout)
         return self.get(job_id)
 
@@ -164,7 +164,7 @@ class FleetAsyncClient(AsyncClient):
         super().__init__(client=fleet.client)
         self.fleet = fleet
 
-    async def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
+    async def wait(self, job_id: str, timeout: Duration | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
         """See FleetClient.wait."""
         await asyncio.to_thread(self.fleet.run_until_finished, job_id, timeout)
         return await self.get(job_id)
@@ -175,6 +175,15 @@ class FleetAsyncClient(AsyncClient):
             await asyncio.to_thread(self.fleet.run_until_finished, job_id)
         async for event in super().events(job_id, follow=False):
             yield event
+
+
+#: A duration in the kit: seconds (as everywhere in claudeq), or a timedelta such as `record.ready_at - fleet.now()`.
+Duration = float | timedelta
+
+
+def _seconds(value: Duration | None) -> float | None:
+    """`value` in seconds."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
 
 
 def _account(item: AccountConfig | str) -> AccountConfig:
@@ -205,7 +214,7 @@ class Fleet:
         redis_url: str | None = None,
         accounts: Sequence[AccountConfig | str] = ("default",),
         tenants: Tenants | Mapping[str, Any] | None = None,
-        default: Answer = Reply(),
+        default: Answer | None = None,
         worker_id: str = "worker-1",
         **settings: Any,
     ) -> None:
@@ -312,7 +321,7 @@ class Fleet:
         replies answer): `fleet.fail("triage", rate_limited(resets_in=60), overloaded())`."""
         if not failures:
             raise ValueError("fail() needs at least one failure, e.g. fleet.fail('triage', overloaded())")
-        self.runner.failures.append(Rule(match, list(failures), len(failures)))
+        self.runner.failures.append(Rule(match, list(failures), len(failures), "fail"))
 
     # ---- driving the worker ------------------------------------------------------------------------------------
 
@@ -328,6 +337,10 @@ class Fleet:
                 return None
             delivered = Delivery(job_id, str(self._run(self.engine.deliver(job_id))))
             self.deliveries.append(delivered)
+            if self.runner.unmatched:
+                first, *_ = self.runner.unmatched
+                self.runner.unmatched.clear()
+                raise UnmatchedPrompt(first)
             return delivered
 
     def run_until_idle(self, *, advance: bool = True, max_steps: int = MAX_STEPS) -> list[Delivery]:
@@ -335,9 +348,10 @@ class Fleet:
         (a cooldown's end, a backoff too long to wait in place) and go on. Returns the deliveries made."""
         return self._drive(lambda: False, advance=advance, max_steps=max_steps)
 
-    def run_until_finished(self, job_id: str, timeout: float | None = None) -> JobRecord:
-        """Drive the fleet until `job_id` is finished; JobTimeout after `timeout` virtual seconds, FleetStalled when
-        nothing is left to do and the job is still not finished."""
+    def run_until_finished(self, job_id: str, timeout: Duration | None = None) -> JobRecord:
+        """Drive the fleet until `job_id` is finished; JobTimeout after `timeout` virtual seconds (or timedelta),
+        FleetStalled when nothing is left to do and the job is still not finished."""
+        timeout = _seconds(timeout)
         deadline = None if timeout is None else self.clock.time() + timeout
 
         def finished() -> bool:
@@ -352,9 +366,10 @@ class Fleet:
             raise FleetStalled(f"job {job_id} is still {status} and the fleet has nothing left to do")
         return self.client.get(job_id)
 
-    def advance(self, seconds: float) -> None:
-        """Move the clock on by `seconds` (nothing is delivered: `step` / `run_until_idle` do)."""
-        self.clock.advance(seconds)
+    def advance(self, seconds: Duration) -> None:
+        """Move the clock on by `seconds`, or a `timedelta` (`record.ready_at - fleet.now()`); nothing is delivered:
+        `step` / `run_until_idle` do."""
+        self.clock.advance(_seconds(seconds) or 0.0)
 
     def now(self) -> datetime:
         """The fleet's current time (UTC)."""
@@ -496,7 +511,7 @@ def fleet(
     redis_url: str | None = None,
     accounts: Sequence[AccountConfig | str] = ("default",),
     tenants: Tenants | Mapping[str, Any] | None = None,
-    default: Answer = Reply(),
+    default: Answer | None = None,
     **settings: Any,
 ) -> Fleet:
     """A fleet in this process (use it as a context manager, or `close()` it).

@@ -111,9 +111,31 @@ def auth_failed() -> Failure:
     return Failure("auth_failed", 401, "Invalid API key · Please run /login")
 
 
-def api_error(status: int = 500, message: str = "Internal server error") -> Failure:
-    """Another API error: 5xx are transient (retried), 400/403/404/413/422 fail the job at once."""
-    return Failure("api_error", status, f"API Error: {status} {message}")
+#: The API's error type and words for each HTTP status (what the real CLI prints after `API Error: STATUS`).
+API_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Bad request"),
+    401: ("authentication_error", "Invalid bearer token"),
+    403: ("permission_error", "Forbidden"),
+    404: ("not_found_error", "Not found"),
+    408: ("timeout_error", "Request timeout"),
+    413: ("request_too_large", "Request too large"),
+    422: ("invalid_request_error", "Unprocessable entity"),
+    429: ("rate_limit_error", "Rate limited"),
+    500: ("api_error", "Internal server error"),
+    502: ("api_error", "Bad gateway"),
+    503: ("api_error", "Service unavailable"),
+    504: ("api_error", "Gateway timeout"),
+    529: ("overloaded_error", "Overloaded"),
+}
+
+
+def api_error(status: int = 500, message: str | None = None) -> Failure:
+    """Another API error: 5xx are transient (retried), 400/403/404/413/422 fail the job at once. Its text is the
+    API's for that status (`API Error: 400 {"type":"invalid_request_error","message":"Bad request"}`), with
+    `message` in place of the standard words when given."""
+    kind, words = API_ERRORS.get(status, ("api_error" if status >= 500 else "invalid_request_error", f"HTTP {status}"))
+    body = json.dumps({"type": kind, "message": words if message is None else message}, separators=(",", ":"))
+    return Failure("api_error", status, f"API Error: {status} {body}")
 
 
 def timeout(kind: Literal["first_byte", "idle", "deadline"] = "idle") -> Failure:
@@ -143,6 +165,9 @@ def budget_exhausted(usage: Usage | Mapping[str, Any] | None = None) -> Failure:
 
 Answer = Reply | Failure | str
 
+#: What an unmatched run answers: the job fails at once (kind `job`) and the driver raises UnmatchedPrompt.
+UNMATCHED = Failure("api_error", 400, "claudeq.testing: no rule answers this prompt (UnmatchedPrompt)")
+
 
 @dataclass
 class Run:
@@ -169,6 +194,11 @@ Responder = Callable[[Run], "Answer | None"]
 Match = str | re.Pattern[str] | Responder
 
 
+class UnmatchedPrompt(AssertionError):
+    """A run whose prompt no rule matches, in a fleet given pattern rules and no `default`: a mistyped pattern would
+    otherwise pass quietly with the default answer. Raised by whatever drove the fleet (`job.wait()`, `step()`, …)."""
+
+
 @dataclass
 class Rule:
     """A scripted answer for the runs it matches; `left` is how many runs it still answers (None: any number)."""
@@ -176,6 +206,26 @@ class Rule:
     match: Match
     answers: list[Answer]
     left: int | None
+    kind: Literal["reply", "fail"] = "reply"
+
+    @property
+    def is_pattern(self) -> bool:
+        """Whether the rule matches by a pattern (a callable chooses its runs itself)."""
+        return not callable(self.match) or isinstance(self.match, re.Pattern)
+
+    def names(self, run: Run) -> bool:
+        """Whether the rule's pattern matches the run's prompt, answers left or not (a callable: never)."""
+        return self.is_pattern and re.search(self.match, run.job_prompt or run.prompt) is not None  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        what = getattr(self.match, "pattern", self.match)
+        shown = repr(what) if isinstance(what, str) else getattr(what, "__qualname__", repr(what))
+        if self.left is None:
+            return f"{self.kind} {shown} (every run)"
+        answers = ", ".join(
+            a if isinstance(a, str) else getattr(a, "kind", "reply") for a in self.answers[-self.left :]
+        )
+        return f"{self.kind} {shown} ({self.left} left{': ' + answers if self.left else ''})"
 
     def answer(self, run: Run) -> Answer | None:
         if self.left is not None and self.left <= 0:
@@ -203,7 +253,7 @@ class ScriptedRunner:
     def __init__(
         self,
         settings: Settings,
-        default: Answer,
+        default: Answer | None,
         submit: Callable[..., JobHandle] | None = None,
         job_prompt: Callable[[str], str] | None = None,
     ) -> None:
@@ -211,7 +261,10 @@ class ScriptedRunner:
         self._job_prompt = job_prompt
         self.failures: list[Rule] = []
         self.replies: list[Rule] = []
+        #: What a run no rule answers gets; None: `Reply()` while no pattern rule is given, else the run is unmatched.
         self.default = default
+        #: Runs no rule matched (in a fleet with rules and no default): what the driver raises UnmatchedPrompt with.
+        self.unmatched: list[str] = []
         self.requests: list[RunRequest] = []
         self._submit = submit
 
@@ -219,11 +272,23 @@ class ScriptedRunner:
         """The scripted runner refuses nothing (the worker policy is still checked by the handler)."""
 
     def answer_for(self, run: Run) -> Answer:
-        for rule in [*self.failures, *self.replies]:
+        rules = [*self.failures, *self.replies]
+        for rule in rules:
             found = rule.answer(run)
             if found is not None:
                 return found
-        return self.default
+        if self.default is not None:
+            return self.default
+        patterns = [rule for rule in rules if rule.is_pattern]
+        if not patterns or any(rule.names(run) for rule in patterns):  # no pattern to mistype, or a used-up rule's
+            return Reply()
+        listed = "\n".join(f"  {rule}" for rule in rules)
+        self.unmatched.append(
+            f"no rule answers the prompt {run.job_prompt or run.prompt!r} (job {run.job_id}, attempt {run.attempt}); "
+            f"the rules, in the order they are tried:\n{listed}\n"
+            "fix the pattern, or give the fleet an answer for such runs: fleet(default=Reply(text=...))"
+        )
+        return UNMATCHED
 
     async def run(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         self.requests.append(req)

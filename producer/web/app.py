@@ -9,6 +9,7 @@ and `claudeq tenants` use; nothing here writes but cancel and resubmit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import re
@@ -33,6 +34,7 @@ from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError,
 from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
+from claudeq.producer.transcript_view import LABELS, conversation
 from claudeq.producer.web.auth import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -44,8 +46,16 @@ from claudeq.producer.web.auth import (
     safe_next,
     same_site_post,
 )
+from claudeq.producer.web.charts import (
+    Chart,
+    account_gauges,
+    finished_per_hour,
+    finished_per_minute,
+    spend_per_hour,
+)
 from claudeq.producer.web.hosts import HostAllowList, HostGuard
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
+from claudeq.producer.web.timeline import draw as draw_timeline
 
 HERE = Path(__file__).parent
 STATUSES: tuple[str, ...] = get_args(JobStatus)
@@ -197,8 +207,7 @@ def timeline(record: JobRecord, events: list[tuple[str, Event]]) -> list[dict[st
                 "detail": a.detail if a.detail and a.detail != a.outcome else "",
                 "started": when(a.started_at),
                 "took": duration(a.started_at, a.finished_at),
-                "tokens": f"{usage.input_tokens} in / {usage.output_tokens} out" if usage else "",
-                "cost": money(usage.cost_usd) if usage else "",
+                "usage": usage,
                 "before": before.get(a.number, []),
             }
         )
@@ -222,6 +231,7 @@ class Web:
             lstrip_blocks=True,
         )
         self.env.filters.update(clip=clip, block=block, age=age, money=money, when=when, ms_when=ms_when)
+        self.env.globals.update(block_labels=LABELS)
 
     # -- plumbing
 
@@ -348,6 +358,16 @@ class Web:
                 record.spec.depends_on, self.client.store.records(record.spec.depends_on), strict=True
             )
         ]
+        now = datetime.now(UTC)
+        summary: dict[str, Any] = {
+            "record": record,
+            "attempts": timeline(record, events),
+            "drawing": draw_timeline(record, [event for _, event in events], now),
+            "default_queue": self.settings.queue,
+            "now": now,
+        }
+        if request.query_params.get("part") == "summary":  # what the live page fetches again (static/app.js)
+            return self.page(request, "_summary.html", **summary)
         turns = []
         if record.spec.conversation:
             turns = self.client._conversations.turns(record.spec.conversation, record.spec.tenant)
@@ -355,10 +375,9 @@ class Web:
         return self.page(
             request,
             "job.html",
-            record=record,
+            **summary,
             spec_json=json.dumps(public["spec"], indent=2, ensure_ascii=False),
             record_json=json.dumps({k: v for k, v in public.items() if k != "spec"}, indent=2, ensure_ascii=False),
-            attempts=timeline(record, events),
             rows=rows,
             truncated=len(events) >= MAX_EVENTS,
             after=after,
@@ -366,15 +385,15 @@ class Web:
             children=children,
             dependencies=dependencies,
             turns=turns,
-            default_queue=self.settings.queue,
-            now=datetime.now(UTC),
         )
 
     def transcript(self, request: Request) -> Response:
         viewer = self.viewer(request)
         record = self.record(viewer, request.path_params["job_id"])
         sessions = self.client.transcript(record.id)
-        return self.page(request, "transcript.html", record=record, sessions=sessions)
+        raw = request.query_params.get("raw") == "1"  # the entries themselves, on demand
+        talks = [(session_id, entries, conversation(entries)) for session_id, entries in sessions]
+        return self.page(request, "transcript.html", record=record, sessions=talks, raw=raw)
 
     async def stream(self, request: Request) -> Response:
         """Server-sent events: each new event of the job as a rendered row, then its end (the CLI's follow)."""
@@ -459,8 +478,31 @@ class Web:
         except ConfigError as exc:
             tenants_note = f"tenants: {exc}"
         return self.page(
-            request, "fleet.html", snap=snap, tenants=tenants, tenants_note=tenants_note, now=datetime.now(UTC)
+            request,
+            "fleet.html",
+            snap=snap,
+            tenants=tenants,
+            tenants_note=tenants_note,
+            now=datetime.now(UTC),
+            charts=[
+                finished_per_minute(*snap.finished_per_minute),
+                *fleet_charts(self.client, self.settings, [u.name for u in tenants], snap.at.timestamp()),
+            ],
+            account_rows=[(a, account_gauges(a)) for a in snap.accounts],
         )
+
+
+def fleet_charts(client: Client, settings: Settings, tenants: list[str], now: float) -> list[Chart]:
+    """The fleet page's pictures of the last hours (producer/web/charts.py)."""
+    store = client.store
+    charts = [finished_per_hour(store.redis, store.keys, now, settings.result_ttl_s)]
+    if settings.tenants.configured and tenants:
+        charts.append(spend_per_hour(store.redis, store.keys, now, "tenant", tenants))
+    with contextlib.suppress(ConfigError):  # the accounts note on the page says why
+        accounts = [a.name for a in settings.accounts.accounts]
+        if accounts:
+            charts.append(spend_per_hour(store.redis, store.keys, now, "account", accounts))
+    return charts
 
 
 class Guard:

@@ -16,7 +16,17 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
-from claudeq.testing import Failure, api_error, auth_failed, fleet, never_answers, overloaded, rate_limited, timeout
+from claudeq.testing import (
+    Failure,
+    Reply,
+    api_error,
+    auth_failed,
+    fleet,
+    never_answers,
+    overloaded,
+    rate_limited,
+    timeout,
+)
 from tests.e2e.conftest import WorkerFactory
 
 pytestmark = pytest.mark.e2e
@@ -117,7 +127,7 @@ def test_a_conversation_resumes_the_same_way(client: Client, workers: WorkerFact
     real_handles = [client.submit(prompt=p, conversation="parity") for p in turns]
     real = conversation_shape([client.wait(h.id, timeout=120, poll_s=0.1) for h in real_handles])
     knobs = {k: getattr(settings, k) for k in KNOBS}
-    with fleet(accounts=["a", "b"], **knobs) as f:
+    with fleet(accounts=["a", "b"], default=Reply(), **knobs) as f:  # only the failure is scripted
         f.fail(re.escape("[[sim: error 529 times=1]]"), overloaded())
         handles = [f.client.submit(prompt=p, conversation="parity") for p in turns]
         kit = conversation_shape([h.wait() for h in handles])

@@ -3,7 +3,8 @@ WebDriver, tests/support/webdriver.py) against the `claudeq web` command, real w
 
 It opens the job list, opens a running job and sees its tool call arrive without reloading, cancels a job with the
 button and sees it `cancelled`, and checks that a tenant's token shows none of another tenant's jobs. With
-CLAUDEQ_WEB_SCREENSHOT set, it saves the finished job's page there (the README's docs/web.png).
+CLAUDEQ_WEB_SCREENSHOT set, it saves the finished job's page there (docs/web.png itself is taken by
+tests/e2e/test_web_run_view.py).
 """
 
 from __future__ import annotations

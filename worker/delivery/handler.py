@@ -455,8 +455,7 @@ class DeliveryHandler:
             await _quiet(self.accounts.observe, account.name, signal)
         if decision.cool_until is not None:
             await _quiet(self.accounts.cool, account.name, decision.cool_until, decision.detail)
-        if decision.disable_reason is not None:
-            log.warning("account %s disabled: %s", account.name, decision.disable_reason)
+        if decision.disable_reason is not None:  # AccountManager.disable logs it
             await _quiet(self.accounts.disable, account.name, decision.disable_reason)
 
     async def _act(self, d: Delivery, decision: Decision) -> Step:

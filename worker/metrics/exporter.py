@@ -304,7 +304,7 @@ def build_registry(settings: Settings, client: redis.Redis | None = None) -> Col
     return registry
 
 
-def serve(settings: Settings, port: int, addr: str = "0.0.0.0") -> tuple[int, Callable[[], None]]:
+def serve(settings: Settings, port: int, addr: str = "127.0.0.1") -> tuple[int, Callable[[], None]]:
     """Serve /metrics on `port` (0 = a free one); returns the bound port and a function that stops the server."""
     registry = build_registry(settings)
     try:
@@ -319,7 +319,7 @@ def serve(settings: Settings, port: int, addr: str = "0.0.0.0") -> tuple[int, Ca
     return int(server.server_port), stop
 
 
-def exporter_command(port: int = DEFAULT_PORT, addr: str = "0.0.0.0") -> None:
+def exporter_command(port: int = DEFAULT_PORT, addr: str = "127.0.0.1") -> None:
     """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time, until a signal.
 
     `claudeq exporter` (claudeq.producer.cli) declares the options and calls this."""

@@ -135,6 +135,7 @@ async def test_jobs_an_agent_hands_to_the_fleet_tools_run_and_report_to_it(claud
     """The fleet tools on claudeq.testing's fleet (docs/testing.md): the children an agent submits through the real
     MCP server run on the in-process worker, are listed under their parent, and wait_job reports their end."""
     claudeq_fleet.reply(r"^part", text="part done")
+    claudeq_fleet.reply(r"^plan", text="planned")
     parent = claudeq_fleet.client.submit(prompt="plan the work")
     async with McpClient(build_server(claudeq_fleet.client, parent_job_id=parent.id)) as mcp:
         for part in ("a", "b"):
