@@ -49,8 +49,10 @@ from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
+from claudeq.worker.run.approval import ApprovalGate, rules_for
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
+from claudeq.worker.store.approvals import ApprovalCalls
 from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
 
 log = logging.getLogger("claudeq.engine")
@@ -78,6 +80,7 @@ class DeliveryHandler:
     ) -> None:
         self.settings = settings
         self.store = writer.store
+        self.approval_calls = ApprovalCalls(self.store)
         self.accounts = accounts
         self.runner = runner
         self.metrics = metrics
@@ -295,12 +298,16 @@ class DeliveryHandler:
             session_store=plan.session_store,
             urgent=d.urgent,
             traceparent=span.traceparent(),
+            approvals=self._approval_gate(d, spec, number),
         )
         run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
         try:
             outcome, refused = await self._run(d, request, account)
         finally:
             run_span.end()
+        if refused is None and request.approvals is not None and request.approvals.failed is not None:
+            # `on_approval_timeout = "fail"`: nobody decided in time (docs/jobs.md#tool-approval).
+            refused = JobError(kind="job", message=request.approvals.failed)
         if outcome is not None and span is not NO_SPAN:
             _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
@@ -379,6 +386,26 @@ class DeliveryHandler:
         d.session_id = outcome.session_id or d.session_id
         await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
         return await self._act(d, decision)
+
+    def _approval_gate(self, d: Delivery, spec: JobSpec, number: int) -> ApprovalGate | None:
+        """The attempt's `can_use_tool` answer when some tool use of the job waits for approval (its own rules, else
+        its tenant's default); None otherwise (docs/jobs.md#tool-approval)."""
+        tenant = self.settings.tenants.get(spec.tenant)
+        rules = rules_for(spec, tenant.approve_tools if tenant is not None else [])
+        if not rules:
+            return None
+        return ApprovalGate(
+            job_id=d.job_id,
+            fence=d.lease.fence,
+            attempt=number,
+            rules=rules,
+            port=self.approval_calls,
+            emit=self._emitter(d, number),
+            cancel=d.cancel,
+            hold_s=self.settings.approval_hold_s,
+            timeout_s=spec.approval_timeout_s,
+            on_timeout=spec.on_approval_timeout,
+        )
 
     def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
         """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not
