@@ -1,0 +1,170 @@
+"""Tool approval (docs/jobs.md#tool-approval): a job whose agent calls `Bash` with `approve_tools` waits for a
+person's decision before the command runs.
+
+Real worker processes, the real CLI, the simulator scripting the `Bash` call. The command appends a line to a
+marker file, so the test counts how many times it really ran; the simulator's request log shows what the model was
+told.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import ApprovalRefused
+from claudeq.models import JobRecord
+from claudeq.producer.client import Client
+from tests.e2e.conftest import WorkerFactory
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"policy": WorkerPolicy(allowed_tools=["Bash"])})
+
+
+@pytest.fixture
+def marker(unique: str) -> Iterator[Path]:
+    path = Path(f"/tmp/cqt-approval-{unique}")
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def bash_prompt(marker: Path, word: str) -> str:
+    """A prompt the simulator answers with one `Bash` call that appends `word` to `marker`."""
+    command = json.dumps({"command": f"echo {word} >> {marker}", "description": "mark"})
+    return f"[[sim: tool Bash {command}]] approval {word}"
+
+
+def waiting(client: Client, job_id: str, timeout_s: float = 90) -> JobRecord:
+    """The record once the job shows `waiting_approval`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = client.get(job_id)
+        if record.shown_status == "waiting_approval" or record.finished:
+            break
+        time.sleep(0.1)
+    assert record.shown_status == "waiting_approval", record.public()
+    return record
+
+
+def ran(marker: Path) -> list[str]:
+    """The lines the command wrote: one per time it really ran."""
+    return marker.read_text().split() if marker.exists() else []
+
+
+def events(client: Client, job_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in client.events(job_id) if e.type == kind]
+
+
+def test_approved_within_the_hold_the_command_runs_once_on_the_same_cli(
+    client: Client, workers: WorkerFactory, marker: Path, unique: str
+) -> None:
+    workers()
+    job = client.submit(prompt=bash_prompt(marker, "yes"), tools=["Bash"], approve_tools=["Bash"])
+    record = waiting(client, job.id)
+    assert record.public()["status"] == "waiting_approval"
+    assert record.approval is not None and record.approval.tool == "Bash"
+    assert "echo yes" in record.approval.input["command"]
+    assert [r.id for r in client.approvals()] == [job.id]
+    assert ran(marker) == []  # nothing runs before the decision
+
+    answered = client.approve(job.id, reason="looks fine")
+    assert answered.decision is not None and answered.decision.by == "operator"
+    done = client.wait(job.id, timeout=90)
+
+    assert done.status == "succeeded", done.error
+    assert ran(marker) == ["yes"]
+    assert len(done.attempts) == 1
+    assert len(events(client, job.id, "run_started")) == 1  # the same CLI went on
+    [asked] = events(client, job.id, "approval_requested")
+    assert asked["request_id"] == answered.request_id and asked["tool"] == "Bash"
+    [decided] = events(client, job.id, "approval_decided")
+    assert decided["approve"] is True and decided["by"] == "operator" and decided["reason"] == "looks fine"
+    # A second answer to the same request is refused, saying who answered first.
+    with pytest.raises(ApprovalRefused) as refused:
+        client.approve(job.id, approve=False)
+    assert refused.value.why == "decided" and refused.value.decided_by == "operator"
+
+
+def test_denied_the_tool_never_runs_and_the_model_is_told_why(
+    client: Client, workers: WorkerFactory, marker: Path, simulator: Any
+) -> None:
+    workers()
+    job = client.submit(prompt=bash_prompt(marker, "no"), tools=["Bash"], approve_tools=["Bash"])
+    waiting(client, job.id)
+    client.approve(job.id, approve=False, reason="not on a Friday")
+    done = client.wait(job.id, timeout=90)
+
+    assert done.status == "succeeded", done.error  # the agent went on: here it answers the tool result
+    assert ran(marker) == []
+    follow_up = [r for r in simulator.requests() if "approval no" in json.dumps(r["messages"])][-1]
+    told = follow_up["messages"][-1]["text"] if follow_up["messages"][-1]["role"] == "user" else ""
+    told = told or json.dumps(follow_up["messages"])
+    assert "A person denied this use of Bash" in told and "not on a Friday" in told
+    assert "not on a Friday" in (done.result.text if done.result else "")
+
+
+def test_only_a_matching_input_rule_waits(client: Client, workers: WorkerFactory, marker: Path) -> None:
+    workers()
+    job = client.submit(
+        prompt=bash_prompt(marker, "free"),
+        tools=["Bash"],
+        approve_tools=[{"tool": "Bash", "match": "git push*"}],
+    )
+    done = client.wait(job.id, timeout=90)
+    assert done.status == "succeeded", done.error
+    assert ran(marker) == ["free"]
+    assert events(client, job.id, "approval_requested") == []
+
+
+def test_a_timeout_denies_or_fails_as_the_job_says(
+    client: Client, workers: WorkerFactory, marker: Path, unique: str
+) -> None:
+    workers()
+    denied = client.submit(
+        prompt=bash_prompt(marker, "late"), tools=["Bash"], approve_tools=["Bash"], approval_timeout_s=1
+    )
+    failed = client.submit(
+        prompt=bash_prompt(marker, "later"),
+        tools=["Bash"],
+        approve_tools=["Bash"],
+        approval_timeout_s=1,
+        on_approval_timeout="fail",
+    )
+    first = client.wait(denied.id, timeout=90)
+    second = client.wait(failed.id, timeout=90)
+
+    assert first.status == "succeeded", first.error
+    assert "Nobody approved this use of Bash" in (first.result.text if first.result else "")
+    [decided] = events(client, denied.id, "approval_decided")
+    assert decided["by"] == "timeout" and decided["approve"] is False
+    assert second.status == "failed"
+    assert second.error is not None and "Nobody approved this use of Bash" in second.error.message
+    assert ran(marker) == []
+
+
+def test_another_tenants_token_cannot_decide_and_a_cancel_ends_the_wait(
+    client: Client, workers: WorkerFactory, marker: Path
+) -> None:
+    workers()
+    job = client.submit(prompt=bash_prompt(marker, "mine"), tools=["Bash"], approve_tools=["Bash"])
+    waiting(client, job.id)
+    with pytest.raises(ApprovalRefused) as refused:
+        client.approve(job.id, tenant="someone-else")
+    assert refused.value.why == "tenant"
+    assert client.get(job.id).shown_status == "waiting_approval"
+
+    started = time.monotonic()
+    client.cancel(job.id)
+    done = client.wait(job.id, timeout=30)
+    assert done.status == "cancelled"
+    assert time.monotonic() - started < 10
+    assert ran(marker) == []
