@@ -8,6 +8,7 @@ told.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from claudeq.errors import ApprovalRefused
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
+from tests.integration.test_mcp_http import TOKENS, _mcp_http, as_caller
+from tests.support.worker_proc import settings_env, worker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -168,3 +171,48 @@ def test_another_tenants_token_cannot_decide_and_a_cancel_ends_the_wait(
     assert done.status == "cancelled"
     assert time.monotonic() - started < 10
     assert ran(marker) == []
+
+
+class TestOverMcp:
+    """`claudeq mcp --http` with two tenants mapped by bearer tokens: `list_approvals` shows a tenant its own
+    waiting jobs, and `decide_approval` answers only for the job's own tenant."""
+
+    @pytest.fixture
+    def settings(self, settings: Settings, tmp_path: Path) -> Settings:
+        tenants = tmp_path / "tenants.toml"
+        tenants.write_text(
+            '[[tenants]]\nname = "team-a"\nmcp_token_env = "CQT_MCP_TOKEN_A"\n\n'
+            '[[tenants]]\nname = "team-b"\nmcp_token_env = "CQT_MCP_TOKEN_B"\n'
+        )
+        return settings.model_copy(update={"tenants_file": tenants})
+
+    @pytest.fixture
+    def mcp_url(self, settings: Settings, tmp_path: Path) -> Iterator[str]:
+        env = {**worker_env(settings, []), **settings_env(settings), **TOKENS}
+        with _mcp_http(env, tmp_path / "mcp-http.log") as url:
+            yield url
+
+    async def test_another_tenants_token_cannot_decide(
+        self, client: Client, workers: WorkerFactory, marker: Path, mcp_url: str
+    ) -> None:
+        workers()
+        job = client.submit(prompt=bash_prompt(marker, "a"), tools=["Bash"], approve_tools=["Bash"], tenant="team-a")
+        await asyncio.to_thread(waiting, client, job.id)
+        async with as_caller(mcp_url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
+            listed = await team_b.call_tool("list_approvals", {})
+            assert listed.structured_content == {"approvals": []}
+            refused = await team_b.call_tool("decide_approval", {"job_id": job.id, "approve": True})
+            assert refused.is_error and "another tenant" in refused.content[0].text  # type: ignore[union-attr]
+        assert client.get(job.id).shown_status == "waiting_approval"
+        async with as_caller(mcp_url, TOKENS["CQT_MCP_TOKEN_A"]) as team_a:
+            listed = await team_a.call_tool("list_approvals", {})
+            assert listed.structured_content is not None
+            assert [r["id"] for r in listed.structured_content["approvals"]] == [job.id]
+            decided = await team_a.call_tool("decide_approval", {"job_id": job.id, "approve": True, "reason": "ok"})
+            assert not decided.is_error and decided.structured_content is not None
+            assert decided.structured_content["approval"]["decision"]["by"] == "tenant:team-a"
+            again = await team_a.call_tool("decide_approval", {"job_id": job.id, "approve": False})
+            assert again.is_error and "already answered" in again.content[0].text  # type: ignore[union-attr]
+        done = await asyncio.to_thread(client.wait, job.id, 90)
+        assert done.status == "succeeded", done.error
+        assert ran(marker) == ["a"]
