@@ -44,8 +44,8 @@ def decide(
     script = store.redis.register_script(job_scripts.APPROVAL_DECIDE)
     decision = ApprovalDecision(approve=approve, by=who(tenant), reason=reason)
     reply = script(
-        keys=[store.keys.job(job_id)],
-        args=[request_id or "", tenant or "", decision.model_dump_json()],
+        keys=[store.keys.job(job_id), store.keys.deferred],
+        args=[request_id or "", tenant or "", decision.model_dump_json(), job_id],
     )
     code = text(reply[0])
     stored = PendingApproval.model_validate_json(text(reply[1])) if len(reply) > 1 else None
@@ -66,9 +66,9 @@ def decide(
 
 
 def waiting(store: JobStore, tenant: str | None = None) -> list[JobRecord]:
-    """The jobs that wait for an approval now (of `tenant`'s only, when given): only a running job can, so this
-    reads the records of the runs in flight."""
-    job_ids = [text(i) for i in store.redis.zrange(store.keys.running, 0, -1)]
+    """The jobs that wait for an approval now (of `tenant`'s only, when given): a running job (its run holds its
+    CLI) or a deferred one (its run stopped after the hold), so this reads the records of those two sets."""
+    job_ids = [text(i) for key in (store.keys.running, store.keys.deferred) for i in store.redis.zrange(key, 0, -1)]
     out: list[JobRecord] = []
     for record in store.records(job_ids):
         mine = isinstance(record, JobRecord) and (tenant is None or record.spec.tenant == tenant)

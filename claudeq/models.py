@@ -267,6 +267,8 @@ class PendingApproval(BaseModel):
     requested_at: Timestamp
     expires_at: Timestamp
     fence: int  # the run that asked: a later run of the job makes this request stale
+    #: The run stopped after the hold and the job waits in the deferred set; the next run delivers the decision.
+    parked: bool = False
     decision: ApprovalDecision | None = None
 
 
@@ -413,14 +415,12 @@ class JobRecord(BaseModel):
 
     @property
     def waiting_approval(self) -> bool:
-        """Whether the job's run waits for a decision on a tool use now."""
+        """Whether the job waits for a decision on a tool use now: its run holds its CLI (running), or the run
+        stopped after the hold and the job waits in the deferred set."""
         pending = self.approval
-        return (
-            self.status == "running"
-            and pending is not None
-            and pending.decision is None
-            and pending.fence == self.fence
-        )
+        if pending is None or pending.decision is not None or pending.fence != self.fence:
+            return False
+        return self.status == "running" or (self.status == "deferred" and pending.parked)
 
     @property
     def shown_status(self) -> str:

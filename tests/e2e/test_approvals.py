@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ApprovalRefused
+from claudeq.keys import Keys
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_mcp_http import TOKENS, _mcp_http, as_caller
+from tests.support.procs import count_claude, run_until
 from tests.support.worker_proc import settings_env, worker_env
 
 pytestmark = pytest.mark.e2e
@@ -216,3 +219,69 @@ class TestOverMcp:
         done = await asyncio.to_thread(client.wait, job.id, 90)
         assert done.status == "succeeded", done.error
         assert ran(marker) == ["a"]
+
+
+def test_past_the_hold_the_job_waits_holding_nothing_and_resumes_on_another_worker(
+    client: Client,
+    workers: WorkerFactory,
+    marker: Path,
+    settings: Settings,
+    redis_client: redis.Redis,
+    simulator: Any,
+) -> None:
+    first = workers(approval_hold_s=1)
+    job = client.submit(prompt=bash_prompt(marker, "later"), tools=["Bash"], approve_tools=["Bash"])
+    parked = run_until(
+        lambda: (r := client.get(job.id)).status == "deferred" and r.shown_status == "waiting_approval" and r,
+        timeout=90,
+        what="the job parked",
+    )
+    assert parked and parked.public()["status"] == "waiting_approval"
+    assert parked.approval is not None and parked.approval.parked
+    # Nothing is held while it waits: no CLI of the job, no account slot, and its worker may die.
+    assert count_claude([job.id]) == 0
+    keys = Keys(settings.key_prefix)
+    assert [redis_client.zcard(keys.account_slots(a)) for a in ("a", "b")] == [0, 0]
+    first.kill()
+    assert [r.id for r in client.approvals()] == [job.id]
+    second = workers()
+
+    client.approve(job.id, reason="go ahead")
+    done = client.wait(job.id, timeout=120)
+
+    assert done.status == "succeeded", done.error
+    assert ran(marker) == ["later"]  # run once, by the resumed session
+    assert [a.outcome for a in done.attempts] == ["requeued", "success"]
+    assert done.attempts[-1].worker == second.worker_id != done.attempts[0].worker
+    assert done.attempts[0].session_id == done.attempts[-1].session_id  # the same session, resumed
+    [decided] = events(client, job.id, "approval_decided")
+    assert decided["by"] == "operator" and decided["reason"] == "go ahead"
+    assert "Tool said:" in (done.result.text if done.result else "")
+
+
+def test_past_the_hold_a_denial_reaches_the_resumed_session(
+    client: Client, workers: WorkerFactory, marker: Path, simulator: Any
+) -> None:
+    workers(approval_hold_s=1)
+    job = client.submit(prompt=bash_prompt(marker, "never"), tools=["Bash"], approve_tools=["Bash"])
+    run_until(lambda: client.get(job.id).status == "deferred", timeout=90, what="the job parked")
+    client.approve(job.id, approve=False, reason="too risky")
+    done = client.wait(job.id, timeout=120)
+
+    assert done.status == "succeeded", done.error
+    assert ran(marker) == []
+    last = simulator.requests()[-1]
+    told = json.dumps(last["messages"])
+    assert "A person denied this use of Bash" in told and "too risky" in told
+
+
+def test_past_the_hold_a_timeout_denies(client: Client, workers: WorkerFactory, marker: Path) -> None:
+    workers(approval_hold_s=1)
+    job = client.submit(
+        prompt=bash_prompt(marker, "expired"), tools=["Bash"], approve_tools=["Bash"], approval_timeout_s=4
+    )
+    done = client.wait(job.id, timeout=120)
+    assert done.status == "succeeded", done.error
+    assert ran(marker) == []
+    [decided] = events(client, job.id, "approval_decided")
+    assert decided["by"] == "timeout" and decided["approve"] is False

@@ -20,6 +20,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
 from claudeq.events import (
+    ApprovalDecided,
     AttemptFinished,
     Claimed,
     Deferred,
@@ -32,7 +33,18 @@ from claudeq.events import (
     ended,
 )
 from claudeq.jobs import JobFields
-from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
+from claudeq.models import (
+    ApprovalDecision,
+    Attempt,
+    ErrorKind,
+    Event,
+    JobError,
+    JobResult,
+    JobSpec,
+    PendingApproval,
+    TerminalStatus,
+    utcnow,
+)
 from claudeq.permissions import spec_problems
 from claudeq.script_calls import ScriptCall
 from claudeq.tracing import NO_SPAN, SpanLike
@@ -49,7 +61,7 @@ from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
-from claudeq.worker.run.approval import ApprovalGate, rules_for
+from claudeq.worker.run.approval import ApprovalGate, denial, resume_prompt, rules_for
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.store.approvals import ApprovalCalls
@@ -81,6 +93,8 @@ class DeliveryHandler:
         self.settings = settings
         self.store = writer.store
         self.approval_calls = ApprovalCalls(self.store)
+        #: Calls a person approved while their job was parked, by job: the next run allows them when made again.
+        self._preapproved: dict[str, PendingApproval] = {}
         self.accounts = accounts
         self.runner = runner
         self.metrics = metrics
@@ -183,6 +197,15 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
+        pending = d.record.approval
+        if pending is not None and pending.parked and pending.fence != d.lease.fence:
+            unparked = await self._unpark(d, pending)
+            if isinstance(unparked, Step):
+                return unparked
+            if plan.resume is not None:  # the decision is the resumed session's next prompt
+                plan = replace(plan, prompt=resume_prompt(unparked, spec.approval_timeout_s))
+            if unparked.decision is not None and unparked.decision.approve:
+                self._preapproved[d.job_id] = unparked
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.hold.may_hold is None else d.hold.may_hold | {a.account for a in d.attempts if a.account}
         number = len(d.attempts) + 1
@@ -317,6 +340,9 @@ class DeliveryHandler:
         d.hold.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         try:
+            parked = request.approvals.parked if request.approvals is not None else None
+            if parked is not None and outcome is not None and refused is None and not d.lost and d.why is None:
+                return Step.finished(await self._park(d, attempt, outcome, parked))
             return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
         finally:
             await self._settle(d)
@@ -387,14 +413,67 @@ class DeliveryHandler:
         await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
         return await self._act(d, decision)
 
+    async def _park(self, d: Delivery, attempt: Attempt, outcome: RunOutcome, request: PendingApproval) -> Finish:
+        """The run stopped after the hold: the job waits in the deferred set until the request expires (a decision
+        makes it due at once), with no CLI and no slot held (docs/jobs.md#tool-approval). The attempt is free."""
+        detail = f"waiting for approval of {request.tool} ({request.request_id})"
+        d.attempts[-1] = attempt.model_copy(
+            update={
+                "outcome": "requeued",
+                "detail": detail,
+                "session_id": outcome.session_id,
+                "usage": outcome.result.usage,
+                "finished_at": utcnow(),
+            }
+        )
+        d.result = outcome.result
+        d.session_id = outcome.session_id or d.session_id
+        if not await self.approval_calls.open(d.job_id, request.model_copy(update={"parked": True})):
+            return "lost"
+        return await self._defer(d, request.expires_at, detail, [])
+
+    async def _unpark(self, d: Delivery, pending: PendingApproval) -> PendingApproval | Step:
+        """A parked job's new delivery: its request with the decision this run delivers (a person's, or the
+        time-out's once it expired), recorded as this run's; or the step that ends the attempt (deferred again
+        when woken before its time, failed when the time-out fails the job)."""
+        spec = d.record.spec
+        decision = pending.decision
+        if decision is None and utcnow() < pending.expires_at - timedelta(seconds=1):
+            again = pending.model_copy(update={"fence": d.lease.fence})
+            if not await self.approval_calls.open(d.job_id, again):
+                return Step.finished("lost")
+            detail = f"waiting for approval of {pending.tool} ({pending.request_id})"
+            return Step.finished(await self._defer(d, pending.expires_at, detail, []))
+        if decision is None:
+            decision = ApprovalDecision(
+                approve=False, by="timeout", reason=f"no decision within {spec.approval_timeout_s:g} s"
+            )
+        settled = pending.model_copy(update={"parked": False, "fence": d.lease.fence, "decision": decision})
+        if not await self.approval_calls.open(d.job_id, settled):
+            return Step.finished("lost")
+        decided = ApprovalDecided(
+            request_id=pending.request_id,
+            approve=decision.approve,
+            by=decision.by,
+            reason=decision.reason,
+            decided_at=decision.at.isoformat(),
+        )
+        await self.event(d, decided.event())
+        if decision.by == "timeout" and spec.on_approval_timeout == "fail":
+            message = denial(pending.tool, decision, spec.approval_timeout_s)
+            return Step.finished(await self.finish(d, "failed", JobError(kind="job", message=message)))
+        return settled
+
     def _approval_gate(self, d: Delivery, spec: JobSpec, number: int) -> ApprovalGate | None:
         """The attempt's `can_use_tool` answer when some tool use of the job waits for approval (its own rules, else
         its tenant's default); None otherwise (docs/jobs.md#tool-approval)."""
         tenant = self.settings.tenants.get(spec.tenant)
         rules = rules_for(spec, tenant.approve_tools if tenant is not None else [])
+        preapproved = self._preapproved.pop(d.job_id, None)
         if not rules:
             return None
         return ApprovalGate(
+            preapproved=preapproved,
             job_id=d.job_id,
             fence=d.lease.fence,
             attempt=number,

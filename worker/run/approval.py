@@ -3,8 +3,12 @@
 The CLI asks the callback before each use of a tool left out of `allowed_tools`
 (docs/cli-behaviour.md#tool-approval-can_use_tool); a call no rule matches is allowed at once. A matching call is
 recorded as the job's approval request (the job then shows `waiting_approval`) and the callback waits for the
-decision, holding the CLI, for up to `CLAUDEQ_APPROVAL_HOLD_S` or the job's `approval_timeout_s`, whichever is
-shorter; no decision by then answers it as `on_approval_timeout` says.
+decision, holding the CLI, for up to `CLAUDEQ_APPROVAL_HOLD_S`. A decision in that time is the callback's answer.
+Past the hold, with time left before the job's `approval_timeout_s`, the run *parks*: the callback denies the call
+with the interrupt flag, the run ends, and the handler defers the job until the request expires (no CLI, no slot
+held); the decision wakes it, and its next run resumes the session with the decision as the next prompt
+(`resume_prompt`), since a resumed session never asks again (docs/cli-behaviour.md#tool-approval-can_use_tool).
+An approved call made again with the same input is then allowed at once (`preapproved`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,26 @@ def rules_for(spec: JobSpec, tenant_default: list[str | ApprovalRule]) -> list[A
     return [rule_of(r) for r in (spec.approve_tools or tenant_default)]
 
 
+#: What the model is told when its run parks (the tool result of the call that waits).
+PARKED = (
+    "This call waits for a person's approval (request {request_id}); the run pauses here and goes on with the decision."
+)
+
+
+def resume_prompt(request: PendingApproval, timeout_s: float) -> str:
+    """The prompt of the run that resumes a parked job's session: the decision on its pending call. The approval's
+    wording is what the simulator answers with that very call (docs/simulator.md)."""
+    decision = request.decision
+    assert decision is not None
+    if decision.approve:
+        shown = json.dumps(request.input, ensure_ascii=False, separators=(", ", ": "))
+        return (
+            f"A person approved your use of the {request.tool} tool (request {request.request_id}). "
+            f"Call {request.tool} again now with exactly this input: {shown}"
+        )
+    return f"{denial(request.tool, decision, timeout_s)} Go on without it (request {request.request_id})."
+
+
 def denial(tool: str, decision: ApprovalDecision, timeout_s: float) -> str:
     """What the model is told when a call was not approved."""
     if decision.by == "timeout":
@@ -66,8 +90,12 @@ class ApprovalGate:
     hold_s: float
     timeout_s: float
     on_timeout: Literal["deny", "fail"]
+    #: A call a person approved while the job was parked: allowed at once when made again with the same input.
+    preapproved: PendingApproval | None = None
     #: Set when a time-out fails the job (`on_approval_timeout = "fail"`): the error's message.
     failed: str | None = None
+    #: The request the run stopped for after the hold: the handler defers the job until the decision.
+    parked: PendingApproval | None = None
     requests: list[PendingApproval] = field(default_factory=list)
 
     def asks(self, tool: str) -> bool:
@@ -76,6 +104,10 @@ class ApprovalGate:
 
     async def __call__(self, tool: str, tool_input: dict[str, Any], context: ToolPermissionContext) -> PermissionResult:
         if needs_approval(self.rules, tool, tool_input) is None:
+            return PermissionResultAllow()
+        approved = self.preapproved
+        if approved is not None and approved.tool == tool and approved.input == tool_input:
+            self.preapproved = None  # once
             return PermissionResultAllow()
         now = utcnow()
         request = PendingApproval(
@@ -100,6 +132,9 @@ class ApprovalGate:
             ).event(self.attempt)
         )
         decided = await self._wait(request)
+        if decided is not None and decided.decision is None:  # past the hold, time left: park
+            self.parked = request
+            return PermissionResultDeny(message=PARKED.format(request_id=request.request_id), interrupt=True)
         if decided is None:  # cancelled, or the job is gone: the run is being stopped
             return PermissionResultDeny(
                 message="The job was stopped while this call waited for approval.", interrupt=True
@@ -124,7 +159,8 @@ class ApprovalGate:
         return PermissionResultDeny(message=message)
 
     async def _wait(self, request: PendingApproval) -> PendingApproval | None:
-        """The request with its decision: a person's, or the time-out's after the hold; None when the run stops."""
+        """The request with its decision: a person's, or the time-out's when it expires within the hold; the
+        request without one when the hold ends first (park); None when the run stops."""
         until = time.monotonic() + min(self.hold_s, self.timeout_s)
         while time.monotonic() < until:
             if self.cancel.is_set():
@@ -138,5 +174,9 @@ class ApprovalGate:
                 await asyncio.wait_for(self.cancel.wait(), timeout=min(POLL_S, max(0.0, until - time.monotonic())))
             except TimeoutError:
                 pass
-        held = min(self.hold_s, self.timeout_s)
-        return await self.port.time_out(self.job_id, request.request_id, f"no decision within {held:g} s")
+        if self.hold_s < self.timeout_s:
+            current = await self.port.read(self.job_id)  # a decision that came at the very end still counts
+            if current is None or current.request_id != request.request_id:
+                return None
+            return current
+        return await self.port.time_out(self.job_id, request.request_id, f"no decision within {self.timeout_s:g} s")

@@ -47,7 +47,6 @@ class ApprovalCalls:
         def parse(reply: Any) -> PendingApproval | None:
             return PendingApproval.model_validate_json(text(reply[1])) if len(reply) > 1 else None
 
-        call = ScriptCall(
-            self._decide, [self.store.keys.job(job_id)], [request_id, "", decision.model_dump_json()], parse
-        )
+        keys = [self.store.keys.job(job_id), self.store.keys.deferred]
+        call = ScriptCall(self._decide, keys, [request_id, "", decision.model_dump_json(), job_id], parse)
         return await self.store.send(call)
