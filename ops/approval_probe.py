@@ -1,4 +1,6 @@
-"""Measure what the bundled CLI does with the SDK's `can_use_tool` callback (docs/cli-behaviour.md#tool-approval).
+"""Measure what the bundled CLI does with the SDK's `can_use_tool` callback.
+
+The findings: docs/cli-behaviour.md#tool-approval-can_use_tool.
 
 Each case runs the CLI once against an in-process simulator that scripts one `Bash` call (`echo <marker>`), with
 `Bash` offered but not pre-allowed, so the CLI asks the callback before running it:

@@ -20,14 +20,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol
-
-from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
-from claude_agent_sdk.types import PermissionResult, ToolPermissionContext
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from claudeq.config.approval_rules import ApprovalRule, needs_approval, rule_of, tool_named
 from claudeq.events import ApprovalDecided, ApprovalRequested
 from claudeq.models import ApprovalDecision, Event, JobSpec, PendingApproval, utcnow
+
+if TYPE_CHECKING:  # the SDK is the worker's; the handler imports this module in the SDK-free testing kit too
+    from claude_agent_sdk.types import PermissionResult, ToolPermissionContext
 
 #: How often a waiting callback reads the decision.
 POLL_S = 0.25
@@ -103,6 +103,8 @@ class ApprovalGate:
         return tool_named(self.rules, tool)
 
     async def __call__(self, tool: str, tool_input: dict[str, Any], context: ToolPermissionContext) -> PermissionResult:
+        from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
+
         if needs_approval(self.rules, tool, tool_input) is None:
             return PermissionResultAllow()
         approved = self.preapproved
