@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ApprovalRefused
 from claudeq.keys import Keys
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
+from claudeq.worker.metrics.exporter import ClusterCollector
 from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_mcp_http import TOKENS, _mcp_http, as_caller
 from tests.support.procs import count_claude, run_until
@@ -242,6 +244,9 @@ def test_past_the_hold_the_job_waits_holding_nothing_and_resumes_on_another_work
     assert count_claude([job.id]) == 0
     keys = Keys(settings.key_prefix)
     assert [redis_client.zcard(keys.account_slots(a)) for a in ("a", "b")] == [0, 0]
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(settings, redis_client))
+    assert registry.get_sample_value("claudeq_jobs_waiting_approval", {"tenant": "default"}) == 1
     first.kill()
     assert [r.id for r in client.approvals()] == [job.id]
     second = workers()
@@ -257,6 +262,7 @@ def test_past_the_hold_the_job_waits_holding_nothing_and_resumes_on_another_work
     [decided] = events(client, job.id, "approval_decided")
     assert decided["by"] == "operator" and decided["reason"] == "go ahead"
     assert "Tool said:" in (done.result.text if done.result else "")
+    assert registry.get_sample_value("claudeq_jobs_waiting_approval", {"tenant": "default"}) is None
 
 
 def test_past_the_hold_a_denial_reaches_the_resumed_session(
