@@ -1,5 +1,6 @@
 """Tool approval in `claudeq web`, in a real browser (headless chromium): a tenant finds its waiting jobs under
-Approvals, approves one and denies another with the job page's buttons (docs/jobs.md#tool-approval).
+Approvals, approves one and denies another with the job page's buttons; and the webhook events a chat bot would ask
+the person from (docs/jobs.md#tool-approval).
 
 Real workers, the real CLI, the simulator scripting a `Bash` call per job; a marker file counts the commands that
 really ran."""
@@ -7,21 +8,25 @@ really ran."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.producer.client import Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.e2e.test_approvals import bash_prompt, marker, ran, waiting
+from tests.e2e.test_notifications import SECRET, Receiver, receiver
 from tests.e2e.test_web import TENANTS, TOKENS, browser, web
+from tests.support.procs import run_until
 from tests.support.webdriver import Browser
 from tests.support.worker_proc import FAST_E2E
 
 pytestmark = pytest.mark.e2e
 
-__all__ = ["browser", "marker", "web"]  # fixtures, used by name
+__all__ = ["browser", "marker", "receiver", "web"]  # fixtures, used by name
 
 
 @pytest.fixture
@@ -68,3 +73,48 @@ def test_a_tenant_approves_and_denies_from_the_job_page(
     browser.get(f"{web}/approvals")
     assert browser.find_all("#no-approvals")
     assert ran(marker) == ["yes"]
+
+
+class TestWebhook:
+    """A webhook that follows `approval_requested` hears of the request while the job waits: a chat bot can ask."""
+
+    @pytest.fixture
+    def settings(self, redis_url: str, unique: str, accounts_file: Path) -> Settings:
+        return make_settings(
+            redis_url,
+            unique,
+            accounts_file=accounts_file,
+            webhook_hosts=["127.0.0.1"],
+            webhook_secret=SecretStr(SECRET),
+            webhook_timeout_s=1.0,
+            notify_backoff_s=0.1,
+            policy=WorkerPolicy(allowed_tools=["Bash"]),
+            **FAST_E2E,
+        )
+
+    def test_the_request_reaches_the_webhook_while_the_job_waits(
+        self, client: Client, workers: WorkerFactory, receiver: Receiver, marker: Path
+    ) -> None:
+        workers()
+        job = client.submit(
+            prompt=bash_prompt(marker, "bot"),
+            tools=["Bash"],
+            approve_tools=["Bash"],
+            webhook={"url": f"{receiver.url}/ok", "events": ["approval_requested", "approval_decided"]},
+        )
+
+        def asked() -> list[dict[str, Any]]:
+            with receiver.lock:
+                return [
+                    s["payload"]["event"]
+                    for s in receiver.seen
+                    if s["id"].startswith(f"job_{job.id}_") and s["payload"] and "event" in s["payload"]
+                ]
+
+        [request] = run_until(asked, timeout=90, what="the approval request at the webhook")
+        assert request["type"] == "approval_requested" and "echo bot" in request["data"]["input"]["command"]
+        assert client.get(job.id).shown_status == "waiting_approval"
+        client.approve(job.id, reason=f"via bot for {request['data']['request_id']}")
+        assert client.wait(job.id, timeout=90).status == "succeeded"
+        assert run_until(lambda: len(asked()) == 2 and asked(), timeout=60)[1]["type"] == "approval_decided"
+        assert ran(marker) == ["bot"]
