@@ -26,6 +26,7 @@ from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.worker.metrics.exporter import ClusterCollector
 from tests.e2e.conftest import WorkerFactory
+from tests.integration.test_cli_exit_codes import cli
 from tests.integration.test_mcp_http import TOKENS, _mcp_http, as_caller
 from tests.support.procs import count_claude, run_until
 from tests.support.worker_proc import settings_env, worker_env
@@ -103,12 +104,20 @@ def test_approved_within_the_hold_the_command_runs_once_on_the_same_cli(
 
 
 def test_denied_the_tool_never_runs_and_the_model_is_told_why(
-    client: Client, workers: WorkerFactory, marker: Path, simulator: Any
+    client: Client, workers: WorkerFactory, marker: Path, simulator: Any, settings: Settings
 ) -> None:
     workers()
     job = client.submit(prompt=bash_prompt(marker, "no"), tools=["Bash"], approve_tools=["Bash"])
     waiting(client, job.id)
-    client.approve(job.id, approve=False, reason="not on a Friday")
+    shown = cli(settings, "status", job.id)
+    assert shown.returncode == 0 and "waiting_approval" in shown.stdout and "Bash" in shown.stdout, shown
+    listed = cli(settings, "approvals", "--json")
+    assert [r["id"] for r in json.loads(listed.stdout)["approvals"]] == [job.id], listed
+    denied = cli(settings, "approve", job.id, "--deny", "--reason", "not on a Friday")
+    assert denied.returncode == 0 and "denied" in denied.stdout, denied
+    again = cli(settings, "approve", job.id)
+    said = " ".join((again.stderr + again.stdout).split())  # the console wraps long lines
+    assert again.returncode != 0 and "already answered (denied by operator" in said, again
     done = client.wait(job.id, timeout=90)
 
     assert done.status == "succeeded", done.error  # the agent went on: here it answers the tool result
@@ -291,3 +300,41 @@ def test_past_the_hold_a_timeout_denies(client: Client, workers: WorkerFactory, 
     assert ran(marker) == []
     [decided] = events(client, job.id, "approval_decided")
     assert decided["by"] == "timeout" and decided["approve"] is False
+
+
+def test_a_worker_killed_while_its_run_holds_the_cli_loses_nothing(
+    client: Client, workers: WorkerFactory, marker: Path
+) -> None:
+    first = workers()
+    job = client.submit(prompt=bash_prompt(marker, "kept"), tools=["Bash"], approve_tools=["Bash"])
+    asked = waiting(client, job.id).approval
+    assert asked is not None
+    first.kill()
+    second = workers()
+    # The dead run's request is stale: it cannot be answered, and the job runs again and asks again.
+    again = run_until(
+        lambda: (r := client.get(job.id)).waiting_approval and r.approval and r.approval.request_id != asked.request_id,
+        timeout=120,
+        what="the job asking again on the new worker",
+    )
+    assert again
+    with pytest.raises(ApprovalRefused) as refused:
+        client.approve(job.id, request_id=asked.request_id)
+    assert refused.value.why == "other"
+    client.approve(job.id)
+    done = client.wait(job.id, timeout=120)
+    assert done.status == "succeeded", done.error
+    assert done.attempts[-1].worker == second.worker_id
+    assert ran(marker) == ["kept"]
+
+
+def test_a_cancel_ends_a_parked_job_at_once(client: Client, workers: WorkerFactory, marker: Path) -> None:
+    workers(approval_hold_s=1)
+    job = client.submit(prompt=bash_prompt(marker, "gone"), tools=["Bash"], approve_tools=["Bash"])
+    run_until(lambda: client.get(job.id).status == "deferred", timeout=90, what="the job parked")
+    assert client.cancel(job.id) == "cancelled"
+    assert client.get(job.id).status == "cancelled"
+    with pytest.raises(ApprovalRefused) as refused:
+        client.approve(job.id)
+    assert refused.value.why == "stale"
+    assert ran(marker) == []
