@@ -26,6 +26,7 @@ from claude_agent_sdk.types import (
 )
 
 from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
+from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.run.approval import ApprovalGate
@@ -196,6 +197,9 @@ def build_options(
     (docs/cli-behaviour.md#tool-approval-can_use_tool)."""
     policy = settings.policy
     check_spec(spec, policy, tools)
+    if approvals is not None and spec.permission_mode == "bypassPermissions":
+        # Nothing would be asked: a tenant's approve_tools must not be bypassed (the spec's own is refused at submit).
+        raise PolicyViolation("permission_mode", "bypassPermissions cannot work with approve_tools (nothing is asked)")
     builtin = allowed_builtin_tools(spec, policy)
     mcp_servers: dict[str, McpServerConfig] = {}
     if spec.mcp_tools:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
+import pytest
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
 from claude_agent_sdk.types import ToolPermissionContext
 
 from claudeq.config.approval_rules import rule_of
-from claudeq.models import ApprovalDecision, Event, PendingApproval
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import PolicyViolation
+from claudeq.models import ApprovalDecision, Event, JobSpec, PendingApproval
 from claudeq.worker.run.approval import ApprovalGate, resume_prompt
+from claudeq.worker.run.options import build_options
 
 
 class Requests:
@@ -131,3 +135,22 @@ def test_a_call_approved_while_parked_runs_once_with_exactly_that_input() -> Non
     assert isinstance(ask(made, tool_input={"command": "git push", "tags": []}), PermissionResultDeny)
     prompt = resume_prompt(approved, 60)
     assert prompt.endswith('Call Bash again now with exactly this input: {"command": "git push", "tags": []}')
+
+
+def test_the_tools_it_asks_for_are_not_pre_allowed_and_a_sandbox_does_not_allow_bash_by_itself() -> None:
+    settings = Settings(_env_file=None, policy=WorkerPolicy(allowed_tools=["Bash", "Read"], shell_sandbox=True))  # type: ignore[call-arg]
+    spec = JobSpec(prompt="p", tools=["Bash", "Read"], approve_tools=["Bash"])
+    made, _ = gate(Requests())
+    options = build_options(spec, settings, env={}, approvals=made)
+    assert options.allowed_tools == ["Read"] and options.can_use_tool is made
+    assert options.sandbox is not None and options.sandbox["autoAllowBashIfSandboxed"] is False
+    plain = build_options(spec.model_copy(update={"approve_tools": []}), settings, env={})
+    assert plain.allowed_tools == ["Bash", "Read"] and plain.can_use_tool is None
+
+
+def test_a_tenants_rules_cannot_be_bypassed_by_the_permission_mode() -> None:
+    settings = Settings(_env_file=None, policy=WorkerPolicy(allowed_tools=["Bash"]))  # type: ignore[call-arg]
+    spec = JobSpec(prompt="p", tools=["Bash"], permission_mode="bypassPermissions")
+    made, _ = gate(Requests())
+    with pytest.raises(PolicyViolation):
+        build_options(spec, settings, env={}, approvals=made)
