@@ -70,6 +70,9 @@ PARENT_JOB_KEY = "parent_job_id"
 
 #: What a job id looks like where a spec names one (`depends_on`): what `new_job_id` makes, and room for others'.
 JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+#: The permission modes under which the CLI asks before each tool use not pre-allowed (acceptEdits lets file edits
+#: through unasked, bypassPermissions everything: docs/cli-behaviour.md#tool-approval-can_use_tool).
+APPROVAL_MODES: frozenset[str | None] = frozenset({None, "default"})
 #: How long an approval waits by default (JobSpec.approval_timeout_s): a day.
 DEFAULT_APPROVAL_TIMEOUT_S = 86400.0
 #: The most jobs one job may depend on (JobSpec.depends_on).
@@ -238,8 +241,10 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _session_options(self) -> JobSpec:
-        if self.approve_tools and self.permission_mode == "bypassPermissions":
-            raise ValueError("approve_tools cannot work with permission_mode bypassPermissions (nothing is asked)")
+        if self.approve_tools and self.permission_mode not in APPROVAL_MODES:
+            raise ValueError(
+                f"approve_tools needs permission_mode default (the CLI asks nothing under {self.permission_mode})"
+            )
         if self.fork and not (self.conversation or self.resume):
             raise ValueError("fork needs a conversation or a resume session id")
         if self.resume and self.conversation:

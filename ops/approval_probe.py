@@ -49,11 +49,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="approval_probe", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("case", choices=["allow", "update", "deny", "wait", "resume", "resume-at"])
     parser.add_argument("--hold", type=float, default=5.0, help="seconds the callback waits before answering")
+    parser.add_argument("--write", action="store_true", help="script a Write of the marker file instead of Bash")
+    parser.add_argument("--mode", default=None, help="the permission mode (e.g. acceptEdits)")
     return parser.parse_args(argv)
 
 
-def options(home: str, base_url: str, ask: Any, resume: str | None = None) -> ClaudeAgentOptions:
-    """A run with Bash offered but not pre-allowed: the CLI asks `ask` before each use."""
+def options(
+    home: str, base_url: str, ask: Any, resume: str | None = None, tool: str = "Bash", mode: str | None = None
+) -> ClaudeAgentOptions:
+    """A run with `tool` offered but not pre-allowed: the CLI asks `ask` before each use (unless `mode` says
+    otherwise)."""
     return ClaudeAgentOptions(
         env={
             "ANTHROPIC_BASE_URL": base_url,
@@ -64,8 +69,9 @@ def options(home: str, base_url: str, ask: Any, resume: str | None = None) -> Cl
             "HOME": home,
             "CLAUDE_CONFIG_DIR": str(Path(home) / ".claude"),
         },
-        tools=["Bash"],
+        tools=[tool],
         allowed_tools=[],
+        permission_mode=mode,  # type: ignore[arg-type]
         setting_sources=[],
         can_use_tool=ask,
         cwd=home,
@@ -79,7 +85,9 @@ async def run(args: argparse.Namespace) -> None:
     with SimulatorServer({}) as sim, tempfile.TemporaryDirectory() as home:
         marker = Path(home) / "ran.txt"
         command = f"echo {nonce} >> {marker}"
-        prompt = f"probe {nonce} [[sim: tool Bash {json.dumps({'command': command})}]]"
+        tool = "Write" if args.write else "Bash"
+        call = {"file_path": str(marker), "content": nonce} if args.write else {"command": command}
+        prompt = f"probe {nonce} [[sim: tool {tool} {json.dumps(call)}]]"
         asked: list[tuple[str, dict[str, Any], str | None]] = []
         pending = asyncio.Event()
         started = time.monotonic()
@@ -117,7 +125,7 @@ async def run(args: argparse.Namespace) -> None:
                     shown = {"subtype": message.subtype, "is_error": message.is_error, "result": message.result}
                 print(f"{time.monotonic() - started:8.3f}s {name} {shown}", flush=True)
 
-        client = ClaudeSDKClient(options(home, sim.base_url, ask))
+        client = ClaudeSDKClient(options(home, sim.base_url, ask, tool=tool, mode=args.mode))
         await client.connect(prompt)
         reader = asyncio.create_task(consume(client))
         at = args.case == "resume-at"

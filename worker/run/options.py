@@ -27,7 +27,7 @@ from claude_agent_sdk.types import (
 
 from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
-from claudeq.models import JobSpec
+from claudeq.models import APPROVAL_MODES, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.run.approval import ApprovalGate
 from claudeq.worker.run.cli_env import JOB_ID_VAR
@@ -197,9 +197,9 @@ def build_options(
     (docs/cli-behaviour.md#tool-approval-can_use_tool)."""
     policy = settings.policy
     check_spec(spec, policy, tools)
-    if approvals is not None and spec.permission_mode == "bypassPermissions":
-        # Nothing would be asked: a tenant's approve_tools must not be bypassed (the spec's own is refused at submit).
-        raise PolicyViolation("permission_mode", "bypassPermissions cannot work with approve_tools (nothing is asked)")
+    if approvals is not None and spec.permission_mode not in APPROVAL_MODES:
+        # The CLI would not ask: a tenant's approve_tools must not be bypassed (the spec's own is refused at submit).
+        raise PolicyViolation("permission_mode", f"{spec.permission_mode} lets tools through that wait for approval")
     builtin = allowed_builtin_tools(spec, policy)
     mcp_servers: dict[str, McpServerConfig] = {}
     if spec.mcp_tools:

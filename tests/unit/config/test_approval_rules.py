@@ -48,6 +48,7 @@ def test_the_spec_refuses_bad_rules_with_field_errors() -> None:
         {"approval_timeout_s": 0},
         {"on_approval_timeout": "ignore"},
         {"approve_tools": ["Bash"], "permission_mode": "bypassPermissions"},
+        {"approve_tools": ["Write"], "permission_mode": "acceptEdits"},
     ):
         with pytest.raises(ValidationError):
             JobSpec(prompt="p", **bad)

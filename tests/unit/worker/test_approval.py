@@ -148,9 +148,10 @@ def test_the_tools_it_asks_for_are_not_pre_allowed_and_a_sandbox_does_not_allow_
     assert plain.allowed_tools == ["Bash", "Read"] and plain.can_use_tool is None
 
 
-def test_a_tenants_rules_cannot_be_bypassed_by_the_permission_mode() -> None:
+@pytest.mark.parametrize("mode", ["bypassPermissions", "acceptEdits"])
+def test_a_tenants_rules_cannot_be_bypassed_by_the_permission_mode(mode: str) -> None:
     settings = Settings(_env_file=None, policy=WorkerPolicy(allowed_tools=["Bash"]))  # type: ignore[call-arg]
-    spec = JobSpec(prompt="p", tools=["Bash"], permission_mode="bypassPermissions")
+    spec = JobSpec(prompt="p", tools=["Bash"], permission_mode=mode)  # type: ignore[arg-type]
     made, _ = gate(Requests())
     with pytest.raises(PolicyViolation):
         build_options(spec, settings, env={}, approvals=made)
