@@ -7,7 +7,15 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
@@ -233,7 +241,10 @@ class JobSpec(BaseModel):
 
     @field_validator("approve_tools")
     @classmethod
-    def _approval_rules(cls, value: list[str | ApprovalRule]) -> list[str | ApprovalRule]:
+    def _approval_rules(cls, value: list[str | ApprovalRule], info: ValidationInfo) -> list[str | ApprovalRule]:
+        mode = info.data.get("permission_mode")
+        if value and mode not in APPROVAL_MODES:
+            raise ValueError(f"needs permission_mode default: the CLI asks about no tool use under {mode}")
         for rule in value:
             if isinstance(rule, str) and not 0 < len(rule) <= 200:
                 raise ValueError("a tool name or glob is 1 to 200 characters")
@@ -241,10 +252,6 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _session_options(self) -> JobSpec:
-        if self.approve_tools and self.permission_mode not in APPROVAL_MODES:
-            raise ValueError(
-                f"approve_tools needs permission_mode default (the CLI asks nothing under {self.permission_mode})"
-            )
         if self.fork and not (self.conversation or self.resume):
             raise ValueError("fork needs a conversation or a resume session id")
         if self.resume and self.conversation:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from claudeq.config.approval_rules import ApprovalRule, needs_approval, rule_of, subject, tool_named
+from claudeq.config.settings import Settings
 from claudeq.config.tenants import TenantConfig
+from claudeq.errors import JobSpecError
 from claudeq.models import JobSpec
+from claudeq.producer.validation import validate_spec
 
 
 def rules(*items: str | dict[str, str]) -> list[ApprovalRule]:
@@ -57,3 +62,16 @@ def test_the_spec_refuses_bad_rules_with_field_errors() -> None:
 def test_a_tenant_gives_a_default() -> None:
     tenant = TenantConfig(name="t", approve_tools=[{"tool": "Bash", "match": "rm *"}])  # type: ignore[list-item]
     assert tenant.approve_tools == [ApprovalRule(tool="Bash", match="rm *")]
+
+
+def test_at_submit_the_fields_are_named(tmp_path: Path) -> None:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[[tenants]]\nname = "t"\napprove_tools = ["Bash", {tool = "Write", match = "/etc/*"}]\n')
+    settings = Settings(_env_file=None, tenants_file=tenants)  # type: ignore[call-arg]
+    with pytest.raises(JobSpecError) as own:
+        validate_spec({"prompt": "p", "approve_tools": ["Write"], "permission_mode": "acceptEdits"}, settings)
+    assert [field for field, _ in own.value.errors] == ["approve_tools"]
+    with pytest.raises(JobSpecError) as inherited:
+        validate_spec({"prompt": "p", "tenant": "t", "permission_mode": "bypassPermissions"}, settings)
+    assert ("permission_mode", "tenant t's approve_tools need permission_mode default") in inherited.value.errors
+    assert validate_spec({"prompt": "p", "tenant": "t"}, settings).approve_tools == []  # applied by the worker
