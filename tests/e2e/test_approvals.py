@@ -189,13 +189,14 @@ def test_another_tenants_token_cannot_decide_and_a_cancel_ends_the_wait(
 
 class TestOverMcp:
     """`claudeq mcp --http` with two tenants mapped by bearer tokens: `list_approvals` shows a tenant its own
-    waiting jobs, and `decide_approval` answers only for the job's own tenant."""
+    waiting jobs, and `decide_approval` answers only for the job's own tenant. Team a's jobs wait for approval of
+    their `Bash` calls by its tenant's default."""
 
     @pytest.fixture
     def settings(self, settings: Settings, tmp_path: Path) -> Settings:
         tenants = tmp_path / "tenants.toml"
         tenants.write_text(
-            '[[tenants]]\nname = "team-a"\nmcp_token_env = "CQT_MCP_TOKEN_A"\n\n'
+            '[[tenants]]\nname = "team-a"\nmcp_token_env = "CQT_MCP_TOKEN_A"\napprove_tools = ["Bash"]\n\n'
             '[[tenants]]\nname = "team-b"\nmcp_token_env = "CQT_MCP_TOKEN_B"\n'
         )
         return settings.model_copy(update={"tenants_file": tenants})
@@ -210,7 +211,8 @@ class TestOverMcp:
         self, client: Client, workers: WorkerFactory, marker: Path, mcp_url: str
     ) -> None:
         workers()
-        job = client.submit(prompt=bash_prompt(marker, "a"), tools=["Bash"], approve_tools=["Bash"], tenant="team-a")
+        # No approve_tools of its own: its tenant's default applies.
+        job = client.submit(prompt=bash_prompt(marker, "a"), tools=["Bash"], tenant="team-a")
         await asyncio.to_thread(waiting, client, job.id)
         async with as_caller(mcp_url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
             listed = await team_b.call_tool("list_approvals", {})
