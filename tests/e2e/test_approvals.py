@@ -23,7 +23,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ApprovalRefused
 from claudeq.keys import Keys
 from claudeq.models import JobRecord
-from claudeq.producer.client import Client
+from claudeq.producer.client import AsyncClient, Client
 from claudeq.worker.metrics.exporter import ClusterCollector
 from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_cli_exit_codes import cli
@@ -334,9 +334,11 @@ def test_a_cancel_ends_a_parked_job_at_once(client: Client, workers: WorkerFacto
     workers(approval_hold_s=1)
     job = client.submit(prompt=bash_prompt(marker, "gone"), tools=["Bash"], approve_tools=["Bash"])
     run_until(lambda: client.get(job.id).status == "deferred", timeout=90, what="the job parked")
+    listed = asyncio.run(AsyncClient(client=client).approvals())
+    assert [r.id for r in listed] == [job.id] and listed[0].shown_status == "waiting_approval"
     assert client.cancel(job.id) == "cancelled"
     assert client.get(job.id).status == "cancelled"
     with pytest.raises(ApprovalRefused) as refused:
-        client.approve(job.id)
+        asyncio.run(AsyncClient(client=client).approve(job.id))
     assert refused.value.why == "stale"
     assert ran(marker) == []
