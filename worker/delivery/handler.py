@@ -93,8 +93,6 @@ class DeliveryHandler:
         self.settings = settings
         self.store = writer.store
         self.approval_calls = ApprovalCalls(self.store)
-        #: Calls a person approved while their job was parked, by job: the next run allows them when made again.
-        self._preapproved: dict[str, PendingApproval] = {}
         self.accounts = accounts
         self.runner = runner
         self.metrics = metrics
@@ -197,15 +195,15 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
+        d.unparked = None
         pending = d.record.approval
         if pending is not None and pending.parked and pending.fence != d.lease.fence:
             unparked = await self._unpark(d, pending)
             if isinstance(unparked, Step):
                 return unparked
+            d.unparked = unparked
             if plan.resume is not None:  # the decision is the resumed session's next prompt
                 plan = replace(plan, prompt=resume_prompt(unparked, spec.approval_timeout_s))
-            if unparked.decision is not None and unparked.decision.approve:
-                self._preapproved[d.job_id] = unparked
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.hold.may_hold is None else d.hold.may_hold | {a.account for a in d.attempts if a.account}
         number = len(d.attempts) + 1
@@ -310,6 +308,8 @@ class DeliveryHandler:
                 written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
             if not written:
                 return Step.finished("lost")
+        if d.unparked is not None and not await self._deliver_decision(d, d.unparked):
+            return Step.finished("lost")
         request = RunRequest(
             job_id=d.job_id,
             attempt=number,
@@ -434,8 +434,8 @@ class DeliveryHandler:
 
     async def _unpark(self, d: Delivery, pending: PendingApproval) -> PendingApproval | Step:
         """A parked job's new delivery: its request with the decision this run delivers (a person's, or the
-        time-out's once it expired), recorded as this run's; or the step that ends the attempt (deferred again
-        when woken before its time, failed when the time-out fails the job)."""
+        time-out's once it expired); or the step that ends the attempt (deferred again when woken before its time,
+        failed when the time-out fails the job)."""
         spec = d.record.spec
         decision = pending.decision
         if decision is None and utcnow() < pending.expires_at - timedelta(seconds=1):
@@ -449,31 +449,43 @@ class DeliveryHandler:
                 approve=False, by="timeout", reason=f"no decision within {spec.approval_timeout_s:g} s"
             )
         settled = pending.model_copy(update={"parked": False, "fence": d.lease.fence, "decision": decision})
+        if decision.by == "timeout" and spec.on_approval_timeout == "fail":
+            if not await self._deliver_decision(d, settled):
+                return Step.finished("lost")
+            message = denial(pending.tool, decision, spec.approval_timeout_s)
+            return Step.finished(await self.finish(d, "failed", JobError(kind="job", message=message)))
+        return settled
+
+    async def _deliver_decision(self, d: Delivery, settled: PendingApproval) -> bool:
+        """Record a parked request's decision as delivered by this run (no longer parked; its event); False when the
+        job is no longer this delivery's."""
         if not await self.approval_calls.open(d.job_id, settled):
-            return Step.finished("lost")
+            return False
+        d.record = d.record.model_copy(update={"approval": settled})  # a retry in this delivery delivers it no more
+        decision = settled.decision
+        assert decision is not None
         decided = ApprovalDecided(
-            request_id=pending.request_id,
+            request_id=settled.request_id,
             approve=decision.approve,
             by=decision.by,
             reason=decision.reason,
             decided_at=decision.at.isoformat(),
         )
         await self.event(d, decided.event())
-        if decision.by == "timeout" and spec.on_approval_timeout == "fail":
-            message = denial(pending.tool, decision, spec.approval_timeout_s)
-            return Step.finished(await self.finish(d, "failed", JobError(kind="job", message=message)))
-        return settled
+        return True
 
     def _approval_gate(self, d: Delivery, spec: JobSpec, number: int) -> ApprovalGate | None:
         """The attempt's `can_use_tool` answer when some tool use of the job waits for approval (its own rules, else
         its tenant's default); None otherwise (docs/jobs.md#tool-approval)."""
         tenant = self.settings.tenants.get(spec.tenant)
         rules = rules_for(spec, tenant.approve_tools if tenant is not None else [])
-        preapproved = self._preapproved.pop(d.job_id, None)
+        unparked = d.unparked
+        decided = unparked.decision if unparked is not None else None
+        approved = unparked if decided is not None and decided.approve else None
         if not rules:
             return None
         return ApprovalGate(
-            preapproved=preapproved,
+            preapproved=approved,
             job_id=d.job_id,
             fence=d.lease.fence,
             attempt=number,
