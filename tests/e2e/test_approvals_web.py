@@ -52,6 +52,7 @@ def test_a_tenant_approves_and_denies_from_the_job_page(
     browser.find("#token").send_keys(TOKENS["CQT_WEB_E2E_A"])
     browser.find("#login").click()
     browser.until(lambda d: d.find_all("#approvals-link"))
+    assert browser.find(f'#jobs tr[data-job="{yes.id}"] .status').text == "waiting_approval"
     browser.find("#approvals-link").click()
     browser.until(lambda d: d.find_all("#approvals"))
     assert {yes.id[:12], no.id[:12]} <= {a.text for a in browser.find_all("#approvals a")}
