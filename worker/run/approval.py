@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -96,7 +96,6 @@ class ApprovalGate:
     failed: str | None = None
     #: The request the run stopped for after the hold: the handler defers the job until the decision.
     parked: PendingApproval | None = None
-    requests: list[PendingApproval] = field(default_factory=list)
 
     def asks(self, tool: str) -> bool:
         """Whether calls of `tool` must go through this gate (the CLI asks only for tools not pre-allowed)."""
@@ -123,7 +122,6 @@ class ApprovalGate:
         )
         if not await self.port.open(self.job_id, request):
             return PermissionResultDeny(message="The job is no longer this run's.", interrupt=True)
-        self.requests.append(request)
         await self.emit(
             ApprovalRequested(
                 request_id=request.request_id,
