@@ -62,8 +62,8 @@ claudeq runs Claude agent jobs in the background on a fleet of workers and accou
 submit_job enqueues a job and returns its record (status `queued`); wait_job(job_id, timeout_s) waits for it,
 reporting progress, and returns the record (`succeeded` with result.text / result.structured_output, or `failed` /
 `cancelled` with error; still `queued`/`running` when the timeout passed: call wait_job again; `waiting_approval`:
-a tool use of its agent waits for a person's decision: decide_approval where offered, or `claudeq approve`). To fan work out, submit several
-jobs first, then wait for each."""
+a tool use of its agent waits for a person's decision: decide_approval where offered, or `claudeq approve`). To
+fan work out, submit several jobs first, then wait for each."""
 
 Text = Annotated[str, Field(min_length=1)]
 
