@@ -342,3 +342,20 @@ def test_a_cancel_ends_a_parked_job_at_once(client: Client, workers: WorkerFacto
         asyncio.run(AsyncClient(client=client).approve(job.id))
     assert refused.value.why == "stale"
     assert ran(marker) == []
+
+
+def test_a_shutdown_during_the_hold_parks_the_request(client: Client, workers: WorkerFactory, marker: Path) -> None:
+    first = workers()
+    job = client.submit(prompt=bash_prompt(marker, "drained"), tools=["Bash"], approve_tools=["Bash"])
+    asked = waiting(client, job.id).approval
+    assert asked is not None
+    assert first.stop() == 0  # SIGTERM: the grace passes, the run is stopped
+    parked = client.get(job.id)
+    assert parked.status == "deferred" and parked.shown_status == "waiting_approval"
+    assert parked.approval is not None and parked.approval.request_id == asked.request_id and parked.approval.parked
+    second = workers()
+    client.approve(job.id, request_id=asked.request_id)
+    done = client.wait(job.id, timeout=120)
+    assert done.status == "succeeded", done.error
+    assert done.attempts[-1].worker == second.worker_id
+    assert ran(marker) == ["drained"]

@@ -341,7 +341,8 @@ class DeliveryHandler:
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         try:
             parked = request.approvals.parked if request.approvals is not None else None
-            if parked is not None and outcome is not None and refused is None and not d.lost and d.why is None:
+            # A shutdown parks the request too: the job waits for its decision with no worker, as past the hold.
+            if parked is not None and outcome is not None and refused is None and d.why in (None, "shutdown"):
                 return Step.finished(await self._park(d, attempt, outcome, parked))
             return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
         finally:
@@ -496,6 +497,7 @@ class DeliveryHandler:
             hold_s=self.settings.approval_hold_s,
             timeout_s=spec.approval_timeout_s,
             on_timeout=spec.on_approval_timeout,
+            draining=lambda: d.why == "shutdown",
         )
 
     def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:

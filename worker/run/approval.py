@@ -96,6 +96,8 @@ class ApprovalGate:
     failed: str | None = None
     #: The request the run stopped for after the hold: the handler defers the job until the decision.
     parked: PendingApproval | None = None
+    #: Whether the run is being stopped for the worker's shutdown (the request then parks rather than being lost).
+    draining: Callable[[], bool] = lambda: False
 
     def asks(self, tool: str) -> bool:
         """Whether calls of `tool` must go through this gate (the CLI asks only for tools not pre-allowed)."""
@@ -164,7 +166,7 @@ class ApprovalGate:
         until = time.monotonic() + min(self.hold_s, self.timeout_s)
         while time.monotonic() < until:
             if self.cancel.is_set():
-                return None
+                return await self._as_it_stands(request) if self.draining() else None
             current = await self.port.read(self.job_id)
             if current is None or current.request_id != request.request_id:
                 return None
@@ -175,8 +177,12 @@ class ApprovalGate:
             except TimeoutError:
                 pass
         if self.hold_s < self.timeout_s:
-            current = await self.port.read(self.job_id)  # a decision that came at the very end still counts
-            if current is None or current.request_id != request.request_id:
-                return None
-            return current
+            return await self._as_it_stands(request)  # a decision that came at the very end still counts
         return await self.port.time_out(self.job_id, request.request_id, f"no decision within {self.timeout_s:g} s")
+
+    async def _as_it_stands(self, request: PendingApproval) -> PendingApproval | None:
+        """The request as it stands now (its decision if one came, else none: park); None when it is gone."""
+        current = await self.port.read(self.job_id)
+        if current is None or current.request_id != request.request_id:
+            return None
+        return current
