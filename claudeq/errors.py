@@ -52,6 +52,18 @@ class JobNotFound(ClaudeqError):
         super().__init__(f"no job {job_id!r}")
 
 
+class ApprovalRefused(ClaudeqError):
+    """A decision on a job's approval request was refused: `why` is `none` (nothing to decide), `decided` (answered
+    before: `decided_by` says by whom), `other` (not the job's latest request), `tenant` (another tenant's job) or
+    `stale` (the run that asked is gone)."""
+
+    def __init__(self, job_id: str, why: str, message: str, decided_by: str | None = None) -> None:
+        self.job_id = job_id
+        self.why = why
+        self.decided_by = decided_by
+        super().__init__(message)
+
+
 class RecordUnreadable(ClaudeqError):
     """A stored record could not be parsed (written by another version, or damaged)."""
 

@@ -200,6 +200,28 @@ class Requeued(EventData):
     reason: str
 
 
+class ApprovalRequested(EventData):
+    """The run asks to use a tool that waits for a person's approval (docs/jobs.md#tool-approval)."""
+
+    event_type: ClassVar[EventType] = "approval_requested"
+    request_id: str
+    tool: str
+    input: dict[str, Any]
+    tool_use_id: str | None = None
+    expires_at: str
+
+
+class ApprovalDecided(EventData):
+    """The answer to an approval request: who (`operator`, `tenant:<name>`, `timeout`), when (`at`) and why."""
+
+    event_type: ClassVar[EventType] = "approval_decided"
+    request_id: str
+    approve: bool
+    by: str
+    reason: str | None = None
+    decided_at: str
+
+
 class Succeeded(EventData):
     """The job ended well (its result is in the record)."""
 
@@ -253,6 +275,8 @@ EVENT_DATA: dict[EventType, type[EventData]] = {
         RetryScheduled,
         Deferred,
         Requeued,
+        ApprovalRequested,
+        ApprovalDecided,
         Succeeded,
         Failed,
         Cancelled,

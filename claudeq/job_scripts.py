@@ -23,3 +23,5 @@ CREATE = script("job/create.lua")
 CANCEL = script("job/cancel.lua")
 #: A job's dead end notifications tried again (`claudeq webhooks retry`).
 RETRY_NOTIFICATIONS = script("outbox/retry.lua")
+#: Answer a job's pending approval request, once (docs/jobs.md#tool-approval).
+APPROVAL_DECIDE = script("job/approval_decide.lua")

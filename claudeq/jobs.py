@@ -37,7 +37,7 @@ from claudeq.models import (
 )
 
 #: Hash fields stored as JSON documents; the rest are plain strings.
-_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications")
+_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications", "approval")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id", "traceparent")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).

@@ -7,8 +7,17 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
@@ -69,6 +78,11 @@ PARENT_JOB_KEY = "parent_job_id"
 
 #: What a job id looks like where a spec names one (`depends_on`): what `new_job_id` makes, and room for others'.
 JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+#: The permission modes under which the CLI asks before each tool use not pre-allowed (acceptEdits lets file edits
+#: through unasked, bypassPermissions everything: docs/cli-behaviour.md#tool-approval-can_use_tool).
+APPROVAL_MODES: frozenset[str | None] = frozenset({None, "default"})
+#: How long an approval waits by default (JobSpec.approval_timeout_s): a day.
+DEFAULT_APPROVAL_TIMEOUT_S = 86400.0
 #: The most jobs one job may depend on (JobSpec.depends_on).
 MAX_DEPENDENCIES = 100
 
@@ -165,6 +179,18 @@ class JobSpec(BaseModel):
         default="fail", description="A dependency failed or was cancelled: fail this job (kind dependency), or run it."
     )
     webhook: WebhookSpec | None = Field(default=None, description="POST the job's end here, signed.")
+    approve_tools: list[str | ApprovalRule] = Field(
+        default_factory=list,
+        max_length=MAX_RULES,
+        description="Tool uses that wait for a person's approval: tool names or globs, or {tool, match} rules "
+        "(docs/jobs.md#tool-approval); none: the tenant's default.",
+    )
+    approval_timeout_s: float = Field(
+        default=DEFAULT_APPROVAL_TIMEOUT_S, gt=0, le=30 * 86400, description="How long an approval may wait."
+    )
+    on_approval_timeout: Literal["deny", "fail"] = Field(
+        default="deny", description="No decision in time: deny the tool use (the run goes on), or fail the job."
+    )
     link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
     link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
 
@@ -213,6 +239,17 @@ class JobSpec(BaseModel):
                 raise ValueError(f"{path!r} must be an absolute path")
         return value
 
+    @field_validator("approve_tools")
+    @classmethod
+    def _approval_rules(cls, value: list[str | ApprovalRule], info: ValidationInfo) -> list[str | ApprovalRule]:
+        mode = info.data.get("permission_mode")
+        if value and mode not in APPROVAL_MODES:
+            raise ValueError(f"needs permission_mode default: the CLI asks about no tool use under {mode}")
+        for rule in value:
+            if isinstance(rule, str) and not 0 < len(rule) <= 200:
+                raise ValueError("a tool name or glob is 1 to 200 characters")
+        return value
+
     @model_validator(mode="after")
     def _session_options(self) -> JobSpec:
         if self.fork and not (self.conversation or self.resume):
@@ -220,6 +257,31 @@ class JobSpec(BaseModel):
         if self.resume and self.conversation:
             raise ValueError("give either conversation or resume, not both")
         return self
+
+
+class ApprovalDecision(BaseModel):
+    """A person's (or the time-out's) answer to an approval request."""
+
+    approve: bool
+    by: str  # `operator`, `tenant:<name>`, or `timeout`
+    at: Timestamp = Field(default_factory=lambda: utcnow())
+    reason: str | None = None
+
+
+class PendingApproval(BaseModel):
+    """A run's request to use a tool that waits for approval (the job hash's `approval` field): the latest one,
+    with its decision once there is one."""
+
+    request_id: str
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    tool_use_id: str | None = None
+    requested_at: Timestamp
+    expires_at: Timestamp
+    fence: int  # the run that asked: a later run of the job makes this request stale
+    #: The run stopped after the hold and the job waits in the deferred set; the next run delivers the decision.
+    parked: bool = False
+    decision: ApprovalDecision | None = None
 
 
 class Attempt(BaseModel):
@@ -338,6 +400,8 @@ class JobRecord(BaseModel):
     #: The W3C traceparent of the job's submit span when its producer traced it (docs/tracing.md): every delivery's
     #: spans continue that trace.
     traceparent: str | None = None
+    #: The run's latest request for approval of a tool use (docs/jobs.md#tool-approval).
+    approval: PendingApproval | None = None
     fence: int = 0
 
     @property
@@ -361,9 +425,24 @@ class JobRecord(BaseModel):
         """Attempts that count against max attempts (rate limits, lost workers and requeues do not)."""
         return sum(1 for a in self.attempts if a.outcome is not None and a.outcome not in FREE_OUTCOMES)
 
+    @property
+    def waiting_approval(self) -> bool:
+        """Whether the job waits for a decision on a tool use now: its run holds its CLI (running), or the run
+        stopped after the hold and the job waits in the deferred set."""
+        pending = self.approval
+        if pending is None or pending.decision is not None or pending.fence != self.fence:
+            return False
+        return self.status == "running" or (self.status == "deferred" and pending.parked)
+
+    @property
+    def shown_status(self) -> str:
+        """The status shown to people: `waiting_approval` while a running job waits for a decision."""
+        return "waiting_approval" if self.waiting_approval else self.status
+
     def public(self) -> dict[str, Any]:
         """The public JSON form (used by `--json`, the client and the MCP server)."""
         data = self.model_dump(mode="json", exclude={"fence"})
+        data["status"] = self.shown_status
         data["spec"] = self.spec.model_dump(mode="json", exclude_defaults=True)
         data["trace_id"] = self.trace_id
         return data
@@ -389,6 +468,8 @@ EventType = Literal[
     "retry",  # another attempt follows after a wait (data: reason, wait_s, next_attempt, in_place)
     "deferred",
     "requeued",
+    "approval_requested",  # the run asks to use a tool that waits for a person (data: request_id, tool, input, …)
+    "approval_decided",  # the answer (data: request_id, approve, by, reason)
     "succeeded",
     "failed",
     "cancelled",

@@ -263,6 +263,11 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(default=300, gt=0, description="Default idle watchdog (no stream progress).")
     first_byte_timeout_s: float = Field(default=120, gt=0, description="Default time to the first streamed byte.")
     max_attempts: int = Field(default=3, ge=1, le=20, description="Default attempts for a job (rate limits excluded).")
+    approval_hold_s: float = Field(
+        default=60,
+        ge=0,
+        description="How long a run waits for a decision on a tool use with its CLI held (docs/jobs.md#tool-approval).",
+    )
     output_check_timeout_s: float = Field(
         default=10, gt=0, description="Longest a structured output's schema validation may take (own process)."
     )

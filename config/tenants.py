@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
 from claudeq.errors import ConfigError
 
 #: The tenant of a job that names none.
@@ -55,6 +56,11 @@ class TenantConfig(BaseModel):
     webhook_url: str | None = Field(
         default=None,
         description="Where its jobs' ends are POSTed when a job names no webhook of its own (on an allowed host).",
+    )
+    approve_tools: list[str | ApprovalRule] = Field(
+        default_factory=list,
+        max_length=MAX_RULES,
+        description="Tool uses of its jobs that wait for a person's approval when a job gives no `approve_tools`.",
     )
     webhook_body: Literal["record", "result"] = Field(default="record", description="What that webhook is sent.")
     webhook_secret_env: str | None = Field(

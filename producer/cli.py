@@ -171,8 +171,8 @@ def _print_record(record: JobRecord, as_json: bool, waits: str | None = None) ->
     if as_json:
         print(json.dumps(record.public()))
         return
-    colour = _STATUS_STYLE.get(record.status, "cyan")
-    out.print(styled((record.id, "bold"), "  ", (record.status, colour)))
+    colour = _STATUS_STYLE.get(record.shown_status, "cyan")
+    out.print(styled((record.id, "bold"), "  ", (record.shown_status, colour)))
     rows: list[tuple[str, str]] = [
         ("account", record.account or "-"),
         ("session", record.session_id or "-"),
@@ -183,6 +183,9 @@ def _print_record(record: JobRecord, as_json: bool, waits: str | None = None) ->
         rows.append(("waiting", waits))
     elif record.ready_at and not record.finished:
         rows.append(("ready at", record.ready_at.isoformat()))
+    if record.waiting_approval and record.approval is not None:  # `claudeq approve` answers it
+        pending = record.approval
+        rows.append(("approval", f"{pending.request_id}: {pending.tool} {json.dumps(pending.input)[:200]}"))
     if record.trace_id:  # the job's trace, when its producer traced it (docs/tracing.md)
         rows.append(("trace", record.trace_id))
     if record.result:
@@ -456,6 +459,49 @@ def cancel(job_id: str, as_json: JsonOpt = False) -> None:
         out.print(f"{job_id}: {message}")
 
 
+@app.command()
+@_guard
+def approve(
+    job_id: str,
+    deny: Annotated[
+        bool, typer.Option("--deny", help="Deny the tool use (the model is told, with the reason).")
+    ] = False,
+    reason: Annotated[str | None, typer.Option(help="Why (recorded; the model gets it with a denial).")] = None,
+    request: Annotated[str | None, typer.Option(help="The request id (default: the job's pending one).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve (or --deny) the tool use a job waits on (docs/jobs.md#tool-approval); as the operator."""
+    answered = _client().approve(job_id, not deny, reason, request_id=request)
+    if as_json:
+        print(json.dumps({"id": job_id, "approval": answered.model_dump(mode="json")}))
+        return
+    verb = "denied" if deny else "approved"
+    out.print(f"{job_id}: {verb} {answered.request_id} ({answered.tool})", highlight=False)
+
+
+@app.command()
+@_guard
+def approvals(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The jobs waiting for an approval now, with the tool use each one waits on."""
+    records = _client().approvals(tenant)
+    if as_json:
+        print(json.dumps({"approvals": [r.public() for r in records]}))
+        return
+    table = Table("request", "tool", "input", "asked", "tenant")
+    table.add_column("id", no_wrap=True)
+    for record in records:
+        pending = record.approval
+        assert pending is not None
+        asked = pending.requested_at.strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(
+            pending.request_id, pending.tool, json.dumps(pending.input)[:60], asked, record.spec.tenant, record.id
+        )
+    out.print(table)
+
+
 @app.command("list")
 @_guard
 def list_cmd(
@@ -482,7 +528,7 @@ def list_cmd(
             continue
         rows.append(
             [
-                Text(item.status, _STATUS_STYLE.get(item.status, "cyan")),
+                Text(item.shown_status, _STATUS_STYLE.get(item.shown_status, "cyan")),
                 item.account or "-",
                 str(len(item.attempts)),
                 item.created_at.strftime("%Y-%m-%d %H:%M:%S"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from claudeq import approvals as approval_store
 from claudeq import durability, job_scripts, tenant_scripts, tracing
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
@@ -23,7 +24,7 @@ from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeou
 from claudeq.events import session_of
 from claudeq.jobs import JobStore, create_reply, created_waiting
 from claudeq.keys import text
-from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
+from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
 from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.tenant_state import TenantStore
@@ -385,6 +386,26 @@ class Client:
             TenantStore(self.store.redis, self.store.keys, self.settings.tenants).unindex(tenant, job_id)
         return result
 
+    def approve(
+        self,
+        job_id: str,
+        approve: bool = True,
+        reason: str | None = None,
+        *,
+        request_id: str | None = None,
+        tenant: str | None = None,
+    ) -> PendingApproval:
+        """Answer the job's pending approval request (docs/jobs.md#tool-approval): approve it, or deny it with
+        `reason` (the model is told). As the operator, or as `tenant` (then only that tenant's jobs). -> the
+        request with its decision; ApprovalRefused (`why`: answered before, nothing pending, another tenant's, …)."""
+        return approval_store.decide(
+            self.store, job_id, approve=approve, reason=reason, request_id=request_id, tenant=tenant
+        )
+
+    def approvals(self, tenant: str | None = None) -> builtins.list[JobRecord]:
+        """The jobs waiting for an approval now (of `tenant`'s only, when given); each record's `approval`."""
+        return approval_store.waiting(self.store, tenant)
+
     def events(self, job_id: str, follow: bool = False) -> Iterator[Event]:
         """The job's events; with `follow`, keep yielding until the job is finished (with `redis_wait_replicas`, its
         end event only once that many replicas hold it, as `wait` reports it)."""
@@ -599,6 +620,24 @@ class AsyncClient:
     async def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
         """See Client.cancel."""
         return await asyncio.to_thread(self.sync.cancel, job_id, reason)
+
+    async def approve(
+        self,
+        job_id: str,
+        approve: bool = True,
+        reason: str | None = None,
+        *,
+        request_id: str | None = None,
+        tenant: str | None = None,
+    ) -> PendingApproval:
+        """See Client.approve."""
+        return await asyncio.to_thread(
+            functools.partial(self.sync.approve, job_id, approve, reason, request_id=request_id, tenant=tenant)
+        )
+
+    async def approvals(self, tenant: str | None = None) -> builtins.list[JobRecord]:
+        """See Client.approvals."""
+        return await asyncio.to_thread(self.sync.approvals, tenant)
 
     async def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
         """See Client.wait, without blocking the loop."""

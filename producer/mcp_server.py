@@ -32,7 +32,7 @@ from pydantic import Field
 from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT, Tenants
-from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
+from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
@@ -48,6 +48,8 @@ SCHEDULE_TOOLS: tuple[str, ...] = (
     "resume_schedule",
     "remove_schedule",
 )
+#: The approval tools `claudeq mcp` adds (never a run's: an agent does not approve its own tool uses).
+APPROVAL_TOOLS: tuple[str, ...] = ("list_approvals", "decide_approval")
 #: The variable a worker sets in a run's CLI environment (worker/run/cli_env.py JOB_ID_VAR).
 JOB_ID_VAR = "CLAUDEQ_JOB_ID"
 MAX_WAIT_S = 600.0
@@ -59,8 +61,9 @@ INSTRUCTIONS = """\
 claudeq runs Claude agent jobs in the background on a fleet of workers and accounts.
 submit_job enqueues a job and returns its record (status `queued`); wait_job(job_id, timeout_s) waits for it,
 reporting progress, and returns the record (`succeeded` with result.text / result.structured_output, or `failed` /
-`cancelled` with error; still `queued`/`running` when the timeout passed: call wait_job again). To fan work out,
-submit several jobs first, then wait for each."""
+`cancelled` with error; still `queued`/`running` when the timeout passed: call wait_job again; `waiting_approval`:
+a tool use of its agent waits for a person's decision: decide_approval where offered, or `claudeq approve`). To
+fan work out, submit several jobs first, then wait for each."""
 
 Text = Annotated[str, Field(min_length=1)]
 
@@ -110,8 +113,8 @@ def build_server(
     `tenant`: bound to that tenant (a run's fleet tools): every job it submits is that tenant's, and it sees no
     other tenant's jobs. `require_token` (HTTP with tenant tokens configured): each call's bearer token decides the
     tenant the same way; a call without a known token is refused."""
-    offered = list((*FLEET_TOOLS, *SCHEDULE_TOOLS) if tools is None else dict.fromkeys(tools))
-    unknown = [t for t in offered if t not in FLEET_TOOLS and t not in SCHEDULE_TOOLS]
+    offered = list((*FLEET_TOOLS, *SCHEDULE_TOOLS, *APPROVAL_TOOLS) if tools is None else dict.fromkeys(tools))
+    unknown = [t for t in offered if t not in (*FLEET_TOOLS, *SCHEDULE_TOOLS, *APPROVAL_TOOLS)]
     if unknown:
         raise ValueError(f"unknown fleet tools: {', '.join(unknown)}")
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
@@ -363,7 +366,35 @@ def build_server(
         }[action]
         return act
 
+    async def list_approvals(ctx: Context) -> dict[str, Any]:
+        """The jobs waiting for a person's approval of a tool use now (the caller's tenant's only, with a bearer
+        token): each record's `approval` holds the request (`request_id`, `tool`, `input`, `expires_at`)."""
+        bound = caller(ctx)
+        records = await asyncio.to_thread(client.approvals, bound)
+        return {"approvals": [r.public() for r in records]}
+
+    async def decide_approval(
+        job_id: Annotated[str, Field(description="The job's id.")],
+        ctx: Context,
+        approve: Annotated[bool, Field(description="true: the tool runs; false: denied, the model is told.")],
+        reason: Annotated[str | None, Field(description="Why (the model gets it with a denial).")] = None,
+        request_id: Annotated[str | None, Field(description="The request id (default: the pending one).")] = None,
+    ) -> dict[str, Any]:
+        """Answer the tool use a job waits on, once: as the caller's tenant (its own jobs only) or the operator."""
+        bound = caller(ctx)
+        try:
+            answered = await asyncio.to_thread(
+                functools.partial(client.approve, job_id, approve, reason, request_id=request_id, tenant=bound)
+            )
+        except JobNotFound:
+            raise ToolError(f"job_id: no job {job_id!r}") from None
+        except ApprovalRefused as exc:
+            raise ToolError(f"{exc.why}: {exc}") from None
+        return {"id": job_id, "approval": answered.model_dump(mode="json")}
+
     functions: dict[str, Callable[..., Any]] = {
+        "list_approvals": list_approvals,
+        "decide_approval": decide_approval,
         "add_schedule": add_schedule,
         "list_schedules": list_schedules,
         "pause_schedule": schedule_action("pause"),

@@ -72,6 +72,13 @@ def describe(event: Event, whole: bool = False) -> str | None:
         return f"{kind}{detail}"
     if kind == "session_restarted":
         return "session restarted (the old one was missing)"
+    if kind == "approval_requested":
+        call = f"{d.get('tool', '?')} {_clip(d.get('input', ''), 100)}"
+        return f"waiting for approval of {call} ({d.get('request_id', '?')})"
+    if kind == "approval_decided":
+        verb = "approved" if d.get("approve") else "denied"
+        why = f": {_clip(d['reason'], 100)}" if d.get("reason") else ""
+        return f"{verb} by {d.get('by', '?')} ({d.get('request_id', '?')}){why}"
     return None
 
 

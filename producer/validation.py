@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
-from claudeq.models import JobSpec, WebhookSpec
+from claudeq.models import APPROVAL_MODES, JobSpec, WebhookSpec
 from claudeq.permissions import spec_problems
 
 
@@ -26,6 +26,14 @@ def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec
         # The tenant's webhook, for jobs that name none: in the spec, so the record says where the end goes.
         spec = spec.model_copy(update={"webhook": WebhookSpec(url=tenant.webhook_url, body=tenant.webhook_body)})
     problems = spec_problems(spec, settings)
+    if (
+        tenant is not None
+        and tenant.approve_tools
+        and not spec.approve_tools
+        and spec.permission_mode not in APPROVAL_MODES
+    ):
+        # Its tenant's approve_tools apply: the CLI must ask (docs/jobs.md#tool-approval).
+        problems.append(("permission_mode", f"tenant {tenant.name}'s approve_tools need permission_mode default"))
     if problems:
         raise JobSpecError(problems)
     return spec

@@ -65,6 +65,8 @@ class Steering:
 
     raw: list[str] = field(default_factory=list)
     tools: list[ToolCall] = field(default_factory=list)
+    #: A call the last user message asks to make again (`approved_call`): the reply, before anything else.
+    again: ToolCall | None = None
     error: tuple[int, Gate] | None = None
     retry_after: float | None = None  # error 429 retry_after=S: send exactly this retry-after
     no_hint: bool = False  # error 429 retry_after=none: a 429 saying nothing about when to come back
@@ -299,3 +301,21 @@ def strip_directives(text: str) -> str:
         start = text.find(OPEN, end)
     out.append(text[pos:])
     return "".join(out)
+
+
+#: A prompt asking for a call again with an exact input: what claudeq's resumed session is told once a person
+#: approved the call its run parked on (docs/jobs.md#tool-approval).
+APPROVED_CALL = re.compile(r"Call (\S+) again now with exactly this input: (\{.*\})\s*$", re.S)
+
+
+def approved_call(prompt_text: str) -> ToolCall | None:
+    """The call a prompt asks to make again with an exact input (answered as a model that follows instructions
+    would: with that call), or None."""
+    m = APPROVED_CALL.search(prompt_text)
+    if m is None:
+        return None
+    try:
+        value = json.loads(m.group(2))
+    except ValueError:
+        return None
+    return ToolCall(m.group(1), value) if isinstance(value, dict) else None

@@ -161,6 +161,15 @@ class Turn:
     last_is_tool_result: bool
 
 
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text blocks of the last user message (the CLI may merge a new prompt into the message that holds the
+    previous tool results, when it resumes a session: docs/cli-behaviour.md#tool-approval-can_use_tool)."""
+    last = next((m for m in reversed(messages) if m.get("role") != "system"), None)
+    if last is None or last.get("role") != "user":
+        return ""
+    return "\n".join(str(b.get("text", "")) for b in _blocks(last) if b.get("type") == "text")
+
+
 def current_turn(messages: list[dict[str, Any]]) -> Turn:
     """Find the latest user message with plain text (not a tool_result) and what happened after it."""
     prompt_index = None

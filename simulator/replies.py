@@ -84,6 +84,8 @@ def title_reply(req: MessagesRequest) -> Reply:
 
 def plan_reply(req: MessagesRequest, turn: Turn, steering: Steering) -> Reply:
     """Decide the reply: the next directed tool call, then StructuredOutput if offered, then final text."""
+    if steering.again is not None:
+        return _finish([_tool_use(steering.again.name, steering.again.input)], "tool_use", steering)
     done_calls = [name for _, name in turn.tool_calls if name != STRUCTURED_OUTPUT_TOOL]
     if len(done_calls) < len(steering.tools):
         call = steering.tools[len(done_calls)]

@@ -13,9 +13,16 @@ from typing import Any
 from claudeq.simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
 from claudeq.simulator.config import SimConfig, coerce_config, merge_config
 from claudeq.simulator.connection import ClientGone, Connection, Message, Receive, Scope, Send
-from claudeq.simulator.directives import DirectiveError, Steering, parse_directives
+from claudeq.simulator.directives import DirectiveError, Steering, approved_call, parse_directives
 from claudeq.simulator.errors import ApiError, new_request_id
-from claudeq.simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_pieces
+from claudeq.simulator.protocol import (
+    MessagesRequest,
+    current_turn,
+    last_user_text,
+    message_text,
+    parse_request,
+    prompt_pieces,
+)
 from claudeq.simulator.replies import Reply, plan_reply, title_reply
 from claudeq.simulator.sse import block_events, message_body, message_end, message_start, new_message_id
 from claudeq.simulator.stats import Stats
@@ -242,6 +249,7 @@ class Simulator:
             raise ApiError(
                 400, f"simulator directive: tokens out={steering.tokens_out} exceeds max_tokens ({req.max_tokens})"
             )
+        steering.again = approved_call(last_user_text(req.messages))
         entry["directives"] = steering.raw
         seen = 0
         if steering.raw:

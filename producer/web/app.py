@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import AsyncIterator
@@ -30,8 +31,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from claudeq.config.settings import Settings
-from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
-from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
+from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
+from claudeq.models import TERMINAL, Event, JobRecord, JobStatus, utcnow
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
 from claudeq.producer.transcript_view import LABELS, conversation
@@ -444,6 +445,34 @@ class Web:
             raise WebError(404, f"no job {job_id!r}") from None
         return RedirectResponse(f"/jobs/{job_id}", status_code=303)
 
+    async def approve(self, request: Request) -> Response:
+        """Answer the tool use the job waits on (docs/jobs.md#tool-approval), as the viewer's tenant (or the
+        operator): `decision` approve|deny, `reason`, `request_id`."""
+        viewer = self.viewer(request)
+        form = await self.form(request)
+        job_id = request.path_params["job_id"]
+        await asyncio.to_thread(self.record, viewer, job_id)
+        decide = functools.partial(
+            self.client.approve,
+            job_id,
+            form.get("decision") != "deny",
+            form.get("reason") or None,
+            request_id=form.get("request_id") or None,
+            tenant=viewer.tenant,
+        )
+        try:
+            await asyncio.to_thread(decide)
+        except JobNotFound:
+            raise WebError(404, f"no job {job_id!r}") from None
+        except ApprovalRefused as exc:
+            raise WebError(409, str(exc)) from None
+        return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+
+    def approvals(self, request: Request) -> Response:
+        """The jobs waiting for a decision on a tool use (the viewer's tenant's only, with a tenant's token)."""
+        viewer = self.viewer(request)
+        return self.page(request, "approvals.html", records=self.client.approvals(viewer.tenant), now=utcnow())
+
     async def resubmit(self, request: Request) -> Response:
         """A new job with the same spec (without its idempotency key, so it is a new job), which records where it
         came from in its metadata (`resubmitted_from`)."""
@@ -570,6 +599,8 @@ def create_app(
         Route("/jobs/{job_id}/events", web.stream),
         Route("/jobs/{job_id}/cancel", web.cancel, methods=["POST"]),
         Route("/jobs/{job_id}/resubmit", web.resubmit, methods=["POST"]),
+        Route("/jobs/{job_id}/approve", web.approve, methods=["POST"]),
+        Route("/approvals", web.approvals),
         Route("/fleet", web.fleet),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -20,6 +20,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
 from claudeq.events import (
+    ApprovalDecided,
     AttemptFinished,
     Claimed,
     Deferred,
@@ -32,7 +33,18 @@ from claudeq.events import (
     ended,
 )
 from claudeq.jobs import JobFields
-from claudeq.models import Attempt, ErrorKind, Event, JobError, JobResult, JobSpec, TerminalStatus, utcnow
+from claudeq.models import (
+    ApprovalDecision,
+    Attempt,
+    ErrorKind,
+    Event,
+    JobError,
+    JobResult,
+    JobSpec,
+    PendingApproval,
+    TerminalStatus,
+    utcnow,
+)
 from claudeq.permissions import spec_problems
 from claudeq.script_calls import ScriptCall
 from claudeq.tracing import NO_SPAN, SpanLike
@@ -49,8 +61,10 @@ from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
+from claudeq.worker.run.approval import ApprovalGate, denial, resume_prompt, rules_for
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
+from claudeq.worker.store.approvals import ApprovalCalls
 from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
 
 log = logging.getLogger("claudeq.engine")
@@ -78,6 +92,7 @@ class DeliveryHandler:
     ) -> None:
         self.settings = settings
         self.store = writer.store
+        self.approval_calls = ApprovalCalls(self.store)
         self.accounts = accounts
         self.runner = runner
         self.metrics = metrics
@@ -180,6 +195,15 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
+        d.unparked = None
+        pending = d.record.approval
+        if pending is not None and pending.parked and pending.fence != d.lease.fence:
+            unparked = await self._unpark(d, pending)
+            if isinstance(unparked, Step):
+                return unparked
+            d.unparked = unparked
+            if plan.resume is not None:  # the decision is the resumed session's next prompt
+                plan = replace(plan, prompt=resume_prompt(unparked, spec.approval_timeout_s))
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.hold.may_hold is None else d.hold.may_hold | {a.account for a in d.attempts if a.account}
         number = len(d.attempts) + 1
@@ -284,6 +308,8 @@ class DeliveryHandler:
                 written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
             if not written:
                 return Step.finished("lost")
+        if d.unparked is not None and not await self._deliver_decision(d, d.unparked):
+            return Step.finished("lost")
         request = RunRequest(
             job_id=d.job_id,
             attempt=number,
@@ -295,12 +321,16 @@ class DeliveryHandler:
             session_store=plan.session_store,
             urgent=d.urgent,
             traceparent=span.traceparent(),
+            approvals=self._approval_gate(d, spec, number),
         )
         run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
         try:
             outcome, refused = await self._run(d, request, account)
         finally:
             run_span.end()
+        if refused is None and request.approvals is not None and request.approvals.failed is not None:
+            # `on_approval_timeout = "fail"`: nobody decided in time (docs/jobs.md#tool-approval).
+            refused = JobError(kind="job", message=request.approvals.failed)
         if outcome is not None and span is not NO_SPAN:
             _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
@@ -310,6 +340,10 @@ class DeliveryHandler:
         d.hold.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         try:
+            parked = request.approvals.parked if request.approvals is not None else None
+            # A shutdown parks the request too: the job waits for its decision with no worker, as past the hold.
+            if parked is not None and outcome is not None and refused is None and d.why in (None, "shutdown"):
+                return Step.finished(await self._park(d, attempt, outcome, parked))
             return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
         finally:
             await self._settle(d)
@@ -379,6 +413,92 @@ class DeliveryHandler:
         d.session_id = outcome.session_id or d.session_id
         await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
         return await self._act(d, decision)
+
+    async def _park(self, d: Delivery, attempt: Attempt, outcome: RunOutcome, request: PendingApproval) -> Finish:
+        """The run stopped after the hold: the job waits in the deferred set until the request expires (a decision
+        makes it due at once), with no CLI and no slot held (docs/jobs.md#tool-approval). The attempt is free."""
+        detail = f"waiting for approval of {request.tool} ({request.request_id})"
+        d.attempts[-1] = attempt.model_copy(
+            update={
+                "outcome": "requeued",
+                "detail": detail,
+                "session_id": outcome.session_id,
+                "usage": outcome.result.usage,
+                "finished_at": utcnow(),
+            }
+        )
+        d.result = outcome.result
+        d.session_id = outcome.session_id or d.session_id
+        if not await self.approval_calls.open(d.job_id, request.model_copy(update={"parked": True})):
+            return "lost"
+        return await self._defer(d, request.expires_at, detail, [])
+
+    async def _unpark(self, d: Delivery, pending: PendingApproval) -> PendingApproval | Step:
+        """A parked job's new delivery: its request with the decision this run delivers (a person's, or the
+        time-out's once it expired); or the step that ends the attempt (deferred again when woken before its time,
+        failed when the time-out fails the job)."""
+        spec = d.record.spec
+        decision = pending.decision
+        if decision is None and utcnow() < pending.expires_at - timedelta(seconds=1):
+            again = pending.model_copy(update={"fence": d.lease.fence})
+            if not await self.approval_calls.open(d.job_id, again):
+                return Step.finished("lost")
+            detail = f"waiting for approval of {pending.tool} ({pending.request_id})"
+            return Step.finished(await self._defer(d, pending.expires_at, detail, []))
+        if decision is None:
+            decision = ApprovalDecision(
+                approve=False, by="timeout", reason=f"no decision within {spec.approval_timeout_s:g} s"
+            )
+        settled = pending.model_copy(update={"parked": False, "fence": d.lease.fence, "decision": decision})
+        if decision.by == "timeout" and spec.on_approval_timeout == "fail":
+            if not await self._deliver_decision(d, settled):
+                return Step.finished("lost")
+            message = denial(pending.tool, decision, spec.approval_timeout_s)
+            return Step.finished(await self.finish(d, "failed", JobError(kind="job", message=message)))
+        return settled
+
+    async def _deliver_decision(self, d: Delivery, settled: PendingApproval) -> bool:
+        """Record a parked request's decision as delivered by this run (no longer parked; its event); False when the
+        job is no longer this delivery's."""
+        if not await self.approval_calls.open(d.job_id, settled):
+            return False
+        d.record = d.record.model_copy(update={"approval": settled})  # a retry in this delivery delivers it no more
+        decision = settled.decision
+        assert decision is not None
+        decided = ApprovalDecided(
+            request_id=settled.request_id,
+            approve=decision.approve,
+            by=decision.by,
+            reason=decision.reason,
+            decided_at=decision.at.isoformat(),
+        )
+        await self.event(d, decided.event())
+        return True
+
+    def _approval_gate(self, d: Delivery, spec: JobSpec, number: int) -> ApprovalGate | None:
+        """The attempt's `can_use_tool` answer when some tool use of the job waits for approval (its own rules, else
+        its tenant's default); None otherwise (docs/jobs.md#tool-approval)."""
+        tenant = self.settings.tenants.get(spec.tenant)
+        rules = rules_for(spec, tenant.approve_tools if tenant is not None else [])
+        unparked = d.unparked
+        decided = unparked.decision if unparked is not None else None
+        approved = unparked if decided is not None and decided.approve else None
+        if not rules:
+            return None
+        return ApprovalGate(
+            preapproved=approved,
+            job_id=d.job_id,
+            fence=d.lease.fence,
+            attempt=number,
+            rules=rules,
+            port=self.approval_calls,
+            emit=self._emitter(d, number),
+            cancel=d.cancel,
+            hold_s=self.settings.approval_hold_s,
+            timeout_s=spec.approval_timeout_s,
+            on_timeout=spec.on_approval_timeout,
+            draining=lambda: d.why == "shutdown",
+        )
 
     def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
         """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, Usage
+from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, PendingApproval, Usage
 from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.accounts.manager import SlotLease, Spent
 from claudeq.worker.store.job_store import ClaimResult
@@ -112,6 +112,9 @@ class Delivery:
     hold: SlotHold = field(default_factory=SlotHold)
     #: The delivery's span when the job is traced (docs/tracing.md); its attempts' spans are its children.
     trace: SpanLike = NO_SPAN
+    #: A parked job's request with the decision its next run delivers (docs/jobs.md#tool-approval): recorded as
+    #: delivered only when that run starts, so a deferral for want of a slot in between loses nothing.
+    unparked: PendingApproval | None = None
 
     @property
     def counted(self) -> int:

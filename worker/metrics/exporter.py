@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from claudeq import connections
+from claudeq import approvals, connections
 from claudeq.account_state import AccountStore
 from claudeq.broker_queues import KOMBU_PRIORITIES, queue_lists
 from claudeq.config.account_pool import AccountPool
@@ -80,6 +80,7 @@ class ClusterCollector(Collector):
                 *self._queues(),
                 *self._jobs(),
                 *self._deferred(),
+                *self._approvals(),
                 *self._accounts(),
                 *self._tenants(),
                 *self._workers(),
@@ -117,6 +118,20 @@ class ClusterCollector(Collector):
         for status in JOB_STATUSES:
             jobs.add_metric([status], counts.get(status, 0))
         return [jobs]
+
+    def _approvals(self) -> list[Metric]:
+        waiting = GaugeMetricFamily(
+            "claudeq_jobs_waiting_approval",
+            "Jobs waiting for a person's decision on a tool use (docs/jobs.md#tool-approval), by tenant.",
+            labels=["tenant"],
+        )
+        by_tenant: dict[str, int] = {}
+        for record in approvals.waiting(self.store):
+            label = self.settings.tenants.label(record.spec.tenant)
+            by_tenant[label] = by_tenant.get(label, 0) + 1
+        for tenant, count in sorted(by_tenant.items()):
+            waiting.add_metric([tenant], count)
+        return [waiting]
 
     def _deferred(self) -> list[Metric]:
         count = GaugeMetricFamily("claudeq_deferred_jobs", "Jobs waiting in the deferred set (rate limit, no slot).")

@@ -26,8 +26,10 @@ from claude_agent_sdk.types import (
 )
 
 from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
-from claudeq.models import JobSpec
+from claudeq.errors import PolicyViolation
+from claudeq.models import APPROVAL_MODES, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
+from claudeq.worker.run.approval import ApprovalGate
 from claudeq.worker.run.cli_env import JOB_ID_VAR
 from claudeq.worker.run.tools import SERVER_NAME, ToolRegistry, wire_name
 from claudeq.worker.run.workdirs import default_cwd, runs_under_own_uid
@@ -187,11 +189,17 @@ def build_options(
     session_store: Any | None = None,
     stderr: Callable[[str], None] | None = None,
     prompt_files: PromptFiles | None = None,
+    approvals: ApprovalGate | None = None,
 ) -> ClaudeAgentOptions:
     """The SDK options for one run; raises PolicyViolation when the policy forbids what the spec asks.
-    With `prompt_files` (what the runner always gives) the system prompts go to the CLI as files, else inline."""
+    With `prompt_files` (what the runner always gives) the system prompts go to the CLI as files, else inline.
+    With `approvals`, the tools its rules name are left out of `allowed_tools`, so the CLI asks it before each use
+    (docs/cli-behaviour.md#tool-approval-can_use_tool)."""
     policy = settings.policy
     check_spec(spec, policy, tools)
+    if approvals is not None and spec.permission_mode not in APPROVAL_MODES:
+        # The CLI would not ask: a tenant's approve_tools must not be bypassed (the spec's own is refused at submit).
+        raise PolicyViolation("permission_mode", f"{spec.permission_mode} lets tools through that wait for approval")
     builtin = allowed_builtin_tools(spec, policy)
     mcp_servers: dict[str, McpServerConfig] = {}
     if spec.mcp_tools:
@@ -206,14 +214,20 @@ def build_options(
     if policy.shell_sandbox and "Bash" in builtin:
         # A second layer for shell commands, never unsandboxed
         # (docs/cli-behaviour.md#file-tool-paths-and-the-shell-sandbox).
-        sandbox = {"enabled": True, "autoAllowBashIfSandboxed": True, "allowUnsandboxedCommands": False}
+        # A sandboxed Bash the CLI allows by itself would never be asked about: not when it waits for approval.
+        auto = approvals is None or not approvals.asks("Bash")
+        sandbox = {"enabled": True, "autoAllowBashIfSandboxed": auto, "allowUnsandboxedCommands": False}
         sandbox["failIfUnavailable"] = True  # type: ignore[typeddict-unknown-key]  # the CLI's, not in the SDK's type
     output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None
     system_prompt, extra_args = _system_prompt(spec, prompt_files)
+    allowed = [*builtin, *(wire_name(t) for t in dict.fromkeys(spec.mcp_tools))]
+    if approvals is not None:
+        allowed = [t for t in allowed if not approvals.asks(t)]
     return ClaudeAgentOptions(
         # tools= is the built-in set offered at all; allowed_tools=[] alone would leave every built-in offered.
         tools=builtin,
-        allowed_tools=[*builtin, *(wire_name(t) for t in dict.fromkeys(spec.mcp_tools))],
+        allowed_tools=allowed,
+        can_use_tool=approvals,
         mcp_servers=mcp_servers,
         strict_mcp_config=True,  # ignore .mcp.json and user MCP config on the worker machine
         setting_sources=[],  # and its settings files

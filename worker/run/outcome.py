@@ -17,6 +17,8 @@ from claudeq.worker.passthrough.limit_headers import LimitHint
 if TYPE_CHECKING:
     from claude_agent_sdk import SessionStore
 
+    from claudeq.worker.run.approval import ApprovalGate
+
 #: Why the worker itself stopped a run (watchdogs and cancel), or None when the CLI ended on its own.
 StopReason = Literal["first_byte", "idle", "deadline", "cancel", "shutdown"]
 
@@ -38,6 +40,8 @@ class RunRequest:
     urgent: asyncio.Event | None = None
     #: The attempt span's context when the job is traced: the run's CLI exports its own spans under it.
     traceparent: str | None = None
+    #: The `can_use_tool` answer for tools that wait for a person's approval (docs/jobs.md#tool-approval).
+    approvals: ApprovalGate | None = None
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,7 @@ class Runner:
                 session_store=req.session_store,
                 stderr=stderr_tail.append,
                 prompt_files=prompt_files,
+                approvals=req.approvals,
             )
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -68,6 +68,8 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
         return "resumes a session"
     if spec.conversation:
         return "a conversation turn"
+    if req.approvals is not None:
+        return "its tool uses may wait for approval (the CLI's callback is the job's own)"
     if runs_under_own_uid(spec, settings.policy):
         return "runs under a uid of its own (shell, file tools)"
     if any(name in FLEET_TOOLS and tools.get(name) is None for name in spec.mcp_tools):

@@ -38,3 +38,5 @@ CLAIM_NOTIFICATIONS = script("outbox/claim.lua")
 LINK = script("outbox/link.lua")
 #: A notifier pass's delivery log in the record, and the job's next place in the outbox.
 SETTLE_NOTIFICATIONS = script("outbox/settle.lua")
+#: Record a run's request for approval of a tool use in the job hash, fenced (docs/jobs.md#tool-approval).
+APPROVAL_OPEN = script("job/approval_open.lua")

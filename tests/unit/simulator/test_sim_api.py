@@ -434,3 +434,36 @@ async def test_latency_settings_resolve_account_then_model_then_default() -> Non
     assert account is not None
     assert sim.latency(account, "claude-opus-5-5") == (0.1, 10)
     assert sim.latency(account, "claude-sonnet-5-5") == (0.1, 50)
+
+
+async def test_a_call_asked_for_again_is_made_even_merged_into_the_tool_results(client: httpx.AsyncClient) -> None:
+    # What a resumed session sends once a person approved a call its run parked on (docs/jobs.md#tool-approval):
+    # the CLI merges the new prompt into the message holding the rejected tool result.
+    prompt = 'p [[sim: tool Bash {"command": "git push"}]]'
+    again = 'A person approved it. Call Bash again now with exactly this input: {"command": "git push"}'
+    resumed: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": prompt}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "rejected", "is_error": True},
+                {"type": "text", "text": again},
+            ],
+        },
+        {"role": "system", "content": "environment"},
+    ]
+    events = parse_sse((await client.post("/v1/messages", json=body(resumed), headers=auth())).text)
+    start = next(d for e, d in events if e == "content_block_start")["content_block"]
+    assert (start["type"], start["name"]) == ("tool_use", "Bash")
+    partial = "".join(d["delta"]["partial_json"] for e, d in events if e == "content_block_delta")
+    assert json.loads(partial) == {"command": "git push"}
+    # Its result is answered like any other: the turn's calls are done.
+    done = [
+        *resumed[:-1],
+        {"role": "assistant", "content": [{"type": "tool_use", "id": start["id"], "name": "Bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": start["id"], "content": "pushed"}]},
+    ]
+    assert reply_text(parse_sse((await client.post("/v1/messages", json=body(done), headers=auth())).text)) == (
+        "Tool said: pushed"
+    )
