@@ -490,16 +490,13 @@ def approvals(
     if as_json:
         print(json.dumps({"approvals": [r.public() for r in records]}))
         return
-    table = Table("request", "tool", "input", "asked", "tenant")
-    table.add_column("id", no_wrap=True)
+    rows = []
     for record in records:
         pending = record.approval
         assert pending is not None
         asked = pending.requested_at.strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(
-            pending.request_id, pending.tool, json.dumps(pending.input)[:60], asked, record.spec.tenant, record.id
-        )
-    out.print(table)
+        rows.append([pending.request_id, pending.tool, json.dumps(pending.input), asked, record.spec.tenant, record.id])
+    print_table(out, ["request", "tool", "input", "asked", "tenant", "id"], rows)
 
 
 @app.command("list")
