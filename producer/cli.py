@@ -786,6 +786,11 @@ def config_check(as_json: JsonOpt = False) -> None:
         accounts.append(entry)
     report["accounts"] = accounts
     report["queues"] = settings.queues
+    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+
+    report["isolation"], isolation_problem = isolation(settings.policy)
+    if isolation_problem is not None:
+        problems.append(isolation_problem)
     report["problems"] = problems
     if as_json:
         print(json.dumps(report))
@@ -793,6 +798,7 @@ def config_check(as_json: JsonOpt = False) -> None:
         out.print(f"redis      {report['redis_url']}: {report['redis']}", highlight=False)
         if "archive" in report:
             out.print(f"archive    {report['archive']}", highlight=False)
+        out.print(f"isolation  {report['isolation']}", highlight=False)
         for entry in accounts:
             out.print(
                 f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",

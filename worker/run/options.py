@@ -28,7 +28,7 @@ from claude_agent_sdk.types import (
 from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
-from claudeq.worker.run.cli_env import JOB_ID_VAR
+from claudeq.worker.run.cli_env import JOB_ID_VAR, sealed
 from claudeq.worker.run.tools import SERVER_NAME, ToolRegistry, wire_name
 from claudeq.worker.run.workdirs import default_cwd, runs_under_own_uid
 
@@ -254,7 +254,7 @@ def build_options(
         include_partial_messages=True,  # liveness for the watchdogs; never stored as events
         hooks=hooks,  # type: ignore[arg-type]
         sandbox=sandbox,
-        env=env,
+        env=sealed(env),  # the wrapper starts the CLI with what it names alone
         cli_path=cli_path,
         stderr=stderr,
         resume=resume,
