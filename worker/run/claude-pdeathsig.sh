@@ -78,7 +78,8 @@ if [ -n "$CLAUDEQ_RUN_UID" ]; then
             --no-new-privs --pdeathsig KILL -- "$@"
     fi
 elif command -v setpriv >/dev/null 2>&1; then
-    exec setpriv --pdeathsig KILL -- "$@"
+    # No capability reaches the CLI (a worker may hold some, e.g. ambient ones its service manager gave it).
+    exec setpriv --pdeathsig KILL --inh-caps=-all --ambient-caps=-all -- "$@"
 fi
 # No setpriv (util-linux): the same from Python (setgroups, setresgid, setresuid, PR_SET_NO_NEW_PRIVS=38, then
 # PR_SET_PDEATHSIG=1), then exec the rest. A failed exec is reported as setpriv words it (`failed to execute PATH:

@@ -120,11 +120,13 @@ def problem(run_uid: int | None) -> str | None:
         return "socat (the sandbox's forwarder to its pass-through) is not installed"
     command = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
     command += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", socat, "-V"]
+    setpriv = shutil.which("setpriv")
     if run_uid is not None:
-        setpriv = shutil.which("setpriv")
         if setpriv is None:
             return "setpriv (util-linux) is not installed: a root worker starts the sandbox as the run's uid with it"
         command = [setpriv, f"--reuid={run_uid}", f"--regid={run_uid}", "--clear-groups", "--no-new-privs", *command]
+    elif setpriv is not None:
+        command = [setpriv, "--inh-caps=-all", "--ambient-caps=-all", *command]  # as the wrapper starts it
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
