@@ -95,6 +95,13 @@ class WorkerPolicy(BaseModel):
         "a worker where bubblewrap cannot start refuses such runs; `off` accepts them without it (the workspace hook "
         "and the run uid alone).",
     )
+    network_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a sandboxed shell job may reach through the worker's proxy (its HTTP_PROXY and "
+        "HTTPS_PROXY): `name` (any port), `name:port`, or `*.example.com` for its subdomains; empty = none. A hole "
+        "the operator opens: those hosts, for programs that use a proxy; nothing else "
+        "(docs/workers.md#security-defaults).",
+    )
     shared_uid_ok: bool = Field(
         default=False,
         description="Accept running shell or file-writing jobs under the worker's own uid when it cannot switch "

@@ -214,3 +214,49 @@ def test_a_shell_job_reaches_no_loopback_service(
     assert "loopback-service-answered" not in found["http"], text
     assert "connected" not in found["socket"].splitlines(), text
     assert hits == [], f"a run reached a loopback service: {hits}"
+
+
+@pytest.fixture
+def other_service() -> Iterator[tuple[int, list[str]]]:
+    """A second loopback service, which the operator does not name."""
+    hits: list[str] = []
+    handler = type("Recorder", (_Recorder,), {"hits": hits})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], hits
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_network_hosts_open_exactly_the_named_hosts_to_a_shell_job(
+    client: Client,
+    workers: WorkerFactory,
+    settings: Settings,
+    workspace: Path,
+    loopback_service: tuple[int, list[str]],
+    other_service: tuple[int, list[str]],
+) -> None:
+    """CLAUDEQ_POLICY__NETWORK_HOSTS: the hole an operator opens for shell jobs is the named hosts, through the
+    worker's proxy (the job's HTTP_PROXY); another host, Redis and a raw socket still reach nothing."""
+    port, hits = loopback_service
+    other, other_hits = other_service
+    workers(policy=settings.policy.model_copy(update={"network_hosts": [f"127.0.0.1:{port}"]}))
+    command = "\n".join(
+        [
+            f"echo '[named]'; curl -s -m 5 --noproxy '' http://127.0.0.1:{port}/named 2>&1; echo",
+            f"echo '[other]'; curl -s -m 5 --noproxy '' -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{other}/x",
+            "echo; echo '[redis]'; curl -s -m 5 --noproxy '' -p -o /dev/null -w '%{http_connect}' "
+            "http://127.0.0.1:6379/ 2>&1; echo",
+            f"echo '[raw]'; python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3); "
+            "print('connected')\" 2>&1 | tail -1",
+        ]
+    )
+    _, text, _ = _shell(client, command, workspace)
+    found = _sections(text)
+    assert found["named"] == "loopback-service-answered", text
+    assert hits == ["/named"]
+    assert found["other"] == "403" and other_hits == [], text
+    assert found["redis"] == "403", text
+    assert "connected" not in found["raw"].splitlines(), text

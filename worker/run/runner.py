@@ -53,7 +53,7 @@ from claudeq.worker.run.launcher import (
 from claudeq.worker.run.options import PromptFiles, build_options
 from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest, StopReason
 from claudeq.worker.run.parse import MessageParser
-from claudeq.worker.run.relay import Relay, collector_address, through_loopback
+from claudeq.worker.run.relay import HostProxy, Relay, collector_address, through_loopback
 from claudeq.worker.run.sandbox import ARGS_VAR as SANDBOX_ARGS_VAR
 from claudeq.worker.run.sandbox import FORWARD_VAR, Forward, SandboxView, sandboxed
 from claudeq.worker.run.sandbox import problem as sandbox_problem
@@ -127,6 +127,7 @@ class Runner:
         #: Relays to the trace collector for sandboxed runs, by address (docs/architecture.md#the-run-sandbox).
         self._relays: dict[tuple[str, int], Relay] = {}
         self._relays_lock = threading.Lock()
+        self._proxy: HostProxy | None = None
         remember_settings_secrets(settings)
 
     def check(self, spec: JobSpec) -> None:
@@ -250,6 +251,12 @@ class Runner:
         changed: dict[str, str] = {}
         if grant is not None and self.passthrough is not None and self.passthrough.unix_path is not None:
             forwards.append(Forward(port=self.passthrough.port, socket=self.passthrough.unix_path))
+        if "Bash" in tools and policy.network_hosts:
+            # The operator's hole: the named hosts, through the worker's proxy (docs/workers.md#security-defaults).
+            port = next(p for p in range(3128, 3200) if all(f.port != p for f in forwards))
+            forwards.append(Forward(port=port, socket=self._hosts_proxy().path))
+            proxy = f"http://127.0.0.1:{port}"
+            changed.update(HTTP_PROXY=proxy, HTTPS_PROXY=proxy, http_proxy=proxy, https_proxy=proxy)
         collector = collector_address(env) if env.get("TRACEPARENT") else None
         if collector is not None:
             port = collector[1] if all(f.port != collector[1] for f in forwards) else collector[1] + 1
@@ -266,6 +273,13 @@ class Runner:
             # Without the pass-through the CLI talks to the model service itself; WebFetch fetches pages itself.
             share_net=grant is None or "WebFetch" in tools,
         ), changed
+
+    def _hosts_proxy(self) -> HostProxy:
+        """The proxy to the policy's network hosts, started on first use; one per worker process."""
+        with self._relays_lock:
+            if self._proxy is None:
+                self._proxy = HostProxy(list(self.settings.policy.network_hosts)).start()
+            return self._proxy
 
     def _relay_to(self, address: tuple[str, int]) -> Relay:
         """The relay to `address` (the trace collector), started on first use; one per worker process."""

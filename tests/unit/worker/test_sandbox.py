@@ -9,6 +9,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.worker.redaction import redact, remember_settings_secrets
 from claudeq.worker.run.cli_env import ENV_KEEP_VAR, SDK_VARS, build_env, sealed
+from claudeq.worker.run.relay import host_allowed
 from claudeq.worker.run.sandbox import Forward, SandboxView, sandboxed
 
 ACCOUNT = AccountConfig(name="a", kind="oauth", token_env="TOK_A")
@@ -97,3 +98,13 @@ def test_every_secret_the_tenants_file_and_the_settings_name_is_redacted(tmp_pat
     remember_settings_secrets(settings, environ=values)
     text = " ".join([*values.values(), "unitarchivepw88"])
     assert redact(text) == " ".join(["***"] * 5)
+
+
+def test_network_hosts_match_by_name_port_and_subdomain() -> None:
+    allowed = ["pypi.org", "files.example.com:443", "*.githubusercontent.com"]
+    assert host_allowed("pypi.org", 443, allowed) and host_allowed("PyPI.org", 80, allowed)
+    assert host_allowed("files.example.com", 443, allowed)
+    assert not host_allowed("files.example.com", 80, allowed)
+    assert host_allowed("raw.githubusercontent.com", 443, allowed)
+    assert not host_allowed("githubusercontent.com.evil.org", 443, allowed)
+    assert not host_allowed("evilpypi.org", 443, allowed) and not host_allowed("127.0.0.1", 6379, allowed)
