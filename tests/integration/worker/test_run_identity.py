@@ -112,7 +112,8 @@ def test_a_worker_that_cannot_switch_uid_refuses_shell_jobs_unless_the_policy_ac
     base: Path,
 ) -> None:
     account = AccountConfig(name="a", kind="oauth", token_env="CQT_IDENTITY_TOKEN")
-    strict = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+    # With claudeq's sandbox off (with it, the worker's uid sees nothing of the worker: below).
+    strict = make_runner(WorkerPolicy(allowed_tools=SHELL, sandbox="off"), account, base / "runs")
     kind, value = _identity_as_non_root(strict, request(strict, tools="shell"))
     assert kind == "error"
     field, reason = value  # type: ignore[misc]
@@ -120,8 +121,12 @@ def test_a_worker_that_cannot_switch_uid_refuses_shell_jobs_unless_the_policy_ac
     assert "Bash" in reason and "uid 63999" in reason and "CLAUDEQ_POLICY__SHARED_UID_OK=true" in reason
     assert _identity_as_non_root(strict, request(strict, tools="read-only")) == ("identity", None)
 
-    accepting = make_runner(WorkerPolicy(allowed_tools=SHELL, shared_uid_ok=True), account, base / "runs")
+    accepting = make_runner(
+        WorkerPolicy(allowed_tools=SHELL, shared_uid_ok=True, sandbox="off"), account, base / "runs"
+    )
     assert _identity_as_non_root(accepting, request(accepting, tools="shell")) == ("identity", None)
+    sandboxed = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+    assert _identity_as_non_root(sandboxed, request(sandboxed, tools="shell")) == ("identity", None)
 
 
 def test_a_token_file_other_users_can_read_refuses_shell_jobs(base: Path) -> None:
