@@ -155,7 +155,7 @@ class Runner:
         # A run that may execute commands or write files gets a uid of its own (None: the worker's uid).
         if not runs_under_own_uid(req.spec, self.settings.policy):
             if sandboxed(req.spec, self.settings.policy):
-                await asyncio.to_thread(self._check_sandbox)  # tried once per process, then cached
+                await asyncio.to_thread(self._check_sandbox)  # tried until it works once in this process
             return await self._run(req, emit, cancel, None)
         acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
         try:
@@ -228,7 +228,7 @@ class Runner:
         return identity
 
     def _check_sandbox(self) -> None:
-        """ConfigError when a run with tools cannot get its sandbox here (blocking: tried once per process)."""
+        """ConfigError when a run with tools cannot get its sandbox here (blocking: tried until it works once)."""
         policy = self.settings.policy
         why = sandbox_problem(policy.run_uids[0] if can_switch_uid() else None)
         if why is not None:

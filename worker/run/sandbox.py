@@ -14,7 +14,6 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 from claudeq.config.settings import WorkerPolicy
@@ -109,10 +108,27 @@ def _bind(mode: str, path: Path) -> list[str]:
     return out
 
 
-@cache
+_WORKS: set[int | None] = set()  # the uids a sandbox was seen to start for, in this process
+
+
 def problem(run_uid: int | None) -> str | None:
     """Why a sandbox cannot start on this host, for a CLI under `run_uid` (None: the worker's own); None when it
-    can. Tried once per worker process: bwrap with every namespace, as that uid, and the forwarder inside."""
+    can. Tried until it works once per worker process (a failure is tried again at the next run: a loaded host's
+    timeout must not refuse every later run): bwrap with every namespace, as that uid, and the forwarder inside."""
+    if run_uid in _WORKS:
+        return None
+    why = _try(run_uid)
+    if why is None:
+        _WORKS.add(run_uid)
+    return why
+
+
+def forget() -> None:
+    """Try the sandbox afresh at the next run (tests change the host under a worker's code)."""
+    _WORKS.clear()
+
+
+def _try(run_uid: int | None) -> str | None:
     bwrap, socat = shutil.which("bwrap"), shutil.which("socat")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"

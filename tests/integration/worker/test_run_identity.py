@@ -188,7 +188,7 @@ def test_a_host_without_bubblewrap_refuses_runs_with_tools_unless_the_sandbox_is
     empty = base / "no-tools-here"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no bwrap, no socat
-    sandbox.problem.cache_clear()
+    sandbox.forget()
     try:
         runner = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
 
@@ -206,4 +206,4 @@ def test_a_host_without_bubblewrap_refuses_runs_with_tools_unless_the_sandbox_is
         off, none = sandbox.isolation(runner.settings.policy.model_copy(update={"sandbox": "off"}))
         assert off.startswith("off (CLAUDEQ_POLICY__SANDBOX=off)") and none is None
     finally:
-        sandbox.problem.cache_clear()
+        sandbox.forget()
