@@ -403,7 +403,8 @@ def test_a_run_reads_reaches_and_holds_nothing_outside_its_sandbox(
         assert secret not in text, f"{worker_kind} worker: the shell job read {secret!r}:\n{text}"
     sections = _sections(text)
     assert "PATH" in sections["env"].split(), text
-    for name in (*SECRET_VARS, "CLAUDEQ_WEB_TOKEN", "CLAUDEQ_WEBHOOK_SECRET", *(a.token_env for a in accounts)):
+    secret_names = [*SECRET_VARS, "CLAUDEQ_WEB_TOKEN", "CLAUDEQ_WEBHOOK_SECRET", "CLAUDEQ_REDIS_URL"]
+    for name in (*secret_names, *(a.token_env for a in accounts)):
         assert name not in sections["env"].split(), f"{name} in a shell job's environment:\n{text}"
     hashes = set(sections["values"].split())  # the job's values, hashed: its command holds no secret itself
     assert len(hashes) > 5, text
