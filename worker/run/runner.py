@@ -261,7 +261,7 @@ class Runner:
         if collector is not None:
             port = collector[1] if all(f.port != collector[1] for f in forwards) else collector[1] + 1
             forwards.append(Forward(port=port, socket=self._relay_to(collector).path))
-            changed = through_loopback(env, port)
+            changed.update(through_loopback(env, port))
         return SandboxView(
             cli=locate_cli(self.settings),
             run_dir=run_dir,
@@ -273,6 +273,13 @@ class Runner:
             # Without the pass-through the CLI talks to the model service itself; WebFetch fetches pages itself.
             share_net=grant is None or "WebFetch" in tools,
         ), changed
+
+    def _write_sandbox(
+        self, req: RunRequest, run_dir: Path, cwd: Path, grant: RunGrant | None, env: dict[str, str]
+    ) -> dict[str, str]:
+        """Write the run's sandbox arguments into its run directory; the variables that change for it (blocking)."""
+        view, changed = self._sandbox_view(req, run_dir, cwd, grant, env)
+        return {**changed, SANDBOX_ARGS_VAR: str(view.write()), FORWARD_VAR: view.forward_spec()}
 
     def _hosts_proxy(self) -> HostProxy:
         """The proxy to the policy's network hosts, started on first use; one per worker process."""
@@ -358,13 +365,11 @@ class Runner:
                 prompt_files=prompt_files,
             )
             if sandbox:
-                view, changed = await asyncio.to_thread(
-                    self._sandbox_view, req, run_dir, Path(str(options.cwd)), grant, options.env
+                # One trip to a thread: the view (may start a relay) and its arguments file.
+                changed = await asyncio.to_thread(
+                    self._write_sandbox, req, run_dir, Path(str(options.cwd)), grant, options.env
                 )
-                args = await asyncio.to_thread(view.write)
-                options.env = sealed(
-                    {**options.env, **changed, SANDBOX_ARGS_VAR: str(args), FORWARD_VAR: view.forward_spec()}
-                )
+                options.env = sealed({**options.env, **changed})
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
             if grant is not None and self.passthrough is not None:
