@@ -10,6 +10,7 @@ this is the CLI's start and one model round trip), p50; the CPU per job of the w
 reaped. Both workers first run a batch of `--lanes` jobs that is not measured.
 
     .venv/bin/python -m bench.bench_sandbox [--jobs 12] [--rounds 3] [--lanes 2]
+    .venv/bin/python -m bench.bench_sandbox --cli-start 30   # the CLI's start alone: plain, bwrap, Landlock
 
 Target: sandboxed / not >= 0.95x throughput.
 """
@@ -18,19 +19,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
 
 import redis
 
 from bench.bench_warm import Cell, process_cpu, through_claudeq
 from claudeq.config.settings import WorkerPolicy
-from claudeq.producer.client import Client
+from claudeq.models import JobSpec
+from claudeq.producer.client import Client, JobHandle
 from claudeq.simulator.testing import start_simulator_process
+from claudeq.worker.run.launcher import bundled_cli
+from claudeq.worker.run.sandbox import SandboxView
 from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.run_dirs import group_workspace, open_base
@@ -46,8 +55,8 @@ class ReadOnlyClient(Client):
     workspace = ""
     submitted: list[str]
 
-    def submit(self, spec: object = None, **fields: object):  # type: ignore[no-untyped-def, override]
-        handle = super().submit(spec, **{**fields, "tools": "read-only", "cwd": self.workspace})  # type: ignore[arg-type]
+    def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+        handle = super().submit(spec, **{**fields, "tools": "read-only", "cwd": self.workspace})
         self.submitted.append(handle.id)
         return handle
 
@@ -94,13 +103,85 @@ def cli_starts(client: Client, job_ids: list[str]) -> list[float]:
     return starts
 
 
+class _Ruleset(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _Beneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_FS_ALL = (1 << 16) - 1  # every filesystem right of Landlock ABI 5 and later
+_FS_READ = 1 | 4 | 8  # execute, read file, read directory
+_FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15  # the rights a rule on a file (not a directory) may hold
+
+
+def landlock(read: list[str], write: list[str]) -> None:
+    """Restrict this process (a child before its exec) to reading `read` and writing `write`, with Landlock."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = _Ruleset(_FS_ALL, 0, 0)
+    ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.sizeof(attr), 0)  # landlock_create_ruleset
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    for path, allowed in [*((p, _FS_READ) for p in read), *((p, _FS_ALL) for p in write)]:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        rule = _Beneath(allowed if os.path.isdir(path) else allowed & _FILE_RIGHTS, fd)
+        if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:  # landlock_add_rule, path beneath
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+        os.close(fd)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(446, ruleset, 0) != 0:  # no_new_privs, restrict_self
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+
+
+def cli_start(rounds: int) -> int:
+    """`claude --version` plain, in the run's bubblewrap sandbox and under Landlock, interleaved: the start cost of
+    each mechanism alone (no worker, no model call)."""
+    cli = bundled_cli()
+    with tempfile.TemporaryDirectory(prefix="claudeq-bench-start-") as tmp:
+        run_dir = Path(tmp)
+        view = SandboxView(cli=cli, run_dir=run_dir, cwd=run_dir)
+        commands: dict[str, tuple[list[str], Callable[[], None] | None]] = {
+            "plain": ([str(cli), "--version"], None),
+            "bwrap": (["bwrap", *view.args(), str(cli), "--version"], None),
+            "landlock": (
+                [str(cli), "--version"],
+                lambda: landlock(["/usr", "/etc", "/proc", "/dev", "/sys", str(cli)], [tmp, "/dev/null"]),
+            ),
+        }
+        times: dict[str, list[float]] = {way: [] for way in commands}
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp}
+        for round_ in range(rounds):
+            ways = list(commands)
+            for way in ways[round_ % 3 :] + ways[: round_ % 3]:
+                command, before = commands[way]
+                started = time.perf_counter()
+                done = subprocess.run(command, preexec_fn=before, capture_output=True, env=env, check=False)
+                times[way].append(time.perf_counter() - started)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{way}: {done.stderr.decode(errors='replace')[-300:]}")
+    plain = statistics.median(times["plain"])
+    print(f"claude --version, {rounds} rounds interleaved, load average {os.getloadavg()[0]:.2f} (1 min):")
+    for way, values in times.items():
+        median = statistics.median(values)
+        print(
+            f"  {way:9s} p50 {median * 1000:6.0f} ms  ({median / plain:.2f}x plain, +{(median - plain) * 1000:.0f} ms)"
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both ways in interleaved rounds and print the figures."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--jobs", type=int, default=12, help="jobs per batch")
     parser.add_argument("--rounds", type=int, default=3, help="batches of each way, interleaved")
     parser.add_argument("--lanes", type=int, default=2, help="runs in flight per worker")
+    parser.add_argument(
+        "--cli-start", type=int, metavar="ROUNDS", help="only time the CLI's start: plain, bwrap and Landlock"
+    )
     args = parser.parse_args(argv)
+    if args.cli_start:
+        return cli_start(args.cli_start)
 
     url, private = redis_url_for_tests()
     unique = uuid.uuid4().hex[:10]
@@ -120,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim_url)
             clients: dict[str, ReadOnlyClient] = {}
-            for way, sandbox in (("sandboxed", "bwrap"), ("unsandboxed", "off")):
+            setups: list[tuple[str, Literal["bwrap", "off"]]] = [("sandboxed", "bwrap"), ("unsandboxed", "off")]
+            for way, sandbox in setups:
                 policy = WorkerPolicy(workspace_roots=[workspace], run_groups=[WORKSPACE_GID], sandbox=sandbox)
                 settings = make_settings(
                     url,
