@@ -81,8 +81,8 @@ elif command -v setpriv >/dev/null 2>&1; then
     # No capability reaches the CLI (a worker may hold some, e.g. ambient ones its service manager gave it).
     exec setpriv --pdeathsig KILL --inh-caps=-all --ambient-caps=-all -- "$@"
 fi
-# No setpriv (util-linux): the same from Python (setgroups, setresgid, setresuid, PR_SET_NO_NEW_PRIVS=38, then
-# PR_SET_PDEATHSIG=1), then exec the rest. A failed exec is reported as setpriv words it (`failed to execute PATH:
+# No setpriv (util-linux): the same from Python (setgroups, setresgid, setresuid, PR_SET_NO_NEW_PRIVS=38, the
+# ambient capabilities cleared, then PR_SET_PDEATHSIG=1), then exec the rest. A failed exec is reported as setpriv words it (`failed to execute PATH:
 # STRERROR`, exit 127/126): the worker reads that line.
 exec "${CLAUDEQ_PYTHON:-python3}" -c '
 import ctypes, errno, os, signal, sys
@@ -95,6 +95,7 @@ if uid:
     os.setresuid(int(uid), int(uid), int(uid))
     if os.getresuid() != (int(uid),) * 3 or libc.prctl(38, 1, 0, 0, 0) != 0:
         sys.exit("claude-pdeathsig: could not switch to the run uid")
+libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL: no capability reaches the CLI
 libc.prctl(1, signal.SIGKILL)
 try:
     os.execvp(sys.argv[1], sys.argv[1:])
