@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight bench-web bench-api soak compose-check clean
+.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight bench-web bench-api bench-sandbox soak compose-check clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,11 @@ bench: venv
 	$(BIN)/python -m bench.bench_warm
 	$(BIN)/python -m bench.bench_goodput
 	$(BIN)/python -m bench.bench_testing
+
+# The run sandbox's cost: read-only jobs with a cwd, sandboxed against not, in one run (real workers, CLI, simulator).
+# More: make bench-sandbox BENCH_SANDBOX_ARGS="--jobs 24 --rounds 5"
+bench-sandbox: venv
+	$(BIN)/python -m bench.bench_sandbox $(BENCH_SANDBOX_ARGS)
 
 # `claudeq web`'s job list with 100,000 retained jobs against 1,000 (private Redis, real HTTP).
 bench-web: venv

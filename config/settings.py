@@ -88,6 +88,20 @@ class WorkerPolicy(BaseModel):
         "bubblewrap fails such jobs rather than run them unsandboxed "
         "(docs/cli-behaviour.md#file-tool-paths-and-the-shell-sandbox).",
     )
+    sandbox: Literal["bwrap", "off"] = Field(
+        default="bwrap",
+        description="What holds a run with tools to its workspace and its pass-through: `bwrap` runs its CLI in a "
+        "bubblewrap sandbox of its own (mount, PID and network namespaces; docs/workers.md#security-defaults), and "
+        "a worker where bubblewrap cannot start refuses such runs; `off` accepts them without it (the workspace hook "
+        "and the run uid alone).",
+    )
+    network_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a sandboxed shell job may reach through the worker's proxy (its HTTP_PROXY and "
+        "HTTPS_PROXY): `name` (any port), `name:port`, or `*.example.com` for its subdomains; empty = none. A hole "
+        "the operator opens: those hosts, for programs that use a proxy; nothing else "
+        "(docs/workers.md#security-defaults).",
+    )
     shared_uid_ok: bool = Field(
         default=False,
         description="Accept running shell or file-writing jobs under the worker's own uid when it cannot switch "
@@ -334,6 +348,12 @@ class Settings(BaseSettings):
     secret_env: list[str] = Field(
         default_factory=list,
         description="More environment variables holding secrets that a run's CLI must not see (blanked for it).",
+    )
+    cli_env: list[str] = Field(
+        default_factory=list,
+        description="More of the worker's environment variables a run's CLI gets as they are (it gets PATH, HOME, "
+        "LANG, LC_*, TZ, TMPDIR and the CA bundle variables, and what claudeq sets; nothing else). Never a secret: a "
+        "name that secret_env, an account or a tenant names stays out.",
     )
     worker_id: str | None = Field(default=None, description="Worker identity (default: host:pid).")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Worker /metrics port; 0 = off.")

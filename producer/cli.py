@@ -888,6 +888,11 @@ def config_check(as_json: JsonOpt = False) -> None:
     problems += tenant_problems
     warnings += tenant_warnings
     report["queues"] = settings.queues
+    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+
+    report["isolation"], isolation_problem = isolation(settings.policy)
+    if isolation_problem is not None:
+        problems.append(isolation_problem)
     report["problems"] = problems
     report["warnings"] = warnings
     if as_json:
@@ -896,6 +901,7 @@ def config_check(as_json: JsonOpt = False) -> None:
         out.print(f"redis      {report['redis_url']}: {report['redis']}")
         if "archive" in report:
             out.print(f"archive    {report['archive']}")
+        out.print(f"isolation  {report['isolation']}", highlight=False)
         for entry in accounts:
             out.print(
                 f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",

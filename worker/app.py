@@ -184,6 +184,13 @@ def get_runtime() -> WorkerRuntime:
                 _runtime.passthrough.start()
             _runtime.engine.start()
             log.info("engine started: worker %s, concurrency %d", _runtime.engine.worker_id, cfg.concurrency)
+            from claudeq.worker.run.sandbox import isolation
+
+            words, problem = isolation(cfg.policy)  # which isolation runs with tools get here (a probe, once)
+            if problem is None:
+                log.info("isolation: %s", words)
+            else:
+                log.warning("isolation: %s: %s", words, problem)
         return _runtime
 
 

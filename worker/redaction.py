@@ -1,5 +1,6 @@
-"""`redact`: the secrets this worker process knows of (account tokens, secret environment values, the Redis password)
-and anything shaped like an Anthropic token, kept out of every text the worker stores or logs.
+"""`redact`: the secrets this worker process knows of (account tokens, tenants' webhook secrets and MCP tokens, the web
+token, the webhook secret, secret environment values, the Redis and archive passwords) and anything shaped like an
+Anthropic token, kept out of every text the worker stores or logs.
 
 A module of the worker's root: every package may import it; it imports nothing of the worker.
 """
@@ -27,18 +28,35 @@ def remember_secret(value: str | None) -> None:
         _known_secrets.add(value.strip())
 
 
+def secret_env_names(settings: Settings) -> set[str]:
+    """Every environment variable the settings or the tenants file name as holding a secret: accounts' tokens,
+    `CLAUDEQ_SECRET_ENV`, tenants' `webhook_secret_env` and `mcp_token_env`."""
+    names = set(settings.secret_env) | settings.accounts.secret_env_vars()
+    try:
+        tenants = settings.tenants.tenants
+    except Exception:  # a broken tenants file fails the worker's start elsewhere, saying why
+        tenants = []
+    for tenant in tenants:
+        names |= {name for name in (tenant.webhook_secret_env, tenant.mcp_token_env) if name}
+    return names
+
+
 def remember_settings_secrets(settings: Settings, environ: Mapping[str, str] | None = None) -> None:
-    """Learn every secret the settings point at: account tokens that can be read, secret env values, Redis password."""
+    """Learn every secret the settings point at (at worker start): account tokens that can be read, the values of
+    every variable `secret_env_names` gives, the web token, the webhook secret, the Redis and archive passwords."""
     env = os.environ if environ is None else environ
     for account in settings.accounts.accounts:
         try:
             remember_secret(account.read_token())
         except Exception:  # a missing token is a problem for the run that needs it, not for redaction
             continue
-    for name in [*settings.secret_env, *settings.accounts.secret_env_vars(), *CREDENTIAL_VARS]:
+    for name in [*secret_env_names(settings), *CREDENTIAL_VARS, "CLAUDEQ_WEB_TOKEN", "CLAUDEQ_WEBHOOK_SECRET"]:
         remember_secret(env.get(name))
-    remember_secret(_password(settings.redis_url))
-    remember_secret(_password(env.get("CLAUDEQ_REDIS_URL", "")))
+    for value in (settings.web_token, settings.webhook_secret):
+        remember_secret(value.get_secret_value() if value is not None else None)
+    for url in (settings.redis_url, env.get("CLAUDEQ_REDIS_URL", ""), settings.archive_url or ""):
+        remember_secret(_password(url))
+    remember_secret(_password(env.get("CLAUDEQ_ARCHIVE_URL", "")))
 
 
 def _password(url: str) -> str | None:

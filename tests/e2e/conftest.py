@@ -62,12 +62,14 @@ def settings(redis_url: str, unique: str, accounts_file: Path) -> Settings:
 def workers(
     settings: Settings, accounts: list[SimAccount], tmp_path: Path, redis_client: redis.Redis
 ) -> Iterator[WorkerFactory]:
-    """Start real `claudeq-worker` processes: `workers(**settings_overrides, extra_env=..., wait=True)`."""
+    """Start real `claudeq-worker` processes: `workers(**settings_overrides, extra_env=..., wait=True, prefix=...)`."""
     started: list[WorkerProcess] = []
 
-    def start(extra_env: dict[str, str] | None = None, wait: bool = True, **overrides: Any) -> WorkerProcess:
+    def start(
+        extra_env: dict[str, str] | None = None, wait: bool = True, prefix: list[str] | None = None, **overrides: Any
+    ) -> WorkerProcess:
         cfg = settings.model_copy(update=overrides) if overrides else settings
-        worker = start_worker(cfg, accounts, tmp_path, extra_env=extra_env, wait=wait)
+        worker = start_worker(cfg, accounts, tmp_path, extra_env=extra_env, wait=wait, prefix=prefix)
         started.append(worker)
         return worker
 

@@ -98,6 +98,17 @@ def settings(redis_url: str, unique: str, accounts_file: Path, base: Path, works
     )
 
 
+def _cli_pid(job_id: str) -> int | None:
+    """The pid of the job's CLI itself (not its wrapper, sandbox or forwarder, which carry its job id too)."""
+    for pid in procs.job_pids(job_id):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/claude"):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
 def _sections(text: str) -> dict[str, str]:
     """`[name] ...` blocks of the command's output."""
     return {m.group(1): m.group(2).strip() for m in re.finditer(r"\[(\w+)\]\n?(.*?)(?=\n\[\w+\]|\Z)", text, re.S)}
@@ -126,8 +137,7 @@ def test_a_shell_job_reads_no_secret_of_the_worker_or_other_runs(
     victim = client.submit(
         prompt="[[sim: stall 60]] a long shell job on the token-file account", tools="shell", account="f"
     )
-    run_until(lambda: procs.job_pids(victim.id), 30, 0.1, what="the victim's CLI")
-    [victim_pid] = procs.job_pids(victim.id)
+    victim_pid = run_until(lambda: _cli_pid(victim.id), 30, 0.1, what="the victim's CLI")
     [victim_dir] = (settings.run_root or Path("/")).glob(f"claudeq-run-{victim.id[:40]}-*")
 
     command = "\n".join(
@@ -157,7 +167,8 @@ def test_a_shell_job_reads_no_secret_of_the_worker_or_other_runs(
     for what, value in secrets.items():
         assert value not in decoded, f"the shell job read the {what}:\n{text}"
     for name in ("worker", "victim", "tokenfile", "victimdir"):
-        assert "Permission denied" in found[name], (name, text)
+        # Denied by the run uid, or not there at all: its sandbox has no other process and no such file.
+        assert "Permission denied" in found[name] or "No such file or directory" in found[name], (name, text)
     uid = int(found["uid"])
     first, last = settings.policy.run_uids
     assert first <= uid <= last

@@ -1,6 +1,7 @@
 """Claude Code's own sandbox as a second layer for shell jobs (CLAUDEQ_POLICY__SHELL_SANDBOX, bubblewrap on Linux).
 
-Real worker (as root), the real CLI, the simulator: a shell job under its run uid runs a Bash command that tries
+Real worker (as root, with claudeq's own sandbox off: CLAUDEQ_POLICY__SANDBOX=off, which tests/e2e/test_run_sandbox.py
+covers), the real CLI, the simulator: a shell job under its run uid runs a Bash command that tries
 what the run uid alone still allows — writing outside its cwd in a world-writable place, and reaching the network
 (the Redis port on this host). With the sandbox off the command does both. With it on the command never runs
 unsandboxed: either the sandbox runs it (writes only in the workspace, no network) or, where the sandbox cannot
@@ -46,6 +47,7 @@ def settings(redis_url: str, unique: str, accounts_file: Path, base: Path, works
         allowed_tools=["Read", "Glob", "Grep", "Edit", "Write", "Bash"],
         workspace_roots=[workspace],
         run_groups=[WORKSPACE_GID],
+        sandbox="off",  # Claude Code's sandbox on its own: it cannot start inside claudeq's (no nested namespaces)
     )
     return make_settings(
         redis_url, unique, accounts_file=accounts_file, run_root=base / "runs", policy=policy, **FAST_E2E

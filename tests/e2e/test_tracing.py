@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from claudeq import tracing
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
 from tests.support.otlp_receiver import OtlpReceiver, Span
+from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import SimAccount
 
 pytestmark = pytest.mark.e2e
@@ -162,3 +164,47 @@ def test_a_rate_limited_retried_job_with_a_tool_is_one_trace_with_the_cli_spans_
         for secret in secrets:
             assert secret not in text, f"a token in {span.name}"
         assert "sk-ant-" not in text, f"a token-shaped value in {span.name}"
+
+
+def test_a_sandboxed_run_with_file_tools_and_a_cwd_exports_the_clis_spans(
+    workers: WorkerFactory,
+    receiver: OtlpReceiver,
+    traced_producer: Any,
+    settings: Settings,
+    redis_client: redis.Redis,
+) -> None:
+    """A run with file tools and a cwd runs in a sandbox of its own, whose network reaches nothing but its
+    pass-through and, for a traced job, the collector through the worker's relay: the CLI's spans arrive, under
+    the attempt, tool call included (before the sandbox, a run under a uid of its own exported none)."""
+    with open_base("cqt-tracing-") as base:
+        workspace = group_workspace(base / "ws", 62506)
+        note = workspace / "note.txt"
+        note.write_text("a note\n")
+        note.chmod(0o664)
+        policy = settings.policy.model_copy(
+            update={"allowed_tools": ["Read", "Glob", "Grep"], "workspace_roots": [workspace], "run_groups": [62506]}
+        )
+        boxed = settings.model_copy(update={"policy": policy, "run_root": base / "runs"})
+        workers(
+            policy=policy,
+            run_root=base / "runs",
+            extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"},
+        )
+        client = Client(boxed, redis_client=redis_client)
+        directive = json.dumps({"file_path": str(note)})
+        with traced_producer.start_as_current_span("GET /boxed"):
+            job = client.submit(prompt=f"[[sim: tool Read {directive}]] read it", tools="read-only", cwd=str(workspace))
+        record = client.wait(job.id, timeout=90, poll_s=0.1)
+        assert record.status == "succeeded", record.error
+        assert [e.data["is_error"] for e in client.events(job.id) if e.type == "tool_result"] == [False]
+
+        def complete(spans: list[Span]) -> bool:
+            names = [s.name for s in spans if s.trace_id == record.trace_id]
+            return ATTEMPT in names and "claude_code.interaction" in names and "claude_code.tool" in names
+
+        spans = [s for s in receiver.wait_for(complete, timeout=30) if s.trace_id == record.trace_id]
+        assert complete(spans), sorted(s.name for s in spans)
+        by_id = {s.span_id: s for s in spans}
+        (attempt,) = [s for s in spans if s.name == ATTEMPT]
+        (tool,) = [s for s in spans if s.name == "claude_code.tool"]
+        assert attempt.span_id in ancestors(tool, by_id) and tool.attributes["tool_name"] == "Read"

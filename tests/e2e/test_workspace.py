@@ -247,8 +247,11 @@ def test_a_read_only_run_on_a_root_worker_runs_under_a_uid_of_its_own(
         for pid in procs.job_pids(handle.id):
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
+                program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
             except OSError:
                 continue
+            if not program.endswith(b"/claude"):
+                continue  # the wrapper, before it drops to the run's uid
             uids.update(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
         time.sleep(0.1)
     assert client.wait(handle.id, timeout=120, poll_s=0.2).status == "succeeded"

@@ -190,14 +190,16 @@ def start_worker(
     args: list[str] | None = None,
     wait: bool = True,
     ready_timeout: float = 30,
+    prefix: list[str] | None = None,
 ) -> WorkerProcess:
-    """Start `claudeq-worker` with `settings` (accounts_file must be set) and wait until it is consuming."""
+    """Start `claudeq-worker` with `settings` (accounts_file must be set) and wait until it is consuming. `prefix`
+    goes before the command (e.g. a `setpriv` that starts it under another uid; it must exec the worker)."""
     worker_id = worker_id or f"test-worker-{uuid.uuid4().hex[:6]}"
     env = worker_env(settings, accounts, CLAUDEQ_WORKER_ID=worker_id, **(extra_env or {}))
     log_path = log_dir / f"{worker_id}.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "claudeq.worker", *(args or [])],
+            [*(prefix or []), sys.executable, "-m", "claudeq.worker", *(args or [])],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -36,10 +36,12 @@ import logging
 import os
 import secrets
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -155,6 +157,9 @@ class PassThrough:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
+        #: The same server on a Unix socket: sandboxed runs reach it through it (their network has no other way out).
+        self.unix_path: Path | None = None
+        self._unix_server: asyncio.Server | None = None
         self._client: httpx.AsyncClient | None = None
         self._stopping = False
         self._recorder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cq-limits")
@@ -181,6 +186,7 @@ class PassThrough:
             sock.bind((self.host, 0))
             self.port = sock.getsockname()[1]
             self.generation += 1
+            self.unix_path = Path(tempfile.gettempdir()) / f"claudeq-passthrough-{os.getpid()}-{self.generation}.sock"
             self._stopping = False
             ready = threading.Event()
             self._thread = threading.Thread(
@@ -211,6 +217,8 @@ class PassThrough:
     def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._unix_server is not None:
+            self._unix_server.close()
         for task in asyncio.all_tasks():
             task.cancel()
 
@@ -227,7 +235,9 @@ class PassThrough:
         finally:
             if not self._stopping and self.failure is None:
                 self.failure = "the pass-through stopped"
-            self._server = None
+            self._server = self._unix_server = None
+            if self.unix_path is not None:
+                self.unix_path.unlink(missing_ok=True)
             ready.set()
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
@@ -241,6 +251,13 @@ class PassThrough:
         async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as client:
             self._client = client
             server = await asyncio.start_server(self._connection, sock=sock, limit=_MAX_HEAD)
+            if self.unix_path is not None:
+                self.unix_path.unlink(missing_ok=True)
+                self._unix_server = await asyncio.start_unix_server(
+                    self._connection, path=str(self.unix_path), limit=_MAX_HEAD
+                )
+                # Any uid may connect, as to the loopback port: a run's uid needs to; its stand-in is the key.
+                self.unix_path.chmod(0o666)
             self._server = server
             self.failure = None
             ready.set()

@@ -1,8 +1,11 @@
-"""The environment a run's CLI starts with (secrets are kept out of text we store by claudeq.worker.redaction).
+"""The environment a run's CLI starts with: an allow-list (secrets are kept out of text we store by
+claudeq.worker.redaction).
 
-The SDK starts the CLI with `{**os.environ, **options.env}`, so everything secret the worker holds must be blanked
-here explicitly: another account's token, the Redis URL (with its password), an API key that would take precedence
-over an OAuth token and bill elsewhere.
+The SDK starts the CLI with `{**os.environ, **options.env}`; the wrapper that starts the CLI
+(`claude-pdeathsig.sh`) keeps only the variables `ENV_KEEP_VAR` names: what this module passes on from the worker's
+environment (`PASSED_VARS`, the locale, what the operator lists in `CLAUDEQ_CLI_ENV`), what claudeq sets, and the few
+the SDK sets itself. Every secret the worker holds is also blanked in `options.env`, so a wrapper that did not filter
+would still pass none (docs/architecture.md#security-model).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
-from claudeq.worker.redaction import CREDENTIAL_VARS, remember_secret
+from claudeq.worker.redaction import CREDENTIAL_VARS, remember_secret, secret_env_names
 
 #: Names the runner sets for the CLI (not secret): tests and the engine find a job's processes by CLAUDEQ_JOB_ID.
 JOB_ID_VAR = "CLAUDEQ_JOB_ID"
@@ -21,16 +24,56 @@ JOB_ID_VAR = "CLAUDEQ_JOB_ID"
 #: included (they inherit the CLI's environment), without touching another worker's run of the same job.
 RUN_ID_VAR = "CLAUDEQ_RUN_ID"
 CLI_BIN_VAR = "CLAUDEQ_CLAUDE_BIN"
+#: The names the wrapper keeps (space-separated); it starts the CLI with those alone.
+ENV_KEEP_VAR = "CLAUDEQ_ENV_KEEP"
 _OWN_VARS = frozenset({JOB_ID_VAR, RUN_ID_VAR, CLI_BIN_VAR})
+
+#: The worker's variables every CLI gets as they are: the search path, home, time zone, temp dir, CA bundles.
+PASSED_VARS: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+)
+#: Variables the SDK sets on the CLI's environment itself (claude_agent_sdk's subprocess transport).
+SDK_VARS: tuple[str, ...] = (
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_AGENT_SDK_VERSION",
+    "CLAUDE_AGENT_SDK_CLIENT_APP",
+    "CLAUDE_AGENT_SDK_DERIVED_CLIENT_APP",
+    "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+    "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING",
+    "TRACEPARENT",
+    "TRACESTATE",
+    "PWD",
+)
 
 
 def secret_vars(account: AccountConfig, settings: Settings, environ: Mapping[str, str]) -> set[str]:
     """Every variable the CLI of a run on `account` must see blank."""
-    names = set(CREDENTIAL_VARS) | settings.accounts.secret_env_vars() | set(settings.secret_env)
+    names = set(CREDENTIAL_VARS) | secret_env_names(settings)
     # The CLI needs none of the worker's own configuration, and CLAUDEQ_REDIS_URL may hold a password.
     names |= {name for name in environ if name.startswith("CLAUDEQ_")}
     names.add("CLAUDEQ_REDIS_URL")
     return names - _OWN_VARS
+
+
+def passed_vars(settings: Settings, environ: Mapping[str, str], secrets: set[str]) -> dict[str, str]:
+    """What the CLI gets of the worker's own environment: `PASSED_VARS`, the locale (`LC_*`) and the operator's
+    `CLAUDEQ_CLI_ENV`, never a secret."""
+    wanted = {*PASSED_VARS, *settings.cli_env}
+    return {
+        name: value
+        for name, value in environ.items()
+        if (name in wanted or name.startswith("LC_")) and name not in secrets and value
+    }
 
 
 def build_env(
@@ -45,7 +88,8 @@ def build_env(
     run_id: str | None = None,
     passthrough_url: str | None = None,
 ) -> dict[str, str]:
-    """`ClaudeAgentOptions.env` for one run: this account's token, other secrets blanked, per-run config dir.
+    """`ClaudeAgentOptions.env` for one run: the allow-listed environment, this account's token, every other secret
+    blanked, per-run config dir. `sealed` adds the list the wrapper keeps, once everything is set.
 
     With `passthrough_url` (the worker's pass-through), `token` is the run's stand-in credential: the CLI talks to
     the pass-through, which puts the real token on the upstream request, and loopback never goes through a proxy.
@@ -53,7 +97,9 @@ def build_env(
     env_in = os.environ if environ is None else environ
     if passthrough_url is None:
         remember_secret(token)  # a stand-in needs no remembering: it is token-shaped, and dies with the run
-    env = dict.fromkeys(sorted(secret_vars(account, settings, env_in)), "")
+    secrets = secret_vars(account, settings, env_in)
+    env = dict.fromkeys(sorted(secrets), "")
+    env.update(passed_vars(settings, env_in, secrets))
     env[account.token_env_var] = token
     # Concurrent CLIs sharing one config dir corrupt its .claude.json; an interactive login's dir is used as is.
     chosen = account.config_dir or config_dir
@@ -73,3 +119,16 @@ def build_env(
     if cli_bin is not None:
         env[CLI_BIN_VAR] = cli_bin
     return env
+
+
+def sealed(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the list of names the wrapper keeps: those set (not blank) in it, and the SDK's own."""
+    keep = sorted({*(name for name, value in env.items() if value and name != ENV_KEEP_VAR), *SDK_VARS})
+    return {**env, ENV_KEEP_VAR: " ".join(keep)}
+
+
+def exporter_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's OTLP exporter settings (`OTEL_EXPORTER_OTLP_*`), for a traced run's CLI to send its spans where
+    the worker sends its own (docs/tracing.md)."""
+    env_in = os.environ if environ is None else environ
+    return {name: value for name, value in env_in.items() if name.startswith("OTEL_EXPORTER_OTLP_") and value}

@@ -30,7 +30,7 @@ from claudeq.errors import PolicyViolation
 from claudeq.models import APPROVAL_MODES, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.run.approval import ApprovalGate
-from claudeq.worker.run.cli_env import JOB_ID_VAR
+from claudeq.worker.run.cli_env import JOB_ID_VAR, sealed
 from claudeq.worker.run.tools import SERVER_NAME, ToolRegistry, wire_name
 from claudeq.worker.run.workdirs import default_cwd, runs_under_own_uid
 
@@ -61,6 +61,17 @@ def tool_path(value: str, base: Path, home: Path) -> Path | None:
     return Path(value) if value.startswith("/") else base / value
 
 
+def unclean(value: str) -> str | None:
+    """Why a path or glob pattern is refused as it is, before it is read as a path: surrounding whitespace, a control
+    character or a NUL. The CLI trims or reinterprets such a value (`" /outside"` is `/outside` to it), so the hook
+    judges the exact string and never normalises it; None when it is clean."""
+    if value != value.strip():
+        return "starts or ends with whitespace"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return "holds a control character (a NUL, a tab, a newline, ...)"
+    return None
+
+
 def pattern_climbs(pattern: str) -> bool:
     """Whether a glob pattern may match outside the directory it is searched in: it is absolute, starts at a home
     (`~`), or holds `..` anywhere (also inside braces or brackets: `{..,x}/…`)."""
@@ -88,6 +99,10 @@ def workspace_hook(policy: WorkerPolicy, home: Path) -> Callable[[HookInput, str
         if not paths:
             paths = [str(base)]  # Glob/Grep without a path search the cwd
         for path in paths:
+            why = unclean(path)
+            if why is not None:
+                reason = f"the path {path!r} {why}: give the exact path, without it"
+                break
             target = tool_path(path, base, home)
             if target is None:
                 reason = f"{path} cannot be resolved, so it is treated as outside the workspace roots"
@@ -97,7 +112,14 @@ def workspace_hook(policy: WorkerPolicy, home: Path) -> Callable[[HookInput, str
                 break
         for name in PATTERN_FIELDS:
             pattern = tool_input.get(name)
-            if isinstance(pattern, str) and pattern_climbs(pattern):
+            if not isinstance(pattern, str):
+                continue
+            # Grep's `pattern` is a regular expression (spaces are its own business); Glob's, and Grep's `glob`, are
+            # paths to the CLI.
+            why = unclean(pattern) if (name, data.get("tool_name")) != ("pattern", "Grep") else None
+            if why is not None:
+                reason = f"the pattern {pattern!r} {why}: give the exact pattern, without it"
+            elif pattern_climbs(pattern):
                 reason = f"pattern {pattern!r} may reach outside the workspace roots"
         if reason is None:
             return {}
@@ -246,7 +268,7 @@ def build_options(
         include_partial_messages=True,  # liveness for the watchdogs; never stored as events
         hooks=hooks,  # type: ignore[arg-type]
         sandbox=sandbox,
-        env=env,
+        env=sealed(env),  # the wrapper starts the CLI with what it names alone
         cli_path=cli_path,
         stderr=stderr,
         resume=resume,

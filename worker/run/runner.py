@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections import deque
@@ -37,7 +38,7 @@ from claudeq.permissions import allowed_builtin_tools, check_spec
 from claudeq.worker.passthrough.server import PassThrough, RunGrant
 from claudeq.worker.redaction import redact, remember_settings_secrets
 from claudeq.worker.run import procs
-from claudeq.worker.run.cli_env import build_env
+from claudeq.worker.run.cli_env import build_env, exporter_env, sealed
 from claudeq.worker.run.launcher import (
     RunIdentity,
     acquire_identity,
@@ -52,6 +53,10 @@ from claudeq.worker.run.launcher import (
 from claudeq.worker.run.options import PromptFiles, build_options
 from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest, StopReason
 from claudeq.worker.run.parse import MessageParser
+from claudeq.worker.run.relay import HostProxy, Relay, collector_address, through_loopback
+from claudeq.worker.run.sandbox import ARGS_VAR as SANDBOX_ARGS_VAR
+from claudeq.worker.run.sandbox import FORWARD_VAR, Forward, SandboxView, sandboxed
+from claudeq.worker.run.sandbox import problem as sandbox_problem
 from claudeq.worker.run.tools import ToolRegistry
 from claudeq.worker.run.warm import WarmCli, WarmPool, fingerprint, new_cli_id, warm_eligible
 from claudeq.worker.run.watchdog import Timeouts, Watchdog
@@ -97,7 +102,8 @@ def exec_errno(stderr_lines: Iterable[str], outcome: RunOutcome) -> int | None:
     if outcome.first_byte_at is not None or outcome.got_result:
         return None
     for line in stderr_lines:
-        if "failed to execute " not in line:
+        # setpriv's wording, or env's (`env: '<path>': <strerror>`: the wrapper starts the CLI through `env -i`).
+        if "failed to execute " not in line and not line.startswith("env: "):
             continue
         for code in PERMANENT_START_ERRNOS:
             if line.rstrip().endswith(os.strerror(code)):
@@ -118,6 +124,10 @@ class Runner:
         self.passthrough = passthrough
         #: Idle CLIs kept for later jobs with the same options (docs/architecture.md#warm-clis).
         self.pool = WarmPool(settings, lambda: self.passthrough)
+        #: Relays to the trace collector for sandboxed runs, by address (docs/architecture.md#the-run-sandbox).
+        self._relays: dict[tuple[str, int], Relay] = {}
+        self._relays_lock = threading.Lock()
+        self._proxy: HostProxy | None = None
         remember_settings_secrets(settings)
 
     def check(self, spec: JobSpec) -> None:
@@ -144,6 +154,8 @@ class Runner:
     async def _run_cold(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
         # A run that may execute commands or write files gets a uid of its own (None: the worker's uid).
         if not runs_under_own_uid(req.spec, self.settings.policy):
+            if sandboxed(req.spec, self.settings.policy):
+                await asyncio.to_thread(self._check_sandbox)  # tried until it works once in this process
             return await self._run(req, emit, cancel, None)
         acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
         try:
@@ -164,9 +176,12 @@ class Runner:
         if not runs_under_own_uid(req.spec, policy):
             return None
         wanted = policy.isolated_tools(allowed_builtin_tools(req.spec, policy))
+        sandbox = sandboxed(req.spec, policy)
+        if sandbox:
+            self._check_sandbox()
         if not can_switch_uid():
-            if policy.shared_uid_ok:
-                return None
+            if policy.shared_uid_ok or sandbox:
+                return None  # in a sandbox, the worker's uid sees nothing of the worker (its own PID namespace)
             raise ConfigError(
                 "CLAUDEQ_POLICY__SHARED_UID_OK",
                 f"the job's tools ({', '.join(wanted)}) run only under a uid of their own, and this worker runs as "
@@ -211,6 +226,75 @@ class Runner:
                 identity.release()
                 raise
         return identity
+
+    def _check_sandbox(self) -> None:
+        """ConfigError when a run with tools cannot get its sandbox here (blocking: tried until it works once)."""
+        policy = self.settings.policy
+        why = sandbox_problem(policy.run_uids[0] if can_switch_uid() else None)
+        if why is not None:
+            raise ConfigError(
+                "CLAUDEQ_POLICY__SANDBOX",
+                f"a run with tools runs in a sandbox of its own, which cannot start on this host: {why}. Install "
+                "bubblewrap and socat and allow unprivileged user namespaces, or set CLAUDEQ_POLICY__SANDBOX=off to "
+                "accept runs held by the workspace hook and the run uid alone",
+            )
+
+    def _sandbox_view(
+        self, req: RunRequest, run_dir: Path, cwd: Path, grant: RunGrant | None, env: dict[str, str]
+    ) -> tuple[SandboxView, dict[str, str]]:
+        """What the run's sandbox shows — its workspace (writable when its tools write), its run directory, the CLI,
+        its pass-through and (traced) the trace collector through forwarders — and the variables that change for it
+        (blocking: may start the relay to the collector)."""
+        policy = self.settings.policy
+        tools = allowed_builtin_tools(req.spec, policy)
+        forwards: list[Forward] = []
+        changed: dict[str, str] = {}
+        if grant is not None and self.passthrough is not None and self.passthrough.unix_path is not None:
+            forwards.append(Forward(port=self.passthrough.port, socket=self.passthrough.unix_path))
+        if "Bash" in tools and policy.network_hosts:
+            # The operator's hole: the named hosts, through the worker's proxy (docs/workers.md#security-defaults).
+            port = next(p for p in range(3128, 3200) if all(f.port != p for f in forwards))
+            forwards.append(Forward(port=port, socket=self._hosts_proxy().path))
+            proxy = f"http://127.0.0.1:{port}"
+            changed.update(HTTP_PROXY=proxy, HTTPS_PROXY=proxy, http_proxy=proxy, https_proxy=proxy)
+        collector = collector_address(env) if env.get("TRACEPARENT") else None
+        if collector is not None:
+            port = collector[1] if all(f.port != collector[1] for f in forwards) else collector[1] + 1
+            forwards.append(Forward(port=port, socket=self._relay_to(collector).path))
+            changed.update(through_loopback(env, port))
+        return SandboxView(
+            cli=locate_cli(self.settings),
+            run_dir=run_dir,
+            cwd=cwd,
+            add_dirs=[Path(d) for d in req.spec.add_dirs],
+            writable=bool(policy.isolated_tools(tools)),
+            config_dir=req.account.config_dir,
+            forwards=forwards,
+            # Without the pass-through the CLI talks to the model service itself; WebFetch fetches pages itself.
+            share_net=grant is None or "WebFetch" in tools,
+        ), changed
+
+    def _write_sandbox(
+        self, req: RunRequest, run_dir: Path, cwd: Path, grant: RunGrant | None, env: dict[str, str]
+    ) -> dict[str, str]:
+        """Write the run's sandbox arguments into its run directory; the variables that change for it (blocking)."""
+        view, changed = self._sandbox_view(req, run_dir, cwd, grant, env)
+        return {**changed, SANDBOX_ARGS_VAR: str(view.write()), FORWARD_VAR: view.forward_spec()}
+
+    def _hosts_proxy(self) -> HostProxy:
+        """The proxy to the policy's network hosts, started on first use; one per worker process."""
+        with self._relays_lock:
+            if self._proxy is None:
+                self._proxy = HostProxy(list(self.settings.policy.network_hosts)).start()
+            return self._proxy
+
+    def _relay_to(self, address: tuple[str, int]) -> Relay:
+        """The relay to `address` (the trace collector), started on first use; one per worker process."""
+        with self._relays_lock:
+            relay = self._relays.get(address)
+            if relay is None:
+                relay = self._relays[address] = Relay(*address, name="collector").start()
+            return relay
 
     def _release_late(self, acquired: asyncio.Future[RunIdentity | None], account: AccountConfig) -> None:
         """Free an identity whose run was cancelled while it was being acquired (never leak its uid)."""
@@ -258,10 +342,15 @@ class Runner:
                 run_id=run_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
-            env.update(tracing.cli_env(req.traceparent))  # nothing unless the job is traced (docs/tracing.md)
+            traced = tracing.cli_env(req.traceparent)  # nothing unless the job is traced (docs/tracing.md)
+            if traced:
+                env.update(exporter_env(), **traced)  # where the CLI sends its spans: the worker's collector
+            sandbox = sandboxed(req.spec, self.settings.policy)
             if identity is not None:
-                # Its own home and temp dir: the worker's (root's) are not the run's to write in.
-                env.update(identity.env(), HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
+                env.update(identity.env())
+            if identity is not None or sandbox:
+                # Its own home and temp dir: the worker's are not the run's to write in (nor to see, in a sandbox).
+                env.update(HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
             options = build_options(
                 req.spec,
                 self.settings,
@@ -276,6 +365,12 @@ class Runner:
                 prompt_files=prompt_files,
                 approvals=req.approvals,
             )
+            if sandbox:
+                # One trip to a thread: the view (may start a relay) and its arguments file.
+                changed = await asyncio.to_thread(
+                    self._write_sandbox, req, run_dir, Path(str(options.cwd)), grant, options.env
+                )
+                options.env = sealed({**options.env, **changed})
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
             if grant is not None and self.passthrough is not None:

@@ -45,6 +45,7 @@ from claudeq.permissions import allowed_builtin_tools
 from claudeq.worker.passthrough.server import PassThrough, RunGrant
 from claudeq.worker.run import procs
 from claudeq.worker.run.outcome import RunRequest
+from claudeq.worker.run.sandbox import sandboxed
 from claudeq.worker.run.tools import FLEET_TOOLS, ToolRegistry
 from claudeq.worker.run.workdirs import runs_under_own_uid
 
@@ -72,6 +73,8 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
         return "its tool uses may wait for approval (the CLI's callback is the job's own)"
     if runs_under_own_uid(spec, settings.policy):
         return "runs under a uid of its own (shell, file tools)"
+    if sandboxed(spec, settings.policy):
+        return "runs in a sandbox of its own (built-in tools)"
     if any(name in FLEET_TOOLS and tools.get(name) is None for name in spec.mcp_tools):
         return "fleet tools are bound to the job"
     if req.account.config_dir is not None:

@@ -45,11 +45,15 @@ def runs_under_own_uid(spec: JobSpec, policy: WorkerPolicy) -> bool:
     (always; a worker that cannot switch uids refuses it unless the policy accepts a shared uid), or a file tool
     that reads and this worker can switch uids (it runs as root): then the kernel, not only the workspace hook,
     keeps the run from files outside the workspace roots. A worker that is not root runs read-only file tools
-    under its own uid, held by the hook alone (docs/workers.md#security-defaults)."""
+    under its own uid, held by the hook and its sandbox (docs/workers.md#security-defaults). On a root worker every
+    sandboxed run gets one."""
     tools = allowed_builtin_tools(spec, policy)
     if policy.isolated_tools(tools):
         return True
-    return bool(FILE_TOOLS.intersection(tools)) and can_switch_uid()
+    if not can_switch_uid():
+        return False
+    # A root worker never starts a sandbox as root: the sandbox's namespaces are made by the run's own uid.
+    return bool(FILE_TOOLS.intersection(tools)) or (policy.sandbox != "off" and bool(tools))
 
 
 _MAX_SANITIZED_LENGTH = 200

@@ -112,7 +112,8 @@ def test_a_worker_that_cannot_switch_uid_refuses_shell_jobs_unless_the_policy_ac
     base: Path,
 ) -> None:
     account = AccountConfig(name="a", kind="oauth", token_env="CQT_IDENTITY_TOKEN")
-    strict = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+    # With claudeq's sandbox off (with it, the worker's uid sees nothing of the worker: below).
+    strict = make_runner(WorkerPolicy(allowed_tools=SHELL, sandbox="off"), account, base / "runs")
     kind, value = _identity_as_non_root(strict, request(strict, tools="shell"))
     assert kind == "error"
     field, reason = value  # type: ignore[misc]
@@ -120,8 +121,12 @@ def test_a_worker_that_cannot_switch_uid_refuses_shell_jobs_unless_the_policy_ac
     assert "Bash" in reason and "uid 63999" in reason and "CLAUDEQ_POLICY__SHARED_UID_OK=true" in reason
     assert _identity_as_non_root(strict, request(strict, tools="read-only")) == ("identity", None)
 
-    accepting = make_runner(WorkerPolicy(allowed_tools=SHELL, shared_uid_ok=True), account, base / "runs")
+    accepting = make_runner(
+        WorkerPolicy(allowed_tools=SHELL, shared_uid_ok=True, sandbox="off"), account, base / "runs"
+    )
     assert _identity_as_non_root(accepting, request(accepting, tools="shell")) == ("identity", None)
+    sandboxed = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+    assert _identity_as_non_root(sandboxed, request(sandboxed, tools="shell")) == ("identity", None)
 
 
 def test_a_token_file_other_users_can_read_refuses_shell_jobs(base: Path) -> None:
@@ -167,3 +172,38 @@ def test_a_cwd_the_runs_own_uid_cannot_enter_is_a_configuration_error(base: Path
     with pytest.raises(ConfigError) as info:
         runner._identity_for(request(runner, tools="read-only", cwd=str(work)))
     assert info.value.field == "CLAUDEQ_POLICY__RUN_GROUPS" and str(work) in info.value.reason
+
+
+def test_a_host_without_bubblewrap_refuses_runs_with_tools_unless_the_sandbox_is_off(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the sandbox cannot start, a run with tools fails with a configuration error naming the setting that
+    would accept it without one; `claudeq config check`'s words say so too. Tool-less runs need no sandbox."""
+    from claudeq.worker.run import sandbox
+
+    token = base / "a.token"
+    token.write_text("sk-ant-oat01-test-identity")
+    token.chmod(0o600)
+    account = AccountConfig(name="a", kind="oauth", token_file=token, base_url="http://127.0.0.1:9")
+    empty = base / "no-tools-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no bwrap, no socat
+    sandbox.forget()
+    try:
+        runner = make_runner(WorkerPolicy(allowed_tools=SHELL), account, base / "runs")
+
+        async def emit(event: Event) -> None:
+            return None
+
+        for tools in ("read-only", "shell"):
+            with pytest.raises(ConfigError) as info:
+                asyncio.run(runner.run(request(runner, tools=tools), emit, asyncio.Event()))
+            assert info.value.field == "CLAUDEQ_POLICY__SANDBOX", info.value
+            assert "bubblewrap (bwrap) is not installed" in info.value.reason
+            assert "CLAUDEQ_POLICY__SANDBOX=off" in info.value.reason
+        words, problem = sandbox.isolation(runner.settings.policy)
+        assert "unavailable" in words and problem is not None and "refused" in problem
+        off, none = sandbox.isolation(runner.settings.policy.model_copy(update={"sandbox": "off"}))
+        assert off.startswith("off (CLAUDEQ_POLICY__SANDBOX=off)") and none is None
+    finally:
+        sandbox.forget()

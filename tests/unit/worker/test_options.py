@@ -11,6 +11,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
+from claudeq.worker.run.cli_env import SDK_VARS
 from claudeq.worker.run.options import build_options
 from claudeq.worker.run.tools import ToolRegistry
 from claudeq.worker.run.workdirs import default_cwd
@@ -37,7 +38,8 @@ def test_default_profile_offers_no_builtin_tools() -> None:
     assert options.include_partial_messages is True
     assert options.permission_mode is None
     assert options.cwd == default_cwd()
-    assert options.env == {"X": "1"}
+    assert options.env["X"] == "1"
+    assert options.env["CLAUDEQ_ENV_KEEP"].split() == sorted({"X", *SDK_VARS})  # what the wrapper keeps
     assert options.cli_path == "/w.sh"
 
 

@@ -91,11 +91,14 @@ def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     assert warm_eligible(req(runner), settings, tools) is None
     read_only = req(runner, tools="read-only", cwd=str(tmp_path / "work"))
     # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace), so
-    # cold; a worker that is not root runs them under its uid, held by the hook, and may reuse a warm CLI.
+    # cold; a worker that is not root runs them in a sandbox of their own, cold too. Only with the sandbox off may
+    # they reuse a warm CLI there, held by the hook alone.
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=True):
         assert warm_eligible(read_only, settings, tools) == OWN_UID
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
-        assert warm_eligible(read_only, settings, tools) is None
+        assert warm_eligible(read_only, settings, tools) == "runs in a sandbox of its own (built-in tools)"
+        unboxed = settings.model_copy(update={"policy": settings.policy.model_copy(update={"sandbox": "off"})})
+        assert warm_eligible(read_only, unboxed, tools) is None
     assert warm_eligible(req(runner, conversation="c"), settings, tools) == "a conversation turn"
     resumed = req(runner)
     resumed.resume = "0e0b1e37-0000-4000-8000-000000000000"
@@ -107,7 +110,7 @@ def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     off = settings.model_copy(update={"warm_clients": 0})
     assert warm_eligible(req(runner), off, tools) == "warm CLIs are off"
     # File tools that could reach the CLIs' config dirs (the run root under a workspace root) run cold.
-    exposed = settings.model_copy(update={"run_root": tmp_path / "work" / "runs"})
+    exposed = unboxed.model_copy(update={"run_root": tmp_path / "work" / "runs"})
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
         assert warm_eligible(read_only, exposed, tools) is not None
     assert warm_eligible(req(runner), exposed, tools) is None

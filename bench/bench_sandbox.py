@@ -1,0 +1,274 @@
+"""The run sandbox's cost: short read-only jobs with a `cwd`, sandboxed (`CLAUDEQ_POLICY__SANDBOX=bwrap`) against
+not (`off`), in one run. Real Redis, two real `claudeq-worker` processes (one per way, both as this process's user,
+so on a root machine both run their CLIs under run uids: the sandbox is the only difference), the real CLI, the
+simulator in a process of its own, the pass-through on.
+
+`--rounds` batches of `--jobs` jobs per way, interleaved in a rotating order (a busy machine's load drifts over the
+run). Per way: the throughput of a batch (submit -> the last job seen finished), median over the rounds; the CLI's
+start, per job, from its `run_started` event to its first event from the CLI (the simulator answers at once, so
+this is the CLI's start and one model round trip), p50; the CPU per job of the worker process and the CLIs it
+reaped. Both workers first run a batch of `--lanes` jobs that is not measured.
+
+    .venv/bin/python -m bench.bench_sandbox [--jobs 12] [--rounds 3] [--lanes 2]
+    .venv/bin/python -m bench.bench_sandbox --cli-start 30   # the CLI's start alone: plain, bwrap, Landlock
+
+Target: sandboxed / not >= 0.95x throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import redis
+
+from bench.bench_warm import Cell, process_cpu, through_claudeq
+from claudeq.config.settings import WorkerPolicy
+from claudeq.models import JobSpec
+from claudeq.producer.client import Client, JobHandle
+from claudeq.simulator.testing import start_simulator_process
+from claudeq.worker.run.launcher import bundled_cli
+from claudeq.worker.run.sandbox import SandboxView
+from tests.conftest import USED, make_settings, sweep
+from tests.support.redis_server import redis_url_for_tests
+from tests.support.run_dirs import group_workspace, open_base
+from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
+
+WORKSPACE_GID = 62599
+TARGET = 0.95
+
+
+class ReadOnlyClient(Client):
+    """A client whose jobs ask for the read-only profile in the workspace (what a sandboxed run is)."""
+
+    workspace = ""
+    submitted: list[str]
+
+    def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+        handle = super().submit(spec, **{**fields, "tools": "read-only", "cwd": self.workspace})
+        self.submitted.append(handle.id)
+        return handle
+
+
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class CpuMeter:
+    """CPU seconds of a worker and every process it starts. A sandbox's processes are not reaped by the worker (bwrap
+    reports its child's exit through a pipe, without a wait), so their CPU never reaches its rusage: a cpuacct
+    cgroup of its own counts them, where the host has one; else the rusage (and the sandboxed figure is low)."""
+
+    def __init__(self, pid: int, name: str) -> None:
+        self.pid = pid
+        self.group: Path | None = CPUACCT / name
+        try:
+            self.group.mkdir()
+            (self.group / "cgroup.procs").write_text(str(pid))
+        except OSError:
+            self.group = None
+
+    def seconds(self) -> float:
+        if self.group is None:
+            return process_cpu(self.pid)
+        return int((self.group / "cpuacct.usage").read_text()) / 1e9
+
+    def close(self) -> None:
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                (CPUACCT / "cgroup.procs").write_text(str(self.pid))
+            with contextlib.suppress(OSError):
+                self.group.rmdir()
+
+
+def cli_starts(client: Client, job_ids: list[str]) -> list[float]:
+    """Per job: seconds from `run_started` to the first event the CLI's output made."""
+    starts: list[float] = []
+    for job_id in job_ids:
+        events = client.events(job_id)
+        began = next((e.at for e in events if e.type == "run_started"), None)
+        after = next((e.at for e in events if began is not None and e.at > began and e.type != "run_started"), None)
+        if began is not None and after is not None:
+            starts.append((after - began).total_seconds())
+    return starts
+
+
+class _Ruleset(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _Beneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_FS_ALL = (1 << 16) - 1  # every filesystem right of Landlock ABI 5 and later
+_FS_READ = 1 | 4 | 8  # execute, read file, read directory
+_FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15  # the rights a rule on a file (not a directory) may hold
+
+
+def landlock(read: list[str], write: list[str]) -> None:
+    """Restrict this process (a child before its exec) to reading `read` and writing `write`, with Landlock."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = _Ruleset(_FS_ALL, 0, 0)
+    ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.sizeof(attr), 0)  # landlock_create_ruleset
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    for path, allowed in [*((p, _FS_READ) for p in read), *((p, _FS_ALL) for p in write)]:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        rule = _Beneath(allowed if os.path.isdir(path) else allowed & _FILE_RIGHTS, fd)
+        if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:  # landlock_add_rule, path beneath
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+        os.close(fd)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(446, ruleset, 0) != 0:  # no_new_privs, restrict_self
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+
+
+def cli_start(rounds: int) -> int:
+    """`claude --version` plain, in the run's bubblewrap sandbox and under Landlock, interleaved: the start cost of
+    each mechanism alone (no worker, no model call)."""
+    cli = bundled_cli()
+    with tempfile.TemporaryDirectory(prefix="claudeq-bench-start-") as tmp:
+        run_dir = Path(tmp)
+        view = SandboxView(cli=cli, run_dir=run_dir, cwd=run_dir)
+        commands: dict[str, tuple[list[str], Callable[[], None] | None]] = {
+            "plain": ([str(cli), "--version"], None),
+            "bwrap": (["bwrap", *view.args(), str(cli), "--version"], None),
+            "landlock": (
+                [str(cli), "--version"],
+                lambda: landlock(["/usr", "/etc", "/proc", "/dev", "/sys", str(cli)], [tmp, "/dev/null"]),
+            ),
+        }
+        times: dict[str, list[float]] = {way: [] for way in commands}
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp}
+        for round_ in range(rounds):
+            ways = list(commands)
+            for way in ways[round_ % 3 :] + ways[: round_ % 3]:
+                command, before = commands[way]
+                started = time.perf_counter()
+                done = subprocess.run(command, preexec_fn=before, capture_output=True, env=env, check=False)
+                times[way].append(time.perf_counter() - started)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{way}: {done.stderr.decode(errors='replace')[-300:]}")
+    plain = statistics.median(times["plain"])
+    print(f"claude --version, {rounds} rounds interleaved, load average {os.getloadavg()[0]:.2f} (1 min):")
+    for way, values in times.items():
+        median = statistics.median(values)
+        print(
+            f"  {way:9s} p50 {median * 1000:6.0f} ms  ({median / plain:.2f}x plain, +{(median - plain) * 1000:.0f} ms)"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both ways in interleaved rounds and print the figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=12, help="jobs per batch")
+    parser.add_argument("--rounds", type=int, default=3, help="batches of each way, interleaved")
+    parser.add_argument("--lanes", type=int, default=2, help="runs in flight per worker")
+    parser.add_argument(
+        "--cli-start", type=int, metavar="ROUNDS", help="only time the CLI's start: plain, bwrap and Landlock"
+    )
+    args = parser.parse_args(argv)
+    if args.cli_start:
+        return cli_start(args.cli_start)
+
+    url, private = redis_url_for_tests()
+    unique = uuid.uuid4().hex[:10]
+    account = SimAccount("bench", max_concurrency=4 * args.lanes)
+    cells: dict[str, Cell] = {}
+    starts: dict[str, list[float]] = {}
+    prefixes: list[str] = []
+    load_before = os.getloadavg()
+    with open_base("claudeq-bench-sandbox-") as root:
+        workspace = group_workspace(root / "ws", WORKSPACE_GID)
+        (workspace / "note.txt").write_text("a note\n")
+        sim_config = root / "sim.toml"
+        sim_config.write_text(f'[[accounts]]\nname = "{account.name}"\ntoken = "{account.token_value}"\n')
+        sim_proc, sim_url = start_simulator_process(sim_config)
+        workers = []
+        meters: dict[str, CpuMeter] = {}
+        try:
+            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim_url)
+            clients: dict[str, ReadOnlyClient] = {}
+            setups: list[tuple[str, Literal["bwrap", "off"]]] = [("sandboxed", "bwrap"), ("unsandboxed", "off")]
+            for way, sandbox in setups:
+                policy = WorkerPolicy(workspace_roots=[workspace], run_groups=[WORKSPACE_GID], sandbox=sandbox)
+                settings = make_settings(
+                    url,
+                    f"{unique}-{way}",
+                    accounts_file=accounts_file,
+                    concurrency=args.lanes,
+                    warm_clients=0,
+                    run_root=root / f"runs-{way}",
+                    policy=policy,
+                )
+                prefixes.append(settings.key_prefix)
+                workers.append(start_worker(settings, [account], Path(tempfile.gettempdir()), worker_id=f"bench-{way}"))
+                meters[way] = CpuMeter(workers[-1].pid, f"claudeq-bench-sandbox-{unique}-{way}")
+                clients[way] = ReadOnlyClient(settings)
+                clients[way].workspace = str(workspace)
+                clients[way].submitted = []
+                through_claudeq(clients[way], args.lanes, f"{way}-prime")
+            ways = list(clients)
+            for round_ in range(args.rounds):
+                for way in ways[round_ % 2 :] + ways[: round_ % 2]:
+                    tag = f"{way}-{round_}"
+                    cpu_before = meters[way].seconds()
+                    clients[way].submitted = []
+                    elapsed, _ = through_claudeq(clients[way], args.jobs, tag)
+                    cell = cells.setdefault(way, Cell())
+                    cell.cpu.append((meters[way].seconds() - cpu_before) / args.jobs)
+                    cell.batches.append(elapsed)
+                    starts.setdefault(way, []).extend(cli_starts(clients[way], clients[way].submitted))
+                    print(f"  round {round_} {way:11s}: {elapsed:.2f} s", flush=True)
+        finally:
+            stop_all(workers)
+            for meter in meters.values():
+                meter.close()
+            sim_proc.terminate()
+            sim_proc.wait(10)
+            cleanup = redis.Redis.from_url(url)
+            for prefix in prefixes:
+                for key in cleanup.scan_iter(match=f"{prefix}*", count=1000):
+                    cleanup.delete(key)
+            cleanup.close()
+            if private is not None:
+                private.stop()
+    load_after = os.getloadavg()
+
+    boxed, plain = cells["sandboxed"], cells["unsandboxed"]
+    print(f"jobs per batch={args.jobs} rounds={args.rounds} lanes={args.lanes} (read-only jobs with a cwd)")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    counted = "a cpuacct cgroup per worker" if all(m.group for m in meters.values()) else "rusage (sandboxes uncounted)"
+    print(f"CPU per job counted by {counted}")
+    print(f"{'':12s} {'jobs/s':>7} {'CLI start p50 (ms)':>19} {'CPU/job (ms)':>13}")
+    for way, cell in (("sandboxed", boxed), ("unsandboxed", plain)):
+        print(
+            f"{way:12s} {cell.rate(args.jobs):>7.2f} {statistics.median(starts[way]) * 1000:>19.0f} "
+            f"{statistics.median(cell.cpu) * 1000:>13.0f}"
+        )
+    throughput = boxed.rate(args.jobs) / plain.rate(args.jobs)
+    start_ratio = statistics.median(starts["sandboxed"]) / statistics.median(starts["unsandboxed"])
+    cpu_ratio = statistics.median(boxed.cpu) / statistics.median(plain.cpu)
+    ratios = f"throughput {throughput:.2f}x, CLI start p50 {start_ratio:.2f}x, CPU/job {cpu_ratio:.2f}x"
+    print(f"sandboxed / unsandboxed: {ratios}")
+    print(f"throughput target >= {TARGET:.2f}x: {'met' if throughput >= TARGET else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    finally:
+        sweep(USED)
