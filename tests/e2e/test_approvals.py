@@ -29,21 +29,32 @@ from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_cli_exit_codes import cli
 from tests.integration.test_mcp_http import TOKENS, _mcp_http, as_caller
 from tests.support.procs import count_claude, run_until
+from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import settings_env, worker_env
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"policy": WorkerPolicy(allowed_tools=["Bash"])})
+WORKSPACE_GID = 62508  # the runs' shared group (outside the default run uid range 61000-61999)
 
 
 @pytest.fixture
-def marker(unique: str) -> Iterator[Path]:
-    path = Path(f"/tmp/cqt-approval-{unique}")
-    yield path
-    path.unlink(missing_ok=True)
+def workspace() -> Iterator[Path]:
+    """The jobs' cwd: every run with tools sees only its workspace (docs/architecture.md#the-run-sandbox), so the
+    marker the commands write lives there."""
+    with open_base("cqt-approval-") as base:
+        yield group_workspace(base / "work", WORKSPACE_GID)
+
+
+@pytest.fixture
+def settings(settings: Settings, workspace: Path) -> Settings:
+    policy = WorkerPolicy(allowed_tools=["Bash"], workspace_roots=[workspace], run_groups=[WORKSPACE_GID])
+    return settings.model_copy(update={"policy": policy})
+
+
+@pytest.fixture
+def marker(workspace: Path) -> Path:
+    return workspace / "marker"
 
 
 def bash_prompt(marker: Path, word: str) -> str:
@@ -77,7 +88,9 @@ def test_approved_within_the_hold_the_command_runs_once_on_the_same_cli(
     client: Client, workers: WorkerFactory, marker: Path, unique: str
 ) -> None:
     workers()
-    job = client.submit(prompt=bash_prompt(marker, "yes"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "yes"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     record = waiting(client, job.id)
     assert record.public()["status"] == "waiting_approval"
     assert record.approval is not None and record.approval.tool == "Bash"
@@ -107,7 +120,9 @@ def test_denied_the_tool_never_runs_and_the_model_is_told_why(
     client: Client, workers: WorkerFactory, marker: Path, simulator: Any, settings: Settings
 ) -> None:
     workers()
-    job = client.submit(prompt=bash_prompt(marker, "no"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "no"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     waiting(client, job.id)
     shown = cli(settings, "status", job.id)
     assert shown.returncode == 0 and "waiting_approval" in shown.stdout and "Bash" in shown.stdout, shown
@@ -134,6 +149,7 @@ def test_only_a_matching_input_rule_waits(client: Client, workers: WorkerFactory
     job = client.submit(
         prompt=bash_prompt(marker, "free"),
         tools=["Bash"],
+        cwd=str(marker.parent),
         approve_tools=[{"tool": "Bash", "match": "git push*"}],
     )
     done = client.wait(job.id, timeout=90)
@@ -147,11 +163,16 @@ def test_a_timeout_denies_or_fails_as_the_job_says(
 ) -> None:
     workers()
     denied = client.submit(
-        prompt=bash_prompt(marker, "late"), tools=["Bash"], approve_tools=["Bash"], approval_timeout_s=1
+        prompt=bash_prompt(marker, "late"),
+        tools=["Bash"],
+        cwd=str(marker.parent),
+        approve_tools=["Bash"],
+        approval_timeout_s=1,
     )
     failed = client.submit(
         prompt=bash_prompt(marker, "later"),
         tools=["Bash"],
+        cwd=str(marker.parent),
         approve_tools=["Bash"],
         approval_timeout_s=1,
         on_approval_timeout="fail",
@@ -172,7 +193,9 @@ def test_another_tenants_token_cannot_decide_and_a_cancel_ends_the_wait(
     client: Client, workers: WorkerFactory, marker: Path
 ) -> None:
     workers()
-    job = client.submit(prompt=bash_prompt(marker, "mine"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "mine"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     waiting(client, job.id)
     with pytest.raises(ApprovalRefused) as refused:
         client.approve(job.id, tenant="someone-else")
@@ -212,7 +235,7 @@ class TestOverMcp:
     ) -> None:
         workers()
         # No approve_tools of its own: its tenant's default applies.
-        job = client.submit(prompt=bash_prompt(marker, "a"), tools=["Bash"], tenant="team-a")
+        job = client.submit(prompt=bash_prompt(marker, "a"), tools=["Bash"], cwd=str(marker.parent), tenant="team-a")
         await asyncio.to_thread(waiting, client, job.id)
         async with as_caller(mcp_url, TOKENS["CQT_MCP_TOKEN_B"]) as team_b:
             listed = await team_b.call_tool("list_approvals", {})
@@ -243,7 +266,9 @@ def test_past_the_hold_the_job_waits_holding_nothing_and_resumes_on_another_work
     simulator: Any,
 ) -> None:
     first = workers(approval_hold_s=1)
-    job = client.submit(prompt=bash_prompt(marker, "later"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "later"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     parked = run_until(
         lambda: (r := client.get(job.id)).status == "deferred" and r.shown_status == "waiting_approval" and r,
         timeout=90,
@@ -280,7 +305,9 @@ def test_past_the_hold_a_denial_reaches_the_resumed_session(
     client: Client, workers: WorkerFactory, marker: Path, simulator: Any
 ) -> None:
     workers(approval_hold_s=1)
-    job = client.submit(prompt=bash_prompt(marker, "never"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "never"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     run_until(lambda: client.get(job.id).status == "deferred", timeout=90, what="the job parked")
     client.approve(job.id, approve=False, reason="too risky")
     done = client.wait(job.id, timeout=120)
@@ -295,7 +322,11 @@ def test_past_the_hold_a_denial_reaches_the_resumed_session(
 def test_past_the_hold_a_timeout_denies(client: Client, workers: WorkerFactory, marker: Path) -> None:
     workers(approval_hold_s=1)
     job = client.submit(
-        prompt=bash_prompt(marker, "expired"), tools=["Bash"], approve_tools=["Bash"], approval_timeout_s=4
+        prompt=bash_prompt(marker, "expired"),
+        tools=["Bash"],
+        cwd=str(marker.parent),
+        approve_tools=["Bash"],
+        approval_timeout_s=4,
     )
     done = client.wait(job.id, timeout=120)
     assert done.status == "succeeded", done.error
@@ -308,7 +339,9 @@ def test_a_worker_killed_while_its_run_holds_the_cli_loses_nothing(
     client: Client, workers: WorkerFactory, marker: Path
 ) -> None:
     first = workers()
-    job = client.submit(prompt=bash_prompt(marker, "kept"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "kept"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     asked = waiting(client, job.id).approval
     assert asked is not None
     first.kill()
@@ -332,7 +365,9 @@ def test_a_worker_killed_while_its_run_holds_the_cli_loses_nothing(
 
 def test_a_cancel_ends_a_parked_job_at_once(client: Client, workers: WorkerFactory, marker: Path) -> None:
     workers(approval_hold_s=1)
-    job = client.submit(prompt=bash_prompt(marker, "gone"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "gone"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     run_until(lambda: client.get(job.id).status == "deferred", timeout=90, what="the job parked")
     listed = asyncio.run(AsyncClient(client=client).approvals())
     assert [r.id for r in listed] == [job.id] and listed[0].shown_status == "waiting_approval"
@@ -346,7 +381,9 @@ def test_a_cancel_ends_a_parked_job_at_once(client: Client, workers: WorkerFacto
 
 def test_a_shutdown_during_the_hold_parks_the_request(client: Client, workers: WorkerFactory, marker: Path) -> None:
     first = workers()
-    job = client.submit(prompt=bash_prompt(marker, "drained"), tools=["Bash"], approve_tools=["Bash"])
+    job = client.submit(
+        prompt=bash_prompt(marker, "drained"), tools=["Bash"], cwd=str(marker.parent), approve_tools=["Bash"]
+    )
     asked = waiting(client, job.id).approval
     assert asked is not None
     assert first.stop() == 0  # SIGTERM: the grace passes, the run is stopped

@@ -17,7 +17,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.producer.client import Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.test_approvals import bash_prompt, marker, ran, waiting
+from tests.e2e.test_approvals import WORKSPACE_GID, bash_prompt, marker, ran, waiting, workspace
 from tests.e2e.test_notifications import SECRET, Receiver, receiver
 from tests.e2e.test_web import TENANTS, TOKENS, browser, web
 from tests.support.procs import run_until
@@ -26,14 +26,14 @@ from tests.support.worker_proc import FAST_E2E
 
 pytestmark = pytest.mark.e2e
 
-__all__ = ["browser", "marker", "receiver", "web"]  # fixtures, used by name
+__all__ = ["browser", "marker", "receiver", "web", "workspace"]  # fixtures, used by name
 
 
 @pytest.fixture
-def settings(redis_url: str, unique: str, accounts_file: Path, tmp_path: Path) -> Settings:
+def settings(redis_url: str, unique: str, accounts_file: Path, tmp_path: Path, workspace: Path) -> Settings:
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
-    policy = WorkerPolicy(allowed_tools=["Bash"])
+    policy = WorkerPolicy(allowed_tools=["Bash"], workspace_roots=[workspace], run_groups=[WORKSPACE_GID])
     return make_settings(
         redis_url, unique, accounts_file=accounts_file, tenants_file=tenants, policy=policy, **FAST_E2E
     )
@@ -43,8 +43,20 @@ def test_a_tenant_approves_and_denies_from_the_job_page(
     web: str, browser: Browser, workers: WorkerFactory, client: Client, marker: Path
 ) -> None:
     workers()
-    yes = client.submit(prompt=bash_prompt(marker, "yes"), tools=["Bash"], approve_tools=["Bash"], tenant="team-a")
-    no = client.submit(prompt=bash_prompt(marker, "no"), tools=["Bash"], approve_tools=["Bash"], tenant="team-a")
+    yes = client.submit(
+        prompt=bash_prompt(marker, "yes"),
+        tools=["Bash"],
+        cwd=str(marker.parent),
+        approve_tools=["Bash"],
+        tenant="team-a",
+    )
+    no = client.submit(
+        prompt=bash_prompt(marker, "no"),
+        tools=["Bash"],
+        cwd=str(marker.parent),
+        approve_tools=["Bash"],
+        tenant="team-a",
+    )
     waiting(client, yes.id)
     waiting(client, no.id)
 
@@ -89,7 +101,7 @@ class TestWebhook:
             webhook_secret=SecretStr(SECRET),
             webhook_timeout_s=1.0,
             notify_backoff_s=0.1,
-            policy=WorkerPolicy(allowed_tools=["Bash"]),
+            policy=WorkerPolicy(allowed_tools=["Bash"], cwd=str(marker.parent)),
             **FAST_E2E,
         )
 
@@ -100,6 +112,7 @@ class TestWebhook:
         job = client.submit(
             prompt=bash_prompt(marker, "bot"),
             tools=["Bash"],
+            cwd=str(marker.parent),
             approve_tools=["Bash"],
             webhook={"url": f"{receiver.url}/ok", "events": ["approval_requested", "approval_decided"]},
         )
