@@ -92,7 +92,7 @@ class TestWebhook:
     """A webhook that follows `approval_requested` hears of the request while the job waits: a chat bot can ask."""
 
     @pytest.fixture
-    def settings(self, redis_url: str, unique: str, accounts_file: Path) -> Settings:
+    def settings(self, redis_url: str, unique: str, accounts_file: Path, workspace: Path) -> Settings:
         return make_settings(
             redis_url,
             unique,
@@ -101,7 +101,7 @@ class TestWebhook:
             webhook_secret=SecretStr(SECRET),
             webhook_timeout_s=1.0,
             notify_backoff_s=0.1,
-            policy=WorkerPolicy(allowed_tools=["Bash"], cwd=str(marker.parent)),
+            policy=WorkerPolicy(allowed_tools=["Bash"], workspace_roots=[workspace], run_groups=[WORKSPACE_GID]),
             **FAST_E2E,
         )
 
