@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -17,7 +19,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from claudeq.config.account_pool import AccountPool
 from claudeq.config.tenants import Tenants
@@ -50,20 +53,36 @@ KOMBU_RESERVED_KEYS: frozenset[str] = frozenset({"unacked", "unacked_index", "un
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
 
 
+def json_or_commas(value: Any) -> Any:
+    """A list setting from the environment: a JSON list (`["a", "b"]`) or comma-separated values (`a,b`, or one
+    value `a`), as docs/configuration.md writes them."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON list ({exc.msg}); give a JSON list or comma-separated values") from None
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+
+
 class WorkerPolicy(BaseModel):
     """What any job may get on this fleet, whatever its spec asks for."""
 
     model_config = ConfigDict(extra="forbid")
 
-    allowed_tools: list[str] = Field(
+    allowed_tools: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=lambda: list(TOOL_PROFILES["read-only"]) + list(TOOL_PROFILES["web"]),
         description="Built-in tools a job may be given; Bash and file writes only when listed here.",
     )
-    workspace_roots: list[Path] = Field(
+    workspace_roots: Annotated[list[Path], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Directories a job's cwd/add_dirs and file tools must stay under; empty = jobs get no cwd.",
     )
-    permission_modes: list[PermissionMode] = Field(
+    permission_modes: Annotated[list[PermissionMode], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=lambda: list[PermissionMode](["default", "dontAsk"]),
         description="Permission modes a job may ask for; bypassPermissions only if listed.",
     )
@@ -71,13 +90,13 @@ class WorkerPolicy(BaseModel):
         default=None,
         description="Import path of a module exposing `TOOLS` (SDK @tool functions) that jobs may use by name.",
     )
-    run_uids: tuple[int, int] = Field(
+    run_uids: Annotated[tuple[int, int], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default=(61000, 61999),
         description="First and last uid (inclusive) of the range a root worker runs shell or file-writing CLIs "
         "under, one uid per concurrent run on the host (its gid is the same number); no other user or process on "
         "the host may use these ids.",
     )
-    run_groups: list[int] = Field(
+    run_groups: Annotated[list[int], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Supplementary gids of those runs, e.g. the group that owns the workspace roots (g+rwX, setgid).",
     )
@@ -170,7 +189,7 @@ class Settings(BaseSettings):
     )
     key_prefix: str = Field(default="claudeq:", description="Prefix of every Redis key claudeq writes.")
     queue: str = Field(default="claudeq.runs", description="Default Celery queue for agent runs.")
-    queues: list[str] = Field(
+    queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=lambda: ["claudeq.runs"],
         description="Queues a worker consumes; with `queue`, the only names a job's `queue` may give (see job_queues).",
     )
@@ -211,7 +230,7 @@ class Settings(BaseSettings):
         ge=0,
         description="How long after a job ends its transcripts and events move to the archive (with archive_url).",
     )
-    webhook_hosts: list[str] = Field(
+    webhook_hosts: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Hosts a job's or a tenant's webhook URL may name: `hooks.example.com`, or `*.example.com` for "
         "its subdomains; empty = no webhooks (docs/notifications.md).",
@@ -320,7 +339,7 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
-    secret_env: list[str] = Field(
+    secret_env: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="More environment variables holding secrets that a run's CLI must not see (blanked for it).",
     )
@@ -455,8 +474,19 @@ def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment; invalid values raise ConfigError naming the variable and the fix."""
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:  # a value the environment source could not decode (the message names the field)
+        raise ConfigError(_variable_of(str(exc)), "cannot be read; give JSON or comma-separated values") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = "__".join(str(p) for p in first["loc"]).upper()
         raise ConfigError(f"CLAUDEQ_{loc}", first["msg"]) from None
     return settings
+
+
+def _variable_of(message: str) -> str:
+    """The variable a pydantic-settings SettingsError is about (`error parsing value for field "x" …`)."""
+    start = message.find('field "')
+    if start < 0:
+        return "CLAUDEQ_*"
+    name = message[start + 7 :].split('"', 1)[0]
+    return f"CLAUDEQ_{name.upper()}"
