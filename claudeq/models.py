@@ -76,6 +76,38 @@ MAX_DEPENDENCIES = 100
 CELERY_NAME = r"^[A-Za-z_][\w.:-]{0,199}$"
 
 
+#: Characters a string that becomes a command-line argument, a path, a Redis key, a header or a queue name must not
+#: hold: the C0 controls (NUL cuts an argument short, a newline splits a header) and DEL.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def control_problem(value: str) -> str | None:
+    """Why `value` cannot become an argument, a path, a key or a header (a control character in it), or None."""
+    found = CONTROL_CHARS.search(value)
+    if found is None:
+        return None
+    return f"holds a control character ({found.group()!r} at {found.start()}): it would go on a command line or a key"
+
+
+def surrogate_problem(value: Any) -> str | None:
+    """Why `value` (a string, or any JSON value holding strings) cannot be stored: a lone surrogate has no UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"holds a lone surrogate ({value[exc.start]!r} at {exc.start}), which is not text (no UTF-8 form)"
+        return None
+    if isinstance(value, dict):
+        items: list[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    elif isinstance(value, BaseModel):
+        items = list(value.__dict__.values())
+    else:
+        return None
+    return next((problem for item in items if (problem := surrogate_problem(item)) is not None), None)
+
+
 #: Event types a webhook cannot ask for one by one: the end is always sent (and `unreadable` is the reader's own).
 UNWATCHABLE_EVENTS = frozenset({"submitted", "succeeded", "failed", "cancelled", "unreadable"})
 
@@ -95,6 +127,14 @@ class WebhookSpec(BaseModel):
         description="Also POST these event types as they happen (tool_call, rate_limit, retry, …); the end is sent "
         "in any case.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _url_text(cls, value: str) -> str:
+        problem = control_problem(value) or surrogate_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("events")
     @classmethod
@@ -167,6 +207,35 @@ class JobSpec(BaseModel):
     webhook: WebhookSpec | None = Field(default=None, description="POST the job's end here, signed.")
     link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
     link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
+
+    @field_validator("*")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        problem = surrogate_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator(
+        "model",
+        "fallback_model",
+        "resume",
+        "account",
+        "idempotency_key",
+        "conversation",
+        "queue",
+        "cwd",
+        "add_dirs",
+        "mcp_tools",
+        "tools",
+    )
+    @classmethod
+    def _no_control_characters(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for item in [value] if isinstance(value, str) else (value or []):
+            problem = control_problem(item)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @field_validator("prompt")
     @classmethod

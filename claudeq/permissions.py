@@ -9,11 +9,12 @@ MCP tools and the local file system). Not to be confused with the failure policy
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy
+from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy, callback_queue_problem
 from claudeq.dependencies import placeholder_problems
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
@@ -103,10 +104,84 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
         wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts)
         if wrong:
             problems.append(("webhook.url", wrong))
+        elif not _webhook_signed(spec, settings):
+            problems.append(
+                (
+                    "webhook",
+                    "no secret would sign its notifications: set CLAUDEQ_WEBHOOK_SECRET (or the tenant's "
+                    "webhook_secret_env in the tenants file)",
+                )
+            )
     problems += placeholder_problems(spec)
+    problems += callback_problems(spec, settings)
+    problems += model_problems(spec, settings)
+    return problems
+
+
+#: Spec fields about a job's end notifications: what is wrong with them fails the notification, never the run.
+NOTIFICATION_FIELDS = frozenset({"webhook", "link", "link_error"})
+
+
+def run_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """`spec_problems` as a worker checks them before a run: a notification the worker's settings refuse (a webhook
+    host it does not allow, a callback queue) goes dead at delivery with that reason; it does not fail the job."""
+    return [(f, r) for f, r in spec_problems(spec, settings) if f.split(".", 1)[0] not in NOTIFICATION_FIELDS]
+
+
+def _webhook_signed(spec: JobSpec, settings: Settings) -> bool:
+    tenant = settings.tenants.governing(spec.tenant)
+    return settings.webhook_secret is not None or tenant.webhook_secret_env is not None
+
+
+def callback_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """A `link` / `link_error` queue outside the allow-list — the tenant's `callback_queues` in the tenants file,
+    else CLAUDEQ_CALLBACK_QUEUES — or one that is shared state (claudeq's keys and queues, kombu's keys): a tenant
+    never names a key it does not own."""
+    tenants = settings.tenants
+    if tenants.configured:
+        allowed = tenants.governing(spec.tenant).callback_queues
+        where = f"tenant {spec.tenant!r}'s callback_queues in the tenants file"
+    else:
+        allowed = settings.callback_queues
+        where = "CLAUDEQ_CALLBACK_QUEUES"
+    problems: list[tuple[str, str]] = []
     for field, callback in (("link", spec.link), ("link_error", spec.link_error)):
-        if callback is not None and callback.queue in settings.job_queues:
-            problems.append((f"{field}.queue", f"{callback.queue!r} is a claudeq queue: name your own app's queue"))
+        if callback is None:
+            continue
+        wrong = callback_queue_problem(callback.queue, settings.key_prefix, settings.job_queues)
+        if wrong is None and callback.queue not in allowed:
+            wrong = (
+                f"{callback.queue!r} is not a callback queue the fleet allows ({where}: {', '.join(allowed) or 'none'})"
+            )
+        if wrong:
+            problems.append((f"{field}.queue", wrong))
+    return problems
+
+
+#: The model aliases the Claude CLI resolves itself (docs/cli-behaviour.md).
+CLI_MODEL_ALIASES = frozenset({"default", "sonnet", "opus", "haiku", "opusplan", "best", "sonnet[1m]", "opus[1m]"})
+#: A Claude model id, also as cloud providers spell it (`us.anthropic.claude-…`, `claude-…@20250101`, `…-v1:0`).
+CLAUDE_MODEL_ID = re.compile(
+    r"^(?:[a-z]{2,4}\.)?(?:anthropic\.)?claude-[a-z0-9][a-z0-9.-]*(?:@\d+)?(?:-v\d+:\d+)?(?:\[1m\])?$"
+)
+
+
+def model_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """Models the fleet cannot run: neither one of the CLI's aliases, nor a Claude model id, nor one the operator
+    lists (an account's or a tenant's `models`). Refused at submit rather than after the API's 404 on every try."""
+    listed = {m for account in settings.accounts.accounts for m in account.models}
+    listed |= {m for tenant in settings.tenants.tenants for m in tenant.models or []}
+    problems: list[tuple[str, str]] = []
+    for field, model in spec_models(spec):
+        if model is None or model in CLI_MODEL_ALIASES or model in listed or CLAUDE_MODEL_ID.match(model.lower()):
+            continue
+        problems.append(
+            (
+                field,
+                f"{model!r} is not a model the fleet can run: give an alias ({', '.join(sorted(CLI_MODEL_ALIASES))}), "
+                "a Claude model id (claude-…) or a model the accounts or tenants list",
+            )
+        )
     return problems
 
 
@@ -148,8 +223,8 @@ def tenant_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     tenant's allow-lists."""
     tenants = settings.tenants
     if not tenants.known(spec.tenant):
-        known = ", ".join(tenants.names) or "none"
-        return [("tenant", f"{spec.tenant!r} is not a configured tenant (configured: {known}; CLAUDEQ_TENANTS_FILE)")]
+        # Other tenants' names are theirs: the refusal does not list them.
+        return [("tenant", f"{spec.tenant!r} is not a configured tenant (CLAUDEQ_TENANTS_FILE)")]
     tenant = tenants.governing(spec.tenant)
     problems: list[tuple[str, str]] = []
     if tenant.accounts is not None and spec.account is not None and spec.account not in tenant.accounts:

@@ -50,6 +50,26 @@ MAX_ATTEMPTS_CAP = 20
 #: Keys kombu's Redis transport keeps beside the queue lists (default names): never a queue.
 KOMBU_RESERVED_KEYS: frozenset[str] = frozenset({"unacked", "unacked_index", "unacked_mutex"})
 
+def shared_key_problem(name: str, prefix: str) -> str | None:
+    """Why `name` cannot be a queue (a Redis list on the broker): blank, under claudeq's key prefix, or one of the
+    keys Celery's Redis transport uses itself; None when it can."""
+    if not name.strip():
+        return "a queue name must not be blank"
+    if name.startswith(prefix):
+        return f"queue {name!r} starts with the key prefix {prefix!r}: it would share claudeq's keys"
+    if name in KOMBU_RESERVED_KEYS or name.startswith("_kombu."):
+        return f"queue {name!r} is a key Celery's Redis transport uses itself"
+    return None
+
+
+def callback_queue_problem(name: str, prefix: str, job_queues: list[str]) -> str | None:
+    """Why a Celery callback (`link`, `link_error`) may never go to `name`: shared state (claudeq's keys, kombu's)
+    or one of claudeq's own job queues; None when an allow-list may hold it (docs/notifications.md)."""
+    if name in job_queues:
+        return f"{name!r} is a claudeq queue: name your own app's queue"
+    return shared_key_problem(name, prefix)
+
+
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
 
 
@@ -235,6 +255,12 @@ class Settings(BaseSettings):
         description="Hosts a job's or a tenant's webhook URL may name: `hooks.example.com`, or `*.example.com` for "
         "its subdomains; empty = no webhooks (docs/notifications.md).",
     )
+    callback_queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
+        default_factory=list,
+        description="Without a tenants file: the queues of the producers' own Celery apps a job's `link` / "
+        "`link_error` may name (with one, each tenant's `callback_queues`); empty = no callbacks. Never a name "
+        "under the key prefix, one of kombu's keys or a claudeq queue (docs/notifications.md).",
+    )
     webhook_secret: SecretStr | None = Field(
         default=None,
         description="The Standard Webhooks secret (`whsec_…`) webhooks are signed with, for tenants without their own "
@@ -388,12 +414,20 @@ class Settings(BaseSettings):
         # A queue name is a Redis list key on the broker: it must not be one of claudeq's keys or kombu's own.
         prefix = info.data.get("key_prefix") or "claudeq:"
         for name in [value] if isinstance(value, str) else value:
-            if not name.strip():
-                raise ValueError("a queue name must not be blank")
-            if name.startswith(prefix):
-                raise ValueError(f"queue {name!r} starts with the key prefix {prefix!r}: it would share claudeq's keys")
-            if name in KOMBU_RESERVED_KEYS or name.startswith("_kombu."):
-                raise ValueError(f"queue {name!r} is a key Celery's Redis transport uses itself")
+            problem = shared_key_problem(name, prefix)
+            if problem:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("callback_queues")
+    @classmethod
+    def _callback_queue_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        prefix = info.data.get("key_prefix") or "claudeq:"
+        own = [info.data.get("queue"), *(info.data.get("queues") or [])]
+        for name in value:
+            problem = callback_queue_problem(name, prefix, [q for q in own if q])
+            if problem:
+                raise ValueError(problem)
         return value
 
     @property

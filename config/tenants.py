@@ -43,6 +43,10 @@ class TenantConfig(BaseModel):
     accounts: list[str] | None = Field(default=None, description="Accounts its jobs may run on; none = any.")
     models: list[str] | None = Field(default=None, description="Models its jobs may ask for; none = any.")
     tool_profiles: list[str] | None = Field(default=None, description="Tool profiles its jobs may ask for.")
+    callback_queues: list[str] = Field(
+        default_factory=list,
+        description="Queues of its own Celery app its jobs' `link` / `link_error` may name; empty = no callbacks.",
+    )
     mcp_token_env: str | None = Field(
         default=None,
         description="Environment variable holding the bearer token that maps an HTTP MCP caller to this tenant.",

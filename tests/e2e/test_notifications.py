@@ -112,6 +112,7 @@ def settings(redis_url: str, unique: str, accounts_file: Path) -> Settings:
         accounts_file=accounts_file,
         webhook_hosts=["127.0.0.1"],
         webhook_secret=SecretStr(SECRET),
+        callback_queues=[f"cqt-links-{unique}"],  # the link_worker's queue
         webhook_timeout_s=1.0,
         notify_backoff_s=0.1,
         notify_max_attempts=MAX_TRIES,

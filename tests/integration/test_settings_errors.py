@@ -37,7 +37,9 @@ COMMANDS = [
 
 
 @pytest.mark.parametrize(("module", "args"), COMMANDS, ids=["submit", "config-check", "worker-check"])
-def test_an_unreadable_setting_exits_2_naming_the_variable_without_a_traceback(module: str, args: tuple[str, ...]) -> None:
+def test_an_unreadable_setting_exits_2_naming_the_variable_without_a_traceback(
+    module: str, args: tuple[str, ...]
+) -> None:
     done = run(module, *args, CLAUDEQ_POLICY__RUN_UIDS="[61000,")
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr + done.stdout

@@ -31,7 +31,7 @@ from claudeq.broker_message import task_message
 from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
-from claudeq.permissions import webhook_problem
+from claudeq.permissions import callback_problems, webhook_problem
 from claudeq.worker.delivery.ports import MetricsLike
 from claudeq.worker.store.job_store import WorkerJobStore
 
@@ -232,6 +232,11 @@ class Notifier:
             return await self._webhook(record)
         callback = record.spec.link if target == "link" else record.spec.link_error
         assert callback is not None
+        # Checked again here: the operator may have narrowed the allow-list, and anyone who can write to the Redis
+        # can write a record; a callback never goes to a queue its tenant does not own.
+        wrong = [reason for field, reason in callback_problems(record.spec, self.settings) if field.startswith(target)]
+        if wrong:
+            return "dead", None, f"{target}.queue: {wrong[0]}"
         message = task_message(callback.task, [record.public()], callback.queue, f"{record.id}-{target}")
         try:
             await self.store.send_callback(record.id, callback.queue, SENT_FIELD[target], message)
