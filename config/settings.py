@@ -261,6 +261,15 @@ class Settings(BaseSettings):
         "`link_error` may name (with one, each tenant's `callback_queues`); empty = no callbacks. Never a name "
         "under the key prefix, one of kombu's keys or a claudeq queue (docs/notifications.md).",
     )
+    max_schedules_per_tenant: int = Field(
+        default=100, ge=1, description="Schedules one tenant may have; more are refused at add."
+    )
+    max_schedule_fires_per_hour: int = Field(
+        default=3600,
+        ge=1,
+        description="How often one tenant's schedules may fire together, per hour (an `every_s=1` schedule fires "
+        "3600 times); a schedule that would take it past is refused at add.",
+    )
     webhook_secret: SecretStr | None = Field(
         default=None,
         description="The Standard Webhooks secret (`whsec_…`) webhooks are signed with, for tenants without their own "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 import typing
@@ -18,6 +19,7 @@ import redis
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
@@ -580,15 +582,23 @@ def schedule_add(
         if not isinstance(fields, dict):
             raise JobSpecError([("spec", "must be a JSON object of spec fields")])
     fields.update(prompt=_read_text_arg(prompt), tenant=tenant)
-    schedule = _client().add_schedule(
-        name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
-    )
+    try:
+        schedule = _client().add_schedule(
+            name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
+        )
+    except JobSpecError as exc:  # the rule's fields as this command spells them
+        raise JobSpecError([(_flag(f), _flag(r)) for f, r in exc.errors]) from None
     [info] = [i for i in _client().schedules(tenant) if i.schedule.name == name]
     if as_json:
         print(info.model_dump_json())
     else:
         rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
         out.print(f"schedule {name}: {rule}; next tick {info.next_tick}", highlight=False, markup=False)
+
+
+def _flag(text: str) -> str:
+    """A schedule rule's field names as `schedule add`'s flags."""
+    return re.sub(r"\bcron\b", "--cron", re.sub(r"\bevery_s\b", "--every", text))
 
 
 @schedule_app.command("list")
@@ -602,12 +612,13 @@ def schedule_list(
     if as_json:
         print(json.dumps([json.loads(i.model_dump_json()) for i in infos]))
         return
-    table = Table("name", "tenant", "rule", "next tick", "fired", "missed", "last job")
+    table = Table("name", "tenant", "rule", "next tick", "fired", "missed", "last job", "last error")
     for info in infos:
         s = info.schedule
         rule = f"{s.cron} ({s.tz})" if s.cron else f"every {s.every_s} s"
         nxt = "paused" if s.paused else (info.next_tick.strftime("%Y-%m-%d %H:%M:%S") if info.next_tick else "-")
-        table.add_row(s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-")
+        row = (s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-")
+        table.add_row(*(Text(cell) for cell in (*row, info.last_error or "-")))  # user text, never markup
     out.print(table)
 
 

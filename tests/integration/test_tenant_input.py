@@ -145,3 +145,59 @@ def test_a_webhook_job_is_refused_when_no_secret_would_sign_it(redis_url: str, u
         assert signed.validate(prompt="p", webhook=hook).webhook is not None
     finally:
         signed.close()
+
+
+def schedule_refusal(client: Client, **rule: Any) -> list[tuple[str, str]]:
+    with pytest.raises(JobSpecError) as caught:
+        client.add_schedule("s", prompt="p", **rule)
+    return caught.value.errors
+
+
+def test_a_schedule_is_checked_at_add_with_the_field_and_the_reason(client: Client) -> None:
+    [(field, reason)] = schedule_refusal(client, every_s=10**12)
+    assert field == "every_s" and "year" in reason
+    [(field, reason)] = schedule_refusal(client, cron="0 0 30 2 *")
+    assert field == "cron" and "no tick" in reason
+    [(field, reason)] = schedule_refusal(client, cron="61 2 * * *")
+    assert field == "cron" and "minute field '61'" in reason and "Value error" not in reason
+    [(field, reason)] = schedule_refusal(client, cron="0 0 1 1 * 0 2099")
+    assert field == "cron" and "5" in reason
+    [(field, reason)] = schedule_refusal(client)
+    assert field == "every_s" and "exactly one" in reason
+    assert client.schedules() == []  # nothing stored
+
+
+def test_a_tenants_schedules_are_bounded_in_number_and_rate(redis_url: str, unique: str) -> None:
+    limited = Client(make_settings(redis_url, unique, max_schedules_per_tenant=2, max_schedule_fires_per_hour=100))
+    try:
+        limited.add_schedule("a", prompt="p", every_s=3600)
+        [(field, reason)] = schedule_refusal(limited, every_s=30)  # 120 an hour on its own
+        assert field == "every_s" and "100" in reason
+        limited.add_schedule("b", prompt="p", cron="*/5 * * * *")  # 12 an hour
+        [(field, reason)] = schedule_refusal(limited, every_s=86400)
+        assert field == "name" and "2 schedules" in reason
+        # Another tenant's schedules are its own count.
+        assert limited.add_schedule("a", prompt="p", every_s=3600, tenant="other").tenant == "other"
+    finally:
+        for name, tenant in (("a", "default"), ("b", "default"), ("a", "other")):
+            limited.remove_schedule(name, tenant)
+        limited.close()
+
+
+def test_schedule_add_names_its_flags_and_list_shows_a_paused_schedules_error(client: Client) -> None:
+    from tests.integration.test_cli_exit_codes import cli
+
+    settings = client.settings
+    done = cli(settings, "schedule", "add", "nightly", "p")
+    assert done.returncode == 2 and "--every" in done.stderr and "every_s" not in done.stderr, done.stderr
+    done = cli(settings, "schedule", "add", "nightly", "p", "--cron", "61 2 * * *")
+    assert done.returncode == 2 and "--cron" in done.stderr and "minute field" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    client.add_schedule("nightly", prompt="p", cron="0 2 * * *")
+    store = client._schedules
+    store.redis.hset(store.keys.schedule_stats("default/nightly"), "last_error", "ValueError: [b]no next tick[/b]")
+    client.pause_schedule("nightly")
+    done = cli(settings, "schedule", "list", COLUMNS="250")
+    assert done.returncode == 0, done.stderr
+    assert "paused" in done.stdout and "[b]no next tick[/b]" in done.stdout.replace("\n", "")
+    client.remove_schedule("nightly")

@@ -150,7 +150,10 @@ class Loops:
             if f.missed:
                 self.engine.metrics.schedule_tick("missed", f.missed)
                 log.warning("schedule %s: %d tick(s) missed (no scheduler ran within the grace)", f.member, f.missed)
-            if f.error is not None:
+            if f.paused:
+                self.engine.metrics.schedule_tick("failed")
+                log.warning("schedule %s: paused, the scheduler cannot handle it: %s", f.member, f.error)
+            elif f.error is not None:
                 self.engine.metrics.schedule_tick("refused")
                 log.warning("schedule %s: tick %s refused: %s", f.member, f.tick, f.error)
         return sum(f.job_id is not None for f in fired)

@@ -135,7 +135,7 @@ class WorkerMetrics:
         self.schedule_ticks = Counter(
             "claudeq_schedule_ticks",
             "Schedule ticks by outcome: fired (a job submitted), missed (no scheduler ran within the grace), refused "
-            "(the spec no longer passes submit's checks).",
+            "(the spec no longer passes submit's checks), failed (the scheduler could not handle the schedule: paused).",
             ["outcome"],
             registry=reg,
         )
@@ -259,7 +259,7 @@ class WorkerMetrics:
     @_never_raise
     def schedule_tick(self, outcome: str, n: int = 1) -> None:
         """Count `n` schedule ticks of `outcome` (fired, missed, refused)."""
-        self.schedule_ticks.labels(outcome if outcome in ("fired", "missed", "refused") else OTHER).inc(n)
+        self.schedule_ticks.labels(outcome if outcome in ("fired", "missed", "refused", "failed") else OTHER).inc(n)
 
     @_never_raise
     def notification(self, target: str, outcome: str, latency_s: float | None = None) -> None:
