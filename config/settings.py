@@ -50,6 +50,7 @@ MAX_ATTEMPTS_CAP = 20
 #: Keys kombu's Redis transport keeps beside the queue lists (default names): never a queue.
 KOMBU_RESERVED_KEYS: frozenset[str] = frozenset({"unacked", "unacked_index", "unacked_mutex"})
 
+
 def shared_key_problem(name: str, prefix: str) -> str | None:
     """Why `name` cannot be a queue (a Redis list on the broker): blank, under claudeq's key prefix, or one of the
     keys Celery's Redis transport uses itself; None when it can."""
@@ -85,8 +86,6 @@ def json_or_commas(value: Any) -> Any:
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a JSON list ({exc.msg}); give a JSON list or comma-separated values") from None
     return [item.strip() for item in text.split(",") if item.strip()]
-
-
 
 
 class WorkerPolicy(BaseModel):

@@ -501,14 +501,9 @@ class Client:
         if rate > self.settings.max_schedule_fires_per_hour:
             field = "cron" if schedule.cron is not None else "every_s"
             limit = self.settings.max_schedule_fires_per_hour
-            raise JobSpecError(
-                [
-                    (
-                        field,
-                        f"tenant {schedule.tenant!r}'s schedules would fire {rate:.0f} times an hour; the limit is {limit}",
-                    )
-                ]
-            )
+            owner = schedule.tenant
+            reason = f"tenant {owner!r}'s schedules would fire {rate:.0f} times an hour; the limit is {limit}"
+            raise JobSpecError([(field, reason)])
 
     def schedules(self, tenant: str | None = None) -> builtins.list[ScheduleInfo]:
         """Every schedule (of one tenant, if given) with its next tick and what it fired."""

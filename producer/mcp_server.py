@@ -28,7 +28,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings, load_settings
@@ -325,13 +325,13 @@ def build_server(
         "wait_job": wait_job,
         "accounts": accounts,
     }
-    tools: list[Tool] = []
+    served: list[Tool] = []
     for name in offered:
         # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
         if "ctx" not in inspect.signature(functions[name]).parameters:
             raise RuntimeError(f"fleet tool {name} does not check its caller")
-        tools.append(_strict(Tool.from_function(functions[name], name=name)))
-    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=tools)
+        served.append(_strict(Tool.from_function(functions[name], name=name)))
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=served)
 
 
 def _strict(tool: Tool) -> Tool:
@@ -339,8 +339,8 @@ def _strict(tool: Tool) -> Tool:
     dropped) and saying so in its input schema."""
     loose = tool.fn_metadata.arg_model
     config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-    strict = type(loose.__name__, (loose,), {"model_config": config, "__module__": loose.__module__})
-    tool.fn_metadata.arg_model = strict
+    strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config, "__module__": loose.__module__})
+    tool.fn_metadata.arg_model = strict  # type: ignore[assignment]  # a subclass of the loose one
     tool.parameters = strict.model_json_schema(by_alias=True)
     return tool
 

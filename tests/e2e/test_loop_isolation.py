@@ -1,4 +1,4 @@
-"""One tenant's bad item never stops another's (issue 53), with real `claudeq-worker` processes on a real Redis:
+"""One tenant's bad item never stops another's, with real `claudeq-worker` processes on a real Redis:
 a schedule whose next tick cannot be computed is paused with its error where users look while the other schedules
 go on firing; a notification the worker's settings refuse goes dead without failing its job."""
 

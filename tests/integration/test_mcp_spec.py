@@ -1,4 +1,4 @@
-"""`claudeq mcp`'s submit_job takes the whole job spec, typed, and refuses what it does not know (issue 53, item 6):
+"""`claudeq mcp`'s submit_job takes the whole job spec, typed, and refuses what it does not know:
 a typo is an error naming it, never a job holding only the prompt. Real MCP client and server, real Redis."""
 
 from __future__ import annotations

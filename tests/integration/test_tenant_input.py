@@ -1,4 +1,4 @@
-"""One tenant's bad input stays its own (issue 53): a spec that would name shared state, carry characters that
+"""One tenant's bad input stays its own: a spec that would name shared state, carry characters that
 cannot go on a command line, a path or a key, or ask for a model the fleet cannot run is refused at submit with the
 field and the reason — through the real `Client` on a real Redis, nothing written."""
 

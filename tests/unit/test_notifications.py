@@ -14,7 +14,6 @@ from claudeq.producer.validation import validate_spec
 from claudeq.worker.delivery.notifier import MAX_BACKOFF_S, backoff_s
 from tests.conftest import make_settings
 
-
 #: Webhooks are refused at submit when no secret would sign them.
 SIGNED = {"webhook_secret": SecretStr("whsec_" + "A" * 32)}
 
@@ -26,7 +25,9 @@ def refused(settings: object, **spec: object) -> list[tuple[str, str]]:
 
 
 def test_a_webhook_must_name_an_allowed_host_and_carry_no_credentials(unique: str) -> None:
-    settings = make_settings("redis://127.0.0.1:1/0", unique, webhook_hosts=["hooks.example.com", "*.corp.example"], **SIGNED)
+    settings = make_settings(
+        "redis://127.0.0.1:1/0", unique, webhook_hosts=["hooks.example.com", "*.corp.example"], **SIGNED
+    )
     assert validate_spec({"prompt": "p", "webhook": {"url": "https://hooks.example.com/x"}}, settings).webhook
     assert validate_spec({"prompt": "p", "webhook": {"url": "http://a.b.corp.example:8080/y"}}, settings).webhook
     for url, says in (
@@ -60,7 +61,9 @@ def test_a_tenants_webhook_applies_to_its_jobs_that_name_none(unique: str, tmp_p
         '[[tenants]]\nname = "ops"\nwebhook_url = "https://hooks.example.com/ops"\nwebhook_body = "result"\n\n'
         '[[tenants]]\nname = "quiet"\n'
     )
-    settings = make_settings("redis://127.0.0.1:1/0", unique, tenants_file=tenants, webhook_hosts=["hooks.example.com"], **SIGNED)
+    settings = make_settings(
+        "redis://127.0.0.1:1/0", unique, tenants_file=tenants, webhook_hosts=["hooks.example.com"], **SIGNED
+    )
     spec = validate_spec({"prompt": "p", "tenant": "ops"}, settings)
     assert spec.webhook is not None and spec.webhook.url.endswith("/ops") and spec.webhook.body == "result"
     own = validate_spec(

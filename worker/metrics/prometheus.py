@@ -135,7 +135,7 @@ class WorkerMetrics:
         self.schedule_ticks = Counter(
             "claudeq_schedule_ticks",
             "Schedule ticks by outcome: fired (a job submitted), missed (no scheduler ran within the grace), refused "
-            "(the spec no longer passes submit's checks), failed (the scheduler could not handle the schedule: paused).",
+            "(the spec no longer passes submit's checks), failed (the scheduler could not handle it: paused).",
             ["outcome"],
             registry=reg,
         )
