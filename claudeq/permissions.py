@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy, callback_queue_problem
 from claudeq.dependencies import placeholder_problems
 from claudeq.errors import PolicyViolation
-from claudeq.models import JobSpec
+from claudeq.models import CONTROL_CHARS, JobSpec
 
 
 class ToolNames(Protocol):
@@ -101,7 +101,7 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
         problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
     problems += tenant_problems(spec, settings)
     if spec.webhook is not None:
-        wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts)
+        wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts, settings.webhook_ports)
         if wrong:
             problems.append(("webhook.url", wrong))
         elif not _webhook_signed(spec, settings):
@@ -185,9 +185,14 @@ def model_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     return problems
 
 
-def webhook_problem(url: str, hosts: list[str]) -> str | None:
+#: The ports a webhook URL may always name (others: CLAUDEQ_WEBHOOK_PORTS).
+WEBHOOK_PORTS = (80, 443)
+
+
+def webhook_problem(url: str, hosts: list[str], ports: list[int] | None = None) -> str | None:
     """Why the fleet refuses `url` as a webhook, or None: an http(s) URL on an allowed host (exactly, or a subdomain
-    of a `*.example.com` entry), with no credentials in it (the URL is stored in the job's record)."""
+    of a `*.example.com` entry) and port (80, 443 or one of `ports`), with no credentials in it (the URL is stored
+    in the job's record). Where it resolves to is checked when it is sent (worker/delivery/webhook_target.py)."""
     try:
         parts = urlsplit(url)
         port = parts.port  # a bad port raises here
@@ -199,6 +204,13 @@ def webhook_problem(url: str, hosts: list[str]) -> str | None:
         return "port 0 is not a port"
     if parts.username is not None or parts.password is not None:
         return "must not carry credentials (the URL is stored in the record; receivers verify the signature)"
+    if any(CONTROL_CHARS.search(c) for c in url):
+        return "holds a control character"
+    effective = port if port is not None else (443 if parts.scheme == "https" else 80)
+    allowed_ports = [*WEBHOOK_PORTS, *(ports or [])]
+    if effective not in allowed_ports:
+        listed = ", ".join(str(p) for p in allowed_ports)
+        return f"port {effective} is not one webhooks may use ({listed}; CLAUDEQ_WEBHOOK_PORTS)"
     host = parts.hostname.lower().rstrip(".")
     for allowed in hosts:
         allowed = allowed.lower().rstrip(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from functools import cached_property
 from pathlib import Path
@@ -254,6 +255,15 @@ class Settings(BaseSettings):
         description="Hosts a job's or a tenant's webhook URL may name: `hooks.example.com`, or `*.example.com` for "
         "its subdomains; empty = no webhooks (docs/notifications.md).",
     )
+    webhook_ports: Annotated[list[int], NoDecode, BeforeValidator(json_or_commas)] = Field(
+        default_factory=list,
+        description="Ports a webhook URL may name besides 80 and 443.",
+    )
+    webhook_allow_nets: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
+        default_factory=list,
+        description="Address ranges (CIDR, e.g. 10.20.0.0/16) a webhook may connect to although they are loopback, "
+        "private or link-local; empty = public addresses only (docs/notifications.md).",
+    )
     callback_queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Without a tenants file: the queues of the producers' own Celery apps a job's `link` / "
@@ -425,6 +435,16 @@ class Settings(BaseSettings):
             problem = shared_key_problem(name, prefix)
             if problem:
                 raise ValueError(problem)
+        return value
+
+    @field_validator("webhook_allow_nets")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for net in value:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"{net!r} is not an address range (CIDR, e.g. 10.20.0.0/16)") from None
         return value
 
     @field_validator("callback_queues")

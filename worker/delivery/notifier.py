@@ -33,6 +33,7 @@ from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
 from claudeq.permissions import callback_problems, webhook_problem
 from claudeq.worker.delivery.ports import MetricsLike
+from claudeq.worker.delivery.webhook_target import Refused, resolve
 from claudeq.worker.store.job_store import WorkerJobStore
 
 if TYPE_CHECKING:
@@ -257,7 +258,8 @@ class Notifier:
         """One POST of `payload` (default: the job's end) with id `msg_id`, signed: (outcome, status code, error)."""
         spec = record.spec.webhook
         assert spec is not None
-        wrong = webhook_problem(spec.url, self.settings.webhook_hosts)  # the operator may have narrowed the list
+        # The operator may have narrowed the lists since submit.
+        wrong = webhook_problem(spec.url, self.settings.webhook_hosts, self.settings.webhook_ports)
         if wrong:
             return "dead", None, f"webhook.url: {wrong}"
         secret = self._secret(record.spec.tenant)
@@ -289,11 +291,23 @@ class Notifier:
             "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": signer.sign(msg_id, now, body),
         }
+        try:
+            # Resolved once here, every address vetted, and the POST goes to that address: a name on the list
+            # cannot lead to a loopback or private address (nor change its answer between check and connect).
+            target = await resolve(spec.url, self.settings.webhook_allow_nets)
+        except Refused as exc:
+            return "dead", None, f"webhook.url: {exc}"
+        headers["host"] = target.host_header
+        extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
         if self._http is None:
             self._http = httpx.AsyncClient(follow_redirects=False, trust_env=False)
         try:
             answer = await self._http.post(
-                spec.url, content=body, headers=headers, timeout=self.settings.webhook_timeout_s
+                target.url,
+                content=body,
+                headers=headers,
+                timeout=self.settings.webhook_timeout_s,
+                extensions=extensions,
             )
         except httpx.TimeoutException:
             return "failed", None, f"no answer within {self.settings.webhook_timeout_s:g} s"
