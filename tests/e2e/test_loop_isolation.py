@@ -73,3 +73,15 @@ def test_a_webhook_host_the_worker_does_not_allow_fails_the_notification_not_the
         assert note.state == "dead" and note.error is not None and "webhook.url" in note.error, note
     finally:
         producer.close()
+
+
+def test_a_failed_runs_error_never_shows_the_workers_pass_through_address(
+    client: Client, workers: WorkerFactory, unique: str
+) -> None:
+    workers()
+    job = client.submit(prompt=f"[[sim: error 500]] broken {unique}", max_attempts=1)
+    done = client.wait(job.id, timeout=120)
+    assert done.status == "failed" and done.error is not None
+    texts = [done.error.message, *(a.detail or "" for a in done.attempts)]
+    texts += [json.dumps(e.data) for e in client.events(job.id)]
+    assert texts and not [t for t in texts if "127.0.0.1:" in t or "localhost:" in t or "[::1]:" in t], texts
