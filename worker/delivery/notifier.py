@@ -111,8 +111,9 @@ class Notifier:
             await self.deliver(job_id)
         except asyncio.CancelledError:
             raise
-        except Exception:  # its lease ends and another pass takes it again
-            log.exception("job %s: delivering its notifications failed", job_id)
+        except Exception as exc:  # its lease ends and another pass takes it again; the others go on
+            self.metrics.loop_item_failed("notifier")
+            log.warning("job %s: delivering its notifications failed (%s: %s)", job_id, type(exc).__name__, exc)
 
     async def deliver(self, job_id: str) -> None:
         """Every notification of `job_id` not delivered yet, tried once; then settle."""

@@ -139,6 +139,13 @@ class WorkerMetrics:
             ["outcome"],
             registry=reg,
         )
+        self.loop_item_failures = Counter(
+            "claudeq_loop_item_failures",
+            "Items a background loop could not handle (promoter, reconciler, scheduler, notifier, archiver), by loop: "
+            "the item is left for a later pass (or paused, dead), the loop goes on with the others.",
+            ["loop"],
+            registry=reg,
+        )
         self.notifications = Counter(
             "claudeq_notifications",
             "Notification tries by target (events, webhook, link, link_error) and outcome: delivered, failed (tried "
@@ -255,6 +262,12 @@ class WorkerMetrics:
         """Count one request the pass-through refused (labels bounded by worker/passthrough/server.py `refusal`)."""
         method = method if method in HTTP_METHODS else OTHER
         self.passthrough_refused.labels(method, reason if reason in REFUSAL_REASONS else OTHER).inc()
+
+    @_never_raise
+    def loop_item_failed(self, loop: str) -> None:
+        """Count an item a background loop could not handle."""
+        known = ("promoter", "reconciler", "scheduler", "notifier", "archiver")
+        self.loop_item_failures.labels(loop if loop in known else OTHER).inc()
 
     @_never_raise
     def schedule_tick(self, outcome: str, n: int = 1) -> None:
