@@ -90,22 +90,42 @@ def control_problem(value: str) -> str | None:
 
 
 def surrogate_problem(value: Any) -> str | None:
-    """Why `value` (a string, or any JSON value holding strings) cannot be stored: a lone surrogate has no UTF-8."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"holds a lone surrogate ({value[exc.start]!r} at {exc.start}), which is not text (no UTF-8 form)"
-        return None
-    if isinstance(value, dict):
-        items: list[Any] = [*value.keys(), *value.values()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    elif isinstance(value, BaseModel):
-        items = list(value.__dict__.values())
-    else:
-        return None
-    return next((problem for item in items if (problem := surrogate_problem(item)) is not None), None)
+    """Why `value` (a string, or any JSON value holding strings) cannot be stored: a lone surrogate has no UTF-8.
+    Walked without recursion: a value nested however deep is checked, never a RecursionError."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"holds a lone surrogate ({item[exc.start]!r} at {exc.start}), which is not text (no UTF-8 form)"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, BaseModel):
+            stack.extend(item.__dict__.values())
+    return None
+
+
+#: How deep an output schema may nest (objects and arrays): deeper ones are refused at submit, before a validator
+#: recurses through them.
+MAX_SCHEMA_DEPTH = 32
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep `value` nests dicts and lists (a scalar: 0), counted without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 #: Event types a webhook cannot ask for one by one: the end is always sent (and `unreadable` is the reader's own).
@@ -265,10 +285,14 @@ class JobSpec(BaseModel):
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is None:
             return value
+        if nesting_depth(value) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"nests more than {MAX_SCHEMA_DEPTH} levels deep")
         try:
             jsonschema.Draft202012Validator.check_schema(value)
         except jsonschema.SchemaError as exc:
             raise ValueError(f"not a valid JSON schema: {exc.message}") from None
+        except RecursionError:
+            raise ValueError("nests too deeply to be checked") from None
         if value.get("type", "object") != "object":
             raise ValueError("the top level of an output schema must be an object")
         return value

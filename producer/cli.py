@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn
 import redis
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -105,7 +106,7 @@ def _fail(code: int, message: str, as_json: bool = False, **extra: Any) -> NoRet
     if as_json:
         print(json.dumps({"error": message, **extra}))
     else:
-        err.print(f"[red]error:[/red] {message}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(message)}", highlight=False)  # the message may quote user text
     raise typer.Exit(code)
 
 

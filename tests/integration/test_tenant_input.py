@@ -201,3 +201,11 @@ def test_schedule_add_names_its_flags_and_list_shows_a_paused_schedules_error(cl
     assert done.returncode == 0, done.stderr
     assert "paused" in done.stdout and "[b]no next tick[/b]" in done.stdout.replace("\n", "")
     client.remove_schedule("nightly")
+
+
+def test_a_deeply_nested_output_schema_is_refused_not_a_recursion_error(client: Client) -> None:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(100):
+        schema = {"type": "object", "properties": {"a": schema}}
+    [(field, reason)] = refusal(client, prompt="p", output_schema=schema)
+    assert field == "output_schema" and "levels deep" in reason
