@@ -151,3 +151,25 @@ def test_the_notifier_goes_on_past_a_job_it_cannot_deliver(
     assert store.redis.llen(queue) == 1  # the good job's callback, once
     assert failures(loops, "notifier") >= 1
     store.redis.delete(queue)
+
+
+def test_the_exporter_serves_the_other_sections_when_one_fails(
+    settings: Settings, redis_client: redis.Redis, store: WorkerJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from claudeq.worker.metrics.exporter import ClusterCollector
+
+    submit(store)
+    collector = ClusterCollector(settings, redis_client)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("a tenant record this version cannot read")
+
+    monkeypatch.setattr(collector.tenants, "usage", broken)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    scraped = generate_latest(registry).decode()
+    assert "claudeq_exporter_redis_up 1.0" in scraped
+    assert 'claudeq_jobs{status="queued"} 1.0' in scraped  # the other sections are served
+    assert 'claudeq_exporter_section_failed{section="tenants"} 1.0' in scraped
