@@ -25,9 +25,8 @@ def refused(settings: object, **spec: object) -> list[tuple[str, str]]:
 
 
 def test_a_webhook_must_name_an_allowed_host_and_carry_no_credentials(unique: str) -> None:
-    settings = make_settings(
-        "redis://127.0.0.1:1/0", unique, webhook_hosts=["hooks.example.com", "*.corp.example"], **SIGNED
-    )
+    hosts = ["hooks.example.com", "*.corp.example"]
+    settings = make_settings("redis://127.0.0.1:1/0", unique, webhook_hosts=hosts, webhook_ports=[8080], **SIGNED)
     assert validate_spec({"prompt": "p", "webhook": {"url": "https://hooks.example.com/x"}}, settings).webhook
     assert validate_spec({"prompt": "p", "webhook": {"url": "http://a.b.corp.example:8080/y"}}, settings).webhook
     for url, says in (
@@ -37,6 +36,7 @@ def test_a_webhook_must_name_an_allowed_host_and_carry_no_credentials(unique: st
         ("ftp://hooks.example.com/x", "http:// or https://"),
         ("https://user:pw@hooks.example.com/x", "credentials"),
         ("https://hooks.example.com:99999/x", "not a URL"),
+        ("https://hooks.example.com:6379/x", "CLAUDEQ_WEBHOOK_PORTS"),
     ):
         [(field, reason)] = refused(settings, webhook={"url": url})
         assert field == "webhook.url" and says in reason, (url, reason)
