@@ -158,7 +158,7 @@ def callback_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]
     return problems
 
 
-#: The model aliases the Claude CLI resolves itself (docs/cli-behaviour.md).
+#: The model aliases the Claude CLI resolves itself (docs/jobs.md#the-job-spec).
 CLI_MODEL_ALIASES = frozenset({"default", "sonnet", "opus", "haiku", "opusplan", "best", "sonnet[1m]", "opus[1m]"})
 #: A Claude model id, also as cloud providers spell it (`us.anthropic.claude-…`, `claude-…@20250101`, `…-v1:0`).
 CLAUDE_MODEL_ID = re.compile(
@@ -204,7 +204,7 @@ def webhook_problem(url: str, hosts: list[str], ports: list[int] | None = None) 
         return "port 0 is not a port"
     if parts.username is not None or parts.password is not None:
         return "must not carry credentials (the URL is stored in the record; receivers verify the signature)"
-    if any(CONTROL_CHARS.search(c) for c in url):
+    if CONTROL_CHARS.search(url):
         return "holds a control character"
     effective = port if port is not None else (443 if parts.scheme == "https" else 80)
     allowed_ports = [*WEBHOOK_PORTS, *(ports or [])]

@@ -47,6 +47,18 @@ CRON_HORIZON_YEARS = 5
 CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 
 
+def bad_cron_field(expression: str) -> str | None:
+    """Which of the (first five) fields of a cron expression croniter refuses, said by its name; None when none."""
+    from croniter import croniter
+
+    for index, field in enumerate(expression.split()[: len(CRON_FIELDS)]):
+        probe = ["*"] * len(CRON_FIELDS)
+        probe[index] = field
+        if not croniter.is_valid(" ".join(probe)):
+            return f"the {CRON_FIELDS[index]} field {field!r} of {expression!r} is not valid"
+    return None
+
+
 class Fired(NamedTuple):
     """A tick a scheduler advanced: the job it submitted (None: missed or refused), the ticks it counts missed, and
     why submit refused the spec; or a schedule the scheduler could not handle at all (`paused`: it is paused with
@@ -102,12 +114,9 @@ class Schedule(BaseModel):
         from croniter import croniter
 
         if not croniter.is_valid(value):
-            fields = value.split()
-            for index, field in enumerate(fields[: len(CRON_FIELDS)]):
-                probe = ["*"] * len(CRON_FIELDS)
-                probe[index] = field
-                if not croniter.is_valid(" ".join(probe)):
-                    raise ValueError(f"the {CRON_FIELDS[index]} field {field!r} of {value!r} is not valid")
+            bad = bad_cron_field(value)
+            if bad is not None:
+                raise ValueError(bad)
             raise ValueError(f"{value!r} is not a cron expression (e.g. '0 2 * * *')")
         return value
 
@@ -125,7 +134,6 @@ class Schedule(BaseModel):
             if self.every_s > MAX_EVERY_S:
                 return [("every_s", f"{self.every_s} s is more than a year and a day ({MAX_EVERY_S} s)")]
             return []
-        from croniter import croniter
 
         assert self.cron is not None
         fields = self.cron.split()
@@ -135,11 +143,9 @@ class Schedule(BaseModel):
                 "e.g. '0 2 * * *'): seconds and years are not supported"
             )
             return [("cron", reason)]
-        for index, field in enumerate(fields):
-            probe = ["*"] * len(CRON_FIELDS)
-            probe[index] = field
-            if not croniter.is_valid(" ".join(probe)):
-                return [("cron", f"the {CRON_FIELDS[index]} field {field!r} of {self.cron!r} is not valid")]
+        bad = bad_cron_field(self.cron)
+        if bad is not None:
+            return [("cron", bad)]
         try:
             self.next_tick(now)
         except ValueError:
