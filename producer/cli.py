@@ -587,8 +587,10 @@ def schedule_add(
         schedule = _client().add_schedule(
             name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
         )
-    except JobSpecError as exc:  # the rule's fields as this command spells them
-        raise JobSpecError([(_flag(f), _flag(r)) for f, r in exc.errors]) from None
+    except JobSpecError as exc:
+        if as_json:  # scripts read the spec's field names
+            raise
+        raise JobSpecError([(_flag(f), _flag(r)) for f, r in exc.errors]) from None  # as this command spells them
     [info] = [i for i in _client().schedules(tenant) if i.schedule.name == name]
     if as_json:
         print(info.model_dump_json())
