@@ -90,6 +90,58 @@ MAX_DEPENDENCIES = 100
 CELERY_NAME = r"^[A-Za-z_][\w.:-]{0,199}$"
 
 
+#: Characters a string that becomes a command-line argument, a path, a Redis key, a header or a queue name must not
+#: hold: the C0 controls (NUL cuts an argument short, a newline splits a header) and DEL.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def control_problem(value: str) -> str | None:
+    """Why `value` cannot become an argument, a path, a key or a header (a control character in it), or None."""
+    found = CONTROL_CHARS.search(value)
+    if found is None:
+        return None
+    return f"holds a control character ({found.group()!r} at {found.start()}): it would go on a command line or a key"
+
+
+def surrogate_problem(value: Any) -> str | None:
+    """Why `value` (a string, or any JSON value holding strings) cannot be stored: a lone surrogate has no UTF-8.
+    Walked without recursion: a value nested however deep is checked, never a RecursionError."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"holds a lone surrogate ({item[exc.start]!r} at {exc.start}), which is not text (no UTF-8 form)"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, BaseModel):
+            stack.extend(item.__dict__.values())
+    return None
+
+
+#: How deep an output schema may nest (objects and arrays): deeper ones are refused at submit, before a validator
+#: recurses through them.
+MAX_SCHEMA_DEPTH = 32
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep `value` nests dicts and lists (a scalar: 0), counted without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 #: Event types a webhook cannot ask for one by one: the end is always sent (and `unreadable` is the reader's own).
 UNWATCHABLE_EVENTS = frozenset({"submitted", "succeeded", "failed", "cancelled", "unreadable"})
 
@@ -109,6 +161,14 @@ class WebhookSpec(BaseModel):
         description="Also POST these event types as they happen (tool_call, rate_limit, retry, …); the end is sent "
         "in any case.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _url_text(cls, value: str) -> str:
+        problem = control_problem(value) or surrogate_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("events")
     @classmethod
@@ -194,6 +254,35 @@ class JobSpec(BaseModel):
     link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
     link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
 
+    @field_validator("*")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        problem = surrogate_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator(
+        "model",
+        "fallback_model",
+        "resume",
+        "account",
+        "idempotency_key",
+        "conversation",
+        "queue",
+        "cwd",
+        "add_dirs",
+        "mcp_tools",
+        "tools",
+    )
+    @classmethod
+    def _no_control_characters(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for item in [value] if isinstance(value, str) else (value or []):
+            problem = control_problem(item)
+            if problem:
+                raise ValueError(problem)
+        return value
+
     @field_validator("prompt")
     @classmethod
     def _prompt_not_blank(cls, value: str) -> str:
@@ -222,10 +311,14 @@ class JobSpec(BaseModel):
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is None:
             return value
+        if nesting_depth(value) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"nests more than {MAX_SCHEMA_DEPTH} levels deep")
         try:
             jsonschema.Draft202012Validator.check_schema(value)
         except jsonschema.SchemaError as exc:
             raise ValueError(f"not a valid JSON schema: {exc.message}") from None
+        except RecursionError:
+            raise ValueError("nests too deeply to be checked") from None
         if value.get("type", "object") != "object":
             raise ValueError("the top level of an output schema must be an object")
         return value

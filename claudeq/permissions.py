@@ -9,14 +9,15 @@ MCP tools and the local file system). Not to be confused with the failure policy
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy
+from claudeq.config.settings import TOOL_PROFILES, Settings, WorkerPolicy, callback_queue_problem
 from claudeq.dependencies import placeholder_problems
 from claudeq.errors import PolicyViolation
-from claudeq.models import JobSpec
+from claudeq.models import CONTROL_CHARS, JobSpec
 
 
 class ToolNames(Protocol):
@@ -100,19 +101,98 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
         problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
     problems += tenant_problems(spec, settings)
     if spec.webhook is not None:
-        wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts)
+        wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts, settings.webhook_ports)
         if wrong:
             problems.append(("webhook.url", wrong))
+        elif not _webhook_signed(spec, settings):
+            problems.append(
+                (
+                    "webhook",
+                    "no secret would sign its notifications: set CLAUDEQ_WEBHOOK_SECRET (or the tenant's "
+                    "webhook_secret_env in the tenants file)",
+                )
+            )
     problems += placeholder_problems(spec)
-    for field, callback in (("link", spec.link), ("link_error", spec.link_error)):
-        if callback is not None and callback.queue in settings.job_queues:
-            problems.append((f"{field}.queue", f"{callback.queue!r} is a claudeq queue: name your own app's queue"))
+    problems += callback_problems(spec, settings)
+    problems += model_problems(spec, settings)
     return problems
 
 
-def webhook_problem(url: str, hosts: list[str]) -> str | None:
+#: Spec fields about a job's end notifications: what is wrong with them fails the notification, never the run.
+NOTIFICATION_FIELDS = frozenset({"webhook", "link", "link_error"})
+
+
+def run_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """`spec_problems` as a worker checks them before a run: a notification the worker's settings refuse (a webhook
+    host it does not allow, a callback queue) goes dead at delivery with that reason; it does not fail the job."""
+    return [(f, r) for f, r in spec_problems(spec, settings) if f.split(".", 1)[0] not in NOTIFICATION_FIELDS]
+
+
+def _webhook_signed(spec: JobSpec, settings: Settings) -> bool:
+    tenant = settings.tenants.governing(spec.tenant)
+    return settings.webhook_secret is not None or tenant.webhook_secret_env is not None
+
+
+def callback_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """A `link` / `link_error` queue outside the allow-list — the tenant's `callback_queues` in the tenants file,
+    else CLAUDEQ_CALLBACK_QUEUES — or one that is shared state (claudeq's keys and queues, kombu's keys): a tenant
+    never names a key it does not own."""
+    tenants = settings.tenants
+    if tenants.configured:
+        allowed = tenants.governing(spec.tenant).callback_queues
+        where = f"tenant {spec.tenant!r}'s callback_queues in the tenants file"
+    else:
+        allowed = settings.callback_queues
+        where = "CLAUDEQ_CALLBACK_QUEUES"
+    problems: list[tuple[str, str]] = []
+    for field, callback in (("link", spec.link), ("link_error", spec.link_error)):
+        if callback is None:
+            continue
+        wrong = callback_queue_problem(callback.queue, settings.key_prefix, settings.job_queues)
+        if wrong is None and callback.queue not in allowed:
+            wrong = (
+                f"{callback.queue!r} is not a callback queue the fleet allows ({where}: {', '.join(allowed) or 'none'})"
+            )
+        if wrong:
+            problems.append((f"{field}.queue", wrong))
+    return problems
+
+
+#: The model aliases the Claude CLI resolves itself (docs/jobs.md#the-job-spec).
+CLI_MODEL_ALIASES = frozenset({"default", "sonnet", "opus", "haiku", "opusplan", "best", "sonnet[1m]", "opus[1m]"})
+#: A Claude model id, also as cloud providers spell it (`us.anthropic.claude-…`, `claude-…@20250101`, `…-v1:0`).
+CLAUDE_MODEL_ID = re.compile(
+    r"^(?:[a-z]{2,4}\.)?(?:anthropic\.)?claude-[a-z0-9][a-z0-9.-]*(?:@\d+)?(?:-v\d+:\d+)?(?:\[1m\])?$"
+)
+
+
+def model_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
+    """Models the fleet cannot run: neither one of the CLI's aliases, nor a Claude model id, nor one the operator
+    lists (an account's or a tenant's `models`). Refused at submit rather than after the API's 404 on every try."""
+    listed = {m for account in settings.accounts.accounts for m in account.models}
+    listed |= {m for tenant in settings.tenants.tenants for m in tenant.models or []}
+    problems: list[tuple[str, str]] = []
+    for field, model in spec_models(spec):
+        if model is None or model in CLI_MODEL_ALIASES or model in listed or CLAUDE_MODEL_ID.match(model.lower()):
+            continue
+        problems.append(
+            (
+                field,
+                f"{model!r} is not a model the fleet can run: give an alias ({', '.join(sorted(CLI_MODEL_ALIASES))}), "
+                "a Claude model id (claude-…) or a model the accounts or tenants list",
+            )
+        )
+    return problems
+
+
+#: The ports a webhook URL may always name (others: CLAUDEQ_WEBHOOK_PORTS).
+WEBHOOK_PORTS = (80, 443)
+
+
+def webhook_problem(url: str, hosts: list[str], ports: list[int] | None = None) -> str | None:
     """Why the fleet refuses `url` as a webhook, or None: an http(s) URL on an allowed host (exactly, or a subdomain
-    of a `*.example.com` entry), with no credentials in it (the URL is stored in the job's record)."""
+    of a `*.example.com` entry) and port (80, 443 or one of `ports`), with no credentials in it (the URL is stored
+    in the job's record). Where it resolves to is checked when it is sent (worker/delivery/webhook_target.py)."""
     try:
         parts = urlsplit(url)
         port = parts.port  # a bad port raises here
@@ -124,6 +204,13 @@ def webhook_problem(url: str, hosts: list[str]) -> str | None:
         return "port 0 is not a port"
     if parts.username is not None or parts.password is not None:
         return "must not carry credentials (the URL is stored in the record; receivers verify the signature)"
+    if CONTROL_CHARS.search(url):
+        return "holds a control character"
+    effective = port if port is not None else (443 if parts.scheme == "https" else 80)
+    allowed_ports = [*WEBHOOK_PORTS, *(ports or [])]
+    if effective not in allowed_ports:
+        listed = ", ".join(str(p) for p in allowed_ports)
+        return f"port {effective} is not one webhooks may use ({listed}; CLAUDEQ_WEBHOOK_PORTS)"
     host = parts.hostname.lower().rstrip(".")
     for allowed in hosts:
         allowed = allowed.lower().rstrip(".")
@@ -148,8 +235,8 @@ def tenant_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     tenant's allow-lists."""
     tenants = settings.tenants
     if not tenants.known(spec.tenant):
-        known = ", ".join(tenants.names) or "none"
-        return [("tenant", f"{spec.tenant!r} is not a configured tenant (configured: {known}; CLAUDEQ_TENANTS_FILE)")]
+        # Other tenants' names are theirs: the refusal does not list them.
+        return [("tenant", f"{spec.tenant!r} is not a configured tenant (CLAUDEQ_TENANTS_FILE)")]
     tenant = tenants.governing(spec.tenant)
     problems: list[tuple[str, str]] = []
     if tenant.accounts is not None and spec.account is not None and spec.account not in tenant.accounts:

@@ -39,15 +39,37 @@ SCHEDULE_KEY, TICK_KEY = "schedule", "schedule_tick"
 ADVANCE = script("schedule/advance.lua")
 
 
+#: The longest interval a schedule may fire at (a year and a day): its ticks stay within what a date can hold.
+MAX_EVERY_S = 366 * 86400
+#: A cron expression must have a tick within this many years of now (croniter looks no further).
+CRON_HORIZON_YEARS = 5
+#: The five fields of a cron expression, by position (named in a refusal).
+CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+
+
+def bad_cron_field(expression: str) -> str | None:
+    """Which of the (first five) fields of a cron expression croniter refuses, said by its name; None when none."""
+    from croniter import croniter
+
+    for index, field in enumerate(expression.split()[: len(CRON_FIELDS)]):
+        probe = ["*"] * len(CRON_FIELDS)
+        probe[index] = field
+        if not croniter.is_valid(" ".join(probe)):
+            return f"the {CRON_FIELDS[index]} field {field!r} of {expression!r} is not valid"
+    return None
+
+
 class Fired(NamedTuple):
     """A tick a scheduler advanced: the job it submitted (None: missed or refused), the ticks it counts missed, and
-    why submit refused the spec."""
+    why submit refused the spec; or a schedule the scheduler could not handle at all (`paused`: it is paused with
+    that error, so the rest go on)."""
 
     member: str
     tick: float
     job_id: str | None
     missed: int
     error: str | None
+    paused: bool = False
 
 
 class ScheduleNotFound(ClaudeqError):
@@ -66,7 +88,9 @@ class Schedule(BaseModel):
     name: str = Field(pattern=SCHEDULE_NAME.pattern)
     spec: JobSpec
     cron: str | None = Field(default=None, description="A cron expression (5 fields; croniter's syntax).")
-    every_s: int | None = Field(default=None, ge=1, description="Or: fire every this many seconds.")
+    every_s: int | None = Field(
+        default=None, ge=1, description="Or: fire every this many seconds (at most a year and a day: MAX_EVERY_S)."
+    )
     tz: str = Field(default="UTC", description="The time zone the cron expression is read in (IANA name).")
     on_missed: Literal["skip", "run_once"] = "skip"
     misfire_grace_s: float = Field(default=60.0, ge=0, description="A tick later than this is missed.")
@@ -90,6 +114,9 @@ class Schedule(BaseModel):
         from croniter import croniter
 
         if not croniter.is_valid(value):
+            bad = bad_cron_field(value)
+            if bad is not None:
+                raise ValueError(bad)
             raise ValueError(f"{value!r} is not a cron expression (e.g. '0 2 * * *')")
         return value
 
@@ -98,6 +125,32 @@ class Schedule(BaseModel):
         if (self.cron is None) == (self.every_s is None):
             raise ValueError("give exactly one of cron and every_s")
         return self
+
+    def rule_problems(self, now: float) -> builtins.list[tuple[str, str]]:
+        """What `add` refuses in the rule beyond its form (a stored schedule from before still loads, and the
+        scheduler pauses it if it cannot be handled): five cron fields, each valid, a tick within the horizon; an
+        interval of at most MAX_EVERY_S."""
+        if self.every_s is not None:
+            if self.every_s > MAX_EVERY_S:
+                return [("every_s", f"{self.every_s} s is more than a year and a day ({MAX_EVERY_S} s)")]
+            return []
+
+        assert self.cron is not None
+        fields = self.cron.split()
+        if len(fields) != len(CRON_FIELDS):
+            reason = (
+                f"{self.cron!r} has {len(fields)} fields; give 5 (minute hour day-of-month month day-of-week, "
+                "e.g. '0 2 * * *'): seconds and years are not supported"
+            )
+            return [("cron", reason)]
+        bad = bad_cron_field(self.cron)
+        if bad is not None:
+            return [("cron", bad)]
+        try:
+            self.next_tick(now)
+        except ValueError:
+            return [("cron", f"{self.cron!r} has no tick within {CRON_HORIZON_YEARS} years (in {self.tz})")]
+        return []
 
     @property
     def tenant(self) -> str:
@@ -111,7 +164,20 @@ class Schedule(BaseModel):
 
         assert self.cron is not None
         start = datetime.fromtimestamp(after, ZoneInfo(self.tz))
-        return float(croniter(self.cron, start).get_next(float))
+        # croniter's errors (no date found, out of range) are ValueErrors: the caller names the schedule.
+        return float(croniter(self.cron, start, max_years_between_matches=CRON_HORIZON_YEARS).get_next(float))
+
+    def fires_per_hour(self, now: float) -> float:
+        """About how often it fires: every_s's rate, or a cron expression's ticks over the next day, per hour."""
+        if self.every_s is not None:
+            return 3600 / self.every_s
+        count, tick, end = 0, now, now + 86400
+        while count <= 1440:  # five fields: at most one tick a minute
+            tick = self.next_tick(tick)
+            if tick > end:
+                break
+            count += 1
+        return count / 24
 
     def job_spec(self, tick: float) -> JobSpec:
         """The spec of the job fired for `tick`: one idempotency key per tick, the schedule and tick recorded."""
@@ -129,6 +195,7 @@ class ScheduleInfo(BaseModel):
     fired: int = 0
     missed: int = 0
     refused: int = 0
+    failed: int = 0  # times the scheduler could not handle it (it was paused then: `last_error` says why)
     last_job_id: str | None = None
     last_error: str | None = None
 
@@ -185,10 +252,11 @@ class ScheduleStore:
             out.append(
                 ScheduleInfo(
                     schedule=schedule,
-                    next_tick=datetime.fromtimestamp(score, UTC) if score is not None else None,
+                    next_tick=_when(score),
                     fired=int(stats.get("fired", 0)),
                     missed=int(stats.get("missed", 0)),
                     refused=int(stats.get("refused", 0)),
+                    failed=int(stats.get("failed", 0)),
                     last_job_id=stats.get("last_job_id"),
                     last_error=stats.get("last_error"),
                 )
@@ -228,43 +296,87 @@ class ScheduleStore:
         )
         done: builtins.list[Fired] = []
         for raw_member, score in due:
-            tick = float(score)
             member = text(raw_member)
-            raw = self.redis.hget(self.keys.schedules, member)
-            if raw is None:
-                self.redis.zrem(self.keys.schedules_due, member)
-                continue
             try:
-                schedule = Schedule.model_validate_json(raw)
-            except ValidationError:  # written by something else: it cannot fire, and must not hold up the rest
-                self.redis.zrem(self.keys.schedules_due, member)
-                continue
-            late = now - tick > schedule.misfire_grace_s
-            job_id: str | None = None
-            error: str | None = None
-            if not late or schedule.on_missed == "run_once":
-                try:
-                    job_id = submit(schedule.job_spec(tick))  # idempotent per tick: a second submit finds the job
-                except redis.RedisError:
-                    raise  # transient: the tick stays due, the next pass submits it
-                except ClaudeqError as exc:  # e.g. the workers' policy refuses its cwd: the tick is refused
-                    error = str(exc)
-            following = schedule.next_tick(now if late else tick)
-            if int(self._advance(keys=[self.keys.schedules_due], args=[member, repr(tick), repr(following)])):
-                stats = self.keys.schedule_stats(member)
-                pipe = self.redis.pipeline(transaction=False)
-                missed = _ticks_between(schedule, tick, now) - (job_id is not None) if late else 0
-                if job_id is not None:
-                    pipe.hincrby(stats, "fired", 1)
-                    pipe.hset(stats, "last_job_id", job_id)
-                if error is not None:
-                    pipe.hincrby(stats, "refused", 1)
-                    pipe.hset(stats, "last_error", error[:500])
-                if missed:
-                    pipe.hincrby(stats, "missed", missed)
-                pipe.execute()
-                done.append(Fired(member, tick, job_id, missed, error))
+                fired = self._fire(member, float(score), now, submit)
+            except redis.RedisError:
+                raise  # transient: the tick stays due, the next pass tries again
+            except Exception as exc:  # this schedule's own fault: it must not hold up the rest (nor every pass)
+                fired = self._pause_broken(member, float(score), f"{type(exc).__name__}: {exc}")
+            if fired is not None:
+                done.append(fired)
         return done
+
+    def _fire(self, member: str, tick: float, now: float, submit: Callable[[JobSpec], str]) -> Fired | None:
+        """Fire one due tick of `member` and advance it (None: removed meanwhile, or another caller advanced it)."""
+        raw = self.redis.hget(self.keys.schedules, member)
+        if raw is None:
+            self.redis.zrem(self.keys.schedules_due, member)
+            return None
+        schedule = Schedule.model_validate_json(raw)  # a schedule that does not parse is paused by the caller
+        late = now - tick > schedule.misfire_grace_s
+        job_id: str | None = None
+        error: str | None = None
+        if not late or schedule.on_missed == "run_once":
+            try:
+                job_id = submit(schedule.job_spec(tick))  # idempotent per tick: a second submit finds the job
+            except redis.RedisError:
+                raise
+            except ClaudeqError as exc:  # e.g. the workers' policy refuses its cwd: the tick is refused
+                error = str(exc)
+        try:
+            following = schedule.next_tick(now if late else tick)
+        except ValueError as exc:
+            raise ValueError(f"cannot compute its next tick ({exc})") from None
+        if not int(self._advance(keys=[self.keys.schedules_due], args=[member, repr(tick), repr(following)])):
+            return None
+        stats = self.keys.schedule_stats(member)
+        pipe = self.redis.pipeline(transaction=False)
+        missed = _ticks_between(schedule, tick, now) - (job_id is not None) if late else 0
+        if job_id is not None:
+            pipe.hincrby(stats, "fired", 1)
+            pipe.hset(stats, "last_job_id", job_id)
+        if error is not None:
+            pipe.hincrby(stats, "refused", 1)
+            pipe.hset(stats, "last_error", error[:500])
+        if missed:
+            pipe.hincrby(stats, "missed", missed)
+        pipe.execute()
+        return Fired(member, tick, job_id, missed, error)
+
+    def _pause_broken(self, member: str, tick: float, error: str) -> Fired | None:
+        """Take a schedule the scheduler cannot handle off the due set (only if still due at `tick`: once across
+        schedulers), mark it paused and keep why where `schedule list` shows it; None when another did it."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zscore(self.keys.schedules_due, member)
+        pipe.hget(self.keys.schedules, member)
+        score, raw = pipe.execute()
+        if score is None or float(score) != tick:
+            return None
+        if not self.redis.zrem(self.keys.schedules_due, member):
+            return None
+        try:
+            paused = Schedule.model_validate_json(raw).model_copy(update={"paused": True}).model_dump_json()
+        except (ValidationError, ValueError, TypeError):
+            paused = None  # not a schedule this version can read: off the due set, kept as it was for an operator
+        stats = self.keys.schedule_stats(member)
+        pipe = self.redis.pipeline(transaction=False)
+        if paused is not None:
+            pipe.hset(self.keys.schedules, member, paused)
+        pipe.hincrby(stats, "failed", 1)
+        pipe.hset(stats, "last_error", error[:500])
+        pipe.execute()
+        return Fired(member, tick, None, 0, error, paused=True)
+
+
+def _when(score: float | None) -> datetime | None:
+    """A due score as a time; None for none, or for one past what a date can hold."""
+    if score is None:
+        return None
+    try:
+        return datetime.fromtimestamp(score, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _ticks_between(schedule: Schedule, first: float, now: float) -> int:
@@ -283,11 +395,20 @@ def _iso(epoch: float) -> str:
 def schedule_from(name: str, spec: JobSpec, **rule: Any) -> Schedule:
     """A Schedule, or JobSpecError naming the field and the reason."""
     try:
-        return Schedule.model_validate({"name": name, "spec": spec, **rule})
+        schedule = Schedule.model_validate({"name": name, "spec": spec, **rule})
     except ValidationError as exc:
+        # The rule's own checks (one of the two; a tick within the horizon) are about the rule it was given.
+        rule_field = "cron" if rule.get("cron") is not None else "every_s"
         raise JobSpecError(
-            [(".".join(str(p) for p in e["loc"]) or "schedule", e["msg"]) for e in exc.errors()]
+            [
+                (".".join(str(p) for p in e["loc"]) or rule_field, str(e["msg"]).removeprefix("Value error, "))
+                for e in exc.errors()
+            ]
         ) from None
+    problems = schedule.rule_problems(time.time())
+    if problems:
+        raise JobSpecError(problems)
+    return schedule
 
 
 __all__ = ["Fired", "Schedule", "ScheduleInfo", "ScheduleNotFound", "ScheduleStore", "schedule_from"]

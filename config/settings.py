@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -17,7 +20,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from claudeq.config.account_pool import AccountPool
 from claudeq.config.tenants import Tenants
@@ -47,7 +51,42 @@ MAX_ATTEMPTS_CAP = 20
 #: Keys kombu's Redis transport keeps beside the queue lists (default names): never a queue.
 KOMBU_RESERVED_KEYS: frozenset[str] = frozenset({"unacked", "unacked_index", "unacked_mutex"})
 
+
+def shared_key_problem(name: str, prefix: str) -> str | None:
+    """Why `name` cannot be a queue (a Redis list on the broker): blank, under claudeq's key prefix, or one of the
+    keys Celery's Redis transport uses itself; None when it can."""
+    if not name.strip():
+        return "a queue name must not be blank"
+    if name.startswith(prefix):
+        return f"queue {name!r} starts with the key prefix {prefix!r}: it would share claudeq's keys"
+    if name in KOMBU_RESERVED_KEYS or name.startswith("_kombu."):
+        return f"queue {name!r} is a key Celery's Redis transport uses itself"
+    return None
+
+
+def callback_queue_problem(name: str, prefix: str, job_queues: list[str]) -> str | None:
+    """Why a Celery callback (`link`, `link_error`) may never go to `name`: shared state (claudeq's keys, kombu's)
+    or one of claudeq's own job queues; None when an allow-list may hold it (docs/notifications.md)."""
+    if name in job_queues:
+        return f"{name!r} is a claudeq queue: name your own app's queue"
+    return shared_key_problem(name, prefix)
+
+
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
+
+
+def json_or_commas(value: Any) -> Any:
+    """A list setting from the environment: a JSON list (`["a", "b"]`) or comma-separated values (`a,b`, or one
+    value `a`), as docs/configuration.md writes them."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON list ({exc.msg}); give a JSON list or comma-separated values") from None
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 class WorkerPolicy(BaseModel):
@@ -55,15 +94,15 @@ class WorkerPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    allowed_tools: list[str] = Field(
+    allowed_tools: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=lambda: list(TOOL_PROFILES["read-only"]) + list(TOOL_PROFILES["web"]),
         description="Built-in tools a job may be given; Bash and file writes only when listed here.",
     )
-    workspace_roots: list[Path] = Field(
+    workspace_roots: Annotated[list[Path], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Directories a job's cwd/add_dirs and file tools must stay under; empty = jobs get no cwd.",
     )
-    permission_modes: list[PermissionMode] = Field(
+    permission_modes: Annotated[list[PermissionMode], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=lambda: list[PermissionMode](["default", "dontAsk"]),
         description="Permission modes a job may ask for; bypassPermissions only if listed.",
     )
@@ -71,13 +110,13 @@ class WorkerPolicy(BaseModel):
         default=None,
         description="Import path of a module exposing `TOOLS` (SDK @tool functions) that jobs may use by name.",
     )
-    run_uids: tuple[int, int] = Field(
+    run_uids: Annotated[tuple[int, int], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default=(61000, 61999),
         description="First and last uid (inclusive) of the range a root worker runs shell or file-writing CLIs "
         "under, one uid per concurrent run on the host (its gid is the same number); no other user or process on "
         "the host may use these ids.",
     )
-    run_groups: list[int] = Field(
+    run_groups: Annotated[list[int], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Supplementary gids of those runs, e.g. the group that owns the workspace roots (g+rwX, setgid).",
     )
@@ -184,7 +223,7 @@ class Settings(BaseSettings):
     )
     key_prefix: str = Field(default="claudeq:", description="Prefix of every Redis key claudeq writes.")
     queue: str = Field(default="claudeq.runs", description="Default Celery queue for agent runs.")
-    queues: list[str] = Field(
+    queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=lambda: ["claudeq.runs"],
         description="Queues a worker consumes; with `queue`, the only names a job's `queue` may give (see job_queues).",
     )
@@ -225,10 +264,34 @@ class Settings(BaseSettings):
         ge=0,
         description="How long after a job ends its transcripts and events move to the archive (with archive_url).",
     )
-    webhook_hosts: list[str] = Field(
+    webhook_hosts: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Hosts a job's or a tenant's webhook URL may name: `hooks.example.com`, or `*.example.com` for "
         "its subdomains; empty = no webhooks (docs/notifications.md).",
+    )
+    webhook_ports: Annotated[list[int], NoDecode, BeforeValidator(json_or_commas)] = Field(
+        default_factory=list,
+        description="Ports a webhook URL may name besides 80 and 443.",
+    )
+    webhook_allow_nets: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
+        default_factory=list,
+        description="Address ranges (CIDR, e.g. 10.20.0.0/16) a webhook may connect to although they are loopback, "
+        "private or link-local; empty = public addresses only (docs/notifications.md).",
+    )
+    callback_queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
+        default_factory=list,
+        description="Without a tenants file: the queues of the producers' own Celery apps a job's `link` / "
+        "`link_error` may name (with one, each tenant's `callback_queues`); empty = no callbacks. Never a name "
+        "under the key prefix, one of kombu's keys or a claudeq queue (docs/notifications.md).",
+    )
+    max_schedules_per_tenant: int = Field(
+        default=100, ge=1, description="Schedules one tenant may have; more are refused at add."
+    )
+    max_schedule_fires_per_hour: int = Field(
+        default=3600,
+        ge=1,
+        description="How often one tenant's schedules may fire together, per hour (an `every_s=1` schedule fires "
+        "3600 times); a schedule that would take it past is refused at add.",
     )
     webhook_secret: SecretStr | None = Field(
         default=None,
@@ -345,7 +408,7 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
-    secret_env: list[str] = Field(
+    secret_env: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="More environment variables holding secrets that a run's CLI must not see (blanked for it).",
     )
@@ -410,12 +473,30 @@ class Settings(BaseSettings):
         # A queue name is a Redis list key on the broker: it must not be one of claudeq's keys or kombu's own.
         prefix = info.data.get("key_prefix") or "claudeq:"
         for name in [value] if isinstance(value, str) else value:
-            if not name.strip():
-                raise ValueError("a queue name must not be blank")
-            if name.startswith(prefix):
-                raise ValueError(f"queue {name!r} starts with the key prefix {prefix!r}: it would share claudeq's keys")
-            if name in KOMBU_RESERVED_KEYS or name.startswith("_kombu."):
-                raise ValueError(f"queue {name!r} is a key Celery's Redis transport uses itself")
+            problem = shared_key_problem(name, prefix)
+            if problem:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("webhook_allow_nets")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for net in value:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"{net!r} is not an address range (CIDR, e.g. 10.20.0.0/16)") from None
+        return value
+
+    @field_validator("callback_queues")
+    @classmethod
+    def _callback_queue_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        prefix = info.data.get("key_prefix") or "claudeq:"
+        own = [info.data.get("queue"), *(info.data.get("queues") or [])]
+        for name in value:
+            problem = callback_queue_problem(name, prefix, [q for q in own if q])
+            if problem:
+                raise ValueError(problem)
         return value
 
     @property
@@ -496,8 +577,19 @@ def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment; invalid values raise ConfigError naming the variable and the fix."""
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:  # a value the environment source could not decode (the message names the field)
+        raise ConfigError(_variable_of(str(exc)), "cannot be read; give JSON or comma-separated values") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = "__".join(str(p) for p in first["loc"]).upper()
         raise ConfigError(f"CLAUDEQ_{loc}", first["msg"]) from None
     return settings
+
+
+def _variable_of(message: str) -> str:
+    """The variable a pydantic-settings SettingsError is about (`error parsing value for field "x" …`)."""
+    start = message.find('field "')
+    if start < 0:
+        return "CLAUDEQ_*"
+    name = message[start + 7 :].split('"', 1)[0]
+    return f"CLAUDEQ_{name.upper()}"

@@ -49,6 +49,10 @@ class TenantConfig(BaseModel):
         ge=1,
         description="Jobs it may submit through the HTTP API per minute; over it, 429 (docs/http-api.md); none = any.",
     )
+    callback_queues: list[str] = Field(
+        default_factory=list,
+        description="Queues of its own Celery app its jobs' `link` / `link_error` may name; empty = no callbacks.",
+    )
     mcp_token_env: str | None = Field(
         default=None,
         description="Environment variable holding the bearer token that maps an HTTP MCP caller to this tenant.",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 import typing
@@ -650,15 +651,25 @@ def schedule_add(
         if not isinstance(fields, dict):
             raise JobSpecError([("spec", "must be a JSON object of spec fields")])
     fields.update(prompt=_read_text_arg(prompt), tenant=tenant)
-    schedule = _client().add_schedule(
-        name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
-    )
+    try:
+        schedule = _client().add_schedule(
+            name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
+        )
+    except JobSpecError as exc:
+        if as_json:  # scripts read the spec's field names
+            raise
+        raise JobSpecError([(_flag(f), _flag(r)) for f, r in exc.errors]) from None  # as this command spells them
     [info] = [i for i in _client().schedules(tenant) if i.schedule.name == name]
     if as_json:
         print(info.model_dump_json())
     else:
         rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
         out.print(f"schedule {name}: {rule}; next tick {info.next_tick}")
+
+
+def _flag(text: str) -> str:
+    """A schedule rule's field names as `schedule add`'s flags."""
+    return re.sub(r"\bcron\b", "--cron", re.sub(r"\bevery_s\b", "--every", text))
 
 
 @schedule_app.command("list")
@@ -677,8 +688,19 @@ def schedule_list(
         s = info.schedule
         rule = f"{s.cron} ({s.tz})" if s.cron else f"every {s.every_s} s"
         nxt = "paused" if s.paused else (info.next_tick.strftime("%Y-%m-%d %H:%M:%S") if info.next_tick else "-")
-        rows.append([s.name, s.tenant, rule, nxt, str(info.fired), str(info.missed), info.last_job_id or "-"])
-    print_table(out, ("name", "tenant", "rule", "next tick", "fired", "missed", "last job"), rows)
+        rows.append(
+            [
+                s.name,
+                s.tenant,
+                rule,
+                nxt,
+                str(info.fired),
+                str(info.missed),
+                info.last_job_id or "-",
+                info.last_error or "-",
+            ]
+        )
+    print_table(out, ("name", "tenant", "rule", "next tick", "fired", "missed", "last job", "last error"), rows)
 
 
 def _schedule_action(action: str, name: str, tenant: str, as_json: bool) -> None:

@@ -30,6 +30,13 @@ from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_fr
 from claudeq.tenant_state import TenantStore
 
 
+def _rate_or_zero(schedule: Schedule, now: float) -> float:
+    try:
+        return schedule.fires_per_hour(now)
+    except ValueError:  # a stored rule with no next tick fires nothing (the scheduler pauses it)
+        return 0.0
+
+
 def new_job_id() -> str:
     """A new job id: sortable by time, unique across producers."""
     return f"{time.time_ns() // 1000:014x}{uuid.uuid4().hex[:12]}"
@@ -496,7 +503,28 @@ class Client:
         schedule = schedule_from(
             name, checked, cron=cron, every_s=every_s, tz=tz, on_missed=on_missed, misfire_grace_s=misfire_grace_s
         )
+        self._schedule_limits(schedule)
         return self._schedules.add(schedule, replace=replace)
+
+    def _schedule_limits(self, schedule: Schedule) -> None:
+        """One tenant's schedules are bounded in number and in how often they fire together (their jobs go through
+        the same fleet as everyone's): JobSpecError past either."""
+        others = [
+            i.schedule
+            for i in self._schedules.list(schedule.tenant)
+            if i.schedule.name != schedule.name and not i.schedule.paused
+        ]
+        if len(others) >= self.settings.max_schedules_per_tenant:
+            limit = self.settings.max_schedules_per_tenant
+            raise JobSpecError([("name", f"tenant {schedule.tenant!r} has {limit} schedules, the most it may have")])
+        now = time.time()
+        rate = schedule.fires_per_hour(now) + sum(_rate_or_zero(other, now) for other in others)
+        if round(rate, 3) > self.settings.max_schedule_fires_per_hour:  # float sums: a hair over is not over
+            field = "cron" if schedule.cron is not None else "every_s"
+            limit = self.settings.max_schedule_fires_per_hour
+            owner = schedule.tenant
+            reason = f"tenant {owner!r}'s schedules would fire {rate:.0f} times an hour; the limit is {limit}"
+            raise JobSpecError([(field, reason)])
 
     def schedules(self, tenant: str | None = None) -> builtins.list[ScheduleInfo]:
         """Every schedule (of one tenant, if given) with its next tick and what it fired."""

@@ -27,13 +27,14 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from mcp.server.mcpserver.tools import Tool
+from pydantic import BaseModel, ConfigDict, Field
 
 from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT, Tenants
 from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
-from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobStatus
+from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobSpec, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
 
@@ -117,7 +118,6 @@ def build_server(
     unknown = [t for t in offered if t not in (*FLEET_TOOLS, *SCHEDULE_TOOLS, *APPROVAL_TOOLS)]
     if unknown:
         raise ValueError(f"unknown fleet tools: {', '.join(unknown)}")
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
     settings = client.settings
 
     def caller(ctx: Context) -> str | None:
@@ -130,69 +130,17 @@ def build_server(
         headers = getattr(request, "headers", None)
         return bearer_tenant(settings.tenants, headers.get("authorization") if headers is not None else None)
 
-    async def submit_job(
-        prompt: Annotated[str, Field(description="The prompt of the job.")],
-        ctx: Context,
-        model: Annotated[str | None, Field(description="Model alias or id.")] = None,
-        system_prompt: Annotated[str | None, Field(description="Replaces the system prompt.")] = None,
-        append_system_prompt: Annotated[str | None, Field(description="Appended to the system prompt.")] = None,
-        tools: Annotated[
-            str | list[str] | None, Field(description="A tool profile name or a list of built-in tools.")
-        ] = None,
-        mcp_tools: Annotated[list[str] | None, Field(description="Worker-registered MCP tools, by name.")] = None,
-        max_turns: Annotated[int | None, Field(description="Maximum agent turns.")] = None,
-        max_budget_usd: Annotated[float | None, Field(description="Budget cap in USD.")] = None,
-        output_schema: Annotated[
-            dict[str, Any] | None, Field(description="JSON schema of a structured result (an object).")
-        ] = None,
-        conversation: Annotated[str | None, Field(description="Continue (or start) this conversation.")] = None,
-        fork: Annotated[bool, Field(description="Branch the conversation instead of continuing it.")] = False,
-        account: Annotated[str | None, Field(description="Pin the job to this account.")] = None,
-        priority: Annotated[int, Field(description="0 (first) .. 9 (last).")] = 0,
-        deadline_s: Annotated[float | None, Field(description="Hard deadline per attempt, seconds.")] = None,
-        max_attempts: Annotated[int | None, Field(description="Attempts before giving up.")] = None,
-        metadata: Annotated[
-            dict[str, str | int | float | bool | None] | None, Field(description="Free-form labels.")
-        ] = None,
-        idempotency_key: Annotated[str | None, Field(description="Same key, same job.")] = None,
-        depends_on: Annotated[
-            list[str] | None,
-            Field(description="Jobs that must succeed first; {{dep[0].text}} in the prompt is the first one's answer."),
-        ] = None,
-        on_dependency_failure: Annotated[
-            str | None, Field(description="A dependency failed: `fail` (the default) or `run` anyway.")
-        ] = None,
-        tenant: Annotated[
-            str | None, Field(description="Who the job is for (default `default`; fixed when the server is bound).")
-        ] = None,
-    ) -> dict[str, Any]:
-        """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job."""
+    async def submit_job(ctx: Context, **given: Any) -> dict[str, Any]:
+        """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job. Takes every
+        field of a job spec (docs/jobs.md); an unknown one is refused."""
         bound = caller(ctx)
+        tenant = given.get("tenant")
         if bound is not None and tenant is not None and tenant != bound:
             raise ToolError(f"tenant: this caller submits as tenant {bound!r} only")
-        given = {
-            "prompt": prompt,
-            "model": model,
-            "system_prompt": system_prompt,
-            "append_system_prompt": append_system_prompt,
-            "tools": tools,
-            "mcp_tools": mcp_tools,
-            "max_turns": max_turns,
-            "max_budget_usd": max_budget_usd,
-            "output_schema": output_schema,
-            "conversation": conversation,
-            "account": account,
-            "deadline_s": deadline_s,
-            "max_attempts": max_attempts,
-            "idempotency_key": idempotency_key,
-            "depends_on": depends_on,
-            "on_dependency_failure": on_dependency_failure,
-            "tenant": bound or tenant,
-        }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        fields["priority"] = priority
-        if fork:
-            fields["fork"] = True
+        if bound is not None:
+            fields["tenant"] = bound
+        metadata = fields.pop("metadata", None)
         labels: dict[str, Any] = dict(metadata or {})
         if parent_job_id:
             labels[PARENT_JOB_KEY] = parent_job_id  # a run cannot claim another parent
@@ -392,6 +340,7 @@ def build_server(
             raise ToolError(f"{exc.why}: {exc}") from None
         return {"id": job_id, "approval": answered.model_dump(mode="json")}
 
+    submit_job.__signature__ = SUBMIT_SIGNATURE  # type: ignore[attr-defined]
     functions: dict[str, Callable[..., Any]] = {
         "list_approvals": list_approvals,
         "decide_approval": decide_approval,
@@ -407,12 +356,43 @@ def build_server(
         "wait_job": wait_job,
         "accounts": accounts,
     }
+    served: list[Tool] = []
     for name in offered:
         # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
         if "ctx" not in inspect.signature(functions[name]).parameters:
             raise RuntimeError(f"fleet tool {name} does not check its caller")
-        server.add_tool(functions[name], name=name)
-    return server
+        served.append(_strict(Tool.from_function(functions[name], name=name)))
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=served)
+
+
+def _strict(tool: Tool) -> Tool:
+    """`tool` refusing arguments it does not take (a typo such as `max_turn` is an error naming it, never silently
+    dropped) and saying so in its input schema."""
+    loose = tool.fn_metadata.arg_model
+    config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+    strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config, "__module__": loose.__module__})
+    tool.fn_metadata.arg_model = strict  # type: ignore[assignment]  # a subclass of the loose one
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
+
+
+def _spec_parameters() -> list[inspect.Parameter]:
+    """submit_job's arguments: every field of JobSpec, typed and described as the spec has them (the spec's own
+    checks then run in `Client.submit`, the one validation path)."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    for name, field in JobSpec.model_fields.items():
+        description = field.description or name.replace("_", " ")
+        if name == "prompt":
+            annotation: Any = Annotated[str, Field(description=description)]
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+            continue
+        annotation = Annotated[field.annotation | None, Field(description=description)]  # type: ignore[operator]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None))
+    return params
+
+
+#: The signature the MCP server reads submit_job's arguments (and its input schema) from.
+SUBMIT_SIGNATURE = inspect.Signature(_spec_parameters(), return_annotation=dict[str, Any])
 
 
 def parse_address(value: str) -> tuple[str, int]:

@@ -42,5 +42,7 @@ def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec
 def _reason(err: Any) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown field"
+    if err["type"] == "string_unicode":  # pydantic's own words for a lone surrogate
+        return "holds a lone surrogate, which is not text (no UTF-8 form)"
     msg = str(err["msg"])
     return msg.removeprefix("Value error, ")

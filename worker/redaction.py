@@ -18,6 +18,9 @@ from claudeq.config.settings import Settings
 CREDENTIAL_VARS: tuple[str, ...] = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
 _TOKEN_SHAPE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{4,}")
+#: The CLI's advice after an API error names the host of its ANTHROPIC_BASE_URL: the worker's loopback pass-through
+#: (or an account's gateway), which is nobody's business in a job's text.
+_GATEWAY_ADVICE = re.compile(r"check your inference gateway \([^)]*\)")
 _MIN_SECRET_LEN = 6  # shorter "secrets" would redact ordinary words
 _known_secrets: set[str] = set()
 
@@ -71,11 +74,13 @@ def _password(url: str) -> str | None:
 
 
 def redact(text: str | None, extra: Iterable[str] = ()) -> str:
-    """`text` with every known secret and anything shaped like an Anthropic token replaced by `***`."""
+    """`text` with every known secret and anything shaped like an Anthropic token replaced by `***`, and without the
+    address of the CLI's model service (the worker's pass-through)."""
     if not text:
         return text or ""
     for secret in sorted(
         {*_known_secrets, *(s for s in extra if s and len(s) >= _MIN_SECRET_LEN)}, key=len, reverse=True
     ):
         text = text.replace(secret, "***")
+    text = _GATEWAY_ADVICE.sub("check the fleet's model service (the worker's logs)", text)
     return _TOKEN_SHAPE.sub("sk-ant-***", text)

@@ -116,6 +116,9 @@ class Metrics:
     def schedule_tick(self, outcome: str, n: int = 1) -> None:
         self.calls.append(("schedule_tick", (outcome, n)))
 
+    def loop_item_failed(self, loop: str) -> None:
+        self.calls.append(("loop_item_failed", (loop,)))
+
     def notification(self, target: str, outcome: str, latency_s: float | None = None) -> None:
         self.calls.append(("notification", (target, outcome)))
 

@@ -161,6 +161,8 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             tenants_file=tenants_file,
             webhook_hosts=["127.0.0.1"],
             webhook_secret=SecretStr(WEBHOOK_SECRET),
+            webhook_ports=[receiver.server.server_address[1]],  # a loopback receiver: its port and its range allowed
+            webhook_allow_nets=["127.0.0.0/8"],
             **FAST_E2E,
         )
         settings = settings.model_copy(

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from claudeq.config.settings import Settings
+from claudeq.errors import JobSpecError
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from tests.conftest import make_settings
@@ -74,6 +75,7 @@ class Receiver:
                             "verified": verified,
                             "payload": payload,
                             "status": status,
+                            "host": headers.get("host"),
                             "at": time.time(),
                         }
                     )
@@ -105,13 +107,16 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def settings(redis_url: str, unique: str, accounts_file: Path) -> Settings:
+def settings(redis_url: str, unique: str, accounts_file: Path, receiver: Receiver) -> Settings:
     return make_settings(
         redis_url,
         unique,
         accounts_file=accounts_file,
-        webhook_hosts=["127.0.0.1"],
+        webhook_hosts=["127.0.0.1", "localhost"],
+        webhook_ports=[receiver.server.server_address[1]],  # a loopback receiver: its port and its range allowed
+        webhook_allow_nets=["127.0.0.0/8", "::1/128"],
         webhook_secret=SecretStr(SECRET),
+        callback_queues=[f"cqt-links-{unique}"],  # the link_worker's queue
         webhook_timeout_s=1.0,
         notify_backoff_s=0.1,
         notify_max_attempts=MAX_TRIES,
@@ -163,6 +168,39 @@ def test_each_jobs_end_reaches_its_webhook_signed_through_failing_and_hanging_re
     assert receiver.delivered("/ok", ok.id)[0]["payload"]["spec"]["prompt"].endswith(f"ok {unique}")
     # Every try of one message carries the same webhook-id: a receiver deduplicates by it.
     assert {s["id"] for s in receiver.seen if s["path"] == "/flaky"} == {f"job_{flaky.id}_end"}
+
+
+def test_a_webhook_connects_only_to_an_address_the_fleet_allows(
+    client: Client, workers: WorkerFactory, receiver: Receiver, unique: str
+) -> None:
+    port = receiver.server.server_address[1]
+    # An allowed name that resolves to loopback, on a worker that allows no private range: never POSTed.
+    workers(webhook_allow_nets=[])
+    job = client.submit(prompt=f"[[sim: text x]] rebind {unique}", webhook={"url": f"http://localhost:{port}/ok"})
+    assert client.wait(job.id, timeout=120).status == "succeeded"
+    note = run_until(
+        lambda: next((n for n in client.get(job.id).notifications if n.state == "dead"), None),
+        timeout=60,
+        what="the notification to a loopback address was not refused",
+    )
+    assert note.error is not None and "loopback" in note.error and str(port) not in note.error, note
+    assert receiver.seen == []
+    # A port neither 80, 443 nor listed is refused at submit.
+    with pytest.raises(JobSpecError) as caught:
+        client.submit(prompt="p", webhook={"url": f"http://127.0.0.1:{port + 1}/ok"})
+    assert caught.value.field == "webhook.url" and "CLAUDEQ_WEBHOOK_PORTS" in str(caught.value)
+
+
+def test_a_webhook_to_an_allowed_range_keeps_its_host_name(
+    client: Client, workers: WorkerFactory, receiver: Receiver, unique: str
+) -> None:
+    port = receiver.server.server_address[1]
+    workers()  # allows 127.0.0.0/8 (the settings fixture)
+    job = client.submit(prompt=f"[[sim: text x]] named {unique}", webhook={"url": f"http://localhost:{port}/ok"})
+    assert client.wait(job.id, timeout=120).status == "succeeded"
+    run_until(lambda: receiver.delivered("/ok", job.id), timeout=60, what="the webhook was not delivered")
+    [got] = receiver.delivered("/ok", job.id)
+    assert got["verified"] and got["host"] == f"localhost:{port}"  # the URL's name, not the address connected to
 
 
 def test_a_webhook_that_keeps_failing_is_dead_until_retried(

@@ -165,7 +165,9 @@ def test_a_spec_submit_refuses_is_a_refused_tick_not_a_stuck_schedule(client: Cl
 
     s.redis.hset(client.store.keys.schedules, "default/broken", "{not json")
     s.redis.zadd(client.store.keys.schedules_due, {"default/broken": T0 - 1})
-    [fired] = s.fire_due(refuse, now=T0 + 0.1)  # the unreadable one is dropped from the due set, not fired
+    # The unreadable one is taken off the due set (its error kept), not fired; the other goes on.
+    broken, fired = s.fire_due(refuse, now=T0 + 0.1)
+    assert broken.paused and broken.member == "default/broken" and broken.error is not None
     assert fired.job_id is None and fired.error is not None and "cwd" in fired.error
     assert s.redis.zscore(client.store.keys.schedules_due, "default/refused") == T0 + 1  # moved on
     assert s.redis.zscore(client.store.keys.schedules_due, "default/broken") is None

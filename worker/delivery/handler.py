@@ -45,7 +45,7 @@ from claudeq.models import (
     TerminalStatus,
     utcnow,
 )
-from claudeq.permissions import spec_problems
+from claudeq.permissions import run_problems
 from claudeq.script_calls import ScriptCall
 from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.accounts.choice import NoAccount
@@ -126,7 +126,7 @@ class DeliveryHandler:
         await self.event(d, Claimed(worker=self.worker_id, attempt=number).event(number))
         if d.first_claim:  # once per job: a job deferred before its first attempt is claimed again later
             self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
-        problems = spec_problems(spec, self.settings)
+        problems = run_problems(spec, self.settings)
         try:
             self.runner.check(spec)
         except PolicyViolation as exc:

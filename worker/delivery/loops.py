@@ -19,6 +19,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import redis
 
@@ -35,6 +37,7 @@ from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.store.job_store import CANCELLED
 
 log = logging.getLogger("claudeq.loops")
+T = TypeVar("T")
 
 #: Trim the `jobs` index every this many reconciler passes.
 TRIM_EVERY = 120
@@ -112,6 +115,19 @@ class Loops:
                 log.exception("%s: unexpected error; retrying", name)
             await asyncio.sleep(interval_s)
 
+    async def _isolated(self, loop: str, item: str, step: Awaitable[T]) -> T | None:
+        """Run one item's step of a pass: an item the loop cannot handle is counted, logged in one line and left for
+        a later pass, and the pass goes on with the others (None). Redis errors still end the pass: they are not the
+        item's, and the next pass retries it."""
+        try:
+            return await step
+        except (asyncio.CancelledError, redis.RedisError):
+            raise
+        except Exception as exc:
+            self.engine.metrics.loop_item_failed(loop)
+            log.warning("%s: %s failed (%s: %s); the pass goes on", loop, item, type(exc).__name__, exc)
+            return None
+
     # ---- promoter --------------------------------------------------------------------------------------------
 
     async def promoter(self) -> None:
@@ -129,7 +145,7 @@ class Loops:
         await self.engine.dispatch.send_admitted(admitted)
         sent = len(admitted)
         for job_id in await self.store.due_deferred():
-            if await self.engine.promote_and_send(job_id):
+            if await self._isolated("promoter", f"job {job_id}", self.engine.promote_and_send(job_id)):
                 log.info("job %s: promoted from deferred", job_id)
                 sent += 1
         return sent
@@ -150,7 +166,11 @@ class Loops:
             if f.missed:
                 self.engine.metrics.schedule_tick("missed", f.missed)
                 log.warning("schedule %s: %d tick(s) missed (no scheduler ran within the grace)", f.member, f.missed)
-            if f.error is not None:
+            if f.paused:
+                self.engine.metrics.schedule_tick("failed")
+                self.engine.metrics.loop_item_failed("scheduler")
+                log.warning("schedule %s: paused, the scheduler cannot handle it: %s", f.member, f.error)
+            elif f.error is not None:
                 self.engine.metrics.schedule_tick("refused")
                 log.warning("schedule %s: tick %s refused: %s", f.member, f.tick, f.error)
         return sum(f.job_id is not None for f in fired)
@@ -200,6 +220,7 @@ class Loops:
                 elif kind == "s":
                     moved += bool(await self.engine.sessions.store().archive_session(name))
             except Exception as exc:
+                self.engine.metrics.loop_item_failed("archiver")
                 log.warning("archiver: moving %s failed (%s); trying again later", member, exc)
                 await self.store.archive_later(member, ARCHIVE_RETRY_S)
         self._archive_passes += 1
@@ -241,46 +262,48 @@ class Loops:
         # Only the runs whose lease expired: one read however many are in flight (`running` is scored by expiry).
         expired = [job_id for job_id in await self.store.expired_runs() if not self.engine.handles(job_id)]
         for job_id in expired:
-            try:
-                record = await self.store.reads.get(job_id)
-            except JobNotFound:
-                await self.store.forget_running(job_id)  # expired or deleted: nothing to recover
-                continue
-            except RecordUnreadable as exc:
-                # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
-                # internal) instead of leaving it `running` forever.
-                fence = await self.store.fence_of(job_id)
-                answer = False if fence is None else await self.store.recover(job_id, fence, None)
-                if answer == CANCELLED:
-                    log.warning("job %s: worker lost and record unreadable (%s); cancelled", job_id, exc.detail)
-                    recovered.append(job_id)
-                elif answer:
-                    log.warning("job %s: worker lost and record unreadable (%s); re-enqueued", job_id, exc.detail)
-                    await self.engine.resend(job_id)
-                    recovered.append(job_id)
-                continue
-            if record.status != "running":
-                continue
-            detail = f"worker {record.worker or '?'} lost (lease expired)"
-            attempts = lost_attempts(record, detail)
-            losses = sum(1 for a in attempts if a.outcome == "worker_lost")
-            if losses >= self.settings.max_worker_lost:
-                if await self._poisoned(record, attempts, losses, detail):
-                    recovered.append(job_id)
-                continue
-            event = Requeued(reason=detail).event()
-            answer = await self.store.recover(job_id, record.fence, attempts, event)
-            if answer == CANCELLED:  # a cancel came while it ran: it ends rather than run again
-                log.warning("job %s: %s; cancelled (a cancel was asked for while it ran)", job_id, detail)
-                await self._ended(record, "cancelled")
+            if await self._isolated("reconciler", f"job {job_id}", self._recover(job_id)):
                 recovered.append(job_id)
-                continue
-            if not answer:
-                continue  # another reconciler won, or the job moved on
-            log.warning("job %s: %s; re-enqueued", job_id, detail)
-            await self.engine.resend(job_id)
-            recovered.append(job_id)
         return recovered
+
+    async def _recover(self, job_id: str) -> bool:
+        """Recover one job whose lease expired; -> whether this worker did (re-enqueued, cancelled or failed it)."""
+        try:
+            record = await self.store.reads.get(job_id)
+        except JobNotFound:
+            await self.store.forget_running(job_id)  # expired or deleted: nothing to recover
+            return False
+        except RecordUnreadable as exc:
+            # Re-enqueue it as it is: the worker that claims it next fails it with the parse error (kind
+            # internal) instead of leaving it `running` forever.
+            fence = await self.store.fence_of(job_id)
+            answer = False if fence is None else await self.store.recover(job_id, fence, None)
+            if answer == CANCELLED:
+                log.warning("job %s: worker lost and record unreadable (%s); cancelled", job_id, exc.detail)
+                return True
+            if answer:
+                log.warning("job %s: worker lost and record unreadable (%s); re-enqueued", job_id, exc.detail)
+                await self.engine.resend(job_id)
+                return True
+            return False
+        if record.status != "running":
+            return False
+        detail = f"worker {record.worker or '?'} lost (lease expired)"
+        attempts = lost_attempts(record, detail)
+        losses = sum(1 for a in attempts if a.outcome == "worker_lost")
+        if losses >= self.settings.max_worker_lost:
+            return await self._poisoned(record, attempts, losses, detail)
+        event = Requeued(reason=detail).event()
+        answer = await self.store.recover(job_id, record.fence, attempts, event)
+        if answer == CANCELLED:  # a cancel came while it ran: it ends rather than run again
+            log.warning("job %s: %s; cancelled (a cancel was asked for while it ran)", job_id, detail)
+            await self._ended(record, "cancelled")
+            return True
+        if not answer:
+            return False  # another reconciler won, or the job moved on
+        log.warning("job %s: %s; re-enqueued", job_id, detail)
+        await self.engine.resend(job_id)
+        return True
 
     async def _poisoned(self, record: JobRecord, attempts: list[Attempt], losses: int, detail: str) -> bool:
         """Fail a job that lost its worker `losses` times: whatever it does freezes or kills the worker running it,
@@ -329,11 +352,16 @@ class Loops:
             if job_id in waiting:
                 await self.store.mark_sent(job_id)
                 continue
-            if await self.store.claim_resend(job_id, older):
-                log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
-                await self.engine.resend(job_id)
+            if await self._isolated("reconciler", f"job {job_id}", self._resend(job_id, older)):
                 sent.append(job_id)
         return sent
+
+    async def _resend(self, job_id: str, older: float) -> bool:
+        if not await self.store.claim_resend(job_id, older):
+            return False
+        log.info("job %s: unclaimed for %.0f s, message re-sent", job_id, older)
+        await self.engine.resend(job_id)
+        return True
 
     async def _waiting_in_broker(self, job_ids: list[str]) -> set[str]:
         """Which of `job_ids` may still have their message in the broker: O(checked jobs), never a queue read."""

@@ -31,8 +31,9 @@ from claudeq.broker_message import task_message
 from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
-from claudeq.permissions import webhook_problem
+from claudeq.permissions import callback_problems, webhook_problem
 from claudeq.worker.delivery.ports import MetricsLike
+from claudeq.worker.delivery.webhook_target import Refused, resolve
 from claudeq.worker.store.job_store import WorkerJobStore
 
 if TYPE_CHECKING:
@@ -110,8 +111,9 @@ class Notifier:
             await self.deliver(job_id)
         except asyncio.CancelledError:
             raise
-        except Exception:  # its lease ends and another pass takes it again
-            log.exception("job %s: delivering its notifications failed", job_id)
+        except Exception as exc:  # its lease ends and another pass takes it again; the others go on
+            self.metrics.loop_item_failed("notifier")
+            log.warning("job %s: delivering its notifications failed (%s: %s)", job_id, type(exc).__name__, exc)
 
     async def deliver(self, job_id: str) -> None:
         """Every notification of `job_id` not delivered yet, tried once; then settle."""
@@ -232,6 +234,11 @@ class Notifier:
             return await self._webhook(record)
         callback = record.spec.link if target == "link" else record.spec.link_error
         assert callback is not None
+        # Checked again here: the operator may have narrowed the allow-list, and anyone who can write to the Redis
+        # can write a record; a callback never goes to a queue its tenant does not own.
+        wrong = [reason for field, reason in callback_problems(record.spec, self.settings) if field.startswith(target)]
+        if wrong:
+            return "dead", None, f"{target}.queue: {wrong[0]}"
         message = task_message(callback.task, [record.public()], callback.queue, f"{record.id}-{target}")
         try:
             await self.store.send_callback(record.id, callback.queue, SENT_FIELD[target], message)
@@ -252,7 +259,8 @@ class Notifier:
         """One POST of `payload` (default: the job's end) with id `msg_id`, signed: (outcome, status code, error)."""
         spec = record.spec.webhook
         assert spec is not None
-        wrong = webhook_problem(spec.url, self.settings.webhook_hosts)  # the operator may have narrowed the list
+        # The operator may have narrowed the lists since submit.
+        wrong = webhook_problem(spec.url, self.settings.webhook_hosts, self.settings.webhook_ports)
         if wrong:
             return "dead", None, f"webhook.url: {wrong}"
         secret = self._secret(record.spec.tenant)
@@ -284,11 +292,23 @@ class Notifier:
             "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": signer.sign(msg_id, now, body),
         }
+        try:
+            # Resolved once here, every address vetted, and the POST goes to that address: a name on the list
+            # cannot lead to a loopback or private address (nor change its answer between check and connect).
+            target = await resolve(spec.url, self.settings.webhook_allow_nets)
+        except Refused as exc:
+            return "dead", None, f"webhook.url: {exc}"
+        headers["host"] = target.host_header
+        extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
         if self._http is None:
             self._http = httpx.AsyncClient(follow_redirects=False, trust_env=False)
         try:
             answer = await self._http.post(
-                spec.url, content=body, headers=headers, timeout=self.settings.webhook_timeout_s
+                target.url,
+                content=body,
+                headers=headers,
+                timeout=self.settings.webhook_timeout_s,
+                extensions=extensions,
             )
         except httpx.TimeoutException:
             return "failed", None, f"no answer within {self.settings.webhook_timeout_s:g} s"

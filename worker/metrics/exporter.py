@@ -72,19 +72,36 @@ class ClusterCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """Read Redis now and yield every cluster gauge; a Redis failure yields only `claudeq_exporter_redis_up 0`."""
+        """Read Redis now and yield every cluster gauge; a Redis failure yields only `claudeq_exporter_redis_up 0`.
+        A section that cannot be read for another reason (a value in Redis this version cannot handle) is left out
+        of this scrape and named in `claudeq_exporter_section_failed`; the other sections are still served."""
         started = time.perf_counter()
         up = GaugeMetricFamily("claudeq_exporter_redis_up", "1 when the exporter could read Redis for this scrape.")
+        failed = GaugeMetricFamily(
+            "claudeq_exporter_section_failed",
+            "1 for a section of this scrape (queues, jobs, deferred, approvals, accounts, tenants, workers) that could "
+            "not be read for another reason than Redis (its gauges are missing from this scrape).",
+            labels=["section"],
+        )
+        sections: list[tuple[str, Callable[[], list[Metric]]]] = [
+            ("queues", self._queues),
+            ("jobs", self._jobs),
+            ("deferred", self._deferred),
+            ("approvals", self._approvals),
+            ("accounts", self._accounts),
+            ("tenants", self._tenants),
+            ("workers", self._workers),
+        ]
+        families: list[Metric] = []
         try:
-            families = [
-                *self._queues(),
-                *self._jobs(),
-                *self._deferred(),
-                *self._approvals(),
-                *self._accounts(),
-                *self._tenants(),
-                *self._workers(),
-            ]
+            for name, read in sections:
+                try:
+                    families += read()
+                except redis.RedisError:
+                    raise
+                except Exception as exc:  # one section's bad value never costs the others their scrape
+                    log.warning("exporter: the %s section failed (%s: %s)", name, type(exc).__name__, exc)
+                    failed.add_metric([name], 1)
         except redis.RedisError as exc:
             log.warning("exporter: cannot read Redis: %s", type(exc).__name__)
             up.add_metric([], 0)
@@ -92,6 +109,7 @@ class ClusterCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
+        yield failed
         yield from families
         took = GaugeMetricFamily("claudeq_exporter_scrape_duration_seconds", "Time this scrape spent reading Redis.")
         took.add_metric([], time.perf_counter() - started)

@@ -135,8 +135,15 @@ class WorkerMetrics:
         self.schedule_ticks = Counter(
             "claudeq_schedule_ticks",
             "Schedule ticks by outcome: fired (a job submitted), missed (no scheduler ran within the grace), refused "
-            "(the spec no longer passes submit's checks).",
+            "(the spec no longer passes submit's checks), failed (the scheduler could not handle it: paused).",
             ["outcome"],
+            registry=reg,
+        )
+        self.loop_item_failures = Counter(
+            "claudeq_loop_item_failures",
+            "Items a background loop could not handle (promoter, reconciler, scheduler, notifier, archiver), by loop: "
+            "the item is left for a later pass (or paused, dead), the loop goes on with the others.",
+            ["loop"],
             registry=reg,
         )
         self.notifications = Counter(
@@ -257,9 +264,15 @@ class WorkerMetrics:
         self.passthrough_refused.labels(method, reason if reason in REFUSAL_REASONS else OTHER).inc()
 
     @_never_raise
+    def loop_item_failed(self, loop: str) -> None:
+        """Count an item a background loop could not handle."""
+        known = ("promoter", "reconciler", "scheduler", "notifier", "archiver")
+        self.loop_item_failures.labels(loop if loop in known else OTHER).inc()
+
+    @_never_raise
     def schedule_tick(self, outcome: str, n: int = 1) -> None:
         """Count `n` schedule ticks of `outcome` (fired, missed, refused)."""
-        self.schedule_ticks.labels(outcome if outcome in ("fired", "missed", "refused") else OTHER).inc(n)
+        self.schedule_ticks.labels(outcome if outcome in ("fired", "missed", "refused", "failed") else OTHER).inc(n)
 
     @_never_raise
     def notification(self, target: str, outcome: str, latency_s: float | None = None) -> None:

@@ -1,0 +1,87 @@
+"""One tenant's bad item never stops another's, with real `claudeq-worker` processes on a real Redis:
+a schedule whose next tick cannot be computed is paused with its error where users look while the other schedules
+go on firing; a notification the worker's settings refuse goes dead without failing its job."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from pydantic import SecretStr
+
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.producer.client import Client
+from tests.e2e.conftest import WorkerFactory
+
+pytestmark = pytest.mark.e2e
+
+
+def inject_schedule(redis_client: redis.Redis, settings: Settings, tenant: str, name: str, **rule: object) -> None:
+    """A schedule written straight into Redis, as an older version or anyone with the Redis could: past the checks
+    `add_schedule` makes today, due now."""
+    keys = Keys(settings.key_prefix)
+    member = f"{tenant}/{name}"
+    schedule = {"name": name, "spec": {"prompt": "[[sim: text x]] broken", "tenant": tenant}, **rule}
+    redis_client.hset(keys.schedules, member, json.dumps(schedule))
+    redis_client.zadd(keys.schedules_due, {member: time.time() - 0.5})
+
+
+def test_a_schedule_that_breaks_the_scheduler_is_paused_and_the_others_keep_firing(
+    client: Client, workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    workers()
+    # A 7-field cron whose only tick is long past: computing its next tick raises inside the scheduler's pass.
+    inject_schedule(redis_client, settings, "default", "no-next-tick", cron="0 0 1 1 * 0 2020")
+    inject_schedule(redis_client, settings, "default", "far-future", every_s=10**12)
+    client.add_schedule("steady", prompt=f'[[sim: text "tick"]] steady {unique}', every_s=1)
+    time.sleep(7)
+    infos = {i.schedule.name: i for i in client.schedules()}  # listing never raises on a stored schedule
+    assert infos["steady"].fired >= 4, infos["steady"]
+    broken = infos["no-next-tick"]
+    assert broken.schedule.paused and broken.last_error and "next tick" in broken.last_error, broken
+    client.pause_schedule("steady")
+    for name in ("steady", "no-next-tick", "far-future"):
+        client.remove_schedule(name)
+
+
+def test_a_webhook_host_the_worker_does_not_allow_fails_the_notification_not_the_job(
+    client: Client, workers: WorkerFactory, unique: str
+) -> None:
+    # The producer allows the host; the worker's settings do not (the operator narrowed its list).
+    producer = Client(
+        client.settings.model_copy(
+            update={"webhook_hosts": ["hooks.example.com"], "webhook_secret": SecretStr("whsec_" + "A" * 32)}
+        )
+    )
+    try:
+        workers(webhook_hosts=[])
+        handle = producer.submit(
+            prompt=f'[[sim: text "ok"]] hooked {unique}', webhook={"url": "https://hooks.example.com/x"}
+        )
+        done = handle.wait(timeout=120)
+        assert done.status == "succeeded", done.error
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            notes = {n.target: n for n in producer.get(handle.id).notifications}
+            if "webhook" in notes and notes["webhook"].state == "dead":
+                break
+            time.sleep(0.2)
+        note = notes["webhook"]
+        assert note.state == "dead" and note.error is not None and "webhook.url" in note.error, note
+    finally:
+        producer.close()
+
+
+def test_a_failed_runs_error_never_shows_the_workers_pass_through_address(
+    client: Client, workers: WorkerFactory, unique: str
+) -> None:
+    workers()
+    job = client.submit(prompt=f"[[sim: error 500]] broken {unique}", max_attempts=1)
+    done = client.wait(job.id, timeout=120)
+    assert done.status == "failed" and done.error is not None
+    texts = [done.error.message, *(a.detail or "" for a in done.attempts)]
+    texts += [json.dumps(e.data) for e in client.events(job.id)]
+    assert texts and not [t for t in texts if "127.0.0.1:" in t or "localhost:" in t or "[::1]:" in t], texts

@@ -1,0 +1,175 @@
+"""Every background loop isolates an item it cannot handle: it is counted (claudeq_loop_item_failures_total), left
+for a later pass (or paused), and the pass goes on with the other items. A failing item injected into the promoter,
+the reconciler's recovery and re-send, the scheduler and the notifier, on a real Redis and a real engine."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from claudeq.config.settings import Settings
+from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
+from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from tests.conftest import make_settings
+from tests.support.aio import run
+from tests.unit.worker.engine_fakes import FakeMetrics, fake_engine
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def settings(redis_url: str, unique: str) -> Settings:
+    return make_settings(
+        redis_url, unique, heartbeat_s=1, lease_ttl_s=1, unclaimed_resend_s=1, callback_queues=[f"app-{unique}"]
+    )
+
+
+@pytest.fixture
+def store(settings: Settings, redis_client: redis.Redis) -> WorkerJobStore:
+    return make_worker_store(settings, redis_client)
+
+
+@pytest.fixture
+def sent() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def loops(settings: Settings, store: WorkerJobStore, sent: list[str], redis_client: redis.Redis) -> Iterator[Loops]:
+    engine = fake_engine(settings, store, sent)
+    engine.start()
+    yield Loops(engine)
+    engine.stop()
+    redis_client.delete(*settings.callback_queues)
+
+
+def submit(store: WorkerJobStore, **spec: Any) -> str:
+    record = JobRecord(
+        id=f"j{time.monotonic_ns()}", spec=JobSpec(prompt="p", **spec), status="queued", created_at=utcnow()
+    )
+    return store.create(record)[0]
+
+
+def on_loop(loops: Loops, coro: Any) -> Any:
+    return loops.engine.call(coro).result(10)
+
+
+def failing_for(bad: str, step: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`step`, raising for the item `bad` (a bug, a record this version mishandles: anything but Redis)."""
+
+    async def wrapped(job_id: str, *args: Any, **kwargs: Any) -> Any:
+        if job_id == bad:
+            raise RuntimeError(f"cannot handle {job_id}")
+        return await step(job_id, *args, **kwargs)
+
+    return wrapped
+
+
+def failures(loops: Loops, loop: str) -> int:
+    metrics = loops.engine.metrics
+    assert isinstance(metrics, FakeMetrics)
+    return metrics.of("loop_item_failed").count((loop,))
+
+
+def test_the_promoter_goes_on_past_a_job_it_cannot_promote(
+    loops: Loops, store: WorkerJobStore, sent: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad, good = submit(store), submit(store)
+    for job, age in ((bad, 2), (good, 1)):  # the bad one first in the due order
+        claim = run(store.claim(job, "w", 5))
+        assert run(store.write(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+    monkeypatch.setattr(loops.engine, "promote_and_send", failing_for(bad, loops.engine.promote_and_send))
+    on_loop(loops, loops.promote_once())
+    assert store.status(good) == "queued" and good in sent
+    assert store.status(bad) == "deferred"  # left for a later pass
+    assert failures(loops, "promoter") == 1
+
+
+def test_the_reconciler_goes_on_past_a_job_it_cannot_recover(
+    loops: Loops, store: WorkerJobStore, sent: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lost = []
+    for _ in range(2):
+        job = submit(store)
+        claim = run(store.claim(job, "dead-worker", 30))
+        attempts = [Attempt(number=1, worker="dead-worker", started_at=utcnow())]
+        assert run(store.write(job, claim.fence, attempts=attempts))
+        lost.append(job)
+    store.redis.zadd(store.keys.running, {lost[0]: 0, lost[1]: 1})  # both leases long expired, the bad one first
+    bad, good = lost
+    reads = loops.store.reads
+    monkeypatch.setattr(reads, "get", failing_for(bad, reads.get))
+    assert on_loop(loops, loops.recover_once()) == [good]
+    assert store.status(good) == "queued" and good in sent
+    assert failures(loops, "reconciler") == 1
+
+
+def test_the_scheduler_pauses_a_schedule_it_cannot_handle_and_fires_the_others(
+    loops: Loops, store: WorkerJobStore, settings: Settings
+) -> None:
+    now = time.time()
+    due = store.redis
+    broken = {"name": "broken", "spec": {"prompt": "p"}, "cron": "0 0 1 1 * 0 2020"}  # no next tick, ever
+    due.hset(store.keys.schedules, "default/broken", json.dumps(broken))
+    steady = {"name": "steady", "spec": {"prompt": "p"}, "every_s": 60}
+    due.hset(store.keys.schedules, "default/steady", json.dumps(steady))
+    due.zadd(store.keys.schedules_due, {"default/broken": now - 2, "default/steady": now - 1})
+    assert on_loop(loops, loops.schedule_once()) == 1  # steady fired
+    paused = json.loads(due.hget(store.keys.schedules, "default/broken") or b"{}")
+    assert paused["paused"] is True and due.zscore(store.keys.schedules_due, "default/broken") is None
+    last_error = due.hget(store.keys.schedule_stats("default/broken"), "last_error")
+    assert last_error is not None and b"next tick" in last_error
+    assert failures(loops, "scheduler") == 1
+    for key in (store.keys.schedules, store.keys.schedules_due):
+        due.delete(key)
+    due.delete(store.keys.schedule_stats("default/broken"), store.keys.schedule_stats("default/steady"))
+
+
+def test_the_notifier_goes_on_past_a_job_it_cannot_deliver(
+    loops: Loops, store: WorkerJobStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = settings.callback_queues[0]
+    jobs = [submit(store, link={"task": "app.done", "queue": queue}) for _ in range(2)]
+    for job in jobs:
+        claim = run(store.claim(job, "w", 30))
+        assert run(store.write(job, claim.fence, "succeeded"))
+    bad, good = jobs
+    notifier = loops.notifier
+    monkeypatch.setattr(notifier, "deliver", failing_for(bad, notifier.deliver))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(n.state == "delivered" for n in store.get(good).notifications):
+        on_loop(loops, notifier.once())
+        time.sleep(0.1)
+    assert [n.state for n in store.get(good).notifications] == ["delivered"]
+    assert store.redis.llen(queue) == 1  # the good job's callback, once
+    assert failures(loops, "notifier") >= 1
+    store.redis.delete(queue)
+
+
+def test_the_exporter_serves_the_other_sections_when_one_fails(
+    settings: Settings, redis_client: redis.Redis, store: WorkerJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from claudeq.worker.metrics.exporter import ClusterCollector
+
+    submit(store)
+    collector = ClusterCollector(settings, redis_client)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("a tenant record this version cannot read")
+
+    monkeypatch.setattr(collector.tenants, "usage", broken)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    scraped = generate_latest(registry).decode()
+    assert "claudeq_exporter_redis_up 1.0" in scraped
+    assert 'claudeq_jobs{status="queued"} 1.0' in scraped  # the other sections are served
+    assert 'claudeq_exporter_section_failed{section="tenants"} 1.0' in scraped
