@@ -35,9 +35,10 @@ from claudeq.models import (
     PlannedSession,
     utcnow,
 )
+from claudeq.workspaces import WorkspaceChange
 
 #: Hash fields stored as JSON documents; the rest are plain strings.
-_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications")
+_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications", "workspace")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id", "traceparent")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
@@ -65,6 +66,7 @@ class JobFields(TypedDict, total=False):
     ready_at: datetime
     finished_at: datetime
     session_plan: PlannedSession
+    workspace: WorkspaceChange
 
 
 def _encode(field: str, value: object) -> str:

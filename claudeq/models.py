@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_valida
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
+from claudeq.workspaces import ChangeStat, WorkspaceChange, WorkspaceSpec
 
 JobStatus = Literal["waiting", "queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 #: The statuses a job ends in.
@@ -46,6 +47,7 @@ ErrorKind = Literal[
     "budget_exceeded",  # its tenant (on_budget = "fail") or every account it may use is over a spend cap
     "output",  # the run's output cannot be stored (e.g. a structured output nested too deeply to serialise)
     "dependency",  # a job it depends on failed or was cancelled (on_dependency_failure = "fail")
+    "workspace",  # its git workspace could not be made (repo, ref or branch gone or refused)
 ]
 
 
@@ -167,6 +169,9 @@ class JobSpec(BaseModel):
     webhook: WebhookSpec | None = Field(default=None, description="POST the job's end here, signed.")
     link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
     link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
+    workspace: WorkspaceSpec | None = Field(
+        default=None, description="Work in a git worktree of its own; the change comes back as a diff and a branch."
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -233,6 +238,7 @@ class Attempt(BaseModel):
     session_id: str | None = None
     usage: Usage | None = None  # what this attempt consumed (the record's result.usage is the sum)
     budget_usd: float | None = None  # the max_budget_usd its run started with, when a spend cap clamped it
+    change: ChangeStat | None = None  # what it changed in its workspace (a job with `workspace`)
     started_at: Timestamp
     finished_at: Timestamp | None = None
 
@@ -338,6 +344,8 @@ class JobRecord(BaseModel):
     #: The W3C traceparent of the job's submit span when its producer traced it (docs/tracing.md): every delivery's
     #: spans continue that trace.
     traceparent: str | None = None
+    #: A coding job's change (its spec's `workspace`): the last attempt's diff against `ref`, its branch and commit.
+    workspace: WorkspaceChange | None = None
     fence: int = 0
 
     @property
@@ -366,6 +374,10 @@ class JobRecord(BaseModel):
         data = self.model_dump(mode="json", exclude={"fence"})
         data["spec"] = self.spec.model_dump(mode="json", exclude_defaults=True)
         data["trace_id"] = self.trace_id
+        if self.workspace is not None:
+            change = data["workspace"]
+            change["patch"] = self.workspace.patch
+            del change["patch_z"]
         return data
 
 

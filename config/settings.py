@@ -333,6 +333,16 @@ class Settings(BaseSettings):
     warm_idle_s: float = Field(default=120, gt=0, description="A warm CLI left idle this long is stopped.")
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
+    worktree_dir: Path | None = Field(
+        default=None,
+        description="Where coding jobs' git worktrees go; under a workspace root (default: `.claudeq-worktrees` in "
+        "the workspace root holding the job's repository; docs/jobs.md#coding-jobs).",
+    )
+    workspace_patch_max_bytes: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="The largest patch (uncompressed) a coding job's record keeps; beyond it, the stat and the branch.",
+    )
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
     secret_env: list[str] = Field(
         default_factory=list,

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
+from claudeq.git_repo import workspace_problems
 from claudeq.models import JobSpec, WebhookSpec
 from claudeq.permissions import spec_problems
 
@@ -26,6 +27,11 @@ def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec
         # The tenant's webhook, for jobs that name none: in the spec, so the record says where the end goes.
         spec = spec.model_copy(update={"webhook": WebhookSpec(url=tenant.webhook_url, body=tenant.webhook_body)})
     problems = spec_problems(spec, settings)
+    if spec.workspace is not None and not any(field.startswith("workspace") for field, _ in problems):
+        # What this host can tell of the repository (docs/jobs.md#coding-jobs); the worker checks again.
+        problems += workspace_problems(
+            spec.workspace, settings.policy, conversation=spec.conversation, resume=spec.resume, tenant=spec.tenant
+        )
     if problems:
         raise JobSpecError(problems)
     return spec

@@ -52,6 +52,8 @@ from claudeq.worker.metrics.labels import primary_model
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
+from claudeq.worker.delivery.workspaces import Workspaces
+from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
 
 log = logging.getLogger("claudeq.engine")
 #: `gen_ai.agent.name` of the attempts' spans (the GenAI conventions' `invoke_agent {gen_ai.agent.name}`).
@@ -86,6 +88,7 @@ class DeliveryHandler:
         self.dispatch = dispatch
         self.worker_id = worker_id
         self.closing = closing
+        self.workspaces = Workspaces(settings, writer)
 
     async def handle(self, d: Delivery) -> Finish:
         """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
@@ -126,6 +129,13 @@ class DeliveryHandler:
             if settled != spec.prompt:
                 spec = spec.model_copy(update={"prompt": settled})
                 d.record = d.record.model_copy(update={"spec": spec})
+        if spec.workspace is not None:  # its own worktree is its cwd (docs/jobs.md#coding-jobs)
+            try:
+                path = worktree_path(d.record, self.settings)
+            except WorkspaceProblem as exc:
+                return await self.finish(d, "failed", JobError(kind="workspace", message=str(exc)))
+            spec = spec.model_copy(update={"cwd": str(path)})
+            d.record = d.record.model_copy(update={"spec": spec})
         max_attempts = spec.max_attempts or self.settings.max_attempts
 
         async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
@@ -298,9 +308,14 @@ class DeliveryHandler:
         )
         run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
         try:
-            outcome, refused = await self._run(d, request, account)
+            tree, refused = await self.workspaces.prepare(d, spec)
+            outcome = None
+            if refused is None:
+                outcome, refused = await self._run(d, request, account)
         finally:
             run_span.end()
+        if tree is not None:
+            attempt = await self.workspaces.collect(d, tree, attempt)
         if outcome is not None and span is not NO_SPAN:
             _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write

@@ -219,12 +219,14 @@ class Runner:
                     "(chgrp, chmod g+rwX, setgid on directories) and make the way to them enterable (o+x)",
                 )
         identity = acquire_identity(policy)
-        if req.account.config_dir is not None:
-            try:
+        try:
+            if req.account.config_dir is not None:
                 identity.give(req.account.config_dir)  # an interactive login: one run at a time uses it
-            except BaseException:
-                identity.release()
-                raise
+            if req.spec.workspace is not None and req.spec.cwd:
+                identity.give(Path(req.spec.cwd))  # a coding job's worktree is its run's own (docs/jobs.md#coding-jobs)
+        except BaseException:
+            identity.release()
+            raise
         return identity
 
     def _check_sandbox(self) -> None:

@@ -1,0 +1,151 @@
+"""Coding jobs with the real CLI: each job in a git worktree of its own, its change back as a diff and a branch.
+
+Real worker processes (as root: each run under a uid of its own, in its sandbox), the real CLI, the simulator
+scripting the edits with Bash and Write tool calls (docs/simulator.md). Jobs on one repository see only their own
+worktree; each record's diff holds exactly its edits and its branch exists with them; a failed attempt leaves its
+partial change and its retry starts from `ref`; two conversation turns build on one branch
+(docs/jobs.md#coding-jobs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from claudeq.config.settings import Settings, WorkerPolicy
+from claudeq.errors import JobSpecError
+from claudeq.models import JobRecord
+from claudeq.producer.client import Client
+from tests.conftest import make_settings
+from tests.e2e.conftest import WorkerFactory
+from tests.support.run_dirs import group_workspace, open_base
+from tests.support.worker_proc import FAST_E2E
+
+pytestmark = pytest.mark.e2e
+
+WORKSPACE_GID = 62511  # the runs' shared group (outside the default run uid range 61000-61999)
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with open_base("cqt-coding-") as path:
+        yield path
+
+
+@pytest.fixture
+def root(base: Path) -> Path:
+    return group_workspace(base / "ws", WORKSPACE_GID)
+
+
+@pytest.fixture
+def repo(root: Path) -> Path:
+    """A repository with one commit on `main`: README.md holding two lines."""
+    path = root / "repo"
+    path.mkdir()
+    _git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("first line\nsecond line\n")
+    _git(path, "add", "README.md")
+    _git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start")
+    return path
+
+
+@pytest.fixture
+def settings(redis_url: str, unique: str, accounts_file: Path, base: Path, root: Path) -> Settings:
+    policy = WorkerPolicy(
+        allowed_tools=["Read", "Glob", "Grep", "Edit", "Write", "Bash"],
+        workspace_roots=[root],
+        run_groups=[WORKSPACE_GID],
+    )
+    return make_settings(
+        redis_url, unique, accounts_file=accounts_file, run_root=base / "runs", policy=policy, **FAST_E2E
+    )
+
+
+def _bash(command: str) -> str:
+    return "[[sim: tool Bash " + json.dumps({"command": command, "description": "edit"}) + "]]"
+
+
+def _tool_results(client: Client, job_id: str) -> list[str]:
+    return [str(e.data["text"]) for e in client.events(job_id) if e.type == "tool_result"]
+
+
+def _done(client: Client, job_id: str) -> JobRecord:
+    record = client.wait(job_id, timeout=180, poll_s=0.2)
+    assert record.status == "succeeded", (record.status, record.error)
+    return record
+
+
+def test_three_jobs_on_one_repository_each_see_only_their_own_worktree(
+    client: Client, workers: WorkerFactory, repo: Path, unique: str
+) -> None:
+    workers()
+    jobs = []
+    for n in range(3):
+        command = f"echo job-{n}-{unique} > mine-{n}.txt && printf 'third {n}\\n' >> README.md && ls -a . .."
+        jobs.append(
+            client.submit(
+                prompt=f"{_bash(command)} edit {n} {unique}",
+                tools="shell",
+                workspace={"repo": str(repo), "keep": n == 0},
+                metadata={"commit_message": f"job {n} edits"},
+            )
+        )
+    records = [_done(client, job.id) for job in jobs]
+    for n, (job, record) in enumerate(zip(jobs, records, strict=True)):
+        [listing] = _tool_results(client, job.id)
+        others = {f"mine-{m}.txt" for m in range(3)} - {f"mine-{n}.txt"}
+        assert f"mine-{n}.txt" in listing and "README.md" in listing, listing
+        assert not any(other in listing for other in others), listing  # nor any other worktree beside its own
+        change = record.workspace
+        assert change is not None and change.branch == f"claudeq/{job.id}"
+        assert (change.files, change.insertions, change.deletions) == (2, 2, 0)
+        assert change.patch is not None
+        assert f"+job-{n}-{unique}" in change.patch and f"+third {n}" in change.patch
+        assert not any(f"mine-{m}.txt" in change.patch for m in range(3) if m != n)
+        # Its branch holds its edits, committed with the message it asked for.
+        assert _git(repo, "show", f"{change.branch}:mine-{n}.txt") == f"job-{n}-{unique}\n"
+        assert _git(repo, "log", "-1", "--format=%s", change.branch).strip() == f"job {n} edits"
+        assert change.commit == _git(repo, "rev-parse", change.branch).strip()
+        assert record.attempts[-1].change is not None and record.attempts[-1].change.commit == change.commit
+    # The main checkout never saw any of it; only the kept worktree is left.
+    assert sorted(p.name for p in repo.iterdir() if p.name != ".git") == ["README.md"]
+    assert _git(repo, "status", "--porcelain") == ""
+    kept = records[0].workspace
+    assert kept is not None and kept.worktree is not None and (Path(kept.worktree) / "mine-0.txt").is_file()
+    assert [w for w in _git(repo, "worktree", "list", "--porcelain").splitlines() if w.startswith("worktree ")] == [
+        f"worktree {repo}",
+        f"worktree {kept.worktree}",
+    ]
+
+
+def test_bad_workspaces_are_refused_at_submit_with_the_field(
+    client: Client, repo: Path, root: Path, base: Path
+) -> None:
+    plain = root / "plain"
+    plain.mkdir()
+    cases = {
+        "workspace.repo": {"repo": str(base / "elsewhere")},
+        "workspace.ref": {"repo": str(repo), "ref": "no-such-ref"},
+    }
+    _git(repo, "branch", "taken")
+    for field, workspace in [*cases.items(), ("workspace.branch", {"repo": str(repo), "branch": "taken"})]:
+        with pytest.raises(JobSpecError) as refused:
+            client.submit(prompt="p", tools="shell", workspace=workspace)
+        assert field in [f for f, _ in refused.value.errors], refused.value.errors
+    with pytest.raises(JobSpecError) as refused:
+        client.submit(prompt="p", tools="shell", workspace={"repo": str(plain)})
+    assert refused.value.errors == [
+        ("workspace.repo", f"{plain} is not a git repository (a work tree's top or a bare repository)")
+    ]
+    with pytest.raises(JobSpecError) as refused:
+        client.submit(prompt="p", tools="shell", workspace={"repo": str(repo)}, cwd=str(root))
+    assert [f for f, _ in refused.value.errors] == ["workspace"]
