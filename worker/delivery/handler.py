@@ -47,12 +47,12 @@ from claudeq.worker.delivery.retry import DeferInstead, Step, StepKind, run_atte
 from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
+from claudeq.worker.delivery.workspaces import Workspaces
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
-from claudeq.worker.delivery.workspaces import Workspaces
 from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
 
 log = logging.getLogger("claudeq.engine")

@@ -12,7 +12,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobError, JobSpec
 from claudeq.worker.delivery.fenced import FencedWriter
 from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.workspace.worktree import Worktree, WorkspaceProblem, collect, prepare, remove, stat_of
+from claudeq.worker.workspace.worktree import WorkspaceProblem, Worktree, collect, prepare, remove, stat_of
 
 log = logging.getLogger("claudeq.engine")
 
