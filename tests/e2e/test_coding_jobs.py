@@ -149,3 +149,70 @@ def test_bad_workspaces_are_refused_at_submit_with_the_field(
     with pytest.raises(JobSpecError) as refused:
         client.submit(prompt="p", tools="shell", workspace={"repo": str(repo)}, cwd=str(root))
     assert [f for f, _ in refused.value.errors] == ["workspace"]
+
+
+def test_a_failed_attempt_leaves_its_partial_change_and_its_retry_starts_from_ref(
+    client: Client, workers: WorkerFactory, repo: Path, unique: str
+) -> None:
+    workers()
+    ref = _git(repo, "rev-parse", "main").strip()
+    edit = _bash("test -e partial.txt && echo dirty || echo clean; echo partial > partial.txt")
+    # The first attempt edits, then its next request fails (a transient error: retried).
+    prompt = f"{edit} {_bash('ls -a')} [[sim: error 500 after=1 times=1]] {unique}"
+    job = client.submit(prompt=prompt, tools="shell", workspace={"repo": str(repo)}, max_attempts=3)
+    record = _done(client, job.id)
+    assert [a.outcome for a in record.attempts] == ["transient_error", "success"]
+    first, second = (a.change for a in record.attempts)
+    assert first is not None and first.files == 1 and first.commit is not None
+    assert _git(repo, "show", f"{first.commit}:partial.txt") == "partial\n"  # the partial change, committed
+    # The retry continued the session (its next tool call, `ls`) in a worktree fresh from `ref`.
+    results = _tool_results(client, job.id)
+    assert [r.split() for r in results] == [["clean"], [".", "..", ".git", "README.md"]], results
+    # The retry began at `ref`: the job's change is the second attempt's, and the branch holds no partial edit.
+    change = record.workspace
+    assert change is not None and second is not None
+    assert (change.base, change.ref_commit) == (ref, ref)
+    assert (change.files, change.commit, second.files, second.commit) == (0, None, 0, None)
+    assert _git(repo, "rev-parse", change.branch).strip() == ref
+
+
+def test_two_conversation_turns_build_on_one_branch(
+    client: Client, workers: WorkerFactory, repo: Path, unique: str
+) -> None:
+    workers()
+    conversation = f"refactor-{unique}"
+    workspace = {"repo": str(repo)}
+    one = client.submit(
+        prompt=f"{_bash('echo one > turns.txt')} turn one {unique}",
+        tools="shell",
+        workspace=workspace,
+        conversation=conversation,
+    )
+    first = _done(client, one.id).workspace
+    two = client.submit(
+        prompt=f"{_bash('cat turns.txt; echo two >> turns.txt')} turn two {unique}",
+        tools="shell",
+        workspace=workspace,
+        conversation=conversation,
+    )
+    second = _done(client, two.id).workspace
+    assert first is not None and second is not None and first.branch == second.branch
+    assert _tool_results(client, two.id)[0].strip() == "one"  # the second turn found the first one's edit
+    assert second.base == first.commit
+    assert _git(repo, "show", f"{second.branch}:turns.txt") == "one\ntwo\n"
+    assert second.patch is not None and "+one\n+two" in second.patch  # against `ref`: both turns
+
+
+def test_a_ref_gone_before_the_run_fails_the_job_once_with_kind_workspace(
+    client: Client, workers: WorkerFactory, repo: Path, unique: str
+) -> None:
+    _git(repo, "branch", "feature")
+    job = client.submit(prompt=f"edit {unique}", tools="shell", workspace={"repo": str(repo), "ref": "feature"})
+    _git(repo, "branch", "-D", "feature")  # gone before any worker takes the job
+    workers()
+    record = client.wait(job.id, timeout=120, poll_s=0.2)
+    assert record.status == "failed" and record.error is not None
+    assert (record.error.kind, record.error.retryable) == ("workspace", False)
+    assert record.error.message == f"workspace.ref: 'feature' names no commit in {repo}"
+    assert [a.outcome for a in record.attempts] == ["failed"]
+    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
