@@ -27,6 +27,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.tenant_state import TenantStore
+from claudeq.workspaces import WorkspaceChange
 
 
 def new_job_id() -> str:
@@ -339,6 +340,11 @@ class Client:
         """The job's record; JobNotFound / RecordUnreadable when it cannot be had."""
         return self.store.get(job_id)
 
+    def diff(self, job_id: str) -> WorkspaceChange | None:
+        """A coding job's change (its spec's `workspace`): the stat, its branch and commit, and `.patch` against
+        `ref` (None when too large to keep); None for a job that has none yet (docs/jobs.md#coding-jobs)."""
+        return self.get(job_id).workspace
+
     def handle(self, job_id: str) -> JobHandle:
         """A handle for an existing job id."""
         return JobHandle(self, job_id, created=False)
@@ -582,6 +588,10 @@ class AsyncClient:
     async def get(self, job_id: str) -> JobRecord:
         """See Client.get."""
         return await asyncio.to_thread(self.sync.get, job_id)
+
+    async def diff(self, job_id: str) -> WorkspaceChange | None:
+        """See Client.diff."""
+        return await asyncio.to_thread(self.sync.diff, job_id)
 
     async def list(
         self,

@@ -9,8 +9,10 @@ partial change and its retry starts from `ref`; two conversation turns build on 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,11 +21,12 @@ import pytest
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import JobSpecError
 from claudeq.models import JobRecord
-from claudeq.producer.client import Client
+from claudeq.producer.client import AsyncClient, Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.run_dirs import group_workspace, open_base
-from tests.support.worker_proc import FAST_E2E
+from tests.support.tree import ROOT
+from tests.support.worker_proc import FAST_E2E, worker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -74,6 +77,12 @@ def _bash(command: str) -> str:
     return "[[sim: tool Bash " + json.dumps({"command": command, "description": "edit"}) + "]]"
 
 
+def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "claudeq.producer.cli", *args]
+    env = worker_env(settings, [])
+    return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
 def _tool_results(client: Client, job_id: str) -> list[str]:
     return [str(e.data["text"]) for e in client.events(job_id) if e.type == "tool_result"]
 
@@ -85,7 +94,7 @@ def _done(client: Client, job_id: str) -> JobRecord:
 
 
 def test_three_jobs_on_one_repository_each_see_only_their_own_worktree(
-    client: Client, workers: WorkerFactory, repo: Path, unique: str
+    client: Client, workers: WorkerFactory, repo: Path, unique: str, settings: Settings
 ) -> None:
     workers()
     jobs = []
@@ -125,6 +134,20 @@ def test_three_jobs_on_one_repository_each_see_only_their_own_worktree(
         f"worktree {repo}",
         f"worktree {kept.worktree}",
     ]
+    # The same change through every front end: the clients, the public record (MCP get_job, webhooks), the CLI.
+    assert asyncio.run(AsyncClient(client=client).diff(jobs[0].id)) == kept
+    assert client.get(jobs[0].id).public()["workspace"]["patch"] == kept.patch
+    shown = _cli(settings, "diff", jobs[0].id)
+    assert (shown.returncode, shown.stdout) == (0, kept.patch), shown.stderr
+    stat = _cli(settings, "diff", jobs[0].id, "--stat")
+    assert stat.stdout.startswith("2 file(s) changed, 2 insertion(s)(+), 0 deletion(s)(-)"), stat.stdout
+    assert f"on claudeq/{jobs[0].id}" in stat.stdout
+    listed = json.loads(_cli(settings, "workspaces", "list", "--json").stdout)
+    assert listed == [{"path": kept.worktree, "repo": str(repo), "job_id": jobs[0].id}]
+    pruned = json.loads(_cli(settings, "workspaces", "prune", "--json").stdout)
+    assert pruned == {"removed": [kept.worktree]} and not Path(kept.worktree).exists()
+    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert _git(repo, "show", f"claudeq/{jobs[0].id}:mine-0.txt") == f"job-0-{unique}\n"  # the branch stays
 
 
 def test_bad_workspaces_are_refused_at_submit_with_the_field(

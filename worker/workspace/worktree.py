@@ -31,6 +31,8 @@ from claudeq.workspaces import ChangeStat, WorkspaceChange, pack_patch
 
 #: The folder of a workspace root that holds its coding jobs' worktrees when CLAUDEQ_WORKTREE_DIR is not set.
 WORKTREES_FOLDER = ".claudeq-worktrees"
+#: The file in a worktree's git directory (the repository's side) naming the job that made it.
+JOB_FILE = "claudeq-job"
 #: An author a job may name in `metadata.commit_author`.
 AUTHOR = re.compile(r"^[^<>\n]{1,100} <[^<>\s]{1,200}>$")
 
@@ -111,6 +113,7 @@ def prepare(record: JobRecord, path: Path) -> Worktree:
     if own.parent.parent != common:
         _drop(repo, path)
         raise WorkspaceProblem(f"workspace: the worktree's git directory {own} is not under {common}")
+    (own / JOB_FILE).write_text(record.id)  # whose it is, for `claudeq workspaces prune`
     return Worktree(repo, path, own, branch, workspace.ref, ref_commit, base)
 
 
@@ -160,23 +163,40 @@ def remove(tree: Worktree) -> None:
     _drop(tree.repo, tree.path)
 
 
-def kept(settings: Settings) -> list[tuple[Path, Path]]:
-    """Kept worktrees under the worktree folders this worker knows: (worktree, its repository)."""
+@dataclass(frozen=True)
+class Kept:
+    """A worktree left in place (a job's `keep`, or a worker that died mid-run)."""
+
+    path: Path
+    repo: Path
+    job_id: str | None  # the job that made it last, when it says
+
+
+def kept(settings: Settings) -> list[Kept]:
+    """Worktrees under the worktree folders of these settings (CLAUDEQ_WORKTREE_DIR, each root's
+    `.claudeq-worktrees`), with their repository and job."""
     folders = [settings.worktree_dir] if settings.worktree_dir else []
     folders += [root / WORKTREES_FOLDER for root in settings.policy.workspace_roots]
-    found: list[tuple[Path, Path]] = []
+    found: list[Kept] = []
     for folder in folders:
         if not folder.is_dir():
             continue
         for path in sorted(folder.iterdir()):
-            repo = _repo_of(path)
-            if repo is not None:
-                found.append((path, repo))
+            mine = _owned(path)
+            if mine is not None:
+                repo, job_id = mine
+                found.append(Kept(path, repo, job_id))
     return found
 
 
-def _repo_of(path: Path) -> Path | None:
-    """The repository a worktree folder belongs to (read from the repository's side, not the worktree's)."""
+def drop(tree: Kept) -> None:
+    """Remove a kept worktree (its branch stays)."""
+    _drop(tree.repo, tree.path)
+
+
+def _owned(path: Path) -> tuple[Path, str | None] | None:
+    """The repository a worktree folder belongs to and the job that made it, read from the repository's side (the
+    worktree's `.git` file only points the way: the repository's record of the worktree must lead back)."""
     try:
         pointer = (path / ".git").read_text().strip()
     except OSError:
@@ -184,14 +204,18 @@ def _repo_of(path: Path) -> Path | None:
     if not pointer.startswith("gitdir: "):
         return None
     own = Path(pointer.removeprefix("gitdir: "))
-    try:  # the repository's own record of this worktree must lead back here
+    try:
         back = Path((own / "gitdir").read_text().strip())
     except OSError:
         return None
     if back.parent != path:
         return None
+    try:
+        job_id: str | None = (own / JOB_FILE).read_text().strip() or None
+    except OSError:
+        job_id = None
     common = own.parent.parent
-    return common.parent if common.name == ".git" else common
+    return (common.parent if common.name == ".git" else common), job_id
 
 
 def _drop(repo: Path, path: Path) -> None:
