@@ -40,7 +40,7 @@ from claudeq.workspaces import WorkspaceChange
 #: Hash fields stored as JSON documents; the rest are plain strings.
 _JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications", "workspace")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
-_STR_FIELDS = ("account", "worker", "session_id", "traceparent")
+_STR_FIELDS = ("account", "worker", "session_id", "traceparent", "wait_reason")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
 CANCEL_FIELD = "cancel"
 #: The record's field that says its producer put the job in its tenant's active-job index (a fleet that uses
@@ -67,6 +67,7 @@ class JobFields(TypedDict, total=False):
     finished_at: datetime
     session_plan: PlannedSession
     workspace: WorkspaceChange
+    wait_reason: str
 
 
 def _encode(field: str, value: object) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from claudeq.config.tenants import DEFAULT_TENANT
@@ -93,6 +94,12 @@ class Keys:
     def idem(self, key: str, tenant: str = DEFAULT_TENANT) -> str:
         """String: the job id created for one of `tenant`'s idempotency keys (SET NX)."""
         return f"{self.scope(tenant)}idem:{key}"
+
+    def concurrency_key(self, key: str, tenant: str = DEFAULT_TENANT) -> str:
+        """Sorted set: the jobs of `tenant` holding concurrency key `key` (job -> hold expiry, epoch s); the key by
+        its digest (any string may be one). `…:waiters` beside it: the jobs waiting for it (job -> rank)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        return f"{self.scope(tenant)}ckey:{digest}"
 
     def conversation(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """String: the latest session id of `tenant`'s conversation `name` (every conversation key is in its

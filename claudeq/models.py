@@ -172,6 +172,13 @@ class JobSpec(BaseModel):
     workspace: WorkspaceSpec | None = Field(
         default=None, description="Work in a git worktree of its own; the change comes back as a diff and a branch."
     )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Jobs sharing this key (of one tenant) run at most `concurrency_limit` at once fleet-wide.",
+    )
+    concurrency_limit: int = Field(default=1, ge=1, le=1000, description="How many jobs of its key may run at once.")
 
     @field_validator("prompt")
     @classmethod
@@ -346,6 +353,8 @@ class JobRecord(BaseModel):
     traceparent: str | None = None
     #: A coding job's change (its spec's `workspace`): the last attempt's diff against `ref`, its branch and commit.
     workspace: WorkspaceChange | None = None
+    #: Why a `deferred` job waits (its last deferral's reason: an account, its tenant, a concurrency key, …).
+    wait_reason: str | None = None
     fence: int = 0
 
     @property

@@ -338,6 +338,12 @@ class Settings(BaseSettings):
         description="Where coding jobs' git worktrees go; under a workspace root (default: `.claudeq-worktrees` in "
         "the workspace root holding the job's repository; docs/jobs.md#coding-jobs).",
     )
+    concurrency_recheck_s: float = Field(
+        default=60,
+        gt=0,
+        description="How long a job waiting for its concurrency key stays deferred before it looks again, if no "
+        "run of its key woke it first (docs/jobs.md#concurrency-keys).",
+    )
     workspace_patch_max_bytes: int = Field(
         default=1_000_000,
         ge=0,

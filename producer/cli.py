@@ -168,6 +168,8 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
     ]
     if record.ready_at:
         rows.append(("ready at", record.ready_at.isoformat()))
+    if record.status == "deferred" and record.wait_reason:
+        rows.append(("waiting", record.wait_reason))
     if record.trace_id:  # the job's trace, when its producer traced it (docs/tracing.md)
         rows.append(("trace", record.trace_id))
     if record.result:

@@ -42,6 +42,7 @@ from claudeq.worker.accounts.waiting_line import rank, tenant_rank
 from claudeq.worker.delivery.dispatch import Dispatch
 from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
 from claudeq.worker.delivery.fenced import FencedWriter
+from claudeq.worker.delivery.key_gate import KeyGate
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike
 from claudeq.worker.delivery.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.delivery.session_planner import SessionPlanner
@@ -52,6 +53,7 @@ from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
+from claudeq.worker.store.concurrency_keys import ConcurrencyKeys
 from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
 from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
 
@@ -89,6 +91,7 @@ class DeliveryHandler:
         self.worker_id = worker_id
         self.closing = closing
         self.workspaces = Workspaces(settings, writer)
+        self.key_gate = KeyGate(settings, ConcurrencyKeys(self.store, self.store.keys), dispatch)
 
     async def handle(self, d: Delivery) -> Finish:
         """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
@@ -190,6 +193,14 @@ class DeliveryHandler:
             if status == "deferred" and await self.sessions.recheck(d.record):
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
+        if spec.concurrency_key is not None:  # its key first: a job waiting for it holds no account slot
+            why = await self.key_gate.enter(d, spec, await self._rank(d))
+            if why is not None:
+                ready = utcnow() + timedelta(seconds=self.settings.concurrency_recheck_s)
+                status = await self._defer(d, ready, why, [])
+                if status == "deferred" and await self.key_gate.recheck(d, spec, await self._rank(d)):
+                    await self.dispatch.promote_and_send(d.job_id, force=True)  # its holders ended meanwhile
+                return Step.finished(status)
         # Where it may hold a slot already (handed over by the waiting line, or left by an attempt): only there.
         holds = None if d.hold.may_hold is None else d.hold.may_hold | {a.account for a in d.attempts if a.account}
         number = len(d.attempts) + 1
@@ -232,6 +243,8 @@ class DeliveryHandler:
             raise
         finally:
             span.end()
+            if spec.concurrency_key is not None:
+                await self.key_gate.leave(d, spec)
 
     async def _attempt_traced(
         self,
@@ -587,6 +600,7 @@ class DeliveryHandler:
             attempts=d.attempts,
             result=self._result(d),
             session_id=d.session_id,
+            wait_reason=reason,
         )
         if ok == CANCELLED:  # cancelled while it ran (before the deferral): it ends here instead of waiting
             return await self._ended(d, "cancelled", CANCEL_ERROR)
