@@ -22,6 +22,7 @@ from claudeq.script_calls import Queue
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
+from claudeq.artifacts import Artifacts
 from claudeq.events import Cancelled, Unreadable
 from claudeq.models import (
     TERMINAL,
@@ -38,7 +39,7 @@ from claudeq.models import (
 from claudeq.workspaces import WorkspaceChange
 
 #: Hash fields stored as JSON documents; the rest are plain strings.
-_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications", "workspace")
+_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications", "workspace", "artifacts")
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id", "traceparent", "wait_reason")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
@@ -68,6 +69,7 @@ class JobFields(TypedDict, total=False):
     session_plan: PlannedSession
     workspace: WorkspaceChange
     wait_reason: str
+    artifacts: Artifacts
 
 
 def _encode(field: str, value: object) -> str:

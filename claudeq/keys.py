@@ -23,6 +23,10 @@ class Keys:
         """Hash: spec, status, attempts, account, worker, session id, timestamps, result, error, fence."""
         return f"{self.prefix}job:{job_id}"
 
+    def artifacts(self, job_id: str) -> str:
+        """Hash: the job's artifacts, name -> zlib-compressed bytes (docs/jobs.md#artifacts)."""
+        return f"{self.prefix}job:{job_id}:artifacts"
+
     def events(self, job_id: str) -> str:
         """Stream: the job's progress events, trimmed with MAXLEN ~."""
         return f"{self.prefix}job:{job_id}:events"

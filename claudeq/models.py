@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
+from claudeq.artifacts import Artifacts
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
@@ -355,6 +356,8 @@ class JobRecord(BaseModel):
     workspace: WorkspaceChange | None = None
     #: Why a `deferred` job waits (its last deferral's reason: an account, its tenant, a concurrency key, …).
     wait_reason: str | None = None
+    #: Files the job's last attempt wrote under `$CLAUDEQ_OUTPUTS` (docs/jobs.md#artifacts).
+    artifacts: Artifacts | None = None
     fence: int = 0
 
     @property

@@ -344,6 +344,12 @@ class Settings(BaseSettings):
         description="How long a job waiting for its concurrency key stays deferred before it looks again, if no "
         "run of its key woke it first (docs/jobs.md#concurrency-keys).",
     )
+    artifact_max_bytes: int = Field(
+        default=10_000_000,
+        ge=0,
+        description="The most bytes of files one attempt's `$CLAUDEQ_OUTPUTS` keeps as artifacts; files past it are "
+        "named in the record, not kept (docs/jobs.md#artifacts).",
+    )
     workspace_patch_max_bytes: int = Field(
         default=1_000_000,
         ge=0,

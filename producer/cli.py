@@ -27,7 +27,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
-from claudeq.producer.cli_workspaces import diff, workspaces_app
+from claudeq.producer.cli_workspaces import artifacts, diff, workspaces_app
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
 from claudeq.schedules import ScheduleNotFound
@@ -63,6 +63,7 @@ webhooks_app = typer.Typer(
 )
 app.add_typer(webhooks_app, name="webhooks")
 app.command("diff")(diff)
+app.command("artifacts")(artifacts)
 app.add_typer(workspaces_app, name="workspaces")
 
 out = Console()

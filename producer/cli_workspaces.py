@@ -1,5 +1,5 @@
-"""`claudeq diff JOB` and `claudeq workspaces list|prune`: coding jobs' changes and kept worktrees, mounted by
-`claudeq.producer.cli` (docs/jobs.md#coding-jobs).
+"""`claudeq diff JOB`, `claudeq artifacts JOB` and `claudeq workspaces list|prune`: what coding jobs changed and
+produced, and their kept worktrees, mounted by `claudeq.producer.cli` (docs/jobs.md#coding-jobs, #artifacts).
 
 Exit codes follow `claudeq`: 0 ok, 1 runtime error, 2 bad input, 5 no such job (or a job with no change).
 """
@@ -7,6 +7,7 @@ Exit codes follow `claudeq`: 0 ok, 1 runtime error, 2 bad input, 5 no such job (
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import redis
@@ -14,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from claudeq.artifacts import Artifacts
 from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError, JobNotFound, RecordUnreadable
 from claudeq.models import ACTIVE
@@ -120,3 +122,37 @@ def prune(as_json: JsonOpt = False) -> None:
         return
     for path in removed:
         print(f"removed {path}")
+
+
+def artifacts(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Write every artifact under this folder, byte for byte.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the files a job wrote under $CLAUDEQ_OUTPUTS (name, size, SHA-256), or fetch them with --out."""
+    try:
+        client = Client(_settings(as_json))
+        record = client.get(job_id)
+        kept = record.artifacts or Artifacts()
+        written: list[str] = []
+        if out_dir is not None:
+            for item in kept.files:
+                target = (out_dir / item.name).resolve()
+                if out_dir.resolve() not in target.parents:
+                    raise _fail(EXIT_ERROR, f"artifact name {item.name!r} leads outside {out_dir}", as_json)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(client.artifact(job_id, item.name))
+                written.append(str(target))
+    except JobNotFound as exc:
+        raise _fail(EXIT_NOT_FOUND, str(exc), as_json) from None
+    except (RecordUnreadable, redis.RedisError) as exc:
+        raise _fail(EXIT_ERROR, str(exc), as_json) from None
+    if as_json:
+        print(json.dumps({**kept.model_dump(mode="json"), "written": written}))
+        return
+    for item in kept.files:
+        print(f"{item.size:>10}  {item.sha256[:16]}  {item.name}")
+    for name in kept.dropped:
+        print(f"{'dropped':>10}  {'':16}  {name}")

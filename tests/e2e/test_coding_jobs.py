@@ -239,3 +239,29 @@ def test_a_ref_gone_before_the_run_fails_the_job_once_with_kind_workspace(
     assert record.error.message == f"workspace.ref: 'feature' names no commit in {repo}"
     assert [a.outcome for a in record.attempts] == ["failed"]
     assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
+    client: Client, workers: WorkerFactory, repo: Path, unique: str, settings: Settings, base: Path
+) -> None:
+    workers(artifact_max_bytes=1000)
+    command = (
+        'cd "$CLAUDEQ_OUTPUTS" && printf "\\000\\001\\377bin" > report.bin && mkdir -p sub'
+        f" && echo note-{unique} > sub/note.txt && head -c 2000 /dev/zero > big.bin && ln -s /etc/passwd link.txt"
+    )
+    job = client.submit(prompt=f"{_bash(command)} outputs {unique}", tools="shell", workspace={"repo": str(repo)})
+    record = _done(client, job.id)
+    assert record.artifacts is not None
+    assert [(a.name, a.size) for a in record.artifacts.files] == [
+        ("report.bin", 6),
+        ("sub/note.txt", len(f"note-{unique}\n")),
+    ]
+    assert sorted(record.artifacts.dropped) == ["big.bin", "link.txt"]  # over the cap; not a regular file
+    assert client.artifact(job.id, "report.bin") == b"\x00\x01\xffbin"
+    out = base / "fetched"
+    fetched = _cli(settings, "artifacts", job.id, "--out", str(out))
+    assert fetched.returncode == 0, fetched.stderr
+    assert (out / "report.bin").read_bytes() == b"\x00\x01\xffbin"
+    assert (out / "sub" / "note.txt").read_text() == f"note-{unique}\n"
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["report.bin", "sub/note.txt"]
+    assert "report.bin" in _cli(settings, "artifacts", job.id).stdout

@@ -39,6 +39,7 @@ from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import Spent, StartLost
 from claudeq.worker.accounts.waiting_line import rank, tenant_rank
+from claudeq.worker.delivery.artifacts import keep_outputs
 from claudeq.worker.delivery.dispatch import Dispatch
 from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
 from claudeq.worker.delivery.fenced import FencedWriter
@@ -329,6 +330,8 @@ class DeliveryHandler:
             run_span.end()
         if tree is not None:
             attempt = await self.workspaces.collect(d, tree, attempt)
+        if outcome is not None:
+            await keep_outputs(self.settings, self.writer, d, outcome)
         if outcome is not None and span is not NO_SPAN:
             _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
