@@ -45,6 +45,7 @@ from claudeq.producer.web.auth import (
     same_site_post,
 )
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
+from claudeq.producer.web.patch import sections
 
 HERE = Path(__file__).parent
 STATUSES: tuple[str, ...] = get_args(JobStatus)
@@ -341,10 +342,13 @@ class Web:
         if record.spec.conversation:
             turns = self.client._conversations.turns(record.spec.conversation, record.spec.tenant)
         public = record.public()
+        change_files, change_cut = sections(record.workspace.patch or "") if record.workspace else ([], False)
         return self.page(
             request,
             "job.html",
             record=record,
+            change_files=change_files,
+            change_cut=change_cut,
             spec_json=json.dumps(public["spec"], indent=2, ensure_ascii=False),
             record_json=json.dumps({k: v for k, v in public.items() if k != "spec"}, indent=2, ensure_ascii=False),
             attempts=timeline(record, events),

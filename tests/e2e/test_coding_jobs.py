@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,9 +26,11 @@ from claudeq.models import JobRecord
 from claudeq.producer.client import AsyncClient, Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
+from tests.support.binaries import require_binary
 from tests.support.run_dirs import group_workspace, open_base
 from tests.support.tree import ROOT
-from tests.support.worker_proc import FAST_E2E, worker_env
+from tests.support.webdriver import Browser
+from tests.support.worker_proc import FAST_E2E, settings_env, worker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -265,3 +269,62 @@ def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
     assert (out / "sub" / "note.txt").read_text() == f"note-{unique}\n"
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["report.bin", "sub/note.txt"]
     assert "report.bin" in _cli(settings, "artifacts", job.id).stdout
+
+
+@pytest.fixture
+def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
+    """`claudeq web` as its own process (no tokens configured: open, on loopback); yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    log = (tmp_path / "web.log").open("wb")
+    command = [sys.executable, "-m", "claudeq.producer.cli", "web", "--port", str(port)]
+    env = {**worker_env(settings, []), **settings_env(settings)}
+    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "web.log").read_text()
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    """Headless chromium from Debian's packages."""
+    chromium = require_binary("chromium", "apt-get install chromium chromium-driver")
+    chromedriver = require_binary("chromedriver", "apt-get install chromium-driver")
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
+    driver = Browser(chromium, chromedriver, tmp_path / "chromium", flags)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_job_page_shows_the_patch_file_by_file(
+    client: Client, workers: WorkerFactory, repo: Path, unique: str, web: str, browser: Browser
+) -> None:
+    workers()
+    command = f"echo '<b>{unique}</b>' > page.html && sed -i 's/second line/2nd line/' README.md"
+    job = client.submit(prompt=f"{_bash(command)} web {unique}", tools="shell", workspace={"repo": str(repo)})
+    _done(client, job.id)
+    browser.get(f"{web}/jobs/{job.id}")
+    browser.until(lambda d: d.find_all("#change"))
+    assert browser.find("#change-stat").text.startswith("2 file(s) · +2 -1 · branch claudeq/")
+    files = browser.find_all("#change details.patch-file")
+    assert [f.attribute("data-path") for f in files] == ["README.md", "page.html"]
+    readme = [(e.attribute("class"), e.text) for e in browser.find_all('details[data-path="README.md"] .pl')]
+    assert ("pl pl-del", "-second line") in readme and ("pl pl-add", "+2nd line") in readme
+    assert ("pl pl-ctx", " first line") in readme
+    page = [e.text for e in browser.find_all('details[data-path="page.html"] .pl-add')]
+    assert page == [f"+<b>{unique}</b>"]  # the agent's text as text, never as markup
+    assert not browser.find_all("#change b")
