@@ -25,7 +25,8 @@ def read_outputs(folder: Path, max_bytes: int) -> tuple[list[tuple[str, bytes]],
     names: list[str] = []
     for root, dirs, files in os.walk(folder, followlinks=False):
         dirs.sort()
-        for name in sorted(files):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]  # named (dropped), never entered
+        for name in sorted([*files, *links]):
             names.append(os.path.relpath(os.path.join(root, name), folder))
     for name in names:
         if len(kept) >= MAX_FILES:
