@@ -30,10 +30,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _record(repo: Path, job_id: str = "job-1", **spec: object) -> JobRecord:
-    workspace = WorkspaceSpec(repo=str(repo))
+    fields = {"workspace": WorkspaceSpec(repo=str(repo)), **spec}
     return JobRecord(
         id=job_id,
-        spec=JobSpec(prompt="Fix it\nmore words", workspace=workspace, **spec),  # type: ignore[arg-type]
+        spec=JobSpec(prompt="Fix it\nmore words", **fields),  # type: ignore[arg-type]
         status="running",
         created_at=utcnow(),
     )
@@ -77,11 +77,15 @@ def test_a_rewritten_git_file_in_the_worktree_does_not_move_the_commit(repo: Pat
 
 def test_an_existing_branch_is_refused_unless_the_job_continues_it(repo: Path, tmp_path: Path) -> None:
     _git(repo, "branch", "claudeq/job-2")
-    with pytest.raises(WorkspaceProblem, match="workspace.branch: branch 'claudeq/job-2' exists"):
+    with pytest.raises(WorkspaceProblem) as refused:
         prepare(_record(repo, "job-2"), tmp_path / "wt" / "job-2")
-    with pytest.raises(WorkspaceProblem, match="workspace.ref: 'nope' names no commit"):
-        bad = _record(repo, "job-3")
-        bad = bad.model_copy(
-            update={"spec": bad.spec.model_copy(update={"workspace": WorkspaceSpec(repo=str(repo), ref="nope")})}
-        )
-        prepare(bad, tmp_path / "wt" / "job-3")
+    assert str(refused.value) == f"workspace.branch: branch 'claudeq/job-2' exists in {repo} and is not this job's"
+    turn = _record(repo, "job-3", conversation="c1", workspace=WorkspaceSpec(repo=str(repo), branch="claudeq/job-2"))
+    assert prepare(turn, tmp_path / "wt" / "job-3").branch == "claudeq/job-2"  # a conversation continues it
+
+
+def test_an_unknown_ref_is_refused(repo: Path, tmp_path: Path) -> None:
+    bad = _record(repo, "job-4", workspace=WorkspaceSpec(repo=str(repo), ref="nope"))
+    with pytest.raises(WorkspaceProblem) as refused:
+        prepare(bad, tmp_path / "wt" / "job-4")
+    assert str(refused.value) == f"workspace.ref: 'nope' names no commit in {repo}"
