@@ -162,6 +162,16 @@ def build_server(
         tenant: Annotated[
             str | None, Field(description="Who the job is for (default `default`; fixed when the server is bound).")
         ] = None,
+        workspace: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description='A git worktree of its own: {"repo": PATH, "ref": "main", "branch": null, "keep": false}.'
+            ),
+        ] = None,
+        concurrency_key: Annotated[
+            str | None, Field(description="Jobs sharing this key run at most concurrency_limit at once.")
+        ] = None,
+        concurrency_limit: Annotated[int | None, Field(description="How many jobs of the key at once (1).")] = None,
     ) -> dict[str, Any]:
         """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job."""
         bound = caller(ctx)
@@ -185,6 +195,9 @@ def build_server(
             "depends_on": depends_on,
             "on_dependency_failure": on_dependency_failure,
             "tenant": bound or tenant,
+            "workspace": workspace,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
         }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         fields["priority"] = priority
