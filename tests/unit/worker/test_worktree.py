@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.worker.delivery.notifier import webhook_payload
 from claudeq.worker.workspace.worktree import WorkspaceProblem, collect, prepare, remove
 from claudeq.workspaces import WorkspaceSpec
 
@@ -89,3 +90,13 @@ def test_an_unknown_ref_is_refused(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(WorkspaceProblem) as refused:
         prepare(bad, tmp_path / "wt" / "job-4")
     assert str(refused.value) == f"workspace.ref: 'nope' names no commit in {repo}"
+
+
+def test_a_webhook_body_carries_the_change_with_its_patch(repo: Path, tmp_path: Path) -> None:
+    record = _record(repo, "job-5")
+    tree = prepare(record, tmp_path / "wt" / record.id)
+    (tree.path / "a.txt").write_text("changed\n")
+    record = record.model_copy(update={"workspace": collect(tree, record.spec, record.id, 1_000_000)})
+    for body in ("record", "result"):
+        sent = webhook_payload(record, body)["workspace"]
+        assert sent["branch"] == "claudeq/job-5" and "+changed" in sent["patch"] and "patch_z" not in sent
