@@ -83,6 +83,8 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
             if not policy.path_allowed(path):
                 roots = ", ".join(str(r) for r in policy.workspace_roots) or "none configured"
                 problems.append((field, f"{path} is outside the workspace roots ({roots})"))
+    if spec.concurrency_limit != 1 and spec.concurrency_key is None:
+        problems.append(("concurrency_limit", "needs a concurrency_key (the jobs it limits)"))
     if spec.workspace is not None:
         if spec.cwd:
             problems.append(("workspace", "give either workspace (the job's own worktree) or cwd, not both"))
