@@ -228,6 +228,14 @@ def submit(
     deadline_s: Annotated[float | None, typer.Option("--deadline", help="Hard deadline per attempt (s).")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
     cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
+    workspace: Annotated[
+        str | None, typer.Option(help="A git repository: the job works in a worktree of its own (see claudeq diff).")
+    ] = None,
+    ref: Annotated[str | None, typer.Option(help="With --workspace: what the worktree starts from (main).")] = None,
+    concurrency_key: Annotated[
+        str | None, typer.Option(help="At most --concurrency-limit jobs of this key run at once.")
+    ] = None,
+    concurrency_limit: Annotated[int | None, typer.Option(help="Jobs of the key at once (1).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
     depends_on: Annotated[
         list[str] | None, typer.Option("--depends-on", help="A job that must succeed first (repeatable).")
@@ -285,12 +293,18 @@ def submit(
         "max_attempts": max_attempts,
         "cwd": cwd,
         "idempotency_key": idempotency_key,
+        "concurrency_key": concurrency_key,
+        "concurrency_limit": concurrency_limit,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     if tools is not None:
         fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
     if mcp_tool:
         fields["mcp_tools"] = mcp_tool
+    if workspace is not None:
+        fields["workspace"] = {"repo": workspace, **({"ref": ref} if ref else {})}
+    elif ref is not None:
+        raise JobSpecError([("--ref", "needs --workspace REPO")])
     if depends_on:
         fields["depends_on"] = depends_on
     if on_dependency_failure is not None:

@@ -154,6 +154,25 @@ def test_three_jobs_on_one_repository_each_see_only_their_own_worktree(
     assert _git(repo, "show", f"claudeq/{jobs[0].id}:mine-0.txt") == f"job-0-{unique}\n"  # the branch stays
 
 
+def test_the_command_line_submits_a_coding_job_and_prints_its_diff(
+    workers: WorkerFactory, repo: Path, unique: str, settings: Settings
+) -> None:
+    workers()
+    _git(repo, "branch", "base")
+    prompt = f"{_bash('echo cli > cli.txt')} cli {unique}"
+    args = ["--tools", "shell", "--workspace", str(repo), "--ref", "base", "--concurrency-key", f"repo:{repo}"]
+    done = _cli(settings, "submit", prompt, *args, "--wait", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads(done.stdout)
+    assert record["spec"]["workspace"] == {"repo": str(repo), "ref": "base"}
+    assert record["spec"]["concurrency_key"] == f"repo:{repo}"
+    assert record["workspace"]["ref"] == "base" and "+cli" in record["workspace"]["patch"]
+    shown = _cli(settings, "diff", record["id"], "--json", "--stat")
+    assert json.loads(shown.stdout)["files"] == 1 and "patch" not in json.loads(shown.stdout)
+    refused = _cli(settings, "submit", "p", "--ref", "main", "--json")
+    assert refused.returncode == 2 and json.loads(refused.stdout)["fields"][0]["field"] == "--ref"
+
+
 def test_bad_workspaces_are_refused_at_submit_with_the_field(
     client: Client, repo: Path, root: Path, base: Path
 ) -> None:
