@@ -53,15 +53,13 @@ def git_dir(repo: Path) -> Path | None:
     """The repository's git directory (a work tree's `.git`, or the bare repository itself); None when `repo` is
     not a git repository."""
     try:
-        out = git("-C", str(repo), "rev-parse", "--absolute-git-dir").strip()
+        found = Path(git("-C", str(repo), "rev-parse", "--absolute-git-dir").strip())
+        bare = git("-C", str(repo), "rev-parse", "--is-bare-repository").strip() == "true"
+        top = found if bare else Path(git("-C", str(repo), "rev-parse", "--show-toplevel").strip())
     except (GitFailed, OSError, subprocess.TimeoutExpired):
         return None
-    # Not a repository found by walking up from a plain folder inside another one: the repo must be its own top.
-    top = git("-C", str(repo), "rev-parse", "--is-bare-repository").strip() == "true" and Path(out) == repo.resolve()
-    if top:
-        return Path(out)
-    toplevel = git("-C", str(repo), "rev-parse", "--show-toplevel", check=False).strip()
-    return Path(out) if toplevel and Path(toplevel) == repo.resolve() else None
+    # Not the repository a plain folder inside another one walks up to: `repo` must be the repository's own top.
+    return found if top == repo.resolve() else None
 
 
 def commit_of(repo: Path, ref: str) -> str | None:

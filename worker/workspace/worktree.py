@@ -119,9 +119,9 @@ def prepare(record: JobRecord, path: Path) -> Worktree:
 
 def collect(tree: Worktree, spec: JobSpec, job_id: str, patch_max_bytes: int) -> WorkspaceChange:
     """Commit what the run changed on the job's branch and diff it against `ref` (blocking)."""
-    run = _in(tree)
+    run = _Git(tree)
     run("add", "--all", "--", ".")
-    if run("diff", "--cached", "--quiet", check=False, code=True) == "1":
+    if not run.succeeds("diff", "--cached", "--quiet"):  # something staged
         author = spec.metadata.get("commit_author")
         message = spec.metadata.get("commit_message")
         subject = message if isinstance(message, str) and message.strip() else _first_line(spec.prompt)
@@ -227,10 +227,6 @@ def _drop(repo: Path, path: Path) -> None:
     git("-C", str(repo), "worktree", "prune", check=False)
 
 
-def _in(tree: Worktree) -> _Git:
-    return _Git(tree)
-
-
 class _Git:
     """git on the worktree through the git directory the worker made it with, never its `.git` file."""
 
@@ -242,14 +238,16 @@ class _Git:
         }
         self.path = tree.path
 
-    def __call__(self, *args: str, check: bool = True, code: bool = False) -> str:
-        if code:
-            try:
-                git(*args, cwd=self.path, env=self.env)
-            except GitFailed as exc:
-                return str(exc.code)
-            return "0"
-        return git(*args, cwd=self.path, check=check, env=self.env)
+    def __call__(self, *args: str) -> str:
+        return git(*args, cwd=self.path, env=self.env)
+
+    def succeeds(self, *args: str) -> bool:
+        """Whether the command exits 0 (`diff --quiet`: no difference)."""
+        try:
+            git(*args, cwd=self.path, env=self.env)
+        except GitFailed:
+            return False
+        return True
 
 
 def _first_line(prompt: str) -> str:
