@@ -100,3 +100,15 @@ def test_a_webhook_body_carries_the_change_with_its_patch(repo: Path, tmp_path: 
     for body in ("record", "result"):
         sent = webhook_payload(record, body)["workspace"]
         assert sent["branch"] == "claudeq/job-5" and "+changed" in sent["patch"] and "patch_z" not in sent
+
+
+def test_a_bare_repository_gets_worktrees_too(repo: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
+    record = _record(bare, "job-6")
+    tree = prepare(record, tmp_path / "wt" / record.id)
+    (tree.path / "d.txt").write_text("d\n")
+    change = collect(tree, record.spec, record.id, 1_000_000)
+    assert _git(bare, "show", f"{change.branch}:d.txt") == "d\n" and change.files == 1
+    remove(tree)
+    assert _git(bare, "worktree", "list").count("\n") == 1
