@@ -80,3 +80,27 @@ def test_waiters_of_a_key_go_in_priority_order(client: Client, workers: WorkerFa
     starts = {r.id: r.attempts[0].started_at for r in records}
     assert starts[urgent.id] < min(starts[j.id] for j in late), starts  # it came last, it went first
     assert starts[late[0].id] < starts[late[1].id]  # then by age
+
+
+def test_a_waiter_cancelled_in_line_hands_its_turn_to_the_next(
+    client: Client, workers: WorkerFactory, unique: str
+) -> None:
+    key = f"repo:/c/{unique}"
+    holder = client.submit(prompt=f"[[sim: delay 4]] holder {unique}", concurrency_key=key)
+    workers(concurrency=4, concurrency_recheck_s=900)  # no recheck within the test: only a wake moves the line
+    for _ in range(600):
+        if client.get(holder.id).attempts:
+            break
+        time.sleep(0.05)
+    dropped = client.submit(prompt=f"dropped {unique}", concurrency_key=key)
+    following = client.submit(prompt=f"following {unique}", concurrency_key=key)
+    for job in (dropped, following):
+        for _ in range(600):
+            if client.get(job.id).status == "deferred":
+                break
+            time.sleep(0.05)
+    client.cancel(dropped.id)
+    assert client.wait(holder.id, timeout=120, poll_s=0.2).status == "succeeded"
+    assert client.wait(dropped.id, timeout=60, poll_s=0.2).status == "cancelled"
+    record = client.wait(following.id, timeout=120, poll_s=0.2)
+    assert record.status == "succeeded" and record.attempts[0].started_at > client.get(holder.id).attempts[0].started_at

@@ -14,6 +14,8 @@ from claudeq.worker.delivery.state import Delivery
 from claudeq.worker.store.concurrency_keys import ConcurrencyKeys, InLine
 
 log = logging.getLogger("claudeq.engine")
+#: How many times a release looks past waiters that no longer wait before it leaves the rest to their recheck.
+MAX_WAKE_ROUNDS = 10
 
 
 class KeyGate:
@@ -58,18 +60,23 @@ class KeyGate:
         if d.lost:
             return
         try:
-            for waiter in await self.keys.release(d.job_id, spec):
-                await self.wake(waiter, spec)
+            for _ in range(MAX_WAKE_ROUNDS):  # a waiter that no longer waits gives its turn to the next one
+                woken = [await self.wake(waiter, spec) for waiter in await self.keys.release(d.job_id, spec)]
+                if all(woken):
+                    break
         except Exception:
             log.exception("job %s: letting go of concurrency key %r failed", d.job_id, spec.concurrency_key)
 
-    async def wake(self, job_id: str, spec: JobSpec) -> None:
-        """Send a waiter of the key (once across workers); a waiter that no longer waits leaves the line."""
+    async def wake(self, job_id: str, spec: JobSpec) -> bool:
+        """Send a waiter of the key (once across workers); False when it no longer waits (it ended, or was cancelled
+        while it waited): it leaves the line."""
         if await self.dispatch.promote_and_send(job_id, force=True):
-            return
+            return True
         status = await self.dispatch.store.reads.status(job_id)
-        if status not in ACTIVE:
-            await self.keys.drop(job_id, spec)
+        if status in ACTIVE:
+            return True  # on its way (queued), or already running
+        await self.keys.drop(job_id, spec)
+        return False
 
     async def _renew(self, d: Delivery, spec: JobSpec, rank: float) -> None:
         while True:
