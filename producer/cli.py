@@ -27,7 +27,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_conversation import conversation_app
-from claudeq.producer.cli_workspaces import artifacts, diff, workspaces_app
+from claudeq.producer.cli_workspaces import artifacts, diff, stat_line, workspaces_app
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
 from claudeq.schedules import ScheduleNotFound
@@ -171,6 +171,10 @@ def _print_record(record: JobRecord, as_json: bool) -> None:
         rows.append(("ready at", record.ready_at.isoformat()))
     if record.status == "deferred" and record.wait_reason:
         rows.append(("waiting", record.wait_reason))
+    if record.workspace is not None:  # a coding job's change (claudeq diff JOB shows the patch)
+        rows.append(("change", stat_line(record.workspace)))
+    if record.artifacts is not None and record.artifacts.files:
+        rows.append(("artifacts", ", ".join(a.name for a in record.artifacts.files)))
     if record.trace_id:  # the job's trace, when its producer traced it (docs/tracing.md)
         rows.append(("trace", record.trace_id))
     if record.result:

@@ -167,6 +167,8 @@ def test_the_command_line_submits_a_coding_job_and_prints_its_diff(
     assert record["spec"]["workspace"] == {"repo": str(repo), "ref": "base"}
     assert record["spec"]["concurrency_key"] == f"repo:{repo}"
     assert record["workspace"]["ref"] == "base" and "+cli" in record["workspace"]["patch"]
+    status = _cli(settings, "status", record["id"])
+    assert "change" in status.stdout and "1 file(s) changed, 1 insertion(s)(+)" in status.stdout, status.stdout
     shown = _cli(settings, "diff", record["id"], "--json", "--stat")
     assert json.loads(shown.stdout)["files"] == 1 and "patch" not in json.loads(shown.stdout)
     refused = _cli(settings, "submit", "p", "--ref", "main", "--json")
