@@ -104,3 +104,30 @@ def test_a_waiter_cancelled_in_line_hands_its_turn_to_the_next(
     assert client.wait(dropped.id, timeout=60, poll_s=0.2).status == "cancelled"
     record = client.wait(following.id, timeout=120, poll_s=0.2)
     assert record.status == "succeeded" and record.attempts[0].started_at > client.get(holder.id).attempts[0].started_at
+
+
+def test_a_key_held_by_a_killed_worker_comes_back_to_the_fleet(
+    client: Client, workers: WorkerFactory, unique: str
+) -> None:
+    key = f"repo:/k/{unique}"
+    doomed = workers(concurrency=1, concurrency_recheck_s=900)
+    holder = client.submit(prompt=f"[[sim: delay 30 times=1]] holder {unique}", concurrency_key=key)
+    for _ in range(600):  # the holder's run started on the doomed worker
+        if client.get(holder.id).attempts:
+            break
+        time.sleep(0.05)
+    workers(concurrency=2, concurrency_recheck_s=900)
+    waiter = client.submit(prompt=f"waiter {unique}", concurrency_key=key)
+    for _ in range(600):
+        if client.get(waiter.id).status == "deferred":
+            break
+        time.sleep(0.05)
+    assert client.get(waiter.id).wait_reason is not None
+    doomed.kill()
+    # The holder is recovered and runs again on the live worker, within the key; its end sends the waiter.
+    done = client.wait(holder.id, timeout=180, poll_s=0.2)
+    assert done.status == "succeeded" and done.attempts[0].outcome == "worker_lost", done.attempts
+    record = client.wait(waiter.id, timeout=120, poll_s=0.2)
+    assert record.status == "succeeded"
+    last = done.attempts[-1]
+    assert last.finished_at is not None and record.attempts[0].started_at >= last.finished_at
