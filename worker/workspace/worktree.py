@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,9 @@ from claudeq.workspaces import ChangeStat, WorkspaceChange, pack_patch
 WORKTREES_FOLDER = ".claudeq-worktrees"
 #: The file in a worktree's git directory (the repository's side) naming the job that made it.
 JOB_FILE = "claudeq-job"
+#: How many times making a worktree is tried while a lock file of the repository is held, and the first wait (s).
+ADD_TRIES = 5
+LOCK_WAIT_S = 0.2
 #: An author a job may name in `metadata.commit_author`.
 AUTHOR = re.compile(r"^[^<>\n]{1,100} <[^<>\s]{1,200}>$")
 
@@ -105,7 +109,7 @@ def prepare(record: JobRecord, path: Path) -> Worktree:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.parent.chmod(0o711)  # runs may enter it (to their own worktree), not list it
     try:
-        git("-C", str(repo), "worktree", "add", "--force", "--quiet", "-B", branch, str(path), base)
+        _add(repo, path, branch, base)
         own = Path(git("-C", str(path), "rev-parse", "--absolute-git-dir").strip())
     except GitFailed as exc:
         _drop(repo, path)
@@ -115,6 +119,20 @@ def prepare(record: JobRecord, path: Path) -> Worktree:
         raise WorkspaceProblem(f"workspace: the worktree's git directory {own} is not under {common}")
     (own / JOB_FILE).write_text(record.id)  # whose it is, for `claudeq workspaces prune`
     return Worktree(repo, path, own, branch, workspace.ref, ref_commit, base)
+
+
+def _add(repo: Path, path: Path, branch: str, base: str) -> None:
+    """`git worktree add -B`, tried again while another job's git holds one of the repository's lock files (jobs
+    on one repository make their worktrees at once)."""
+    for attempt in range(ADD_TRIES):
+        try:
+            git("-C", str(repo), "worktree", "add", "--force", "--quiet", "-B", branch, str(path), base)
+            return
+        except GitFailed as exc:
+            if ".lock" not in exc.said or attempt == ADD_TRIES - 1:
+                raise
+            _drop(repo, path)
+            time.sleep(LOCK_WAIT_S * (attempt + 1))
 
 
 def collect(tree: Worktree, spec: JobSpec, job_id: str, patch_max_bytes: int) -> WorkspaceChange:

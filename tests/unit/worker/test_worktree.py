@@ -112,3 +112,16 @@ def test_a_bare_repository_gets_worktrees_too(repo: Path, tmp_path: Path) -> Non
     assert _git(bare, "show", f"{change.branch}:d.txt") == "d\n" and change.files == 1
     remove(tree)
     assert _git(bare, "worktree", "list").count("\n") == 1
+
+
+def test_a_lock_file_that_stays_fails_the_worktree_naming_it(repo: Path, tmp_path: Path) -> None:
+    lock = repo / ".git" / "refs" / "heads" / "claudeq" / "job-7.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")  # another git holds the branch's ref (here: for good)
+    with pytest.raises(WorkspaceProblem) as refused:
+        prepare(_record(repo, "job-7"), tmp_path / "wt" / "job-7")
+    assert str(refused.value).startswith("workspace: the worktree could not be made") and "job-7.lock" in str(
+        refused.value
+    )
+    lock.unlink()  # released: the next attempt makes it
+    assert prepare(_record(repo, "job-7"), tmp_path / "wt" / "job-7").branch == "claudeq/job-7"
