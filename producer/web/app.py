@@ -363,6 +363,21 @@ class Web:
             now=datetime.now(UTC),
         )
 
+    def artifact(self, request: Request) -> Response:
+        """One of the job's artifacts, as a download (never rendered: an agent wrote it; docs/jobs.md#artifacts)."""
+        viewer = self.viewer(request)
+        record = self.record(viewer, request.path_params["job_id"])
+        name = request.path_params["name"]
+        if record.artifacts is None or name not in {a.name for a in record.artifacts.files}:
+            raise WebError(404, f"job {record.id!r} has no artifact {name!r}")
+        try:
+            data = self.client.artifact(record.id, name)
+        except JobNotFound:
+            raise WebError(404, f"job {record.id!r}: artifact {name!r} is no longer kept") from None
+        filename = name.rsplit("/", 1)[-1]
+        headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{_quote(filename)}"}
+        return Response(data, media_type="application/octet-stream", headers=headers)
+
     def transcript(self, request: Request) -> Response:
         viewer = self.viewer(request)
         record = self.record(viewer, request.path_params["job_id"])
@@ -512,6 +527,7 @@ def create_app(settings: Settings, client: Client | None = None) -> Starlette:
         Route("/jobs", web.jobs),
         Route("/jobs/{job_id}", web.job),
         Route("/jobs/{job_id}/transcript", web.transcript),
+        Route("/jobs/{job_id}/artifacts/{name:path}", web.artifact),
         Route("/jobs/{job_id}/events", web.stream),
         Route("/jobs/{job_id}/cancel", web.cancel, methods=["POST"]),
         Route("/jobs/{job_id}/resubmit", web.resubmit, methods=["POST"]),

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from claudeq.config.settings import Settings, WorkerPolicy
@@ -267,7 +268,7 @@ def test_a_ref_gone_before_the_run_fails_the_job_once_with_kind_workspace(
 
 
 def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
-    client: Client, workers: WorkerFactory, repo: Path, unique: str, settings: Settings, base: Path
+    client: Client, workers: WorkerFactory, repo: Path, unique: str, settings: Settings, base: Path, web: str
 ) -> None:
     workers(artifact_max_bytes=1000)
     command = (
@@ -290,6 +291,14 @@ def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
     assert (out / "sub" / "note.txt").read_text() == f"note-{unique}\n"
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["report.bin", "sub/note.txt"]
     assert "report.bin" in _cli(settings, "artifacts", job.id).stdout
+    # The web page links them; a link downloads the bytes (never rendered), an unknown name is a 404.
+    page = httpx.get(f"{web}/jobs/{job.id}", timeout=30).text
+    assert f'href="/jobs/{job.id}/artifacts/sub/note.txt"' in page and "big.bin (not kept)" in page
+    got = httpx.get(f"{web}/jobs/{job.id}/artifacts/report.bin", timeout=30)
+    assert (got.status_code, got.content) == (200, b"\x00\x01\xffbin")
+    assert got.headers["content-type"] == "application/octet-stream"
+    assert got.headers["content-disposition"].startswith("attachment")
+    assert httpx.get(f"{web}/jobs/{job.id}/artifacts/big.bin", timeout=30).status_code == 404
 
 
 @pytest.fixture
