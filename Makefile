@@ -61,6 +61,7 @@ bench: venv
 	$(BIN)/python -m bench.bench_warm
 	$(BIN)/python -m bench.bench_goodput
 	$(BIN)/python -m bench.bench_testing
+	$(BIN)/python -m bench.bench_worktree
 
 # `claudeq web`'s job list with 100,000 retained jobs against 1,000 (private Redis, real HTTP).
 bench-web: venv
