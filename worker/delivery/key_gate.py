@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from claudeq.config.settings import Settings
 from claudeq.models import ACTIVE, JobSpec
@@ -79,7 +80,10 @@ class KeyGate:
         return False
 
     async def _renew(self, d: Delivery, spec: JobSpec, rank: float) -> None:
-        while True:
+        # No attempt outlives its deadline: past it (and a hold's length) the hold is left to expire, whatever
+        # kept `leave` from being called.
+        until = time.monotonic() + (spec.deadline_s or self.settings.deadline_s) + self.hold_s
+        while time.monotonic() < until:
             await asyncio.sleep(self.settings.lease_ttl_s)
             try:
                 await self.keys.take(d.job_id, spec, rank, self.hold_s)
