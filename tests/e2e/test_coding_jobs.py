@@ -104,7 +104,10 @@ def test_three_jobs_on_one_repository_each_see_only_their_own_worktree(
     workers()
     jobs = []
     for n in range(3):
-        command = f"echo job-{n}-{unique} > mine-{n}.txt && printf 'third {n}\\n' >> README.md && ls -a . .."
+        command = (
+            f"echo job-{n}-{unique} > mine-{n}.txt && printf 'third {n}\\n' >> README.md && ls -a . .."
+            " && echo uid $(id -u) $(stat -c %u .)"
+        )
         jobs.append(
             client.submit(
                 prompt=f"{_bash(command)} edit {n} {unique}",
@@ -119,6 +122,8 @@ def test_three_jobs_on_one_repository_each_see_only_their_own_worktree(
         others = {f"mine-{m}.txt" for m in range(3)} - {f"mine-{n}.txt"}
         assert f"mine-{n}.txt" in listing and "README.md" in listing, listing
         assert not any(other in listing for other in others), listing  # nor any other worktree beside its own
+        [uids] = [line.split()[1:] for line in listing.splitlines() if line.startswith("uid ")]
+        assert uids[0] == uids[1] != "0", listing  # the worktree is the run's own, and the run is not root
         change = record.workspace
         assert change is not None and change.branch == f"claudeq/{job.id}"
         assert (change.files, change.insertions, change.deletions) == (2, 2, 0)
