@@ -61,6 +61,7 @@ bench: venv
 	$(BIN)/python -m bench.bench_warm
 	$(BIN)/python -m bench.bench_goodput
 	$(BIN)/python -m bench.bench_testing
+	$(BIN)/python -m bench.bench_worktree
 
 # The run sandbox's cost: read-only jobs with a cwd, sandboxed against not, in one run (real workers, CLI, simulator).
 # More: make bench-sandbox BENCH_SANDBOX_ARGS="--jobs 24 --rounds 5"

@@ -64,6 +64,18 @@ class ApprovalRefused(ClaudeqError):
         super().__init__(message)
 
 
+class ArtifactNotFound(JobNotFound):
+    """The job has no artifact of this name (it never wrote one, or its retention expired)."""
+
+    def __init__(self, job_id: str, name: str) -> None:
+        super().__init__(job_id)
+        self.name = name
+        self.args = (f"job {job_id!r} has no artifact {name!r}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class RecordUnreadable(ClaudeqError):
     """A stored record could not be parsed (written by another version, or damaged)."""
 

@@ -22,6 +22,7 @@ from claudeq.script_calls import Queue
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
+from claudeq.artifacts import Artifacts
 from claudeq.events import Cancelled, Unreadable
 from claudeq.models import (
     TERMINAL,
@@ -35,11 +36,22 @@ from claudeq.models import (
     PlannedSession,
     utcnow,
 )
+from claudeq.workspaces import WorkspaceChange
 
 #: Hash fields stored as JSON documents; the rest are plain strings.
-_JSON_FIELDS = ("spec", "attempts", "result", "error", "session_plan", "notifications", "approval")
+_JSON_FIELDS = (
+    "spec",
+    "attempts",
+    "result",
+    "error",
+    "session_plan",
+    "notifications",
+    "approval",
+    "workspace",
+    "artifacts",
+)
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
-_STR_FIELDS = ("account", "worker", "session_id", "traceparent")
+_STR_FIELDS = ("account", "worker", "session_id", "traceparent", "wait_reason")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
 CANCEL_FIELD = "cancel"
 #: The record's field that says its producer put the job in its tenant's active-job index (a fleet that uses
@@ -65,6 +77,9 @@ class JobFields(TypedDict, total=False):
     ready_at: datetime
     finished_at: datetime
     session_plan: PlannedSession
+    workspace: WorkspaceChange
+    wait_reason: str
+    artifacts: Artifacts
 
 
 def _encode(field: str, value: object) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from claudeq.config.tenants import DEFAULT_TENANT
@@ -21,6 +22,10 @@ class Keys:
     def job(self, job_id: str) -> str:
         """Hash: spec, status, attempts, account, worker, session id, timestamps, result, error, fence."""
         return f"{self.prefix}job:{job_id}"
+
+    def artifacts(self, job_id: str) -> str:
+        """Hash: the job's artifacts, name -> zlib-compressed bytes (docs/jobs.md#artifacts)."""
+        return f"{self.prefix}job:{job_id}:artifacts"
 
     def events(self, job_id: str) -> str:
         """Stream: the job's progress events, trimmed with MAXLEN ~."""
@@ -98,6 +103,12 @@ class Keys:
         """String: how many jobs configured tenant `tenant` submitted through the HTTP API in epoch minute `minute`
         (INCRBY; expires after two minutes)."""
         return f"{self.scope(tenant)}submit-rate:{minute}"
+
+    def concurrency_key(self, key: str, tenant: str = DEFAULT_TENANT) -> str:
+        """Sorted set: the jobs of `tenant` holding concurrency key `key` (job -> hold expiry, epoch s); the key by
+        its digest (any string may be one). `…:waiters` beside it: the jobs waiting for it (job -> rank)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        return f"{self.scope(tenant)}ckey:{digest}"
 
     def conversation(self, name: str, tenant: str = DEFAULT_TENANT) -> str:
         """String: the latest session id of `tenant`'s conversation `name` (every conversation key is in its

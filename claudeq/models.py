@@ -17,10 +17,12 @@ from pydantic import (
     model_validator,
 )
 
+from claudeq.artifacts import Artifacts
 from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
+from claudeq.workspaces import ChangeStat, WorkspaceChange, WorkspaceSpec
 
 JobStatus = Literal["waiting", "queued", "deferred", "running", "succeeded", "failed", "cancelled"]
 #: The statuses a job ends in.
@@ -55,6 +57,7 @@ ErrorKind = Literal[
     "budget_exceeded",  # its tenant (on_budget = "fail") or every account it may use is over a spend cap
     "output",  # the run's output cannot be stored (e.g. a structured output nested too deeply to serialise)
     "dependency",  # a job it depends on failed or was cancelled (on_dependency_failure = "fail")
+    "workspace",  # its git workspace could not be made (repo, ref or branch gone or refused)
 ]
 
 
@@ -253,6 +256,16 @@ class JobSpec(BaseModel):
     )
     link: CallbackSpec | None = Field(default=None, description="A Celery task sent the record when it succeeds.")
     link_error: CallbackSpec | None = Field(default=None, description="A Celery task sent the record otherwise.")
+    workspace: WorkspaceSpec | None = Field(
+        default=None, description="Work in a git worktree of its own; the change comes back as a diff and a branch."
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Jobs sharing this key (of one tenant) run at most `concurrency_limit` at once fleet-wide.",
+    )
+    concurrency_limit: int = Field(default=1, ge=1, le=1000, description="How many jobs of its key may run at once.")
 
     @field_validator("*")
     @classmethod
@@ -388,6 +401,7 @@ class Attempt(BaseModel):
     session_id: str | None = None
     usage: Usage | None = None  # what this attempt consumed (the record's result.usage is the sum)
     budget_usd: float | None = None  # the max_budget_usd its run started with, when a spend cap clamped it
+    change: ChangeStat | None = None  # what it changed in its workspace (a job with `workspace`)
     started_at: Timestamp
     finished_at: Timestamp | None = None
 
@@ -495,6 +509,12 @@ class JobRecord(BaseModel):
     traceparent: str | None = None
     #: The run's latest request for approval of a tool use (docs/jobs.md#tool-approval).
     approval: PendingApproval | None = None
+    #: A coding job's change (its spec's `workspace`): the last attempt's diff against `ref`, its branch and commit.
+    workspace: WorkspaceChange | None = None
+    #: Why a `deferred` job waits (its last deferral's reason: an account, its tenant, a concurrency key, …).
+    wait_reason: str | None = None
+    #: Files the job's last attempt wrote under `$CLAUDEQ_OUTPUTS` (docs/jobs.md#artifacts).
+    artifacts: Artifacts | None = None
     fence: int = 0
 
     @property
@@ -538,6 +558,10 @@ class JobRecord(BaseModel):
         data["status"] = self.shown_status
         data["spec"] = self.spec.model_dump(mode="json", exclude_defaults=True)
         data["trace_id"] = self.trace_id
+        if self.workspace is not None:
+            change = data["workspace"]
+            change["patch"] = self.workspace.patch
+            del change["patch_z"]
         return data
 
 

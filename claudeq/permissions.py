@@ -84,6 +84,14 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
             if not policy.path_allowed(path):
                 roots = ", ".join(str(r) for r in policy.workspace_roots) or "none configured"
                 problems.append((field, f"{path} is outside the workspace roots ({roots})"))
+    if spec.concurrency_limit != 1 and spec.concurrency_key is None:
+        problems.append(("concurrency_limit", "needs a concurrency_key (the jobs it limits)"))
+    if spec.workspace is not None:
+        if spec.cwd:
+            problems.append(("workspace", "give either workspace (the job's own worktree) or cwd, not both"))
+        if not policy.path_allowed(spec.workspace.repo):
+            roots = ", ".join(str(r) for r in policy.workspace_roots) or "none configured"
+            problems.append(("workspace.repo", f"{spec.workspace.repo} is outside the workspace roots ({roots})"))
     if spec.permission_mode and spec.permission_mode not in policy.permission_modes:
         problems.append(("permission_mode", f"{spec.permission_mode} is not allowed by the worker policy"))
     if spec.deadline_s and spec.deadline_s > settings.max_deadline_s:

@@ -407,6 +407,28 @@ class Settings(BaseSettings):
     warm_idle_s: float = Field(default=120, gt=0, description="A warm CLI left idle this long is stopped.")
     shutdown_grace_s: float = Field(default=30, ge=0, description="On SIGTERM, how long runs may finish.")
     run_root: Path | None = Field(default=None, description="Where per-run config dirs go (default: temp dir).")
+    worktree_dir: Path | None = Field(
+        default=None,
+        description="Where coding jobs' git worktrees go; under a workspace root (default: `.claudeq-worktrees` in "
+        "the workspace root holding the job's repository; docs/jobs.md#coding-jobs).",
+    )
+    concurrency_recheck_s: float = Field(
+        default=60,
+        gt=0,
+        description="How long a job waiting for its concurrency key stays deferred before it looks again, if no "
+        "run of its key woke it first (docs/jobs.md#concurrency-keys).",
+    )
+    artifact_max_bytes: int = Field(
+        default=10_000_000,
+        ge=0,
+        description="The most bytes of files one attempt's `$CLAUDEQ_OUTPUTS` keeps as artifacts; files past it are "
+        "named in the record, not kept (docs/jobs.md#artifacts).",
+    )
+    workspace_patch_max_bytes: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="The largest patch (uncompressed) a coding job's record keeps; beyond it, the stat and the branch.",
+    )
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
     secret_env: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,

@@ -30,6 +30,7 @@ from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_checks import redis_warnings, tenants_report
 from claudeq.producer.cli_conversation import conversation_app
 from claudeq.producer.cli_output import CliConsole, print_table, styled
+from claudeq.producer.cli_workspaces import artifacts, diff, stat_line, workspaces_app
 from claudeq.producer.client import Client
 from claudeq.producer.extras import exit_missing
 from claudeq.producer.progress import line
@@ -66,6 +67,9 @@ webhooks_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(webhooks_app, name="webhooks")
+app.command("diff")(diff)
+app.command("artifacts")(artifacts)
+app.add_typer(workspaces_app, name="workspaces")
 
 out = CliConsole()
 err = CliConsole(stderr=True)
@@ -187,6 +191,12 @@ def _print_record(record: JobRecord, as_json: bool, waits: str | None = None) ->
     if record.waiting_approval and record.approval is not None:  # `claudeq approve` answers it
         pending = record.approval
         rows.append(("approval", f"{pending.request_id}: {pending.tool} {json.dumps(pending.input)[:200]}"))
+    if not waits and record.status == "deferred" and record.wait_reason:  # `_why_waiting` read nothing
+        rows.append(("waiting", record.wait_reason))
+    if record.workspace is not None:  # a coding job's change (claudeq diff JOB shows the patch)
+        rows.append(("change", stat_line(record.workspace)))
+    if record.artifacts is not None and record.artifacts.files:
+        rows.append(("artifacts", ", ".join(a.name for a in record.artifacts.files)))
     if record.trace_id:  # the job's trace, when its producer traced it (docs/tracing.md)
         rows.append(("trace", record.trace_id))
     if record.result:
@@ -263,6 +273,14 @@ def submit(
     deadline_s: Annotated[float | None, typer.Option("--deadline", help="Hard deadline per attempt (s).")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
     cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
+    workspace: Annotated[
+        str | None, typer.Option(help="A git repository: the job works in a worktree of its own (see claudeq diff).")
+    ] = None,
+    ref: Annotated[str | None, typer.Option(help="With --workspace: what the worktree starts from (main).")] = None,
+    concurrency_key: Annotated[
+        str | None, typer.Option(help="At most --concurrency-limit jobs of this key run at once.")
+    ] = None,
+    concurrency_limit: Annotated[int | None, typer.Option(help="Jobs of the key at once (1).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
     depends_on: Annotated[
         list[str] | None, typer.Option("--depends-on", help="A job that must succeed first (repeatable).")
@@ -320,12 +338,18 @@ def submit(
         "max_attempts": max_attempts,
         "cwd": cwd,
         "idempotency_key": idempotency_key,
+        "concurrency_key": concurrency_key,
+        "concurrency_limit": concurrency_limit,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     if tools is not None:
         fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
     if mcp_tool:
         fields["mcp_tools"] = mcp_tool
+    if workspace is not None:
+        fields["workspace"] = {"repo": workspace, **({"ref": ref} if ref else {})}
+    elif ref is not None:
+        raise JobSpecError([("--ref", "needs --workspace REPO")])
     if depends_on:
         fields["depends_on"] = depends_on
     if on_dependency_failure is not None:

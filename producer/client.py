@@ -15,12 +15,21 @@ import redis
 
 from claudeq import approvals as approval_store
 from claudeq import durability, job_scripts, tenant_scripts, tracing
+from claudeq.artifacts import unpack
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.config.celery import TASK_RUN, make_celery
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore
-from claudeq.errors import BatchSpecError, ClaudeqError, JobSpecError, JobTimeout, NotReplicated, RecordUnreadable
+from claudeq.errors import (
+    ArtifactNotFound,
+    BatchSpecError,
+    ClaudeqError,
+    JobSpecError,
+    JobTimeout,
+    NotReplicated,
+    RecordUnreadable,
+)
 from claudeq.events import session_of
 from claudeq.jobs import JobStore, create_reply, created_waiting
 from claudeq.keys import text
@@ -28,6 +37,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval,
 from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.tenant_state import TenantStore
+from claudeq.workspaces import WorkspaceChange
 
 
 def _rate_or_zero(schedule: Schedule, now: float) -> float:
@@ -347,6 +357,19 @@ class Client:
         """The job's record; JobNotFound / RecordUnreadable when it cannot be had."""
         return self.store.get(job_id)
 
+    def diff(self, job_id: str) -> WorkspaceChange | None:
+        """A coding job's change (its spec's `workspace`): the stat, its branch and commit, and `.patch` against
+        `ref` (None when too large to keep); None for a job that has none yet (docs/jobs.md#coding-jobs)."""
+        return self.get(job_id).workspace
+
+    def artifact(self, job_id: str, name: str) -> bytes:
+        """The bytes of one of the job's artifacts (`get(job_id).artifacts` lists them; docs/jobs.md#artifacts);
+        ArtifactNotFound when the job has no artifact of that name (any more)."""
+        stored = self.store.redis.hget(self.store.keys.artifacts(job_id), name)
+        if stored is None:
+            raise ArtifactNotFound(job_id, name)
+        return unpack(stored)
+
     def handle(self, job_id: str) -> JobHandle:
         """A handle for an existing job id."""
         return JobHandle(self, job_id, created=False)
@@ -631,6 +654,14 @@ class AsyncClient:
     async def get(self, job_id: str) -> JobRecord:
         """See Client.get."""
         return await asyncio.to_thread(self.sync.get, job_id)
+
+    async def diff(self, job_id: str) -> WorkspaceChange | None:
+        """See Client.diff."""
+        return await asyncio.to_thread(self.sync.diff, job_id)
+
+    async def artifact(self, job_id: str, name: str) -> bytes:
+        """See Client.artifact."""
+        return await asyncio.to_thread(self.sync.artifact, job_id, name)
 
     async def list(
         self,

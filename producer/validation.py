@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
+from claudeq.git_repo import workspace_problems
 from claudeq.models import APPROVAL_MODES, JobSpec, WebhookSpec
 from claudeq.permissions import spec_problems
 
@@ -34,6 +35,11 @@ def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec
     ):
         # Its tenant's approve_tools apply: the CLI must ask (docs/jobs.md#tool-approval).
         problems.append(("permission_mode", f"tenant {tenant.name}'s approve_tools need permission_mode default"))
+    if spec.workspace is not None and not any(field.startswith("workspace") for field, _ in problems):
+        # What this host can tell of the repository (docs/jobs.md#coding-jobs); the worker checks again.
+        problems += workspace_problems(
+            spec.workspace, settings.policy, conversation=spec.conversation, resume=spec.resume, tenant=spec.tenant
+        )
     if problems:
         raise JobSpecError(problems)
     return spec

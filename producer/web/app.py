@@ -56,6 +56,7 @@ from claudeq.producer.web.charts import (
 )
 from claudeq.producer.web.hosts import HostAllowList, HostGuard
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
+from claudeq.producer.web.patch import sections
 from claudeq.producer.web.timeline import draw as draw_timeline
 
 HERE = Path(__file__).parent
@@ -373,10 +374,13 @@ class Web:
         if record.spec.conversation:
             turns = self.client._conversations.turns(record.spec.conversation, record.spec.tenant)
         public = record.public()
+        change_files, change_cut = sections(record.workspace.patch or "") if record.workspace else ([], False)
         return self.page(
             request,
             "job.html",
             **summary,
+            change_files=change_files,
+            change_cut=change_cut,
             spec_json=json.dumps(public["spec"], indent=2, ensure_ascii=False),
             record_json=json.dumps({k: v for k, v in public.items() if k != "spec"}, indent=2, ensure_ascii=False),
             rows=rows,
@@ -387,6 +391,21 @@ class Web:
             dependencies=dependencies,
             turns=turns,
         )
+
+    def artifact(self, request: Request) -> Response:
+        """One of the job's artifacts, as a download (never rendered: an agent wrote it; docs/jobs.md#artifacts)."""
+        viewer = self.viewer(request)
+        record = self.record(viewer, request.path_params["job_id"])
+        name = request.path_params["name"]
+        if record.artifacts is None or name not in {a.name for a in record.artifacts.files}:
+            raise WebError(404, f"job {record.id!r} has no artifact {name!r}")
+        try:
+            data = self.client.artifact(record.id, name)
+        except JobNotFound:
+            raise WebError(404, f"job {record.id!r}: artifact {name!r} is no longer kept") from None
+        filename = name.rsplit("/", 1)[-1]
+        headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{_quote(filename)}"}
+        return Response(data, media_type="application/octet-stream", headers=headers)
 
     def transcript(self, request: Request) -> Response:
         viewer = self.viewer(request)
@@ -596,6 +615,7 @@ def create_app(
         Route("/jobs", web.jobs),
         Route("/jobs/{job_id}", web.job),
         Route("/jobs/{job_id}/transcript", web.transcript),
+        Route("/jobs/{job_id}/artifacts/{name:path}", web.artifact),
         Route("/jobs/{job_id}/events", web.stream),
         Route("/jobs/{job_id}/cancel", web.cancel, methods=["POST"]),
         Route("/jobs/{job_id}/resubmit", web.resubmit, methods=["POST"]),

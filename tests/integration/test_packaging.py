@@ -353,7 +353,8 @@ def test_the_wheel_holds_the_run_views_pages(wheel: Path) -> None:
     """`claudeq web` renders templates and serves static files read from the package: the wheel must hold them."""
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    for page in ("base.html", "jobs.html", "job.html", "fleet.html", "login.html", "transcript.html", "_event.html"):
+    pages = ("base.html", "jobs.html", "job.html", "fleet.html", "login.html", "transcript.html", "_event.html")
+    for page in (*pages, "_change.html"):
         assert f"claudeq/producer/web/templates/{page}" in names, page
     assert {"claudeq/producer/web/static/app.js", "claudeq/producer/web/static/style.css"} <= names
 
@@ -364,7 +365,7 @@ def test_the_wheel_holds_every_worker_package_and_the_cli_wrapper(wheel: Path) -
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     packages = sorted(p.name for p in (ROOT / "worker").iterdir() if (p / "__init__.py").is_file())
-    assert packages == ["accounts", "delivery", "metrics", "passthrough", "run", "store"]
+    assert packages == ["accounts", "delivery", "metrics", "passthrough", "run", "store", "workspace"]
     for package in packages:
         assert f"claudeq/worker/{package}/__init__.py" in names, package
     assert {"claudeq/worker/run/launcher.py", "claudeq/worker/run/claude-pdeathsig.sh"} <= names

@@ -12,6 +12,7 @@ import pytest
 from claudeq import account_scripts, conversations, job_scripts, lua, schedules, tenant_scripts
 from claudeq.lua import ScriptError, names, resolve, script, substitute
 from claudeq.lua.results import RESULTS, Reserve, Slot
+from claudeq.worker.store import concurrency_keys as key_scripts
 from claudeq.worker.store import job_scripts as worker_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +121,15 @@ def test_every_lib_file_is_included_somewhere_and_every_entry_script_is_run_by_a
     assert {n for n in names() if n.startswith("lib/")} == included
     constants = {
         value
-        for module in (account_scripts, job_scripts, tenant_scripts, worker_scripts, conversations, schedules)
+        for module in (
+            account_scripts,
+            job_scripts,
+            tenant_scripts,
+            worker_scripts,
+            conversations,
+            schedules,
+            key_scripts,
+        )
         for key, value in vars(module).items()
         if key.isupper() and isinstance(value, str)
     }

@@ -2,7 +2,8 @@
 delivery state machine (`handler`) and one delivery's state (`state`), fenced writes and events (`fenced`), the lease
 heartbeat (`lease`), slot release, promotion and sends (`dispatch`), transient retries (`retry`, `waits`), the
 failure policy (`failure`), a conversation's sessions (`session_planner`), the background loops (`loops`), end
-notifications (`notifier`), and the ports the engine is given (`ports`).
+notifications (`notifier`), the ports the engine is given (`ports`), coding jobs' worktrees around each attempt
+(`workspaces`) and concurrency keys (`key_gate`).
 
-Imports from the worker: redaction, loop_host, store, accounts, run, metrics.
+Imports from the worker: redaction, loop_host, store, accounts, run, metrics, workspace.
 """

@@ -51,21 +51,26 @@ from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import Spent, StartLost
 from claudeq.worker.accounts.waiting_line import rank, tenant_rank
+from claudeq.worker.delivery.artifacts import keep_outputs
 from claudeq.worker.delivery.dispatch import Dispatch
 from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
 from claudeq.worker.delivery.fenced import FencedWriter
+from claudeq.worker.delivery.key_gate import KeyGate
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike
 from claudeq.worker.delivery.retry import DeferInstead, Step, StepKind, run_attempts
 from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
+from claudeq.worker.delivery.workspaces import Workspaces
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.metrics.labels import primary_model
 from claudeq.worker.run.approval import ApprovalGate, denial, resume_prompt, rules_for
 from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.store.approvals import ApprovalCalls
+from claudeq.worker.store.concurrency_keys import ConcurrencyKeys
 from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
+from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
 
 log = logging.getLogger("claudeq.engine")
 #: `gen_ai.agent.name` of the attempts' spans (the GenAI conventions' `invoke_agent {gen_ai.agent.name}`).
@@ -101,6 +106,8 @@ class DeliveryHandler:
         self.dispatch = dispatch
         self.worker_id = worker_id
         self.closing = closing
+        self.workspaces = Workspaces(settings, writer)
+        self.key_gate = KeyGate(settings, ConcurrencyKeys(self.store, self.store.keys), dispatch)
 
     async def handle(self, d: Delivery) -> Finish:
         """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
@@ -141,6 +148,13 @@ class DeliveryHandler:
             if settled != spec.prompt:
                 spec = spec.model_copy(update={"prompt": settled})
                 d.record = d.record.model_copy(update={"spec": spec})
+        if spec.workspace is not None:  # its own worktree is its cwd (docs/jobs.md#coding-jobs)
+            try:
+                path = worktree_path(d.record, self.settings)
+            except WorkspaceProblem as exc:
+                return await self.finish(d, "failed", JobError(kind="workspace", message=str(exc)))
+            spec = spec.model_copy(update={"cwd": str(path)})
+            d.record = d.record.model_copy(update={"spec": spec})
         max_attempts = spec.max_attempts or self.settings.max_attempts
 
         async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
@@ -196,6 +210,14 @@ class DeliveryHandler:
                 await self.dispatch.promote_and_send(d.job_id, force=True)  # that turn ended while we deferred
             return Step.finished(status)
         d.unparked = None
+        if spec.concurrency_key is not None:  # its key first: a job waiting for it holds no account slot
+            why = await self.key_gate.enter(d, spec, await self._rank(d))
+            if why is not None:
+                ready = utcnow() + timedelta(seconds=self.settings.concurrency_recheck_s)
+                status = await self._defer(d, ready, why, [])
+                if status == "deferred" and await self.key_gate.recheck(d, spec, await self._rank(d)):
+                    await self.dispatch.promote_and_send(d.job_id, force=True)  # its holders ended meanwhile
+                return Step.finished(status)
         pending = d.record.approval
         if pending is not None and pending.parked and pending.fence != d.lease.fence:
             unparked = await self._unpark(d, pending)
@@ -246,6 +268,8 @@ class DeliveryHandler:
             raise
         finally:
             span.end()
+            if spec.concurrency_key is not None:
+                await self.key_gate.leave(d, spec)
 
     async def _attempt_traced(
         self,
@@ -325,12 +349,19 @@ class DeliveryHandler:
         )
         run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
         try:
-            outcome, refused = await self._run(d, request, account)
+            tree, refused = await self.workspaces.prepare(d, spec)
+            outcome = None
+            if refused is None:
+                outcome, refused = await self._run(d, request, account)
         finally:
             run_span.end()
         if refused is None and request.approvals is not None and request.approvals.failed is not None:
             # `on_approval_timeout = "fail"`: nobody decided in time (docs/jobs.md#tool-approval).
             refused = JobError(kind="job", message=request.approvals.failed)
+        if tree is not None:
+            attempt = await self.workspaces.collect(d, tree, attempt)
+        if outcome is not None:
+            await keep_outputs(self.settings, self.writer, d, outcome)
         if outcome is not None and span is not NO_SPAN:
             _trace_outcome(span, outcome)
         # Spend is real whoever owns the job now: counted even when the lease was lost. The job's terminal write
@@ -691,6 +722,7 @@ class DeliveryHandler:
             attempts=d.attempts,
             result=self._result(d),
             session_id=d.session_id,
+            wait_reason=reason,
         )
         if ok == CANCELLED:  # cancelled while it ran (before the deferral): it ends here instead of waiting
             return await self._ended(d, "cancelled", CANCEL_ERROR)

@@ -54,10 +54,16 @@ MAX_BACKOFF_S = 600.0
 
 
 def webhook_payload(record: JobRecord, body: str) -> dict[str, Any]:
-    """What a webhook is sent: the record's public JSON, or (`result`) its id, status, result and error only."""
+    """What a webhook is sent: the record's public JSON, or (`result`) its id, status, result and error only (and a
+    coding job's change: its result too, docs/jobs.md#coding-jobs)."""
     public = record.public()
     if body == "result":
-        return {key: public.get(key) for key in ("id", "status", "result", "error")}
+        keys = (
+            ("id", "status", "result", "error", "workspace")
+            if record.workspace
+            else ("id", "status", "result", "error")
+        )
+        return {key: public.get(key) for key in keys}
     return public
 
 

@@ -80,6 +80,9 @@ class RunOutcome:
     duration_s: float = 0.0
     limit_hint: LimitHint | None = None  # the pass-through saw a 429 in this run (its account is already cooled)
     passthrough_failed: str | None = None  # the worker's pass-through stopped while this run used it
+    #: What the run wrote under `$CLAUDEQ_OUTPUTS`: (name, bytes) kept, names left out (worker/run/outputs.py).
+    outputs: list[tuple[str, bytes]] = field(default_factory=list)
+    outputs_dropped: list[str] = field(default_factory=list)
 
     @property
     def rejected(self) -> RateLimitSignal | None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from claude_agent_sdk import ClaudeSDKClient, ProcessError
 
 from claudeq import tracing
+from claudeq.artifacts import OUTPUTS_VAR
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
@@ -52,6 +53,7 @@ from claudeq.worker.run.launcher import (
 )
 from claudeq.worker.run.options import PromptFiles, build_options
 from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest, StopReason
+from claudeq.worker.run.outputs import OUTPUTS_DIR, read_outputs
 from claudeq.worker.run.parse import MessageParser
 from claudeq.worker.run.relay import HostProxy, Relay, collector_address, through_loopback
 from claudeq.worker.run.sandbox import ARGS_VAR as SANDBOX_ARGS_VAR
@@ -219,12 +221,14 @@ class Runner:
                     "(chgrp, chmod g+rwX, setgid on directories) and make the way to them enterable (o+x)",
                 )
         identity = acquire_identity(policy)
-        if req.account.config_dir is not None:
-            try:
+        try:
+            if req.account.config_dir is not None:
                 identity.give(req.account.config_dir)  # an interactive login: one run at a time uses it
-            except BaseException:
-                identity.release()
-                raise
+            if req.spec.workspace is not None and req.spec.cwd:
+                identity.give(Path(req.spec.cwd))  # a coding job's worktree is its run's own (docs/jobs.md#coding-jobs)
+        except BaseException:
+            identity.release()
+            raise
         return identity
 
     def _check_sandbox(self) -> None:
@@ -342,6 +346,7 @@ class Runner:
                 run_id=run_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            env[OUTPUTS_VAR] = str(run_dir / OUTPUTS_DIR)
             traced = tracing.cli_env(req.traceparent)  # nothing unless the job is traced (docs/tracing.md)
             if traced:
                 env.update(exporter_env(), **traced)  # where the CLI sends its spans: the worker's collector
@@ -417,6 +422,9 @@ class Runner:
             finally:
                 if grant is not None:
                     await self._close_grant(grant, outcome)
+                outcome.outputs, outcome.outputs_dropped = await asyncio.to_thread(
+                    read_outputs, run_dir / OUTPUTS_DIR, self.settings.artifact_max_bytes
+                )
                 await asyncio.to_thread(shutil.rmtree, run_dir, True)
                 outcome.stopped_by = stopped
                 outcome.duration_s = time.monotonic() - started
@@ -665,6 +673,7 @@ class Runner:
         try:
             (path / "config").mkdir(mode=0o700)
             (path / "tmp").mkdir(mode=0o700)
+            (path / OUTPUTS_DIR).mkdir(mode=0o700)  # $CLAUDEQ_OUTPUTS: kept as artifacts (docs/jobs.md#artifacts)
             files = PromptFiles.write(req.spec, path)
             if identity is not None:
                 identity.give(path)

@@ -56,6 +56,8 @@ async def test_submit_records_the_bound_parent_and_refuses_bad_fields(fleet: Cli
             ({"prompt": "x", "output_schema": {"type": "array"}}, "output_schema"),
             ({"prompt": "x", "priority": 12}, "priority"),
             ({"prompt": " "}, "prompt"),
+            ({"prompt": "x", "workspace": {"repo": "/nowhere/repo"}}, "workspace.repo"),
+            ({"prompt": "x", "concurrency_key": "k", "concurrency_limit": 0}, "concurrency_limit"),
         ):
             bad = await mcp.call_tool("submit_job", args)
             assert bad.is_error and field in bad.content[0].text, bad.content  # type: ignore[union-attr]

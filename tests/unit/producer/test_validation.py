@@ -62,6 +62,14 @@ def _refused(client: Client, **fields: Any) -> JobSpecError:
         ({"prompt": "hi", "priority": 12}, "priority", "less than or equal to 9"),
         ({"prompt": "hi", "fork": True}, "spec", "fork needs a conversation"),
         ({"prompt": "hi", "deadline_s": 10**9}, "deadline_s", "maximum"),
+        ({"prompt": "hi", "workspace": {"repo": "/etc/repo"}}, "workspace.repo", "outside the workspace roots"),
+        ({"prompt": "hi", "workspace": {"repo": "rel"}}, "workspace.repo", "absolute path"),
+        ({"prompt": "hi", "workspace": {"repo": "/r", "ref": "--upload-pack=x"}}, "workspace.ref", "not a git ref"),
+        ({"prompt": "hi", "workspace": {"repo": "/r", "branch": "a..b"}}, "workspace.branch", "not a git ref"),
+        ({"prompt": "hi", "workspace": {"repo": "/r", "colour": 1}}, "workspace.colour", "unknown field"),
+        ({"prompt": "hi", "concurrency_key": ""}, "concurrency_key", "at least 1 character"),
+        ({"prompt": "hi", "concurrency_limit": 0}, "concurrency_limit", "greater than or equal to 1"),
+        ({"prompt": "hi", "concurrency_limit": 3}, "concurrency_limit", "needs a concurrency_key"),
     ],
 )
 def test_bad_spec_is_refused_with_field_and_reason(

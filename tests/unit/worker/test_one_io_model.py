@@ -74,6 +74,7 @@ THREAD_CALLS_ALLOWED = {
         "archive.purge",
     },
     "worker/store/reads.py": {"store._events_page", "self._store._archived_results"},  # the archive's, again
+    "worker/delivery/workspaces.py": {"prepare", "collect", "remove"},  # git and folders, no Redis
 }
 
 
