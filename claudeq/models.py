@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
-from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
+from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, BasePrompt, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
 
@@ -124,7 +124,14 @@ class JobSpec(BaseModel):
 
     prompt: str = Field(min_length=1, description="The user prompt.")
     system_prompt: str | None = Field(default=None, description="Replaces the default system prompt.")
-    append_system_prompt: str | None = Field(default=None, description="Appended to the default system prompt.")
+    append_system_prompt: str | None = Field(
+        default=None, description="Appended to the base prompt (or to `system_prompt` when given)."
+    )
+    base_prompt: BasePrompt | None = Field(
+        default=None,
+        description="The system prompt to start from when `system_prompt` is not given: `claude_code` (Claude "
+        "Code's preset) or `minimal`; default: the fleet's CLAUDEQ_BASE_PROMPT.",
+    )
     model: str | None = Field(default=None, description="Model alias or id (default: the CLI's default).")
     fallback_model: str | None = None
     max_turns: int | None = Field(default=None, ge=1, le=1000)
@@ -219,6 +226,8 @@ class JobSpec(BaseModel):
             raise ValueError("fork needs a conversation or a resume session id")
         if self.resume and self.conversation:
             raise ValueError("give either conversation or resume, not both")
+        if self.base_prompt is not None and self.system_prompt is not None:
+            raise ValueError("give either system_prompt (a whole prompt of your own) or base_prompt, not both")
         return self
 
 

@@ -48,6 +48,8 @@ MAX_ATTEMPTS_CAP = 20
 KOMBU_RESERVED_KEYS: frozenset[str] = frozenset({"unacked", "unacked_index", "unacked_mutex"})
 
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
+#: The system prompt a job's run starts from (docs/jobs.md#the-base-prompt).
+BasePrompt = Literal["claude_code", "minimal"]
 
 
 class WorkerPolicy(BaseModel):
@@ -300,6 +302,16 @@ class Settings(BaseSettings):
         default=True,
         description="Runs talk to the model service through the worker's loopback pass-through (rate-limit "
         "headers of every response; runs get a stand-in credential, never the real token).",
+    )
+    base_prompt: BasePrompt = Field(
+        default="claude_code",
+        description="The system prompt a job without `system_prompt` starts from, unless its spec names one: "
+        "Claude Code's preset or the CLI's minimal one (docs/jobs.md#the-base-prompt).",
+    )
+    cacheable_prompts: bool = Field(
+        default=True,
+        description="Keep the preset's per-run sections (working directory, memory path, git status) out of the "
+        "system prompt, so jobs with the same options share a cached prefix (docs/cli-behaviour.md#prompt-caching).",
     )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
     celery_events: bool = Field(

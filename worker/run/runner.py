@@ -49,7 +49,7 @@ from claudeq.worker.run.launcher import (
     take_back,
     wrapper_path,
 )
-from claudeq.worker.run.options import PromptFiles, build_options
+from claudeq.worker.run.options import PromptFiles, base_prompt, build_options
 from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest, StopReason
 from claudeq.worker.run.parse import MessageParser
 from claudeq.worker.run.tools import ToolRegistry
@@ -569,7 +569,7 @@ class Runner:
         try:
             (path / "config").mkdir(mode=0o700)
             (path / "tmp").mkdir(mode=0o700)
-            files = PromptFiles.write(req.spec, path)
+            files = PromptFiles.write(req.spec, path, base_prompt(req.spec, self.settings))
             if identity is not None:
                 identity.give(path)
             return path, files
