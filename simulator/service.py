@@ -15,7 +15,7 @@ from claudeq.simulator.config import SimConfig, coerce_config, merge_config
 from claudeq.simulator.connection import ClientGone, Connection, Message, Receive, Scope, Send
 from claudeq.simulator.directives import DirectiveError, Steering, parse_directives
 from claudeq.simulator.errors import ApiError, new_request_id
-from claudeq.simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_pieces
+from claudeq.simulator.protocol import MessagesRequest, current_turn, message_text, parse_request, prompt_segments
 from claudeq.simulator.replies import Reply, plan_reply, title_reply
 from claudeq.simulator.sse import block_events, message_body, message_end, message_start, new_message_id
 from claudeq.simulator.stats import Stats
@@ -227,7 +227,7 @@ class Simulator:
             stats.title_requests += 1
             if account.auth_fail:
                 raise ApiError(401, "Invalid bearer token")
-            usage = Usage(input_tokens=sum(estimate_tokens(len(p)) for p in prompt_pieces(req)))
+            usage = Usage(input_tokens=sum(estimate_tokens(len(s.data)) for s in prompt_segments(req)))
             await self._answer(conn, req, account, title_reply(req), usage, {}, entry, request_id, title=True)
             return
         stats.requests += 1
@@ -287,7 +287,7 @@ class Simulator:
             stats.drops_injected += 1
             stats.errors_injected += 1
         reply = plan_reply(req, turn, steering)
-        usage = account.cache.measure(prompt_pieces(req), req.cacheable, now)
+        usage = account.cache.measure(prompt_segments(req), now, self.config.cache_ttl_s)
         if steering.tokens_in is not None:
             usage = Usage(input_tokens=steering.tokens_in)
         if stall:
@@ -339,7 +339,11 @@ class Simulator:
         session_id = None if title else entry["session_id"]
         message_id = new_message_id()
         entry["status"] = 200
-        entry["usage"] = {**usage.as_stats(), "output": reply.output_tokens}
+        entry["usage"] = {
+            **usage.as_stats(),
+            "output": reply.output_tokens,
+            "cache_creation_1h": usage.cache_creation_1h_tokens,
+        }
 
         def bill(part: Usage) -> None:
             self.stats.bill(account.name, session_id, part, title)
