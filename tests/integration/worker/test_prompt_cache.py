@@ -24,7 +24,7 @@ TOKEN = "sk-ant-oat01-test-prompt-cache"
 APPEND = "Follow the house rules of this repository.\n" + "r" * 30_000  # a team's ~30 KB of instructions
 
 
-@pytest.fixture()
+@pytest.fixture
 def sim() -> Iterator[SimulatorServer]:
     with SimulatorServer({"accounts": [{"name": "alpha", "token": TOKEN, "kind": "oauth"}]}) as server:
         yield server
