@@ -313,6 +313,18 @@ class Settings(BaseSettings):
         description="Keep the preset's per-run sections (working directory, memory path, git status) out of the "
         "system prompt, so jobs with the same options share a cached prefix (docs/cli-behaviour.md#prompt-caching).",
     )
+    cache_affinity: bool = Field(
+        default=True,
+        description="Prefer, among the accounts a job may use, one whose prompt cache holds the job's prefix "
+        "(docs/architecture.md#cache-affinity); false: the least used account, as before.",
+    )
+    cache_affinity_max_skew: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="How much more used (utilization per weight, 0-1) a warm account may be than the least used "
+        "one and still be preferred.",
+    )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
     celery_events: bool = Field(
         default=False,

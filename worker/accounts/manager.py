@@ -42,9 +42,11 @@ from claudeq.tenant_state import (
     caught_up,
     effective_cap,
 )
-from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible
+from claudeq.worker.accounts.cache_affinity import CacheStore, digest_text, prefix_key
+from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible, reason_for
 from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN, tenant_rank
 from claudeq.worker.passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
+from claudeq.worker.passthrough.prefixes import Breakpoint
 from claudeq.worker.run.outcome import RateLimitSignal
 from claudeq.worker.store.job_store import START_LOST, SlotRelease
 
@@ -72,6 +74,8 @@ class SlotLease:
     model: str | None = None  # the spec's model: what one turn costs is learned per model
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
     started: bool = False  # the attempt's start was written with the slot, in the same script (`acquire`'s start)
+    reason: str | None = None  # why this account: `warm cache` / `least used` (None: a slot the job already held)
+    prefix_key: str | None = None  # the job's prefix key when cache affinity is on (the pass-through files under it)
 
 
 #: Makes an account's ACQUIRE call into the START that also writes the attempt's start (WorkerJobStore.start_call),
@@ -103,6 +107,7 @@ class AccountManager(AsyncCalls):
         self.store = AccountStore(
             redis, keys, self.pool, predictive=settings.predictive_admission, jitter_s=settings.ramp_jitter_s
         )
+        self.cache = CacheStore(redis, keys)
         self.tenants = settings.tenants
         self.tenant_store = TenantStore(redis, keys, self.tenants, accounts=[a.name for a in self.pool.accounts])
         if self.tenants.configured:
@@ -152,18 +157,38 @@ class AccountManager(AsyncCalls):
         written in the same script (the lease says `started`); StartLost when the fence no longer held the job.
         """
         tenant = self.tenants.governing(spec.tenant)
+        key, warm = await self._warm(spec)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
-            return _untenanted(lease)
+            lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start, warm)
+            return _with_reason(_untenanted(lease), key, warm)
         admission = await self._admit_run(tenant, job_id, spec)
         if isinstance(admission, NoAccount):
             return admission
         admitted, cap = admission
-        lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
+        lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds, warm=warm)
         await self._admitted(tenant, job_id, admitted, cap, lease, rank)
-        return lease
+        return _with_reason(lease, key, warm)
+
+    async def _warm(self, spec: JobSpec) -> tuple[str | None, dict[str, float]]:
+        """The job's prefix key and the accounts whose cache holds its system prefix now (docs/architecture.md
+        #cache-affinity); (None, {}) with CLAUDEQ_CACHE_AFFINITY=false."""
+        if not self.settings.cache_affinity:
+            return None, {}
+        key = await asyncio.to_thread(prefix_key, spec, self.settings)
+        [reply] = await self._pipe(self.cache.system_prefix_call(key))
+        digest = digest_text(reply)
+        if digest is None:
+            return key, {}
+        names = self.pool.names
+        replies = await self._pipe(self.cache.warm_call(digest, names))
+        return key, self.cache.warm_until(replies, names, time.time())
+
+    def record_prefixes(self, account: str, key: str | None, found: list[Breakpoint], now: float) -> None:
+        """File the prompt prefixes one request cached on `account` (the pass-through's recorder thread)."""
+        if self.pool.get(account) is not None:
+            self.cache.record(account, key, found, now)
 
     async def _admit_run(
         self, tenant: TenantConfig, job_id: str, spec: JobSpec
@@ -284,8 +309,9 @@ class AccountManager(AsyncCalls):
         rank: float | None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm: Collection[str] = (),
     ) -> SlotLease | NoAccount:
-        """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
+        """Lease a slot on the best eligible account (preferring one in `warm`), or say when one may free."""
         over: dict[str, OverBudget] = {}
         reserved: set[str] = set()
         family = model_family(spec.model)
@@ -333,6 +359,8 @@ class AccountManager(AsyncCalls):
                 exclude=exclude | set(over) | reserved,
                 family=family,
                 fallback_model=spec.fallback_model,
+                warm=warm,
+                max_skew=self.settings.cache_affinity_max_skew,
             )
             if isinstance(decision, NoAccount):
                 if reused:
@@ -804,6 +832,13 @@ class AccountManager(AsyncCalls):
             for state, first_free in self._snapshot[1]
             if allowed is None or state.name in allowed
         ]
+
+
+def _with_reason(taken: SlotLease | NoAccount, key: str | None, warm: Collection[str]) -> SlotLease | NoAccount:
+    """The slot, saying why its account was chosen and under which prefix key its requests are filed."""
+    if isinstance(taken, NoAccount):
+        return taken
+    return replace(taken, reason=reason_for(taken.account.name, warm), prefix_key=key)
 
 
 def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:

@@ -295,6 +295,8 @@ class DeliveryHandler:
             session_store=plan.session_store,
             urgent=d.urgent,
             traceparent=span.traceparent(),
+            account_reason=acquired.reason,
+            prefix_key=acquired.prefix_key,
         )
         run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
         try:

@@ -38,6 +38,10 @@ class RunRequest:
     urgent: asyncio.Event | None = None
     #: The attempt span's context when the job is traced: the run's CLI exports its own spans under it.
     traceparent: str | None = None
+    #: Why the account was chosen (`warm cache` / `least used`), and the job's prefix key: the pass-through files
+    #: the prompt prefixes the run caches under it (docs/architecture.md#cache-affinity).
+    account_reason: str | None = None
+    prefix_key: str | None = None
 
 
 @dataclass(frozen=True)

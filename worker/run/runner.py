@@ -290,7 +290,9 @@ class Runner:
         try:
             await self._emit(
                 emit,
-                RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt),
+                RunStarted(
+                    account=req.account.name, model=req.spec.model, attempt=req.attempt, reason=req.account_reason
+                ).event(req.attempt),
             )
             wake = asyncio.Event()
             prompt = req.spec.prompt
@@ -344,6 +346,7 @@ class Runner:
             return cli, token, run_dir, prompt_files, None, None
         try:
             grant = self.passthrough.open_run(run_id, req.account)
+            grant.prefix_key = req.prefix_key
         except Exception as exc:
             shutil.rmtree(run_dir, ignore_errors=True)
             return (
@@ -455,6 +458,8 @@ class Runner:
             cli = made
         elif cli.grant is not None:
             self.passthrough.unpark(cli.grant)
+        if cli.grant is not None:
+            cli.grant.prefix_key = req.prefix_key
         cli.jobs += 1
         cli.stderr.clear()
         parser = MessageParser(attempt=req.attempt, tool_result_limit=self.settings.event_tool_result_chars)
@@ -473,9 +478,13 @@ class Runner:
         try:
             await self._emit(
                 emit,
-                RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt, warm=not fresh).event(
-                    req.attempt
-                ),
+                RunStarted(
+                    account=req.account.name,
+                    model=req.spec.model,
+                    attempt=req.attempt,
+                    warm=not fresh,
+                    reason=req.account_reason,
+                ).event(req.attempt),
             )
             wake = asyncio.Event()
             pump = asyncio.create_task(self._pump(start, client, parser, watchdog, emit, wake, connected))

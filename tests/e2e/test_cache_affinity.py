@@ -1,0 +1,74 @@
+"""End to end: the pass-through learns where a prompt prefix is warm, and the next job of the same family goes to
+that account and reads its prefix from the cache. Real workers, the real CLI, the simulator's per-account prompt
+cache (docs/architecture.md#cache-affinity)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from claudeq.config.settings import Settings
+from claudeq.keys import Keys
+from claudeq.models import JobRecord
+from claudeq.producer.client import Client
+from tests.e2e.conftest import WorkerFactory
+
+pytestmark = pytest.mark.e2e
+
+APPEND = "You review pull requests for the billing team.\n" + "b" * 30_000
+
+
+def run_started(client: Client, record: JobRecord) -> dict[str, Any]:
+    [event] = [e for e in client.events(record.id) if e.type == "run_started"]
+    return event.data
+
+
+def main_usage(simulator: Any, record: JobRecord) -> dict[str, int]:
+    session = record.attempts[-1].session_id
+    [entry] = [r for r in simulator.requests() if r["session_id"] == session and r["kind"] == "main"]
+    usage: dict[str, int] = entry["usage"]
+    return usage
+
+
+def run(client: Client, prompt: str, **spec: Any) -> JobRecord:
+    record = client.submit(prompt=prompt, append_system_prompt=APPEND, **spec).wait(timeout=120)
+    assert record.status == "succeeded", record.error
+    return record
+
+
+def test_the_next_job_of_a_family_goes_to_the_account_whose_cache_is_warm(
+    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings, redis_client: redis.Redis
+) -> None:
+    workers(concurrency=1)
+    first = run(client, '[[sim: text "one"]] review #1', account="b")  # warms b (a comes first in the pool)
+    assert first.account == "b"
+    # The pass-through filed the prefixes it saw cached on b: digests with the TTL the CLI asked for, no content.
+    now = time.time()
+    filed = redis_client.zrange(Keys(settings.key_prefix).account_prefixes("b"), 0, -1, withscores=True)
+    assert filed and all(re.fullmatch(rb"[0-9a-f]{32}", digest) for digest, _ in filed)
+    assert all(now + 3000 < expiry <= now + 3600 for _, expiry in filed)
+    assert not redis_client.exists(Keys(settings.key_prefix).account_prefixes("a"))
+
+    second = run(client, '[[sim: text "two"]] review #2')
+    assert second.account == "b"
+    assert run_started(client, second)["reason"] == "warm cache"
+    assert main_usage(simulator, second)["cache_read"] > len(APPEND) // 4
+
+    other = client.submit(prompt='[[sim: text "three"]] another family').wait(timeout=120)
+    assert other.status == "succeeded", other.error
+    assert (other.account, run_started(client, other)["reason"]) == ("a", "least used")
+
+
+def test_without_affinity_the_least_used_account_is_chosen_and_pays_the_prefix_again(
+    client: Client, workers: WorkerFactory, simulator: Any
+) -> None:
+    workers(concurrency=1, cache_affinity=False)
+    run(client, '[[sim: text "one"]] review #1', account="b")
+    second = run(client, '[[sim: text "two"]] review #2')
+    assert second.account == "a"
+    assert run_started(client, second)["reason"] == "least used"
+    assert main_usage(simulator, second)["cache_read"] == 0
