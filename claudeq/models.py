@@ -474,4 +474,11 @@ class AccountState(BaseModel):
         """The JSON form of `claudeq accounts --json`."""
         data = self.model_dump(mode="json")
         data["utilization"] = {name: w.utilization for name, w in self.windows.items()}
+        data["cache_hit_ratio"] = self.cache_hit_ratio()
         return data
+
+    def cache_hit_ratio(self) -> float | None:
+        """The share of the input-side tokens its runs read from the prompt cache (None before any)."""
+        read = self.counters.get("cache_read_tokens", 0)
+        total = read + self.counters.get("cache_write_tokens", 0) + self.counters.get("input_tokens", 0)
+        return round(read / total, 4) if total > 0 else None

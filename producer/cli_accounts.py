@@ -92,6 +92,12 @@ def _utilization(state: AccountState) -> str:
     return ", ".join(parts) or "-"
 
 
+def _hit_ratio(state: AccountState) -> str:
+    """The share of its runs' input-side tokens read from the prompt cache."""
+    ratio = state.cache_hit_ratio()
+    return "-" if ratio is None else f"{ratio:.0%}"
+
+
 def _left(state: AccountState, windows: tuple[str, ...], now: datetime) -> str:
     """What the API last said is left of the tightest of `windows`: `remaining/limit, resets in …`."""
     shown = []
@@ -137,7 +143,7 @@ def _show(store: AccountStore, as_json: bool) -> None:
         return
     now = utcnow()
     kinds = {a.name: a.kind for a in store.pool.accounts}
-    table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization")
+    table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization", "cache hit")
     limits = Table("name", "requests left", "tokens left", "holding back")
     reserved = Table("name", "held back")
     for s in states:
@@ -150,6 +156,7 @@ def _show(store: AccountStore, as_json: bool) -> None:
             f"{s.slots_in_use}/{s.max_concurrency}",
             _relative(s.cooldown_until, now),
             _utilization(s),
+            _hit_ratio(s),
         )
         requests, tokens = _left(s, ("requests",), now), _left(s, TOKEN_WINDOWS, now)
         if (requests, tokens) != ("-", "-") or s.held_until is not None:

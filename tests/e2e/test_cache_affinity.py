@@ -4,16 +4,20 @@ cache (docs/architecture.md#cache-affinity)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from typer.testing import CliRunner
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobRecord
+from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
 
@@ -41,7 +45,13 @@ def run(client: Client, prompt: str, **spec: Any) -> JobRecord:
 
 
 def test_the_next_job_of_a_family_goes_to_the_account_whose_cache_is_warm(
-    client: Client, workers: WorkerFactory, simulator: Any, settings: Settings, redis_client: redis.Redis
+    client: Client,
+    workers: WorkerFactory,
+    simulator: Any,
+    settings: Settings,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     workers(concurrency=1)
     first = run(client, '[[sim: text "one"]] review #1', account="b")  # warms b (a comes first in the pool)
@@ -61,6 +71,17 @@ def test_the_next_job_of_a_family_goes_to_the_account_whose_cache_is_warm(
     other = client.submit(prompt='[[sim: text "three"]] another family').wait(timeout=120)
     assert other.status == "succeeded", other.error
     assert (other.account, run_started(client, other)["reason"]) == ("a", "least used")
+
+    # `claudeq accounts` shows the share of each account's input-side tokens read from the cache.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLAUDEQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("CLAUDEQ_KEY_PREFIX", settings.key_prefix)
+    monkeypatch.setenv("CLAUDEQ_ACCOUNTS_FILE", str(settings.accounts_file))
+    shown = {row["name"]: row for row in json.loads(CliRunner().invoke(accounts_app, ["--json"]).output)}
+    assert shown["a"]["cache_hit_ratio"] == 0.0  # one job, its prefix written
+    assert 0.3 < shown["b"]["cache_hit_ratio"] < 0.6  # written once, read once
+    table = CliRunner().invoke(accounts_app, []).output
+    assert "cache hit" in table and f"{shown['b']['cache_hit_ratio']:.0%}" in table
 
 
 def test_without_affinity_the_least_used_account_is_chosen_and_pays_the_prefix_again(

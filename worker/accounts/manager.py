@@ -29,7 +29,7 @@ from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
-from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.models import AccountState, JobSpec, Usage, WindowInfo
 from claudeq.permissions import spec_models
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.tenant_state import (
@@ -565,6 +565,24 @@ class AccountManager(AsyncCalls):
         return await self.add_waiter(
             [account.name], job_id, rank, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
         )
+
+    async def count_tokens(self, account: str, usage: Usage) -> None:
+        """Add an attempt's input-side tokens to the account's counters: `claudeq accounts` shows the share read
+        from the prompt cache (docs/architecture.md#cache-affinity)."""
+        counts = {
+            "input_tokens": usage.input_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_creation_tokens,
+        }
+        if self.pool.get(account) is None or not any(counts.values()):
+            return
+        key = self.store.keys.account(account)
+
+        def queue(p: Any) -> None:
+            for name, count in counts.items():
+                p.hincrby(key, f"n:{name}", count)
+
+        await self._pipe(queue)
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget

@@ -311,6 +311,8 @@ class DeliveryHandler:
         cost = outcome.result.usage.cost_usd if outcome else 0.0
         d.hold.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
+        if outcome is not None:
+            self.metrics.tenant_tokens(self.settings.tenants.label(spec.tenant), outcome.result.usage)
         try:
             return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
         finally:
@@ -377,6 +379,7 @@ class DeliveryHandler:
         if decision.outcome != "success":
             span.fail(decision.outcome)
         self.metrics.usage(account.name, outcome.result.usage)
+        await _quietly(self.accounts.count_tokens(account.name, outcome.result.usage), "count tokens")
         d.result = outcome.result
         d.session_id = outcome.session_id or d.session_id
         await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())

@@ -101,7 +101,7 @@ def test_the_base_prompt_comes_from_the_spec_else_the_fleet(
 
 
 def test_a_base_prompt_beside_a_whole_system_prompt_is_refused() -> None:
-    with pytest.raises(ValueError, match="system_prompt .* or base_prompt"):
+    with pytest.raises(ValueError, match=r"system_prompt .* or base_prompt"):
         JobSpec(prompt="hi", system_prompt="You add.", base_prompt="minimal")
 
 
