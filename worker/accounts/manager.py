@@ -176,7 +176,8 @@ class AccountManager(AsyncCalls):
         #cache-affinity); (None, {}) with CLAUDEQ_CACHE_AFFINITY=false."""
         if not self.settings.cache_affinity:
             return None, {}
-        key = await asyncio.to_thread(prefix_key, spec, self.settings)
+        # Only a job with a cwd reads files (its CLAUDE.md): the others' key is computed here, without a thread hop.
+        key = await asyncio.to_thread(prefix_key, spec, self.settings) if spec.cwd else prefix_key(spec, self.settings)
         [reply] = await self._pipe(self.cache.system_prefix_call(key))
         digest = digest_text(reply)
         if digest is None:
