@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         f"jobs={args.jobs} families={args.families} ttl={args.ttl:g}s recur={args.recur:g} TTL seed={args.seed} "
         f"concurrency={args.concurrency}; real CLI, simulator"
     )
-    print(f"{'way':10s} {'billed/job':>10s} {'plain':>8s} {'written':>9s} {'read':>9s} {'jobs/s':>7s} {'p50 wait':>9s} {'p95 wait':>9s}")
+    head = ("way", "billed/job", "plain", "written", "read", "jobs/s", "p50 wait", "p95 wait")
+    print("{:10s} {:>10s} {:>8s} {:>9s} {:>9s} {:>7s} {:>9s} {:>9s}".format(*head))
     for way, _, _ in WAYS:
         r = results[way]
         print(
