@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from claudeq.config.settings import Settings
+from claudeq.errors import PolicyViolation
 from claudeq.keys import Keys, text
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools
@@ -43,7 +44,7 @@ def prefix_key(spec: JobSpec, settings: Settings) -> str:
     """The digest of what makes a job's system prefix (blocking: reads its cwd's CLAUDE.md files)."""
     try:
         tools: list[str] | str = sorted(allowed_builtin_tools(spec, settings.policy))
-    except Exception:
+    except PolicyViolation:
         tools = spec.tools if isinstance(spec.tools, str) else sorted(spec.tools)  # refused later, with the reason
     files: dict[str, str | None] = {}
     if spec.cwd:
