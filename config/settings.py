@@ -325,6 +325,13 @@ class Settings(BaseSettings):
         description="How much more used (utilization per weight, 0-1) a warm account may be than the least used "
         "one and still be preferred.",
     )
+    cache_affinity_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description="How long after its submit a job may wait for a warm account whose slots are all taken while a "
+        "cold one is free (0: never waits).",
+    )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
     celery_events: bool = Field(
         default=False,

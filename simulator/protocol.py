@@ -200,6 +200,16 @@ def _without_cache_control(value: Any) -> Any:
     return value
 
 
+#: The CLI's first system block: an attribution header whose value fingerprints the prompt
+#: (docs/cli-behaviour.md#prompt-caching). Read as a header, it is no part of a cached prefix.
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def is_billing_header(block: Any) -> bool:
+    """Whether a system block is the CLI's billing header rather than prompt text."""
+    return isinstance(block, dict) and str(block.get("text", "")).startswith(BILLING_HEADER)
+
+
 def _ttl_key(block: Any) -> str | None:
     control = block.get("cache_control") if isinstance(block, dict) else None
     if not isinstance(control, dict):
@@ -219,7 +229,7 @@ def prompt_segments(req: MessagesRequest) -> list[Segment]:
     segments += [seg(tool, _ttl_key(tool)) for tool in req.tools]
     system = req.raw.get("system")
     if isinstance(system, list):
-        segments += [seg(block, _ttl_key(block)) for block in system]
+        segments += [seg(block, _ttl_key(block)) for block in system if not is_billing_header(block)]
     elif system:
         segments.append(seg(system, None))
     for message in req.messages:

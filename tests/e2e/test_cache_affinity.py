@@ -20,6 +20,8 @@ from claudeq.models import JobRecord
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.client import Client
 from tests.e2e.conftest import WorkerFactory
+from tests.support.procs import run_until
+from tests.support.worker_proc import SimAccount
 
 pytestmark = pytest.mark.e2e
 
@@ -93,3 +95,37 @@ def test_without_affinity_the_least_used_account_is_chosen_and_pays_the_prefix_a
     assert second.account == "a"
     assert run_started(client, second)["reason"] == "least used"
     assert main_usage(simulator, second)["cache_read"] == 0
+
+
+class TestWaitingForTheWarmAccount:
+    @pytest.fixture
+    def accounts(self) -> list[SimAccount]:
+        return [SimAccount("a", max_concurrency=2), SimAccount("b", max_concurrency=1)]
+
+    def test_a_job_waits_for_the_warm_accounts_slot_within_the_setting(
+        self, client: Client, workers: WorkerFactory, simulator: Any
+    ) -> None:
+        workers(concurrency=3, cache_affinity_wait_s=60)
+        run(client, '[[sim: text "one"]] review #1', account="b")  # warms b
+        busy = client.submit(
+            prompt='[[sim: delay 6]] [[sim: text "slow"]] review #2', append_system_prompt=APPEND, account="b"
+        )
+        run_until(lambda: client.get(busy.id).status == "running", 30, 0.1, what="b's slot taken")
+        third = run(client, '[[sim: text "three"]] review #3')
+        assert third.account == "b"  # waited for b's slot although a was free
+        assert run_started(client, third)["reason"] == "warm cache"
+        assert client.get(busy.id).finished_at is not None
+        assert third.attempts[0].started_at >= client.get(busy.id).finished_at  # type: ignore[operator]
+        assert (third.attempts[0].started_at - third.created_at).total_seconds() < 60
+        assert main_usage(simulator, third)["cache_read"] > len(APPEND) // 4
+
+    def test_a_job_never_waits_past_the_setting(self, client: Client, workers: WorkerFactory) -> None:
+        workers(concurrency=3, cache_affinity_wait_s=1)
+        run(client, '[[sim: text "one"]] review #1', account="b")
+        busy = client.submit(
+            prompt='[[sim: delay 8]] [[sim: text "slow"]] review #2', append_system_prompt=APPEND, account="b"
+        )
+        run_until(lambda: client.get(busy.id).status == "running", 30, 0.1, what="b's slot taken")
+        third = run(client, '[[sim: text "three"]] review #3')
+        assert third.account == "a"
+        assert (third.attempts[0].started_at - third.created_at).total_seconds() < 6

@@ -142,6 +142,7 @@ class AccountManager(AsyncCalls):
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
         account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
@@ -155,19 +156,26 @@ class AccountManager(AsyncCalls):
 
         `start` (no tenants file): the slot of an account without a spend cap is taken with the attempt's start
         written in the same script (the lease says `started`); StartLost when the fence no longer held the job.
+
+        `warm_wait_until`: until then the job waits for an account whose prompt cache holds its prefix rather than
+        take a cold one (docs/architecture.md#cache-affinity).
         """
         tenant = self.tenants.governing(spec.tenant)
         key, warm = await self._warm(spec)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start, warm)
+            lease = await self._take_slot(
+                job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start, warm, warm_wait_until
+            )
             return _with_reason(_untenanted(lease), key, warm)
         admission = await self._admit_run(tenant, job_id, spec)
         if isinstance(admission, NoAccount):
             return admission
         admitted, cap = admission
-        lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds, warm=warm)
+        lease = await self._take_slot(
+            job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds, warm=warm, warm_wait_until=warm_wait_until
+        )
         await self._admitted(tenant, job_id, admitted, cap, lease, rank)
         return _with_reason(lease, key, warm)
 
@@ -311,6 +319,7 @@ class AccountManager(AsyncCalls):
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
         warm: Collection[str] = (),
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         """Lease a slot on the best eligible account (preferring one in `warm`), or say when one may free."""
         over: dict[str, OverBudget] = {}
@@ -362,6 +371,7 @@ class AccountManager(AsyncCalls):
                 fallback_model=spec.fallback_model,
                 warm=warm,
                 max_skew=self.settings.cache_affinity_max_skew,
+                warm_wait_until=warm_wait_until if warm else None,
             )
             if isinstance(decision, NoAccount):
                 if reused:
@@ -376,7 +386,12 @@ class AccountManager(AsyncCalls):
                 return decision
             in_line = []
             ramping: list[str] = []
-            for account in decision:
+            candidates = decision
+            if warm_wait_until is not None and warm and decision[0].name in warm:
+                # It may wait for a warm account: one lost to a race (a stale view) is read again, not passed over
+                # for a cold one (the next round's choice then says whether to wait for it).
+                candidates = [a for a in decision if a.name in warm]
+            for account in candidates:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
                 # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
@@ -401,7 +416,7 @@ class AccountManager(AsyncCalls):
                     in_line.append(account.name)
                 elif got == Slot.RAMPING:
                     ramping.append(account.name)
-            if len(in_line) + len(ramping) == len(decision) and not reused:
+            if len(in_line) + len(ramping) == len(candidates) and not reused:
                 break  # no use racing again: every free slot is spoken for, or starts are being paced
         names = [a.name for a in decision] if isinstance(decision, list) else []
         if ramping and not in_line and rank is None:

@@ -244,7 +244,13 @@ class DeliveryHandler:
         waiting = span.child("claudeq.account_slot", job_id=d.job_id)
         try:
             acquired = await self.accounts.acquire(
-                d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
+                d.job_id,
+                spec,
+                frozenset(),
+                await self._rank(d),
+                holds,
+                start=start if together else None,
+                warm_wait_until=self._warm_wait_until(d),
             )
         except StartLost:
             self.writer.lost(d, "the attempt's start dropped")
@@ -384,6 +390,14 @@ class DeliveryHandler:
         d.session_id = outcome.session_id or d.session_id
         await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
         return await self._act(d, decision)
+
+    def _warm_wait_until(self, d: Delivery) -> datetime | None:
+        """Until when the job may wait for an account whose prompt cache holds its prefix: the setting's seconds
+        from its submit, counted once (docs/architecture.md#cache-affinity); None: it never waits for one."""
+        wait_s = self.settings.cache_affinity_wait_s
+        if not self.settings.cache_affinity or wait_s <= 0:
+            return None
+        return d.record.created_at + timedelta(seconds=wait_s)
 
     def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
         """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not

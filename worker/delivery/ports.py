@@ -33,6 +33,7 @@ class AccountsLike(Protocol):
         rank: float | None = ...,
         holds: Collection[str] | None = ...,
         start: StartWrite | None = ...,
+        warm_wait_until: datetime | None = ...,
     ) -> SlotLease | NoAccount:
         """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
         the job may already hold one (None: anywhere); `start`: the attempt's start written with the slot when it

@@ -15,6 +15,9 @@ from typing import Any
 
 #: The TTLs a breakpoint may ask for (`"ttl": "5m" | "1h"`; 5 minutes when it names none).
 TTL_S: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
+#: The CLI's first system block: an attribution header whose value fingerprints the prompt. Read as a header by the
+#: service, it is no part of a cached prefix (docs/cli-behaviour.md#prompt-caching).
+BILLING_HEADER = "x-anthropic-billing-header:"
 #: Most breakpoints looked at per request (the API allows 4).
 MAX_BREAKPOINTS = 8
 
@@ -34,6 +37,10 @@ def _ttl(block: Any) -> float | None:
     if not isinstance(control, dict):
         return None
     return TTL_S.get(str(control.get("ttl", "5m")), TTL_S["5m"])
+
+
+def _billing_header(block: Any) -> bool:
+    return isinstance(block, dict) and str(block.get("text", "")).startswith(BILLING_HEADER)
 
 
 def _canonical(value: Any, role: str | None) -> bytes:
@@ -58,7 +65,7 @@ def breakpoints(body: bytes) -> list[Breakpoint]:
     blocks += [(t, None) for t in tools] if isinstance(tools, list) else []
     system = data.get("system")
     if isinstance(system, list):
-        blocks += [(b, None) for b in system]
+        blocks += [(b, None) for b in system if not _billing_header(b)]
     elif system:
         blocks.append((system, None))
     messages = data.get("messages")

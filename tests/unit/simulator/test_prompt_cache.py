@@ -97,3 +97,13 @@ async def test_tools_come_before_the_system_prompt_and_each_account_has_its_own_
     assert (await usage_of(client, body("three", system=system, tools=[other_tool])))["cache_read_input_tokens"] == 0
     # Another account's cache is its own.
     assert (await usage_of(client, body("four", system=system, tools=[tool]), other))["cache_read_input_tokens"] == 0
+
+
+async def test_the_clis_billing_header_is_no_part_of_the_prefix(client: httpx.AsyncClient) -> None:
+    def system(fingerprint: str) -> list[dict[str, Any]]:
+        header = f"x-anthropic-billing-header: cc_version=2.1.337.{fingerprint}; cc_entrypoint=sdk-py;"
+        return [{"type": "text", "text": header}, {"type": "text", "text": "S" * 8000, "cache_control": ONE_HOUR}]
+
+    first = await usage_of(client, body("review #1", system=system("57f")))
+    second = await usage_of(client, body("review #3", system=system("492")))
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"] > 2000

@@ -108,6 +108,7 @@ class FakeAccounts:
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         # The attempt's start is written apart (`start` is not taken up).
         with self.lock:
@@ -224,6 +225,7 @@ class FlakyAccounts(FakeAccounts):
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         if self.failures > 0:
             self.failures -= 1

@@ -3,10 +3,12 @@ rules exclude (docs/architecture.md#cache-affinity)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claudeq.worker.accounts.choice import LEAST_USED, WARM_CACHE, choose, reason_for, utilization
+from claudeq.worker.accounts.choice import LEAST_USED, WARM_CACHE, NoAccount, choose, reason_for, utilization
 from tests.unit.worker.test_choice import NOW, names, view
 
 
@@ -51,19 +53,32 @@ ACCOUNT = st.fixed_dictionaries(
     warm_mask=st.lists(st.booleans(), min_size=6, max_size=6),
     excluded_mask=st.lists(st.booleans(), min_size=6, max_size=6),
     max_skew=st.floats(0, 1),
+    wait_s=st.sampled_from([None, 0.0, 30.0]),
 )
 def test_affinity_only_reorders_what_the_rules_allow_and_keeps_the_skew_bound(
-    specs: list[dict[str, object]], warm_mask: list[bool], excluded_mask: list[bool], max_skew: float
+    specs: list[dict[str, object]],
+    warm_mask: list[bool],
+    excluded_mask: list[bool],
+    max_skew: float,
+    wait_s: float | None,
 ) -> None:
     accounts = [view(f"a{i}", max_concurrency=2, **spec) for i, spec in enumerate(specs)]  # type: ignore[arg-type]
     warm = {a.name for a, w in zip(accounts, warm_mask, strict=False) if w}
     exclude = {a.name for a, x in zip(accounts, excluded_mask, strict=False) if x}
     plain = choose(accounts, model=None, pin=None, now=NOW, exclude=exclude)
-    affine = choose(accounts, model=None, pin=None, now=NOW, exclude=exclude, warm=warm, max_skew=max_skew)
+    until = None if wait_s is None else NOW + timedelta(seconds=wait_s)
+    affine = choose(
+        accounts, model=None, pin=None, now=NOW, exclude=exclude, warm=warm, max_skew=max_skew, warm_wait_until=until
+    )
     if not isinstance(plain, list):
         assert affine == plain  # no account free: the same answer, affinity or not
         return
-    assert isinstance(affine, list)
+    if isinstance(affine, NoAccount):
+        # It waits only for warm accounts the rules allow, and never past its limit.
+        assert until is not None and NOW <= affine.ready_at <= until
+        assert affine.accounts == [] and any(name in affine.reason for name in warm - exclude)
+        assert not affine.permanent
+        return
     # The same accounts — never one the rules exclude — only in another order.
     assert sorted(a.name for a in affine) == sorted(a.name for a in plain)
     by_name = {a.name: a for a in accounts}
@@ -76,3 +91,24 @@ def test_affinity_only_reorders_what_the_rules_allow_and_keeps_the_skew_bound(
         assert first.state.state != "warning" or least.state.state == "warning"
     # The rest keep today's order.
     assert [a.name for a in affine[1:]] == [a.name for a in plain if a.name != affine[0].name]
+
+
+def test_a_job_waits_for_a_full_warm_account_until_its_limit_then_takes_a_cold_one() -> None:
+    accounts = [view("cold"), view("warm", used=1, slot_free_in_s=5)]
+    until = NOW + timedelta(seconds=30)
+    waiting = choose(accounts, model=None, pin=None, now=NOW, warm={"warm"}, max_skew=0.2, warm_wait_until=until)
+    assert isinstance(waiting, NoAccount)
+    assert "warm" in waiting.reason and waiting.ready_at == NOW + timedelta(seconds=5)
+    assert waiting.accounts == []  # in no waiting line: it looks again at ready_at, by the limit at the latest
+    assert not waiting.permanent and not waiting.cooldown
+    later = NOW + timedelta(seconds=31)
+    assert names(choose(accounts, model=None, pin=None, now=later, warm={"warm"}, warm_wait_until=until)) == ["cold"]
+    # Without a limit (the default) it never waits.
+    assert names(choose(accounts, model=None, pin=None, now=NOW, warm={"warm"}, max_skew=0.2)) == ["cold"]
+
+
+def test_a_job_never_waits_for_a_warm_account_that_is_cooling_or_past_the_skew() -> None:
+    until = NOW + timedelta(seconds=30)
+    for warm in (view("warm", used=1, cooldown_s=60), view("warm", used=1, util=0.9)):
+        chosen = choose([view("cold"), warm], model=None, pin=None, now=NOW, warm={"warm"}, warm_wait_until=until)
+        assert names(chosen) == ["cold"]

@@ -19,13 +19,13 @@ from claudeq.worker.passthrough.prefixes import Breakpoint, breakpoints, system_
 HOUR: dict[str, Any] = {"type": "ephemeral", "ttl": "1h"}
 
 
-def request(append: str, prompt: str, tools: list[dict[str, Any]] | None = None) -> bytes:
+def request(append: str, prompt: str, tools: list[dict[str, Any]] | None = None, fingerprint: str = "57f") -> bytes:
     """A request shaped like the CLI's: billing header, identity, instructions, the prompt, the environment."""
     body = {
         "model": "claude-sonnet-5-5",
         "tools": tools or [],
         "system": [
-            {"type": "text", "text": "x-anthropic-billing-header: cc_version=1"},
+            {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.337.{fingerprint};"},
             {"type": "text", "text": "You are Claude Code.", "cache_control": HOUR},
             {"type": "text", "text": "Instructions.\n\n" + append, "cache_control": HOUR},
         ],
@@ -47,6 +47,8 @@ def test_jobs_of_one_family_share_the_system_prefix_and_not_the_rest() -> None:
     one, two = breakpoints(request("Team rules.", "review #1")), breakpoints(request("Team rules.", "review #2"))
     other = breakpoints(request("Other rules.", "review #1"))
     assert system_prefix(one) == system_prefix(two) != system_prefix(other)
+    # The billing header fingerprints each prompt: it is a header, not part of the prefix.
+    assert system_prefix(breakpoints(request("Team rules.", "review #3", fingerprint="492"))) == system_prefix(one)
     assert one[-1] != two[-1]
     assert one[0] == other[0]  # the identity is shared by every family
     # Another tool list comes before the system prompt: nothing is shared.
