@@ -92,12 +92,6 @@ def _utilization(state: AccountState) -> str:
     return ", ".join(parts) or "-"
 
 
-def _hit_ratio(state: AccountState) -> str:
-    """The share of its runs' input-side tokens read from the prompt cache."""
-    ratio = state.cache_hit_ratio()
-    return "-" if ratio is None else f"{ratio:.0%}"
-
-
 def _left(state: AccountState, windows: tuple[str, ...], now: datetime) -> str:
     """What the API last said is left of the tightest of `windows`: `remaining/limit, resets in …`."""
     shown = []
@@ -143,7 +137,8 @@ def _show(store: AccountStore, as_json: bool) -> None:
         return
     now = utcnow()
     kinds = {a.name: a.kind for a in store.pool.accounts}
-    table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization", "cache hit")
+    table = Table("name", "kind", "state", "reason", "slots", "cooldown until", "utilization")
+    cache = Table("name", "cache hit", "read", "written", "plain")
     limits = Table("name", "requests left", "tokens left", "holding back")
     reserved = Table("name", "held back")
     for s in states:
@@ -156,8 +151,17 @@ def _show(store: AccountStore, as_json: bool) -> None:
             f"{s.slots_in_use}/{s.max_concurrency}",
             _relative(s.cooldown_until, now),
             _utilization(s),
-            _hit_ratio(s),
         )
+        ratio = s.cache_hit_ratio()
+        if ratio is not None:
+            n = s.counters
+            cache.add_row(
+                s.name,
+                f"{ratio:.0%}",
+                f"{n.get('cache_read_tokens', 0):,}",
+                f"{n.get('cache_write_tokens', 0):,}",
+                f"{n.get('input_tokens', 0):,}",
+            )
         requests, tokens = _left(s, ("requests",), now), _left(s, TOKEN_WINDOWS, now)
         if (requests, tokens) != ("-", "-") or s.held_until is not None:
             held = f"until {_relative(s.held_until, now)}: {s.held_reason}" if s.held_until is not None else "-"
@@ -168,6 +172,9 @@ def _show(store: AccountStore, as_json: bool) -> None:
     if reserved.row_count:
         # Window-aware admission: windows at (or predicted to pass) their ceiling, model families cooling.
         out.print(reserved)
+    if cache.row_count:
+        # The share of the runs' input-side tokens read from the prompt cache (docs/architecture.md#cache-affinity).
+        out.print(cache)
     if limits.row_count:
         # What the API said is left (API-key accounts, read from response headers by the workers' pass-through).
         out.print(limits)
