@@ -74,7 +74,7 @@ class SlotLease:
     model: str | None = None  # the spec's model: what one turn costs is learned per model
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
     started: bool = False  # the attempt's start was written with the slot, in the same script (`acquire`'s start)
-    reason: str | None = None  # why this account: `warm cache` / `least used` (None: a slot the job already held)
+    reason: str | None = None  # why this account: `warm cache` (its prompt cache holds the job's prefix) / `least used`
     prefix_key: str | None = None  # the job's prefix key when cache affinity is on (the pass-through files under it)
 
 
@@ -387,7 +387,7 @@ class AccountManager(AsyncCalls):
             in_line = []
             ramping: list[str] = []
             candidates = decision
-            if warm_wait_until is not None and warm and decision[0].name in warm:
+            if warm_wait_until is not None and warm_wait_until.timestamp() > now and decision[0].name in warm:
                 # It may wait for a warm account: one lost to a race (a stale view) is read again, not passed over
                 # for a cold one (the next round's choice then says whether to wait for it).
                 candidates = [a for a in decision if a.name in warm]
