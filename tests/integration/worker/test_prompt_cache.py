@@ -104,3 +104,15 @@ async def test_the_minimal_base_prompt_is_the_append_alone(
     # The CLI's one-line identity and the billing header stay; none of Claude Code's instructions.
     assert len(line) <= minimal["system_text_len"] < len(line) + 400
     assert full["system_text_len"] > 4_000
+
+
+async def test_with_the_per_run_sections_in_the_system_prompt_the_append_is_never_read(
+    sim: SimulatorServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unique: str
+) -> None:
+    # CLAUDEQ_CACHEABLE_PROMPTS=false: the preset names the run's own memory directory 3.4 KB in, as before.
+    runner = make_runner(sim, tmp_path, monkeypatch, cacheable_prompts=False)
+    spec = JobSpec(prompt='hi [[sim: text "ok"]]', append_system_prompt=APPEND)
+    await run(runner, f"dyn1-{unique}", spec)
+    second = main_request(sim, await run(runner, f"dyn2-{unique}", spec))
+    assert second["usage"]["cache_read"] < 3_500 // 4  # at most the identity and the instructions before the path
+    assert second["usage"]["cache_creation"] > len(APPEND) // 4
