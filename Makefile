@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight bench-web bench-api bench-sandbox soak compose-check clean
+.PHONY: venv demo test test-fast lint types pytest bench bench-scale bench-weight bench-web bench-api bench-sandbox bench-cache soak compose-check clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,11 @@ bench-sandbox: venv
 	$(BIN)/python -m bench.bench_sandbox $(BENCH_SANDBOX_ARGS)
 
 # `claudeq web`'s job list with 100,000 retained jobs against 1,000 (private Redis, real HTTP).
+# Prompt caching across jobs, three ways in one run (real CLI, simulator; a few minutes). Other sizes:
+# make bench-cache BENCH_CACHE_ARGS="--jobs 72 --ttl 60"
+bench-cache: venv
+	$(BIN)/python -m bench.bench_cache $(BENCH_CACHE_ARGS)
+
 bench-web: venv
 	$(BIN)/python -m bench.bench_web $(BENCH_WEB_ARGS)
 

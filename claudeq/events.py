@@ -76,13 +76,15 @@ class SessionRestarted(EventData):
 
 
 class RunStarted(EventData):
-    """The CLI is being started (`warm`: only a run on a warm CLI's path says whether it was)."""
+    """The CLI is being started (`warm`: only a run on a warm CLI's path says whether it was; `reason`: why its
+    account was chosen, `warm cache` or `least used`, docs/architecture.md#cache-affinity)."""
 
     event_type: ClassVar[EventType] = "run_started"
     account: str
     model: str | None
     attempt: int
     warm: bool | None = None
+    reason: str | None = None
 
 
 class SessionStarted(EventData):

@@ -123,6 +123,15 @@ class Keys:
         """Sorted set: job id -> slot lease expiry (epoch s); the per-account semaphore."""
         return f"{self.prefix}acct:{name}:slots"
 
+    def account_prefixes(self, name: str) -> str:
+        """Sorted set: digest of a prompt prefix the pass-through sent on the account -> when its cache entry expires
+        (epoch s; the TTL its breakpoint asked for). Bounded; no content (docs/architecture.md#cache-affinity)."""
+        return f"{self.prefix}acct:{name}:prefixes"
+
+    def prefix_of(self, key: str) -> str:
+        """String: the digest of the system prefix the last run with this prefix key sent (expires with it)."""
+        return f"{self.prefix}prefix:{key}"
+
     def account_waiters(self, name: str, family: str = "-") -> str:
         """Sorted set: the account's waiting line for jobs of one model family (`-`: no particular family): deferred
         job id -> rank (lower first); a released slot goes to the best-ranked one."""

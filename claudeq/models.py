@@ -19,7 +19,7 @@ from pydantic import (
 
 from claudeq.artifacts import Artifacts
 from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
-from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, PermissionMode
+from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, BasePrompt, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
 from claudeq.tracing import trace_id_of
 from claudeq.workspaces import ChangeStat, WorkspaceChange, WorkspaceSpec
@@ -201,7 +201,14 @@ class JobSpec(BaseModel):
 
     prompt: str = Field(min_length=1, description="The user prompt.")
     system_prompt: str | None = Field(default=None, description="Replaces the default system prompt.")
-    append_system_prompt: str | None = Field(default=None, description="Appended to the default system prompt.")
+    append_system_prompt: str | None = Field(
+        default=None, description="Appended to the base prompt (or to `system_prompt` when given)."
+    )
+    base_prompt: BasePrompt | None = Field(
+        default=None,
+        description="The system prompt to start from when `system_prompt` is not given: `claude_code` (Claude "
+        "Code's preset) or `minimal`; default: the fleet's CLAUDEQ_BASE_PROMPT.",
+    )
     model: str | None = Field(default=None, description="Model alias or id (default: the CLI's default).")
     fallback_model: str | None = None
     max_turns: int | None = Field(default=None, ge=1, le=1000)
@@ -362,6 +369,8 @@ class JobSpec(BaseModel):
             raise ValueError("fork needs a conversation or a resume session id")
         if self.resume and self.conversation:
             raise ValueError("give either conversation or resume, not both")
+        if self.base_prompt is not None and self.system_prompt is not None:
+            raise ValueError("give either system_prompt (a whole prompt of your own) or base_prompt, not both")
         return self
 
 
@@ -663,4 +672,11 @@ class AccountState(BaseModel):
         """The JSON form of `claudeq accounts --json`."""
         data = self.model_dump(mode="json")
         data["utilization"] = {name: w.utilization for name, w in self.windows.items()}
+        data["cache_hit_ratio"] = self.cache_hit_ratio()
         return data
+
+    def cache_hit_ratio(self) -> float | None:
+        """The share of the input-side tokens its runs read from the prompt cache (None before any)."""
+        read = self.counters.get("cache_read_tokens", 0)
+        total = read + self.counters.get("cache_write_tokens", 0) + self.counters.get("input_tokens", 0)
+        return round(read / total, 4) if total > 0 else None

@@ -73,6 +73,8 @@ def callback_queue_problem(name: str, prefix: str, job_queues: list[str]) -> str
 
 
 PermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
+#: The system prompt a job's run starts from (docs/jobs.md#the-base-prompt).
+BasePrompt = Literal["claude_code", "minimal"]
 
 
 def json_or_commas(value: Any) -> Any:
@@ -388,6 +390,35 @@ class Settings(BaseSettings):
         default=True,
         description="Runs talk to the model service through the worker's loopback pass-through (rate-limit "
         "headers of every response; runs get a stand-in credential, never the real token).",
+    )
+    base_prompt: BasePrompt = Field(
+        default="claude_code",
+        description="The system prompt a job without `system_prompt` starts from, unless its spec names one: "
+        "Claude Code's preset or the CLI's minimal one (docs/jobs.md#the-base-prompt).",
+    )
+    cacheable_prompts: bool = Field(
+        default=True,
+        description="Keep the preset's per-run sections (working directory, memory path, git status) out of the "
+        "system prompt, so jobs with the same options share a cached prefix (docs/cli-behaviour.md#prompt-caching).",
+    )
+    cache_affinity: bool = Field(
+        default=True,
+        description="Prefer, among the accounts a job may use, one whose prompt cache holds the job's prefix "
+        "(docs/architecture.md#cache-affinity); false: the least used account, as before.",
+    )
+    cache_affinity_max_skew: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="How much more used (utilization per weight, 0-1) a warm account may be than the least used "
+        "one and still be preferred.",
+    )
+    cache_affinity_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description="How long after its submit a job may wait for a warm account whose slots are all taken while a "
+        "cold one is free (0: never waits).",
     )
     cli_max_retries: int = Field(default=0, ge=0, le=10, description="CLAUDE_CODE_MAX_RETRIES given to the CLI.")
     celery_events: bool = Field(

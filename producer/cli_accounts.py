@@ -144,6 +144,7 @@ def _show(store: AccountStore, as_json: bool) -> None:
     table: list[list[str | Text]] = []
     limits: list[list[str | Text]] = []
     reserved: list[list[str | Text]] = []
+    cache: list[list[str | Text]] = []
     for s in states:
         table.append(
             [
@@ -156,6 +157,18 @@ def _show(store: AccountStore, as_json: bool) -> None:
                 _utilization(s),
             ]
         )
+        ratio = s.cache_hit_ratio()
+        if ratio is not None:
+            n = s.counters
+            cache.append(
+                [
+                    s.name,
+                    f"{ratio:.0%}",
+                    f"{n.get('cache_read_tokens', 0):,}",
+                    f"{n.get('cache_write_tokens', 0):,}",
+                    f"{n.get('input_tokens', 0):,}",
+                ]
+            )
         requests, tokens = _left(s, ("requests",), now), _left(s, TOKEN_WINDOWS, now)
         if (requests, tokens) != ("-", "-") or s.held_until is not None:
             held = f"until {_relative(s.held_until, now)}: {s.held_reason}" if s.held_until is not None else "-"
@@ -167,6 +180,10 @@ def _show(store: AccountStore, as_json: bool) -> None:
         # Window-aware admission: windows at (or predicted to pass) their ceiling, model families cooling.
         out.print()
         print_table(out, ("name", "held back"), reserved)
+    if cache:
+        # The share of the runs' input-side tokens read from the prompt cache (docs/architecture.md#cache-affinity).
+        out.print()
+        print_table(out, ("name", "cache hit", "read", "written", "plain"), cache)
     if limits:
         # What the API said is left (API-key accounts, read from response headers by the workers' pass-through).
         out.print()

@@ -123,6 +123,13 @@ class SimConfig(_Strict):
     accounts: list[AccountConfig] = Field(
         default_factory=list, description="Empty: any token is accepted as its own generous account."
     )
+    cache_ttl_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_WINDOW_S,
+        description="Replaces the TTL every cache breakpoint asks for (5 minutes or one hour), so a bench of cache "
+        "reuse runs in minutes with the same ratios; unset: the TTLs the requests ask for.",
+    )
     request_log_size: int = Field(
         2000, ge=0, le=100_000, description="Entries kept by GET /_sim/requests and by GET /_sim/wire."
     )

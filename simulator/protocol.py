@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from claudeq.simulator.errors import ApiError
+from claudeq.simulator.usage import TTL_S, Segment
 
 # The CLI's session-title side request carries this system text (docs/cli-behaviour.md#traffic-of-one-run).
 TITLE_SYSTEM_MARKER = "You are naming a coding session"
@@ -28,7 +29,6 @@ class MessagesRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     system_text: str
-    cacheable: bool
     is_title: bool
     raw: dict[str, Any] = field(repr=False)
 
@@ -88,7 +88,6 @@ def parse_request(body: bytes) -> MessagesRequest:
         messages=messages,
         tools=tools,
         system_text=system_text,
-        cacheable=b'"cache_control"' in body,
         is_title=TITLE_SYSTEM_MARKER in system_text,
         raw=data,
     )
@@ -210,8 +209,40 @@ def _without_cache_control(value: Any) -> Any:
     return value
 
 
-def prompt_pieces(req: MessagesRequest) -> list[bytes]:
-    """The request cut into cacheable pieces: model + system + tools, then each message."""
-    head = {"model": req.model, "system": req.raw.get("system"), "tools": req.tools}
-    pieces = [head, *req.messages]
-    return [json.dumps(_without_cache_control(p), separators=(",", ":")).encode() for p in pieces]
+#: The CLI's first system block: an attribution header whose value fingerprints the prompt
+#: (docs/cli-behaviour.md#prompt-caching). Read as a header, it is no part of a cached prefix.
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def is_billing_header(block: Any) -> bool:
+    """Whether a system block is the CLI's billing header rather than prompt text."""
+    return isinstance(block, dict) and str(block.get("text", "")).startswith(BILLING_HEADER)
+
+
+def _ttl_key(block: Any) -> str | None:
+    control = block.get("cache_control") if isinstance(block, dict) else None
+    if not isinstance(control, dict):
+        return None
+    ttl = control.get("ttl")
+    return ttl if ttl in TTL_S else "5m"
+
+
+def prompt_segments(req: MessagesRequest) -> list[Segment]:
+    """The request's blocks in the API's cache order — tools, system blocks, then each message's content blocks —
+    each with the breakpoint that follows it. The model leads (a prefix is cached per model)."""
+
+    def seg(value: Any, ttl: str | None) -> Segment:
+        return Segment(json.dumps(_without_cache_control(value), separators=(",", ":")).encode(), ttl)
+
+    segments = [Segment(json.dumps({"model": req.model}).encode())]
+    segments += [seg(tool, _ttl_key(tool)) for tool in req.tools]
+    system = req.raw.get("system")
+    if isinstance(system, list):
+        segments += [seg(block, _ttl_key(block)) for block in system if not is_billing_header(block)]
+    elif system:
+        segments.append(seg(system, None))
+    for message in req.messages:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [content]
+        segments += [seg({"role": message.get("role"), "block": b}, _ttl_key(b)) for b in blocks]
+    return segments

@@ -21,7 +21,7 @@ from claudeq.simulator.protocol import (
     last_user_text,
     message_text,
     parse_request,
-    prompt_pieces,
+    prompt_segments,
 )
 from claudeq.simulator.replies import Reply, plan_reply, title_reply
 from claudeq.simulator.sse import block_events, message_body, message_end, message_start, new_message_id
@@ -234,7 +234,7 @@ class Simulator:
             stats.title_requests += 1
             if account.auth_fail:
                 raise ApiError(401, "Invalid bearer token")
-            usage = Usage(input_tokens=sum(estimate_tokens(len(p)) for p in prompt_pieces(req)))
+            usage = Usage(input_tokens=sum(estimate_tokens(len(s.data)) for s in prompt_segments(req)))
             await self._answer(conn, req, account, title_reply(req), usage, {}, entry, request_id, title=True)
             return
         stats.requests += 1
@@ -295,7 +295,7 @@ class Simulator:
             stats.drops_injected += 1
             stats.errors_injected += 1
         reply = plan_reply(req, turn, steering)
-        usage = account.cache.measure(prompt_pieces(req), req.cacheable, now)
+        usage = account.cache.measure(prompt_segments(req), now, self.config.cache_ttl_s)
         if steering.tokens_in is not None:
             usage = Usage(input_tokens=steering.tokens_in)
         if stall:
@@ -347,7 +347,11 @@ class Simulator:
         session_id = None if title else entry["session_id"]
         message_id = new_message_id()
         entry["status"] = 200
-        entry["usage"] = {**usage.as_stats(), "output": reply.output_tokens}
+        entry["usage"] = {
+            **usage.as_stats(),
+            "output": reply.output_tokens,
+            "cache_creation_1h": usage.cache_creation_1h_tokens,
+        }
 
         def bill(part: Usage) -> None:
             self.stats.bill(account.name, session_id, part, title)

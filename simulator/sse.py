@@ -30,6 +30,10 @@ def usage_json(usage: Usage, output_tokens: int) -> dict[str, Any]:
         "input_tokens": usage.input_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens,
         "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": usage.cache_creation_input_tokens - usage.cache_creation_1h_tokens,
+            "ephemeral_1h_input_tokens": usage.cache_creation_1h_tokens,
+        },
         "output_tokens": output_tokens,
         "service_tier": "standard",
     }

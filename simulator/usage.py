@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Roughly what the real tokenizer averages on English text and JSON.
 CHARS_PER_TOKEN = 4
@@ -23,6 +23,8 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     output_tokens: int = 0
+    # The cache writes by the TTL their breakpoint asked for (the API's `usage.cache_creation` object).
+    cache_creation_1h_tokens: int = field(default=0, compare=False)
 
     def total(self) -> int:
         """All tokens of all four kinds (what rate-limit windows are charged)."""
@@ -38,16 +40,28 @@ class Usage:
         }
 
 
+#: The TTLs a `cache_control` breakpoint may ask for (`{"type": "ephemeral", "ttl": "5m" | "1h"}`; 5m by default).
+TTL_S: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
+#: How many blocks before a breakpoint the API looks back for an earlier cached prefix.
+LOOKBACK_BLOCKS = 20
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One block of a request in the API's cache order (tools, system blocks, message blocks): its bytes (without
+    `cache_control`) and, when a breakpoint follows it, the TTL key it asks for."""
+
+    data: bytes
+    breakpoint_ttl: str | None = None
+
+
 class PromptCache:
-    """Prefixes an account has sent with `cache_control`, kept like the real cache (TTL refreshed on a hit).
+    """The prefixes one account has written, cached as the API does: a prefix is written up to each `cache_control`
+    breakpoint, and a later request reads the longest written prefix found at one of its breakpoints (or up to
+    LOOKBACK_BLOCKS blocks before one). A read refreshes the entry's TTL; blocks after the last breakpoint are plain
+    input. Only digests are kept."""
 
-    A request is cut into pieces (model + system + tools, then each message). The longest prefix already seen is
-    a cache read; the rest up to the last message is a cache write; the last message is plain input, as with
-    the CLI, which puts its last cache breakpoint just before the newest content.
-    """
-
-    def __init__(self, ttl_s: float = 300.0, max_entries: int = 4096):
-        self.ttl_s = ttl_s
+    def __init__(self, max_entries: int = 4096):
         self.max_entries = max_entries
         self._seen: OrderedDict[bytes, float] = OrderedDict()
 
@@ -55,29 +69,56 @@ class PromptCache:
         """Forget every prefix."""
         self._seen.clear()
 
-    def measure(self, pieces: list[bytes], cacheable: bool, now: float, remember: bool = True) -> Usage:
-        """Input-side usage of a request made of `pieces`; with `remember`, its prefixes become cached."""
-        tokens = [estimate_tokens(len(p)) for p in pieces]
+    def measure(self, segments: list[Segment], now: float, ttl_s: float | None = None, remember: bool = True) -> Usage:
+        """Input-side usage of a request made of `segments`; with `remember`, its prefixes up to each breakpoint
+        become cached for the TTL the breakpoint asks for (`ttl_s` replaces every TTL: benches shorten them)."""
+        tokens = [estimate_tokens(len(s.data)) for s in segments]
         total = sum(tokens)
-        if not cacheable or not pieces:
+        breakpoints = [i for i, s in enumerate(segments) if s.breakpoint_ttl is not None]
+        if not breakpoints:
             return Usage(input_tokens=total)
         digests = []
         h = hashlib.blake2b(digest_size=16)
-        for piece in pieces:
-            h.update(len(piece).to_bytes(8, "little"))
-            h.update(piece)
+        for segment in segments:
+            h.update(len(segment.data).to_bytes(8, "little"))
+            h.update(segment.data)
             digests.append(h.copy().digest())
-        read = 0
-        for i in range(len(digests) - 1, -1, -1):
-            expiry = self._seen.get(digests[i])
-            if expiry is not None and expiry > now:
-                read = sum(tokens[: i + 1])
+        hit = -1  # the index of the last block read from the cache
+        for b in reversed(breakpoints):
+            for i in range(b, max(-1, b - LOOKBACK_BLOCKS), -1):
+                expiry = self._seen.get(digests[i])
+                if expiry is not None and expiry > now:
+                    hit = i
+                    break
+            if hit >= 0:
                 break
-        plain = min(tokens[-1], total - read)
+        last = breakpoints[-1]
+        read = sum(tokens[: hit + 1])
+        written = sum(tokens[hit + 1 : last + 1])
+        written_1h = 0
+        start = hit + 1
+        for b in breakpoints:
+            if b >= start:
+                if segments[b].breakpoint_ttl == "1h":
+                    written_1h += sum(tokens[start : b + 1])
+                start = b + 1
         if remember:
-            for d in digests:
-                self._seen[d] = now + self.ttl_s
-                self._seen.move_to_end(d)
-            while len(self._seen) > self.max_entries:
-                self._seen.popitem(last=False)
-        return Usage(input_tokens=plain, cache_creation_input_tokens=total - read - plain, cache_read_input_tokens=read)
+            if hit >= 0:
+                ttl = segments[next(b for b in breakpoints if b >= hit)].breakpoint_ttl or "5m"
+                self._keep(digests[hit], now + (ttl_s if ttl_s is not None else TTL_S.get(ttl, TTL_S["5m"])))
+            for b in breakpoints:
+                if b > hit:
+                    ttl = segments[b].breakpoint_ttl or "5m"
+                    self._keep(digests[b], now + (ttl_s if ttl_s is not None else TTL_S.get(ttl, TTL_S["5m"])))
+        return Usage(
+            input_tokens=total - read - written,
+            cache_creation_input_tokens=written,
+            cache_read_input_tokens=read,
+            cache_creation_1h_tokens=written_1h,
+        )
+
+    def _keep(self, digest: bytes, expiry: float) -> None:
+        self._seen[digest] = max(expiry, self._seen.get(digest, 0.0))
+        self._seen.move_to_end(digest)
+        while len(self._seen) > self.max_entries:
+            self._seen.popitem(last=False)

@@ -98,6 +98,9 @@ class Metrics:
     def tenant_cost(self, tenant: str, cost_usd: float) -> None:
         self.calls.append(("tenant_cost", (tenant, cost_usd)))
 
+    def tenant_tokens(self, tenant: str, usage: Usage) -> None:
+        self.calls.append(("tenant_tokens", (tenant, usage)))
+
     def usage(self, account: str, usage: Usage) -> None:
         self.calls.append(("usage", (account, usage)))
 

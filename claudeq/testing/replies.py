@@ -311,7 +311,10 @@ class ScriptedRunner:
         if isinstance(answer, Reply) and budget is not None and usage_of(answer.usage, model).cost_usd > budget:
             # The CLI ends a run whose spend passed --max-budget-usd with `error_max_budget_usd`, its answer or not.
             answer = budget_exhausted(usage=answer.usage)
-        await emit(RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt))
+        started_event = RunStarted(
+            account=req.account.name, model=req.spec.model, attempt=req.attempt, reason=req.account_reason
+        )
+        await emit(started_event.event(req.attempt))
         started = asyncio.get_running_loop().time()
         session = (
             answer.session_id

@@ -154,9 +154,24 @@ def panels() -> list[dict[str, Any]]:
         panel(
             "Tokens /s by model",
             "timeseries",
-            (12, 24, 12, 8),
+            (12, 24, 6, 8),
             [target(f"sum by (model) (rate(claudeq_tokens_total[{RATE}]))", "{{model}}")],
             stack=True,
+        ),
+        panel(
+            "Prompt cache hit ratio by account",
+            "timeseries",
+            (18, 24, 6, 8),
+            [
+                target(
+                    f'sum by (account) (rate(claudeq_tokens_total{{type="cacheRead"}}[{RATE}])) / sum by (account) '
+                    f'(rate(claudeq_tokens_total{{type=~"input|cacheRead|cacheCreation"}}[{RATE}]))',
+                    "{{account}}",
+                )
+            ],
+            unit="percentunit",
+            description="Input-side tokens read from the prompt cache (a tenth of the price) over all input-side "
+            "tokens; cache affinity (docs/architecture.md#cache-affinity) raises it.",
         ),
         panel(
             "Cost per hour by account",
@@ -327,9 +342,22 @@ def panels() -> list[dict[str, Any]]:
             description="Spend in the current calendar hour / day (UTC) over the cap; alerts at 80% and 100%.",
         ),
         panel(
+            "Prompt cache tokens /s per tenant",
+            "timeseries",
+            (18, 83, 6, 8),
+            [
+                target(
+                    f'sum by (tenant, type) (rate(claudeq_tenant_tokens_total{{type=~"cacheRead|cacheCreation"}}'
+                    f"[{RATE}]))",
+                    "{{tenant}} {{type}}",
+                )
+            ],
+            stack=True,
+        ),
+        panel(
             "Cost per tenant",
             "timeseries",
-            (12, 83, 12, 8),
+            (12, 83, 6, 8),
             [
                 target(f"sum by (tenant) (rate(claudeq_tenant_cost_usd_total[{RATE}])) * 3600", "{{tenant}} $/h"),
                 target('max by (tenant) (claudeq_tenant_spend_usd{window="hour"})', "{{tenant}} this hour"),

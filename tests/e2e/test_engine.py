@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 
 #: docs/cli-behaviour.md#models-and-prices: USD per million tokens of the default model (claude-sonnet-5-5).
 SONNET = {"input": 2.0, "output": 10.0, "cache_read": 0.10, "cache_creation": 2.50}
+SONNET_WRITE_1H = 4.0  # a one-hour cache write: 2x input (docs/cli-behaviour.md#models-and-prices)
 
 
 def events(client: Client, job_id: str) -> list[Any]:
@@ -47,7 +48,12 @@ def test_submit_runs_to_success_with_text_session_tokens_and_cost(
     assert usage.output_tokens == stats["output"] == 40
     assert usage.cache_read_tokens == stats["cache_read"]
     assert usage.cache_creation_tokens == stats["cache_creation"]
-    expected = sum(stats[k] * SONNET[k] for k in SONNET) / 1e6
+    # The CLI asks for one-hour cache writes, priced at 2x input; the request log says how many were.
+    one_hour = sum(
+        r["usage"]["cache_creation_1h"] for r in simulator.requests() if r["session_id"] == record.session_id
+    )
+    assert 0 < one_hour <= stats["cache_creation"]
+    expected = sum(stats[k] * SONNET[k] for k in SONNET) / 1e6 + one_hour * (SONNET_WRITE_1H - 2.50) / 1e6
     assert usage.cost_usd == pytest.approx(expected, rel=1e-6)
     types = [e.type for e in events(client, job.id)]
     for expected_type in ("submitted", "claimed", "run_started", "session", "assistant_text", "result", "succeeded"):

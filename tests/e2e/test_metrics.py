@@ -304,6 +304,25 @@ def test_tokens_and_cost_per_account_and_model_equal_the_attempts_usage(
     assert sum(scraped_cost.values()) >= total * (1 - 1e-9)  # the records' results cover the last attempts only
 
 
+def test_tokens_per_tenant_equal_the_attempts_usage(fleet: Fleet, worker_samples: list[Samples]) -> None:
+    tokens: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    for record in fleet.records:
+        for attempt in record.attempts:
+            if attempt.usage is None or attempt.account is None:
+                continue
+            usage = attempt.usage
+            for kind, count in (
+                ("input", usage.input_tokens),
+                ("output", usage.output_tokens),
+                ("cacheRead", usage.cache_read_tokens),
+                ("cacheCreation", usage.cache_creation_tokens),
+            ):
+                tokens[(record.spec.tenant, kind)] += count
+    expected = {k: float(v) for k, v in tokens.items() if v}
+    assert ("default", "cacheCreation") in expected and ("default", "cacheRead") in expected
+    assert summed(worker_samples, "claudeq_tenant_tokens_total", ("tenant", "type")) == expected
+
+
 def test_jobs_and_attempts_equal_the_records(fleet: Fleet, worker_samples: list[Samples]) -> None:
     terminal = Counter(r.status for r in fleet.records if r.status in TERMINAL)
     finished = summed(worker_samples, "claudeq_jobs_finished_total", ("status",))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,10 @@ class CancelledWhileAsking(AccountManager):
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         self.cancels.append(self.producer.cancel(job_id))
-        answer = await super().acquire(job_id, spec, exclude, rank, holds, start)
+        answer = await super().acquire(job_id, spec, exclude, rank, holds, start, warm_wait_until)
         self.answers.append(answer)
         return answer
 

@@ -188,6 +188,7 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     metrics.mirror_error()
     metrics.tenant_run("team-a")
     metrics.tenant_cost("team-a", 0.2)
+    metrics.tenant_tokens("team-a", Usage(input_tokens=12, cache_read_tokens=900, cache_creation_tokens=100))
     metrics.notification("webhook", "delivered", 0.5)
     metrics.schedule_tick("fired")
     # A run of team-a in flight and its spend so far, as the worker's admission and settling leave them.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -89,6 +89,34 @@ def _order(view: AccountView, index: int, now: datetime) -> tuple[bool, float, f
     return (view.state.state == "warning", utilization(view.state, now) / weight, load / weight, index)
 
 
+#: Why an account was chosen, as the job's `run_started` event says (docs/architecture.md#cache-affinity).
+WARM_CACHE = "warm cache"
+LEAST_USED = "least used"
+
+
+def _used(view: AccountView, now: datetime) -> float:
+    return utilization(view.state, now) / view.config.weight
+
+
+def prefer_warm(ready: list[AccountView], warm: Collection[str], max_skew: float, now: datetime) -> list[AccountView]:
+    """`ready` (best first by today's rule) with the best account whose cache holds the job's prefix moved to the
+    front — while it is used at most `max_skew` (utilization per weight) more than the least used one and is no
+    more warned than it. Never adds an account: only the order changes."""
+    if not ready or not warm:
+        return ready
+    least = _used(ready[0], now)
+    warned = ready[0].state.state == "warning"
+    for index, view in enumerate(ready):
+        if view.name in warm and _used(view, now) - least <= max_skew and (warned or view.state.state != "warning"):
+            return [view, *ready[:index], *ready[index + 1 :]]
+    return ready
+
+
+def reason_for(account: str, warm: Collection[str]) -> str:
+    """What the job's events say about the choice of `account`."""
+    return WARM_CACHE if account in warm else LEAST_USED
+
+
 def _allows(view: AccountView, model: str | None, fallback_model: str | None) -> bool:
     """Whether the account's `models` allow every model a run may answer on: its model and, when set, the fallback
     the CLI switches to by itself (claudeq/permissions.py `spec_models`)."""
@@ -116,9 +144,14 @@ def choose(
     exclude: Collection[str] = frozenset(),
     family: str = "-",
     fallback_model: str | None = None,
+    warm: Collection[str] | Mapping[str, float] = (),
+    max_skew: float = 0.0,
+    warm_wait_until: datetime | None = None,
 ) -> list[AccountConfig] | NoAccount:
     """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can). `family` is
-    the job's model family: windows and cooldowns of other families do not hold it back."""
+    the job's model family: windows and cooldowns of other families do not hold it back. `warm`: the accounts whose
+    prompt cache holds the job's prefix, preferred within `max_skew` (`prefer_warm`); until `warm_wait_until` a job
+    waits for a warm account whose slots are all taken rather than take a cold one (`_wait_for_warm`)."""
     if not accounts:
         return NoAccount(now, "no accounts are configured", [], permanent=True)
     pool = list(enumerate(accounts))
@@ -150,8 +183,46 @@ def choose(
     ]
     if ready:
         ready.sort(key=lambda item: _order(item[1], item[0], now))
-        return [a.config for _, a in ready]
+        ordered = prefer_warm([a for _, a in ready], warm, max_skew, now)
+        if warm_wait_until is not None and warm_wait_until > now and ordered[0].name not in warm:
+            waiting = _wait_for_warm(live, ordered[0], warm, max_skew, now, exclude, family, warm_wait_until)
+            if waiting is not None:
+                return waiting
+        return [a.config for a in ordered]
     return _wait(live, now, exclude, family)
+
+
+def _wait_for_warm(
+    live: list[tuple[int, AccountView]],
+    least: AccountView,
+    warm: Collection[str],
+    max_skew: float,
+    now: datetime,
+    exclude: Collection[str],
+    family: str,
+    until: datetime,
+) -> NoAccount | None:
+    """When no warm account is free but one only lacks a free slot (and is within the skew of the least used free
+    account): wait for its slot, at most until `until`; None when there is none to wait for."""
+    full = [
+        view
+        for _, view in live
+        if view.name in warm
+        and view.name not in exclude
+        and view.full()
+        and view.cooling_until(now) is None
+        and view.held_until(now) is None
+        and view.reserved_until(now, family) is None
+        and _used(view, now) - _used(least, now) <= max_skew
+    ]
+    if not full:
+        return None
+    ready_at = min(min(view.next_slot_free_at or until for view in full), until)
+    names = ", ".join(view.name for view in full)
+    reason = f"waiting until {until.isoformat()} at the latest for {names}, whose prompt cache holds the job's prefix"
+    # In no account's waiting line: a job in line waits for a release (or the fallback), and this one must look
+    # again by `until` at the latest, when a cold account takes it.
+    return NoAccount(max(ready_at, now), reason, [])
 
 
 def _wait(live: list[tuple[int, AccountView]], now: datetime, exclude: Collection[str], family: str) -> NoAccount:

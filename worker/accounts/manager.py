@@ -29,7 +29,7 @@ from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
-from claudeq.models import AccountState, JobSpec, WindowInfo
+from claudeq.models import AccountState, JobSpec, Usage, WindowInfo
 from claudeq.permissions import spec_models
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.tenant_state import (
@@ -42,9 +42,11 @@ from claudeq.tenant_state import (
     caught_up,
     effective_cap,
 )
-from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible
+from claudeq.worker.accounts.cache_affinity import CacheStore, digest_text, prefix_key
+from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible, reason_for
 from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN, tenant_rank
 from claudeq.worker.passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
+from claudeq.worker.passthrough.prefixes import Breakpoint
 from claudeq.worker.run.outcome import RateLimitSignal
 from claudeq.worker.store.job_store import START_LOST, SlotRelease
 
@@ -72,6 +74,8 @@ class SlotLease:
     model: str | None = None  # the spec's model: what one turn costs is learned per model
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
     started: bool = False  # the attempt's start was written with the slot, in the same script (`acquire`'s start)
+    reason: str | None = None  # why this account: `warm cache` (its prompt cache holds the job's prefix) / `least used`
+    prefix_key: str | None = None  # the job's prefix key when cache affinity is on (the pass-through files under it)
 
 
 #: Makes an account's ACQUIRE call into the START that also writes the attempt's start (WorkerJobStore.start_call),
@@ -103,6 +107,7 @@ class AccountManager(AsyncCalls):
         self.store = AccountStore(
             redis, keys, self.pool, predictive=settings.predictive_admission, jitter_s=settings.ramp_jitter_s
         )
+        self.cache = CacheStore(redis, keys)
         self.tenants = settings.tenants
         self.tenant_store = TenantStore(redis, keys, self.tenants, accounts=[a.name for a in self.pool.accounts])
         if self.tenants.configured:
@@ -137,6 +142,7 @@ class AccountManager(AsyncCalls):
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
         account the tenant may use, or say when to look again (NoAccount). The lease carries the run's budget: at
@@ -150,20 +156,48 @@ class AccountManager(AsyncCalls):
 
         `start` (no tenants file): the slot of an account without a spend cap is taken with the attempt's start
         written in the same script (the lease says `started`); StartLost when the fence no longer held the job.
+
+        `warm_wait_until`: until then the job waits for an account whose prompt cache holds its prefix rather than
+        take a cold one (docs/architecture.md#cache-affinity).
         """
         tenant = self.tenants.governing(spec.tenant)
+        key, warm = await self._warm(spec)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            lease = await self._take_slot(job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start)
-            return _untenanted(lease)
+            lease = await self._take_slot(
+                job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start, warm, warm_wait_until
+            )
+            return _with_reason(_untenanted(lease), key, warm)
         admission = await self._admit_run(tenant, job_id, spec)
         if isinstance(admission, NoAccount):
             return admission
         admitted, cap = admission
-        lease = await self._take_slot(job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds)
+        lease = await self._take_slot(
+            job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds, warm=warm, warm_wait_until=warm_wait_until
+        )
         await self._admitted(tenant, job_id, admitted, cap, lease, rank)
-        return lease
+        return _with_reason(lease, key, warm)
+
+    async def _warm(self, spec: JobSpec) -> tuple[str | None, dict[str, float]]:
+        """The job's prefix key and the accounts whose cache holds its system prefix now (docs/architecture.md
+        #cache-affinity); (None, {}) with CLAUDEQ_CACHE_AFFINITY=false."""
+        if not self.settings.cache_affinity:
+            return None, {}
+        # Only a job with a cwd reads files (its CLAUDE.md): the others' key is computed here, without a thread hop.
+        key = await asyncio.to_thread(prefix_key, spec, self.settings) if spec.cwd else prefix_key(spec, self.settings)
+        [reply] = await self._pipe(self.cache.system_prefix_call(key))
+        digest = digest_text(reply)
+        if digest is None:
+            return key, {}
+        names = self.pool.names
+        replies = await self._pipe(self.cache.warm_call(digest, names))
+        return key, self.cache.warm_until(replies, names, time.time())
+
+    def record_prefixes(self, account: str, key: str | None, found: list[Breakpoint], now: float) -> None:
+        """File the prompt prefixes one request cached on `account` (the pass-through's recorder thread)."""
+        if self.pool.get(account) is not None:
+            self.cache.record(account, key, found, now)
 
     async def _admit_run(
         self, tenant: TenantConfig, job_id: str, spec: JobSpec
@@ -284,8 +318,10 @@ class AccountManager(AsyncCalls):
         rank: float | None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm: Collection[str] = (),
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
-        """Lease a slot on the best eligible account, or say when one may free (NoAccount)."""
+        """Lease a slot on the best eligible account (preferring one in `warm`), or say when one may free."""
         over: dict[str, OverBudget] = {}
         reserved: set[str] = set()
         family = model_family(spec.model)
@@ -333,6 +369,9 @@ class AccountManager(AsyncCalls):
                 exclude=exclude | set(over) | reserved,
                 family=family,
                 fallback_model=spec.fallback_model,
+                warm=warm,
+                max_skew=self.settings.cache_affinity_max_skew,
+                warm_wait_until=warm_wait_until if warm else None,
             )
             if isinstance(decision, NoAccount):
                 if reused:
@@ -347,7 +386,12 @@ class AccountManager(AsyncCalls):
                 return decision
             in_line = []
             ramping: list[str] = []
-            for account in decision:
+            candidates = decision
+            if warm_wait_until is not None and warm_wait_until.timestamp() > now and decision[0].name in warm:
+                # It may wait for a warm account: one lost to a race (a stale view) is read again, not passed over
+                # for a cold one (the next round's choice then says whether to wait for it).
+                candidates = [a for a in decision if a.name in warm]
+            for account in candidates:
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
                 # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
@@ -372,7 +416,7 @@ class AccountManager(AsyncCalls):
                     in_line.append(account.name)
                 elif got == Slot.RAMPING:
                     ramping.append(account.name)
-            if len(in_line) + len(ramping) == len(decision) and not reused:
+            if len(in_line) + len(ramping) == len(candidates) and not reused:
                 break  # no use racing again: every free slot is spoken for, or starts are being paced
         names = [a.name for a in decision] if isinstance(decision, list) else []
         if ramping and not in_line and rank is None:
@@ -537,6 +581,24 @@ class AccountManager(AsyncCalls):
         return await self.add_waiter(
             [account.name], job_id, rank, spec.model, (spec.tenant, tenant_rank(spec.priority, created_s))
         )
+
+    async def count_tokens(self, account: str, usage: Usage) -> None:
+        """Add an attempt's input-side tokens to the account's counters: `claudeq accounts` shows the share read
+        from the prompt cache (docs/architecture.md#cache-affinity)."""
+        counts = {
+            "input_tokens": usage.input_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_creation_tokens,
+        }
+        if self.pool.get(account) is None or not any(counts.values()):
+            return
+        key = self.store.keys.account(account)
+
+        def queue(p: Any) -> None:
+            for name, count in counts.items():
+                p.hincrby(key, f"n:{name}", count)
+
+        await self._pipe(queue)
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
@@ -804,6 +866,13 @@ class AccountManager(AsyncCalls):
             for state, first_free in self._snapshot[1]
             if allowed is None or state.name in allowed
         ]
+
+
+def _with_reason(taken: SlotLease | NoAccount, key: str | None, warm: Collection[str]) -> SlotLease | NoAccount:
+    """The slot, saying why its account was chosen and under which prefix key its requests are filed."""
+    if isinstance(taken, NoAccount):
+        return taken
+    return replace(taken, reason=reason_for(taken.account.name, warm), prefix_key=key)
 
 
 def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:

@@ -292,7 +292,13 @@ class DeliveryHandler:
         waiting = span.child("claudeq.account_slot", job_id=d.job_id)
         try:
             acquired = await self.accounts.acquire(
-                d.job_id, spec, frozenset(), await self._rank(d), holds, start=start if together else None
+                d.job_id,
+                spec,
+                frozenset(),
+                await self._rank(d),
+                holds,
+                start=start if together else None,
+                warm_wait_until=self._warm_wait_until(d),
             )
         except StartLost:
             self.writer.lost(d, "the attempt's start dropped")
@@ -346,6 +352,8 @@ class DeliveryHandler:
             urgent=d.urgent,
             traceparent=span.traceparent(),
             approvals=self._approval_gate(d, spec, number),
+            account_reason=acquired.reason,
+            prefix_key=acquired.prefix_key,
         )
         run_span = span.child("claudeq.run", job_id=d.job_id, account=account.name)
         try:
@@ -370,6 +378,8 @@ class DeliveryHandler:
         cost = outcome.result.usage.cost_usd if outcome else 0.0
         d.hold.spent = Spent(acquired, cost, outcome.result.num_turns if outcome else None)
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
+        if outcome is not None:
+            self.metrics.tenant_tokens(self.settings.tenants.label(spec.tenant), outcome.result.usage)
         try:
             parked = request.approvals.parked if request.approvals is not None else None
             # A shutdown parks the request too: the job waits for its decision with no worker, as past the hold.
@@ -440,6 +450,7 @@ class DeliveryHandler:
         if decision.outcome != "success":
             span.fail(decision.outcome)
         self.metrics.usage(account.name, outcome.result.usage)
+        await _quietly(self.accounts.count_tokens(account.name, outcome.result.usage), "count tokens")
         d.result = outcome.result
         d.session_id = outcome.session_id or d.session_id
         await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
@@ -530,6 +541,14 @@ class DeliveryHandler:
             on_timeout=spec.on_approval_timeout,
             draining=lambda: d.why == "shutdown",
         )
+
+    def _warm_wait_until(self, d: Delivery) -> datetime | None:
+        """Until when the job may wait for an account whose prompt cache holds its prefix: the setting's seconds
+        from its submit, counted once (docs/architecture.md#cache-affinity); None: it never waits for one."""
+        wait_s = self.settings.cache_affinity_wait_s
+        if not self.settings.cache_affinity or wait_s <= 0:
+            return None
+        return d.record.created_at + timedelta(seconds=wait_s)
 
     def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
         """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not

@@ -33,6 +33,7 @@ class AccountsLike(Protocol):
         rank: float | None = ...,
         holds: Collection[str] | None = ...,
         start: StartWrite | None = ...,
+        warm_wait_until: datetime | None = ...,
     ) -> SlotLease | NoAccount:
         """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
         the job may already hold one (None: anywhere); `start`: the attempt's start written with the slot when it
@@ -63,6 +64,9 @@ class AccountsLike(Protocol):
 
     async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end."""
+
+    async def count_tokens(self, account: str, usage: Usage) -> None:
+        """Add an attempt's input-side tokens to the account's counters (its prompt-cache hit ratio)."""
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         """Count a finished attempt's cost against its tenant's and account's spend."""
@@ -97,6 +101,7 @@ class MetricsLike(Protocol):
     def run_ended(self, account: str) -> None: ...
     def tenant_run(self, tenant: str) -> None: ...
     def tenant_cost(self, tenant: str, cost_usd: float) -> None: ...
+    def tenant_tokens(self, tenant: str, usage: Usage) -> None: ...
     def usage(self, account: str, usage: Usage) -> None: ...
     def rate_limit_event(self, account: str, signal: RateLimitSignal) -> None: ...
     def retry(self, reason: str) -> None: ...

@@ -129,6 +129,12 @@ class WorkerMetrics:
             ["tenant"],
             registry=reg,
         )
+        self.tenant_tokens_total = Counter(
+            "claudeq_tenant_tokens",
+            "Tokens of finished attempts, by tenant and type (input|output|cacheRead|cacheCreation).",
+            ["tenant", "type"],
+            registry=reg,
+        )
         self.session_mirror_errors = Counter(
             "claudeq_session_mirror_errors", "Session-store mirror errors reported by the SDK.", registry=reg
         )
@@ -231,6 +237,18 @@ class WorkerMetrics:
     def tenant_run(self, tenant: str) -> None:
         """A run of `tenant` (a bounded label: claudeq.config.tenants.Tenants.label) started."""
         self.tenant_runs.labels(token_label(tenant)).inc()
+
+    @_never_raise
+    def tenant_tokens(self, tenant: str, usage: Usage) -> None:
+        """Add a finished attempt's tokens to its tenant, per type (every type touched, so each series exists)."""
+        label = token_label(tenant)
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cacheRead", usage.cache_read_tokens),
+            ("cacheCreation", usage.cache_creation_tokens),
+        ):
+            self.tenant_tokens_total.labels(label, kind).inc(counter_value(count))
 
     @_never_raise
     def tenant_cost(self, tenant: str, cost_usd: float) -> None:

@@ -47,6 +47,7 @@ import httpx
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.worker.passthrough.limit_headers import LimitFacts, LimitHint, parse
+from claudeq.worker.passthrough.prefixes import Breakpoint, breakpoints
 from claudeq.worker.redaction import redact
 
 log = logging.getLogger("claudeq.passthrough")
@@ -81,6 +82,9 @@ SETTLE_TIMEOUT_S = 2.0
 #: Called on the recorder thread for each response that carries rate-limit facts (or succeeded): records them and
 #: says what it did about a 429.
 ResponseSink = Callable[[str, LimitFacts], LimitHint | None]
+#: Called on the recorder thread for each Messages request answered 2xx: (account, the run's prefix key or None,
+#: the prefixes it cached, when) -- AccountManager.record_prefixes (docs/architecture.md#cache-affinity).
+PrefixSink = Callable[[str, str | None, list[Breakpoint], float], None]
 #: Called on the pass-through's thread for each request it refuses: (method label, reason), both bounded
 #: (`refusal`); WorkerMetrics.passthrough_refused counts them.
 RefusalSink = Callable[[str, str], None]
@@ -102,6 +106,8 @@ class RunGrant:
     #: it is refused and counted (an idle CLI has no business calling the API, and holds no account slot).
     parked: bool = False
     idle_requests: int = 0
+    #: The job's prefix key (docs/architecture.md#cache-affinity): what the prefixes its requests cache are filed under.
+    prefix_key: str | None = None
 
 
 @dataclass
@@ -144,10 +150,15 @@ class PassThrough:
     """One loopback server per worker process (start it after fork); thread-safe to open and close runs."""
 
     def __init__(
-        self, sink: ResponseSink | None = None, host: str = "127.0.0.1", refused: RefusalSink | None = None
+        self,
+        sink: ResponseSink | None = None,
+        host: str = "127.0.0.1",
+        refused: RefusalSink | None = None,
+        prefixes: PrefixSink | None = None,
     ) -> None:
         self.sink = sink
         self.refused = refused
+        self.prefixes = prefixes
         self.host = host
         self.port = 0
         self.generation = 0
@@ -368,6 +379,16 @@ class PassThrough:
         if hint is not None:
             grant.hint = hint
 
+    def _record_prefixes(self, grant: RunGrant, body: bytes, seen_at: float) -> None:
+        if self.prefixes is None:
+            return
+        try:
+            found = breakpoints(body)
+            if found:
+                self.prefixes(grant.account.name, grant.prefix_key, found, seen_at)
+        except Exception:
+            log.warning("could not record the prompt prefixes sent on account %s", grant.account.name, exc_info=True)
+
     # ---- HTTP ------------------------------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -501,6 +522,9 @@ class PassThrough:
             if limits or status == 429 or 200 <= status < 300:
                 # Parsed and recorded on the recorder thread: nothing here waits for it.
                 grant.pending.append(self._recorder.submit(self._record, grant, limits, status, time.time()))
+            if 200 <= status < 300 and self.prefixes is not None and request.target.startswith("/v1/messages?"):
+                # The API cached the prefixes this request asked for: file them under the account (digests only).
+                grant.pending.append(self._recorder.submit(self._record_prefixes, grant, body, time.time()))
             no_body = request.method == "HEAD" or response.status_code in (204, 304) or response.status_code < 200
             sized = any(k.lower() == b"content-length" for k, _ in response.headers.raw)
             chunked = not no_body and not sized

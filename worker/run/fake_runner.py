@@ -49,7 +49,11 @@ class FakeRunner:
         started = time.monotonic()
         session = str(uuid.uuid4())
         outcome = RunOutcome(session_id=session)
-        await emit(RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt))
+        await emit(
+            RunStarted(
+                account=req.account.name, model=req.spec.model, attempt=req.attempt, reason=req.account_reason
+            ).event(req.attempt)
+        )
         await emit(SessionStarted(session_id=session).event(req.attempt))
         outcome.first_byte_at = time.monotonic()
         with contextlib.suppress(TimeoutError):

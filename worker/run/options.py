@@ -25,7 +25,7 @@ from claude_agent_sdk.types import (
     ThinkingConfig,
 )
 
-from claudeq.config.settings import FILE_TOOLS, Settings, WorkerPolicy
+from claudeq.config.settings import FILE_TOOLS, BasePrompt, Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import APPROVAL_MODES, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
@@ -139,17 +139,25 @@ SYSTEM_PROMPT_FILE = "system-prompt.txt"
 APPEND_PROMPT_FILE = "append-system-prompt.txt"
 
 
+def base_prompt(spec: JobSpec, settings: Settings) -> BasePrompt | None:
+    """The base prompt a run starts from: the spec's, else the fleet's; None when `system_prompt` replaces it."""
+    if spec.system_prompt is not None:
+        return None
+    return spec.base_prompt or settings.base_prompt
+
+
 @dataclass(frozen=True)
 class PromptFiles:
     """A run's system prompts as files: the CLI reads them with `--system-prompt-file` and
     `--append-system-prompt-file`, so their size is not bound by the 128 KiB an argv argument may hold."""
 
     system: Path | None = None  # the replacement system prompt (with the appended text, if any)
-    append: Path | None = None  # text appended to the default prompt (only when there is no replacement)
+    append: Path | None = None  # text appended to Claude Code's preset
 
     @classmethod
-    def write(cls, spec: JobSpec, directory: Path) -> PromptFiles:
-        """Write the spec's system prompts under `directory` (mode 0600); blocking file I/O."""
+    def write(cls, spec: JobSpec, directory: Path, base: BasePrompt | None = "claude_code") -> PromptFiles:
+        """Write the spec's system prompts under `directory` (mode 0600); blocking file I/O. `base`: what
+        `base_prompt` chose (the minimal base extended by an append is the append alone, as a whole prompt)."""
 
         def put(name: str, text: str) -> Path:
             path = directory / name
@@ -161,31 +169,48 @@ class PromptFiles:
         if spec.system_prompt is not None:
             text = spec.system_prompt + (f"\n\n{spec.append_system_prompt}" if spec.append_system_prompt else "")
             return cls(system=put(SYSTEM_PROMPT_FILE, text))
+        if spec.append_system_prompt and base == "minimal":
+            return cls(system=put(SYSTEM_PROMPT_FILE, spec.append_system_prompt))
         if spec.append_system_prompt:
             return cls(append=put(APPEND_PROMPT_FILE, spec.append_system_prompt))
         return cls()
 
 
+SystemPrompt = str | SystemPromptPreset | SystemPromptFile | None
+
+
+def _preset(settings: Settings, append: str | None = None) -> SystemPromptPreset:
+    preset: SystemPromptPreset = {"type": "preset", "preset": "claude_code"}
+    if append:
+        preset["append"] = append
+    if settings.cacheable_prompts:
+        # The working directory, memory path and git status go to the first user message instead: the system
+        # prompt is then the same for every run with the same options (docs/cli-behaviour.md#prompt-caching).
+        preset["exclude_dynamic_sections"] = True
+    return preset
+
+
 def _system_prompt(
-    spec: JobSpec, files: PromptFiles | None
-) -> tuple[str | SystemPromptPreset | SystemPromptFile | None, dict[str, str | None]]:
+    spec: JobSpec, settings: Settings, files: PromptFiles | None
+) -> tuple[SystemPrompt, dict[str, str | None]]:
     """The SDK's `system_prompt` and the extra CLI flags that carry the spec's system prompts."""
     if files is not None and files.system is not None:
         return {"type": "file", "path": str(files.system)}, {}
     if files is not None and files.append is not None:
         # The preset without `append`: the SDK then passes no prompt flag, and the file flag appends.
-        return {"type": "preset", "preset": "claude_code"}, {"append-system-prompt-file": str(files.append)}
-    return _inline_system_prompt(spec), {}
+        return _preset(settings), {"append-system-prompt-file": str(files.append)}
+    return _inline_system_prompt(spec, settings), {}
 
 
-def _inline_system_prompt(spec: JobSpec) -> str | SystemPromptPreset | None:
+def _inline_system_prompt(spec: JobSpec, settings: Settings) -> SystemPrompt:
     if spec.system_prompt is not None:
         if spec.append_system_prompt:
             return f"{spec.system_prompt}\n\n{spec.append_system_prompt}"
         return spec.system_prompt
-    if spec.append_system_prompt:
-        return {"type": "preset", "preset": "claude_code", "append": spec.append_system_prompt}
-    return None
+    if base_prompt(spec, settings) == "minimal":
+        # None: the SDK passes an empty `--system-prompt`, and the CLI sends its one-line identity alone.
+        return spec.append_system_prompt or None
+    return _preset(settings, spec.append_system_prompt)
 
 
 def _thinking(spec: JobSpec) -> ThinkingConfig | None:
@@ -241,7 +266,7 @@ def build_options(
         sandbox = {"enabled": True, "autoAllowBashIfSandboxed": auto, "allowUnsandboxedCommands": False}
         sandbox["failIfUnavailable"] = True  # type: ignore[typeddict-unknown-key]  # the CLI's, not in the SDK's type
     output_format = {"type": "json_schema", "schema": spec.output_schema} if spec.output_schema else None
-    system_prompt, extra_args = _system_prompt(spec, prompt_files)
+    system_prompt, extra_args = _system_prompt(spec, settings, prompt_files)
     allowed = [*builtin, *(wire_name(t) for t in dict.fromkeys(spec.mcp_tools))]
     if approvals is not None:
         allowed = [t for t in allowed if not approvals.asks(t)]

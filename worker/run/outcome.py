@@ -42,6 +42,10 @@ class RunRequest:
     traceparent: str | None = None
     #: The `can_use_tool` answer for tools that wait for a person's approval (docs/jobs.md#tool-approval).
     approvals: ApprovalGate | None = None
+    #: Why the account was chosen (`warm cache` / `least used`), and the job's prefix key: the pass-through files
+    #: the prompt prefixes the run caches under it (docs/architecture.md#cache-affinity).
+    account_reason: str | None = None
+    prefix_key: str | None = None
 
 
 @dataclass(frozen=True)

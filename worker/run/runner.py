@@ -51,7 +51,7 @@ from claudeq.worker.run.launcher import (
     take_back,
     wrapper_path,
 )
-from claudeq.worker.run.options import PromptFiles, build_options
+from claudeq.worker.run.options import PromptFiles, base_prompt, build_options
 from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest, StopReason
 from claudeq.worker.run.outputs import OUTPUTS_DIR, read_outputs
 from claudeq.worker.run.parse import MessageParser
@@ -391,7 +391,9 @@ class Runner:
         try:
             await self._emit(
                 emit,
-                RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt).event(req.attempt),
+                RunStarted(
+                    account=req.account.name, model=req.spec.model, attempt=req.attempt, reason=req.account_reason
+                ).event(req.attempt),
             )
             wake = asyncio.Event()
             prompt = req.spec.prompt
@@ -448,6 +450,7 @@ class Runner:
             return cli, token, run_dir, prompt_files, None, None
         try:
             grant = self.passthrough.open_run(run_id, req.account)
+            grant.prefix_key = req.prefix_key
         except Exception as exc:
             shutil.rmtree(run_dir, ignore_errors=True)
             return (
@@ -559,6 +562,8 @@ class Runner:
             cli = made
         elif cli.grant is not None:
             self.passthrough.unpark(cli.grant)
+        if cli.grant is not None:
+            cli.grant.prefix_key = req.prefix_key
         cli.jobs += 1
         cli.stderr.clear()
         parser = MessageParser(attempt=req.attempt, tool_result_limit=self.settings.event_tool_result_chars)
@@ -577,9 +582,13 @@ class Runner:
         try:
             await self._emit(
                 emit,
-                RunStarted(account=req.account.name, model=req.spec.model, attempt=req.attempt, warm=not fresh).event(
-                    req.attempt
-                ),
+                RunStarted(
+                    account=req.account.name,
+                    model=req.spec.model,
+                    attempt=req.attempt,
+                    warm=not fresh,
+                    reason=req.account_reason,
+                ).event(req.attempt),
             )
             wake = asyncio.Event()
             pump = asyncio.create_task(self._pump(start, client, parser, watchdog, emit, wake, connected))
@@ -674,7 +683,7 @@ class Runner:
             (path / "config").mkdir(mode=0o700)
             (path / "tmp").mkdir(mode=0o700)
             (path / OUTPUTS_DIR).mkdir(mode=0o700)  # $CLAUDEQ_OUTPUTS: kept as artifacts (docs/jobs.md#artifacts)
-            files = PromptFiles.write(req.spec, path)
+            files = PromptFiles.write(req.spec, path, base_prompt(req.spec, self.settings))
             if identity is not None:
                 identity.give(path)
             return path, files

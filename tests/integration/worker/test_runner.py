@@ -149,12 +149,15 @@ async def test_success_usage_matches_simulator_and_no_builtin_tools(
         "cache_creation": usage.cache_creation_tokens,
     }
     [model] = usage.model_usage
+    # The CLI asks for one-hour cache writes (priced at 2x input); the request log says how many were.
+    one_hour = sum(r["usage"]["cache_creation_1h"] for r in sim.requests() if r["session_id"] == sid)
     expected = cost_usd(
         model,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         cache_read_tokens=usage.cache_read_tokens,
-        cache_write_5m_tokens=usage.cache_creation_tokens,
+        cache_write_5m_tokens=usage.cache_creation_tokens - one_hour,
+        cache_write_1h_tokens=one_hour,
     )
     assert usage.cost_usd == pytest.approx(expected, rel=1e-6)
     assert usage.cost_usd > 0
@@ -206,7 +209,8 @@ async def test_idle_watchdog_stops_a_stall_and_cli_env_holds_only_own_token(runn
     assert rec.of("stopped") == [{"reason": "idle"}]
     assert outcome.duration_s < 2 + 8, outcome.duration_s  # idle 2 s + CLI start + stop, generous slack
     assert elapsed < 8
-    assert outcome.result.usage.input_tokens > 0  # a stalled request was still billed
+    usage = outcome.result.usage
+    assert usage.input_tokens + usage.cache_creation_tokens > 0  # a stalled request was still billed
     # Secrets: only this run's own token, under the variable the CLI reads.
     values = list(environ.values())
     assert environ["CLAUDE_CODE_OAUTH_TOKEN"] == TOKENS["alpha"]

@@ -63,6 +63,7 @@ def exposed_names(fake_settings: Settings, tmp_path: Path) -> set[str]:
     worker.mirror_error()
     worker.tenant_run("default")
     worker.tenant_cost("default", 0.1)
+    worker.tenant_tokens("default", Usage(input_tokens=1, cache_read_tokens=9, cache_creation_tokens=2))
     worker.schedule_tick("fired")
     worker.notification("webhook", "delivered", 0.5)
     redis = fakeredis.FakeRedis()
@@ -134,6 +135,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "claudeq_tenant_cost_cap_usd",
         "claudeq_account_spend_usd",
         "claudeq_tenant_cost_usd_total",
+        "claudeq_tenant_tokens_total",
         "claudeq_notifications_total",
         "claudeq_notification_latency_seconds_bucket",
         "claudeq_schedule_ticks_total",

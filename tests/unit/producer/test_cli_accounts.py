@@ -136,3 +136,16 @@ def test_redis_down_exits_1(store: AccountStore) -> None:
     code, output = invoke(down, "--json")
     assert code == 1
     assert "Redis" in json.loads(output)["error"]
+
+
+def test_the_prompt_cache_hit_ratio_is_shown_once_an_account_has_tokens(store: AccountStore) -> None:
+    code, output = invoke(store)
+    assert code == 0 and "cache hit" not in output
+    store.incr("alpha", "cache_read_tokens", 9_000)
+    store.incr("alpha", "cache_write_tokens", 600)
+    store.incr("alpha", "input_tokens", 400)
+    code, output = invoke(store)
+    assert code == 0 and "cache hit" in output and "90%" in output and "9,000" in output
+    code, output = invoke(store, "--json")
+    shown = {row["name"]: row["cache_hit_ratio"] for row in json.loads(output)}
+    assert shown == {"alpha": 0.9, "beta": None}

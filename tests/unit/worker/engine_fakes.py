@@ -94,6 +94,7 @@ class FakeAccounts:
         self.waiters: list[tuple[list[str], str]] = []
         self.tenant_waiters: list[tuple[str, str]] = []
         self.settled: list[tuple[str, float]] = []
+        self.counted: list[tuple[str, Usage]] = []
         self.done: list[tuple[str, str]] = []
         self.waiting_to_promote: list[str] = []
         self.released: list[str] = []
@@ -107,6 +108,7 @@ class FakeAccounts:
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         # The attempt's start is written apart (`start` is not taken up).
         with self.lock:
@@ -157,6 +159,9 @@ class FakeAccounts:
 
     async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
         self.settled.append((lease.job_id, cost_usd))
+
+    async def count_tokens(self, account: str, usage: Usage) -> None:
+        self.counted.append((account, usage))
 
     async def job_done(self, tenant: str, job_id: str) -> None:
         self.done.append((tenant, job_id))
@@ -220,6 +225,7 @@ class FlakyAccounts(FakeAccounts):
         rank: float | None = None,
         holds: Collection[str] | None = None,
         start: StartWrite | None = None,
+        warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         if self.failures > 0:
             self.failures -= 1

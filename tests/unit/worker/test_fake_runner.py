@@ -17,7 +17,11 @@ from claudeq.worker.run.outcome import RunOutcome
 
 def _req() -> SimpleNamespace:
     return SimpleNamespace(
-        job_id="j", attempt=1, spec=JobSpec(prompt="p"), account=AccountConfig(name="a", kind="oauth", token_env="T")
+        job_id="j",
+        attempt=1,
+        spec=JobSpec(prompt="p"),
+        account=AccountConfig(name="a", kind="oauth", token_env="T"),
+        account_reason="least used",
     )
 
 

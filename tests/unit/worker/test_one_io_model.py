@@ -67,6 +67,7 @@ def test_a_twin_is_caught_and_an_inherited_one_too() -> None:
 #: `worker/run/` (a run's processes and folders): what has no async client, by module. Everything else goes on the
 #: loop's async client as a call (claudeq/script_calls.py; docs/scaling.md#the-engines-redis-client).
 THREAD_CALLS_ALLOWED = {
+    "worker/accounts/manager.py": {"prefix_key"},  # reads the job's CLAUDE.md files for its prefix key, no Redis
     "worker/delivery/handler.py": {"fn"},  # _quiet: an account's rate-limit and auth signals (the pass-through's too)
     "worker/delivery/loops.py": {
         "self._schedules.fire_due",  # a fired tick goes through the producer's own submit

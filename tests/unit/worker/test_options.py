@@ -70,8 +70,41 @@ def test_profile_tools_mcp_tools_and_model_settings() -> None:
     )
     assert options.effort == "low"
     assert options.thinking == {"type": "enabled", "budget_tokens": 2048}
-    assert options.system_prompt == {"type": "preset", "preset": "claude_code", "append": "Be brief."}
+    assert options.system_prompt == {
+        "type": "preset",
+        "preset": "claude_code",
+        "append": "Be brief.",
+        "exclude_dynamic_sections": True,
+    }
     assert options.output_format == {"type": "json_schema", "schema": spec.output_schema}
+
+
+@pytest.mark.parametrize(
+    ("spec", "fleet", "cacheable", "expected"),
+    [
+        ({}, "claude_code", True, {"type": "preset", "preset": "claude_code", "exclude_dynamic_sections": True}),
+        ({}, "claude_code", False, {"type": "preset", "preset": "claude_code"}),
+        ({}, "minimal", True, None),
+        ({"append_system_prompt": "Be brief."}, "minimal", True, "Be brief."),
+        ({"base_prompt": "minimal"}, "claude_code", True, None),
+        (
+            {"base_prompt": "claude_code", "append_system_prompt": "Be brief."},
+            "minimal",
+            False,
+            {"type": "preset", "preset": "claude_code", "append": "Be brief."},
+        ),
+    ],
+)
+def test_the_base_prompt_comes_from_the_spec_else_the_fleet(
+    spec: dict[str, Any], fleet: str, cacheable: bool, expected: object
+) -> None:
+    settings = Settings(_env_file=None, base_prompt=fleet, cacheable_prompts=cacheable)  # type: ignore[call-arg]
+    assert build(JobSpec(prompt="hi", **spec), settings).system_prompt == expected
+
+
+def test_a_base_prompt_beside_a_whole_system_prompt_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"system_prompt .* or base_prompt"):
+        JobSpec(prompt="hi", system_prompt="You add.", base_prompt="minimal")
 
 
 def test_custom_system_prompt_with_append() -> None:
