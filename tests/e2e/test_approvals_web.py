@@ -92,12 +92,16 @@ class TestWebhook:
     """A webhook that follows `approval_requested` hears of the request while the job waits: a chat bot can ask."""
 
     @pytest.fixture
-    def settings(self, redis_url: str, unique: str, accounts_file: Path, workspace: Path) -> Settings:
+    def settings(
+        self, redis_url: str, unique: str, accounts_file: Path, workspace: Path, receiver: Receiver
+    ) -> Settings:
         return make_settings(
             redis_url,
             unique,
             accounts_file=accounts_file,
             webhook_hosts=["127.0.0.1"],
+            webhook_ports=[receiver.server.server_address[1]],  # a loopback receiver: its port and its range allowed
+            webhook_allow_nets=["127.0.0.0/8"],
             webhook_secret=SecretStr(SECRET),
             webhook_timeout_s=1.0,
             notify_backoff_s=0.1,

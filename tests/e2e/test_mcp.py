@@ -54,6 +54,7 @@ async def test_stdio_client_lists_submits_waits_and_gets_field_errors(
         assert names == [
             *("submit_job", "get_job", "list_jobs", "cancel_job", "wait_job", "accounts"),
             *("add_schedule", "list_schedules", "pause_schedule", "resume_schedule", "remove_schedule"),
+            *("list_approvals", "decide_approval"),
         ]
 
         bad = await mcp.call_tool("submit_job", {"prompt": "x", "max_turns": 0})
