@@ -11,8 +11,16 @@ reaped. Both workers first run a batch of `--lanes` jobs that is not measured.
 
     .venv/bin/python -m bench.bench_sandbox [--jobs 12] [--rounds 3] [--lanes 2]
     .venv/bin/python -m bench.bench_sandbox --cli-start 30   # the CLI's start alone: plain, bwrap, Landlock
+    .venv/bin/python -m bench.bench_sandbox --density 20     # memory of 20 runs held open at once, each way
 
-Target: sandboxed / not >= 0.95x throughput.
+`--density N`: one worker per way with `--concurrency N` submits N read-only jobs whose model call the simulator
+stalls (`[[sim: stall S]]`), waits until the simulator holds all N requests open (every CLI started and waiting),
+then sums the proportional set size (`Pss` of `/proc/<pid>/smaps_rollup`) of every process under the worker — the
+wrapper, bwrap, socat, the CLI and its children — three samples a few seconds apart, median; the ways one after the
+other in the same run, so no way's CLIs share pages with the other's. Per run: that sum / N; the ratio
+sandboxed/not; and runs per 24 GiB at that figure. The worker's own PSS growth per held run is printed beside it.
+
+Target: sandboxed / not >= 0.95x throughput; density: PSS per run sandboxed / not <= 1.1x.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
+import psutil
 import redis
 
 from bench.bench_warm import Cell, process_cpu, through_claudeq
@@ -47,6 +57,8 @@ from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_
 
 WORKSPACE_GID = 62599
 TARGET = 0.95
+DENSITY_TARGET = 1.1
+HOST_BYTES = 24 * 2**30
 
 
 class ReadOnlyClient(Client):
@@ -170,6 +182,121 @@ def cli_start(rounds: int) -> int:
     return 0
 
 
+def pss(pid: int) -> int:
+    """A process's proportional set size in bytes (0 when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    line = next((raw for raw in text.splitlines() if raw.startswith("Pss:")), "Pss: 0 kB")
+    return int(line.split()[1]) * 1024
+
+
+def tree_pss(pid: int) -> tuple[int, int, dict[str, list[int]]]:
+    """(the process's own PSS, the PSS of all its descendants, descendants' PSS by process name)."""
+    by_name: dict[str, list[int]] = {}
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0, 0, by_name
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            by_name.setdefault(child.name(), []).append(pss(child.pid))
+    return pss(pid), sum(sum(v) for v in by_name.values()), by_name
+
+
+def in_flight(sim_url: str) -> int:
+    """Requests the simulator holds open."""
+    return int(httpx.get(f"{sim_url}/_sim/stats", timeout=10).json()["totals"]["in_flight"])
+
+
+def density(n_runs: int, stall_s: float) -> int:
+    """N runs held open at once, sandboxed then not, in one run: PSS per run of each way's process trees."""
+    url, private = redis_url_for_tests()
+    unique = uuid.uuid4().hex[:10]
+    account = SimAccount("bench", max_concurrency=2 * n_runs)
+    prefixes: list[str] = []
+    figures: dict[str, tuple[float, float, dict[str, list[int]]]] = {}
+    load_before = os.getloadavg()
+    with open_base("claudeq-bench-density-") as root:
+        workspace = group_workspace(root / "ws", WORKSPACE_GID)
+        sim_config = root / "sim.toml"
+        sim_config.write_text(f'[[accounts]]\nname = "{account.name}"\ntoken = "{account.token_value}"\n')
+        sim_proc, sim_url = start_simulator_process(sim_config)
+        workers = []
+        try:
+            accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim_url)
+            setups: list[tuple[str, Literal["bwrap", "off"]]] = [("sandboxed", "bwrap"), ("unsandboxed", "off")]
+            for way, sandbox in setups:
+                policy = WorkerPolicy(workspace_roots=[workspace], run_groups=[WORKSPACE_GID], sandbox=sandbox)
+                settings = make_settings(
+                    url,
+                    f"{unique}-{way}",
+                    accounts_file=accounts_file,
+                    concurrency=n_runs,
+                    warm_clients=0,
+                    run_root=root / f"runs-{way}",
+                    policy=policy,
+                )
+                prefixes.append(settings.key_prefix)
+                worker = start_worker(settings, [account], Path(tempfile.gettempdir()), worker_id=f"bench-{way}")
+                workers.append(worker)
+                client = ReadOnlyClient(settings)
+                client.workspace = str(workspace)
+                client.submitted = []
+                through_claudeq(client, 2, f"{way}-prime")
+                idle_own, idle_tree, _ = tree_pss(worker.pid)
+                ids = [client.submit(prompt=f"[[sim: stall {stall_s:g}]] density {way} {n}").id for n in range(n_runs)]
+                deadline = time.monotonic() + stall_s / 2
+                while in_flight(sim_url) < n_runs:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{way}: only {in_flight(sim_url)} of {n_runs} runs reached the model")
+                    time.sleep(1)
+                time.sleep(3)
+                samples = []
+                for _ in range(3):
+                    samples.append(tree_pss(worker.pid))
+                    time.sleep(2)
+                own, tree, by_name = sorted(samples, key=lambda sample: sample[1])[1]
+                figures[way] = ((tree - idle_tree) / n_runs, (own - idle_own) / n_runs, by_name)
+                print(f"  {way}: {sum(len(v) for v in by_name.values())} processes held, load {os.getloadavg()[0]:.2f}")
+                for job_id in ids:
+                    client.cancel(job_id, "density measured")
+                deadline = time.monotonic() + 120
+                while in_flight(sim_url) > 0 and time.monotonic() < deadline:
+                    time.sleep(1)
+                stop_all([worker])
+        finally:
+            stop_all(workers)
+            sim_proc.terminate()
+            sim_proc.wait(10)
+            cleanup = redis.Redis.from_url(url)
+            for prefix in prefixes:
+                for key in cleanup.scan_iter(match=f"{prefix}*", count=1000):
+                    cleanup.delete(key)
+            cleanup.close()
+            if private is not None:
+                private.stop()
+    load_after = os.getloadavg()
+
+    mib = 2**20
+    print(f"{n_runs} read-only runs with a cwd held open at once per way (simulator stall {stall_s:g} s)")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    print(f"{'':12s} {'PSS/run (MiB)':>14} {'worker/run (MiB)':>17} {'runs per 24 GiB':>16}  by process (MiB each)")
+    for way, (per_run, worker_per_run, by_name) in figures.items():
+        parts = ", ".join(
+            f"{name} {len(values)}x {statistics.median(values) / mib:.1f}" for name, values in sorted(by_name.items())
+        )
+        print(
+            f"{way:12s} {per_run / mib:>14.1f} {worker_per_run / mib:>17.2f} "
+            f"{HOST_BYTES / (per_run + worker_per_run):>16.0f}  {parts}"
+        )
+    ratio = figures["sandboxed"][0] / figures["unsandboxed"][0]
+    print(f"PSS per run sandboxed / unsandboxed: {ratio:.2f}x")
+    print(f"density target <= {DENSITY_TARGET:.2f}x: {'met' if ratio <= DENSITY_TARGET else 'MISSED'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both ways in interleaved rounds and print the figures."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -179,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cli-start", type=int, metavar="ROUNDS", help="only time the CLI's start: plain, bwrap and Landlock"
     )
+    parser.add_argument("--density", type=int, metavar="RUNS", help="only the memory of RUNS runs held open, each way")
+    parser.add_argument("--stall", type=float, default=240, help="seconds the simulator holds each --density run")
     args = parser.parse_args(argv)
+    if args.density:
+        return density(args.density, args.stall)
     if args.cli_start:
         return cli_start(args.cli_start)
 
