@@ -12,6 +12,7 @@ reaped. Both workers first run a batch of `--lanes` jobs that is not measured.
     .venv/bin/python -m bench.bench_sandbox [--jobs 12] [--rounds 3] [--lanes 2]
     .venv/bin/python -m bench.bench_sandbox --cli-start 30   # the CLI's start alone: plain, bwrap, Landlock
     .venv/bin/python -m bench.bench_sandbox --density 20     # memory of 20 runs held open at once, each way
+    .venv/bin/python -m bench.bench_sandbox --warm-trade     # a worker not root: sandboxed vs warm, sandbox off
 
 `--density N`: one worker per way with `--concurrency N` submits N read-only jobs whose model call the simulator
 stalls (`[[sim: stall S]]`), waits until the simulator holds all N requests open (every CLI started and waiting),
@@ -19,6 +20,11 @@ then sums the proportional set size (`Pss` of `/proc/<pid>/smaps_rollup`) of eve
 wrapper, bwrap, socat, the CLI and its children — three samples a few seconds apart, median; the ways one after the
 other in the same run, so no way's CLIs share pages with the other's. Per run: that sum / N; the ratio
 sandboxed/not; and runs per 24 GiB at that figure. The worker's own PSS growth per held run is printed beside it.
+
+`--warm-trade`: what the sandbox costs the jobs that would otherwise run warm. Both workers run as a uid that is not
+root (there a read-only job runs under the worker's uid, so with the sandbox off it may reuse a warm CLI): one with
+`CLAUDEQ_POLICY__SANDBOX=bwrap` (every job starts its CLI), one with `off` and warm CLIs on; the same rounds and
+figures as the default mode.
 
 Target: sandboxed / not >= 0.95x throughput; density: PSS per run sandboxed / not <= 1.1x.
 """
@@ -29,6 +35,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,6 +63,7 @@ from tests.support.run_dirs import group_workspace, open_base
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml
 
 WORKSPACE_GID = 62599
+WORKER_UID = 62998  # --warm-trade's workers (outside the run uids and the groups)
 TARGET = 0.95
 DENSITY_TARGET = 1.1
 HOST_BYTES = 24 * 2**30
@@ -180,6 +188,23 @@ def cli_start(rounds: int) -> int:
             f"  {way:9s} p50 {median * 1000:6.0f} ms  ({median / plain:.2f}x plain, +{(median - plain) * 1000:.0f} ms)"
         )
     return 0
+
+
+def not_root(root: Path) -> tuple[list[str], dict[str, str]]:
+    """The prefix that starts a worker as WORKER_UID in the workspace's group, and its HOME. CAP_DAC_READ_SEARCH only
+    so that it can load this checkout's interpreter; the wrapper hands no capability on to the CLI."""
+    home = root / "worker-home"
+    home.mkdir(mode=0o700)
+    os.chown(home, WORKER_UID, WORKER_UID)
+    prefix = [
+        shutil.which("setpriv") or "setpriv",
+        f"--reuid={WORKER_UID}",
+        f"--regid={WORKER_UID}",
+        f"--groups={WORKSPACE_GID}",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+    ]
+    return prefix, {"HOME": str(home)}
 
 
 def pss(pid: int) -> int:
@@ -308,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--density", type=int, metavar="RUNS", help="only the memory of RUNS runs held open, each way")
     parser.add_argument("--stall", type=float, default=240, help="seconds the simulator holds each --density run")
+    parser.add_argument(
+        "--warm-trade", action="store_true", help="workers not root: sandboxed against warm CLIs with the sandbox off"
+    )
     args = parser.parse_args(argv)
     if args.density:
         return density(args.density, args.stall)
@@ -333,19 +361,33 @@ def main(argv: list[str] | None = None) -> int:
             accounts_file = write_accounts_toml(root / "accounts.toml", [account], sim_url)
             clients: dict[str, ReadOnlyClient] = {}
             setups: list[tuple[str, Literal["bwrap", "off"]]] = [("sandboxed", "bwrap"), ("unsandboxed", "off")]
+            prefix, extra_env = not_root(root) if args.warm_trade else ([], {})
             for way, sandbox in setups:
                 policy = WorkerPolicy(workspace_roots=[workspace], run_groups=[WORKSPACE_GID], sandbox=sandbox)
+                run_root = root / f"runs-{way}"
+                if args.warm_trade:
+                    run_root.mkdir()
+                    os.chown(run_root, WORKER_UID, WORKER_UID)
                 settings = make_settings(
                     url,
                     f"{unique}-{way}",
                     accounts_file=accounts_file,
                     concurrency=args.lanes,
-                    warm_clients=0,
-                    run_root=root / f"runs-{way}",
+                    warm_clients=args.lanes if args.warm_trade and sandbox == "off" else 0,
+                    run_root=run_root,
                     policy=policy,
                 )
                 prefixes.append(settings.key_prefix)
-                workers.append(start_worker(settings, [account], Path(tempfile.gettempdir()), worker_id=f"bench-{way}"))
+                workers.append(
+                    start_worker(
+                        settings,
+                        [account],
+                        Path(tempfile.gettempdir()),
+                        worker_id=f"bench-{way}",
+                        prefix=prefix,
+                        extra_env=extra_env,
+                    )
+                )
                 meters[way] = CpuMeter(workers[-1].pid, f"claudeq-bench-sandbox-{unique}-{way}")
                 clients[way] = ReadOnlyClient(settings)
                 clients[way].workspace = str(workspace)
@@ -380,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
 
     boxed, plain = cells["sandboxed"], cells["unsandboxed"]
     print(f"jobs per batch={args.jobs} rounds={args.rounds} lanes={args.lanes} (read-only jobs with a cwd)")
+    if args.warm_trade:
+        print("workers not root; unsandboxed = sandbox off with warm CLIs on")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     counted = "a cpuacct cgroup per worker" if all(m.group for m in meters.values()) else "rusage (sandboxes uncounted)"
     print(f"CPU per job counted by {counted}")
@@ -394,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     cpu_ratio = statistics.median(boxed.cpu) / statistics.median(plain.cpu)
     ratios = f"throughput {throughput:.2f}x, CLI start p50 {start_ratio:.2f}x, CPU/job {cpu_ratio:.2f}x"
     print(f"sandboxed / unsandboxed: {ratios}")
-    print(f"throughput target >= {TARGET:.2f}x: {'met' if throughput >= TARGET else 'MISSED'}")
+    if args.warm_trade:
+        print("(the price of a sandbox where a warm CLI could serve: no target)")
+    else:
+        print(f"throughput target >= {TARGET:.2f}x: {'met' if throughput >= TARGET else 'MISSED'}")
     return 0
 
 
