@@ -280,6 +280,12 @@ class Settings(BaseSettings):
         description="Address ranges (CIDR, e.g. 10.20.0.0/16) a webhook may connect to although they are loopback, "
         "private or link-local; empty = public addresses only (docs/notifications.md).",
     )
+    webhook_ca_file: Path | None = Field(
+        default=None,
+        description="A PEM file of the certificate authorities an https webhook receiver's certificate is checked "
+        "against, in place of the system's (a private CA); the certificate must still name the URL's host "
+        "(docs/notifications.md#webhooks).",
+    )
     callback_queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Without a tenants file: the queues of the producers' own Celery apps a job's `link` / "
