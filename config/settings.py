@@ -359,6 +359,13 @@ class Settings(BaseSettings):
     max_worker_lost: int = Field(
         default=3, ge=1, description="A job whose worker is lost this many times fails as `poisoned`."
     )
+    loop_item_max_failures: int = Field(
+        default=5,
+        ge=1,
+        description="Passes of the promoter or the reconciler (within an hour) that may fail to handle one job before "
+        "the loop fails it (kind `internal`, the loop's error in its message) instead of trying it forever "
+        "(docs/architecture.md#background-loops).",
+    )
 
     # Worker
     concurrency: int = Field(default=4, ge=1, le=256, description="Runs in flight per worker process.")
