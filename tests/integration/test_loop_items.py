@@ -224,3 +224,22 @@ def test_a_running_job_with_a_damaged_fence_ends_failed_and_the_reconciler_goes_
     assert "the reconciler could not handle this job" in record.error.message and "ValueError" in record.error.message
     assert failures(loops, "reconciler") == bound
     assert store.redis.zscore(store.keys.running, bad) is None and not loop_failures_left(store)
+
+
+def test_a_queued_job_the_reconciler_cannot_resend_ends_failed_and_the_others_are_resent(
+    loops: Loops, store: WorkerJobStore, sent: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = loops.settings.loop_item_max_failures
+    bad, good = submit(store), submit(store)
+    store.redis.zadd(store.keys.queued, {bad: 1, good: 2})  # both sent long ago, never claimed
+    monkeypatch.setattr(loops, "_resend", failing_for(bad, loops._resend))
+    assert on_loop(loops, loops.resend_once()) == [good]
+    for _ in range(bound - 1):
+        store.redis.zadd(store.keys.queued, {good: 2})  # unclaimed again: re-sent on every pass
+        assert on_loop(loops, loops.resend_once()) == [good]
+    record = store.get(bad)
+    assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
+    assert "the reconciler could not handle this job" in record.error.message
+    assert failures(loops, "reconciler") == bound and bad not in sent
+    assert store.redis.zscore(store.keys.queued, bad) is None and store.redis.zscore(store.keys.running, bad) is None
+    assert not loop_failures_left(store)
