@@ -243,3 +243,22 @@ def test_a_queued_job_the_reconciler_cannot_resend_ends_failed_and_the_others_ar
     assert failures(loops, "reconciler") == bound and bad not in sent
     assert store.redis.zscore(store.keys.queued, bad) is None and store.redis.zscore(store.keys.running, bad) is None
     assert not loop_failures_left(store)
+
+
+def test_a_running_id_whose_key_is_no_record_leaves_the_index_and_the_reconciler_goes_on(
+    loops: Loops, store: WorkerJobStore, sent: list[str]
+) -> None:
+    bound = loops.settings.loop_item_max_failures
+    good = submit(store)
+    run(store.claim(good, "dead-worker", 30))
+    bad = f"j{time.monotonic_ns()}"
+    store.redis.set(store.keys.job(bad), "not a job record")  # every read of it is WRONGTYPE
+    store.redis.zadd(store.keys.running, {bad: 0, good: 1})  # the damaged one first
+    assert on_loop(loops, loops.recover_once()) == [good]  # the pass went on past it
+    assert store.status(good) == "queued" and good in sent
+    for _ in range(bound - 1):
+        assert store.redis.zscore(store.keys.running, bad) is not None  # tried again next pass
+        assert on_loop(loops, loops.recover_once()) == []
+    assert store.redis.zscore(store.keys.running, bad) is None  # no record to fail: out of the index
+    assert failures(loops, "reconciler") == bound and not loop_failures_left(store)
+    store.redis.delete(store.keys.job(bad))

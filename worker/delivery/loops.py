@@ -62,6 +62,11 @@ def worker_ttl_s(heartbeat_s: float) -> int:
     return max(2, int(heartbeat_s * WORKER_TTL_HEARTBEATS + 0.999))
 
 
+def not_a_record(exc: Exception) -> bool:
+    """Whether a Redis error says a job's key holds another type than a job record (damage: the job's own)."""
+    return isinstance(exc, redis.ResponseError) and "WRONGTYPE" in str(exc)
+
+
 def lost_attempts(record: JobRecord, now_detail: str) -> list[Attempt]:
     """The record's attempts with the in-flight one (or a new one) marked `worker_lost`."""
     attempts = list(record.attempts)
@@ -122,12 +127,12 @@ class Loops:
         """Run one job's step of a pass: a job the loop cannot handle is counted, logged in one line and left for a
         later pass, and the pass goes on with the others (None). After `loop_item_max_failures` such passes the loop
         fails the job with its error (`_give_up`). Redis errors still end the pass: they are not the job's, and the
-        next pass retries it."""
+        next pass retries it; but for a job key that is no job record (WRONGTYPE), which is the job's."""
         try:
             return await step
-        except (asyncio.CancelledError, redis.RedisError):
-            raise
         except Exception as exc:
+            if isinstance(exc, redis.RedisError) and not not_a_record(exc):
+                raise
             self.engine.metrics.loop_item_failed(loop)
             log.warning("%s: job %s failed (%s: %s); the pass goes on", loop, job_id, type(exc).__name__, exc)
             passes = await self.store.loop_failed(loop, job_id, LOOP_FAILURES_TTL_S)
@@ -146,7 +151,23 @@ class Loops:
         )
         error = JobError(kind="internal", message=message)
         try:
-            status, fence = await self.store.status_and_fence(job_id)
+            try:
+                status, fence = await self.store.status_and_fence(job_id)
+            except redis.ResponseError as exc:
+                if not not_a_record(exc):
+                    raise
+                # Its key holds no job record: no record to fail. Out of the loops' indexes, so no pass sees it.
+                await self.store.drop_from_indexes(job_id)
+                await self.store.forget_loop_failures(loop, job_id)
+                log.error(
+                    "job %s: the %s could not handle it in %d passes: %s; its key is no job record, dropped "
+                    "from the indexes",
+                    job_id,
+                    loop,
+                    passes,
+                    problem,
+                )
+                return
             ended_it = False
             if status == "running" and fence is not None:
                 repaired = None if fence.isdigit() else 0  # a record that parses afterwards

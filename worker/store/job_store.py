@@ -458,6 +458,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """Drop the count of `loop`'s failures on the job (the loop ended it)."""
         await self._pipe(lambda p: p.delete(self.keys.loop_failures(loop, job_id)))
 
+    async def drop_from_indexes(self, job_id: str) -> None:
+        """Take a job id out of `running`, `queued` and `deferred` (its key holds no job record)."""
+        keys = (self.keys.running, self.keys.queued, self.keys.deferred)
+        await self._pipe(lambda p: [p.zrem(key, job_id) for key in keys])
+
     async def status_and_fence(self, job_id: str) -> tuple[str | None, str | None]:
         """The job's status and fencing token as stored (read when the record itself cannot be parsed)."""
         ((status, fence),) = await self._pipe(lambda p: p.hmget(self.keys.job(job_id), "status", "fence"))
