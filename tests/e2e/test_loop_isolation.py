@@ -57,14 +57,21 @@ def test_a_schedule_that_breaks_the_scheduler_is_paused_and_the_others_keep_firi
 def test_a_running_job_the_reconciler_cannot_handle_ends_failed_with_its_error_and_others_run(
     client: Client, workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
 ) -> None:
-    # A job whose worker died mid-run, its record damaged (a fence no version parses): each reconciler pass fails on it.
+    # Jobs whose worker died mid-run: one with its record damaged (a fence no version parses), one whose key holds
+    # no record at all, both before a sound one in the reconciler's order; each pass fails on the first two.
     store = make_worker_store(settings, redis_client)
-    record = JobRecord(id=f"damaged-{unique}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
-    bad = store.create(record)[0]
-    run(store.claim(bad, "gone-worker", 1))
+    ids = []
+    for name, prompt in (("damaged", "p"), ("sound", f'[[sim: text "ok"]] recovered beside damaged jobs {unique}')):
+        record = JobRecord(id=f"{name}-{unique}", spec=JobSpec(prompt=prompt), status="queued", created_at=utcnow())
+        ids.append(store.create(record)[0])
+        run(store.claim(ids[-1], "gone-worker", 1))
+    bad, sound = ids
+    no_record = f"no-record-{unique}"
     redis_client.hset(store.keys.job(bad), "fence", "not-a-number")
-    redis_client.zadd(store.keys.running, {bad: 0})  # its lease long expired
+    redis_client.set(store.keys.job(no_record), "not a job record")
+    redis_client.zadd(store.keys.running, {bad: 0, no_record: 1, sound: 2})  # every lease long expired
     workers(loop_item_max_failures=3)
+    assert client.wait(sound, timeout=120).status == "succeeded"  # recovered, re-sent and run
     good = client.submit(prompt=f'[[sim: text "ok"]] beside a damaged job {unique}')
     assert good.wait(timeout=120).status == "succeeded"
     run_until(
@@ -78,7 +85,15 @@ def test_a_running_job_the_reconciler_cannot_handle_ends_failed_with_its_error_a
     shown = cli(settings, "status", bad)
     assert shown.returncode == 0 and "reconciler could not handle this job" in " ".join(shown.stdout.split()), shown
     assert redis_client.zscore(store.keys.running, bad) is None
-    assert not list(redis_client.scan_iter(match=f"{settings.key_prefix}loop-failures:*"))
+    run_until(  # out of the index, and no count of failures left behind
+        lambda: (
+            redis_client.zscore(store.keys.running, no_record) is None
+            and not list(redis_client.scan_iter(match=f"{settings.key_prefix}loop-failures:*"))
+        ),
+        timeout=30,
+        what="the id with no record never left the running index",
+    )
+    redis_client.delete(store.keys.job(no_record))
 
 
 def test_a_webhook_host_the_worker_does_not_allow_fails_the_notification_not_the_job(
