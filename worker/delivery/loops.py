@@ -153,8 +153,8 @@ class Loops:
         try:
             try:
                 status, fence = await self.store.status_and_fence(job_id)
-            except redis.ResponseError as exc:
-                if not not_a_record(exc):
+            except redis.ResponseError as read_error:
+                if not not_a_record(read_error):
                     raise
                 # Its key holds no job record: no record to fail. Out of the loops' indexes, so no pass sees it.
                 await self.store.drop_from_indexes(job_id)
@@ -168,24 +168,25 @@ class Loops:
                     problem,
                 )
                 return
-            ended_it = False
+            ended_as: TerminalStatus | None = None
             if status == "running" and fence is not None:
                 repaired = None if fence.isdigit() else 0  # a record that parses afterwards
                 written = await self.store.recover(job_id, fence, None, ended("failed", error), error, repaired)
-                ended_it = bool(written) and written != CANCELLED
+                if written:  # CANCELLED: its cancel flag was set, so it ended cancelled instead
+                    ended_as = "cancelled" if written == CANCELLED else "failed"
             elif status in ("queued", "deferred"):
                 if status == "deferred":
                     await self.store.promote(job_id, None, force=True)
                 claim = await self.store.claim(job_id, self.engine.worker_id, self.settings.lease_ttl_s)
-                if claim.ok:
-                    ended_it = bool(await self.store.write(job_id, claim.fence, "failed", error=error))
+                if claim.ok and await self.store.write(job_id, claim.fence, "failed", error=error):
+                    ended_as = "failed"
         except Exception as failed:
             log.error("%s: job %s: failing it failed too (%s); left for a later pass", loop, job_id, failed)
             return
-        if not ended_it:
+        if ended_as is None:
             return  # it moved on meanwhile (finished, cancelled, taken by a worker): not the loop's any more
         await self.store.forget_loop_failures(loop, job_id)
-        log.error("job %s: %s", job_id, message)
+        log.error("job %s: %s", job_id, message if ended_as == "failed" else f"{message} (cancelled instead)")
         try:
             spec: JobSpec | None = (await self.store.reads.get(job_id)).spec
         except Exception:
@@ -194,7 +195,7 @@ class Loops:
             await self.engine.accounts.job_done(spec.tenant if spec else DEFAULT_TENANT, job_id)
         except Exception:
             log.exception("job %s: tenant bookkeeping failed", job_id)
-        self.engine.metrics.job_finished((spec.queue if spec else None) or self.settings.queue, "failed")
+        self.engine.metrics.job_finished((spec.queue if spec else None) or self.settings.queue, ended_as)
 
     # ---- promoter --------------------------------------------------------------------------------------------
 
