@@ -76,6 +76,11 @@ class Keys:
         """`finished_counts(status)` without the status (the scripts append the status they write)."""
         return f"{self.prefix}counts:"
 
+    def loop_failures(self, loop: str, job_id: str) -> str:
+        """String: how many passes of a background loop (`promoter`, `reconciler`) could not handle the job lately (an
+        hour's expiry); at `loop_item_max_failures` the loop fails the job (docs/architecture.md#background-loops)."""
+        return f"{self.prefix}loop-failures:{loop}:{job_id}"
+
     @property
     def running(self) -> str:
         """Sorted set: running job id -> when its run's lease expires (epoch s; a few heartbeats after the last one).

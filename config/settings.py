@@ -280,6 +280,12 @@ class Settings(BaseSettings):
         description="Address ranges (CIDR, e.g. 10.20.0.0/16) a webhook may connect to although they are loopback, "
         "private or link-local; empty = public addresses only (docs/notifications.md).",
     )
+    webhook_ca_file: Path | None = Field(
+        default=None,
+        description="A PEM file of the certificate authorities an https webhook receiver's certificate is checked "
+        "against, in place of the system's (a private CA); the certificate must still name the URL's host "
+        "(docs/notifications.md#webhooks).",
+    )
     callback_queues: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(
         default_factory=list,
         description="Without a tenants file: the queues of the producers' own Celery apps a job's `link` / "
@@ -352,6 +358,13 @@ class Settings(BaseSettings):
     )
     max_worker_lost: int = Field(
         default=3, ge=1, description="A job whose worker is lost this many times fails as `poisoned`."
+    )
+    loop_item_max_failures: int = Field(
+        default=5,
+        ge=1,
+        description="Passes of the promoter or the reconciler (within an hour) that may fail to handle one job before "
+        "the loop fails it (kind `internal`, the loop's error in its message) instead of trying it forever "
+        "(docs/architecture.md#background-loops).",
     )
 
     # Worker

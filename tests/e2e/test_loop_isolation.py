@@ -1,6 +1,8 @@
 """One tenant's bad item never stops another's, with real `claudeq-worker` processes on a real Redis:
 a schedule whose next tick cannot be computed is paused with its error where users look while the other schedules
-go on firing; a notification the worker's settings refuse goes dead without failing its job."""
+go on firing; a running job whose record the reconciler cannot handle ends failed with the reconciler's error after
+`loop_item_max_failures` passes while other jobs run; a notification the worker's settings refuse goes dead without
+failing its job."""
 
 from __future__ import annotations
 
@@ -13,8 +15,13 @@ from pydantic import SecretStr
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
+from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
+from claudeq.worker.store.job_store import make_worker_store
 from tests.e2e.conftest import WorkerFactory
+from tests.integration.test_cli_output import cli
+from tests.support.aio import run
+from tests.support.procs import run_until
 
 pytestmark = pytest.mark.e2e
 
@@ -45,6 +52,48 @@ def test_a_schedule_that_breaks_the_scheduler_is_paused_and_the_others_keep_firi
     client.pause_schedule("steady")
     for name in ("steady", "no-next-tick", "far-future"):
         client.remove_schedule(name)
+
+
+def test_a_running_job_the_reconciler_cannot_handle_ends_failed_with_its_error_and_others_run(
+    client: Client, workers: WorkerFactory, settings: Settings, redis_client: redis.Redis, unique: str
+) -> None:
+    # Jobs whose worker died mid-run: one with its record damaged (a fence no version parses), one whose key holds
+    # no record at all, both before a sound one in the reconciler's order; each pass fails on the first two.
+    store = make_worker_store(settings, redis_client)
+    ids = []
+    for name, prompt in (("damaged", "p"), ("sound", f'[[sim: text "ok"]] recovered beside damaged jobs {unique}')):
+        record = JobRecord(id=f"{name}-{unique}", spec=JobSpec(prompt=prompt), status="queued", created_at=utcnow())
+        ids.append(store.create(record)[0])
+        run(store.claim(ids[-1], "gone-worker", 1))
+    bad, sound = ids
+    no_record = f"no-record-{unique}"
+    redis_client.hset(store.keys.job(bad), "fence", "not-a-number")
+    redis_client.set(store.keys.job(no_record), "not a job record")
+    redis_client.zadd(store.keys.running, {bad: 0, no_record: 1, sound: 2})  # every lease long expired
+    workers(loop_item_max_failures=3)
+    assert client.wait(sound, timeout=120).status == "succeeded"  # recovered, re-sent and run
+    good = client.submit(prompt=f'[[sim: text "ok"]] beside a damaged job {unique}')
+    assert good.wait(timeout=120).status == "succeeded"
+    run_until(
+        lambda: redis_client.hget(store.keys.job(bad), "status") == b"failed",
+        timeout=60,
+        what=f"job {bad}: the reconciler never gave up on it",
+    )
+    failed = client.get(bad)  # readable: the failing write gave it a fence that parses
+    assert failed.error is not None and failed.error.kind == "internal", failed.error
+    assert "the reconciler could not handle this job in 3 passes" in failed.error.message, failed.error
+    shown = cli(settings, "status", bad)
+    assert shown.returncode == 0 and "reconciler could not handle this job" in " ".join(shown.stdout.split()), shown
+    assert redis_client.zscore(store.keys.running, bad) is None
+    run_until(  # out of the index, and no count of failures left behind
+        lambda: (
+            redis_client.zscore(store.keys.running, no_record) is None
+            and not list(redis_client.scan_iter(match=f"{settings.key_prefix}loop-failures:*"))
+        ),
+        timeout=30,
+        what="the id with no record never left the running index",
+    )
+    redis_client.delete(store.keys.job(no_record))
 
 
 def test_a_webhook_host_the_worker_does_not_allow_fails_the_notification_not_the_job(

@@ -173,3 +173,92 @@ def test_the_exporter_serves_the_other_sections_when_one_fails(
     assert "claudeq_exporter_redis_up 1.0" in scraped
     assert 'claudeq_jobs{status="queued"} 1.0' in scraped  # the other sections are served
     assert 'claudeq_exporter_section_failed{section="tenants"} 1.0' in scraped
+
+
+def loop_failures_left(store: WorkerJobStore) -> list[bytes]:
+    return list(store.redis.scan_iter(match=f"{store.keys.prefix}loop-failures:*"))
+
+
+def test_a_deferred_job_the_promoter_keeps_failing_on_ends_failed_with_its_error(
+    loops: Loops, store: WorkerJobStore, sent: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = loops.settings.loop_item_max_failures
+    bad, good = submit(store), submit(store)
+    for job, age in ((bad, 2), (good, 1)):
+        claim = run(store.claim(job, "w", 5))
+        assert run(store.write(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+    monkeypatch.setattr(loops.engine, "promote_and_send", failing_for(bad, loops.engine.promote_and_send))
+    for _ in range(bound - 1):
+        on_loop(loops, loops.promote_once())
+        assert store.status(bad) == "deferred"  # tried again on the next pass
+    assert store.status(good) == "queued" and sent.count(good) == 1  # the first pass went on past it
+    on_loop(loops, loops.promote_once())
+    record = store.get(bad)
+    assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
+    assert "the promoter could not handle this job" in record.error.message
+    assert f"RuntimeError: cannot handle {bad}" in record.error.message
+    assert failures(loops, "promoter") == bound
+    assert bad not in sent and not loop_failures_left(store)
+    on_loop(loops, loops.promote_once())  # nothing left to fail on
+    assert failures(loops, "promoter") == bound
+
+
+def test_a_running_job_with_a_damaged_fence_ends_failed_and_the_reconciler_goes_on(
+    loops: Loops, store: WorkerJobStore, sent: list[str]
+) -> None:
+    bound = loops.settings.loop_item_max_failures
+    lost = []
+    for _ in range(2):
+        job = submit(store)
+        run(store.claim(job, "dead-worker", 30))
+        lost.append(job)
+    bad, good = lost
+    store.redis.hset(store.keys.job(bad), "fence", "not-a-number")  # a record no version of the reconciler reads
+    store.redis.zadd(store.keys.running, {bad: 0, good: 1})
+    assert on_loop(loops, loops.recover_once()) == [good]
+    assert store.status(good) == "queued" and good in sent
+    for _ in range(bound - 1):
+        assert on_loop(loops, loops.recover_once()) == []
+    record = store.get(bad)  # readable again: the failing write gave it a fence that parses
+    assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
+    assert "the reconciler could not handle this job" in record.error.message and "ValueError" in record.error.message
+    assert failures(loops, "reconciler") == bound
+    assert store.redis.zscore(store.keys.running, bad) is None and not loop_failures_left(store)
+
+
+def test_a_queued_job_the_reconciler_cannot_resend_ends_failed_and_the_others_are_resent(
+    loops: Loops, store: WorkerJobStore, sent: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = loops.settings.loop_item_max_failures
+    bad, good = submit(store), submit(store)
+    store.redis.zadd(store.keys.queued, {bad: 1, good: 2})  # both sent long ago, never claimed
+    monkeypatch.setattr(loops, "_resend", failing_for(bad, loops._resend))
+    assert on_loop(loops, loops.resend_once()) == [good]
+    for _ in range(bound - 1):
+        store.redis.zadd(store.keys.queued, {good: 2})  # unclaimed again: re-sent on every pass
+        assert on_loop(loops, loops.resend_once()) == [good]
+    record = store.get(bad)
+    assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
+    assert "the reconciler could not handle this job" in record.error.message
+    assert failures(loops, "reconciler") == bound and bad not in sent
+    assert store.redis.zscore(store.keys.queued, bad) is None and store.redis.zscore(store.keys.running, bad) is None
+    assert not loop_failures_left(store)
+
+
+def test_a_running_id_whose_key_is_no_record_leaves_the_index_and_the_reconciler_goes_on(
+    loops: Loops, store: WorkerJobStore, sent: list[str]
+) -> None:
+    bound = loops.settings.loop_item_max_failures
+    good = submit(store)
+    run(store.claim(good, "dead-worker", 30))
+    bad = f"j{time.monotonic_ns()}"
+    store.redis.set(store.keys.job(bad), "not a job record")  # every read of it is WRONGTYPE
+    store.redis.zadd(store.keys.running, {bad: 0, good: 1})  # the damaged one first
+    assert on_loop(loops, loops.recover_once()) == [good]  # the pass went on past it
+    assert store.status(good) == "queued" and good in sent
+    for _ in range(bound - 1):
+        assert store.redis.zscore(store.keys.running, bad) is not None  # tried again next pass
+        assert on_loop(loops, loops.recover_once()) == []
+    assert store.redis.zscore(store.keys.running, bad) is None  # no record to fail: out of the index
+    assert failures(loops, "reconciler") == bound and not loop_failures_left(store)
+    store.redis.delete(store.keys.job(bad))

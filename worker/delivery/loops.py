@@ -26,6 +26,7 @@ import redis
 
 from claudeq import connections
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for
+from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.events import Requeued, ended
 from claudeq.models import Attempt, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
@@ -50,6 +51,8 @@ SCHEDULE_EVERY_S = 0.25
 NOTIFY_EVERY_S = 0.25
 ARCHIVE_RETRY_S = 60.0
 PURGE_EVERY = 720
+#: A loop's count of the passes that could not handle a job lives this long after the last (s).
+LOOP_FAILURES_TTL_S = 3600
 #: A worker key lives this many heartbeats after the last one.
 WORKER_TTL_HEARTBEATS = 3
 
@@ -57,6 +60,11 @@ WORKER_TTL_HEARTBEATS = 3
 def worker_ttl_s(heartbeat_s: float) -> int:
     """Expiry of a worker's heartbeat key (and the age `--check` accepts)."""
     return max(2, int(heartbeat_s * WORKER_TTL_HEARTBEATS + 0.999))
+
+
+def not_a_record(exc: Exception) -> bool:
+    """Whether a Redis error says a job's key holds another type than a job record (damage: the job's own)."""
+    return isinstance(exc, redis.ResponseError) and "WRONGTYPE" in str(exc)
 
 
 def lost_attempts(record: JobRecord, now_detail: str) -> list[Attempt]:
@@ -115,18 +123,79 @@ class Loops:
                 log.exception("%s: unexpected error; retrying", name)
             await asyncio.sleep(interval_s)
 
-    async def _isolated(self, loop: str, item: str, step: Awaitable[T]) -> T | None:
-        """Run one item's step of a pass: an item the loop cannot handle is counted, logged in one line and left for
-        a later pass, and the pass goes on with the others (None). Redis errors still end the pass: they are not the
-        item's, and the next pass retries it."""
+    async def _isolated(self, loop: str, job_id: str, step: Awaitable[T]) -> T | None:
+        """Run one job's step of a pass: a job the loop cannot handle is counted, logged in one line and left for a
+        later pass, and the pass goes on with the others (None). After `loop_item_max_failures` such passes the loop
+        fails the job with its error (`_give_up`). Redis errors still end the pass: they are not the job's, and the
+        next pass retries it; but for a job key that is no job record (WRONGTYPE), which is the job's."""
         try:
             return await step
-        except (asyncio.CancelledError, redis.RedisError):
-            raise
         except Exception as exc:
+            if isinstance(exc, redis.RedisError) and not not_a_record(exc):
+                raise
             self.engine.metrics.loop_item_failed(loop)
-            log.warning("%s: %s failed (%s: %s); the pass goes on", loop, item, type(exc).__name__, exc)
+            log.warning("%s: job %s failed (%s: %s); the pass goes on", loop, job_id, type(exc).__name__, exc)
+            passes = await self.store.loop_failed(loop, job_id, LOOP_FAILURES_TTL_S)
+            if passes >= self.settings.loop_item_max_failures:
+                await self._give_up(loop, job_id, passes, exc)
             return None
+
+    async def _give_up(self, loop: str, job_id: str, passes: int, exc: Exception) -> None:
+        """Fail a job `passes` passes of `loop` could not handle, through the fenced paths every failure takes: a
+        running job as the reconciler fails a poisoned one, a queued or deferred one claimed first (as a worker fails
+        a record it cannot read). Its error (kind internal) says which loop and why; the loop goes on either way."""
+        problem = f"{type(exc).__name__}: {exc}"[:300]
+        message = (
+            f"the {loop} could not handle this job in {passes} passes (last: {problem}); failed rather than tried "
+            "forever. Its record may be damaged or written by another claudeq version; see the worker logs."
+        )
+        error = JobError(kind="internal", message=message)
+        try:
+            try:
+                status, fence = await self.store.status_and_fence(job_id)
+            except redis.ResponseError as read_error:
+                if not not_a_record(read_error):
+                    raise
+                # Its key holds no job record: no record to fail. Out of the loops' indexes, so no pass sees it.
+                await self.store.drop_from_indexes(job_id)
+                await self.store.forget_loop_failures(loop, job_id)
+                log.error(
+                    "job %s: the %s could not handle it in %d passes: %s; its key is no job record, dropped "
+                    "from the indexes",
+                    job_id,
+                    loop,
+                    passes,
+                    problem,
+                )
+                return
+            ended_as: TerminalStatus | None = None
+            if status == "running" and fence is not None:
+                repaired = None if fence.isdigit() else 0  # a record that parses afterwards
+                written = await self.store.recover(job_id, fence, None, ended("failed", error), error, repaired)
+                if written:  # CANCELLED: its cancel flag was set, so it ended cancelled instead
+                    ended_as = "cancelled" if written == CANCELLED else "failed"
+            elif status in ("queued", "deferred"):
+                if status == "deferred":
+                    await self.store.promote(job_id, None, force=True)
+                claim = await self.store.claim(job_id, self.engine.worker_id, self.settings.lease_ttl_s)
+                if claim.ok and await self.store.write(job_id, claim.fence, "failed", error=error):
+                    ended_as = "failed"
+        except Exception as failed:
+            log.error("%s: job %s: failing it failed too (%s); left for a later pass", loop, job_id, failed)
+            return
+        if ended_as is None:
+            return  # it moved on meanwhile (finished, cancelled, taken by a worker): not the loop's any more
+        await self.store.forget_loop_failures(loop, job_id)
+        log.error("job %s: %s", job_id, message if ended_as == "failed" else f"{message} (cancelled instead)")
+        try:
+            spec: JobSpec | None = (await self.store.reads.get(job_id)).spec
+        except Exception:
+            spec = None
+        try:
+            await self.engine.accounts.job_done(spec.tenant if spec else DEFAULT_TENANT, job_id)
+        except Exception:
+            log.exception("job %s: tenant bookkeeping failed", job_id)
+        self.engine.metrics.job_finished((spec.queue if spec else None) or self.settings.queue, ended_as)
 
     # ---- promoter --------------------------------------------------------------------------------------------
 
@@ -145,7 +214,7 @@ class Loops:
         await self.engine.dispatch.send_admitted(admitted)
         sent = len(admitted)
         for job_id in await self.store.due_deferred():
-            if await self._isolated("promoter", f"job {job_id}", self.engine.promote_and_send(job_id)):
+            if await self._isolated("promoter", job_id, self.engine.promote_and_send(job_id)):
                 log.info("job %s: promoted from deferred", job_id)
                 sent += 1
         return sent
@@ -262,7 +331,7 @@ class Loops:
         # Only the runs whose lease expired: one read however many are in flight (`running` is scored by expiry).
         expired = [job_id for job_id in await self.store.expired_runs() if not self.engine.handles(job_id)]
         for job_id in expired:
-            if await self._isolated("reconciler", f"job {job_id}", self._recover(job_id)):
+            if await self._isolated("reconciler", job_id, self._recover(job_id)):
                 recovered.append(job_id)
         return recovered
 
@@ -352,7 +421,7 @@ class Loops:
             if job_id in waiting:
                 await self.store.mark_sent(job_id)
                 continue
-            if await self._isolated("reconciler", f"job {job_id}", self._resend(job_id, older)):
+            if await self._isolated("reconciler", job_id, self._resend(job_id, older)):
                 sent.append(job_id)
         return sent
 

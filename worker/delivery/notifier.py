@@ -23,6 +23,7 @@ import functools
 import json
 import logging
 import random
+import ssl
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -307,7 +308,10 @@ class Notifier:
         headers["host"] = target.host_header
         extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
         if self._http is None:
-            self._http = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+            # A private CA when the operator names one; the certificate must name the URL's host either way.
+            ca = self.settings.webhook_ca_file
+            verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca)) if ca else True
+            self._http = httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=verify)
         try:
             answer = await self._http.post(
                 target.url,

@@ -448,6 +448,26 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """Drop a job id from the running index (its record is gone)."""
         await self._pipe(lambda p: p.zrem(self.keys.running, job_id))
 
+    async def loop_failed(self, loop: str, job_id: str, ttl_s: int) -> int:
+        """Count one more pass of `loop` that could not handle the job (kept `ttl_s` after the last); -> how many."""
+        key = self.keys.loop_failures(loop, job_id)
+        count, _ = await self._pipe(lambda p: p.incr(key).expire(key, ttl_s))
+        return int(count)
+
+    async def forget_loop_failures(self, loop: str, job_id: str) -> None:
+        """Drop the count of `loop`'s failures on the job (the loop ended it)."""
+        await self._pipe(lambda p: p.delete(self.keys.loop_failures(loop, job_id)))
+
+    async def drop_from_indexes(self, job_id: str) -> None:
+        """Take a job id out of `running`, `queued` and `deferred` (its key holds no job record)."""
+        keys = (self.keys.running, self.keys.queued, self.keys.deferred)
+        await self._pipe(lambda p: [p.zrem(key, job_id) for key in keys])
+
+    async def status_and_fence(self, job_id: str) -> tuple[str | None, str | None]:
+        """The job's status and fencing token as stored (read when the record itself cannot be parsed)."""
+        ((status, fence),) = await self._pipe(lambda p: p.hmget(self.keys.job(job_id), "status", "fence"))
+        return (None if status is None else text(status)), (None if fence is None else text(fence))
+
     async def fence_of(self, job_id: str) -> int | None:
         """The job's fencing token read directly (works when the record itself cannot be parsed)."""
         (value,) = await self._pipe(lambda p: p.hget(self.keys.job(job_id), "fence"))
@@ -486,10 +506,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def recover(
         self,
         job_id: str,
-        fence: int,
+        fence: int | str,
         attempts: list[Attempt] | None,
         event: Event | None = None,
         error: JobError | None = None,
+        new_fence: int | None = None,
     ) -> Written:
         """A running job whose lease expired goes back to `queued` with `attempts` (None: leave them as they are,
         e.g. when the record cannot be parsed) and `event` appended in the same step; with `error`, it fails instead
@@ -499,6 +520,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
         on_cancel = ""
         if error is not None:
             fields.update(error=error, finished_at=utcnow())
+        if new_fence is not None:  # `fence` was unreadable: the failed record gets one that parses
+            fields["fence"] = new_fence
         else:
             cancelled = encode_event(ended("cancelled", CANCEL_ERROR))
             on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
