@@ -3,7 +3,8 @@
 Real worker processes (as root: each run under a uid of its own, in its sandbox), the real CLI, the simulator
 scripting the edits with Bash and Write tool calls (docs/simulator.md). Jobs on one repository see only their own
 worktree; each record's diff holds exactly its edits and its branch exists with them; a failed attempt leaves its
-partial change and its retry starts from `ref`; two conversation turns build on one branch
+partial change and its retry starts from `ref`; two conversation turns build on one branch; a patch over the
+record's cap comes back whole from the transcript archive, or as the stat and the branch without one
 (docs/jobs.md#coding-jobs).
 """
 
@@ -27,6 +28,7 @@ from claudeq.models import JobRecord
 from claudeq.producer.client import AsyncClient, Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
+from tests.support.archive import archive_url
 from tests.support.binaries import require_binary
 from tests.support.run_dirs import group_workspace, open_base
 from tests.support.tree import ROOT
@@ -179,6 +181,68 @@ def test_the_command_line_submits_a_coding_job_and_prints_its_diff(
     assert json.loads(shown.stdout)["files"] == 1 and "patch" not in json.loads(shown.stdout)
     refused = _cli(settings, "submit", "p", "--ref", "main", "--json")
     assert refused.returncode == 2 and json.loads(refused.stdout)["fields"][0]["field"] == "--ref"
+
+
+PATCH_CAP = 2000  # bytes of patch a record keeps in these tests
+
+
+def _big_and_small(client: Client, repo: Path, unique: str) -> tuple[JobRecord, JobRecord]:
+    """Two coding jobs: one writing ~20 kB (over PATCH_CAP), one writing a line."""
+    big = f"seq 1 1500 | sed 's/$/ {unique}/' > big.txt"
+    jobs = [
+        client.submit(prompt=f"{_bash(command)} {name} {unique}", tools="shell", workspace={"repo": str(repo)})
+        for name, command in (("big", big), ("small", "echo small > small.txt"))
+    ]
+    return _done(client, jobs[0].id), _done(client, jobs[1].id)
+
+
+def test_a_patch_over_the_cap_comes_back_whole_from_the_archive(
+    workers: WorkerFactory, repo: Path, unique: str, settings: Settings, tmp_path: Path
+) -> None:
+    cfg = settings.model_copy(
+        update={"archive_url": archive_url("sqlite", tmp_path), "workspace_patch_max_bytes": PATCH_CAP}
+    )
+    workers(archive_url=cfg.archive_url, workspace_patch_max_bytes=PATCH_CAP)
+    client = Client(cfg)
+    assert client.store.archive is not None
+    try:
+        big, small = _big_and_small(client, repo, unique)
+        assert big.workspace is not None and big.workspace.truncated and big.workspace.patch_archived
+        assert big.workspace.patch_z is None  # the record keeps the stat and the branch only
+        whole = _git(repo, "diff", "--binary", big.workspace.ref_commit, big.workspace.branch)
+        assert len(whole.encode()) > PATCH_CAP and f"+1500 {unique}" in whole
+        change = client.diff(big.id)
+        assert change is not None and change.patch == whole and change.files == 1 and change.insertions == 1500
+        async_change = asyncio.run(AsyncClient(client=client).diff(big.id))
+        assert async_change is not None and async_change.patch == whole
+        shown = _cli(cfg, "diff", big.id)
+        assert shown.returncode == 0 and shown.stdout == whole, shown.stderr
+        assert "read from the transcript archive" in " ".join(shown.stderr.split())
+        as_json = json.loads(_cli(cfg, "diff", big.id, "--json").stdout)
+        assert as_json["patch"] == whole and as_json["patch_archived"] is True
+        assert small.workspace is not None and small.workspace.patch_z is not None  # under the cap: in the record
+        assert not small.workspace.patch_archived and not small.workspace.truncated
+        assert client.store.archive.get_patch(cfg.key_prefix, small.id) is None
+        shown = _cli(cfg, "diff", small.id)
+        assert "+small" in shown.stdout and "archive" not in shown.stderr
+    finally:
+        client.store.archive.drop(cfg.key_prefix)
+
+
+def test_without_an_archive_a_patch_over_the_cap_leaves_the_stat_and_the_branch(
+    workers: WorkerFactory, repo: Path, unique: str, settings: Settings
+) -> None:
+    cfg = settings.model_copy(update={"workspace_patch_max_bytes": PATCH_CAP})
+    workers(workspace_patch_max_bytes=PATCH_CAP)
+    client = Client(cfg)
+    big, _ = _big_and_small(client, repo, unique)
+    change = client.diff(big.id)
+    assert change is not None and change.truncated and not change.patch_archived and change.patch is None
+    assert (change.files, change.insertions) == (1, 1500)
+    assert f"+1500 {unique}" in _git(repo, "diff", change.ref_commit, change.branch)  # the branch holds it all
+    shown = _cli(cfg, "diff", big.id)
+    assert shown.returncode == 0 and shown.stdout.startswith("1 file(s) changed, 1500 insertion(s)(+)")
+    assert f"on {change.branch}" in shown.stdout and f"see branch {change.branch}" in " ".join(shown.stderr.split())
 
 
 def test_bad_workspaces_are_refused_at_submit_with_the_field(
