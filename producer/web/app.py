@@ -377,7 +377,7 @@ class Web:
         change = record.workspace
         if change is not None and change.patch_archived:  # too large for the record: read from the archive
             change = self.client.diff(record.id) or change
-            record = record.model_copy(update={"workspace": change})
+            summary["record"] = record.model_copy(update={"workspace": change})
         change_files, change_cut = sections(change.patch or "") if change else ([], False)
         return self.page(
             request,

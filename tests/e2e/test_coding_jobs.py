@@ -17,10 +17,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import JobSpecError
@@ -225,6 +227,11 @@ def test_a_patch_over_the_cap_comes_back_whole_from_the_archive(
         assert client.store.archive.get_patch(cfg.key_prefix, small.id) is None
         shown = _cli(cfg, "diff", small.id)
         assert "+small" in shown.stdout and "archive" not in shown.stderr
+        token = f"op-{unique}"
+        with _serve(cfg.model_copy(update={"web_token": SecretStr(token)}), tmp_path) as web:
+            headers = {"Authorization": f"Bearer {token}"}
+            page = httpx.get(f"{web}/jobs/{big.id}", headers=headers, timeout=30).text
+        assert 'id="change-archived"' in page and 'data-path="big.txt"' in page and f"+1 {unique}" in page
     finally:
         client.store.archive.drop(cfg.key_prefix)
 
@@ -370,16 +377,16 @@ def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
     assert httpx.get(f"{web}/jobs/{job.id}/artifacts/big.bin", timeout=30).status_code == 404
 
 
-@pytest.fixture
-def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def _serve(settings: Settings, folder: Path) -> Iterator[str]:
     """`claudeq web` as its own process (no tokens configured: open, on loopback); yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    log = (tmp_path / "web.log").open("wb")
+    log = (folder / "web.log").open("wb")
     command = [sys.executable, "-m", "claudeq.producer.cli", "web", "--port", str(port)]
     env = {**worker_env(settings, []), **settings_env(settings)}
-    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -387,13 +394,19 @@ def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert proc.poll() is None, (tmp_path / "web.log").read_text()
+                assert proc.poll() is None, (folder / "web.log").read_text()
                 time.sleep(0.2)
         yield base
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+@pytest.fixture
+def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
+    with _serve(settings, tmp_path) as base:
+        yield base
 
 
 @pytest.fixture
