@@ -227,10 +227,8 @@ def test_a_patch_over_the_cap_comes_back_whole_from_the_archive(
         assert client.store.archive.get_patch(cfg.key_prefix, small.id) is None
         shown = _cli(cfg, "diff", small.id)
         assert "+small" in shown.stdout and "archive" not in shown.stderr
-        token = f"op-{unique}"
-        with _serve(cfg.model_copy(update={"web_token": SecretStr(token)}), tmp_path) as web:
-            headers = {"Authorization": f"Bearer {token}"}
-            page = httpx.get(f"{web}/jobs/{big.id}", headers=headers, timeout=30).text
+        with _serve(cfg, tmp_path) as web:
+            page = httpx.get(f"{web}/jobs/{big.id}", headers=AUTH, timeout=30).text
         assert 'id="change-archived"' in page and 'data-path="big.txt"' in page and f"+1 {unique}" in page
     finally:
         client.store.archive.drop(cfg.key_prefix)
@@ -368,23 +366,28 @@ def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["report.bin", "sub/note.txt"]
     assert "report.bin" in _cli(settings, "artifacts", job.id).stdout
     # The web page links them; a link downloads the bytes (never rendered), an unknown name is a 404.
-    page = httpx.get(f"{web}/jobs/{job.id}", timeout=30).text
+    page = httpx.get(f"{web}/jobs/{job.id}", headers=AUTH, timeout=30).text
     assert f'href="/jobs/{job.id}/artifacts/sub/note.txt"' in page and "big.bin (not kept)" in page
-    got = httpx.get(f"{web}/jobs/{job.id}/artifacts/report.bin", timeout=30)
+    got = httpx.get(f"{web}/jobs/{job.id}/artifacts/report.bin", headers=AUTH, timeout=30)
     assert (got.status_code, got.content) == (200, b"\x00\x01\xffbin")
     assert got.headers["content-type"] == "application/octet-stream"
     assert got.headers["content-disposition"].startswith("attachment")
-    assert httpx.get(f"{web}/jobs/{job.id}/artifacts/big.bin", timeout=30).status_code == 404
+    assert httpx.get(f"{web}/jobs/{job.id}/artifacts/big.bin", headers=AUTH, timeout=30).status_code == 404
+
+
+WEB_TOKEN = "cqt-coding-operator"  # the web page's operator token in these tests
+AUTH = {"Authorization": f"Bearer {WEB_TOKEN}"}
 
 
 @contextmanager
 def _serve(settings: Settings, folder: Path) -> Iterator[str]:
-    """`claudeq web` as its own process (no tokens configured: open, on loopback); yields its base URL."""
+    """`claudeq web` as its own process (on loopback, the operator's token WEB_TOKEN); yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     log = (folder / "web.log").open("wb")
     command = [sys.executable, "-m", "claudeq.producer.cli", "web", "--port", str(port)]
+    settings = settings.model_copy(update={"web_token": SecretStr(WEB_TOKEN)})
     env = {**worker_env(settings, []), **settings_env(settings)}
     proc = subprocess.Popen(command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -429,6 +432,10 @@ def test_the_job_page_shows_the_patch_file_by_file(
     command = f"echo '<b>{unique}</b>' > page.html && sed -i 's/second line/2nd line/' README.md"
     job = client.submit(prompt=f"{_bash(command)} web {unique}", tools="shell", workspace={"repo": str(repo)})
     _done(client, job.id)
+    browser.get(f"{web}/login")
+    browser.find("#token").send_keys(WEB_TOKEN)
+    browser.find("#login").click()
+    browser.until(lambda d: d.find_all("#jobs"))
     browser.get(f"{web}/jobs/{job.id}")
     browser.until(lambda d: d.find_all("#change"))
     assert browser.find("#change-stat").text.startswith("2 file(s) · +2 -1 · branch claudeq/")
