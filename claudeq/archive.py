@@ -4,10 +4,11 @@ Off unless `CLAUDEQ_ARCHIVE_URL` names a store: `postgresql://…` (psycopg, the
 `sqlite:///path/archive.db` (the standard library) for one host. `CLAUDEQ_ARCHIVE_AFTER_S` after a job ends, a
 worker moves the transcripts of the job's sessions (their stored elements byte for byte, the uuids they were
 deduplicated by, the folded summary) and the record's compacted events and result (when longer than
-`RESULT_KEPT_CHARS`) out of Redis; what reads them (`RedisSessionStore.load`/`list_sessions`/…, hence resume and
-the SDK's session listing; `JobStore.read_events`, `get` and `list_jobs`; `claudeq transcript`) reads the archive
-transparently. Moves are idempotent: an element is keyed by its digest within its transcript, so a move retried
-after a crash between the archive's commit and the Redis delete adds nothing. Rows keep the retention the Redis
+`RESULT_KEPT_CHARS`) out of Redis, and a coding job's patch too large for its record goes there when its attempt
+ends (`put_patch`, read back by `Client.diff`); what reads them (`RedisSessionStore.load`/`list_sessions`/…, hence
+resume and the SDK's session listing; `JobStore.read_events`, `get` and `list_jobs`; `claudeq transcript`) read the
+archive transparently. Moves are idempotent: an element is keyed by its digest within its transcript, so a move
+retried after a crash between the archive's commit and the Redis delete adds nothing. Rows keep the retention the Redis
 keys had (`expires_at`); the archiver deletes expired ones. Why, and the layout:
 docs/architecture.md#the-transcript-archive.
 """
@@ -39,6 +40,9 @@ SCHEMA = [
     """CREATE TABLE IF NOT EXISTS claudeq_job_history (
         prefix TEXT NOT NULL, job_id TEXT NOT NULL, events {blob}, result TEXT, expires_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (prefix, job_id))""",
+    """CREATE TABLE IF NOT EXISTS claudeq_job_patches (
+        prefix TEXT NOT NULL, job_id TEXT NOT NULL, patch {blob} NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (prefix, job_id))""",
 ]
 
 
@@ -69,6 +73,8 @@ class Archive(Protocol):
     ) -> None: ...
     def get_events(self, prefix: str, job_id: str) -> bytes | None: ...
     def get_results(self, prefix: str, job_ids: Sequence[str]) -> dict[str, str]: ...
+    def put_patch(self, prefix: str, job_id: str, patch: bytes, expires_at: float) -> None: ...
+    def get_patch(self, prefix: str, job_id: str) -> bytes | None: ...
     def purge(self, prefix: str, now: float | None = None) -> int: ...
     def close(self) -> None: ...
 
@@ -271,10 +277,30 @@ class SqlArchive:
             )
             return {str(r[0]): str(r[1]) for r in cur.fetchall()}
 
+    # ---- coding jobs' patches too large for their record ----------------------------------------------------
+
+    def put_patch(self, prefix: str, job_id: str, patch: bytes, expires_at: float) -> None:
+        """A coding job's whole patch (zlib), replacing its previous attempt's."""
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO claudeq_job_patches VALUES (?, ?, ?, ?) ON CONFLICT (prefix, job_id) DO UPDATE SET "
+                "patch = excluded.patch, expires_at = excluded.expires_at",
+                (prefix, job_id, patch, expires_at),
+            )
+
+    def get_patch(self, prefix: str, job_id: str) -> bytes | None:
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT patch FROM claudeq_job_patches WHERE prefix = ? AND job_id = ? AND expires_at > ?",
+                (prefix, job_id, time.time()),
+            )
+            row = cur.fetchone()
+        return bytes(row[0]) if row else None
+
     # ---- retention -------------------------------------------------------------------------------------------
 
     def purge(self, prefix: str, now: float | None = None) -> int:
-        """Delete what outlived its retention; -> sessions and job events deleted."""
+        """Delete what outlived its retention; -> sessions, job histories and patches deleted."""
         now = time.time() if now is None else now
         with self._tx() as cur:
             cur.execute(
@@ -285,12 +311,15 @@ class SqlArchive:
             cur.execute("DELETE FROM claudeq_sessions WHERE prefix = ? AND expires_at <= ?", (prefix, now))
             gone = max(0, int(cur.rowcount))
             cur.execute("DELETE FROM claudeq_job_history WHERE prefix = ? AND expires_at <= ?", (prefix, now))
+            gone += max(0, int(cur.rowcount))
+            cur.execute("DELETE FROM claudeq_job_patches WHERE prefix = ? AND expires_at <= ?", (prefix, now))
             return gone + max(0, int(cur.rowcount))
 
     def drop(self, prefix: str) -> None:
         """Delete everything under `prefix` (tests, a fleet taken down)."""
         with self._tx() as cur:
-            for table in ("claudeq_transcript_elements", "claudeq_sessions", "claudeq_job_history"):
+            tables = ("claudeq_transcript_elements", "claudeq_sessions", "claudeq_job_history", "claudeq_job_patches")
+            for table in tables:
                 cur.execute(f"DELETE FROM {table} WHERE prefix = ?", (prefix,))
 
 

@@ -52,7 +52,8 @@ class ChangeStat(BaseModel):
 
 class WorkspaceChange(ChangeStat):
     """The job's change as the record keeps it: the stat, its branch and commits, and the patch (zlib, base64) while
-    it fits `CLAUDEQ_WORKSPACE_PATCH_MAX_BYTES`; beyond that only the stat and the branch (`truncated`)."""
+    it fits `CLAUDEQ_WORKSPACE_PATCH_MAX_BYTES`; beyond that only the stat and the branch (`truncated`), and the whole
+    patch in the transcript archive when one is configured (`patch_archived`: `Client.diff` reads it from there)."""
 
     branch: str
     ref: str
@@ -60,11 +61,12 @@ class WorkspaceChange(ChangeStat):
     base: str  # the commit the job's attempts start from (ref_commit; a conversation's branch as its last turn left it)
     patch_z: str | None = None
     truncated: bool = False
+    patch_archived: bool = False  # truncated, and the whole patch is in the archive (read back with `patch_z` set)
     worktree: str | None = None  # where it is kept (`keep`), else None once removed
 
     @property
     def patch(self) -> str | None:
-        """The patch as text (None when it was too large to keep)."""
+        """The patch as text (None when it was too large to keep and not read from the archive)."""
         return None if self.patch_z is None else unpack_patch(self.patch_z)
 
 

@@ -471,7 +471,8 @@ class Settings(BaseSettings):
     workspace_patch_max_bytes: int = Field(
         default=1_000_000,
         ge=0,
-        description="The largest patch (uncompressed) a coding job's record keeps; beyond it, the stat and the branch.",
+        description="The largest patch (uncompressed) a coding job's record keeps; beyond it, the stat and the branch "
+        "(and the whole patch in the transcript archive, when one is configured).",
     )
     cli_path: Path | None = Field(default=None, description="Claude CLI to run (default: the SDK's bundled one).")
     secret_env: Annotated[list[str], NoDecode, BeforeValidator(json_or_commas)] = Field(

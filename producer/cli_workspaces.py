@@ -77,6 +77,8 @@ def diff(
             data["patch"] = change.patch
         print(json.dumps(data))
         return
+    if change.patch_archived and change.patch is not None and not stat:
+        err.print("the patch was larger than the record keeps: read from the transcript archive")
     if stat or change.patch is None:
         print(stat_line(change))
         if change.truncated and not stat:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import functools
 import json
@@ -359,8 +360,15 @@ class Client:
 
     def diff(self, job_id: str) -> WorkspaceChange | None:
         """A coding job's change (its spec's `workspace`): the stat, its branch and commit, and `.patch` against
-        `ref` (None when too large to keep); None for a job that has none yet (docs/jobs.md#coding-jobs)."""
-        return self.get(job_id).workspace
+        `ref` (read from the transcript archive when too large for the record, `patch_archived`; None when too large
+        and not archived); None for a job that has none yet (docs/jobs.md#coding-jobs)."""
+        change = self.get(job_id).workspace
+        if change is None or change.patch_z is not None or not change.patch_archived or self.store.archive is None:
+            return change
+        stored = self.store.archive.get_patch(self.store.keys.prefix, job_id)
+        if stored is None:  # gone with its retention
+            return change.model_copy(update={"patch_archived": False})
+        return change.model_copy(update={"patch_z": base64.b64encode(stored).decode()})
 
     def artifact(self, job_id: str, name: str) -> bytes:
         """The bytes of one of the job's artifacts (`get(job_id).artifacts` lists them; docs/jobs.md#artifacts);

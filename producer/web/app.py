@@ -374,7 +374,11 @@ class Web:
         if record.spec.conversation:
             turns = self.client._conversations.turns(record.spec.conversation, record.spec.tenant)
         public = record.public()
-        change_files, change_cut = sections(record.workspace.patch or "") if record.workspace else ([], False)
+        change = record.workspace
+        if change is not None and change.patch_archived:  # too large for the record: read from the archive
+            change = self.client.diff(record.id) or change
+            summary["record"] = record.model_copy(update={"workspace": change})
+        change_files, change_cut = sections(change.patch or "") if change else ([], False)
         return self.page(
             request,
             "job.html",

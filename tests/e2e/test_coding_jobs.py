@@ -3,7 +3,8 @@
 Real worker processes (as root: each run under a uid of its own, in its sandbox), the real CLI, the simulator
 scripting the edits with Bash and Write tool calls (docs/simulator.md). Jobs on one repository see only their own
 worktree; each record's diff holds exactly its edits and its branch exists with them; a failed attempt leaves its
-partial change and its retry starts from `ref`; two conversation turns build on one branch
+partial change and its retry starts from `ref`; two conversation turns build on one branch; a patch over the
+record's cap comes back whole from the transcript archive, or as the stat and the branch without one
 (docs/jobs.md#coding-jobs).
 """
 
@@ -16,10 +17,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import JobSpecError
@@ -27,6 +30,7 @@ from claudeq.models import JobRecord
 from claudeq.producer.client import AsyncClient, Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
+from tests.support.archive import archive_url
 from tests.support.binaries import require_binary
 from tests.support.run_dirs import group_workspace, open_base
 from tests.support.tree import ROOT
@@ -181,6 +185,71 @@ def test_the_command_line_submits_a_coding_job_and_prints_its_diff(
     assert refused.returncode == 2 and json.loads(refused.stdout)["fields"][0]["field"] == "--ref"
 
 
+PATCH_CAP = 2000  # bytes of patch a record keeps in these tests
+
+
+def _big_and_small(client: Client, repo: Path, unique: str) -> tuple[JobRecord, JobRecord]:
+    """Two coding jobs: one writing ~20 kB (over PATCH_CAP), one writing a line."""
+    big = f"seq 1 1500 | sed 's/$/ {unique}/' > big.txt"
+    jobs = [
+        client.submit(prompt=f"{_bash(command)} {name} {unique}", tools="shell", workspace={"repo": str(repo)})
+        for name, command in (("big", big), ("small", "echo small > small.txt"))
+    ]
+    return _done(client, jobs[0].id), _done(client, jobs[1].id)
+
+
+def test_a_patch_over_the_cap_comes_back_whole_from_the_archive(
+    workers: WorkerFactory, repo: Path, unique: str, settings: Settings, tmp_path: Path
+) -> None:
+    cfg = settings.model_copy(
+        update={"archive_url": archive_url("sqlite", tmp_path), "workspace_patch_max_bytes": PATCH_CAP}
+    )
+    workers(archive_url=cfg.archive_url, workspace_patch_max_bytes=PATCH_CAP)
+    client = Client(cfg)
+    assert client.store.archive is not None
+    try:
+        big, small = _big_and_small(client, repo, unique)
+        assert big.workspace is not None and big.workspace.truncated and big.workspace.patch_archived
+        assert big.workspace.patch_z is None  # the record keeps the stat and the branch only
+        whole = _git(repo, "diff", "--binary", big.workspace.ref_commit, big.workspace.branch)
+        assert len(whole.encode()) > PATCH_CAP and f"+1500 {unique}" in whole
+        change = client.diff(big.id)
+        assert change is not None and change.patch == whole and change.files == 1 and change.insertions == 1500
+        async_change = asyncio.run(AsyncClient(client=client).diff(big.id))
+        assert async_change is not None and async_change.patch == whole
+        shown = _cli(cfg, "diff", big.id)
+        assert shown.returncode == 0 and shown.stdout == whole, shown.stderr
+        assert "read from the transcript archive" in " ".join(shown.stderr.split())
+        as_json = json.loads(_cli(cfg, "diff", big.id, "--json").stdout)
+        assert as_json["patch"] == whole and as_json["patch_archived"] is True
+        assert small.workspace is not None and small.workspace.patch_z is not None  # under the cap: in the record
+        assert not small.workspace.patch_archived and not small.workspace.truncated
+        assert client.store.archive.get_patch(cfg.key_prefix, small.id) is None
+        shown = _cli(cfg, "diff", small.id)
+        assert "+small" in shown.stdout and "archive" not in shown.stderr
+        with _serve(cfg, tmp_path) as web:
+            page = httpx.get(f"{web}/jobs/{big.id}", headers=AUTH, timeout=30).text
+        assert 'id="change-archived"' in page and 'data-path="big.txt"' in page and f"+1 {unique}" in page
+    finally:
+        client.store.archive.drop(cfg.key_prefix)
+
+
+def test_without_an_archive_a_patch_over_the_cap_leaves_the_stat_and_the_branch(
+    workers: WorkerFactory, repo: Path, unique: str, settings: Settings
+) -> None:
+    cfg = settings.model_copy(update={"workspace_patch_max_bytes": PATCH_CAP})
+    workers(workspace_patch_max_bytes=PATCH_CAP)
+    client = Client(cfg)
+    big, _ = _big_and_small(client, repo, unique)
+    change = client.diff(big.id)
+    assert change is not None and change.truncated and not change.patch_archived and change.patch is None
+    assert (change.files, change.insertions) == (1, 1500)
+    assert f"+1500 {unique}" in _git(repo, "diff", change.ref_commit, change.branch)  # the branch holds it all
+    shown = _cli(cfg, "diff", big.id)
+    assert shown.returncode == 0 and shown.stdout.startswith("1 file(s) changed, 1500 insertion(s)(+)")
+    assert f"on {change.branch}" in shown.stdout and f"see branch {change.branch}" in " ".join(shown.stderr.split())
+
+
 def test_bad_workspaces_are_refused_at_submit_with_the_field(
     client: Client, repo: Path, root: Path, base: Path
 ) -> None:
@@ -297,25 +366,30 @@ def test_files_written_under_the_outputs_folder_come_back_byte_for_byte(
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["report.bin", "sub/note.txt"]
     assert "report.bin" in _cli(settings, "artifacts", job.id).stdout
     # The web page links them; a link downloads the bytes (never rendered), an unknown name is a 404.
-    page = httpx.get(f"{web}/jobs/{job.id}", timeout=30).text
+    page = httpx.get(f"{web}/jobs/{job.id}", headers=AUTH, timeout=30).text
     assert f'href="/jobs/{job.id}/artifacts/sub/note.txt"' in page and "big.bin (not kept)" in page
-    got = httpx.get(f"{web}/jobs/{job.id}/artifacts/report.bin", timeout=30)
+    got = httpx.get(f"{web}/jobs/{job.id}/artifacts/report.bin", headers=AUTH, timeout=30)
     assert (got.status_code, got.content) == (200, b"\x00\x01\xffbin")
     assert got.headers["content-type"] == "application/octet-stream"
     assert got.headers["content-disposition"].startswith("attachment")
-    assert httpx.get(f"{web}/jobs/{job.id}/artifacts/big.bin", timeout=30).status_code == 404
+    assert httpx.get(f"{web}/jobs/{job.id}/artifacts/big.bin", headers=AUTH, timeout=30).status_code == 404
 
 
-@pytest.fixture
-def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
-    """`claudeq web` as its own process (no tokens configured: open, on loopback); yields its base URL."""
+WEB_TOKEN = "cqt-coding-operator"  # the web page's operator token in these tests
+AUTH = {"Authorization": f"Bearer {WEB_TOKEN}"}
+
+
+@contextmanager
+def _serve(settings: Settings, folder: Path) -> Iterator[str]:
+    """`claudeq web` as its own process (on loopback, the operator's token WEB_TOKEN); yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    log = (tmp_path / "web.log").open("wb")
+    log = (folder / "web.log").open("wb")
     command = [sys.executable, "-m", "claudeq.producer.cli", "web", "--port", str(port)]
+    settings = settings.model_copy(update={"web_token": SecretStr(WEB_TOKEN)})
     env = {**worker_env(settings, []), **settings_env(settings)}
-    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -323,13 +397,19 @@ def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert proc.poll() is None, (tmp_path / "web.log").read_text()
+                assert proc.poll() is None, (folder / "web.log").read_text()
                 time.sleep(0.2)
         yield base
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+@pytest.fixture
+def web(settings: Settings, tmp_path: Path) -> Iterator[str]:
+    with _serve(settings, tmp_path) as base:
+        yield base
 
 
 @pytest.fixture
@@ -352,6 +432,10 @@ def test_the_job_page_shows_the_patch_file_by_file(
     command = f"echo '<b>{unique}</b>' > page.html && sed -i 's/second line/2nd line/' README.md"
     job = client.submit(prompt=f"{_bash(command)} web {unique}", tools="shell", workspace={"repo": str(repo)})
     _done(client, job.id)
+    browser.get(f"{web}/login")
+    browser.find("#token").send_keys(WEB_TOKEN)
+    browser.find("#login").click()
+    browser.until(lambda d: d.find_all("#jobs"))
     browser.get(f"{web}/jobs/{job.id}")
     browser.until(lambda d: d.find_all("#change"))
     assert browser.find("#change-stat").text.startswith("2 file(s) · +2 -1 · branch claudeq/")

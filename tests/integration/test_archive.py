@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,8 +142,6 @@ async def test_retention_reaches_the_archive(
     await store.archive_session("s-3")
     await store.retain("s-3", 30)  # kept 30 s more at most
     assert archive.purge(arch_settings.key_prefix) == 0 and await store.load(key) is not None
-    import time
-
     assert archive.purge(arch_settings.key_prefix, now=time.time() + 31) == 1
     assert await store.load(key) is None
     await store.append(key, [entry(2)])  # type: ignore[list-item]
@@ -209,6 +208,16 @@ def test_due_moves_are_taken_once(arch_settings: Settings, redis_client: redis.R
     run(store.archive_later("s:s-9", 3600))
     assert run(store.due_archive()) == [] and redis_client.zscore(store.keys.archive_due, "s:s-9")
     redis_client.delete(store.keys.archive_due)
+
+
+def test_a_coding_jobs_patch_is_kept_per_job_until_its_retention(archive: SqlArchive, settings: Settings) -> None:
+    prefix = settings.key_prefix
+    archive.put_patch(prefix, "job-1", b"first attempt", time.time() + 30)
+    archive.put_patch(prefix, "job-1", b"\x00second attempt", time.time() + 30)  # the latest attempt's replaces it
+    assert archive.get_patch(prefix, "job-1") == b"\x00second attempt"
+    assert archive.get_patch(prefix, "job-2") is None and archive.get_patch(prefix + "x", "job-1") is None
+    assert archive.purge(prefix) == 0 and archive.get_patch(prefix, "job-1") is not None
+    assert archive.purge(prefix, now=time.time() + 31) == 1 and archive.get_patch(prefix, "job-1") is None
 
 
 def test_a_bad_archive_url_is_refused_with_the_setting(tmp_path: Path) -> None:

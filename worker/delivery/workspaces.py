@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+from claudeq.archive import open_archive
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobError, JobSpec
 from claudeq.worker.delivery.fenced import FencedWriter
@@ -43,7 +46,8 @@ class Workspaces:
             return attempt
         spec = d.record.spec
         try:
-            change = await asyncio.to_thread(collect, tree, spec, d.job_id, self.settings.workspace_patch_max_bytes)
+            limit = self.settings.workspace_patch_max_bytes
+            change = await asyncio.to_thread(collect, tree, spec, d.job_id, limit, self._archive_patch(d.job_id))
         except Exception:
             log.exception("job %s: its change could not be collected from %s", d.job_id, tree.path)
             return attempt
@@ -55,3 +59,21 @@ class Workspaces:
         d.record = d.record.model_copy(update={"workspace": change})
         await self.writer.write(d, hold_events=True, workspace=change, attempts=d.attempts)
         return attempt
+
+    def _archive_patch(self, job_id: str) -> Callable[[bytes], bool] | None:
+        """Where a patch too large for the record goes: the transcript archive, if one is configured, for as long
+        as a finished job is kept (docs/jobs.md#coding-jobs). Called in collect's thread."""
+        archive = open_archive(self.settings.archive_url)
+        if archive is None:
+            return None
+        prefix, keep_s = self.settings.key_prefix, self.settings.result_ttl_s
+
+        def put(patch: bytes) -> bool:
+            try:
+                archive.put_patch(prefix, job_id, patch, time.time() + keep_s)
+            except Exception:
+                log.exception("job %s: its patch could not be archived (the record keeps its stat and branch)", job_id)
+                return False
+            return True
+
+        return put

@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import time
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +137,15 @@ def _add(repo: Path, path: Path, branch: str, base: str) -> None:
             time.sleep(LOCK_WAIT_S * (attempt + 1))
 
 
-def collect(tree: Worktree, spec: JobSpec, job_id: str, patch_max_bytes: int) -> WorkspaceChange:
-    """Commit what the run changed on the job's branch and diff it against `ref` (blocking)."""
+def collect(
+    tree: Worktree,
+    spec: JobSpec,
+    job_id: str,
+    patch_max_bytes: int,
+    overflow: Callable[[bytes], bool] | None = None,
+) -> WorkspaceChange:
+    """Commit what the run changed on the job's branch and diff it against `ref` (blocking). A patch over
+    `patch_max_bytes` goes to `overflow` (zlib-compressed; True: kept there, the transcript archive) if given."""
     run = _Git(tree)
     run("add", "--all", "--", ".")
     if not run.succeeds("diff", "--cached", "--quiet"):  # something staged
@@ -154,6 +163,7 @@ def collect(tree: Worktree, spec: JobSpec, job_id: str, patch_max_bytes: int) ->
         deletions += int(removed) if removed.isdigit() else 0
     patch = run("diff", "--binary", tree.ref_commit, head)
     fits = len(patch.encode()) <= patch_max_bytes
+    archived = not fits and overflow is not None and overflow(zlib.compress(patch.encode(), 6))
     return WorkspaceChange(
         files=files,
         insertions=insertions,
@@ -165,6 +175,7 @@ def collect(tree: Worktree, spec: JobSpec, job_id: str, patch_max_bytes: int) ->
         base=tree.base,
         patch_z=pack_patch(patch) if fits and patch else None,
         truncated=not fits,
+        patch_archived=archived,
         worktree=str(tree.path) if spec.workspace is not None and spec.workspace.keep else None,
     )
 
