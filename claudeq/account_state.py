@@ -39,6 +39,13 @@ from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
 from claudeq.script_calls import Queue, ScriptCall, run_call
 
+#: How long an hour of an account's per-minute history lives after its last write (the fleet page draws the last
+#: HISTORY_HOURS hours of it: docs/web.md#the-fleet-in-pictures).
+HISTORY_TTL_S = 4 * 3600
+HISTORY_HOURS = 3
+#: The account counters also kept per minute in that history.
+HISTORY_COUNTERS = ("rejected", "warnings")
+
 #: Model families with waiting lines and windows of their own (`-`: a job for no particular family, and the windows
 #: that apply to every job). Order matters: the scripts index it.
 FAMILIES: tuple[str, ...] = ("-", "opus", "sonnet", "haiku")
@@ -436,9 +443,19 @@ class AccountStore:
         pipe.hdel(key, "disabled_reason", "warn_window")
         pipe.execute()
 
-    def incr(self, name: str, counter: str, by: int = 1) -> None:
-        """Add to one of the account's counters."""
-        self.redis.hincrby(self.keys.account(name), f"n:{counter}", by)
+    def incr(self, name: str, counter: str, by: int = 1, now: float | None = None) -> None:
+        """Add to one of the account's counters; a rate-limit signal's also to this minute's history (a signal is
+        rare: two more commands in the same round trip)."""
+        if counter not in HISTORY_COUNTERS:
+            self.redis.hincrby(self.keys.account(name), f"n:{counter}", by)
+            return
+        minute = int((time.time() if now is None else now) // 60)
+        history = self.keys.account_history(name, minute // 60)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hincrby(self.keys.account(name), f"n:{counter}", by)
+        pipe.hincrby(history, f"{counter}:{minute}", by)
+        pipe.expire(history, HISTORY_TTL_S)
+        pipe.execute()
 
     def _set_state_unless_disabled(self, name: str, state: str, warn_window: str) -> None:
         self._set_state(keys=[self.keys.account(name)], args=[state, warn_window])

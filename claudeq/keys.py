@@ -148,6 +148,11 @@ class Keys:
         """Hash: job id -> dollars reserved by the account's run in flight (its `max_budget_usd`) while capped."""
         return f"{self.prefix}acct:{name}:reserved"
 
+    def account_history(self, name: str, hour: int) -> str:
+        """Hash: `rejected:<epoch minute>`, `warnings:<epoch minute>` (rate-limit signals counted in that minute),
+        `slots:<epoch minute>` (slots in use, sampled once a minute), for the minutes of one epoch hour."""
+        return f"{self.prefix}acct:{name}:hist:{hour}"
+
     def account_spend(self, name: str) -> str:
         """Hash: `h:<epoch hour>` / `d:<epoch day>` -> dollars the account's runs spent in that calendar window."""
         return f"{self.prefix}acct:{name}:spend"

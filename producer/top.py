@@ -3,7 +3,7 @@
 Accounts (state, slots, cooldown, utilization per window), queues (depth, deferred, oldest wait), runs in flight
 (job, account, worker, elapsed, tokens so far), recent finishes and failures, jobs/s — read from Redis on every
 refresh, drawn in place with rich's Live. `q` (or Ctrl-C) quits. When the output is not a terminal, one frame is
-printed and the command exits.
+printed as plain columns, every value whole (docs/cli.md#output), and the command exits.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from claudeq.errors import ConfigError, RecordUnreadable
 from claudeq.job_counts import status_counts
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
+from claudeq.producer.cli_output import Cell, one_line, print_table
 from claudeq.producer.client import Client
 
 #: Jobs looked at for "recent finishes" and jobs/s (newest first by creation).
@@ -199,7 +200,7 @@ def render(snap: Snapshot, title: str) -> Group:
     for a in snap.accounts:
         style = _STATE_STYLE.get(a.state, "")
         until = (a.cooldown_until - now).total_seconds() if a.cooldown_until and a.cooldown_until > now else None
-        util = ", ".join(f"{w} {i.utilization:.0%}" for w, i in a.windows.items() if i.utilization is not None)
+        util = _utilization(a)
         accounts.add_row(
             a.name,
             Text(a.state, style),
@@ -241,7 +242,7 @@ def render(snap: Snapshot, title: str) -> Group:
     recent = Table("job", "status", "account", "finished", "cost $", "detail", title="recent finishes", expand=True)
     for rec in snap.recent:
         style = _STATUS_STYLE.get(rec.status, "")
-        detail = rec.error.message if rec.error else (rec.result.text or "" if rec.result else "")
+        detail = _detail(rec)
         recent.add_row(
             rec.id,
             Text(rec.status, style),
@@ -256,6 +257,84 @@ def render(snap: Snapshot, title: str) -> Group:
     top.add_column(ratio=2)
     top.add_row(accounts, queues, workers)
     return Group(header, top, running, recent)
+
+
+def _utilization(account: AccountState) -> str:
+    return ", ".join(f"{w} {i.utilization:.0%}" for w, i in account.windows.items() if i.utilization is not None)
+
+
+def _detail(rec: JobRecord) -> str:
+    return rec.error.message if rec.error else (rec.result.text or "" if rec.result else "")
+
+
+def print_plain(snap: Snapshot, title: str, console: Console) -> None:
+    """One frame for a pipe: the header line, then each table as plain columns under its title, every value whole
+    (the same figures as `render`, which crops prompts and details to fit a terminal)."""
+    now = snap.at
+    counts = " ".join(f"{s} {snap.counts.get(s, 0)}" for s in ("waiting", "queued", "deferred", "running"))
+    console.print(
+        f"claudeq top · {title} · {now.isoformat()}   {len(snap.workers)} live workers · {counts} · "
+        f"{snap.jobs_per_s:.2f} jobs/s",
+        soft_wrap=True,
+    )
+
+    def section(name: str, headers: list[str], rows: list[list[Cell]]) -> None:
+        console.print("")
+        console.print(f"# {name}", soft_wrap=True)
+        print_table(console, headers, rows)
+
+    account_rows: list[list[Cell]] = []
+    for a in snap.accounts:
+        until = (a.cooldown_until - now).total_seconds() if a.cooldown_until and a.cooldown_until > now else None
+        account_rows.append(
+            [
+                a.name,
+                a.state,
+                f"{a.slots_in_use}/{a.max_concurrency}",
+                _ago(until) if until else "-",
+                _utilization(a).replace(", ", ",") or "-",
+                a.reason or "",
+            ]
+        )
+    section("accounts", ["account", "state", "slots", "cooldown", "utilization", "reason"], account_rows)
+    if snap.accounts_note:
+        console.print(one_line(snap.accounts_note), soft_wrap=True)
+    queue_rows: list[list[Cell]] = [[name, str(depth)] for name, depth in snap.queues]
+    queue_rows += [["(deferred set)", str(snap.deferred)], ["(oldest queued job waits)", _ago(snap.oldest_wait_s)]]
+    section("queues", ["queue", "depth"], queue_rows)
+    section(
+        "workers",
+        ["worker", "runs", "heartbeat"],
+        [[worker_id, runs, f"{age:.0f}s ago"] for worker_id, runs, age in snap.workers],
+    )
+    running_rows: list[list[Cell]] = []
+    for rec in snap.running:
+        tokens_in, tokens_out = snap.tokens_so_far.get(rec.id, (0, 0))
+        started = rec.attempts[-1].started_at if rec.attempts else rec.started_at
+        running_rows.append(
+            [
+                rec.id,
+                rec.account or "-",
+                rec.worker or "-",
+                str(len(rec.attempts)),
+                _ago((now - started).total_seconds() if started else None),
+                f"{tokens_in}/{tokens_out}" if tokens_in or tokens_out else "-",
+                rec.spec.prompt,
+            ]
+        )
+    section("running", ["job", "account", "worker", "attempt", "elapsed", "tokens", "prompt"], running_rows)
+    recent_rows: list[list[Cell]] = [
+        [
+            rec.id,
+            rec.status,
+            rec.account or "-",
+            _ago((now - rec.finished_at).total_seconds()) + " ago" if rec.finished_at else "-",
+            f"{rec.result.usage.cost_usd:.4f}" if rec.result else "-",
+            _detail(rec),
+        ]
+        for rec in snap.recent
+    ]
+    section("recent finishes", ["job", "status", "account", "finished", "cost $", "detail"], recent_rows)
 
 
 @contextlib.contextmanager
@@ -274,10 +353,14 @@ def _keys() -> Iterator[int | None]:
 
 
 def run(client: Client, interval: float = 1.0, once: bool = False, console: Console | None = None) -> None:
-    """Draw the view until `q` (or one frame with `once`, or when stdout is not a terminal)."""
+    """Draw the view until `q` (or one frame with `once`); when stdout is not a terminal, one frame in plain
+    columns."""
     console = console or Console()
     title = f"{client.settings.redacted_redis_url()} {client.settings.key_prefix}"
-    if once or not console.is_terminal:
+    if not console.is_terminal:
+        print_plain(collect(client), title, console)
+        return
+    if once:
         console.print(render(collect(client), title))
         return
     with _keys() as fd, Live(console=console, screen=False, auto_refresh=False) as live:

@@ -2,7 +2,8 @@
 
 It runs a short simulated workload on a fleet of its own (a private Redis, the simulator with three accounts — one
 with a small window and a utilization ceiling, so it is reserved or rate-limited —, three tenants with weights and
-spend caps, two workers and the exporter), lets a real Prometheus scrape it every
+spend caps, two workers and the exporter; some jobs with a webhook to a local receiver, and a schedule firing every
+few seconds, so the notifications and schedules row has data), lets a real Prometheus scrape it every
 second, then evaluates every panel's query over that time range and draws the panels where Grafana lays them out
 (timeseries as lines, stats as numbers, bar gauges as bars, with Grafana's units and legends).
 
@@ -13,6 +14,8 @@ apt-get install prometheus; matplotlib is a dev extra)
 from __future__ import annotations
 
 import argparse
+import base64
+import http.server
 import json
 import math
 import os
@@ -22,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -32,6 +36,7 @@ from typing import Any
 import httpx
 import matplotlib
 import yaml
+from pydantic import SecretStr
 
 matplotlib.use("Agg")  # no display: render straight to a file
 import matplotlib.dates as mdates
@@ -109,6 +114,26 @@ def with_tenant(spec: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """The job under one of the tenants: mostly the batch, some support work, a few untagged."""
     tenant = rng.choices([t[0] for t in TENANTS], weights=(1, 3, 6))[0]
     return spec if tenant == "default" else {**spec, "tenant": tenant}
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """A webhook receiver that takes every delivery (204)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def receiver(stack: ExitStack) -> int:
+    """Start a local webhook receiver on a thread; -> its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stack.callback(server.shutdown)
+    return int(server.server_address[1])
 
 
 @dataclass
@@ -431,8 +456,17 @@ def main() -> int:
                 for name, weight, cap in TENANTS
             )
         )
+        hook_port = receiver(stack)
+        secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+        hooks = {
+            "CLAUDEQ_WEBHOOK_HOSTS": "127.0.0.1",
+            "CLAUDEQ_WEBHOOK_PORTS": str(hook_port),
+            "CLAUDEQ_WEBHOOK_ALLOW_NETS": "127.0.0.0/8",
+            "CLAUDEQ_WEBHOOK_SECRET": secret,
+        }
         env = {
             **base,
+            **hooks,
             "CLAUDEQ_REDIS_URL": redis_url,
             "CLAUDEQ_KEY_PREFIX": prefix,
             "CLAUDEQ_QUEUE": queue,
@@ -484,11 +518,21 @@ def main() -> int:
         prom = Prometheus.start({"workers": targets, "exporter": [f"127.0.0.1:{exporter_port}"]}, workdir)
         stack.callback(prom.stop)
         settings = Settings(
-            _env_file=None, redis_url=redis_url, key_prefix=prefix, queue=queue, queues=[queue], tenants_file=tenants
+            _env_file=None,
+            redis_url=redis_url,
+            key_prefix=prefix,
+            queue=queue,
+            queues=[queue],
+            tenants_file=tenants,
+            webhook_hosts=["127.0.0.1"],
+            webhook_ports=[hook_port],
+            webhook_allow_nets=["127.0.0.0/8"],
+            webhook_secret=SecretStr(secret),
         )
         client = Client(settings)
         stack.callback(client.close)
         print(f"fleet up: 2 workers, exporter, Prometheus at {prom.url}; workload for {args.seconds:.0f} s", flush=True)
+        client.add_schedule("snapshot-tick", {"prompt": f"[[sim: tokens out=20]] scheduled {run_id}"}, every_s=5)
         start = time.time()
         n = 0
         while time.time() - start < args.seconds:
@@ -497,10 +541,14 @@ def main() -> int:
             # out and is routed around, then everything drains.
             per_s = 0.2 + 0.9 * math.sin(math.pi * phase) ** 2
             n += 1
-            handle = client.submit(with_tenant(workload_spec(n, rng, run_id), rng))
+            spec = with_tenant(workload_spec(n, rng, run_id), rng)
+            if n % 8 == 0:  # its end is POSTed to the receiver
+                spec["webhook"] = {"url": f"http://127.0.0.1:{hook_port}/hook"}
+            handle = client.submit(spec)
             if rng.random() < 0.03:
                 client.cancel(handle.id)
             time.sleep(rng.expovariate(per_s))
+        client.remove_schedule("snapshot-tick")
         settle = time.time()
         while time.time() - settle < 90 and (
             client.store.redis.scard(client.store.keys.running) or client.store.redis.zcard(client.store.keys.queued)

@@ -50,6 +50,7 @@ from claudeq.producer.web.auth import (
 from claudeq.producer.web.charts import (
     Chart,
     account_gauges,
+    account_history,
     finished_per_hour,
     finished_per_minute,
     spend_per_hour,
@@ -554,6 +555,7 @@ def fleet_charts(client: Client, settings: Settings, tenants: list[str], now: fl
         accounts = [a.name for a in settings.accounts.accounts]
         if accounts:
             charts.append(spend_per_hour(store.redis, store.keys, now, "account", accounts))
+            charts += [account_history(store.redis, store.keys, now, kind, accounts) for kind in ("signals", "slots")]
     return charts
 
 

@@ -6,7 +6,9 @@ Prometheus needed, and each figure is the counter's own value.
   records `claudeq top` reads anyway;
 - cost per hour by tenant and by account: the spend hashes the runs' ends write (`h:<epoch hour>` -> dollars);
 - per account: slots in use, each rate-limit window's utilization and reset, the rate-limit signals counted
-  (`rejected`, `warnings`).
+  (`rejected`, `warnings`);
+- per minute over the last hours, by account: rate-limit signals and slots in use, from the accounts' per-minute
+  history (`Keys.account_history`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import UTC, datetime
 
 import redis
 
+from claudeq.account_state import HISTORY_COUNTERS, HISTORY_HOURS
 from claudeq.job_counts import FINISHED
 from claudeq.keys import Keys
 from claudeq.models import AccountState
@@ -47,7 +50,7 @@ class Chart:
 
     id: str
     title: str
-    unit: str  # "jobs" or "$"
+    unit: str  # "jobs", "$", "signals" or "slots"
     series: list[str]
     buckets: list[int]
     values: dict[str, list[float]]
@@ -85,14 +88,14 @@ def _layout(chart: Chart) -> Chart:
             if value <= 0:
                 continue
             h = value / chart.top * plot_h
-            shown = f"${value:.4f}" if chart.unit == "$" else f"{value:g} jobs"
+            shown = f"${value:.4f}" if chart.unit == "$" else f"{value:g} {chart.unit}"
             title = f"{name}, {_label(bucket, chart.bucket_s)}–{_label(bucket + 1, chart.bucket_s)} UTC: {shown}"
             x = round(LEFT + i * slot + 1, 2)
             chart.segments.append(
                 Segment(name, bucket, value, x, round(base - h, 2), round(slot - 2, 2), round(h, 2), title)
             )
             base -= h
-        if i % (3 if chart.bucket_s == 3600 else 10) == 0:
+        if i % (3 if chart.bucket_s == 3600 else max(10, len(chart.buckets) // 12)) == 0:
             chart.ticks.append((round(LEFT + i * slot + slot / 2, 2), _label(bucket, chart.bucket_s)))
     return chart
 
@@ -160,3 +163,36 @@ def account_gauges(state: AccountState) -> list[Gauge]:
         title = f"{state.name}: {name} at {window.utilization:.0%}{reset}"
         gauges.append(Gauge("window", name, min(max(window.utilization, 0.0), 1.0), text, title))
     return gauges
+
+
+def account_history(client: redis.Redis, keys: Keys, now: float, kind: str, names: Sequence[str]) -> Chart:
+    """Per minute over the last HISTORY_HOURS hours, one series per account: the rate-limit signals counted
+    (`kind` "signals": rejections and warnings) or the slots in use sampled (`kind` "slots")."""
+    current = int(now // 60)
+    buckets = list(range(current - HISTORY_HOURS * 60 + 1, current + 1))
+    hours = sorted({b // 60 for b in buckets})
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        for hour in hours:
+            pipe.hgetall(keys.account_history(name, hour))
+    replies = iter(pipe.execute())
+    values: dict[str, list[float]] = {}
+    for name in names:
+        fields: dict[str, float] = {}
+        for _hour in hours:
+            fields |= {k.decode(): _number(v) for k, v in next(replies).items()}
+        counters = HISTORY_COUNTERS if kind == "signals" else ("slots",)
+        values[name] = [sum(fields.get(f"{c}:{b}", 0.0) for c in counters) for b in buckets]
+    if kind == "signals":
+        chart = Chart(
+            "rate-limits",
+            "Rate-limit signals per minute by account",
+            "signals",
+            list(names),
+            buckets,
+            values,
+            bucket_s=60,
+        )
+    else:
+        chart = Chart("slots", "Slots in use per minute by account", "slots", list(names), buckets, values, bucket_s=60)
+    return _layout(chart)

@@ -154,5 +154,21 @@ def test_a_run_followed_live_ends_whole_and_its_timeline_matches_the_record(
         if field.startswith(b"h:") and float(value)
     ]
     assert sorted(drawn) == sorted(stored) and stored, (drawn, stored)
+    # Rate-limit signals and slots in use per minute: what each account's per-minute history holds.
+    names = [a.name for a in settings.accounts.accounts]
+    for chart, counters in (("rate-limits", ("rejected", "warnings")), ("slots", ("slots",))):
+        drawn = browser.execute(
+            f"return [...document.querySelectorAll('#chart-{chart} rect.seg')]"
+            ".map(r => [r.dataset.series, Number(r.dataset.bucket), Number(r.dataset.value)]);"
+        )
+        held: dict[tuple[str, int], float] = {}
+        for name in names:
+            for key in redis_client.scan_iter(match=keys.account_history(name, 0)[:-1] + "*"):
+                for field, value in redis_client.hgetall(key).items():
+                    counter, _, minute = field.decode().partition(":")
+                    if counter in counters and float(value):
+                        held[(name, int(minute))] = held.get((name, int(minute)), 0.0) + float(value)
+        assert browser.find_all(f"#chart-{chart}")
+        assert sorted(drawn) == sorted([name, minute, value] for (name, minute), value in held.items()), chart
     if shots:
         browser.screenshot(Path(shots) / "web-fleet.png")

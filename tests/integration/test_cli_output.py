@@ -163,3 +163,27 @@ def test_piped_tables_keep_one_row_a_line(settings: Settings, redis_client: redi
     assert header.split("  ")[0] == "tenant" and header.rstrip().endswith("on budget"), header
     assert [row.split()[0] for row in rows] == names
     assert all("$0.0000 / $12.5000 (0%)" in row for row in rows), rows
+
+
+def test_piped_top_prints_one_whole_frame_in_plain_columns(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    account = "an-account-named-wider-than-the-column-a-terminal-gives-it"
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text(f'[[accounts]]\nname = "{account}"\nkind = "api_key"\ntoken_env = "CQT_UNUSED_KEY"\n')
+    fleet = settings.model_copy(update={"accounts_file": accounts})
+    client = Client(fleet, redis_client=redis_client)
+    reason = "stopped by the operator because " + "the reason goes on and on " * 6 + "END"
+    stopped = client.submit(prompt="to be stopped")
+    client.cancel(stopped.id, reason)
+    done = cli(fleet, "top")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "…" not in done.stdout and "\x1b" not in done.stdout  # nothing cut, no terminal codes
+    [row] = [line for line in lines if account in line]
+    assert row.split()[:3] == [account, "ok", "0/1"], row
+    [row] = [line for line in lines if stopped.id in line]
+    assert row.split()[:2] == [stopped.id, "cancelled"] and reason in row, row
+    assert any(line.split() == ["queue", "depth"] for line in lines), lines
+    [row] = [line for line in lines if line.startswith(settings.queue + " ")]
+    assert row.split() == [settings.queue, "1"], row  # the cancelled job's message stays until a worker drops it

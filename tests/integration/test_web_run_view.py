@@ -6,6 +6,7 @@ page fetches again, the transcript as a conversation. In a browser: tests/e2e/te
 from __future__ import annotations
 
 import re
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
@@ -15,6 +16,9 @@ from starlette.testclient import TestClient
 
 from claudeq.producer.web import create_app
 from claudeq.testing import Fleet, api_error, fleet, overloaded, rate_limited
+from claudeq.worker.run.outcome import RateLimitSignal
+from claudeq.worker.store.job_store import make_worker_store
+from tests.support.aio import run
 
 pytestmark = pytest.mark.integration
 
@@ -131,11 +135,33 @@ def test_the_fleet_pictures_draw_what_redis_counts(redis_url: str) -> None:
         statuses = [kit.record(j.id).status for j in [*jobs, dropped]]
         assert statuses == ["succeeded"] * 4 + ["failed", "cancelled"]
 
+        keys, r = kit.settings_keys, kit.redis
+        for _ in range(2):  # two warnings, as a run's stream reports them
+            kit.accounts.observe("acct-1", RateLimitSignal("allowed_warning", window="five_hour", utilization=0.9))
+        now = time.time()
+        r.zadd(keys.account_slots("acct-2"), {"a-run-in-flight": now + 600})  # one slot held until its expiry
+        run(make_worker_store(kit.settings, r).sample_slots(["acct-1", "acct-2"], now))
         headers = {"authorization": f"Bearer {OPERATOR}", "accept": "text/html"}
         with TestClient(create_app(kit.settings, kit.client), base_url="http://127.0.0.1:8780", headers=headers) as h:
             page = h.get("/fleet")
         assert page.status_code == 200, page.text[:300]
-        keys, r = kit.settings_keys, kit.redis
+
+        def history(account: str, counters: tuple[str, ...]) -> dict[int, float]:
+            """minute -> the sum of `counters` the account's per-minute history holds for it."""
+            found: dict[int, float] = {}
+            for key in r.scan_iter(match=keys.account_history(account, 0)[:-1] + "*"):
+                for f, v in r.hgetall(key).items():
+                    counter, _, minute = f.decode().partition(":")
+                    if counter in counters and float(v):
+                        found[int(minute)] = found.get(int(minute), 0.0) + float(v)
+            return found
+
+        signals, slots = segments(page.text, "rate-limits"), segments(page.text, "slots")
+        for account in ("acct-1", "acct-2"):
+            assert {b: v for (s, b), v in signals.items() if s == account} == history(account, ("rejected", "warnings"))
+            assert {b: v for (s, b), v in slots.items() if s == account} == history(account, ("slots",))
+        assert sum(v for (s, _), v in signals.items() if s == "acct-1") == 2
+        assert slots == {("acct-2", int(now // 60)): 1.0}
 
         drawn = segments(page.text, "cost-tenant")
         for tenant in ("team-a", "team-b"):

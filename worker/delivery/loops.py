@@ -100,6 +100,7 @@ class Loops:
         self._passes = 0  # reconciler passes this worker made (the index is trimmed every TRIM_EVERY)
         self._archive_passes = 0  # archiver passes (the archive is purged every PURGE_EVERY)
         self._running_upgraded = False  # `running` is a sorted set (WorkerJobStore.upgrade_running)
+        self._sampled_minute = 0  # the epoch minute this worker last sampled the accounts' slots in
 
     def install(self) -> None:
         """Register every loop with the engine (before it starts)."""
@@ -319,10 +320,22 @@ class Loops:
             return False
         await self.recover_once()
         await self.resend_once()
+        await self.sample_slots()
         self._passes += 1
         if self._passes % TRIM_EVERY == 1:
             await self.store.trim_index()
             await self.store.prune_finished_counts()
+        return True
+
+    async def sample_slots(self, now: float | None = None) -> bool:
+        """Once a minute (on a reconciler turn), each account's slots in use into its history (the fleet page's
+        chart); False when this minute was sampled already."""
+        now = time.time() if now is None else now
+        minute = int(now // 60)
+        if minute == self._sampled_minute:
+            return False
+        self._sampled_minute = minute
+        await self.store.sample_slots([a.name for a in self.settings.accounts.accounts], now)
         return True
 
     async def recover_once(self) -> list[str]:

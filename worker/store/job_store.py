@@ -21,6 +21,7 @@ from typing import Any, Literal, Unpack, cast
 
 import redis
 
+from claudeq.account_state import HISTORY_TTL_S
 from claudeq.archive import RESULT_KEPT_CHARS
 from claudeq.broker_message import list_for, run_message, sent_at_of
 from claudeq.config.settings import Settings
@@ -610,6 +611,24 @@ class WorkerJobStore(AsyncCalls, JobStore):
             return 0
         dropped = await self._pipe(lambda p: [p.hdel(key, *gone) for key, gone in old.items() if gone])
         return sum(int(n) for n in dropped)
+
+    async def sample_slots(self, accounts: Sequence[str], now: float | None = None) -> None:
+        """Write each account's slots in use into this minute of its history (`Keys.account_history`): two round
+        trips a minute, whatever the number of jobs."""
+        if not accounts:
+            return
+        now = time.time() if now is None else now
+        counts = await self._pipe(lambda p: [p.zcount(self.keys.account_slots(a), f"({now}", "+inf") for a in accounts])
+        minute = int(now // 60)
+
+        def write(p: Any) -> list[Any]:
+            sent = []
+            for account, n in zip(accounts, counts, strict=True):
+                key = self.keys.account_history(account, minute // 60)
+                sent += [p.hset(key, f"slots:{minute}", int(n)), p.expire(key, HISTORY_TTL_S)]
+            return sent
+
+        await self._pipe(write)
 
     # ---- the outbox: end notifications (worker/delivery/notifier.py) ------------------------------------------
 

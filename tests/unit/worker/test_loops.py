@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -148,3 +149,26 @@ def test_reconciler_does_not_resend_a_job_whose_message_waits_behind_a_backlog(
     assert on_loop(loops, loops.resend_once()) == [lost]  # only the job whose message is gone
     assert sent == [lost]
     assert run(store.stale_queued(settings.unclaimed_resend_s)) == []  # the waiting one is looked at again later
+
+
+def test_slots_in_use_are_sampled_into_the_accounts_history_once_a_minute(
+    store: WorkerJobStore, settings: Settings, sent: list[str], tmp_path: Path
+) -> None:
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text('[[accounts]]\nname = "acct-1"\nkind = "api_key"\ntoken_env = "CQT_UNUSED_KEY"\n')
+    engine = fake_engine(settings.model_copy(update={"accounts_file": accounts}), store, sent)
+    engine.start()
+    try:
+        loops = Loops(engine)
+        now = 1_800_000_030.0  # half a minute into epoch minute 30_000_000
+        store.redis.zadd(store.keys.account_slots("acct-1"), {"a-run": now + 60, "an-expired-slot": now - 1})
+        assert on_loop(loops, loops.sample_slots(now))
+        store.redis.zadd(store.keys.account_slots("acct-1"), {"another-run": now + 120})
+        assert not on_loop(loops, loops.sample_slots(now + 20))  # the same minute: one sample a minute
+        history = store.keys.account_history("acct-1", 30_000_000 // 60)
+        assert store.redis.hgetall(history) == {b"slots:30000000": b"1"}
+        assert 0 < store.redis.ttl(history) <= 4 * 3600
+        assert on_loop(loops, loops.sample_slots(now + 60))  # the next minute: the first slot expired, one held
+        assert store.redis.hget(history, "slots:30000001") == b"1"
+    finally:
+        engine.stop()
