@@ -146,6 +146,23 @@ def default_upstream(account: AccountConfig) -> str:
     return (account.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_UPSTREAM).rstrip("/")
 
 
+#: A Unix socket's path holds at most 107 bytes (the kernel's sun_path, less its NUL).
+_MAX_SOCKET_PATH = 107
+_SHORT_DIR_PREFIX = "claudeq-pt-"
+
+
+def socket_path(name: str) -> Path:
+    """Where the pass-through's Unix socket goes: the temp directory, or, when its path is too long for a socket (a
+    deep TMPDIR), a private directory of its own under /tmp that every uid may enter (a run's uid reaches the socket
+    from its sandbox: docs/architecture.md#the-run-sandbox)."""
+    path = Path(tempfile.gettempdir()) / name
+    if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
+        return path
+    short = Path(tempfile.mkdtemp(prefix=_SHORT_DIR_PREFIX, dir="/tmp"))
+    short.chmod(0o711)
+    return short / name
+
+
 class PassThrough:
     """One loopback server per worker process (start it after fork); thread-safe to open and close runs."""
 
@@ -197,7 +214,7 @@ class PassThrough:
             sock.bind((self.host, 0))
             self.port = sock.getsockname()[1]
             self.generation += 1
-            self.unix_path = Path(tempfile.gettempdir()) / f"claudeq-passthrough-{os.getpid()}-{self.generation}.sock"
+            self.unix_path = socket_path(f"claudeq-passthrough-{os.getpid()}-{self.generation}.sock")
             self._stopping = False
             ready = threading.Event()
             self._thread = threading.Thread(
@@ -249,6 +266,9 @@ class PassThrough:
             self._server = self._unix_server = None
             if self.unix_path is not None:
                 self.unix_path.unlink(missing_ok=True)
+                if self.unix_path.parent.name.startswith(_SHORT_DIR_PREFIX):
+                    with contextlib.suppress(OSError):
+                        self.unix_path.parent.rmdir()
             ready.set()
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())

@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import tempfile
 import threading
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from claudeq.worker.passthrough.server import socket_path
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class Relay:
     def __init__(self, host: str, port: int, name: str) -> None:
         self.host = host
         self.port = port
-        self.path = Path(tempfile.gettempdir()) / f"claudeq-{name}-{os.getpid()}.sock"
+        self.path = socket_path(f"claudeq-{name}-{os.getpid()}.sock")
         self._ready = threading.Event()
         self._failure: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"claudeq-relay-{name}", daemon=True)
@@ -123,7 +123,7 @@ class HostProxy:
 
     def __init__(self, allowed: list[str]) -> None:
         self.allowed = allowed
-        self.path = Path(tempfile.gettempdir()) / f"claudeq-hosts-proxy-{os.getpid()}.sock"
+        self.path = socket_path(f"claudeq-hosts-proxy-{os.getpid()}.sock")
         self._ready = threading.Event()
         self._failure: str | None = None
         self._thread = threading.Thread(target=self._run, name="claudeq-hosts-proxy", daemon=True)

@@ -364,3 +364,24 @@ def test_only_the_calls_the_cli_makes_are_forwarded_the_rest_is_refused_here(
     assert "/api/oauth/claude_cli/create_api_key" in logged and "/v1/messages/batches" in logged
     for secret in (grant.token, OAUTH, API_KEY):
         assert secret not in logged
+
+
+def test_it_starts_and_answers_on_its_socket_under_a_temp_dir_too_long_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose TMPDIR is deep (a socket path holds at most 107 bytes) still starts its pass-through, and the
+    Unix socket the run sandboxes reach it through answers (docs/architecture.md#the-run-sandbox)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    passthrough = PassThrough()
+    try:
+        passthrough.start()
+        assert passthrough.unix_path is not None and len(str(passthrough.unix_path).encode()) <= 107
+        transport = httpx.HTTPTransport(uds=str(passthrough.unix_path))
+        with httpx.Client(transport=transport, base_url="http://claudeq") as client:
+            answer = client.get("/v1/models")
+        assert answer.status_code in (401, 403, 404), answer.text  # the pass-through's own refusal: it answered
+    finally:
+        passthrough.close()
+    assert passthrough.unix_path is not None and not passthrough.unix_path.exists()
