@@ -244,12 +244,16 @@ async def test_a_slow_cli_start_does_not_count_against_the_first_byte(
     assert rec.of("stopped") == [{"reason": "first_byte"}]
 
 
-async def test_cancel_during_stall_returns_quickly(runner: Runner, unique: str) -> None:
+async def test_cancel_during_stall_returns_quickly(runner: Runner, sim: SimulatorServer, unique: str) -> None:
     job_id = f"cancel-{unique}"
     cancel = asyncio.Event()
-    task = asyncio.create_task(run(runner, "alpha", job_id, cancel=cancel, prompt="Stall [[sim: stall 60]]"))
+    prompt = f"Stall {unique} [[sim: stall 60]]"
+    task = asyncio.create_task(run(runner, "alpha", job_id, cancel=cancel, prompt=prompt))
     await wait_for_cli(job_id)
-    await asyncio.sleep(1.0)  # let it reach the stall
+    # The stall is reached when its request is at the simulator (on a loaded host the CLI's start takes seconds).
+    deadline = time.monotonic() + 30
+    while not any(unique in json.dumps(r) for r in sim.requests()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
     started = time.monotonic()
     cancel.set()
     outcome, rec = await task
