@@ -24,6 +24,7 @@ from claudeq.worker.run.launcher import bundled_cli
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.run.prices import cost_usd
 from claudeq.worker.run.runner import Runner, RunRequest
+from tests.support.procs import run_until
 from tests.support.sample_tools import CALL_LOG_VAR
 
 pytestmark = pytest.mark.integration
@@ -250,10 +251,12 @@ async def test_cancel_during_stall_returns_quickly(runner: Runner, sim: Simulato
     prompt = f"Stall {unique} [[sim: stall 60]]"
     task = asyncio.create_task(run(runner, "alpha", job_id, cancel=cancel, prompt=prompt))
     await wait_for_cli(job_id)
+
     # The stall is reached when its request is at the simulator (on a loaded host the CLI's start takes seconds).
-    deadline = time.monotonic() + 30
-    while not any(unique in json.dumps(r) for r in sim.requests()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    def at_sim() -> bool:
+        return any(unique in json.dumps(r) for r in sim.requests())
+
+    await asyncio.to_thread(run_until, at_sim, 30, 0.1, what="the stall's request at the simulator")
     started = time.monotonic()
     cancel.set()
     outcome, rec = await task
