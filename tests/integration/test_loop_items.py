@@ -1,6 +1,7 @@
 """Every background loop isolates an item it cannot handle: it is counted (claudeq_loop_item_failures_total), left
 for a later pass (or paused), and the pass goes on with the other items. A failing item injected into the promoter,
-the reconciler's recovery and re-send, the scheduler and the notifier, on a real Redis and a real engine."""
+the reconciler's recovery and re-send, the scheduler, the notifier and the archiver, on a real Redis and a real
+engine."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
+from tests.support.archive import archive_url
 from tests.unit.worker.engine_fakes import FakeMetrics, fake_engine
 
 pytestmark = pytest.mark.integration
@@ -262,3 +265,45 @@ def test_a_running_id_whose_key_is_no_record_leaves_the_index_and_the_reconciler
     assert store.redis.zscore(store.keys.running, bad) is None  # no record to fail: out of the index
     assert failures(loops, "reconciler") == bound and not loop_failures_left(store)
     store.redis.delete(store.keys.job(bad))
+
+
+def test_the_archiver_goes_on_past_a_job_it_cannot_move(
+    settings: Settings,
+    redis_client: redis.Redis,
+    sent: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    archived = settings.model_copy(update={"archive_url": archive_url("sqlite", tmp_path)})
+    store = make_worker_store(archived, redis_client)
+    assert store.archive is not None
+    jobs = [submit(store) for _ in range(2)]
+    for job in jobs:
+        claim = run(store.claim(job, "w", 30))
+        assert run(store.write(job, claim.fence, "succeeded"))
+        run(store.schedule_archive(job, 0))
+    bad, good = jobs
+    tried: list[str] = []
+    move = store.archive_job
+
+    def archive_job(job_id: str) -> bool:
+        tried.append(job_id)
+        if job_id == bad:
+            raise RuntimeError(f"cannot move {job_id}")
+        return move(job_id)
+
+    monkeypatch.setattr(store, "archive_job", archive_job)
+    engine = fake_engine(archived, store, sent)
+    engine.start()
+    try:
+        loops = Loops(engine)
+        on_loop(loops, loops.archive_once())
+        assert sorted(tried) == sorted(jobs)  # the good job was moved though the bad one failed first or after
+        later = redis_client.zscore(store.keys.archive_due, f"j:{bad}")
+        assert later is not None and later > time.time() + 1  # tried again on a later pass
+        assert redis_client.zscore(store.keys.archive_due, f"j:{good}") is None
+        assert failures(loops, "archiver") == 1
+    finally:
+        engine.stop()
+        store.archive.drop(archived.key_prefix)
+        redis_client.delete(store.keys.archive_due)
