@@ -21,7 +21,6 @@ from claudeq.artifacts import Artifacts
 from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
 from claudeq.config.settings import MAX_ATTEMPTS_CAP, TOOL_PROFILES, BasePrompt, PermissionMode
 from claudeq.config.tenants import DEFAULT_TENANT, TENANT_NAME
-from claudeq.tracing import trace_id_of
 from claudeq.workspaces import ChangeStat, WorkspaceChange, WorkspaceSpec
 
 JobStatus = Literal["waiting", "queued", "deferred", "running", "succeeded", "failed", "cancelled"]
@@ -81,6 +80,18 @@ PARENT_JOB_KEY = "parent_job_id"
 
 #: What a job id looks like where a spec names one (`depends_on`): what `new_job_id` makes, and room for others'.
 JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+#: A W3C traceparent: version, trace id, parent span id, flags (https://www.w3.org/TR/trace-context/).
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id in a traceparent, or None."""
+    if not traceparent:
+        return None
+    match = TRACEPARENT.match(traceparent)
+    return match.group(1) if match else None
+
+
 #: The permission modes under which the CLI asks before each tool use not pre-allowed (acceptEdits lets file edits
 #: through unasked, bypassPermissions everything: docs/cli-behaviour.md#tool-approval-can_use_tool).
 APPROVAL_MODES: frozenset[str | None] = frozenset({None, "default"})

@@ -22,7 +22,6 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from claudeq import tracing
 from claudeq.models import JobRecord
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -74,7 +73,7 @@ def _ns(value: datetime) -> int:
 
 
 class JobSpan:
-    """One span of a job's trace (tracing.SpanLike)."""
+    """One span of a job's trace (SpanLike)."""
 
     __slots__ = ("_ended", "_span")
 
@@ -104,7 +103,7 @@ class JobSpan:
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(self._span))
         return carrier.get("traceparent")
 
-    def child(self, name: str, **attributes: Any) -> tracing.SpanLike:
+    def child(self, name: str, **attributes: Any) -> JobSpan:
         context = trace.set_span_in_context(self._span)
         return JobSpan(tracer().start_span(name, context=context, attributes=_own(attributes)))
 
@@ -119,7 +118,7 @@ def _job_attributes(record: JobRecord) -> dict[str, Any]:
 
 
 @contextmanager
-def submit_span(record: JobRecord) -> Iterator[tracing.SpanLike]:
+def submit_span(record: JobRecord) -> Iterator[JobSpan]:
     """`claudeq.submit`, current while the block writes the job (a child of the caller's current span)."""
     with tracer().start_as_current_span(
         "claudeq.submit", kind=SpanKind.PRODUCER, attributes=_own(_job_attributes(record)), record_exception=True
@@ -128,7 +127,7 @@ def submit_span(record: JobRecord) -> Iterator[tracing.SpanLike]:
 
 
 @contextmanager
-def submit_spans(records: Sequence[JobRecord]) -> Iterator[list[tracing.SpanLike]]:
+def submit_spans(records: Sequence[JobRecord]) -> Iterator[list[JobSpan]]:
     """`claudeq.submit` per record, siblings (none current), ended when the block ends."""
     spans = [
         tracer().start_span("claudeq.submit", kind=SpanKind.PRODUCER, attributes=_own(_job_attributes(r)))
@@ -149,7 +148,7 @@ def _parent(traceparent: str) -> Context:
     return _PROPAGATOR.extract({"traceparent": traceparent})
 
 
-def delivery_span(record: JobRecord, first_claim: bool, worker_id: str) -> tracing.SpanLike:
+def delivery_span(record: JobRecord, first_claim: bool, worker_id: str) -> JobSpan:
     """`claudeq.delivery` for one claim of the job, after a `claudeq.queue_wait` span for the time it waited:
     since its submit (first claim), or since it was deferred or requeued (the record's `ready_at`, else the end of
     its last attempt)."""
@@ -173,8 +172,6 @@ def cli_env(traceparent: str) -> dict[str, str]:
     """The CLI's telemetry switches (docs/cli-behaviour.md#telemetry): traces only, under `traceparent`, to the
     worker's collector (the OTEL_EXPORTER_OTLP_* variables it inherits), without prompt or tool text unless
     CLAUDEQ_OTEL_LOG_CONTENT=true."""
-    if not tracing.cli_traced():
-        return {}
     env = {
         "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
         "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",  # 2.1.332 exports no span without it

@@ -10,7 +10,6 @@ boolean test. When it is on, claudeq.otel (which needs the `otel` extra) does th
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -21,8 +20,6 @@ if TYPE_CHECKING:
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-#: A W3C traceparent: version, trace id, parent span id, flags (https://www.w3.org/TR/trace-context/).
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
 def configured(environ: Mapping[str, str] | None = None) -> bool:
@@ -63,14 +60,6 @@ def enabled() -> bool:
         )
         return False
     return True
-
-
-def trace_id_of(traceparent: str | None) -> str | None:
-    """The trace id in a traceparent, or None."""
-    if not traceparent:
-        return None
-    match = TRACEPARENT.match(traceparent)
-    return match.group(1) if match else None
 
 
 class SpanLike(Protocol):
@@ -154,7 +143,7 @@ def submit_spans(records: Sequence[JobRecord]) -> Iterator[list[SpanLike]]:
     from claudeq import otel
 
     with otel.submit_spans(records) as spans:
-        yield spans
+        yield list[SpanLike](spans)
 
 
 def delivery_span(record: JobRecord, first_claim: bool, worker_id: str) -> SpanLike:
@@ -169,7 +158,7 @@ def delivery_span(record: JobRecord, first_claim: bool, worker_id: str) -> SpanL
 
 def cli_env(traceparent: str | None) -> dict[str, str]:
     """The variables that make a run's CLI export its own spans under `traceparent` (empty when not traced)."""
-    if traceparent is None or not enabled():
+    if traceparent is None or not cli_traced():
         return {}
     from claudeq import otel
 
@@ -202,5 +191,4 @@ __all__ = [
     "shutdown",
     "submit_span",
     "submit_spans",
-    "trace_id_of",
 ]

@@ -69,6 +69,59 @@ def test_the_contract_imports_neither_producer_nor_worker() -> None:
     assert violations("claudeq", root, (*allowed, "claudeq.producer.client")) == []
 
 
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles in `graph` (module -> modules it imports): each strongly connected part of more than one module,
+    sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
+
+
+def test_the_contract_has_no_import_circle() -> None:
+    """Every import a reader sees counts (inside functions and under TYPE_CHECKING too): the contract's modules stand
+    on one another in one order (docs/architecture.md#who-imports-whom)."""
+    own = contract_modules()
+    graph = {
+        f"claudeq.{name.removesuffix('.py')}": {m for m in claudeq_imports(source) if m in own}
+        for name, source in _sources("claudeq").items()
+        if name != "__init__.py"
+    }
+    assert import_circles(graph) == []
+
+
+def test_import_circles_are_found() -> None:
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
 def test_importing_the_package_root_loads_only_the_error_tree() -> None:
     code = "import sys, claudeq\nprint(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'claudeq')))\n"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -13,7 +13,7 @@ import fakeredis
 import pytest
 
 from claudeq import tracing
-from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.models import JobRecord, JobSpec, trace_id_of, utcnow
 from claudeq.producer.client import Client
 from tests.conftest import make_settings
 
@@ -112,9 +112,9 @@ def test_tracing_is_on_only_when_configured(env: dict[str, str], on: bool) -> No
 
 
 def test_the_trace_id_is_read_from_a_valid_traceparent_only() -> None:
-    assert tracing.trace_id_of(TRACEPARENT) == "0af7651916cd43dd8448eb211c80319c"
-    assert tracing.trace_id_of("00-xyz-b7ad6b7169203331-01") is None
-    assert tracing.trace_id_of(None) is None and tracing.trace_id_of("") is None
+    assert trace_id_of(TRACEPARENT) == "0af7651916cd43dd8448eb211c80319c"
+    assert trace_id_of("00-xyz-b7ad6b7169203331-01") is None
+    assert trace_id_of(None) is None and trace_id_of("") is None
 
 
 def test_the_record_keeps_the_trace_context_and_shows_the_trace_id() -> None:
