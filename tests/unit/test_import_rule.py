@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import absolute_module, package_of
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "worker"
 #: The worker's root modules that import nothing of the worker (every package may import them).
@@ -30,6 +32,7 @@ def worker_imports(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line, the part of the worker imported — its package or root module —, whether at module level) for every
     import of `claudeq.worker` in the file."""
     tree = ast.parse(path.read_text())
+    package = package_of(path)
     top = {id(node) for node in tree.body} | {
         id(inner)
         for node in tree.body
@@ -38,8 +41,9 @@ def worker_imports(path: Path) -> Iterator[tuple[int, str, bool]]:
     }
     for node in ast.walk(tree):
         names: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            parts = node.module.split(".")
+        module = absolute_module(node, package) if isinstance(node, ast.ImportFrom) else None
+        if module:
+            parts = module.split(".")
             if parts[:2] == ["claudeq", "worker"]:
                 names = [alias.name for alias in node.names] if len(parts) == 2 else [parts[2]]
         elif isinstance(node, ast.Import):
@@ -110,8 +114,9 @@ def test_the_contract_and_the_configuration_import_neither_side(folder: str) -> 
         if any(p.is_symlink() for p in path.relative_to(ROOT).parents if p != Path(".")):
             continue
         tree = ast.parse(path.read_text())
+        package = package_of(path)
         for node in ast.walk(tree):
-            module = node.module if isinstance(node, ast.ImportFrom) else None
+            module = absolute_module(node, package) if isinstance(node, ast.ImportFrom) else None
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [module or ""]
             for name in modules:
                 side = name.startswith(("claudeq.worker", "claudeq.producer", "claudeq.simulator"))
@@ -148,6 +153,19 @@ def test_an_import_outside_the_rule_is_caught(tmp_path: Path) -> None:
         (5, "delivery", True),
         (7, "accounts", False),
     ]
+
+
+def test_a_relative_import_is_read_as_the_module_it_names() -> None:
+    handler = ROOT / "worker" / "delivery" / "handler.py"
+    node = ast.parse("from ..run.outcome import RunOutcome\nfrom . import retry\nfrom ...config import x\n").body
+    assert [absolute_module(n, package_of(handler)) for n in node if isinstance(n, ast.ImportFrom)] == [
+        "claudeq.worker.run.outcome",
+        "claudeq.worker.delivery",
+        "claudeq.config",
+    ]
+    module = handler.parent / "probe.py"
+    assert package_of(module) == ["claudeq", "worker", "delivery"]
+    assert package_of(ROOT / "claudeq" / "jobs.py") == ["claudeq"]
 
 
 def test_a_package_without_a_rule_is_caught(tmp_path: Path) -> None:

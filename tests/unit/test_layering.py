@@ -6,7 +6,10 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+from tests.support.imports import absolute_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,17 +25,18 @@ NOT_FOR_PRODUCERS = ("claude_agent_sdk", "prometheus_client", "celery.worker", "
 NOT_FOR_SUBMITTING = ("celery", "kombu")
 
 
-def claudeq_imports(source: str) -> set[str]:
-    """The `claudeq…` modules a Python source imports (`from claudeq import x` counts as `claudeq.x`)."""
+def claudeq_imports(source: str, package: Sequence[str] = ("claudeq",)) -> set[str]:
+    """The `claudeq…` modules a Python source of `package` imports (`from claudeq import x` counts as `claudeq.x`,
+    `from ..x import y` in a module of claudeq.worker.run as `claudeq.worker.x`)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "claudeq"}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "claudeq":
-                found |= {f"claudeq.{alias.name}" for alias in node.names}
-            elif node.module.startswith("claudeq."):
-                found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and (module := absolute_module(node, list(package))):
+            if module == "claudeq" or (node.level and not node.module):
+                found |= {f"{module}.{alias.name}" for alias in node.names}
+            elif module.startswith("claudeq."):
+                found.add(module)
     return found
 
 
@@ -50,7 +54,7 @@ def violations(room: str, sources: dict[str, str], allowed: tuple[str, ...]) -> 
     """`file: module` for each import in `sources` outside `allowed` (prefixes)."""
     out = []
     for name, source in sorted(sources.items()):
-        for module in sorted(claudeq_imports(source)):
+        for module in sorted(claudeq_imports(source, ["claudeq"] if room == "claudeq" else ["claudeq", room])):
             if not any(module == a or module.startswith(a + ".") for a in allowed):
                 out.append(f"{room}/{name}: {module}")
     return out
@@ -197,5 +201,11 @@ def test_a_forbidden_import_is_caught() -> None:
         "from claudeq.worker.delivery.engine import Engine\nfrom claudeq import keys\nimport claudeq.producer.client\n"
     )
     assert claudeq_imports(source) == {"claudeq.worker.delivery.engine", "claudeq.keys", "claudeq.producer.client"}
+    relative = "from ..run import outcome\nfrom .engine import Engine\nfrom ...config.settings import Settings\n"
+    assert claudeq_imports(relative, ["claudeq", "worker", "delivery"]) == {
+        "claudeq.worker.run",
+        "claudeq.worker.delivery.engine",
+        "claudeq.config.settings",
+    }
     found = violations("claudeq", {"x.py": source}, ("claudeq.keys",))
     assert found == ["claudeq/x.py: claudeq.producer.client", "claudeq/x.py: claudeq.worker.delivery.engine"]
