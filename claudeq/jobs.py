@@ -61,7 +61,7 @@ INDEXED_FIELD = "indexed"
 NOTIFY_FIELD = "notify"
 #: The record's field that says its webhook follows chosen events (CREATE puts the job in the outbox at once).
 NOTIFY_EVENTS_FIELD = "notify_events"
-#: The record's field holding the entry id of the last event its webhook was sent (worker/delivery/notifier.py).
+#: The record's field holding the entry id of the last event its webhook was sent (worker/background/notifier.py).
 WEBHOOK_CURSOR_FIELD = "webhook_cursor"
 
 

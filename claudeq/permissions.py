@@ -200,7 +200,7 @@ WEBHOOK_PORTS = (80, 443)
 def webhook_problem(url: str, hosts: list[str], ports: list[int] | None = None) -> str | None:
     """Why the fleet refuses `url` as a webhook, or None: an http(s) URL on an allowed host (exactly, or a subdomain
     of a `*.example.com` entry) and port (80, 443 or one of `ports`), with no credentials in it (the URL is stored
-    in the job's record). Where it resolves to is checked when it is sent (worker/delivery/webhook_target.py)."""
+    in the job's record). Where it resolves to is checked when it is sent (worker/background/webhook_target.py)."""
     try:
         parts = urlsplit(url)
         port = parts.port  # a bad port raises here

@@ -485,7 +485,7 @@ class Client:
         finally:
             await store.aclose()
 
-    # ---- end notifications (worker/delivery/notifier.py, docs/notifications.md) ----------------------------
+    # ---- end notifications (worker/background/notifier.py, docs/notifications.md) ----------------------------
 
     def dead_notifications(self, limit: int = 100) -> builtins.list[JobRecord | RecordUnreadable]:
         """The jobs with a notification given up on (a webhook that kept failing), most recent first."""

@@ -28,8 +28,8 @@ from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
+from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine, engine_executor_workers
-from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.store.job_store import make_worker_store
 

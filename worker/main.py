@@ -55,7 +55,7 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
 def check_health(settings: Settings) -> int:
     """EXIT_OK when the heartbeat of CLAUDEQ_WORKER_ID (or of a worker on this host) is fresh, else EXIT_UNHEALTHY."""
     from claudeq.keys import Keys
-    from claudeq.worker.delivery.loops import worker_ttl_s
+    from claudeq.worker.background.loops import worker_ttl_s
 
     keys = Keys(settings.key_prefix)
     max_age = worker_ttl_s(settings.heartbeat_s)

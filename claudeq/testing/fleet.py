@@ -40,10 +40,10 @@ from claudeq.testing._loop import FleetStalled, jumped_s, virtual_loop
 from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall, UnmatchedPrompt
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.accounts.manager import AccountManager
+from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.delivery.failure import OutputCheck
 from claudeq.worker.delivery.handler import DeliveryHandler
-from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.redaction import redact
 from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome, RunRequest

@@ -22,8 +22,8 @@ from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
 from claudeq.tenant_state import hour_field
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, StartWrite
+from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.delivery.ports import AccountsLike
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings

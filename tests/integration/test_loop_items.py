@@ -17,7 +17,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
-from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.background.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run

@@ -11,8 +11,8 @@ import redis
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
+from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.delivery.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run

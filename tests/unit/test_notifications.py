@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from claudeq.errors import JobSpecError
 from claudeq.producer.validation import validate_spec
-from claudeq.worker.delivery.notifier import MAX_BACKOFF_S, backoff_s
+from claudeq.worker.background.notifier import MAX_BACKOFF_S, backoff_s
 from tests.conftest import make_settings
 
 #: Webhooks are refused at submit when no secret would sign them.

@@ -719,7 +719,7 @@ class DeliveryHandler:
                 log.exception("job %s: packing its events failed", d.job_id)
         if self.store.archive is not None:
             sessions = [d.session_id] if d.session_id else []
-            try:  # its bulk history moves off Redis later (claudeq/worker/delivery/loops.py `archiver`)
+            try:  # its bulk history moves off Redis later (claudeq/worker/background/loops.py `archiver`)
                 await self.store.schedule_archive(d.job_id, self.settings.archive_after_s, sessions)
             except Exception:
                 log.exception("job %s: scheduling its archive move failed", d.job_id)

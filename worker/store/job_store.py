@@ -630,7 +630,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
         await self._pipe(write)
 
-    # ---- the outbox: end notifications (worker/delivery/notifier.py) ------------------------------------------
+    # ---- the outbox: end notifications (worker/background/notifier.py) ------------------------------------------
 
     async def take_notifications(self, room: int, lease_s: float) -> list[str]:
         """Up to `room` jobs whose notifications are due, each taken for `lease_s` (claudeq/lua/outbox/claim.lua)."""

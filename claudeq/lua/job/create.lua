@@ -6,7 +6,7 @@
 -- key the job's retention.
 -- KEYS: job, jobs, queued, idem ('' = none), conversation waiters ('' = none), conversation seq, tenant index
 --       ('' = none), waiting (a job with `deps` among its fields: JobSpec.depends_on), outbox (a job with
---       `notify_events` among its fields goes there at once: its webhook follows its events, worker/delivery/notifier.py)
+--       `notify_events` among its fields goes there at once: its webhook follows its events, worker/background/notifier.py)
 -- ARGV: job_id, created_ms, now_s, job_key_prefix, conversation ttl_s, index cutoff ms, field, value, ...
 -- A job with dependencies (`deps`: JSON list of job ids, `dep_mode`: its on_dependency_failure) is created `waiting`
 -- (in `waiting`, not `queued`: no message is sent for it) while one of them is active, each active one noting it in

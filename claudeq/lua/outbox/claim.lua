@@ -1,4 +1,4 @@
--- CLAIM (worker/delivery/notifier.py): up to `limit` jobs whose end notifications are due, each moved a lease ahead, so no
+-- CLAIM (worker/background/notifier.py): up to `limit` jobs whose end notifications are due, each moved a lease ahead, so no
 -- other notifier takes it while this one delivers, and a notifier that dies leaves it due again when the lease ends.
 -- KEYS: outbox.
 -- ARGV: now_s, limit, lease_until_s.

@@ -1,4 +1,4 @@
--- LINK (worker/delivery/notifier.py): a job's Celery callback sent exactly once: the record marked and the message pushed in
+-- LINK (worker/background/notifier.py): a job's Celery callback sent exactly once: the record marked and the message pushed in
 -- one step, so a notifier that dies after it, or two that both hold the job, cannot send it twice.
 -- KEYS: job, the callback's queue list.
 -- ARGV: the record field that marks it sent, the broker message.

@@ -1,4 +1,4 @@
--- SETTLE (worker/delivery/notifier.py): what a notifier's pass did for one job: its delivery log in the record (when the
+-- SETTLE (worker/background/notifier.py): what a notifier's pass did for one job: its delivery log in the record (when the
 -- record is still there: a log must not bring an expired record back as a stub), and the job's place in the outbox.
 -- KEYS: job, outbox, outbox_dead.
 -- ARGV: job_id, the notifications JSON, next_due_s ('' = nothing left to try: out of the outbox), dead ('1': one was

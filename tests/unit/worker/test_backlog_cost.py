@@ -14,7 +14,7 @@ import pytest
 from claudeq.broker_message import list_for, run_message
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.delivery.loops import Loops
+from claudeq.worker.background.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run

@@ -69,7 +69,7 @@ def test_a_twin_is_caught_and_an_inherited_one_too() -> None:
 THREAD_CALLS_ALLOWED = {
     "worker/accounts/manager.py": {"prefix_key"},  # reads the job's CLAUDE.md files for its prefix key, no Redis
     "worker/delivery/handler.py": {"fn"},  # _quiet: an account's rate-limit and auth signals (the pass-through's too)
-    "worker/delivery/loops.py": {
+    "worker/background/loops.py": {
         "self._schedules.fire_due",  # a fired tick goes through the producer's own submit
         "self.store.archive_job",  # the archive's database client is sync
         "archive.purge",

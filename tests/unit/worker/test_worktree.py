@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from claudeq.models import JobRecord, JobSpec, utcnow
-from claudeq.worker.delivery.notifier import webhook_payload
+from claudeq.worker.background.notifier import webhook_payload
 from claudeq.worker.workspace.worktree import WorkspaceProblem, collect, prepare, remove
 from claudeq.workspaces import WorkspaceSpec
 

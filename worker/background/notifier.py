@@ -33,8 +33,8 @@ from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
 from claudeq.permissions import callback_problems, webhook_problem
+from claudeq.worker.background.webhook_target import Refused, resolve
 from claudeq.worker.delivery.ports import MetricsLike
-from claudeq.worker.delivery.webhook_target import Refused, resolve
 from claudeq.worker.store.job_store import WorkerJobStore
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def backoff_s(attempts: int, base_s: float) -> float:
 
 
 class Notifier:
-    """One worker's notifier (its `once` runs on the engine loop, claudeq/worker/delivery/loops.py)."""
+    """One worker's notifier (its `once` runs on the engine loop, claudeq/worker/background/loops.py)."""
 
     def __init__(self, settings: Settings, store: WorkerJobStore, metrics: MetricsLike) -> None:
         self.settings = settings

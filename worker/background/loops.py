@@ -6,7 +6,7 @@
   `unclaimed_resend_s` are re-sent (`claim_resend`, once across workers); the `jobs` index is trimmed now and then;
 - worker heartbeat: `worker:{id}` hash (host, pid, runs in flight, started_at) and the `workers` zset;
 - notifier: the end notifications of finished jobs (webhooks, Celery callbacks), due ones taken with a lease
-  (worker/delivery/notifier.py);
+  (worker/background/notifier.py);
 - cancel listener: pub/sub on the cancel channel wakes the run of a cancelled job within milliseconds; on the follow
   channel, has the run of a followed job store its events within 0.1 s.
 """
@@ -32,8 +32,8 @@ from claudeq.events import Requeued, ended
 from claudeq.models import Attempt, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
 from claudeq.producer.client import Client
 from claudeq.schedules import ScheduleStore
+from claudeq.worker.background.notifier import Notifier
 from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.delivery.notifier import Notifier
 from claudeq.worker.loop_host import in_redis_thread
 from claudeq.worker.store.job_store import CANCELLED
 
@@ -257,7 +257,7 @@ class Loops:
     def _schedules(self) -> ScheduleStore:
         return ScheduleStore(self.store.redis, self.store.keys)
 
-    # ---- notifier (worker/delivery/notifier.py) --------------------------------------------------------------
+    # ---- notifier (worker/background/notifier.py) --------------------------------------------------------------
 
     async def notifier_loop(self) -> None:
         """Forever: deliver the end notifications (webhooks, Celery callbacks) that are due, each job by one worker."""
