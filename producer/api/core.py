@@ -139,7 +139,8 @@ async def caller(
 ) -> Viewer:
     """Who calls: the viewer its bearer token is (401 without a known one). Async, as it does no I/O: a plain
     function would cost a thread hop per request."""
-    viewer = api_of(request).auth.by_token(credentials.credentials) if credentials is not None else None
+    api: Api = request.app.state.api
+    viewer = api.auth.by_token(credentials.credentials) if credentials is not None else None
     if viewer is None:
         raise ApiError(401, "a token is needed: Authorization: Bearer <token>", {"www-authenticate": "Bearer"})
     return viewer
@@ -148,8 +149,9 @@ async def caller(
 Caller = Annotated[Viewer, Depends(caller)]
 
 
-def api_of(request: Request) -> Api:
-    """The API the request reached (the app's state)."""
+async def api_of(request: Request) -> Api:
+    """The API the request reached (the app's state). Async, as `caller` is: a plain function would cost a thread
+    hop per request."""
     api: Api = request.app.state.api
     return api
 
