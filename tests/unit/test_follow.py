@@ -3,13 +3,16 @@ the stream and the record, however many; resumed from a cursor; ended by the job
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import fakeredis
 import pytest
 
+import claudeq
 from claudeq.config.settings import Settings
 from claudeq.follow import PAGE, Ended, Followed, KeepAlive, blocking, follow, run_blocking
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
@@ -125,3 +128,22 @@ def test_run_blocking_answers_or_raises_what_the_coroutine_does() -> None:
     assert run_blocking(answer()) == 42
     with pytest.raises(LookupError):
         run_blocking(refuse())
+
+
+def _announces(path: Path) -> bool:
+    """Whether the module at `path` reads a store's `announce_follow` (to call it, or hand it to a thread)."""
+    tree = ast.parse(path.read_text())
+    return any(isinstance(n, ast.Attribute) and n.attr == "announce_follow" for n in ast.walk(tree))
+
+
+def test_the_front_ends_follow_only_through_the_one_loop() -> None:
+    """A follower announces itself; in the producer and the contract only claudeq/follow.py does (a loop of its own
+    elsewhere would have to, to get the events within 0.1 s)."""
+    root = Path(claudeq.__file__).resolve().parent.parent
+    announcing = sorted(
+        path.relative_to(root).as_posix()
+        for folder in ("claudeq", "producer")
+        for path in (root / folder).rglob("*.py")
+        if not any(p.is_symlink() for p in [path, *path.parents]) and _announces(path)
+    )
+    assert announcing == ["claudeq/follow.py"]
