@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 from claudeq.artifacts import Artifacts
 from claudeq.events import Cancelled, Unreadable
 from claudeq.models import (
-    TERMINAL,
     Attempt,
     Event,
     JobError,
@@ -553,23 +552,6 @@ class JobStore:
         if len(self._announced) > 1000:  # forget old jobs
             self._announced = {k: v for k, v in self._announced.items() if now - v < FOLLOW_ANNOUNCE_S}
         return True
-
-    def follow_events(self, job_id: str, poll_ms: int = 1000) -> Iterator[Event]:
-        """Yield events as they come until the job is finished and the stream is drained."""
-        after = "0-0"
-        while True:
-            self.announce_follow(job_id)
-            batch = self.read_events(job_id, after=after, block_ms=poll_ms)
-            for entry_id, event in batch:
-                after = entry_id
-                yield event
-            if not batch:
-                status = self.status(job_id)
-                if status is None or status in TERMINAL:
-                    for entry_id, event in self.read_events(job_id, after=after):
-                        after = entry_id
-                        yield event
-                    return
 
 
 #: How often a follower announces itself (s): the worker holds a followed job's events for at most 0.1 s while

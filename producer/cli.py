@@ -24,6 +24,7 @@ from claudeq import connections
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
+from claudeq.follow import Ended, KeepAlive, blocking, follow
 from claudeq.models import TERMINAL, JobRecord, JobStatus
 from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
@@ -396,47 +397,32 @@ def _stream(
     stderr) when the job waits with no live worker for its queue."""
     to = to or err
     whole = not to.is_terminal
-
-    store = client.store
-    record = client.get(job_id)
-    queue = record.spec.queue or client.settings.queue
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
-    after = "0-0"
-    next_worker_check = started + NO_WORKER_NOTICE_S
+    queue = client.get(job_id).spec.queue or client.settings.queue
+    deadline = None if timeout is None else time.monotonic() + timeout
     warned = False
-    while True:
-        wait_ms = 500 if deadline is None else max(1, min(500, int((deadline - time.monotonic()) * 1000)))
-        store.announce_follow(job_id)  # the worker running it stores its events at once while we follow
-        for entry_id, event in store.read_events(job_id, after, block_ms=wait_ms):
-            after = entry_id
-            text = line(event, whole, every)
-            if text is not None:
-                to.print(text)
-        status = store.status(job_id)
-        if status is None or status in TERMINAL:
-            if status is not None:
+    # claudeq/follow.py's loop; quiet for NO_WORKER_NOTICE_S, a queued job's workers are looked for.
+    for item in blocking(follow(client.store, job_id, keepalive_s=NO_WORKER_NOTICE_S, until=deadline)):
+        if isinstance(item, Ended):
+            if item.status != "gone":
                 client.until_replicated(job_id)  # as Client.wait: an end the replicas hold (docs/failover.md)
-            for _, event in store.read_events(job_id, after):
-                text = line(event, whole, every)
-                if text is not None:
-                    to.print(text)
             return client.get(job_id)
-        now = time.monotonic()
-        if status == "queued" and now >= next_worker_check:
-            next_worker_check = now + NO_WORKER_NOTICE_S
-            if not client.live_workers(queue):
-                if not warned:
+        if isinstance(item, KeepAlive):
+            if item.status == "queued":
+                idle = not client.live_workers(queue)
+                if idle and not warned:
                     err.print(
                         f"no live worker consumes queue {queue!r}: the job waits until one starts "
                         "(`claudeq-worker`; see README, real workers)",
                         highlight=False,
                     )
-                warned = True
-            else:
-                warned = False
-        if deadline is not None and now >= deadline:
-            raise JobTimeout(job_id, timeout or 0)
+                warned = idle
+            continue
+        if item[1].type in TERMINAL:
+            client.until_replicated(job_id)
+        text = line(item[1], whole, every)
+        if text is not None:
+            to.print(text)
+    raise JobTimeout(job_id, timeout or 0)
 
 
 def _wait_with_spinner(client: Client, job_id: str, timeout: float | None, as_json: bool) -> JobRecord:

@@ -9,8 +9,8 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
 
@@ -32,6 +32,8 @@ from claudeq.errors import (
     RecordUnreadable,
 )
 from claudeq.events import session_of
+from claudeq.follow import blocking, run_blocking
+from claudeq.follow import follow as follow_job
 from claudeq.jobs import JobStore, create_reply, created_waiting
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
@@ -143,7 +145,7 @@ class Client:
         """Check a spec without submitting it; JobSpecError names the field and the reason."""
         return validate_spec(spec if spec is not None else fields, self.settings)
 
-    def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+    def submit(self, /, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
         """Validate, write the record (`queued`) and enqueue `claudeq.run`. Same idempotency key -> same job.
 
         One round trip: the record, its `submitted` event and the broker message go in one MULTI/EXEC (with an
@@ -448,13 +450,22 @@ class Client:
         """The job's events; with `follow`, keep yielding until the job is finished (with `redis_wait_replicas`, its
         end event only once that many replicas hold it, as `wait` reports it)."""
         if follow:
-            for event in self.store.follow_events(job_id):
-                if event.type in TERMINAL:
-                    self.until_replicated(job_id)
+            yield from blocking(self._events(job_id, follow=True))
+            return
+        for _, event in self.store.read_events(job_id):
+            yield event
+
+    async def _events(self, job_id: str, follow: bool = False) -> AsyncIterator[Event]:
+        """`events` on an event loop (`AsyncClient.events`; `events` drives it to follow): claudeq/follow.py's loop."""
+        if not follow:
+            for _, event in await asyncio.to_thread(self.store.read_events, job_id):
                 yield event
-        else:
-            for _, event in self.store.read_events(job_id):
-                yield event
+            return
+        async for item in follow_job(self.store, job_id, keepalive_s=None):
+            if isinstance(item, tuple):
+                if item[1].type in TERMINAL:
+                    await asyncio.to_thread(self.until_replicated, job_id)
+                yield item[1]
 
     def transcript(self, job_id: str) -> builtins.list[tuple[str, builtins.list[dict[str, Any]]]]:
         """The transcripts of the sessions a job's runs worked in, oldest first: (session id, its main transcript's
@@ -576,14 +587,18 @@ class Client:
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
         """Block until the job is finished and return its record (with `redis_wait_replicas`, once that many
         replicas hold its end: a failover cannot take back an end this returned)."""
+        return run_blocking(self._wait(job_id, timeout, poll_s))
+
+    async def _wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
+        """`wait` on an event loop (`AsyncClient.wait`; `wait` drives it): `finished` every `poll_s`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            record = self.finished(job_id)
+            record = await asyncio.to_thread(self.finished, job_id)
             if record is not None:
                 return record
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(job_id, timeout or 0)
-            time.sleep(poll_s)
+            await asyncio.sleep(poll_s)
 
     def until_replicated(self, job_id: str) -> None:
         """Block until `redis_wait_replicas` replicas hold what this process read of the job (free when 0)."""
@@ -632,116 +647,98 @@ class Client:
         self.store.redis.close()
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _in_thread(
+    op: Callable[Concatenate[Client, P], R],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]:
+    """`Client`'s operation `op` as AsyncClient's: the sync client's own (a subclass's override too), in a thread."""
+
+    async def run(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        method: Callable[P, R] = getattr(self.sync, op.__name__)
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    functools.update_wrapper(run, op)
+    return run
+
+
+def _handed(
+    op: Callable[Concatenate[Client, P], JobHandle],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, AsyncJobHandle]]:
+    """`_in_thread`, for an operation that hands out a job: its handle is an AsyncJobHandle."""
+    threaded = _in_thread(op)
+
+    async def run(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncJobHandle:
+        handle = await threaded(self, *args, **kwargs)
+        return AsyncJobHandle(self, handle.id, handle.created)
+
+    functools.update_wrapper(run, op)
+    return run
+
+
+def _all_handed(
+    op: Callable[Concatenate[Client, P], builtins.list[JobHandle]],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, builtins.list[AsyncJobHandle]]]:
+    """`_handed`, for an operation that hands out many jobs."""
+    threaded = _in_thread(op)
+
+    async def run(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> builtins.list[AsyncJobHandle]:
+        return [AsyncJobHandle(self, h.id, h.created) for h in await threaded(self, *args, **kwargs)]
+
+    functools.update_wrapper(run, op)
+    return run
+
+
+def _on_loop(
+    op: Callable[Concatenate[Client, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]:
+    """`Client`'s coroutine `op` (what its blocking method drives) as AsyncClient's, on the caller's loop."""
+
+    async def run(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        method: Callable[P, Coroutine[Any, Any, R]] = getattr(self.sync, op.__name__)
+        return await method(*args, **kwargs)
+
+    functools.update_wrapper(run, op)
+    return run
+
+
+def _streamed(
+    op: Callable[Concatenate[Client, P], AsyncIterator[R]],
+) -> Callable[Concatenate[AsyncClient, P], AsyncIterator[R]]:
+    """`Client`'s async iterator `op` (what its blocking method drives) as AsyncClient's, on the caller's loop."""
+
+    def run(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R]:
+        method: Callable[P, AsyncIterator[R]] = getattr(self.sync, op.__name__)
+        return method(*args, **kwargs)
+
+    functools.update_wrapper(run, op)
+    return run
+
+
 class AsyncClient:
-    """The same API for asyncio code. Redis calls run in a thread; they take well under a millisecond."""
+    """The same API for asyncio code. Each operation is `Client`'s, run in a thread (Redis calls take well under a
+    millisecond); `wait` and `events` are the loops `Client` drives, run on the caller's loop."""
 
     def __init__(self, settings: Settings | None = None, *, client: Client | None = None) -> None:
         self.sync = client or Client(settings)
-
-    async def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> AsyncJobHandle:
-        """See Client.submit; the handle's methods are coroutines (`await handle.wait()`)."""
-        handle = await asyncio.to_thread(self.sync.submit, spec, **fields)
-        return AsyncJobHandle(self, handle.id, handle.created)
-
-    async def submit_many(
-        self,
-        specs: Iterable[JobSpec | dict[str, Any]],
-        *,
-        chunk_size: int = SUBMIT_CHUNK,
-        progress: Callable[[int], None] | None = None,
-    ) -> builtins.list[AsyncJobHandle]:
-        """See Client.submit_many (same all-or-nothing validation); runs in a thread, off the event loop."""
-        items = builtins.list(specs)
-        handles = await asyncio.to_thread(self.sync.submit_many, items, chunk_size=chunk_size, progress=progress)
-        return [AsyncJobHandle(self, h.id, h.created) for h in handles]
 
     def handle(self, job_id: str) -> AsyncJobHandle:
         """A handle for an existing job id."""
         return AsyncJobHandle(self, job_id, created=False)
 
-    async def get(self, job_id: str) -> JobRecord:
-        """See Client.get."""
-        return await asyncio.to_thread(self.sync.get, job_id)
-
-    async def diff(self, job_id: str) -> WorkspaceChange | None:
-        """See Client.diff."""
-        return await asyncio.to_thread(self.sync.diff, job_id)
-
-    async def artifact(self, job_id: str, name: str) -> bytes:
-        """See Client.artifact."""
-        return await asyncio.to_thread(self.sync.artifact, job_id, name)
-
-    async def list(
-        self,
-        status: str | None = None,
-        limit: int = 50,
-        *,
-        tenant: str | None = None,
-        parent_job_id: str | None = None,
-    ) -> builtins.list[JobRecord | RecordUnreadable]:
-        """See Client.list."""
-        return await asyncio.to_thread(
-            functools.partial(self.sync.list, status, limit, tenant=tenant, parent_job_id=parent_job_id)
-        )
-
-    async def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
-        """See Client.cancel."""
-        return await asyncio.to_thread(self.sync.cancel, job_id, reason)
-
-    async def approve(
-        self,
-        job_id: str,
-        approve: bool = True,
-        reason: str | None = None,
-        *,
-        request_id: str | None = None,
-        tenant: str | None = None,
-    ) -> PendingApproval:
-        """See Client.approve."""
-        return await asyncio.to_thread(
-            functools.partial(self.sync.approve, job_id, approve, reason, request_id=request_id, tenant=tenant)
-        )
-
-    async def approvals(self, tenant: str | None = None) -> builtins.list[JobRecord]:
-        """See Client.approvals."""
-        return await asyncio.to_thread(self.sync.approvals, tenant)
-
-    async def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
-        """See Client.wait, without blocking the loop."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            record = await asyncio.to_thread(self.sync.finished, job_id)
-            if record is not None:
-                return record
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(job_id, timeout or 0)
-            await asyncio.sleep(poll_s)
-
-    async def events(self, job_id: str, follow: bool = False) -> AsyncIterator[Event]:
-        """See Client.events."""
-        after = "0-0"
-        store = self.sync.store
-        while True:
-            if follow:
-                await asyncio.to_thread(store.announce_follow, job_id)  # its worker stores the events at once
-            batch = await asyncio.to_thread(store.read_events, job_id, after)
-            for entry_id, event in batch:
-                after = entry_id
-                if follow and event.type in TERMINAL:
-                    await asyncio.to_thread(self.sync.until_replicated, job_id)
-                yield event
-            if not follow:
-                return
-            if not batch:
-                status = await asyncio.to_thread(store.status, job_id)
-                if status is None or status in TERMINAL:
-                    tail = await asyncio.to_thread(store.read_events, job_id, after)
-                    for _, event in tail:
-                        if event.type in TERMINAL:
-                            await asyncio.to_thread(self.sync.until_replicated, job_id)
-                        yield event
-                    return
-                await asyncio.sleep(0.2)
+    submit = _handed(Client.submit)
+    submit_many = _all_handed(Client.submit_many)
+    get = _in_thread(Client.get)
+    diff = _in_thread(Client.diff)
+    artifact = _in_thread(Client.artifact)
+    list = _in_thread(Client.list)
+    cancel = _in_thread(Client.cancel)
+    approve = _in_thread(Client.approve)
+    approvals = _in_thread(Client.approvals)
+    wait = _on_loop(Client._wait)
+    events = _streamed(Client._events)
 
 
 class AsyncJobHandle:

@@ -34,7 +34,8 @@ from claudeq.account_state import AccountStore
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT, Tenants
 from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
-from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobSpec, JobStatus
+from claudeq.follow import Ended, KeepAlive, follow
+from claudeq.models import PARENT_JOB_KEY, JobRecord, JobSpec, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
 
@@ -206,34 +207,20 @@ def build_server(
         tail: Any = await asyncio.to_thread(store.redis.xrevrange, store.keys.events(job_id), "+", "-", 1)
         after = tail[0][0].decode() if tail else "0-0"
         step = 0
-        last_report = started
-        while True:
-            # The status first, then the events: the terminal write sets the status and moves the run's last events
-            # (its own terminal one included) into the record in one step, so once the status read is terminal the
-            # events read after it hold them all. (Events first, status second missed them when the job finished
-            # in between: the last progress message was not the terminal one.)
-            await asyncio.to_thread(store.announce_follow, job_id)  # its worker stores the events at once
-            status = await asyncio.to_thread(store.status, job_id)
-            batch = await asyncio.to_thread(store.read_events, job_id, after)
-            for entry_id, event in batch:
-                after = entry_id
-                message = describe(event)
-                if message is not None:
-                    step += 1
-                    last_report = time.monotonic()
-                    await ctx.report_progress(step, None, message)
-            if status is None or status in TERMINAL:
-                if status is not None:  # an end the replicas hold (CLAUDEQ_REDIS_WAIT_REPLICAS), as Client.wait
+        # claudeq/follow.py's loop, to the job's end or the deadline; quiet for QUIET_PROGRESS_S, it says the status.
+        followed = follow(store, job_id, after, poll_s=WAIT_POLL_S, keepalive_s=QUIET_PROGRESS_S, until=deadline)
+        async for item in followed:
+            if isinstance(item, Ended):
+                if item.status != "gone":  # an end the replicas hold (CLAUDEQ_REDIS_WAIT_REPLICAS), as Client.wait
                     await asyncio.to_thread(client.until_replicated, job_id)
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            if now - last_report >= QUIET_PROGRESS_S:
+                continue  # the last item
+            if isinstance(item, KeepAlive):
+                message: str | None = f"{item.status}, waited {time.monotonic() - started:.0f} s"
+            else:
+                message = describe(item[1])
+            if message is not None:
                 step += 1
-                last_report = now
-                await ctx.report_progress(step, None, f"{status}, waited {now - started:.0f} s")
-            await asyncio.sleep(min(WAIT_POLL_S, max(0.0, deadline - now)))
+                await ctx.report_progress(step, None, message)
         return (await asyncio.to_thread(_record_or_error, client, job_id, bound)).public()
 
     async def accounts(ctx: Context) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
+from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.jobs import JobStore
 from claudeq.models import JobRecord, JobSpec
 from claudeq.producer.api.core import (
@@ -37,7 +38,6 @@ from claudeq.producer.api.models import (
     Transcript,
     TranscriptSession,
 )
-from claudeq.producer.follow import Ended, KeepAlive, follow
 from claudeq.producer.web.listing import JobFilter, list_page, parse_cursor
 
 router = APIRouter()
@@ -195,7 +195,7 @@ def _per_tenant(specs: list[Any]) -> dict[str, int]:
 
 async def _sse(store: JobStore, job_id: str, after: str) -> AsyncIterator[str]:
     """Server-sent events: each event after `after` as it comes (its entry id as the SSE id), then `end` with the
-    job's status (producer/follow.py reads them)."""
+    job's status (claudeq/follow.py reads them)."""
     async for item in follow(store, job_id, after):
         if isinstance(item, Ended):
             yield f"event: end\ndata: {json.dumps({'status': item.status})}\n\n"

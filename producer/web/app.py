@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from claudeq.config.settings import Settings
 from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
+from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.models import TERMINAL, Event, JobRecord, JobStatus, utcnow
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
@@ -65,9 +66,6 @@ STATUSES: tuple[str, ...] = get_args(JobStatus)
 #: Rows per list page; events rendered at most on a job's page (the rest: `claudeq events ID`).
 PAGE_ROWS = 50
 MAX_EVENTS = 2_000
-#: The live stream: how often it looks for new events (s), and a keep-alive comment at least this often (s).
-POLL_S = 0.25
-KEEPALIVE_S = 15.0
 #: Longest free text shown in one event row or transcript entry.
 ROW_TEXT = 4_000
 
@@ -432,29 +430,15 @@ class Web:
         store = self.client.store
 
         async def frames() -> AsyncIterator[str]:
-            nonlocal after
-            quiet = 0.0
-            while True:  # a browser that goes away cancels this (StreamingResponse listens for it)
-                # The status first, then the events: the terminal write moves the last events into the record in
-                # the same step, so once the status read is terminal the events read after it hold them all.
-                await asyncio.to_thread(store.announce_follow, job_id)
-                status = await asyncio.to_thread(store.status, job_id)
-                batch = await asyncio.to_thread(store.read_events, job_id, after)
-                for entry_id, event in batch:
-                    after = entry_id
-                    row = event_row(entry_id, event)
-                    if row is not None:
-                        html = row_template.render(row=row)
-                        yield f"id: {entry_id}\ndata: {json.dumps({'html': html, 'type': event.type})}\n\n"
-                        quiet = 0.0
-                if status is None or status in TERMINAL:
-                    yield f"event: end\ndata: {json.dumps({'status': status or 'gone'})}\n\n"
-                    return
-                if quiet >= KEEPALIVE_S:
+            # A browser that goes away cancels this (StreamingResponse listens for it).
+            async for item in follow(store, job_id, after):
+                if isinstance(item, Ended):
+                    yield f"event: end\ndata: {json.dumps({'status': item.status})}\n\n"
+                elif isinstance(item, KeepAlive):
                     yield ": keep-alive\n\n"
-                    quiet = 0.0
-                await asyncio.sleep(POLL_S)
-                quiet += POLL_S
+                elif (row := event_row(*item)) is not None:
+                    html = row_template.render(row=row)
+                    yield f"id: {item[0]}\ndata: {json.dumps({'html': html, 'type': item[1].type})}\n\n"
 
         return StreamingResponse(frames(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 

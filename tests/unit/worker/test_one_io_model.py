@@ -2,11 +2,13 @@
 operation twice, as a plain method `x` and a coroutine `ax` — what a run calls on the engine loop is one coroutine.
 Inherited methods count (a worker store that adds `aread` beside its base's `read` is a twin too), as long as both
 come from claudeq's own classes. And the engine makes its Redis calls on the loop's async client, not in threads,
-but for the few that have no async form (docs/scaling.md#the-engines-redis-client)."""
+but for the few that have no async form (docs/scaling.md#the-engines-redis-client). On the producer's side,
+`AsyncClient` restates none of `Client`'s operations: each is `Client`'s own, run in a thread or on the loop."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import claudeq.worker
+from claudeq.producer.client import AsyncClient, Client
 
 
 def worker_classes() -> Iterator[type]:
@@ -61,6 +64,46 @@ def test_a_twin_is_caught_and_an_inherited_one_too() -> None:
 
     assert twins(WorkerStore) == ["read/aread"]
     assert twins(Store) == []
+
+
+#: What AsyncClient may define beside Client's method of the same name: its handle is its own type (no I/O).
+ASYNC_OWN = {"handle"}
+
+
+def restated(sync_cls: type, async_cls: type) -> list[str]:
+    """The operations `async_cls` defines again beside `sync_cls`'s of the same name: a method of its own body, not
+    one built from `sync_cls`'s (whose `__wrapped__` leads back to it)."""
+    return sorted(
+        name
+        for name, value in vars(async_cls).items()
+        if callable(value)
+        and not name.startswith("__")
+        and callable(getattr(sync_cls, name, None))
+        and inspect.unwrap(value).__qualname__.startswith(f"{async_cls.__qualname__}.")
+    )
+
+
+def test_the_async_client_restates_no_operation_of_the_client() -> None:
+    shared = [name for name in vars(AsyncClient) if not name.startswith("__") and hasattr(Client, name)]
+    assert {"submit", "get", "list", "cancel", "wait", "events"} <= set(shared)  # the walk sees the operations
+    assert restated(Client, AsyncClient) == sorted(ASYNC_OWN)
+
+
+def test_a_restated_operation_is_caught_and_a_built_one_is_not() -> None:
+    class Sync:
+        def get(self, job_id: str) -> str:
+            return job_id
+
+        def cancel(self, job_id: str) -> str:
+            return job_id
+
+    class Async:
+        async def get(self, job_id: str) -> str:  # restated
+            return job_id
+
+        cancel = functools.wraps(Sync.cancel)(lambda self, job_id: job_id)
+
+    assert restated(Sync, Async) == ["get"]
 
 
 #: The only sync calls the worker's engine makes in a thread (`in_redis_thread`, `asyncio.to_thread`) outside
