@@ -23,6 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -118,17 +119,47 @@ def build_server(
     unknown = [t for t in offered if t not in (*FLEET_TOOLS, *SCHEDULE_TOOLS, *APPROVAL_TOOLS)]
     if unknown:
         raise ValueError(f"unknown fleet tools: {', '.join(unknown)}")
-    settings = client.settings
+    binding = _Binding(client, parent_job_id, tenant, require_token)
+    functions: dict[str, Callable[..., Any]] = {
+        **_approval_tools(binding),
+        **_schedule_tools(binding),
+        **_job_tools(binding),
+        "wait_job": _wait_tool(binding),
+        "accounts": _accounts_tool(binding),
+    }
+    served: list[Tool] = []
+    for name in offered:
+        # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
+        if "ctx" not in inspect.signature(functions[name]).parameters:
+            raise RuntimeError(f"fleet tool {name} does not check its caller")
+        served.append(_strict(Tool.from_function(functions[name], name=name)))
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=served)
 
-    def caller(ctx: Context) -> str | None:
+
+@dataclass(frozen=True)
+class _Binding:
+    """What every tool of one server shares: the fleet's client, the job it was offered to, and whom it acts for."""
+
+    client: Client
+    parent_job_id: str | None
+    tenant: str | None
+    require_token: bool
+
+    def caller(self, ctx: Context) -> str | None:
         """The tenant this call is bound to (None: any)."""
-        if tenant is not None:
-            return tenant
-        if not require_token:
+        if self.tenant is not None:
+            return self.tenant
+        if not self.require_token:
             return None
         request = ctx.request_context.request
         headers = getattr(request, "headers", None)
-        return bearer_tenant(settings.tenants, headers.get("authorization") if headers is not None else None)
+        tenants = self.client.settings.tenants
+        return bearer_tenant(tenants, headers.get("authorization") if headers is not None else None)
+
+
+def _job_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
+    """`submit_job`, `get_job`, `list_jobs` and `cancel_job`."""
+    client, caller, parent_job_id = binding.client, binding.caller, binding.parent_job_id
 
     async def submit_job(ctx: Context, **given: Any) -> dict[str, Any]:
         """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job. Takes every
@@ -188,6 +219,14 @@ def build_server(
             raise ToolError(f"job_id: no job {job_id!r}") from None
         return {"id": job_id, "result": result}
 
+    submit_job.__signature__ = SUBMIT_SIGNATURE  # type: ignore[attr-defined]
+    return {"submit_job": submit_job, "get_job": get_job, "list_jobs": list_jobs, "cancel_job": cancel_job}
+
+
+def _wait_tool(binding: _Binding) -> Callable[..., Any]:
+    """`wait_job`: a bounded long-poll reporting the job's progress."""
+    client, caller = binding.client, binding.caller
+
     async def wait_job(
         job_id: Annotated[str, Field(description="The job's id.")],
         ctx: Context,
@@ -236,6 +275,13 @@ def build_server(
             await asyncio.sleep(min(WAIT_POLL_S, max(0.0, deadline - now)))
         return (await asyncio.to_thread(_record_or_error, client, job_id, bound)).public()
 
+    return wait_job
+
+
+def _accounts_tool(binding: _Binding) -> Callable[..., Any]:
+    """`accounts`: the pool's states."""
+    client, caller, settings = binding.client, binding.caller, binding.client.settings
+
     async def accounts(ctx: Context) -> dict[str, Any]:
         """The fleet's accounts: state (ok, warning, cooling, disabled), slots in use, cooldown, utilization."""
         caller(ctx)  # with tenant tokens, names, states and slots are not for anonymous callers either
@@ -246,6 +292,13 @@ def build_server(
         store = AccountStore(client.store.redis, client.store.keys, pool)
         states = await asyncio.to_thread(store.states)
         return {"accounts": [s.public() for s in states]}
+
+    return accounts
+
+
+def _schedule_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
+    """`add_schedule`, `list_schedules` and `pause_`, `resume_` and `remove_schedule`, on the caller's tenant."""
+    client, caller, parent_job_id = binding.client, binding.caller, binding.parent_job_id
 
     def schedule_tenant(ctx: Context, tenant: str | None) -> str:
         bound = caller(ctx)
@@ -314,6 +367,19 @@ def build_server(
         }[action]
         return act
 
+    return {
+        "add_schedule": add_schedule,
+        "list_schedules": list_schedules,
+        "pause_schedule": schedule_action("pause"),
+        "resume_schedule": schedule_action("resume"),
+        "remove_schedule": schedule_action("remove"),
+    }
+
+
+def _approval_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
+    """`list_approvals` and `decide_approval`."""
+    client, caller = binding.client, binding.caller
+
     async def list_approvals(ctx: Context) -> dict[str, Any]:
         """The jobs waiting for a person's approval of a tool use now (the caller's tenant's only, with a bearer
         token): each record's `approval` holds the request (`request_id`, `tool`, `input`, `expires_at`)."""
@@ -340,29 +406,7 @@ def build_server(
             raise ToolError(f"{exc.why}: {exc}") from None
         return {"id": job_id, "approval": answered.model_dump(mode="json")}
 
-    submit_job.__signature__ = SUBMIT_SIGNATURE  # type: ignore[attr-defined]
-    functions: dict[str, Callable[..., Any]] = {
-        "list_approvals": list_approvals,
-        "decide_approval": decide_approval,
-        "add_schedule": add_schedule,
-        "list_schedules": list_schedules,
-        "pause_schedule": schedule_action("pause"),
-        "resume_schedule": schedule_action("resume"),
-        "remove_schedule": schedule_action("remove"),
-        "submit_job": submit_job,
-        "get_job": get_job,
-        "list_jobs": list_jobs,
-        "cancel_job": cancel_job,
-        "wait_job": wait_job,
-        "accounts": accounts,
-    }
-    served: list[Tool] = []
-    for name in offered:
-        # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
-        if "ctx" not in inspect.signature(functions[name]).parameters:
-            raise RuntimeError(f"fleet tool {name} does not check its caller")
-        served.append(_strict(Tool.from_function(functions[name], name=name)))
-    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=served)
+    return {"list_approvals": list_approvals, "decide_approval": decide_approval}
 
 
 def _strict(tool: Tool) -> Tool:
