@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from claudeq import connections
+from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
@@ -671,46 +672,58 @@ def webhooks_retry(job_id: str, as_json: JsonOpt = False) -> None:
     out.print(f"{job_id}: {again} notification(s) tried again" if again else f"{job_id}: no notification was dead")
 
 
-@schedule_app.command("add")
-@_guard
-def schedule_add(
-    name: str,
-    prompt: Annotated[str, typer.Argument(help="The prompt (`-` reads stdin, `@file` a file).")],
-    cron: Annotated[str | None, typer.Option(help="A cron expression, e.g. '0 2 * * *'.")] = None,
-    every: Annotated[int | None, typer.Option(help="Or: every this many seconds.", min=1)] = None,
-    tz: Annotated[str, typer.Option(help="The time zone the cron expression is read in.")] = "UTC",
-    on_missed: Annotated[str, typer.Option(help="A tick no worker reached in time: skip, or run_once.")] = "skip",
-    tenant: ScheduleTenantOpt = DEFAULT_TENANT,
+@dataclass(frozen=True)
+class ScheduleAddOptions:
+    """`claudeq schedule add`'s arguments and options, one field each."""
+
+    name: str
+    prompt: Annotated[str, typer.Argument(help="The prompt (`-` reads stdin, `@file` a file).")]
+    cron: Annotated[str | None, typer.Option(help="A cron expression, e.g. '0 2 * * *'.")] = None
+    every: Annotated[int | None, typer.Option(help="Or: every this many seconds.", min=1)] = None
+    tz: Annotated[str, typer.Option(help="The time zone the cron expression is read in.")] = "UTC"
+    on_missed: Annotated[str, typer.Option(help="A tick no worker reached in time: skip, or run_once.")] = "skip"
+    tenant: ScheduleTenantOpt = DEFAULT_TENANT
     spec: Annotated[
         str | None, typer.Option(help="More spec fields as a JSON object (JSON text or @file): tools, cwd, …")
-    ] = None,
-    replace: Annotated[bool, typer.Option("--replace", help="Replace a schedule of that name.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
+    ] = None
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a schedule of that name.")] = False
+    as_json: JsonOpt = False
+
+
+@schedule_app.command("add")
+@_guard
+@options_command(ScheduleAddOptions)
+def schedule_add(opts: ScheduleAddOptions) -> None:
     """Add a schedule: the fleet submits PROMPT (and --spec's fields) on every tick, exactly once per tick."""
     fields: dict[str, Any] = {}
-    if spec is not None:
+    if opts.spec is not None:
         try:
-            fields = json.loads(_read_text_arg(spec, "spec"))
+            fields = json.loads(_read_text_arg(opts.spec, "spec"))
         except ValueError as exc:
             raise JobSpecError([("spec", f"not JSON: {exc}")]) from None
         if not isinstance(fields, dict):
             raise JobSpecError([("spec", "must be a JSON object of spec fields")])
-    fields.update(prompt=_read_text_arg(prompt), tenant=tenant)
+    fields.update(prompt=_read_text_arg(opts.prompt), tenant=opts.tenant)
     try:
         schedule = _client().add_schedule(
-            name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
+            opts.name,
+            fields,
+            cron=opts.cron,
+            every_s=opts.every,
+            tz=opts.tz,
+            on_missed=opts.on_missed,
+            replace=opts.replace,
         )
     except JobSpecError as exc:
-        if as_json:  # scripts read the spec's field names
+        if opts.as_json:  # scripts read the spec's field names
             raise
         raise JobSpecError([(_flag(f), _flag(r)) for f, r in exc.errors]) from None  # as this command spells them
-    [info] = [i for i in _client().schedules(tenant) if i.schedule.name == name]
-    if as_json:
+    [info] = [i for i in _client().schedules(opts.tenant) if i.schedule.name == opts.name]
+    if opts.as_json:
         print(info.model_dump_json())
     else:
-        rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
-        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}")
+        rule_text = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
+        out.print(f"schedule {opts.name}: {rule_text}; next tick {info.next_tick}")
 
 
 def _flag(text: str) -> str:
@@ -908,14 +921,43 @@ def config_check(as_json: JsonOpt = False) -> None:
     jobs (AOF on, noeviction: warnings with the fix). Secrets are never shown. The Claude CLI and the tools module
     are checked by `claudeq-worker` at start."""
     problems: list[str] = []
-    report: dict[str, Any] = {}
-    unreachable = False
+    warnings: list[str] = []
     try:
         settings = load_settings()
     except ConfigError as exc:
         _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
-    warnings: list[str] = []
-    report["redis_url"] = settings.redacted_redis_url()
+    report: dict[str, Any] = {"redis_url": settings.redacted_redis_url()}
+    unreachable = _check_services(settings, report, problems, warnings)
+    try:
+        pool = settings.accounts
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"accounts: {exc}", as_json)
+    if not pool.accounts:
+        problems.append("no accounts: set CLAUDEQ_ACCOUNTS_FILE (see accounts.example.toml) or a token in the env")
+    report["accounts"] = [_account_entry(acct, problems) for acct in pool.accounts]
+    report["tenants"], tenant_problems, tenant_warnings = tenants_report(settings, [a.name for a in pool.accounts])
+    problems += tenant_problems
+    warnings += tenant_warnings
+    report["queues"] = settings.queues
+    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+
+    report["isolation"], isolation_problem = isolation(settings.policy)
+    if isolation_problem is not None:
+        problems.append(isolation_problem)
+    report["problems"] = problems
+    report["warnings"] = warnings
+    if as_json:
+        print(json.dumps(report))
+    else:
+        _print_config_report(report)
+    if unreachable and len(problems) == 1:
+        raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
+    raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+
+
+def _check_services(settings: Settings, report: dict[str, Any], problems: list[str], warnings: list[str]) -> bool:
+    """Redis (and its configuration) and the archive, into `report`; True when Redis does not answer."""
+    unreachable = False
     try:
         client = connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5)
         client.ping()
@@ -935,57 +977,41 @@ def config_check(as_json: JsonOpt = False) -> None:
         except ConfigError as exc:
             report["archive"] = "unreachable"
             problems.append(str(exc))
-    accounts: list[dict[str, Any]] = []
-    try:
-        pool = settings.accounts
-    except ConfigError as exc:
-        _fail(EXIT_BAD_INPUT, f"accounts: {exc}", as_json)
-    if not pool.accounts:
-        problems.append("no accounts: set CLAUDEQ_ACCOUNTS_FILE (see accounts.example.toml) or a token in the env")
-    for acct in pool.accounts:
-        entry: dict[str, Any] = {"name": acct.name, "kind": acct.kind, "max_concurrency": acct.max_concurrency}
-        try:
-            acct.read_token()
-            entry["token"] = "present"
-        except ConfigError as exc:
-            entry["token"] = "missing"
-            problems.append(str(exc))
-        accounts.append(entry)
-    report["accounts"] = accounts
-    report["tenants"], tenant_problems, tenant_warnings = tenants_report(settings, [a.name for a in pool.accounts])
-    problems += tenant_problems
-    warnings += tenant_warnings
-    report["queues"] = settings.queues
-    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+    return unreachable
 
-    report["isolation"], isolation_problem = isolation(settings.policy)
-    if isolation_problem is not None:
-        problems.append(isolation_problem)
-    report["problems"] = problems
-    report["warnings"] = warnings
-    if as_json:
-        print(json.dumps(report))
-    else:
-        out.print(f"redis      {report['redis_url']}: {report['redis']}")
-        if "archive" in report:
-            out.print(f"archive    {report['archive']}")
-        out.print(f"isolation  {report['isolation']}", highlight=False)
-        for entry in accounts:
-            out.print(
-                f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
-                highlight=False,
-            )
-        if report["tenants"]["file"]:
-            out.print(f"tenants    {report['tenants']['file']}: {', '.join(report['tenants']['tenants']) or '-'}")
-        for warning in warnings:
-            err.print(styled(("warning:", "yellow"), f" {warning}"))
-        for problem in problems:
-            err.print(styled(("problem:", "red"), f" {problem}"))
-        if not problems:
-            out.print(styled(("configuration ok", "green"), f" ({len(warnings)} warning(s))" if warnings else ""))
-    if unreachable and len(problems) == 1:
-        raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
-    raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+
+def _account_entry(acct: AccountConfig, problems: list[str]) -> dict[str, Any]:
+    """An account as `config check` reports it: whether its token is there, never the token."""
+    entry: dict[str, Any] = {"name": acct.name, "kind": acct.kind, "max_concurrency": acct.max_concurrency}
+    try:
+        acct.read_token()
+        entry["token"] = "present"
+    except ConfigError as exc:
+        entry["token"] = "missing"
+        problems.append(str(exc))
+    return entry
+
+
+def _print_config_report(report: dict[str, Any]) -> None:
+    """`config check`'s report for a person: what was checked on stdout, warnings and problems on stderr."""
+    out.print(f"redis      {report['redis_url']}: {report['redis']}")
+    if "archive" in report:
+        out.print(f"archive    {report['archive']}")
+    out.print(f"isolation  {report['isolation']}", highlight=False)
+    for entry in report["accounts"]:
+        out.print(
+            f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
+            highlight=False,
+        )
+    if report["tenants"]["file"]:
+        out.print(f"tenants    {report['tenants']['file']}: {', '.join(report['tenants']['tenants']) or '-'}")
+    warnings, problems = report["warnings"], report["problems"]
+    for warning in warnings:
+        err.print(styled(("warning:", "yellow"), f" {warning}"))
+    for problem in problems:
+        err.print(styled(("problem:", "red"), f" {problem}"))
+    if not problems:
+        out.print(styled(("configuration ok", "green"), f" ({len(warnings)} warning(s))" if warnings else ""))
 
 
 def main() -> None:
