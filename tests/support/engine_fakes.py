@@ -132,14 +132,7 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
-    async def add_waiter(
-        self,
-        accounts: list[str],
-        job_id: str,
-        rank: float,
-        model: str | None = None,
-        tenant: tuple[str, float] | None = None,
-    ) -> list[str]:
+    async def add_waiter(self, accounts: list[str], job_id: str, *_: Any, **__: Any) -> list[str]:
         self.waiters.append((accounts, job_id))
         return []
 
