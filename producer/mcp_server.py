@@ -38,6 +38,7 @@ from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFou
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobSpec, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
+from claudeq.producer.signatures import field_parameters
 
 SERVER_NAME = "claudeq"
 #: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/run/tools.py).
@@ -296,6 +297,34 @@ def _accounts_tool(binding: _Binding) -> Callable[..., Any]:
     return accounts
 
 
+@dataclass(frozen=True)
+class ScheduleArgs:
+    """add_schedule's arguments, one field each (its input schema: ADD_SCHEDULE_SIGNATURE)."""
+
+    name: Annotated[str, Field(description="The schedule's name (its tenant's own).")]
+    prompt: Annotated[str, Field(description="The prompt of every job it fires.")]
+    cron: Annotated[str | None, Field(description="A cron expression, e.g. '0 2 * * *'.")] = None
+    every_s: Annotated[int | None, Field(description="Or: every this many seconds.")] = None
+    tz: Annotated[str, Field(description="The time zone the cron expression is read in.")] = "UTC"
+    on_missed: Annotated[str, Field(description="A tick no worker reached in time: skip, or run_once.")] = "skip"
+    spec: Annotated[dict[str, Any] | None, Field(description="More spec fields of its jobs: tools, model, cwd, …")] = (
+        None
+    )
+    replace: Annotated[bool, Field(description="Replace a schedule of that name.")] = False
+    tenant: Annotated[str | None, Field(description="Whose schedule (fixed when the caller is bound).")] = None
+
+
+def _schedule_signature() -> inspect.Signature:
+    """The signature the MCP server reads add_schedule's arguments (and its input schema) from: the call's context,
+    then ScheduleArgs's fields."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    params += field_parameters(ScheduleArgs)
+    return inspect.Signature(params, return_annotation=dict[str, Any])
+
+
+ADD_SCHEDULE_SIGNATURE = _schedule_signature()
+
+
 def _schedule_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
     """`add_schedule`, `list_schedules` and `pause_`, `resume_` and `remove_schedule`, on the caller's tenant."""
     client, caller, parent_job_id = binding.client, binding.caller, binding.parent_job_id
@@ -306,27 +335,22 @@ def _schedule_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
             raise ToolError(f"tenant: this caller's schedules are tenant {bound!r}'s only")
         return bound or tenant or DEFAULT_TENANT
 
-    async def add_schedule(
-        name: Annotated[str, Field(description="The schedule's name (its tenant's own).")],
-        prompt: Annotated[str, Field(description="The prompt of every job it fires.")],
-        ctx: Context,
-        cron: Annotated[str | None, Field(description="A cron expression, e.g. '0 2 * * *'.")] = None,
-        every_s: Annotated[int | None, Field(description="Or: every this many seconds.")] = None,
-        tz: Annotated[str, Field(description="The time zone the cron expression is read in.")] = "UTC",
-        on_missed: Annotated[str, Field(description="A tick no worker reached in time: skip, or run_once.")] = "skip",
-        spec: Annotated[
-            dict[str, Any] | None, Field(description="More spec fields of its jobs: tools, model, cwd, …")
-        ] = None,
-        replace: Annotated[bool, Field(description="Replace a schedule of that name.")] = False,
-        tenant: Annotated[str | None, Field(description="Whose schedule (fixed when the caller is bound).")] = None,
-    ) -> dict[str, Any]:
+    async def add_schedule(ctx: Context, **given: Any) -> dict[str, Any]:
         """Have the fleet submit a job on a cron expression or an interval, exactly once per tick."""
-        owner = schedule_tenant(ctx, tenant)
-        fields = {**(spec or {}), "prompt": prompt, "tenant": owner}
+        args = ScheduleArgs(**given)
+        owner = schedule_tenant(ctx, args.tenant)
+        fields = {**(args.spec or {}), "prompt": args.prompt, "tenant": owner}
         if parent_job_id:
             fields["metadata"] = {**fields.get("metadata", {}), PARENT_JOB_KEY: parent_job_id}
         add = functools.partial(
-            client.add_schedule, name, fields, cron=cron, every_s=every_s, tz=tz, on_missed=on_missed, replace=replace
+            client.add_schedule,
+            args.name,
+            fields,
+            cron=args.cron,
+            every_s=args.every_s,
+            tz=args.tz,
+            on_missed=args.on_missed,
+            replace=args.replace,
         )
         try:
             schedule = await asyncio.to_thread(add)
@@ -335,6 +359,8 @@ def _schedule_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
         except ClaudeqError as exc:
             raise ToolError(str(exc)) from None
         return schedule.model_dump(mode="json")
+
+    add_schedule.__signature__ = ADD_SCHEDULE_SIGNATURE  # type: ignore[attr-defined]
 
     async def list_schedules(
         ctx: Context,
