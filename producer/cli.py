@@ -12,6 +12,7 @@ import re
 import sys
 import time
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -21,6 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from claudeq import connections
+from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings, load_settings
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
@@ -30,6 +32,7 @@ from claudeq.producer.cli_accounts import accounts_app
 from claudeq.producer.cli_batch import submit_from_file
 from claudeq.producer.cli_checks import redis_warnings, tenants_report
 from claudeq.producer.cli_conversation import conversation_app
+from claudeq.producer.cli_options import options_command
 from claudeq.producer.cli_output import CliConsole, print_table, styled
 from claudeq.producer.cli_workspaces import artifacts, diff, stat_line, workspaces_app
 from claudeq.producer.client import Client
@@ -248,65 +251,66 @@ def _metadata(pairs: list[str]) -> dict[str, str]:
     return data
 
 
-@app.command()
-@_guard
-def submit(
+@dataclass(frozen=True)
+class SubmitOptions:
+    """`claudeq submit`'s arguments and options, one field each (typer reads them as the command's parameters)."""
+
     prompt: Annotated[
         str | None, typer.Argument(help="The prompt; '-' reads stdin, '@file' reads a file.", show_default=False)
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Model alias or id.")] = None,
-    system_prompt: Annotated[str | None, typer.Option(help="Replace the system prompt ('@file' reads a file).")] = None,
+    ] = None
+    model: Annotated[str | None, typer.Option(help="Model alias or id.")] = None
+    system_prompt: Annotated[str | None, typer.Option(help="Replace the system prompt ('@file' reads a file).")] = None
     append_system_prompt: Annotated[
         str | None, typer.Option(help="Append to the system prompt ('@file' reads a file).")
-    ] = None,
-    tools: Annotated[str | None, typer.Option(help="Tool profile, or a comma-separated list of tools.")] = None,
-    mcp_tool: Annotated[list[str] | None, typer.Option(help="Worker-registered MCP tool (repeatable).")] = None,
-    max_turns: Annotated[int | None, typer.Option(help="Maximum agent turns.")] = None,
-    max_budget_usd: Annotated[float | None, typer.Option(help="Budget cap in USD.")] = None,
-    output_schema: Annotated[str | None, typer.Option(help="JSON schema (JSON text or @file).")] = None,
-    conversation: Annotated[str | None, typer.Option(help="Continue (or start) this conversation.")] = None,
-    resume: Annotated[str | None, typer.Option(help="Resume this session id.")] = None,
-    fork: Annotated[bool, typer.Option(help="Branch the conversation/session instead of continuing it.")] = False,
-    account: Annotated[str | None, typer.Option(help="Pin the job to this account.")] = None,
-    queue: Annotated[str | None, typer.Option(help="Celery queue.")] = None,
-    priority: Annotated[int, typer.Option(help="0 (first) .. 9 (last).")] = 0,
-    tenant: Annotated[str | None, typer.Option(help="Who the job is for (CLAUDEQ_TENANTS_FILE).")] = None,
-    deadline_s: Annotated[float | None, typer.Option("--deadline", help="Hard deadline per attempt (s).")] = None,
-    max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None,
-    cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None,
+    ] = None
+    tools: Annotated[str | None, typer.Option(help="Tool profile, or a comma-separated list of tools.")] = None
+    mcp_tool: Annotated[list[str] | None, typer.Option(help="Worker-registered MCP tool (repeatable).")] = None
+    max_turns: Annotated[int | None, typer.Option(help="Maximum agent turns.")] = None
+    max_budget_usd: Annotated[float | None, typer.Option(help="Budget cap in USD.")] = None
+    output_schema: Annotated[str | None, typer.Option(help="JSON schema (JSON text or @file).")] = None
+    conversation: Annotated[str | None, typer.Option(help="Continue (or start) this conversation.")] = None
+    resume: Annotated[str | None, typer.Option(help="Resume this session id.")] = None
+    fork: Annotated[bool, typer.Option(help="Branch the conversation/session instead of continuing it.")] = False
+    account: Annotated[str | None, typer.Option(help="Pin the job to this account.")] = None
+    queue: Annotated[str | None, typer.Option(help="Celery queue.")] = None
+    priority: Annotated[int, typer.Option(help="0 (first) .. 9 (last).")] = 0
+    tenant: Annotated[str | None, typer.Option(help="Who the job is for (CLAUDEQ_TENANTS_FILE).")] = None
+    deadline_s: Annotated[float | None, typer.Option("--deadline", help="Hard deadline per attempt (s).")] = None
+    max_attempts: Annotated[int | None, typer.Option(help="Attempts before giving up.")] = None
+    cwd: Annotated[str | None, typer.Option(help="Working directory (under a workspace root).")] = None
     workspace: Annotated[
         str | None, typer.Option(help="A git repository: the job works in a worktree of its own (see claudeq diff).")
-    ] = None,
-    ref: Annotated[str | None, typer.Option(help="With --workspace: what the worktree starts from (main).")] = None,
+    ] = None
+    ref: Annotated[str | None, typer.Option(help="With --workspace: what the worktree starts from (main).")] = None
     concurrency_key: Annotated[
         str | None, typer.Option(help="At most --concurrency-limit jobs of this key run at once.")
-    ] = None,
-    concurrency_limit: Annotated[int | None, typer.Option(help="Jobs of the key at once (1).")] = None,
-    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    ] = None
+    concurrency_limit: Annotated[int | None, typer.Option(help="Jobs of the key at once (1).")] = None
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None
     depends_on: Annotated[
         list[str] | None, typer.Option("--depends-on", help="A job that must succeed first (repeatable).")
-    ] = None,
+    ] = None
     on_dependency_failure: Annotated[
         str | None, typer.Option(help="A dependency failed: fail (the default) or run.")
-    ] = None,
+    ] = None
     webhook: Annotated[
         str | None, typer.Option(help="POST the job's end here, signed (on a host in CLAUDEQ_WEBHOOK_HOSTS).")
-    ] = None,
+    ] = None
     webhook_event: Annotated[
         list[str] | None,
         typer.Option("--webhook-event", help="Also POST this event type as it happens (repeatable; needs --webhook)."),
-    ] = None,
+    ] = None
     link: Annotated[
         str | None, typer.Option(help="TASK[@QUEUE] of your Celery app, sent the record when the job succeeds.")
-    ] = None,
+    ] = None
     link_error: Annotated[
         str | None, typer.Option(help="TASK[@QUEUE] of your Celery app, sent the record when it fails or is cancelled.")
-    ] = None,
-    metadata: Annotated[list[str] | None, typer.Option("--meta", help="KEY=VALUE (repeatable).")] = None,
-    wait: Annotated[
-        bool, typer.Option("--wait", help="Follow the run (progress on stderr) and print the answer.")
-    ] = False,
-    timeout: Annotated[float | None, typer.Option(help="With --wait: give up waiting after this many s.")] = None,
+    ] = None
+    metadata: Annotated[list[str] | None, typer.Option("--meta", help="KEY=VALUE (repeatable).")] = None
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the run (progress on stderr) and print the answer.")] = (
+        False
+    )
+    timeout: Annotated[float | None, typer.Option(help="With --wait: give up waiting after this many s.")] = None
     from_file: Annotated[
         str | None,
         typer.Option(
@@ -314,79 +318,98 @@ def submit(
             help="Submit many jobs: a JSONL file ('-' = stdin), one JSON spec per line; the options above are "
             "defaults for every line. All or nothing: a refused line is reported by number and nothing is sent.",
         ),
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
+    ] = None
+    as_json: JsonOpt = False
+
+
+@app.command()
+@_guard
+@options_command(SubmitOptions)
+def submit(opts: SubmitOptions) -> None:
     """Submit a job. Prints its id (or, with --wait, streams its progress on stderr and prints its final record).
     With --from-file, many jobs."""
-    if (prompt is None) == (from_file is None):
-        raise JobSpecError([("prompt", "give a prompt or --from-file, not both" if prompt else "missing")])
-    fields: dict[str, Any] = {"priority": priority, "fork": fork}
-    if prompt is not None:
-        fields["prompt"] = _read_text_arg(prompt)
-    optional: dict[str, Any] = {
-        "model": model,
-        "system_prompt": _read_file_arg(system_prompt, "system_prompt"),
-        "append_system_prompt": _read_file_arg(append_system_prompt, "append_system_prompt"),
-        "max_turns": max_turns,
-        "max_budget_usd": max_budget_usd,
-        "conversation": conversation,
-        "resume": resume,
-        "account": account,
-        "queue": queue,
-        "tenant": tenant,
-        "deadline_s": deadline_s,
-        "max_attempts": max_attempts,
-        "cwd": cwd,
-        "idempotency_key": idempotency_key,
-        "concurrency_key": concurrency_key,
-        "concurrency_limit": concurrency_limit,
-    }
-    fields.update({k: v for k, v in optional.items() if v is not None})
-    if tools is not None:
-        fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
-    if mcp_tool:
-        fields["mcp_tools"] = mcp_tool
-    if workspace is not None:
-        fields["workspace"] = {"repo": workspace, **({"ref": ref} if ref else {})}
-    elif ref is not None:
-        raise JobSpecError([("--ref", "needs --workspace REPO")])
-    if depends_on:
-        fields["depends_on"] = depends_on
-    if on_dependency_failure is not None:
-        fields["on_dependency_failure"] = on_dependency_failure
-    if webhook_event and webhook is None:
-        raise JobSpecError([("webhook", "--webhook-event needs --webhook URL")])
-    if webhook is not None:
-        fields["webhook"] = {"url": webhook, **({"events": webhook_event} if webhook_event else {})}
-    for name, callback in (("link", link), ("link_error", link_error)):
-        if callback is not None:
-            task, _, callback_queue = callback.partition("@")
-            fields[name] = {"task": task, **({"queue": callback_queue} if callback_queue else {})}
-    if metadata:
-        fields["metadata"] = _metadata(metadata)
-    if output_schema is not None:
-        try:
-            fields["output_schema"] = json.loads(_read_text_arg(output_schema, "output_schema"))
-        except json.JSONDecodeError as exc:
-            raise JobSpecError([("output_schema", f"not JSON: {exc}")]) from None
+    if (opts.prompt is None) == (opts.from_file is None):
+        raise JobSpecError([("prompt", "give a prompt or --from-file, not both" if opts.prompt else "missing")])
+    fields = _spec_fields(opts)
     client = _client()
-    if from_file is not None:
-        if wait:
+    if opts.from_file is not None:
+        if opts.wait:
             raise JobSpecError([("--wait", "not available with --from-file")])
-        submit_from_file(client, from_file, fields, as_json, err)
+        submit_from_file(client, opts.from_file, fields, opts.as_json, err)
         return
     handle = client.submit(fields)
-    if not wait:
-        if as_json:
+    if not opts.wait:
+        if opts.as_json:
             print(json.dumps({"id": handle.id, "created": handle.created}))
         else:
             out.print(handle.id)
         return
-    record = _wait_with_spinner(client, handle.id, timeout, as_json)
-    _print_record(record, as_json)
+    record = _wait_with_spinner(client, handle.id, opts.timeout, opts.as_json)
+    _print_record(record, opts.as_json)
     if record.status != "succeeded":
         raise typer.Exit(EXIT_JOB_FAILED)
+
+
+def _spec_fields(opts: SubmitOptions) -> dict[str, Any]:
+    """The job spec's fields `submit`'s options give (files read, lists split); JobSpecError for a bad one."""
+    fields: dict[str, Any] = {"priority": opts.priority, "fork": opts.fork}
+    if opts.prompt is not None:
+        fields["prompt"] = _read_text_arg(opts.prompt)
+    optional: dict[str, Any] = {
+        "model": opts.model,
+        "system_prompt": _read_file_arg(opts.system_prompt, "system_prompt"),
+        "append_system_prompt": _read_file_arg(opts.append_system_prompt, "append_system_prompt"),
+        "max_turns": opts.max_turns,
+        "max_budget_usd": opts.max_budget_usd,
+        "conversation": opts.conversation,
+        "resume": opts.resume,
+        "account": opts.account,
+        "queue": opts.queue,
+        "tenant": opts.tenant,
+        "deadline_s": opts.deadline_s,
+        "max_attempts": opts.max_attempts,
+        "cwd": opts.cwd,
+        "idempotency_key": opts.idempotency_key,
+        "concurrency_key": opts.concurrency_key,
+        "concurrency_limit": opts.concurrency_limit,
+    }
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    if opts.tools is not None:
+        tools = opts.tools
+        fields["tools"] = tools if "," not in tools and tools.islower() else [t for t in tools.split(",") if t]
+    if opts.mcp_tool:
+        fields["mcp_tools"] = opts.mcp_tool
+    fields.update(_nested_fields(opts))
+    if opts.metadata:
+        fields["metadata"] = _metadata(opts.metadata)
+    if opts.output_schema is not None:
+        try:
+            fields["output_schema"] = json.loads(_read_text_arg(opts.output_schema, "output_schema"))
+        except json.JSONDecodeError as exc:
+            raise JobSpecError([("output_schema", f"not JSON: {exc}")]) from None
+    return fields
+
+
+def _nested_fields(opts: SubmitOptions) -> dict[str, Any]:
+    """The spec's objects `submit`'s flat options spell: workspace, dependencies, webhook, Celery callbacks."""
+    fields: dict[str, Any] = {}
+    if opts.workspace is not None:
+        fields["workspace"] = {"repo": opts.workspace, **({"ref": opts.ref} if opts.ref else {})}
+    elif opts.ref is not None:
+        raise JobSpecError([("--ref", "needs --workspace REPO")])
+    if opts.depends_on:
+        fields["depends_on"] = opts.depends_on
+    if opts.on_dependency_failure is not None:
+        fields["on_dependency_failure"] = opts.on_dependency_failure
+    if opts.webhook_event and opts.webhook is None:
+        raise JobSpecError([("webhook", "--webhook-event needs --webhook URL")])
+    if opts.webhook is not None:
+        fields["webhook"] = {"url": opts.webhook, **({"events": opts.webhook_event} if opts.webhook_event else {})}
+    for name, callback in (("link", opts.link), ("link_error", opts.link_error)):
+        if callback is not None:
+            task, _, callback_queue = callback.partition("@")
+            fields[name] = {"task": task, **({"queue": callback_queue} if callback_queue else {})}
+    return fields
 
 
 def _stream(
@@ -635,46 +658,58 @@ def webhooks_retry(job_id: str, as_json: JsonOpt = False) -> None:
     out.print(f"{job_id}: {again} notification(s) tried again" if again else f"{job_id}: no notification was dead")
 
 
-@schedule_app.command("add")
-@_guard
-def schedule_add(
-    name: str,
-    prompt: Annotated[str, typer.Argument(help="The prompt (`-` reads stdin, `@file` a file).")],
-    cron: Annotated[str | None, typer.Option(help="A cron expression, e.g. '0 2 * * *'.")] = None,
-    every: Annotated[int | None, typer.Option(help="Or: every this many seconds.", min=1)] = None,
-    tz: Annotated[str, typer.Option(help="The time zone the cron expression is read in.")] = "UTC",
-    on_missed: Annotated[str, typer.Option(help="A tick no worker reached in time: skip, or run_once.")] = "skip",
-    tenant: ScheduleTenantOpt = DEFAULT_TENANT,
+@dataclass(frozen=True)
+class ScheduleAddOptions:
+    """`claudeq schedule add`'s arguments and options, one field each."""
+
+    name: str
+    prompt: Annotated[str, typer.Argument(help="The prompt (`-` reads stdin, `@file` a file).")]
+    cron: Annotated[str | None, typer.Option(help="A cron expression, e.g. '0 2 * * *'.")] = None
+    every: Annotated[int | None, typer.Option(help="Or: every this many seconds.", min=1)] = None
+    tz: Annotated[str, typer.Option(help="The time zone the cron expression is read in.")] = "UTC"
+    on_missed: Annotated[str, typer.Option(help="A tick no worker reached in time: skip, or run_once.")] = "skip"
+    tenant: ScheduleTenantOpt = DEFAULT_TENANT
     spec: Annotated[
         str | None, typer.Option(help="More spec fields as a JSON object (JSON text or @file): tools, cwd, …")
-    ] = None,
-    replace: Annotated[bool, typer.Option("--replace", help="Replace a schedule of that name.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
+    ] = None
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a schedule of that name.")] = False
+    as_json: JsonOpt = False
+
+
+@schedule_app.command("add")
+@_guard
+@options_command(ScheduleAddOptions)
+def schedule_add(opts: ScheduleAddOptions) -> None:
     """Add a schedule: the fleet submits PROMPT (and --spec's fields) on every tick, exactly once per tick."""
     fields: dict[str, Any] = {}
-    if spec is not None:
+    if opts.spec is not None:
         try:
-            fields = json.loads(_read_text_arg(spec, "spec"))
+            fields = json.loads(_read_text_arg(opts.spec, "spec"))
         except ValueError as exc:
             raise JobSpecError([("spec", f"not JSON: {exc}")]) from None
         if not isinstance(fields, dict):
             raise JobSpecError([("spec", "must be a JSON object of spec fields")])
-    fields.update(prompt=_read_text_arg(prompt), tenant=tenant)
+    fields.update(prompt=_read_text_arg(opts.prompt), tenant=opts.tenant)
     try:
         schedule = _client().add_schedule(
-            name, fields, cron=cron, every_s=every, tz=tz, on_missed=on_missed, replace=replace
+            opts.name,
+            fields,
+            cron=opts.cron,
+            every_s=opts.every,
+            tz=opts.tz,
+            on_missed=opts.on_missed,
+            replace=opts.replace,
         )
     except JobSpecError as exc:
-        if as_json:  # scripts read the spec's field names
+        if opts.as_json:  # scripts read the spec's field names
             raise
         raise JobSpecError([(_flag(f), _flag(r)) for f, r in exc.errors]) from None  # as this command spells them
-    [info] = [i for i in _client().schedules(tenant) if i.schedule.name == name]
-    if as_json:
+    [info] = [i for i in _client().schedules(opts.tenant) if i.schedule.name == opts.name]
+    if opts.as_json:
         print(info.model_dump_json())
     else:
-        rule = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
-        out.print(f"schedule {name}: {rule}; next tick {info.next_tick}")
+        rule_text = f"cron {schedule.cron!r} ({schedule.tz})" if schedule.cron else f"every {schedule.every_s} s"
+        out.print(f"schedule {opts.name}: {rule_text}; next tick {info.next_tick}")
 
 
 def _flag(text: str) -> str:
@@ -872,14 +907,43 @@ def config_check(as_json: JsonOpt = False) -> None:
     jobs (AOF on, noeviction: warnings with the fix). Secrets are never shown. The Claude CLI and the tools module
     are checked by `claudeq-worker` at start."""
     problems: list[str] = []
-    report: dict[str, Any] = {}
-    unreachable = False
+    warnings: list[str] = []
     try:
         settings = load_settings()
     except ConfigError as exc:
         _fail(EXIT_BAD_INPUT, f"configuration: {exc}", as_json)
-    warnings: list[str] = []
-    report["redis_url"] = settings.redacted_redis_url()
+    report: dict[str, Any] = {"redis_url": settings.redacted_redis_url()}
+    unreachable = _check_services(settings, report, problems, warnings)
+    try:
+        pool = settings.accounts
+    except ConfigError as exc:
+        _fail(EXIT_BAD_INPUT, f"accounts: {exc}", as_json)
+    if not pool.accounts:
+        problems.append("no accounts: set CLAUDEQ_ACCOUNTS_FILE (see accounts.example.toml) or a token in the env")
+    report["accounts"] = [_account_entry(acct, problems) for acct in pool.accounts]
+    report["tenants"], tenant_problems, tenant_warnings = tenants_report(settings, [a.name for a in pool.accounts])
+    problems += tenant_problems
+    warnings += tenant_warnings
+    report["queues"] = settings.queues
+    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+
+    report["isolation"], isolation_problem = isolation(settings.policy)
+    if isolation_problem is not None:
+        problems.append(isolation_problem)
+    report["problems"] = problems
+    report["warnings"] = warnings
+    if as_json:
+        print(json.dumps(report))
+    else:
+        _print_config_report(report)
+    if unreachable and len(problems) == 1:
+        raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
+    raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+
+
+def _check_services(settings: Settings, report: dict[str, Any], problems: list[str], warnings: list[str]) -> bool:
+    """Redis (and its configuration) and the archive, into `report`; True when Redis does not answer."""
+    unreachable = False
     try:
         client = connections.sync_client(settings, socket_connect_timeout=2, socket_timeout=5)
         client.ping()
@@ -899,57 +963,41 @@ def config_check(as_json: JsonOpt = False) -> None:
         except ConfigError as exc:
             report["archive"] = "unreachable"
             problems.append(str(exc))
-    accounts: list[dict[str, Any]] = []
-    try:
-        pool = settings.accounts
-    except ConfigError as exc:
-        _fail(EXIT_BAD_INPUT, f"accounts: {exc}", as_json)
-    if not pool.accounts:
-        problems.append("no accounts: set CLAUDEQ_ACCOUNTS_FILE (see accounts.example.toml) or a token in the env")
-    for acct in pool.accounts:
-        entry: dict[str, Any] = {"name": acct.name, "kind": acct.kind, "max_concurrency": acct.max_concurrency}
-        try:
-            acct.read_token()
-            entry["token"] = "present"
-        except ConfigError as exc:
-            entry["token"] = "missing"
-            problems.append(str(exc))
-        accounts.append(entry)
-    report["accounts"] = accounts
-    report["tenants"], tenant_problems, tenant_warnings = tenants_report(settings, [a.name for a in pool.accounts])
-    problems += tenant_problems
-    warnings += tenant_warnings
-    report["queues"] = settings.queues
-    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+    return unreachable
 
-    report["isolation"], isolation_problem = isolation(settings.policy)
-    if isolation_problem is not None:
-        problems.append(isolation_problem)
-    report["problems"] = problems
-    report["warnings"] = warnings
-    if as_json:
-        print(json.dumps(report))
-    else:
-        out.print(f"redis      {report['redis_url']}: {report['redis']}")
-        if "archive" in report:
-            out.print(f"archive    {report['archive']}")
-        out.print(f"isolation  {report['isolation']}", highlight=False)
-        for entry in accounts:
-            out.print(
-                f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
-                highlight=False,
-            )
-        if report["tenants"]["file"]:
-            out.print(f"tenants    {report['tenants']['file']}: {', '.join(report['tenants']['tenants']) or '-'}")
-        for warning in warnings:
-            err.print(styled(("warning:", "yellow"), f" {warning}"))
-        for problem in problems:
-            err.print(styled(("problem:", "red"), f" {problem}"))
-        if not problems:
-            out.print(styled(("configuration ok", "green"), f" ({len(warnings)} warning(s))" if warnings else ""))
-    if unreachable and len(problems) == 1:
-        raise typer.Exit(EXIT_ERROR)  # the configuration is fine; the service is not there
-    raise typer.Exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+
+def _account_entry(acct: AccountConfig, problems: list[str]) -> dict[str, Any]:
+    """An account as `config check` reports it: whether its token is there, never the token."""
+    entry: dict[str, Any] = {"name": acct.name, "kind": acct.kind, "max_concurrency": acct.max_concurrency}
+    try:
+        acct.read_token()
+        entry["token"] = "present"
+    except ConfigError as exc:
+        entry["token"] = "missing"
+        problems.append(str(exc))
+    return entry
+
+
+def _print_config_report(report: dict[str, Any]) -> None:
+    """`config check`'s report for a person: what was checked on stdout, warnings and problems on stderr."""
+    out.print(f"redis      {report['redis_url']}: {report['redis']}")
+    if "archive" in report:
+        out.print(f"archive    {report['archive']}")
+    out.print(f"isolation  {report['isolation']}", highlight=False)
+    for entry in report["accounts"]:
+        out.print(
+            f"account    {entry['name']} ({entry['kind']}, x{entry['max_concurrency']}): token {entry['token']}",
+            highlight=False,
+        )
+    if report["tenants"]["file"]:
+        out.print(f"tenants    {report['tenants']['file']}: {', '.join(report['tenants']['tenants']) or '-'}")
+    warnings, problems = report["warnings"], report["problems"]
+    for warning in warnings:
+        err.print(styled(("warning:", "yellow"), f" {warning}"))
+    for problem in problems:
+        err.print(styled(("problem:", "red"), f" {problem}"))
+    if not problems:
+        out.print(styled(("configuration ok", "green"), f" ({len(warnings)} warning(s))" if warnings else ""))
 
 
 def main() -> None:

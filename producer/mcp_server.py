@@ -23,6 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -38,6 +39,7 @@ from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.models import PARENT_JOB_KEY, JobRecord, JobSpec, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
+from claudeq.producer.signatures import field_parameters
 
 SERVER_NAME = "claudeq"
 #: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/run/tools.py).
@@ -119,17 +121,47 @@ def build_server(
     unknown = [t for t in offered if t not in (*FLEET_TOOLS, *SCHEDULE_TOOLS, *APPROVAL_TOOLS)]
     if unknown:
         raise ValueError(f"unknown fleet tools: {', '.join(unknown)}")
-    settings = client.settings
+    binding = _Binding(client, parent_job_id, tenant, require_token)
+    functions: dict[str, Callable[..., Any]] = {
+        **_approval_tools(binding),
+        **_schedule_tools(binding),
+        **_job_tools(binding),
+        "wait_job": _wait_tool(binding),
+        "accounts": _accounts_tool(binding),
+    }
+    served: list[Tool] = []
+    for name in offered:
+        # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
+        if "ctx" not in inspect.signature(functions[name]).parameters:
+            raise RuntimeError(f"fleet tool {name} does not check its caller")
+        served.append(_strict(Tool.from_function(functions[name], name=name)))
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=served)
 
-    def caller(ctx: Context) -> str | None:
+
+@dataclass(frozen=True)
+class _Binding:
+    """What every tool of one server shares: the fleet's client, the job it was offered to, and whom it acts for."""
+
+    client: Client
+    parent_job_id: str | None
+    tenant: str | None
+    require_token: bool
+
+    def caller(self, ctx: Context) -> str | None:
         """The tenant this call is bound to (None: any)."""
-        if tenant is not None:
-            return tenant
-        if not require_token:
+        if self.tenant is not None:
+            return self.tenant
+        if not self.require_token:
             return None
         request = ctx.request_context.request
         headers = getattr(request, "headers", None)
-        return bearer_tenant(settings.tenants, headers.get("authorization") if headers is not None else None)
+        tenants = self.client.settings.tenants
+        return bearer_tenant(tenants, headers.get("authorization") if headers is not None else None)
+
+
+def _job_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
+    """`submit_job`, `get_job`, `list_jobs` and `cancel_job`."""
+    client, caller, parent_job_id = binding.client, binding.caller, binding.parent_job_id
 
     async def submit_job(ctx: Context, **given: Any) -> dict[str, Any]:
         """Submit a job to the claudeq fleet; returns its record (status `queued`). Then use wait_job. Takes every
@@ -189,6 +221,14 @@ def build_server(
             raise ToolError(f"job_id: no job {job_id!r}") from None
         return {"id": job_id, "result": result}
 
+    submit_job.__signature__ = SUBMIT_SIGNATURE  # type: ignore[attr-defined]
+    return {"submit_job": submit_job, "get_job": get_job, "list_jobs": list_jobs, "cancel_job": cancel_job}
+
+
+def _wait_tool(binding: _Binding) -> Callable[..., Any]:
+    """`wait_job`: a bounded long-poll reporting the job's progress."""
+    client, caller = binding.client, binding.caller
+
     async def wait_job(
         job_id: Annotated[str, Field(description="The job's id.")],
         ctx: Context,
@@ -223,6 +263,13 @@ def build_server(
                 await ctx.report_progress(step, None, message)
         return (await asyncio.to_thread(_record_or_error, client, job_id, bound)).public()
 
+    return wait_job
+
+
+def _accounts_tool(binding: _Binding) -> Callable[..., Any]:
+    """`accounts`: the pool's states."""
+    client, caller, settings = binding.client, binding.caller, binding.client.settings
+
     async def accounts(ctx: Context) -> dict[str, Any]:
         """The fleet's accounts: state (ok, warning, cooling, disabled), slots in use, cooldown, utilization."""
         caller(ctx)  # with tenant tokens, names, states and slots are not for anonymous callers either
@@ -234,33 +281,63 @@ def build_server(
         states = await asyncio.to_thread(store.states)
         return {"accounts": [s.public() for s in states]}
 
+    return accounts
+
+
+@dataclass(frozen=True)
+class ScheduleArgs:
+    """add_schedule's arguments, one field each (its input schema: ADD_SCHEDULE_SIGNATURE)."""
+
+    name: Annotated[str, Field(description="The schedule's name (its tenant's own).")]
+    prompt: Annotated[str, Field(description="The prompt of every job it fires.")]
+    cron: Annotated[str | None, Field(description="A cron expression, e.g. '0 2 * * *'.")] = None
+    every_s: Annotated[int | None, Field(description="Or: every this many seconds.")] = None
+    tz: Annotated[str, Field(description="The time zone the cron expression is read in.")] = "UTC"
+    on_missed: Annotated[str, Field(description="A tick no worker reached in time: skip, or run_once.")] = "skip"
+    spec: Annotated[dict[str, Any] | None, Field(description="More spec fields of its jobs: tools, model, cwd, …")] = (
+        None
+    )
+    replace: Annotated[bool, Field(description="Replace a schedule of that name.")] = False
+    tenant: Annotated[str | None, Field(description="Whose schedule (fixed when the caller is bound).")] = None
+
+
+def _schedule_signature() -> inspect.Signature:
+    """The signature the MCP server reads add_schedule's arguments (and its input schema) from: the call's context,
+    then ScheduleArgs's fields."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    params += field_parameters(ScheduleArgs)
+    return inspect.Signature(params, return_annotation=dict[str, Any])
+
+
+ADD_SCHEDULE_SIGNATURE = _schedule_signature()
+
+
+def _schedule_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
+    """`add_schedule`, `list_schedules` and `pause_`, `resume_` and `remove_schedule`, on the caller's tenant."""
+    client, caller, parent_job_id = binding.client, binding.caller, binding.parent_job_id
+
     def schedule_tenant(ctx: Context, tenant: str | None) -> str:
         bound = caller(ctx)
         if bound is not None and tenant is not None and tenant != bound:
             raise ToolError(f"tenant: this caller's schedules are tenant {bound!r}'s only")
         return bound or tenant or DEFAULT_TENANT
 
-    async def add_schedule(
-        name: Annotated[str, Field(description="The schedule's name (its tenant's own).")],
-        prompt: Annotated[str, Field(description="The prompt of every job it fires.")],
-        ctx: Context,
-        cron: Annotated[str | None, Field(description="A cron expression, e.g. '0 2 * * *'.")] = None,
-        every_s: Annotated[int | None, Field(description="Or: every this many seconds.")] = None,
-        tz: Annotated[str, Field(description="The time zone the cron expression is read in.")] = "UTC",
-        on_missed: Annotated[str, Field(description="A tick no worker reached in time: skip, or run_once.")] = "skip",
-        spec: Annotated[
-            dict[str, Any] | None, Field(description="More spec fields of its jobs: tools, model, cwd, …")
-        ] = None,
-        replace: Annotated[bool, Field(description="Replace a schedule of that name.")] = False,
-        tenant: Annotated[str | None, Field(description="Whose schedule (fixed when the caller is bound).")] = None,
-    ) -> dict[str, Any]:
+    async def add_schedule(ctx: Context, **given: Any) -> dict[str, Any]:
         """Have the fleet submit a job on a cron expression or an interval, exactly once per tick."""
-        owner = schedule_tenant(ctx, tenant)
-        fields = {**(spec or {}), "prompt": prompt, "tenant": owner}
+        args = ScheduleArgs(**given)
+        owner = schedule_tenant(ctx, args.tenant)
+        fields = {**(args.spec or {}), "prompt": args.prompt, "tenant": owner}
         if parent_job_id:
             fields["metadata"] = {**fields.get("metadata", {}), PARENT_JOB_KEY: parent_job_id}
         add = functools.partial(
-            client.add_schedule, name, fields, cron=cron, every_s=every_s, tz=tz, on_missed=on_missed, replace=replace
+            client.add_schedule,
+            args.name,
+            fields,
+            cron=args.cron,
+            every_s=args.every_s,
+            tz=args.tz,
+            on_missed=args.on_missed,
+            replace=args.replace,
         )
         try:
             schedule = await asyncio.to_thread(add)
@@ -269,6 +346,8 @@ def build_server(
         except ClaudeqError as exc:
             raise ToolError(str(exc)) from None
         return schedule.model_dump(mode="json")
+
+    add_schedule.__signature__ = ADD_SCHEDULE_SIGNATURE  # type: ignore[attr-defined]
 
     async def list_schedules(
         ctx: Context,
@@ -301,6 +380,19 @@ def build_server(
         }[action]
         return act
 
+    return {
+        "add_schedule": add_schedule,
+        "list_schedules": list_schedules,
+        "pause_schedule": schedule_action("pause"),
+        "resume_schedule": schedule_action("resume"),
+        "remove_schedule": schedule_action("remove"),
+    }
+
+
+def _approval_tools(binding: _Binding) -> dict[str, Callable[..., Any]]:
+    """`list_approvals` and `decide_approval`."""
+    client, caller = binding.client, binding.caller
+
     async def list_approvals(ctx: Context) -> dict[str, Any]:
         """The jobs waiting for a person's approval of a tool use now (the caller's tenant's only, with a bearer
         token): each record's `approval` holds the request (`request_id`, `tool`, `input`, `expires_at`)."""
@@ -327,29 +419,7 @@ def build_server(
             raise ToolError(f"{exc.why}: {exc}") from None
         return {"id": job_id, "approval": answered.model_dump(mode="json")}
 
-    submit_job.__signature__ = SUBMIT_SIGNATURE  # type: ignore[attr-defined]
-    functions: dict[str, Callable[..., Any]] = {
-        "list_approvals": list_approvals,
-        "decide_approval": decide_approval,
-        "add_schedule": add_schedule,
-        "list_schedules": list_schedules,
-        "pause_schedule": schedule_action("pause"),
-        "resume_schedule": schedule_action("resume"),
-        "remove_schedule": schedule_action("remove"),
-        "submit_job": submit_job,
-        "get_job": get_job,
-        "list_jobs": list_jobs,
-        "cancel_job": cancel_job,
-        "wait_job": wait_job,
-        "accounts": accounts,
-    }
-    served: list[Tool] = []
-    for name in offered:
-        # Every tool takes the call's context and asks `caller` first: that is where a bearer token is checked.
-        if "ctx" not in inspect.signature(functions[name]).parameters:
-            raise RuntimeError(f"fleet tool {name} does not check its caller")
-        served.append(_strict(Tool.from_function(functions[name], name=name)))
-    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=served)
+    return {"list_approvals": list_approvals, "decide_approval": decide_approval}
 
 
 def _strict(tool: Tool) -> Tool:

@@ -8,6 +8,8 @@ import logging
 import random
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from claudeq.simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
@@ -17,6 +19,7 @@ from claudeq.simulator.directives import DirectiveError, Steering, approved_call
 from claudeq.simulator.errors import ApiError, new_request_id
 from claudeq.simulator.protocol import (
     MessagesRequest,
+    Turn,
     current_turn,
     last_user_text,
     message_text,
@@ -25,7 +28,7 @@ from claudeq.simulator.protocol import (
 )
 from claudeq.simulator.replies import Reply, plan_reply, title_reply
 from claudeq.simulator.sse import block_events, message_body, message_end, message_start, new_message_id
-from claudeq.simulator.stats import Stats
+from claudeq.simulator.stats import AccountStats, Stats
 from claudeq.simulator.usage import Usage, estimate_tokens
 
 __all__ = ["Message", "Simulator"]
@@ -56,6 +59,28 @@ def log_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return logged
     skipped = len(logged) - LOG_MESSAGES - 1
     return [logged[0], {"role": None, "text": f"[…{skipped} messages not logged…]"}, *logged[-LOG_MESSAGES:]]
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """One request being answered: its connection, the parsed request, the account it came in on, its log entry."""
+
+    conn: Connection
+    req: MessagesRequest
+    account: Account
+    entry: dict[str, Any]
+    request_id: str
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """How an answer is paced: a stall before the first byte, time to first token and tokens per second (s), and
+    whether its connection drops halfway."""
+
+    stall: float
+    ttft: float
+    tps: float
+    drop: bool
 
 
 class Simulator:
@@ -213,6 +238,53 @@ class Simulator:
     ) -> None:
         now = time.time()
         stats = self.stats.account(account.name)
+        req = self._parse(body, stats, entry)
+        exchange = _Exchange(conn, req, account, entry, request_id)
+        if req.is_title:
+            # The title side request carries the prompt too, directives included: it never fails.
+            entry["kind"] = "title"
+            stats.title_requests += 1
+            if account.auth_fail:
+                raise ApiError(401, "Invalid bearer token")
+            usage = Usage(input_tokens=sum(estimate_tokens(len(s.data)) for s in prompt_segments(req)))
+            await self._answer(exchange, title_reply(req), usage, {}, title=True)
+            return
+        stats.requests += 1
+        session_id = entry["session_id"]
+        if session_id:
+            self.stats.session(session_id, account.name).requests += 1
+        turn = current_turn(req.messages)
+        steering, seen = self._steering(req, turn, entry)
+        if account.auth_fail:
+            stats.auth_failed += 1
+            raise ApiError(401, "Invalid bearer token" if account.kind == "oauth" else "invalid x-api-key")
+        if steering.delay and steering.delay[1].active(seen) and not await conn.sleep(steering.delay[0]):
+            entry["outcome"] = "disconnected"
+            return
+        # Three draws per request whatever is configured, so a seed replays the same faults.
+        r_error, r_stall, r_drop = self.rng.random(), self.rng.random(), self.rng.random()
+        status = self._injected_status(steering, seen, r_error)
+        if status is not None:
+            stats.errors_injected += 1
+            raise self._injected_error(status, account, now, steering)
+        entry["utilization_before"] = account.utilization_before(now, req.model)
+        blocking = account.admit(now, req.model)
+        if blocking is not None:
+            stats.rejected += 1
+            entry["outcome"] = "rejected"
+            raise account.rejection(blocking, now)
+        stall, drop = self._stall_and_drop(stats, steering, seen, r_stall, r_drop)
+        reply = plan_reply(req, turn, steering)
+        usage = account.cache.measure(prompt_segments(req), now, self.config.cache_ttl_s)
+        if steering.tokens_in is not None:
+            usage = Usage(input_tokens=steering.tokens_in)
+        if stall:
+            entry["stall_s"] = stall
+        rate_headers = account.allowed_headers(now)
+        await self._answer(exchange, reply, usage, rate_headers, stall, drop)
+
+    def _parse(self, body: bytes, stats: AccountStats, entry: dict[str, Any]) -> MessagesRequest:
+        """The request, its facts noted in the log `entry`; a malformed one is counted and raised (ApiError)."""
         try:
             req = parse_request(body)
         except ApiError:
@@ -227,20 +299,10 @@ class Simulator:
             messages=log_messages(req.messages),
             system_text_len=len(req.system_text),
         )
-        session_id = entry["session_id"]
-        if req.is_title:
-            # The title side request carries the prompt too, directives included: it never fails.
-            entry["kind"] = "title"
-            stats.title_requests += 1
-            if account.auth_fail:
-                raise ApiError(401, "Invalid bearer token")
-            usage = Usage(input_tokens=sum(estimate_tokens(len(s.data)) for s in prompt_segments(req)))
-            await self._answer(conn, req, account, title_reply(req), usage, {}, entry, request_id, title=True)
-            return
-        stats.requests += 1
-        if session_id:
-            self.stats.session(session_id, account.name).requests += 1
-        turn = current_turn(req.messages)
+        return req
+
+    def _steering(self, req: MessagesRequest, turn: Turn, entry: dict[str, Any]) -> tuple[Steering, int]:
+        """The turn's directives, and how many times this same message was seen before (for `once`-style ones)."""
         try:
             steering = parse_directives(turn.directive_text)
         except DirectiveError as e:
@@ -258,31 +320,24 @@ class Simulator:
             self.seen[key] = seen + 1
             if len(self.seen) > SEEN_LIMIT:
                 self.seen.popitem(last=False)
-        if account.auth_fail:
-            stats.auth_failed += 1
-            raise ApiError(401, "Invalid bearer token" if account.kind == "oauth" else "invalid x-api-key")
-        if steering.delay and steering.delay[1].active(seen) and not await conn.sleep(steering.delay[0]):
-            entry["outcome"] = "disconnected"
-            return
-        # Three draws per request whatever is configured, so a seed replays the same faults.
-        r_error, r_stall, r_drop = self.rng.random(), self.rng.random(), self.rng.random()
+        return steering, seen
+
+    def _injected_status(self, steering: Steering, seen: int, r_error: float) -> int | None:
+        """The error status this request gets (a directive's, or a configured fault's), or None."""
         faults = self.config.faults
-        status = None
         if steering.error and steering.error[1].active(seen):
-            status = steering.error[0]
-        elif r_error < faults.p_529:
-            status = 529
-        elif r_error < faults.p_529 + faults.p_500:
-            status = 500
-        if status is not None:
-            stats.errors_injected += 1
-            raise self._injected_error(status, account, now, steering)
-        entry["utilization_before"] = account.utilization_before(now, req.model)
-        blocking = account.admit(now, req.model)
-        if blocking is not None:
-            stats.rejected += 1
-            entry["outcome"] = "rejected"
-            raise account.rejection(blocking, now)
+            return steering.error[0]
+        if r_error < faults.p_529:
+            return 529
+        if r_error < faults.p_529 + faults.p_500:
+            return 500
+        return None
+
+    def _stall_and_drop(
+        self, stats: AccountStats, steering: Steering, seen: int, r_stall: float, r_drop: float
+    ) -> tuple[float, bool]:
+        """How long the answer stalls before its first byte (s) and whether its connection drops, counted."""
+        faults = self.config.faults
         stall = 0.0
         if steering.stall and steering.stall[1].active(seen):
             stall = steering.stall[0]
@@ -294,14 +349,7 @@ class Simulator:
         if drop:
             stats.drops_injected += 1
             stats.errors_injected += 1
-        reply = plan_reply(req, turn, steering)
-        usage = account.cache.measure(prompt_segments(req), now, self.config.cache_ttl_s)
-        if steering.tokens_in is not None:
-            usage = Usage(input_tokens=steering.tokens_in)
-        if stall:
-            entry["stall_s"] = stall
-        rate_headers = account.allowed_headers(now)
-        await self._answer(conn, req, account, reply, usage, rate_headers, entry, request_id, stall, drop)
+        return stall, drop
 
     def _injected_error(self, status: int, account: Account, now: float, steering: Steering) -> ApiError:
         if status == 401:
@@ -331,21 +379,18 @@ class Simulator:
 
     async def _answer(
         self,
-        conn: Connection,
-        req: MessagesRequest,
-        account: Account,
+        exchange: _Exchange,
         reply: Reply,
         usage: Usage,
         rate_headers: dict[str, str],
-        entry: dict[str, Any],
-        request_id: str,
         stall: float = 0.0,
         drop: bool = False,
         title: bool = False,
     ) -> None:
+        """Send `reply` (whole or streamed as the request asks) at the account's pace, billing what was sent."""
+        req, account, entry = exchange.req, exchange.account, exchange.entry
         ttft, tps = (0.0, 0.0) if title else self.latency(account, req.model)
         session_id = None if title else entry["session_id"]
-        message_id = new_message_id()
         entry["status"] = 200
         entry["usage"] = {
             **usage.as_stats(),
@@ -358,33 +403,60 @@ class Simulator:
             if not title:
                 account.add_tokens(part.total(), req.model)
 
-        headers = {**rate_headers, "request-id": request_id}
-        if not req.stream:
-            wait = stall + ttft + (reply.output_tokens / tps if tps else 0.0)
-            if not await conn.sleep(wait):
-                entry["outcome"] = "disconnected"
-                return
-            body = message_body(message_id, req.model, reply, usage)
-            await conn.start(200, {**headers, "content-type": "application/json", "content-length": str(len(body))})
-            if drop:
-                # The usage sits at the end of the body, which the client never gets: nothing is billed.
-                await conn.body(body[: len(body) // 2], more=True)
-                entry["outcome"] = "dropped"
-                return
-            full = Usage(
-                usage.input_tokens,
-                usage.cache_creation_input_tokens,
-                usage.cache_read_input_tokens,
-                reply.output_tokens,
-            )
-            bill(full)
-            await conn.body(body, more=False)
-            entry["outcome"] = "ok"
+        headers = {**rate_headers, "request-id": exchange.request_id}
+        pace = _Pace(stall, ttft, tps, drop)
+        if req.stream:
+            await self._answer_stream(exchange, reply, usage, headers, pace, bill)
+        else:
+            await self._answer_whole(exchange, reply, usage, headers, pace, bill)
+
+    async def _answer_whole(
+        self,
+        exchange: _Exchange,
+        reply: Reply,
+        usage: Usage,
+        headers: dict[str, str],
+        pace: _Pace,
+        bill: Callable[[Usage], None],
+    ) -> None:
+        """The reply as one JSON body, after the time the whole of it would take."""
+        conn, req, entry = exchange.conn, exchange.req, exchange.entry
+        wait = pace.stall + pace.ttft + (reply.output_tokens / pace.tps if pace.tps else 0.0)
+        if not await conn.sleep(wait):
+            entry["outcome"] = "disconnected"
             return
+        body = message_body(new_message_id(), req.model, reply, usage)
+        await conn.start(200, {**headers, "content-type": "application/json", "content-length": str(len(body))})
+        if pace.drop:
+            # The usage sits at the end of the body, which the client never gets: nothing is billed.
+            await conn.body(body[: len(body) // 2], more=True)
+            entry["outcome"] = "dropped"
+            return
+        full = Usage(
+            usage.input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+            reply.output_tokens,
+        )
+        bill(full)
+        await conn.body(body, more=False)
+        entry["outcome"] = "ok"
+
+    async def _answer_stream(
+        self,
+        exchange: _Exchange,
+        reply: Reply,
+        usage: Usage,
+        headers: dict[str, str],
+        pace: _Pace,
+        bill: Callable[[Usage], None],
+    ) -> None:
+        """The reply as server-sent events, each block's text at the account's tokens per second."""
+        conn, req, entry = exchange.conn, exchange.req, exchange.entry
         await conn.start(
             200, {**headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
         )
-        pending = [message_start(message_id, req.model, usage)]
+        pending = [message_start(new_message_id(), req.model, usage)]
         bill(Usage(usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens, 0))
 
         async def flush() -> None:
@@ -392,23 +464,23 @@ class Simulator:
                 await conn.body(b"".join(pending), more=True)
                 pending.clear()
 
-        for pause in (stall, ttft):
+        for pause in (pace.stall, pace.ttft):
             if pause:
                 await flush()
                 if not await conn.sleep(pause):
                     entry["outcome"] = "disconnected"
                     return
         events = [e for i, block in enumerate(reply.blocks) for e in block_events(i, block)]
-        if drop:
+        if pace.drop:
             # Cut the stream after half of the content: the CLI sees a truncated response.
             pending.extend(data for _, data in events[: max(2, len(events) // 2)])
             await flush()
             entry["outcome"] = "dropped"
             return
         for chars, data in events:
-            if tps and chars:
+            if pace.tps and chars:
                 await flush()
-                if not await conn.sleep(estimate_tokens(chars) / tps):
+                if not await conn.sleep(estimate_tokens(chars) / pace.tps):
                     entry["outcome"] = "disconnected"
                     return
             pending.append(data)

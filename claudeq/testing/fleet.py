@@ -208,6 +208,29 @@ def _job_id_of(raw: bytes | str) -> str | None:
     return job_id if isinstance(job_id, str) else None
 
 
+def _fleet_settings(
+    redis_url: str | None,
+    accounts: Sequence[AccountConfig | str],
+    tenants: Tenants | Mapping[str, Any] | None,
+    settings: Mapping[str, Any],
+) -> Settings:
+    """The fleet's settings: a key prefix (and, on a shared server, a queue) of its own, then `settings`."""
+    token = uuid.uuid4().hex[:10]
+    values: dict[str, Any] = {"redis_url": redis_url or "redis://fakeredis.invalid:6379/0"}
+    values["key_prefix"] = f"cqtest-{token}:"
+    if redis_url is not None:  # a shared server: a queue of its own too
+        values["queue"] = f"claudeq-testing-{token}"
+        values["queues"] = [values["queue"]]
+    values.update(settings)
+    fleet_settings = Settings(_env_file=None, **values)
+    fleet_settings.__dict__["accounts"] = AccountPool(accounts=[_account(a) for a in accounts])
+    if tenants is not None:
+        fleet_settings.__dict__["tenants"] = (
+            tenants if isinstance(tenants, Tenants) else Tenants.model_validate(dict(tenants))
+        )
+    return fleet_settings
+
+
 class Fleet:
     """A claudeq fleet in this process: `client` / `async_client` to submit, scripted runs, virtual time.
 
@@ -224,24 +247,26 @@ class Fleet:
         worker_id: str = "worker-1",
         **settings: Any,
     ) -> None:
-        token = uuid.uuid4().hex[:10]
         self.redis_url = redis_url
-        values: dict[str, Any] = {"redis_url": redis_url or "redis://fakeredis.invalid:6379/0"}
-        values["key_prefix"] = f"cqtest-{token}:"
-        if redis_url is not None:  # a shared server: a queue of its own too
-            values["queue"] = f"claudeq-testing-{token}"
-            values["queues"] = [values["queue"]]
-        values.update(settings)
-        self.settings = Settings(_env_file=None, **values)
-        self.settings.__dict__["accounts"] = AccountPool(accounts=[_account(a) for a in accounts])
-        if tenants is not None:
-            self.settings.__dict__["tenants"] = (
-                tenants if isinstance(tenants, Tenants) else Tenants.model_validate(dict(tenants))
-            )
+        self.settings = _fleet_settings(redis_url, accounts, tenants, settings)
         self.clock = _clock.shared_clock()
         self._lock = threading.RLock()
         self._closed = False
         self._server: Any = None
+        session_store = self._connect(redis_url)
+        _clock.install(self.clock)
+        try:
+            self._build(default, worker_id, session_store)
+            self._loops = Loops(self.engine)
+            self._loop = virtual_loop(self.clock, io_grace_s=0.0 if redis_url is None else 0.005)
+            self._run(self._start())
+        except BaseException:
+            _clock.uninstall(self.clock)
+            raise
+        self.deliveries: list[Delivery] = []
+
+    def _connect(self, redis_url: str | None) -> RedisSessionStore | None:
+        """`self.redis`: fakeredis (a server of its own) when no `redis_url`; the session store on it, if so."""
         if redis_url is None:
             import fakeredis
 
@@ -256,48 +281,43 @@ class Fleet:
         else:
             self.redis = redis.Redis.from_url(redis_url)
             session_store = None  # made on the worker's loop, on the same server (SessionPlanner.store)
-        _clock.install(self.clock)
-        try:
-            self.client: Client = FleetClient(self, self.settings, self.redis)
-            self.async_client: AsyncClient = FleetAsyncClient(self)
-            self.worker_store: WorkerJobStore = make_worker_store(self.settings, self.redis)
-            self.metrics = Metrics()
-            self.runner = ScriptedRunner(
-                self.settings,
-                default,
-                submit=self._child_submit,
-                job_prompt=lambda job_id: self.worker_store.get(job_id).spec.prompt,
-            )
-            self.accounts = AccountManager(self.settings, self.redis, Keys(self.settings.key_prefix))
-            self.engine = Engine(
-                self.settings,
-                store=self.worker_store,
-                accounts=self.accounts,
-                runner=self.runner,
-                metrics=self.metrics,
-                send=self._send,
-                worker_id=worker_id,
-                sessions=SessionPlanner(self.settings, self.worker_store, store=session_store),
-            )
-            engine = self.engine
-            engine.handler = _Handler(
-                self.settings,
-                accounts=self.accounts,
-                runner=self.runner,
-                metrics=self.metrics,
-                sessions=engine.sessions,
-                writer=engine.writer,
-                dispatch=engine.dispatch,
-                worker_id=worker_id,
-                closing=lambda: engine.closing,
-            )
-            self._loops = Loops(engine)
-            self._loop = virtual_loop(self.clock, io_grace_s=0.0 if redis_url is None else 0.005)
-            self._run(self._start())
-        except BaseException:
-            _clock.uninstall(self.clock)
-            raise
-        self.deliveries: list[Delivery] = []
+        return session_store
+
+    def _build(self, default: Answer | None, worker_id: str, session_store: RedisSessionStore | None) -> None:
+        """The clients, the scripted runner, the real account manager and an engine whose handler is the fleet's."""
+        self.client: Client = FleetClient(self, self.settings, self.redis)
+        self.async_client: AsyncClient = FleetAsyncClient(self)
+        self.worker_store: WorkerJobStore = make_worker_store(self.settings, self.redis)
+        self.metrics = Metrics()
+        self.runner = ScriptedRunner(
+            self.settings,
+            default,
+            submit=self._child_submit,
+            job_prompt=lambda job_id: self.worker_store.get(job_id).spec.prompt,
+        )
+        self.accounts = AccountManager(self.settings, self.redis, Keys(self.settings.key_prefix))
+        self.engine = Engine(
+            self.settings,
+            store=self.worker_store,
+            accounts=self.accounts,
+            runner=self.runner,
+            metrics=self.metrics,
+            send=self._send,
+            worker_id=worker_id,
+            sessions=SessionPlanner(self.settings, self.worker_store, store=session_store),
+        )
+        engine = self.engine
+        engine.handler = _Handler(
+            self.settings,
+            accounts=self.accounts,
+            runner=self.runner,
+            metrics=self.metrics,
+            sessions=engine.sessions,
+            writer=engine.writer,
+            dispatch=engine.dispatch,
+            worker_id=worker_id,
+            closing=lambda: engine.closing,
+        )
 
     # ---- scripting ---------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
 
 from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
@@ -82,23 +83,26 @@ async def submit_batch(request: Request, api: ApiDep, viewer: Caller) -> BatchOu
     return BatchOut(jobs=[Submitted(id=h.id, created=h.created) for h in handles])
 
 
+class JobsQuery(BaseModel):
+    """`GET /jobs`'s query parameters: the web view's filters, and the page."""
+
+    status: str | None = None
+    tenant: str | None = None
+    queue: str | None = None
+    account: str | None = None
+    conversation: str | None = None
+    parent: str | None = None
+    since: str | None = Field(None, description="`15m`, `2h`, `3d` ago, or an ISO 8601 time.")
+    cursor: str | None = Field(None, description="`next_cursor` of the page before.")
+    limit: int = Field(50, ge=1, le=200)
+
+
 @router.get("/jobs", response_model=JobList, responses=problems(401, 422))
-async def list_jobs(
-    api: ApiDep,
-    viewer: Caller,
-    status: str | None = None,
-    tenant: str | None = None,
-    queue: str | None = None,
-    account: str | None = None,
-    conversation: str | None = None,
-    parent: str | None = None,
-    since: Annotated[str | None, Query(description="`15m`, `2h`, `3d` ago, or an ISO 8601 time.")] = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the page before.")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> Response:
+async def list_jobs(api: ApiDep, viewer: Caller, query: Annotated[JobsQuery, Query()]) -> Response:
     """The jobs, newest first, filtered as the web view's list is (docs/web.md)."""
     from claudeq.producer.web.app import STATUSES, parse_since
 
+    status, since, cursor = query.status, query.since, query.cursor
     problems = []
     if status is not None and status not in STATUSES:
         problems.append(("status", f"one of {', '.join(STATUSES)}"))
@@ -114,10 +118,10 @@ async def list_jobs(
         problems.append(("cursor", str(exc).removeprefix("cursor: ")))
     if problems:
         raise JobSpecError(problems)
-    wanted = JobFilter(status, tenant, queue, account, conversation, parent, since_ms)
+    wanted = JobFilter(status, query.tenant, query.queue, query.account, query.conversation, query.parent, since_ms)
     if viewer.tenant is not None:
         wanted = dataclasses.replace(wanted, tenant=viewer.tenant)
-    page = await run(lambda: list_page(api.client, wanted, limit=limit, cursor=cursor))
+    page = await run(lambda: list_page(api.client, wanted, limit=query.limit, cursor=cursor))
     jobs = [r.public() for r in page.rows if isinstance(r, JobRecord)]
     unreadable = [r.job_id for r in page.rows if isinstance(r, RecordUnreadable) and viewer.tenant is None]
     return JSONResponse(

@@ -7,9 +7,9 @@ hour); the producer's cancel comes while the worker asks for the slot, between t
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
-from datetime import datetime
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -18,17 +18,18 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
-from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
+from claudeq.models import Attempt, Event, utcnow
 from claudeq.tenant_state import hour_field
 from claudeq.worker.accounts.choice import NoAccount
-from claudeq.worker.accounts.manager import AccountManager, SlotLease, StartWrite
+from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.delivery.ports import AccountsLike
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
+from tests.support.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
+from tests.support.jobs import queued
 
 pytestmark = pytest.mark.integration
 
@@ -55,18 +56,9 @@ class CancelledWhileAsking(AccountManager):
         self.cancels: list[str] = []
         self.answers: list[SlotLease | NoAccount] = []
 
-    async def acquire(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str] = frozenset(),
-        rank: float | None = None,
-        holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
-        warm_wait_until: datetime | None = None,
-    ) -> SlotLease | NoAccount:
+    async def acquire(self, job_id: str, *args: Any, **kwargs: Any) -> SlotLease | NoAccount:
         self.cancels.append(self.producer.cancel(job_id))
-        answer = await super().acquire(job_id, spec, exclude, rank, holds, start, warm_wait_until)
+        answer = await super().acquire(job_id, *args, **kwargs)
         self.answers.append(answer)
         return answer
 
@@ -117,13 +109,6 @@ def capped_engine(
     engine.stop()
 
 
-def _queued(store: WorkerJobStore, tenant: str = "default") -> str:
-    record = JobRecord(
-        id=f"j-{time.time_ns()}", spec=JobSpec(prompt="p", tenant=tenant), status="queued", created_at=utcnow()
-    )
-    return store.create(record)[0]
-
-
 def _types(store: WorkerJobStore, job: str) -> list[str]:
     return [e.type for _, e in store.read_events(job)]
 
@@ -131,7 +116,7 @@ def _types(store: WorkerJobStore, job: str) -> list[str]:
 def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_deferred(
     capped_engine: Engine, wstore: WorkerJobStore, sent: list[str]
 ) -> None:
-    job = _queued(wstore, tenant="thrifty")
+    job = queued(wstore, tenant="thrifty")
     started = time.monotonic()
 
     outcome = str(capped_engine.deliver_blocking(job))
@@ -157,7 +142,7 @@ def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_
 
 
 def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobStore) -> None:
-    job = _queued(wstore)
+    job = queued(wstore)
     claim = run(wstore.claim(job, "w1", 30))
     assert wstore.cancel(job) == "running"
 
@@ -169,7 +154,7 @@ def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobS
     assert wstore.redis.zscore(wstore.keys.queued, job) is None
     assert "requeued" not in _types(wstore, job) and _types(wstore, job)[-1] == "cancelled"
     # Without the flag the same write re-queues, as before.
-    other = _queued(wstore)
+    other = queued(wstore)
     fence = run(wstore.claim(other, "w1", 30)).fence
     assert run(wstore.write(other, fence, "queued", event=requeued)) is True
     assert wstore.get(other).status == "queued"
@@ -178,7 +163,7 @@ def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobS
 def test_the_recovery_of_a_job_cancelled_while_its_worker_died_cancels_it(
     engine: Engine, wstore: WorkerJobStore, sent: list[str]
 ) -> None:
-    job = _queued(wstore, tenant="team-c")
+    job = queued(wstore, tenant="team-c")
     claim = run(wstore.claim(job, "w-dead", 30))
     assert run(wstore.write(job, claim.fence, attempts=[Attempt(number=1, worker="w-dead", started_at=utcnow())]))
     assert wstore.cancel(job) == "running"  # the flag is set; its worker is gone and nobody hears the wake-up

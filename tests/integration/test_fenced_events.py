@@ -20,8 +20,8 @@ from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
+from tests.support.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 from tests.support.procs import run_until
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 
 pytestmark = pytest.mark.integration
 

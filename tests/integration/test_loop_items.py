@@ -22,7 +22,7 @@ from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.archive import archive_url
-from tests.unit.worker.engine_fakes import FakeMetrics, fake_engine
+from tests.support.engine_fakes import FakeMetrics, fake_engine
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
+from tests.support.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
 
 pytestmark = pytest.mark.integration
 

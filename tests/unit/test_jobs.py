@@ -10,20 +10,11 @@ import pytest
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.jobs import JobStore, encode_event, encode_fields, parse_record
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, Usage, utcnow
-
-
-def _record(job_id: str = "j1", **spec: object) -> JobRecord:
-    return JobRecord(id=job_id, spec=JobSpec(prompt="hi", **spec), status="queued", created_at=utcnow())  # type: ignore[arg-type]
-
-
-def _queued(store: JobStore, job_id: str = "j1") -> str:
-    created_id, created = store.create(_record(job_id))
-    assert created
-    return created_id
+from tests.support.jobs import queued, queued_record
 
 
 def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     record = fake_store.get(job_id)
     assert record.status == "queued"
     assert record.spec.prompt == "hi"
@@ -32,17 +23,17 @@ def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> N
 
 
 def test_same_idempotency_key_returns_the_same_job(fake_store: JobStore) -> None:
-    first, created1 = fake_store.create(_record("a", idempotency_key="k"))
-    second, created2 = fake_store.create(_record("b", idempotency_key="k"))
+    first, created1 = fake_store.create(queued_record("a", idempotency_key="k"))
+    second, created2 = fake_store.create(queued_record("b", idempotency_key="k"))
     assert (first, created1) == ("a", True)
     assert (second, created2) == ("a", False)
     assert not fake_store.redis.exists(fake_store.keys.job("b"))
 
 
 def test_idempotency_key_of_an_expired_job_makes_a_new_job(fake_store: JobStore) -> None:
-    fake_store.create(_record("a", idempotency_key="k"))
+    fake_store.create(queued_record("a", idempotency_key="k"))
     fake_store.redis.delete(fake_store.keys.job("a"))
-    job_id, created = fake_store.create(_record("b", idempotency_key="k"))
+    job_id, created = fake_store.create(queued_record("b", idempotency_key="k"))
     assert (job_id, created) == ("b", True)
 
 
@@ -52,7 +43,7 @@ def test_cancel_of_unknown_job_says_missing(fake_store: JobStore) -> None:
 
 def test_event_stream_is_trimmed(fake_redis: fakeredis.FakeRedis, fake_store: JobStore) -> None:
     store = JobStore(fake_redis, fake_store.keys, result_ttl_s=3600, events_maxlen=10)
-    job_id = _queued(store)
+    job_id = queued(store)
     for i in range(200):
         store.append_event(job_id, Event(type="assistant_text", data={"i": i}))
     events = store.read_events(job_id)
@@ -61,14 +52,14 @@ def test_event_stream_is_trimmed(fake_redis: fakeredis.FakeRedis, fake_store: Jo
 
 
 def test_read_events_after_an_id(fake_store: JobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     first = fake_store.append_event(job_id, Event(type="claimed"))
     fake_store.append_event(job_id, Event(type="run_started"))
     assert [e.type for _, e in fake_store.read_events(job_id, after=first)] == ["run_started"]
 
 
 def test_unreadable_record_is_reported_not_crashed_on(fake_store: JobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     fake_store.redis.hset(fake_store.keys.job(job_id), "spec", '{"prompt": "x", "from_the_future": 1}')
     with pytest.raises(RecordUnreadable) as info:
         fake_store.get(job_id)
@@ -83,7 +74,7 @@ def test_get_unknown_job(fake_store: JobStore) -> None:
 
 
 def test_cancelling_a_waiting_job_expires_its_idempotency_key_with_it(fake_store: JobStore) -> None:
-    job_id, _ = fake_store.create(_record("a", idempotency_key="k2"))
+    job_id, _ = fake_store.create(queued_record("a", idempotency_key="k2"))
     assert fake_store.cancel(job_id) == "cancelled"
     assert 0 < fake_store.redis.ttl(fake_store.keys.idem("k2")) <= fake_store.result_ttl_s
 
@@ -158,7 +149,7 @@ def test_the_compact_encoding_reads_back_as_the_same_record_and_is_smaller() -> 
 
 
 def test_timestamps_are_stored_with_z_and_read_back_the_same(fake_store: JobStore) -> None:
-    record = _record("tz")
+    record = queued_record("tz")
     fake_store.create(record)
     raw = fake_store.redis.hget(fake_store.keys.job("tz"), "created_at")
     assert raw is not None and raw.decode().endswith("Z") and "+00:00" not in raw.decode()

@@ -8,19 +8,12 @@ import pytest
 
 from claudeq.errors import RecordUnreadable
 from claudeq.jobs import JobStore
-from claudeq.models import JobRecord, JobSpec, utcnow
-
-
-def _queued(store: JobStore, job_id: str) -> str:
-    created_id, created = store.create(
-        JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
-    )
-    assert created
-    return created_id
+from claudeq.models import JobRecord
+from tests.support.jobs import queued
 
 
 def test_a_job_key_holding_a_string_is_reported_unreadable_and_the_others_listed(fake_store: JobStore) -> None:
-    healthy, damaged = _queued(fake_store, "j1"), _queued(fake_store, "j2")
+    healthy, damaged = queued(fake_store, "j1"), queued(fake_store, "j2")
     fake_store.redis.delete(fake_store.keys.job(damaged))
     fake_store.redis.set(fake_store.keys.job(damaged), "not a record")
 

@@ -50,7 +50,7 @@ from claudeq.models import utcnow
 from claudeq.producer.client import Client
 from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
-from tests.unit.worker.engine_fakes import FakeAccounts, FakeRunner, rate_limited, success
+from tests.support.engine_fakes import FakeAccounts, FakeRunner, rate_limited, success
 from tests.unit.worker.test_engine import A, Harness
 
 settings = make_settings("redis://127.0.0.1:1/0", "trace:", heartbeat_s=0.05, lease_ttl_s=1, retry_base_s=0.01,

@@ -71,7 +71,12 @@ class WorkerMetrics:
         self.known_tools: frozenset[str] = BUILTIN_TOOLS | frozenset(mcp_tools)
         self._server: Any = None
         self._lock = threading.Lock()
-        reg = self.registry
+        self._add_run_metrics(self.registry)
+        self._add_tenant_metrics(self.registry)
+        self._add_loop_metrics(self.registry)
+
+    def _add_run_metrics(self, reg: CollectorRegistry) -> None:
+        """Jobs, attempts and runs: outcomes, durations, usage, rate limits, tools."""
         self.jobs_finished = Counter(
             "claudeq_jobs_finished", "Jobs that reached a terminal status.", ["queue", "status"], registry=reg
         )
@@ -117,6 +122,9 @@ class WorkerMetrics:
         )
         self.retries = Counter("claudeq_retries", "Retries scheduled, by reason.", ["reason"], registry=reg)
         self.tool_calls = Counter("claudeq_tool_calls", "Tool calls made by runs, by tool.", ["tool"], registry=reg)
+
+    def _add_tenant_metrics(self, reg: CollectorRegistry) -> None:
+        """What each tenant ran and spent, and the session mirror's errors."""
         self.tenant_runs = Counter(
             "claudeq_tenant_runs",
             "Runs started, by tenant (configured tenants and `default`; any other `other`).",
@@ -138,6 +146,9 @@ class WorkerMetrics:
         self.session_mirror_errors = Counter(
             "claudeq_session_mirror_errors", "Session-store mirror errors reported by the SDK.", registry=reg
         )
+
+    def _add_loop_metrics(self, reg: CollectorRegistry) -> None:
+        """The background loops (schedules, notifications) and the pass-through's refusals."""
         self.schedule_ticks = Counter(
             "claudeq_schedule_ticks",
             "Schedule ticks by outcome: fired (a job submitted), missed (no scheduler ran within the grace), refused "

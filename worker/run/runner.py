@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from claude_agent_sdk import ClaudeSDKClient, ProcessError
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ProcessError
 
 from claudeq import tracing
 from claudeq.artifacts import OUTPUTS_VAR
@@ -332,50 +332,9 @@ class Runner:
             failed = RunOutcome(exception=failure)
             failed.passthrough_failed = failure
             return failed
-        if grant is not None:
-            token = grant.token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
         try:
-            env = build_env(
-                req.account,
-                self.settings,
-                token=token,
-                passthrough_url=grant.base_url if grant is not None else None,
-                job_id=req.job_id,
-                config_dir=run_dir / "config",  # unless the account has its own (an interactive login)
-                cli_bin=str(cli),
-                run_id=run_id,
-            )
-            env["CLAUDEQ_PYTHON"] = python_for_wrapper()
-            env[OUTPUTS_VAR] = str(run_dir / OUTPUTS_DIR)
-            traced = tracing.cli_env(req.traceparent)  # nothing unless the job is traced (docs/tracing.md)
-            if traced:
-                env.update(exporter_env(), **traced)  # where the CLI sends its spans: the worker's collector
-            sandbox = sandboxed(req.spec, self.settings.policy)
-            if identity is not None:
-                env.update(identity.env())
-            if identity is not None or sandbox:
-                # Its own home and temp dir: the worker's are not the run's to write in (nor to see, in a sandbox).
-                env.update(HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
-            options = build_options(
-                req.spec,
-                self.settings,
-                env=env,
-                cli_path=wrapper,
-                tools=self.tools,
-                resume=req.resume,
-                fork=req.fork,
-                resume_at=req.resume_at,
-                session_store=req.session_store,
-                stderr=stderr_tail.append,
-                prompt_files=prompt_files,
-                approvals=req.approvals,
-            )
-            if sandbox:
-                # One trip to a thread: the view (may start a relay) and its arguments file.
-                changed = await asyncio.to_thread(
-                    self._write_sandbox, req, run_dir, Path(str(options.cwd)), grant, options.env
-                )
-                options.env = sealed({**options.env, **changed})
+            prepared = (cli, token, run_dir, prompt_files, grant)
+            options = await self._cold_options(req, identity, run_id, prepared, wrapper, stderr_tail.append)
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
             if grant is not None and self.passthrough is not None:
@@ -407,10 +366,7 @@ class Runner:
             stopped = stopped or "cancel"
             raise
         except Exception as exc:
-            outcome.exception = redact(f"{type(exc).__name__}: {exc}")
-            if isinstance(exc, ProcessError):
-                outcome.exit_code = exc.exit_code
-            outcome.start_errno = start_errno(exc, outcome)
+            _record_failure(outcome, exc)
         finally:
             if killer is not None and not killer.done():
                 killer.cancel()
@@ -430,13 +386,67 @@ class Runner:
                 await asyncio.to_thread(shutil.rmtree, run_dir, True)
                 outcome.stopped_by = stopped
                 outcome.duration_s = time.monotonic() - started
-                tail = "\n".join(stderr_tail)[-STDERR_TAIL_CHARS:]
-                outcome.stderr_tail = redact(tail) if tail else None
-                if outcome.exception is not None and outcome.start_errno is None:
-                    outcome.start_errno = exec_errno(stderr_tail, outcome)
+                _record_stderr(outcome, stderr_tail)
         if stopped is not None:
             await self._emit(emit, Stopped(reason=stopped).event(req.attempt))
         return parser.finish()
+
+    async def _cold_options(
+        self,
+        req: RunRequest,
+        identity: RunIdentity | None,
+        run_id: str,
+        prepared: tuple[Path, str, Path, PromptFiles, RunGrant | None],
+        wrapper: Path,
+        stderr: Callable[[str], None],
+    ) -> ClaudeAgentOptions:
+        """The options a cold run's CLI (started through `wrapper`) starts with: its environment (token or
+        stand-in, identity, home, tracing), the job's options, and in a sandbox the view's variables."""
+        cli, token, run_dir, prompt_files, grant = prepared
+        if grant is not None:
+            token = grant.token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
+        env = build_env(
+            req.account,
+            self.settings,
+            token=token,
+            passthrough_url=grant.base_url if grant is not None else None,
+            job_id=req.job_id,
+            config_dir=run_dir / "config",  # unless the account has its own (an interactive login)
+            cli_bin=str(cli),
+            run_id=run_id,
+        )
+        env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+        env[OUTPUTS_VAR] = str(run_dir / OUTPUTS_DIR)
+        traced = tracing.cli_env(req.traceparent)  # nothing unless the job is traced (docs/tracing.md)
+        if traced:
+            env.update(exporter_env(), **traced)  # where the CLI sends its spans: the worker's collector
+        sandbox = sandboxed(req.spec, self.settings.policy)
+        if identity is not None:
+            env.update(identity.env())
+        if identity is not None or sandbox:
+            # Its own home and temp dir: the worker's are not the run's to write in (nor to see, in a sandbox).
+            env.update(HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
+        options = build_options(
+            req.spec,
+            self.settings,
+            env=env,
+            cli_path=wrapper,
+            tools=self.tools,
+            resume=req.resume,
+            fork=req.fork,
+            resume_at=req.resume_at,
+            session_store=req.session_store,
+            stderr=stderr,
+            prompt_files=prompt_files,
+            approvals=req.approvals,
+        )
+        if sandbox:
+            # One trip to a thread: the view (may start a relay) and its arguments file.
+            changed = await asyncio.to_thread(
+                self._write_sandbox, req, run_dir, Path(str(options.cwd)), grant, options.env
+            )
+            options.env = sealed({**options.env, **changed})
+        return options
 
     def _prepare_cold(
         self, req: RunRequest, identity: RunIdentity | None, run_id: str
@@ -551,17 +561,10 @@ class Runner:
         like a cold run's CLI (interrupt, disconnect, SIGKILL of all its processes) and its stand-in revoked."""
         assert self.passthrough is not None
         started = time.monotonic()
-        key = self._warm_key(req)  # no blocking I/O worth a thread: two stat calls
-        cli = await self.pool.take(key)
-        fresh = cli is None
-        if cli is None:
-            await self.pool.make_room()
-            made = await self._start_warm(req, key)
-            if isinstance(made, RunOutcome):
-                return made
-            cli = made
-        elif cli.grant is not None:
-            self.passthrough.unpark(cli.grant)
+        taken = await self._take_warm(req)
+        if isinstance(taken, RunOutcome):
+            return taken
+        cli, fresh = taken
         if cli.grant is not None:
             cli.grant.prefix_key = req.prefix_key
         cli.jobs += 1
@@ -600,10 +603,7 @@ class Runner:
             stopped = stopped or "cancel"
             raise
         except Exception as exc:
-            outcome.exception = redact(f"{type(exc).__name__}: {exc}")
-            if isinstance(exc, ProcessError):
-                outcome.exit_code = exc.exit_code
-            outcome.start_errno = start_errno(exc, outcome)
+            _record_failure(outcome, exc)
         finally:
             if killer is not None and not killer.done():
                 killer.cancel()
@@ -611,18 +611,8 @@ class Runner:
                 cli.pid = await asyncio.to_thread(procs.cli_pid, cli.cli_id)
             if cli.grant is not None:
                 await self._settle_grant(cli.grant, outcome)
-            reuse = (
-                clean_end
-                and outcome.got_result
-                and not outcome.is_error
-                and outcome.exception is None
-                and outcome.passthrough_failed is None
-                and outcome.limit_hint is None
-                and not cancel.is_set()
-                and not (req.urgent is not None and req.urgent.is_set())
-            )
             cli.session_id = outcome.session_id
-            if reuse:
+            if clean_end and _reusable(req, outcome, cancel):
                 self.pool.give_back(cli)
             else:
                 cleanup = asyncio.ensure_future(self._stop_warm(cli, pump, connected.is_set()))
@@ -635,13 +625,26 @@ class Runner:
                     outcome.stopped_by = stopped
             outcome.stopped_by = stopped
             outcome.duration_s = time.monotonic() - started
-            tail = "\n".join(cli.stderr)[-STDERR_TAIL_CHARS:]
-            outcome.stderr_tail = redact(tail) if tail else None
-            if outcome.exception is not None and outcome.start_errno is None:
-                outcome.start_errno = exec_errno(cli.stderr, outcome)
+            _record_stderr(outcome, cli.stderr)
         if stopped is not None:
             await self._emit(emit, Stopped(reason=stopped).event(req.attempt))
         return parser.finish()
+
+    async def _take_warm(self, req: RunRequest) -> tuple[WarmCli, bool] | RunOutcome:
+        """A warm CLI of exactly `req`'s options from the pool, or a new one (True: fresh); the outcome of a CLI
+        that could not start."""
+        assert self.passthrough is not None
+        key = self._warm_key(req)  # no blocking I/O worth a thread: two stat calls
+        cli = await self.pool.take(key)
+        if cli is not None:
+            if cli.grant is not None:
+                self.passthrough.unpark(cli.grant)
+            return cli, False
+        await self.pool.make_room()
+        made = await self._start_warm(req, key)
+        if isinstance(made, RunOutcome):
+            return made
+        return made, True
 
     async def _stop_warm(self, cli: WarmCli, pump: asyncio.Task[None] | None, connected: bool) -> None:
         """Stop a CLI whose job did not end normally: never reused."""
@@ -797,3 +800,34 @@ class Runner:
             left = await asyncio.to_thread(procs.kill_and_wait, left, REAP_TIMEOUT_S)
             if left:
                 log.error("CLI processes %s of job %s survived SIGKILL", left, job_id)
+
+
+def _record_failure(outcome: RunOutcome, exc: Exception) -> None:
+    """What ended a run abnormally, as the outcome reports it (redacted), with the CLI's exit code and errno."""
+    outcome.exception = redact(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, ProcessError):
+        outcome.exit_code = exc.exit_code
+    outcome.start_errno = start_errno(exc, outcome)
+
+
+def _record_stderr(outcome: RunOutcome, stderr: Iterable[str]) -> None:
+    """The CLI's last stderr lines (redacted) and, for a run that failed without one, the errno they show."""
+    lines = list(stderr)
+    tail = "\n".join(lines)[-STDERR_TAIL_CHARS:]
+    outcome.stderr_tail = redact(tail) if tail else None
+    if outcome.exception is not None and outcome.start_errno is None:
+        outcome.start_errno = exec_errno(lines, outcome)
+
+
+def _reusable(req: RunRequest, outcome: RunOutcome, cancel: asyncio.Event) -> bool:
+    """Whether a warm CLI whose stream ended cleanly goes back to the pool: a result without error, nothing
+    stopped it, nothing went wrong in the pass-through."""
+    return (
+        outcome.got_result
+        and not outcome.is_error
+        and outcome.exception is None
+        and outcome.passthrough_failed is None
+        and outcome.limit_hint is None
+        and not cancel.is_set()
+        and not (req.urgent is not None and req.urgent.is_set())
+    )

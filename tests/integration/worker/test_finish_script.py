@@ -18,7 +18,8 @@ from claudeq.script_calls import ScriptCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.store.job_store import START_LOST, Freed, WorkerJobStore
+from claudeq.worker.store.job_store import START_LOST, Freed
+from tests.support.jobs import queued
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
@@ -38,20 +39,12 @@ def _accounts(rt: WorkerRuntime) -> AccountManager:
     return rt.engine.accounts
 
 
-def _queued(store: WorkerJobStore) -> str:
-    """A new queued job (a one-line prompt)."""
-    job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
-    return job_id
-
-
 def _running_with_slot(rt: WorkerRuntime) -> tuple[str, int, SlotLease]:
     """A claimed job holding the account's only slot, indexed under its tenant as a producer in a fleet that
     uses tenants indexes it."""
     store, accounts = rt.engine.store, _accounts(rt)
-    job_id = uuid.uuid4().hex
     spec = JobSpec(prompt="hi", tenant="acme")
-    store.create(JobRecord(id=job_id, spec=spec, status="queued", created_at=utcnow()))
+    job_id = queued(store, tenant="acme")
     for name in ("acme", "default"):
         store.redis.zadd(store.keys.tenant_jobs(name), {job_id: 1.0})
     claim = rt.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30)
@@ -142,7 +135,7 @@ def test_a_tenants_run_is_freed_apart(runtime: WorkerRuntime) -> None:
 def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
     slots = store.keys.account_slots("acct-a")
-    job_id = _queued(store)
+    job_id = queued(store)
     separately: list[str] = []
 
     async def release(lease: SlotLease) -> list[str]:
@@ -173,7 +166,7 @@ def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
     runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
-    job_id = _queued(store)
+    job_id = queued(store)
     monkeypatch.setattr(accounts, "slot_release", lambda *_, **__: None)  # as for a tenant's run
     delivered = runtime.engine.deliver_blocking(job_id)
 
@@ -185,7 +178,7 @@ def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
 
 def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     store = runtime.engine.store
-    job_id = _queued(store)
+    job_id = queued(store)
     writes: list[object] = []
 
     async def write(*args: object, **kwargs: object) -> bool:
@@ -204,7 +197,7 @@ def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, m
 
 def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
-    job_id = _queued(store)
+    job_id = queued(store)
     fence = runtime.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30).fence
 
     def start(fence: int) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
@@ -222,7 +215,7 @@ def test_a_delivery_whose_start_found_the_job_taken_over_is_lost(
     runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
-    job_id = _queued(store)
+    job_id = queued(store)
     real = store.start_call
 
     def taken_over(acquire: ScriptCall[int], job: str, fence: int, **fields: Any) -> ScriptCall[int]:

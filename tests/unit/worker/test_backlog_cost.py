@@ -18,7 +18,7 @@ from claudeq.worker.background.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
-from tests.unit.worker.engine_fakes import fake_engine
+from tests.support.engine_fakes import fake_engine
 
 
 class CountingRedis(fakeredis.FakeRedis):

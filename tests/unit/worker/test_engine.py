@@ -20,7 +20,7 @@ from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
-from tests.unit.worker.engine_fakes import (
+from tests.support.engine_fakes import (
     FakeAccounts,
     FakeMetrics,
     FakeRunner,
@@ -373,7 +373,7 @@ def test_cooldown_longer_than_the_in_place_bound_defers(make: Any) -> None:
 
 
 def test_a_run_that_finished_as_shutdown_began_keeps_its_success(make: Any) -> None:
-    from tests.unit.worker.engine_fakes import finishes_after_cancel
+    from tests.support.engine_fakes import finishes_after_cancel
 
     started = threading.Event()
     h = make(finishes_after_cancel(started))
@@ -388,7 +388,7 @@ def test_a_run_that_finished_as_shutdown_began_keeps_its_success(make: Any) -> N
 
 
 def test_a_redis_blip_leaves_the_job_to_the_reconciler_instead_of_failing_it(make: Any) -> None:
-    from tests.unit.worker.engine_fakes import FlakyAccounts
+    from tests.support.engine_fakes import FlakyAccounts
 
     h = make(success(), accounts=FlakyAccounts(A, failures=1))
     job = h.submit()

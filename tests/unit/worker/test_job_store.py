@@ -10,9 +10,10 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.jobs import parse_record
-from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, utcnow
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.support.aio import run
+from tests.support.jobs import queued, queued_record
 
 
 @pytest.fixture
@@ -21,18 +22,8 @@ def fake_store(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> Work
     return make_worker_store(fake_settings, fake_redis)
 
 
-def _record(job_id: str = "j1", **spec: object) -> JobRecord:
-    return JobRecord(id=job_id, spec=JobSpec(prompt="hi", **spec), status="queued", created_at=utcnow())  # type: ignore[arg-type]
-
-
-def _queued(store: WorkerJobStore, job_id: str = "j1") -> str:
-    created_id, created = store.create(_record(job_id))
-    assert created
-    return created_id
-
-
 def test_claim_moves_queued_to_running_with_a_fence_and_lease(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     assert claim.ok and claim.fence == 1
     record = fake_store.get(job_id)
@@ -44,13 +35,13 @@ def test_claim_moves_queued_to_running_with_a_fence_and_lease(fake_store: Worker
 
 
 def test_a_second_delivery_of_a_running_job_is_busy(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     run(fake_store.claim(job_id, "w1", 10))
     assert run(fake_store.claim(job_id, "w2", 10)).result == "busy"
 
 
 def test_a_running_job_without_lease_is_an_orphan_for_the_reconciler(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     run(fake_store.claim(job_id, "w1", 10))
     fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
     assert run(fake_store.claim(job_id, "w2", 10)).result == "orphan"
@@ -58,14 +49,14 @@ def test_a_running_job_without_lease_is_an_orphan_for_the_reconciler(fake_store:
 
 def test_claim_of_unknown_or_finished_job_is_refused(fake_store: WorkerJobStore) -> None:
     assert run(fake_store.claim("nope", "w1", 10)).result == "missing"
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     run(fake_store.write(job_id, claim.fence, status="succeeded"))
     assert run(fake_store.claim(job_id, "w1", 10)).result == "succeeded"
 
 
 def test_heartbeat_only_extends_our_own_lease(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     assert run(fake_store.beat(job_id, "w1", claim.fence, 10)).ours
     assert not run(fake_store.beat(job_id, "w2", claim.fence, 10)).ours
@@ -73,7 +64,7 @@ def test_heartbeat_only_extends_our_own_lease(fake_store: WorkerJobStore) -> Non
 
 
 def test_succeeded_write_sets_result_and_retention_ttl(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     fake_store.append_event(job_id, Event(type="claimed"))
     ok = run(
@@ -96,7 +87,7 @@ def test_succeeded_write_sets_result_and_retention_ttl(fake_store: WorkerJobStor
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
 def test_other_terminal_states_keep_the_error(fake_store: WorkerJobStore, status: str) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     assert run(fake_store.write(job_id, claim.fence, status=status, error=JobError(kind="job", message="boom")))  # type: ignore[arg-type]
     record = fake_store.get(job_id)
@@ -105,7 +96,7 @@ def test_other_terminal_states_keep_the_error(fake_store: WorkerJobStore, status
 
 
 def test_stale_fence_cannot_write(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     old = run(fake_store.claim(job_id, "w1", 10))
     # w1 paused, its lease expired, the reconciler gave the job back and w2 took it over.
     fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
@@ -119,7 +110,7 @@ def test_stale_fence_cannot_write(fake_store: WorkerJobStore) -> None:
 
 
 def test_terminal_states_never_change(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     run(fake_store.write(job_id, claim.fence, status="succeeded"))
     assert fake_store.cancel(job_id) == "succeeded"
@@ -128,7 +119,7 @@ def test_terminal_states_never_change(fake_store: WorkerJobStore) -> None:
 
 
 def test_running_to_deferred_to_queued_via_promote(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     ready = utcnow() + timedelta(seconds=30)
     assert run(fake_store.write(job_id, claim.fence, status="deferred", ready_at=ready))
@@ -145,7 +136,7 @@ def test_running_to_deferred_to_queued_via_promote(fake_store: WorkerJobStore) -
 
 
 def test_running_to_queued_requeue(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     attempts = [Attempt(number=1, outcome="requeued", started_at=utcnow())]
     assert run(fake_store.write(job_id, claim.fence, status="queued", attempts=attempts))
@@ -157,7 +148,7 @@ def test_running_to_queued_requeue(fake_store: WorkerJobStore) -> None:
 
 @pytest.mark.parametrize("waiting", ["queued", "deferred"])
 def test_cancel_a_waiting_job_at_once(fake_store: WorkerJobStore, waiting: str) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     if waiting == "deferred":
         claim = run(fake_store.claim(job_id, "w1", 10))
         run(fake_store.write(job_id, claim.fence, status="deferred", ready_at=utcnow() + timedelta(hours=1)))
@@ -172,7 +163,7 @@ def test_cancel_a_waiting_job_at_once(fake_store: WorkerJobStore, waiting: str) 
 
 
 def test_cancel_a_running_job_sets_the_flag_and_publishes(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     run(fake_store.claim(job_id, "w1", 10))
     pubsub = fake_store.redis.pubsub()
     pubsub.subscribe(fake_store.keys.cancel_channel)
@@ -185,7 +176,7 @@ def test_cancel_a_running_job_sets_the_flag_and_publishes(fake_store: WorkerJobS
 
 
 def test_reconciler_recovery_requires_an_expired_lease(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     lost = [Attempt(number=1, outcome="worker_lost", started_at=utcnow())]
     assert not run(fake_store.recover(job_id, claim.fence, lost))  # lease still alive
@@ -198,7 +189,7 @@ def test_reconciler_recovery_requires_an_expired_lease(fake_store: WorkerJobStor
 
 
 def test_unclaimed_queued_jobs_are_resent_once(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     fake_store.redis.zadd(fake_store.keys.queued, {job_id: 0})
     assert run(fake_store.stale_queued(older_than_s=60)) == [job_id]
     assert run(fake_store.claim_resend(job_id, older_than_s=60))
@@ -208,7 +199,7 @@ def test_unclaimed_queued_jobs_are_resent_once(fake_store: WorkerJobStore) -> No
 
 def test_list_filters_by_status_newest_first(fake_store: WorkerJobStore) -> None:
     for job_id in ("a", "b", "c"):
-        fake_store.create(_record(job_id))
+        fake_store.create(queued_record(job_id))
     claim = run(fake_store.claim("b", "w", 10))
     run(fake_store.write("b", claim.fence, status="succeeded"))
     assert [r.id for r in fake_store.list_jobs() if isinstance(r, JobRecord)] == ["c", "b", "a"]
@@ -218,7 +209,7 @@ def test_list_filters_by_status_newest_first(fake_store: WorkerJobStore) -> None
 
 def test_trim_index_drops_only_expired_jobs(fake_store: WorkerJobStore) -> None:
     for job_id in ("old", "kept"):
-        fake_store.create(_record(job_id))
+        fake_store.create(queued_record(job_id))
     fake_store.redis.zadd(fake_store.keys.jobs, {"old": 0, "kept": 0})
     fake_store.redis.delete(fake_store.keys.job("old"))
     assert run(fake_store.trim_index()) == 1
@@ -226,7 +217,7 @@ def test_trim_index_drops_only_expired_jobs(fake_store: WorkerJobStore) -> None:
 
 
 def test_idempotency_key_lives_as_long_as_its_job(fake_store: WorkerJobStore) -> None:
-    job_id, _ = fake_store.create(_record("a", idempotency_key="k"))
+    job_id, _ = fake_store.create(queued_record("a", idempotency_key="k"))
     idem = fake_store.keys.idem("k")
     assert fake_store.redis.ttl(idem) == -1  # no expiry while the job is alive, however long it waits
     claim = run(fake_store.claim(job_id, "w1", 10))
@@ -235,7 +226,7 @@ def test_idempotency_key_lives_as_long_as_its_job(fake_store: WorkerJobStore) ->
 
 
 def test_only_the_first_claim_ends_the_queue_wait(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     first = run(fake_store.claim(job_id, "w1", 10))
     assert first.first
     run(fake_store.write(job_id, first.fence, status="deferred", ready_at=utcnow()))
@@ -246,7 +237,7 @@ def test_only_the_first_claim_ends_the_queue_wait(fake_store: WorkerJobStore) ->
 
 
 def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     fake_store.redis.hset(fake_store.keys.job(job_id), "spec", "{not json")
     fake_store.redis.zadd(fake_store.keys.running, {job_id: 0})
@@ -256,7 +247,7 @@ def test_a_lost_job_with_an_unreadable_record_can_still_be_recovered(fake_store:
 
 
 def test_the_claim_reads_the_record_in_the_same_step(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     claim = run(fake_store.claim(job_id, "w1", 10))
     assert claim.fields is not None
     assert parse_record(job_id, claim.fields) == fake_store.get(job_id)
@@ -268,7 +259,7 @@ def test_the_claim_reads_the_record_in_the_same_step(fake_store: WorkerJobStore)
 
 
 def test_the_claim_says_whether_a_cancel_flag_is_set(fake_store: WorkerJobStore) -> None:
-    job_id = _queued(fake_store)
+    job_id = queued(fake_store)
     assert run(fake_store.claim(job_id, "w1", 10)).cancelled is False
     run(fake_store.write(job_id, 1, "queued"))
     fake_store.redis.hset(fake_store.keys.job(job_id), "cancel", "1")  # asked while it ran, then requeued

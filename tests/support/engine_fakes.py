@@ -1,10 +1,11 @@
-"""Small fakes of the runner, the account manager and the metrics for engine and loop unit tests."""
+"""Small fakes of the runner, the account manager and the metrics, for the engine's and the loops' tests (unit and
+integration): in memory, with what they were asked recorded."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,7 +13,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.accounts.choice import NoAccount
-from claudeq.worker.accounts.manager import SlotLease, Spent, StartWrite
+from claudeq.worker.accounts.manager import SlotLease, Spent
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
 from claudeq.worker.store.job_store import SlotRelease, WorkerJobStore
@@ -101,16 +102,10 @@ class FakeAccounts:
         self.lock = threading.Lock()
 
     async def acquire(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str] = frozenset(),
-        rank: float | None = None,
-        holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
-        warm_wait_until: datetime | None = None,
+        self, job_id: str, spec: JobSpec, exclude: frozenset[str] = frozenset(), *_: Any, **__: Any
     ) -> SlotLease | NoAccount:
-        # The attempt's start is written apart (`start` is not taken up).
+        """A slot on the first account with one free (AccountManager.acquire's other arguments are not taken up:
+        the attempt's start is written apart)."""
         with self.lock:
             if self.permanent:
                 return NoAccount(utcnow(), "no account allows this job", [], permanent=True)
@@ -137,14 +132,7 @@ class FakeAccounts:
             promote, self.waiting_to_promote = self.waiting_to_promote, []
             return promote
 
-    async def add_waiter(
-        self,
-        accounts: list[str],
-        job_id: str,
-        rank: float,
-        model: str | None = None,
-        tenant: tuple[str, float] | None = None,
-    ) -> list[str]:
+    async def add_waiter(self, accounts: list[str], job_id: str, *_: Any, **__: Any) -> list[str]:
         self.waiters.append((accounts, job_id))
         return []
 
@@ -217,22 +205,13 @@ class FlakyAccounts(FakeAccounts):
         super().__init__(*accounts)
         self.failures = failures
 
-    async def acquire(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str] = frozenset(),
-        rank: float | None = None,
-        holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
-        warm_wait_until: datetime | None = None,
-    ) -> SlotLease | NoAccount:
+    async def acquire(self, *args: Any, **kwargs: Any) -> SlotLease | NoAccount:
         if self.failures > 0:
             self.failures -= 1
             import redis
 
             raise redis.ConnectionError("Redis went away")
-        return await super().acquire(job_id, spec, exclude, rank)
+        return await super().acquire(*args, **kwargs)
 
 
 def sends_into(sent: list[str]) -> Callable[[str, JobSpec | None], Awaitable[None]]:
