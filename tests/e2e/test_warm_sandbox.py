@@ -1,8 +1,9 @@
 """Warm CLIs in a sandbox of their own: a sandboxed job with tools reuses a warm CLI of exactly its options and its
 sandbox's view, and still sees nothing outside its roots; jobs whose view would differ never share a CLI.
 
-A real worker that is not root (there a read-only job runs under the worker's uid, so it may run warm), the real
-CLI in bubblewrap, the simulator scripting the tool calls (docs/architecture.md#warm-clis). The workspace root holds
+Real worker processes — once as root (a warm CLI holds a run uid of its own for its life), once as a worker that is
+not root (its CLIs run under its uid) — the real CLI in bubblewrap, the simulator scripting the tool calls
+(docs/architecture.md#warm-clis). The workspace root holds
 two workspaces, `a` and `b`: the hook allows either to any job (both are under the root), so only the sandbox, which
 shows a job its own `cwd` alone, keeps a job in `a` from `b`'s files — and a CLI kept from a job in `a` must never
 serve a job whose `cwd` leads to `b`.
@@ -35,6 +36,11 @@ WORKSPACE_GID = 62508  # the workspace's group (outside the default run uid rang
 WORKER_UID = 62991  # the worker that is not root (outside the run uids and the groups)
 
 
+@pytest.fixture(params=["root", "non-root"])
+def worker_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @dataclass
 class Place:
     base: Path
@@ -50,7 +56,8 @@ class Place:
 
 
 @pytest.fixture
-def place(unique: str) -> Iterator[Place]:
+def place(unique: str, worker_kind: str) -> Iterator[Place]:
+    owner = 0 if worker_kind == "root" else WORKER_UID
     with open_base("cqt-warm-sandbox-") as base:
         root = group_workspace(base / "ws", WORKSPACE_GID)
         spot = Place(base, root, root / "a", root / "b", base / "outside", base / "runs", unique)
@@ -63,7 +70,7 @@ def place(unique: str) -> Iterator[Place]:
         (spot.outside / "world.txt").write_text(spot.secret("outside") + "\n")
         (spot.outside / "world.txt").chmod(0o644)
         spot.runs.mkdir(mode=0o711)
-        os.chown(spot.runs, WORKER_UID, WORKER_UID)  # the worker makes its runs' directories there
+        os.chown(spot.runs, owner, owner)  # the worker makes its runs' directories there
         yield spot
 
 
@@ -76,7 +83,9 @@ def accounts_file(place: Place, accounts: list[SimAccount], simulator: Any) -> P
 
 @pytest.fixture
 def settings(redis_url: str, unique: str, accounts_file: Path, place: Place) -> Settings:
-    policy = WorkerPolicy(allowed_tools=["Read", "Glob", "Grep", "LS"], workspace_roots=[place.root])
+    policy = WorkerPolicy(
+        allowed_tools=["Read", "Glob", "Grep", "LS"], workspace_roots=[place.root], run_groups=[WORKSPACE_GID]
+    )
     return make_settings(
         redis_url,
         unique,
@@ -88,7 +97,9 @@ def settings(redis_url: str, unique: str, accounts_file: Path, place: Place) -> 
 
 
 @pytest.fixture
-def worker(workers: WorkerFactory, place: Place) -> Any:
+def worker(workers: WorkerFactory, place: Place, worker_kind: str) -> Any:
+    if worker_kind == "root":
+        return workers()
     home = place.base / "worker-home"
     home.mkdir(mode=0o700)
     os.chown(home, WORKER_UID, WORKER_UID)
@@ -151,7 +162,7 @@ def run_job(client: Client, cwd: Path, reads: list[str]) -> tuple[bool, list[str
 
 
 def test_a_sandboxed_job_reuses_a_warm_cli_in_its_sandbox_and_still_sees_only_its_cwd(
-    client: Client, worker: Any, place: Place
+    client: Client, worker: Any, place: Place, worker_kind: str
 ) -> None:
     reads = [str(place.a / "file.txt"), str(place.b / "file.txt"), str(place.outside / "world.txt")]
     warm, results = run_job(client, place.a, reads)
@@ -161,6 +172,13 @@ def test_a_sandboxed_job_reuses_a_warm_cli_in_its_sandbox_and_still_sees_only_it
     [(cli, pids)] = first.items()
     names = sorted(programs(pids).values())
     assert names.count("bwrap") == 2 and "socat" in names and "claude" in names, names  # it runs in its sandbox
+    [cli_pid] = [pid for pid, name in programs(pids).items() if name == "claude"]
+    uid = int(Path(f"/proc/{cli_pid}/status").read_text().split("\nUid:")[1].split()[0])
+    if worker_kind == "root":  # a run uid it holds for its life, never root
+        low, high = worker.settings.policy.run_uids
+        assert low <= uid <= high, uid
+    else:
+        assert uid == WORKER_UID
     for n in range(3):
         warm, results = run_job(client, place.a, reads)
         assert warm, f"job {n + 2} did not run on a warm CLI"

@@ -502,7 +502,26 @@ class Runner:
 
     async def _start_warm(self, req: RunRequest, key: str) -> WarmCli | RunOutcome:
         """A new CLI for warm use (not started yet: the job's prompt connects it), or the outcome of a run that
-        could not get a stand-in."""
+        could not get a stand-in. On a root worker a sandboxed CLI holds a run uid of its own for its whole life."""
+        identity: RunIdentity | None = None
+        if runs_under_own_uid(req.spec, self.settings.policy):
+            acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
+            try:
+                identity = await asyncio.shield(acquiring)
+            except asyncio.CancelledError:
+                acquiring.add_done_callback(lambda done: self._release_late(done, req.account))
+                raise
+        try:
+            made = await self._start_warm_as(req, key, identity)
+        except BaseException:
+            if identity is not None:
+                await asyncio.shield(asyncio.to_thread(identity.release))
+            raise
+        if isinstance(made, RunOutcome) and identity is not None:
+            await asyncio.to_thread(identity.release)
+        return made
+
+    async def _start_warm_as(self, req: RunRequest, key: str, identity: RunIdentity | None) -> WarmCli | RunOutcome:
         assert self.passthrough is not None
         cli_path = await asyncio.to_thread(locate_cli, self.settings)
         wrapper = wrapper_path()
@@ -511,7 +530,7 @@ class Runner:
         if sandbox:
             await asyncio.to_thread(self._check_sandbox)  # tried until it works once in this process
         cli_id = new_cli_id()
-        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, None, f"claudeq-{cli_id}-")
+        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, identity, f"claudeq-{cli_id}-")
         try:
             grant = await asyncio.to_thread(self.passthrough.open_run, cli_id, req.account)
         except Exception as exc:
@@ -531,6 +550,8 @@ class Runner:
                 run_id=cli_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            if identity is not None:
+                env.update(identity.env())
             if sandbox:
                 env.update(HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
             stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
@@ -564,6 +585,7 @@ class Runner:
             grant=grant,
             stderr=stderr,
             sandbox_cli=cli_path if sandbox else None,
+            identity=identity,
         )
 
     async def _run_warm(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
@@ -675,6 +697,8 @@ class Runner:
             if cli.grant is not None and self.passthrough is not None:
                 self.passthrough.close_run(cli.grant)
             await asyncio.to_thread(shutil.rmtree, cli.run_dir, True)
+            if cli.identity is not None:
+                await asyncio.to_thread(cli.identity.release)
 
     async def _close_grant(self, grant: RunGrant, outcome: RunOutcome) -> None:
         """Revoke the run's stand-in; carry what the pass-through learnt (a 429's cooldown, its own failure)."""

@@ -46,7 +46,9 @@ from claudeq.config.settings import FILE_TOOLS, Settings
 from claudeq.permissions import allowed_builtin_tools
 from claudeq.worker.passthrough.server import PassThrough, RunGrant
 from claudeq.worker.run import procs
+from claudeq.worker.run.launcher import RunIdentity
 from claudeq.worker.run.outcome import RunRequest
+from claudeq.worker.run.sandbox import sandboxed
 from claudeq.worker.run.tools import FLEET_TOOLS, ToolRegistry
 from claudeq.worker.run.workdirs import runs_under_own_uid
 
@@ -72,7 +74,11 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
         return "a conversation turn"
     if req.approvals is not None:
         return "its tool uses may wait for approval (the CLI's callback is the job's own)"
-    if runs_under_own_uid(spec, settings.policy):
+    policy = settings.policy
+    if runs_under_own_uid(spec, policy) and (
+        not sandboxed(spec, policy) or policy.isolated_tools(allowed_builtin_tools(spec, policy))
+    ):
+        # A run uid only for reading tools in a sandbox (a root worker) may be held by a warm CLI for its life.
         return "runs under a uid of its own (shell, file tools)"
     if any(name in FLEET_TOOLS and tools.get(name) is None for name in spec.mcp_tools):
         return "fleet tools are bound to the job"
@@ -80,7 +86,6 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
         return "an interactive login's config dir"
     if req.traceparent is not None and tracing.cli_traced():
         return "traced (the CLI takes its spans' parent from TRACEPARENT when it starts: docs/tracing.md)"
-    policy = settings.policy
     run_root = settings.run_root or Path(tempfile.gettempdir())
     if FILE_TOOLS.intersection(allowed_builtin_tools(spec, policy)) and policy.path_allowed(str(run_root)):
         return "its file tools could reach the CLIs' config dirs (the run root is under a workspace root)"
@@ -145,6 +150,7 @@ class WarmCli:
     jobs: int = 0  # jobs it ran (started)
     pid: int | None = None  # the process the worker started (in a sandbox: its bwrap)
     sandbox_cli: Path | None = None  # the CLI's program, when it runs in a sandbox of its own
+    identity: RunIdentity | None = None  # the run uid it holds for its life (a root worker's sandboxed CLI)
     session_id: str | None = None  # the session of its last job
     idle_since: float = field(default_factory=time.monotonic)
     connected: bool = False
@@ -355,6 +361,8 @@ class WarmPool:
         if cli.grant is not None and passthrough is not None:
             passthrough.close_run(cli.grant)
         await asyncio.to_thread(shutil.rmtree, cli.run_dir, True)
+        if cli.identity is not None:
+            await asyncio.to_thread(cli.identity.release)  # kills what is left under its uid, frees the uid
 
     async def close(self) -> None:
         """Stop every idle CLI and take no more (worker shutdown)."""

@@ -90,14 +90,16 @@ def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     settings = runner.settings
     assert warm_eligible(req(runner), settings, tools) is None
     read_only = req(runner, tools="read-only", cwd=str(tmp_path / "work"))
-    # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace), so
-    # cold; a worker that is not root runs them under its own uid, in a sandbox kept with a warm CLI, or with the
-    # sandbox off held by the hook alone: warm either way.
+    # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace): in a
+    # sandbox, a warm CLI holds that uid for its life; with the sandbox off, cold. A worker that is not root runs them
+    # under its own uid, in a sandbox kept with a warm CLI, or with the sandbox off held by the hook alone.
+    unboxed = settings.model_copy(update={"policy": settings.policy.model_copy(update={"sandbox": "off"})})
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=True):
-        assert warm_eligible(read_only, settings, tools) == OWN_UID
+        assert warm_eligible(read_only, settings, tools) is None
+        assert warm_eligible(read_only, unboxed, tools) == OWN_UID
+        assert warm_eligible(req(runner, tools=["Read", "Write"]), settings, tools) == OWN_UID
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
         assert warm_eligible(read_only, settings, tools) is None
-        unboxed = settings.model_copy(update={"policy": settings.policy.model_copy(update={"sandbox": "off"})})
         assert warm_eligible(read_only, unboxed, tools) is None
     assert warm_eligible(req(runner, conversation="c"), settings, tools) == "a conversation turn"
     resumed = req(runner)
