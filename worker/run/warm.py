@@ -6,10 +6,11 @@ A job's run may reuse a CLI (a connected `ClaudeSDKClient`) that a finished job 
 - A CLI is keyed by the fingerprint of everything it was started with (`fingerprint`: the account, and every SDK
   option: model, tools, permission mode, cwd and dirs, system prompts, MCP tools, limits, the environment); a job
   reuses only a CLI whose key is its own.
-- Only jobs that start a new session and run under the worker's uid are eligible (`warm_eligible`): conversation
+- Only jobs that start a new session and need no uid of their own per run are eligible (`warm_eligible`): conversation
   turns, resumed or forked sessions, shell and file-writing jobs, fleet tools and interactive logins run cold. A
-  sandboxed job runs warm in a sandbox kept with its CLI: the key then also holds what the sandbox shows (`SandboxView.
-  fingerprint`), so a CLI never serves a job whose view would differ.
+  sandboxed job runs warm in a sandbox kept with its CLI (on a root worker with a run uid the CLI holds for its
+  life): the key then also holds what the sandbox shows (`SandboxView.fingerprint`), so a CLI never serves a job
+  whose view would differ.
 - Between jobs the CLI is cleared (`/clear`) and verified clean (`_clear`) before it goes idle; a CLI that ended a
   job abnormally (error, timeout, watchdog, cancel, interrupt) is never given back. It is stopped after
   `warm_max_jobs` jobs or `warm_idle_s` idle seconds.
