@@ -347,9 +347,9 @@ def test_a_run_reads_reaches_and_holds_nothing_outside_its_sandbox(
         cwd=str(place.beta),
         system_prompt=place.content("victim"),
     )
-    victim_dir = run_until(
-        lambda: next(iter(place.runs.glob(f"claudeq-run-{victim.id[:40]}-*")), None), 60, 0.1, what="victim's dir"
-    )
+    # Its run directory: its own (`claudeq-run-<job>-…`), or a warm CLI's it runs on (a worker that is not root runs
+    # read-only jobs warm, in a sandbox kept with the CLI); either holds its system prompt.
+    victim_dir = run_until(lambda: _run_dir_with(place.runs, place.content("victim")), 60, 0.1, what="victim's dir")
     jobs = {}
     for tool in FILE_TOOLS:
         calls = _calls(tool, place, victim_dir)
@@ -424,6 +424,17 @@ def test_a_run_reads_reaches_and_holds_nothing_outside_its_sandbox(
     assert client.wait(victim.id, timeout=60, poll_s=0.1).status == "cancelled"
     probes = sum(len(c) for _, c in jobs.values()) + 1
     print(f"{worker_kind} worker: {probes} probes in {time.monotonic() - started:.0f} s")
+
+
+def _run_dir_with(runs: Path, system_prompt: str) -> Path | None:
+    """The run directory whose system prompt file holds `system_prompt`."""
+    for prompt in runs.glob("claudeq-*/system-prompt.txt"):
+        try:
+            if system_prompt in prompt.read_text():
+                return prompt.parent
+        except OSError:
+            continue
+    return None
 
 
 def _sections(text: str) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -48,6 +49,32 @@ def cli_pid(run_id: str) -> int | None:
         if info is not None and info[1] == me:
             return pid
     return None
+
+
+def sandbox_strays(pids: list[int], root: int, cli_bin: Path) -> list[int]:
+    """The processes among `pids` (one sandboxed run's) that are not its sandbox's own, nor its CLI: a tool's command
+    left running. The sandbox's own are `root` (bwrap, the process the worker started), bwrap's child in the PID
+    namespace, the CLI under it, the forwarders (socat) the CLI's shell started before it became the CLI, and their
+    children (one per open connection). Each is told by its program (`/proc/<pid>/exe`, by inode, not by name) and
+    its parent; a process whose program cannot be read counts as a stray."""
+    parents = {pid: info[1] for pid in pids if (info := _stat(pid)) is not None}
+    bwrap, socat = shutil.which("bwrap"), shutil.which("socat")
+    if bwrap is None or socat is None or not _runs(root, bwrap):
+        return [p for p in pids if p != root]
+    own, level = {root}, {root}
+    for program in (bwrap, str(cli_bin), socat, socat):  # each level: children of the one before
+        level = {p for p, parent in parents.items() if parent in level and _runs(p, program)}
+        own |= level
+    return [p for p in pids if p not in own]
+
+
+def _runs(pid: int, program: str) -> bool:
+    """Whether `pid` runs `program` (the same file: device and inode)."""
+    try:
+        running, wanted = os.stat(_PROC / str(pid) / "exe"), os.stat(program)
+    except OSError:
+        return False
+    return (running.st_dev, running.st_ino) == (wanted.st_dev, wanted.st_ino)
 
 
 def _pids_with(needle: bytes, parent: int | None) -> list[int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import os
 import shutil
@@ -72,6 +73,8 @@ DISCONNECT_TIMEOUT_S = 2.0  # after interrupt disconnect takes ~0.5 s; past this
 REAP_TIMEOUT_S = 2.0
 STDERR_TAIL_LINES = 40
 STDERR_TAIL_CHARS = 4000
+#: The run directory a warm CLI's key is computed with (each CLI has its own; the key must not differ by it).
+WARM_RUN_DIR = "/claudeq-warm-run-dir"
 
 
 #: errno values with which starting the CLI fails for good: retrying the same command cannot help.
@@ -244,16 +247,16 @@ class Runner:
             )
 
     def _sandbox_view(
-        self, req: RunRequest, run_dir: Path, cwd: Path, grant: RunGrant | None, env: dict[str, str]
+        self, req: RunRequest, run_dir: Path, cwd: Path, stand_in: bool, env: dict[str, str]
     ) -> tuple[SandboxView, dict[str, str]]:
         """What the run's sandbox shows — its workspace (writable when its tools write), its run directory, the CLI,
-        its pass-through and (traced) the trace collector through forwarders — and the variables that change for it
-        (blocking: may start the relay to the collector)."""
+        its pass-through (`stand_in`: the CLI has a stand-in credential for it) and (traced) the trace collector
+        through forwarders — and the variables that change for it (blocking: may start the relay to the collector)."""
         policy = self.settings.policy
         tools = allowed_builtin_tools(req.spec, policy)
         forwards: list[Forward] = []
         changed: dict[str, str] = {}
-        if grant is not None and self.passthrough is not None and self.passthrough.unix_path is not None:
+        if stand_in and self.passthrough is not None and self.passthrough.unix_path is not None:
             forwards.append(Forward(port=self.passthrough.port, socket=self.passthrough.unix_path))
         if "Bash" in tools and policy.network_hosts:
             # The operator's hole: the named hosts, through the worker's proxy (docs/workers.md#security-defaults).
@@ -275,14 +278,14 @@ class Runner:
             config_dir=req.account.config_dir,
             forwards=forwards,
             # Without the pass-through the CLI talks to the model service itself; WebFetch fetches pages itself.
-            share_net=grant is None or "WebFetch" in tools,
+            share_net=not stand_in or "WebFetch" in tools,
         ), changed
 
     def _write_sandbox(
         self, req: RunRequest, run_dir: Path, cwd: Path, grant: RunGrant | None, env: dict[str, str]
     ) -> dict[str, str]:
         """Write the run's sandbox arguments into its run directory; the variables that change for it (blocking)."""
-        view, changed = self._sandbox_view(req, run_dir, cwd, grant, env)
+        view, changed = self._sandbox_view(req, run_dir, cwd, grant is not None, env)
         return {**changed, SANDBOX_ARGS_VAR: str(view.write()), FORWARD_VAR: view.forward_spec()}
 
     def _hosts_proxy(self) -> HostProxy:
@@ -488,6 +491,9 @@ class Runner:
             run_id="-",
         )
         env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+        sandbox = sandboxed(req.spec, self.settings.policy)
+        if sandbox:
+            env.update(HOME=WARM_RUN_DIR, TMPDIR=f"{WARM_RUN_DIR}/tmp")
         options = build_options(
             req.spec,
             self.settings,
@@ -497,17 +503,44 @@ class Runner:
             session_store=req.session_store,
         )
         # A warm CLI serves one tenant: its config dir keeps its earlier jobs' transcripts, never another team's.
-        return f"{req.spec.tenant}|{fingerprint(options, req.account)}"
+        key = f"{req.spec.tenant}|{fingerprint(options, req.account)}"
+        if not sandbox:
+            return key
+        # And a sandboxed one serves only jobs whose sandbox would show exactly what its own shows.
+        view, changed = self._sandbox_view(req, Path(WARM_RUN_DIR), Path(str(options.cwd)), True, options.env)
+        return f"{key}|{view.fingerprint()}|{json.dumps(changed, sort_keys=True)}"
 
     async def _start_warm(self, req: RunRequest, key: str) -> WarmCli | RunOutcome:
         """A new CLI for warm use (not started yet: the job's prompt connects it), or the outcome of a run that
-        could not get a stand-in."""
+        could not get a stand-in. On a root worker a sandboxed CLI holds a run uid of its own for its whole life."""
+        identity: RunIdentity | None = None
+        if runs_under_own_uid(req.spec, self.settings.policy):
+            acquiring = asyncio.ensure_future(asyncio.to_thread(self._identity_for, req))
+            try:
+                identity = await asyncio.shield(acquiring)
+            except asyncio.CancelledError:
+                acquiring.add_done_callback(lambda done: self._release_late(done, req.account))
+                raise
+        try:
+            made = await self._start_warm_as(req, key, identity)
+        except BaseException:
+            if identity is not None:
+                await asyncio.shield(asyncio.to_thread(identity.release))
+            raise
+        if isinstance(made, RunOutcome) and identity is not None:
+            await asyncio.to_thread(identity.release)
+        return made
+
+    async def _start_warm_as(self, req: RunRequest, key: str, identity: RunIdentity | None) -> WarmCli | RunOutcome:
         assert self.passthrough is not None
         cli_path = await asyncio.to_thread(locate_cli, self.settings)
         wrapper = wrapper_path()
         await asyncio.to_thread(req.account.read_token)  # ConfigError now when the token is missing
+        sandbox = sandboxed(req.spec, self.settings.policy)
+        if sandbox:
+            await asyncio.to_thread(self._check_sandbox)  # tried until it works once in this process
         cli_id = new_cli_id()
-        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, None, f"claudeq-{cli_id}-")
+        run_dir, prompt_files = await asyncio.to_thread(self._make_run_dir, req, identity, f"claudeq-{cli_id}-")
         try:
             grant = await asyncio.to_thread(self.passthrough.open_run, cli_id, req.account)
         except Exception as exc:
@@ -527,6 +560,10 @@ class Runner:
                 run_id=cli_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
+            if identity is not None:
+                env.update(identity.env())
+            if sandbox:
+                env.update(HOME=str(run_dir), TMPDIR=str(run_dir / "tmp"))
             stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
             options = build_options(
                 req.spec,
@@ -538,6 +575,12 @@ class Runner:
                 stderr=stderr.append,
                 prompt_files=prompt_files,
             )
+            if sandbox:
+                # Kept with the CLI for its whole life: the key holds what it shows (`_warm_key`).
+                changed = await asyncio.to_thread(
+                    self._write_sandbox, req, run_dir, Path(str(options.cwd)), grant, options.env
+                )
+                options.env = sealed({**options.env, **changed})
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
             self.passthrough.close_run(grant)
@@ -551,6 +594,8 @@ class Runner:
             run_dir=run_dir,
             grant=grant,
             stderr=stderr,
+            sandbox_cli=cli_path if sandbox else None,
+            identity=identity,
         )
 
     async def _run_warm(self, req: RunRequest, emit: EventSink, cancel: asyncio.Event) -> RunOutcome:
@@ -634,7 +679,7 @@ class Runner:
         """A warm CLI of exactly `req`'s options from the pool, or a new one (True: fresh); the outcome of a CLI
         that could not start."""
         assert self.passthrough is not None
-        key = self._warm_key(req)  # no blocking I/O worth a thread: two stat calls
+        key = self._warm_key(req)  # no blocking I/O worth a thread: a few stat calls
         cli = await self.pool.take(key)
         if cli is not None:
             if cli.grant is not None:
@@ -655,6 +700,8 @@ class Runner:
             if cli.grant is not None and self.passthrough is not None:
                 self.passthrough.close_run(cli.grant)
             await asyncio.to_thread(shutil.rmtree, cli.run_dir, True)
+            if cli.identity is not None:
+                await asyncio.to_thread(cli.identity.release)
 
     async def _close_grant(self, grant: RunGrant, outcome: RunOutcome) -> None:
         """Revoke the run's stand-in; carry what the pass-through learnt (a 429's cooldown, its own failure)."""

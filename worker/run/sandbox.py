@@ -9,6 +9,8 @@ the pass-through's Unix socket, bound into the sandbox: the run's network namesp
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -88,6 +90,15 @@ class SandboxView:
         args += ["--chdir", str(self.cwd)]
         return args
 
+    def fingerprint(self) -> str:
+        """What this view shows, for the warm-CLI key (docs/architecture.md#warm-clis): its arguments (build the view
+        with a placeholder run directory: each CLI has its own), and the identity (device, inode) of each workspace
+        directory, so a directory replaced at the same path, or a symlink pointed elsewhere, gives another key (a
+        sandbox keeps what its paths led to when it started, for its whole life)."""
+        dirs = {str(path): _identity(path) for path in [self.cwd, *self.add_dirs]}
+        blob = json.dumps([self.args(), self.forward_spec(), dirs], separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
     def forward_spec(self) -> str:
         """The forwards as the wrapper reads them (`FORWARD_VAR`)."""
         return " ".join(f"{f.port}={f.inside(i)}" for i, f in enumerate(self.forwards))
@@ -106,6 +117,14 @@ def _bind(mode: str, path: Path) -> list[str]:
     if real != path:
         out += [mode, str(real), str(real)]
     return out
+
+
+def _identity(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
 
 
 _WORKS: set[int | None] = set()  # the uids a sandbox was seen to start for, in this process

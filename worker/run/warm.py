@@ -6,8 +6,11 @@ A job's run may reuse a CLI (a connected `ClaudeSDKClient`) that a finished job 
 - A CLI is keyed by the fingerprint of everything it was started with (`fingerprint`: the account, and every SDK
   option: model, tools, permission mode, cwd and dirs, system prompts, MCP tools, limits, the environment); a job
   reuses only a CLI whose key is its own.
-- Only jobs that start a new session and run under the worker's uid are eligible (`warm_eligible`): conversation
-  turns, resumed or forked sessions, shell and file-writing jobs, fleet tools and interactive logins run cold.
+- Only jobs that start a new session and need no uid of their own per run are eligible (`warm_eligible`): conversation
+  turns, resumed or forked sessions, shell and file-writing jobs, fleet tools and interactive logins run cold. A
+  sandboxed job runs warm in a sandbox kept with its CLI (on a root worker with a run uid the CLI holds for its
+  life): the key then also holds what the sandbox shows (`SandboxView.fingerprint`), so a CLI never serves a job
+  whose view would differ.
 - Between jobs the CLI is cleared (`/clear`) and verified clean (`_clear`) before it goes idle; a CLI that ended a
   job abnormally (error, timeout, watchdog, cancel, interrupt) is never given back. It is stopped after
   `warm_max_jobs` jobs or `warm_idle_s` idle seconds.
@@ -44,6 +47,7 @@ from claudeq.config.settings import FILE_TOOLS, Settings
 from claudeq.permissions import allowed_builtin_tools
 from claudeq.worker.passthrough.server import PassThrough, RunGrant
 from claudeq.worker.run import procs
+from claudeq.worker.run.launcher import RunIdentity
 from claudeq.worker.run.outcome import RunRequest
 from claudeq.worker.run.sandbox import sandboxed
 from claudeq.worker.run.tools import FLEET_TOOLS, ToolRegistry
@@ -71,17 +75,18 @@ def warm_eligible(req: RunRequest, settings: Settings, tools: ToolRegistry) -> s
         return "a conversation turn"
     if req.approvals is not None:
         return "its tool uses may wait for approval (the CLI's callback is the job's own)"
-    if runs_under_own_uid(spec, settings.policy):
+    policy = settings.policy
+    if runs_under_own_uid(spec, policy) and (
+        not sandboxed(spec, policy) or policy.isolated_tools(allowed_builtin_tools(spec, policy))
+    ):
+        # A run uid only for reading tools in a sandbox (a root worker) may be held by a warm CLI for its life.
         return "runs under a uid of its own (shell, file tools)"
-    if sandboxed(spec, settings.policy):
-        return "runs in a sandbox of its own (built-in tools)"
     if any(name in FLEET_TOOLS and tools.get(name) is None for name in spec.mcp_tools):
         return "fleet tools are bound to the job"
     if req.account.config_dir is not None:
         return "an interactive login's config dir"
     if req.traceparent is not None and tracing.cli_traced():
         return "traced (the CLI takes its spans' parent from TRACEPARENT when it starts: docs/tracing.md)"
-    policy = settings.policy
     run_root = settings.run_root or Path(tempfile.gettempdir())
     if FILE_TOOLS.intersection(allowed_builtin_tools(spec, policy)) and policy.path_allowed(str(run_root)):
         return "its file tools could reach the CLIs' config dirs (the run root is under a workspace root)"
@@ -144,7 +149,9 @@ class WarmCli:
     grant: RunGrant | None
     stderr: deque[str]
     jobs: int = 0  # jobs it ran (started)
-    pid: int | None = None
+    pid: int | None = None  # the process the worker started (in a sandbox: its bwrap)
+    sandbox_cli: Path | None = None  # the CLI's program, when it runs in a sandbox of its own
+    identity: RunIdentity | None = None  # the run uid it holds for its life (a root worker's sandboxed CLI)
     session_id: str | None = None  # the session of its last job
     idle_since: float = field(default_factory=time.monotonic)
     connected: bool = False
@@ -291,8 +298,15 @@ class WarmPool:
         if (result.total_cost_usd or 0) != 0 or result.model_usage:
             return "the running totals were not reset"
         left = await asyncio.to_thread(procs.run_pids, cli.cli_id)
-        if cli.pid is None or left != [cli.pid]:
-            return f"processes of the CLI besides itself: {sorted(set(left) - {cli.pid})}"
+        if cli.pid is None or cli.pid not in left:
+            return "the CLI is gone"
+        strays = (
+            [p for p in left if p != cli.pid]
+            if cli.sandbox_cli is None
+            else await asyncio.to_thread(procs.sandbox_strays, left, cli.pid, cli.sandbox_cli)
+        )
+        if strays:
+            return f"processes of the CLI besides itself (and its sandbox): {strays}"
         if cli.grant is not None and cli.grant.idle_requests:
             return "it called the API while idle"
         if cli.session_id is not None:
@@ -348,6 +362,8 @@ class WarmPool:
         if cli.grant is not None and passthrough is not None:
             passthrough.close_run(cli.grant)
         await asyncio.to_thread(shutil.rmtree, cli.run_dir, True)
+        if cli.identity is not None:
+            await asyncio.to_thread(cli.identity.release)  # kills what is left under its uid, frees the uid
 
     async def close(self) -> None:
         """Stop every idle CLI and take no more (worker shutdown)."""

@@ -90,14 +90,16 @@ def test_who_runs_cold(runner: Runner, tmp_path: Path) -> None:
     settings = runner.settings
     assert warm_eligible(req(runner), settings, tools) is None
     read_only = req(runner, tools="read-only", cwd=str(tmp_path / "work"))
-    # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace), so
-    # cold; a worker that is not root runs them in a sandbox of their own, cold too. Only with the sandbox off may
-    # they reuse a warm CLI there, held by the hook alone.
+    # A root worker runs file-reading tools under a uid of their own (the kernel holds them to the workspace): in a
+    # sandbox, a warm CLI holds that uid for its life; with the sandbox off, cold. A worker that is not root runs them
+    # under its own uid, in a sandbox kept with a warm CLI, or with the sandbox off held by the hook alone.
+    unboxed = settings.model_copy(update={"policy": settings.policy.model_copy(update={"sandbox": "off"})})
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=True):
-        assert warm_eligible(read_only, settings, tools) == OWN_UID
+        assert warm_eligible(read_only, settings, tools) is None
+        assert warm_eligible(read_only, unboxed, tools) == OWN_UID
+        assert warm_eligible(req(runner, tools=["Read", "Write"]), settings, tools) == OWN_UID
     with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
-        assert warm_eligible(read_only, settings, tools) == "runs in a sandbox of its own (built-in tools)"
-        unboxed = settings.model_copy(update={"policy": settings.policy.model_copy(update={"sandbox": "off"})})
+        assert warm_eligible(read_only, settings, tools) is None
         assert warm_eligible(read_only, unboxed, tools) is None
     assert warm_eligible(req(runner, conversation="c"), settings, tools) == "a conversation turn"
     resumed = req(runner)
@@ -142,3 +144,38 @@ def test_a_traced_run_starts_a_cli_of_its_own_unless_the_clis_spans_are_off(
     finally:
         monkeypatch.undo()
         tracing.enabled.cache_clear()
+
+
+def test_a_sandboxed_runs_key_holds_what_its_sandbox_shows(runner: Runner, tmp_path: Path) -> None:
+    """A sandbox keeps what its paths led to when it started: a cwd or add_dir led elsewhere (a symlink pointed at
+    another folder, a folder replaced at the same path) gives another key, so a warm CLI never serves a job whose
+    sandbox would show other files."""
+    work = tmp_path / "work"
+    (work / "a").mkdir()
+    (work / "b").mkdir()
+    link = work / "current"
+    link.symlink_to(work / "a")
+
+    def key(**spec: Any) -> str:
+        with patch("claudeq.worker.run.workdirs.can_switch_uid", return_value=False):
+            return runner._warm_key(req(runner, tools="read-only", **spec))
+
+    through_link = key(cwd=str(link))
+    assert key(cwd=str(link)) == through_link
+    assert key(cwd=str(work / "a")) != through_link  # another path: another cwd for the CLI
+    assert key(cwd=str(link), add_dirs=[str(work / "b")]) != through_link
+    link.unlink()
+    link.symlink_to(work / "b")
+    assert key(cwd=str(link)) != through_link
+    in_b = key(cwd=str(work / "b"))
+    (work / "b").rename(work / "b-old")
+    (work / "b").mkdir()
+    assert key(cwd=str(work / "b")) != in_b
+    # With the sandbox off the view is not part of the key (the CLI sees the host: the path is what counts).
+    runner.settings = runner.settings.model_copy(
+        update={"policy": runner.settings.policy.model_copy(update={"sandbox": "off"})}
+    )
+    unboxed = key(cwd=str(work / "b"))
+    (work / "b").rename(work / "b-older")
+    (work / "b").mkdir()
+    assert key(cwd=str(work / "b")) == unboxed
