@@ -295,7 +295,9 @@ class Simulator:
             stats.drops_injected += 1
             stats.errors_injected += 1
         reply = plan_reply(req, turn, steering)
-        usage = account.cache.measure(prompt_segments(req), now, self.config.cache_ttl_s)
+        usage = account.cache.measure(
+            prompt_segments(req), now, self.config.cache_ttl_s, min_tokens=self.config.cache_min_tokens
+        )
         if steering.tokens_in is not None:
             usage = Usage(input_tokens=steering.tokens_in)
         if stall:
