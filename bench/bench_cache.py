@@ -9,7 +9,10 @@ seed, each family recurring on average every `--recur` TTLs; three accounts of i
 starts with cold caches), each with a rate-limit window whose utilization the API reports, so the least-used rule
 spreads work as it would on real accounts. Per way, from the simulator's request log (main requests): input-side
 tokens billed — plain ×1, cache writes ×1.25 (5-minute TTL) or ×2 (one-hour TTL, what the CLI asks for), cache reads
-×0.1 — per job; throughput (jobs / first submit to last finish); p95 wait (submit to the attempt's start).
+×0.1 — per job; throughput (jobs / first submit to last finish); p95 wait (submit to the attempt's start). Then
+per way: the cost per job by component, the requests that read their family's system prefix (hits) and those that
+wrote it, by cause; billed per hit and per miss; hits per account; and the least any routing could bill on this
+plan, from its own misses (each family's first job, each one over one TTL after its family's previous one).
 
     .venv/bin/python -m bench.bench_cache [--jobs 48] [--families 12] [--ttl 30] [--recur 0.8] [--seed 7]
 
