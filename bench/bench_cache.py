@@ -9,7 +9,10 @@ seed, each family recurring on average every `--recur` TTLs; three accounts of i
 starts with cold caches), each with a rate-limit window whose utilization the API reports, so the least-used rule
 spreads work as it would on real accounts. Per way, from the simulator's request log (main requests): input-side
 tokens billed — plain ×1, cache writes ×1.25 (5-minute TTL) or ×2 (one-hour TTL, what the CLI asks for), cache reads
-×0.1 — per job; throughput (jobs / first submit to last finish); p95 wait (submit to the attempt's start).
+×0.1 — per job; throughput (jobs / first submit to last finish); p95 wait (submit to the attempt's start). Then
+per way: the cost per job by component, the requests that read their family's system prefix (hits) and those that
+wrote it, by cause; billed per hit and per miss; hits per account; and the least any routing could bill on this
+plan, from its own misses (each family's first job, each one over one TTL after its family's previous one).
 
     .venv/bin/python -m bench.bench_cache [--jobs 48] [--families 12] [--ttl 30] [--recur 0.8] [--seed 7]
 
@@ -26,7 +29,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +109,11 @@ def schedule(jobs: int, families: int, ttl_s: float, recur: float, seed: int) ->
     return out
 
 
-def run_way(client: Client, plan: list[tuple[float, int]], appends: list[str]) -> tuple[float, list[float]]:
-    """Submit the plan's jobs at their times; wait for all; (first submit -> last finish in s, waits in s)."""
+def run_way(
+    client: Client, plan: list[tuple[float, int]], appends: list[str]
+) -> tuple[float, list[float], dict[str, int]]:
+    """Submit the plan's jobs at their times; wait for all; (first submit -> last finish in s, waits in s, the family
+    of each attempt's session)."""
     start = time.monotonic()
     ids = []
     for n, (at, family) in enumerate(plan):
@@ -120,21 +127,93 @@ def run_way(client: Client, plan: list[tuple[float, int]], appends: list[str]) -
     first = min(r.created_at for r in records)
     last = max(r.finished_at for r in records if r.finished_at is not None)
     waits = [(r.attempts[0].started_at - r.created_at).total_seconds() for r in records]
-    return (last - first).total_seconds(), waits
+    families = {a.session_id: family for r, (_, family) in zip(records, plan, strict=True) for a in r.attempts}
+    return (last - first).total_seconds(), waits, {k: v for k, v in families.items() if k is not None}
 
 
-def billed(entries: list[dict[str, Any]], accounts: set[str]) -> tuple[float, int, int, int]:
-    """(billed input-side tokens, plain, written, read) of the main requests on `accounts`."""
-    total, plain, written, read = 0.0, 0, 0, 0
-    for entry in entries:
+#: Why a request wrote its system prefix rather than read it, judged from the log and the simulator's TTL: its
+#: family's first request in the way; every earlier one of the family over one TTL ago; the family's prefix warm
+#: on another account only; warm on this one yet written (a race with a request in flight); today's prompts.
+CAUSES = ("first of family", "gap > TTL", "warm elsewhere", "other", "not cacheable")
+
+
+@dataclass
+class Tally:
+    """One way's main requests on the input side: tokens by kind, and hits and misses of the system prefix."""
+
+    plain: int = 0
+    written: int = 0
+    written_1h: int = 0
+    read: int = 0
+    hits: int = 0
+    hit_billed: float = 0.0
+    miss_billed: float = 0.0
+    misses: Counter[str] = field(default_factory=Counter)
+    per_account: dict[str, list[int]] = field(default_factory=dict)  # name -> [requests, hits]
+
+    @property
+    def writes_billed(self) -> float:
+        """Cache writes in plain-input equivalents."""
+        return WRITE_1H * self.written_1h + WRITE_5M * (self.written - self.written_1h)
+
+    @property
+    def billed(self) -> float:
+        """Input-side tokens in plain-input equivalents."""
+        return self.plain + self.writes_billed + READ * self.read
+
+
+def tally(
+    entries: list[dict[str, Any]], accounts: set[str], families: dict[str, int], ttl_s: float, cacheable: bool
+) -> Tally:
+    """The main requests on `accounts`, each a hit (read more than it wrote) or a miss with its cause."""
+    out = Tally()
+    last_use: dict[int | None, dict[str, float]] = {}  # family -> account -> last request (a read refreshes)
+    for entry in sorted(entries, key=lambda e: float(e["time"])):
         usage = entry.get("usage")
         if entry.get("kind") != "main" or entry.get("account") not in accounts or not usage:
             continue
+        account, at = str(entry["account"]), float(entry["time"])
         one_hour = usage.get("cache_creation_1h", 0)
-        total += usage["input"] + WRITE_1H * one_hour + WRITE_5M * (usage["cache_creation"] - one_hour)
-        total += READ * usage["cache_read"]
-        plain, written, read = plain + usage["input"], written + usage["cache_creation"], read + usage["cache_read"]
-    return total, plain, written, read
+        cost = usage["input"] + WRITE_1H * one_hour + WRITE_5M * (usage["cache_creation"] - one_hour)
+        cost += READ * usage["cache_read"]
+        out.plain += usage["input"]
+        out.written += usage["cache_creation"]
+        out.written_1h += one_hour
+        out.read += usage["cache_read"]
+        counts = out.per_account.setdefault(account, [0, 0])
+        counts[0] += 1
+        seen = last_use.setdefault(families.get(str(entry.get("session_id"))), {})
+        if usage["cache_read"] > usage["cache_creation"]:
+            out.hits += 1
+            out.hit_billed += cost
+            counts[1] += 1
+        else:
+            out.miss_billed += cost
+            warm = {name for name, when in seen.items() if at - when <= ttl_s}
+            if not cacheable:
+                cause = "not cacheable"
+            elif not seen:
+                cause = "first of family"
+            elif account in warm:
+                cause = "other"
+            elif warm:
+                cause = "warm elsewhere"
+            else:
+                cause = "gap > TTL"
+            out.misses[cause] += 1
+        seen[account] = at
+    return out
+
+
+def scheduled_misses(plan: list[tuple[float, int]], ttl_s: float) -> int:
+    """Jobs of the plan that find their family's prefix expired on every account however they are routed: each
+    family's first, and each one submitted over one TTL after the family's previous one."""
+    last: dict[int, float] = {}
+    misses = 0
+    for at, family in plan:
+        misses += family not in last or at - last[family] > ttl_s
+        last[family] = at
+    return misses
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="claudeq-bench-cache-"))
     accounts = {way: [SimAccount(f"{way}-{i}", max_concurrency=2) for i in range(3)] for way, _, _ in WAYS}
     results: dict[str, Figures] = {}
+    tallies: dict[str, Tally] = {}
     prefixes: list[str] = []
     try:
         lines = [f"cache_ttl_s = {args.ttl}", "[latency]", "ttft_s = 1.0"]
@@ -187,13 +267,16 @@ def main(argv: list[str] | None = None) -> int:
                 prefixes.append(settings.key_prefix)
                 worker = start_worker(settings, pool, root, worker_id=f"bench-cache-{way}")
                 try:
-                    seconds, waits = run_way(Client(settings), plan, appends)
+                    seconds, waits, families = run_way(Client(settings), plan, appends)
                 finally:
                     stop_all([worker])
                 entries = httpx.get(f"{sim_url}/_sim/requests", timeout=30).json()
-                cost, plain, written, read = billed(entries, {a.name for a in pool})
-                results[way] = Figures(args.jobs, cost, plain, written, read, seconds, waits)
-                print(f"  {way}: {seconds:.1f} s, {cost / args.jobs:,.0f} billed input tokens per job", flush=True)
+                counted = tally(entries, {a.name for a in pool}, families, args.ttl, cacheable)
+                results[way] = Figures(
+                    args.jobs, counted.billed, counted.plain, counted.written, counted.read, seconds, waits
+                )
+                tallies[way] = counted
+                print(f"  {way}: {seconds:.1f} s, {counted.billed / args.jobs:,.0f} billed input tokens per job")
         finally:
             sim_proc.terminate()
             sim_proc.wait(10)
@@ -218,7 +301,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{way:10s} {r.cost_per_job:>10,.0f} {r.plain:>8,} {r.written:>9,} {r.read:>9,} {r.throughput:>7.3f} "
             f"{r.p50_wait:>8.2f}s {r.p95_wait:>8.2f}s"
         )
+    print_breakdown(tallies, args.jobs)
     today, spread, affine = results["today"], results["cacheable"], results["affinity"]
+    bound = scheduled_misses(plan, args.ttl)
+    warm = tallies["affinity"]
+    if warm.hits and warm.misses:
+        hit, miss = warm.hit_billed / warm.hits, warm.miss_billed / sum(warm.misses.values())
+        floor = (bound * miss + (args.jobs - bound) * hit) / args.jobs
+        print(
+            f"the plan's own misses (first of family + gap > TTL): {bound} of {args.jobs} jobs; at the affinity way's "
+            f"{miss:,.0f} per miss and {hit:,.0f} per hit, the least any routing can bill is {floor:,.0f} per job "
+            f"= {floor / today.cost_per_job:.2f}x today's"
+        )
     checks = [
         ("affinity / today, cost per job", affine.cost_per_job / today.cost_per_job, "<=", 0.3),
         ("affinity / cacheable, cost per job", affine.cost_per_job / spread.cost_per_job, "<=", 0.7),
@@ -232,6 +326,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:36s} {ratio:5.2f}x  target {sense} {target:.2f}  {'met' if ok else 'MISSED'}")
     print("all targets met" if met else "some targets missed")
     return 0
+
+
+def print_breakdown(tallies: dict[str, Tally], jobs: int) -> None:
+    """Each way's cost per job by component, its misses by cause and its hits per account."""
+    print("per job, in plain-input equivalents: cache writes (tokens x multiplier) + reads x0.1 + plain = billed")
+    head = ("way", "writes", "reads", "plain", "billed", "hits", *CAUSES)
+    print("{:10s} {:>7s} {:>6s} {:>6s} {:>7s} {:>5s} {:>15s} {:>9s} {:>14s} {:>5s} {:>13s}".format(*head))
+    for way, t in tallies.items():
+        causes = [t.misses[c] for c in CAUSES]
+        print(
+            f"{way:10s} {t.writes_billed / jobs:>7,.0f} {READ * t.read / jobs:>6,.0f} {t.plain / jobs:>6,.0f} "
+            f"{t.billed / jobs:>7,.0f} {t.hits:>5} {causes[0]:>15} {causes[1]:>9} {causes[2]:>14} {causes[3]:>5} "
+            f"{causes[4]:>13}"
+        )
+    for way, t in tallies.items():
+        hits = f"{t.hit_billed / t.hits:,.0f}" if t.hits else "-"
+        misses = sum(t.misses.values())
+        per_miss = f"{t.miss_billed / misses:,.0f}" if misses else "-"
+        accounts = ", ".join(f"{name} {h}/{n}" for name, (n, h) in sorted(t.per_account.items()))
+        print(f"  {way}: billed per hit {hits}, per miss {per_miss}; hits per account: {accounts}")
 
 
 if __name__ == "__main__":

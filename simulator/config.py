@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from claudeq.simulator.usage import MIN_CACHEABLE_TOKENS
+
 WindowFamily = Literal["5h", "7d", "7d_oi", "overage", "7d_opus", "7d_sonnet"]
 AccountKind = Literal["oauth", "api_key"]
 
@@ -129,6 +131,13 @@ class SimConfig(_Strict):
         le=MAX_WINDOW_S,
         description="Replaces the TTL every cache breakpoint asks for (5 minutes or one hour), so a bench of cache "
         "reuse runs in minutes with the same ratios; unset: the TTLs the requests ask for.",
+    )
+    cache_min_tokens: int = Field(
+        MIN_CACHEABLE_TOKENS,
+        ge=0,
+        le=1_000_000,
+        description="The shortest prefix a breakpoint caches (the API's minimum cacheable length: 1,024 tokens on "
+        "the Sonnet models, more on some others); a shorter one is plain input.",
     )
     request_log_size: int = Field(
         2000, ge=0, le=100_000, description="Entries kept by GET /_sim/requests and by GET /_sim/wire."

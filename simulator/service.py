@@ -275,7 +275,9 @@ class Simulator:
             raise account.rejection(blocking, now)
         stall, drop = self._stall_and_drop(stats, steering, seen, r_stall, r_drop)
         reply = plan_reply(req, turn, steering)
-        usage = account.cache.measure(prompt_segments(req), now, self.config.cache_ttl_s)
+        usage = account.cache.measure(
+            prompt_segments(req), now, self.config.cache_ttl_s, min_tokens=self.config.cache_min_tokens
+        )
         if steering.tokens_in is not None:
             usage = Usage(input_tokens=steering.tokens_in)
         if stall:

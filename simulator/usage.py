@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 # Roughly what the real tokenizer averages on English text and JSON.
 CHARS_PER_TOKEN = 4
@@ -44,6 +45,8 @@ class Usage:
 TTL_S: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
 #: How many blocks before a breakpoint the API looks back for an earlier cached prefix.
 LOOKBACK_BLOCKS = 20
+#: The shortest prefix the API caches on the Sonnet models (model-dependent; shorter ones are plain input).
+MIN_CACHEABLE_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class PromptCache:
     """The prefixes one account has written, cached as the API does: a prefix is written up to each `cache_control`
     breakpoint, and a later request reads the longest written prefix found at one of its breakpoints (or up to
     LOOKBACK_BLOCKS blocks before one). A read refreshes the entry's TTL; blocks after the last breakpoint are plain
-    input. Only digests are kept."""
+    input, and so is a prefix shorter than the minimum cacheable length. Only digests are kept."""
 
     def __init__(self, max_entries: int = 4096):
         self.max_entries = max_entries
@@ -69,12 +72,23 @@ class PromptCache:
         """Forget every prefix."""
         self._seen.clear()
 
-    def measure(self, segments: list[Segment], now: float, ttl_s: float | None = None, remember: bool = True) -> Usage:
+    def measure(
+        self,
+        segments: list[Segment],
+        now: float,
+        ttl_s: float | None = None,
+        remember: bool = True,
+        min_tokens: int = 0,
+    ) -> Usage:
         """Input-side usage of a request made of `segments`; with `remember`, its prefixes up to each breakpoint
-        become cached for the TTL the breakpoint asks for (`ttl_s` replaces every TTL: benches shorten them)."""
+        become cached for the TTL the breakpoint asks for (`ttl_s` replaces every TTL: benches shorten them). A
+        breakpoint whose prefix is shorter than `min_tokens` caches nothing, as if it were not there."""
         tokens = [estimate_tokens(len(s.data)) for s in segments]
         total = sum(tokens)
-        breakpoints = [i for i, s in enumerate(segments) if s.breakpoint_ttl is not None]
+        prefix_tokens = list(accumulate(tokens))
+        breakpoints = [
+            i for i, s in enumerate(segments) if s.breakpoint_ttl is not None and prefix_tokens[i] >= min_tokens
+        ]
         if not breakpoints:
             return Usage(input_tokens=total)
         digests = []

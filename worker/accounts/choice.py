@@ -98,18 +98,28 @@ def _used(view: AccountView, now: datetime) -> float:
     return utilization(view.state, now) / view.config.weight
 
 
-def prefer_warm(ready: list[AccountView], warm: Collection[str], max_skew: float, now: datetime) -> list[AccountView]:
+def prefer_warm(
+    ready: list[AccountView], warm: Collection[str] | Mapping[str, float], max_skew: float, now: datetime
+) -> list[AccountView]:
     """`ready` (best first by today's rule) with the best account whose cache holds the job's prefix moved to the
     front — while it is used at most `max_skew` (utilization per weight) more than the least used one and is no
-    more warned than it. Never adds an account: only the order changes."""
+    more warned than it. With expiries (`warm` a mapping), the one whose entry lives longest: it was used last, so
+    its entry is the likeliest to be there when the request comes. Never adds an account: only the order changes."""
     if not ready or not warm:
         return ready
     least = _used(ready[0], now)
     warned = ready[0].state.state == "warning"
-    for index, view in enumerate(ready):
-        if view.name in warm and _used(view, now) - least <= max_skew and (warned or view.state.state != "warning"):
-            return [view, *ready[:index], *ready[index + 1 :]]
-    return ready
+    candidates = [
+        index
+        for index, view in enumerate(ready)
+        if view.name in warm and _used(view, now) - least <= max_skew and (warned or view.state.state != "warning")
+    ]
+    if not candidates:
+        return ready
+    index = candidates[0]
+    if isinstance(warm, Mapping):
+        index = max(candidates, key=lambda i: (warm[ready[i].name], -i))
+    return [ready[index], *ready[:index], *ready[index + 1 :]]
 
 
 def reason_for(account: str, warm: Collection[str]) -> str:

@@ -40,8 +40,10 @@ async def test_oauth_run_succeeds_with_usage_cost_and_matching_stats(sim: Simula
     assert result.is_error is False and run.error is None
     assert result.session_id
     assert "Summarise the plot of Hamlet" in (result.result or "")
-    # The CLI puts a breakpoint on its newest message: the whole input is a cache write, as the API bills it.
-    assert result.usage and result.usage["cache_creation_input_tokens"] > 0 and result.usage["output_tokens"] > 0
+    # The CLI puts a breakpoint on its newest message, but on the minimal prompt without tools the whole request is
+    # shorter than the minimum cacheable length: plain input, as the API bills it.
+    assert result.usage and result.usage["output_tokens"] > 0
+    assert result.usage["cache_creation_input_tokens"] == 0 and result.usage["input_tokens"] > 0
     assert result.total_cost_usd and result.total_cost_usd > 0
     assert result.model_usage and result.model_usage["claude-sonnet-5-5"]["costUSD"] == pytest.approx(
         result.total_cost_usd

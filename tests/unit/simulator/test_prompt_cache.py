@@ -107,3 +107,25 @@ async def test_the_clis_billing_header_is_no_part_of_the_prefix(client: httpx.As
     first = await usage_of(client, body("review #1", system=system("57f")))
     second = await usage_of(client, body("review #3", system=system("492")))
     assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"] > 2000
+
+
+def test_a_prefix_shorter_than_the_minimum_is_not_cached_and_a_longer_one_covers_it() -> None:
+    # The API caches no prefix shorter than the model's minimum cacheable length: such a breakpoint writes nothing.
+    cache = PromptCache()
+    short = cache.measure([seg(400, "i", "1h"), seg(400, "m")], now=0, min_tokens=1024)
+    assert (short.cache_creation_input_tokens, short.input_tokens) == (0, 200)
+    assert cache.measure([seg(400, "i", "1h"), seg(400, "m")], now=1, min_tokens=1024).cache_read_input_tokens == 0
+    long = cache.measure([seg(400, "i", "1h"), seg(4000, "s", "1h"), seg(400, "m")], now=2, min_tokens=1024)
+    assert (long.cache_creation_input_tokens, long.input_tokens) == (1100, 100)
+
+
+async def test_a_system_prompt_below_the_minimum_cacheable_length_is_plain_input(make_client: MakeClient) -> None:
+    client = make_client({"accounts": [{"name": "a", "token": OAUTH, "kind": "oauth"}]})
+    system = [{"type": "text", "text": "S" * 2000, "cache_control": ONE_HOUR}]  # ~500 tokens
+    for prompt in ("one", "two"):
+        usage = await usage_of(client, body(prompt, system=system))
+        assert (usage["cache_creation_input_tokens"], usage["cache_read_input_tokens"]) == (0, 0)
+        assert usage["input_tokens"] > 500
+    # Settable: a simulator standing in for a model with a lower minimum caches it.
+    low = make_client({"accounts": [{"name": "a", "token": OAUTH, "kind": "oauth"}], "cache_min_tokens": 256})
+    assert (await usage_of(low, body("one", system=system)))["cache_creation_input_tokens"] > 500

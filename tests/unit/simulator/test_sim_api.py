@@ -314,11 +314,11 @@ async def test_tokens_directive_sets_usage_and_reply_length(client: httpx.AsyncC
 
 
 async def test_repeated_prefix_is_a_cache_read(client: httpx.AsyncClient) -> None:
-    system = [{"type": "text", "text": "S" * 4000, "cache_control": {"type": "ephemeral"}}]
+    system = [{"type": "text", "text": "S" * 8000, "cache_control": {"type": "ephemeral"}}]
     first = parse_sse((await client.post("/v1/messages", json=body("first", system=system), headers=auth())).text)
     second = parse_sse((await client.post("/v1/messages", json=body("second", system=system), headers=auth())).text)
     u1, u2 = first[0][1]["message"]["usage"], second[0][1]["message"]["usage"]
-    assert u1["cache_read_input_tokens"] == 0 and u1["cache_creation_input_tokens"] >= 1000
+    assert u1["cache_read_input_tokens"] == 0 and u1["cache_creation_input_tokens"] >= 2000
     assert u2["cache_read_input_tokens"] == u1["cache_creation_input_tokens"]
     # Without cache_control nothing is cached, as with the real API.
     plain = parse_sse((await client.post("/v1/messages", json=body("p", system="S" * 4000), headers=auth())).text)

@@ -112,3 +112,12 @@ def test_a_job_never_waits_for_a_warm_account_that_is_cooling_or_past_the_skew()
     for warm in (view("warm", used=1, cooldown_s=60), view("warm", used=1, util=0.9)):
         chosen = choose([view("cold"), warm], model=None, pin=None, now=NOW, warm={"warm"}, warm_wait_until=until)
         assert names(chosen) == ["cold"]
+
+
+def test_of_two_warm_accounts_the_one_used_last_goes_first() -> None:
+    # Both hold the prefix; the entry that expires later was refreshed last and is the likelier to be there.
+    accounts = [view("a", util=0.1), view("b", util=0.15), view("c", util=0.2)]
+    warm = {"a": 1_000.0, "c": 1_030.0}
+    assert names(choose(accounts, model=None, pin=None, now=NOW, warm=warm, max_skew=0.2)) == ["c", "a", "b"]
+    # Past the skew it is not preferred, however fresh its entry.
+    assert names(choose(accounts, model=None, pin=None, now=NOW, warm=warm, max_skew=0.05)) == ["a", "b", "c"]
