@@ -70,7 +70,12 @@ class Engine:
         self.sessions = sessions or SessionPlanner()
         self.started_at = utcnow()
         self.dispatch = Dispatch(store, accounts, send)
-        self.writer = FencedWriter(store, settings.lease_ttl_s, idle_linger_s=settings.event_flush_s)
+        self.writer = FencedWriter(
+            store,
+            settings.lease_ttl_s,
+            idle_linger_s=settings.event_flush_s,
+            pack_events=settings.event_codec == "zlib",
+        )
         self.lease = LeaseKeeper(
             store, accounts, worker_id=worker_id, lease_ttl_s=settings.lease_ttl_s, heartbeat_s=settings.heartbeat_s
         )

@@ -712,7 +712,7 @@ class DeliveryHandler:
             waiting = []
         for job_id in waiting:
             await self.dispatch.promote_and_send(job_id, force=True)
-        if self.settings.event_codec == "zlib":
+        if self.settings.event_codec == "zlib" and not d.events.packed:  # a stream's: compacted by the script
             try:  # the record keeps its events as JSON if this fails: both forms read back
                 await self.store.pack_events(d.job_id)
             except Exception:

@@ -227,14 +227,16 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event] = (),
         *,
         stream: bool = True,
+        pack: bool = False,
         **fields: Unpack[JobFields],
     ) -> Written:
         """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
         the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
         `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
         write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
-        write need not read it."""
-        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
+        write need not read it. `pack`: such a write stores the compacted events packed (`claudeq.jobs.pack_events`,
+        computed here: the script has no codec) instead of as JSON, so nothing is left to pack after it."""
+        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream, pack))
 
     async def finish(
         self,
@@ -245,13 +247,14 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event] = (),
         *,
         stream: bool = True,
+        pack: bool = False,
         **fields: Unpack[JobFields],
     ) -> Freed:
         """A terminal `write` that also frees what `release` names (the run's slot, the job's index entries, its last
-        attempt's spend), in one script, only while `fence` still holds the job. `stream`: as for `write`."""
+        attempt's spend), in one script, only while `fence` still holds the job. `stream`, `pack`: as for `write`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        return await self.send(self._finish_call(job_id, fence, status, release, events, fields, stream))
+        return await self.send(self._finish_call(job_id, fence, status, release, events, fields, stream, pack))
 
     def _finish_call(
         self,
@@ -262,8 +265,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
+        pack: bool = False,
     ) -> ScriptCall[Freed]:
-        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream)
+        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream, pack)
 
         def parse(reply: list[Any]) -> Freed:
             return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
@@ -295,6 +299,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
+        pack: bool = False,
     ) -> ScriptCall[Written]:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
@@ -321,6 +326,15 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.outbox,
             self.keys.waiting,
         ]
+        now_ms = int(time.time() * 1000)
+        flat: list[str | bytes] = [*encode_fields(fields)]
+        if pack and status in TERMINAL and not stream and payloads:
+            # What lib/pack_events.lua would make of them (no stream: ids from now_ms), packed: one field set by the
+            # write instead of a read and a PACK_EVENTS call after it.
+            entries = [[f"{now_ms}-{seq}", payload] for seq, payload in enumerate(payloads)]
+            packed = pack_events(json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode())
+            if packed is not None:
+                flat += ["events", packed]
         args = [
             job_id,
             fence,
@@ -330,10 +344,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.finished_counts_prefix,
             len(payloads),
             self.events_maxlen,
-            int(time.time() * 1000),
+            now_ms,
             on_cancel,
             *payloads,
-            *encode_fields(fields),
+            *flat,
         ]
         return ScriptCall(self._write, keys, args, _written)
 
