@@ -31,7 +31,6 @@ from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer, Lease, SlotHold
 from claudeq.worker.loop_host import Background, LoopHost
 from claudeq.worker.run.outcome import RunnerLike
-from claudeq.worker.run.output_check import storable, unstorable
 from claudeq.worker.store.job_store import WorkerJobStore
 
 log = logging.getLogger("claudeq.engine")
@@ -272,25 +271,12 @@ class Engine:
         heartbeat = asyncio.create_task(self.lease.keep(delivery))
         guard = asyncio.create_task(self.lease.guard(delivery))
         try:
-            return Delivered(await self.handler.handle(delivery))
-        except redis.RedisError as exc:
-            # Redis stayed unreachable through the retries: write nothing. The lease expires and the reconciler
-            # re-enqueues the job (outcome worker_lost, not counted) instead of failing it for a broker blip.
-            log.warning("job %s: Redis unavailable (%s); left to the reconciler", job_id, type(exc).__name__)
-            delivery.stop("lost")
-            return Delivered.dropped("redis")
-        except Exception:
-            log.exception("job %s: internal error", job_id)
-            error = JobError(kind="internal", message="internal worker error")
-            if unstorable(delivery.result) is not None:  # the failure's own write must not fail for the same reason
-                delivery.result = storable(delivery.result)
-            await self.handler.finish(delivery, "failed", error)
-            return Delivered("failed")
+            # The handler ends the delivery whatever happens (its slot given back, once): nothing here calls it again.
+            return await self.handler.handle(delivery)
         finally:
             heartbeat.cancel()
             guard.cancel()
             await self.writer.close(delivery)
-            await self.dispatch.release(delivery)
             del self._deliveries[key]
             if not self._deliveries:
                 self._idle.set()

@@ -15,6 +15,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec
 
+import redis
+
 from claudeq import dependencies, tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
@@ -57,9 +59,9 @@ from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
 from claudeq.worker.delivery.fenced import FencedWriter
 from claudeq.worker.delivery.key_gate import KeyGate
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike
-from claudeq.worker.delivery.retry import DeferInstead, Step, StepKind, run_attempts
+from claudeq.worker.delivery.retry import AttemptLoop, DeferInstead, Step, StepKind
 from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
+from claudeq.worker.delivery.state import Delivered, Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
 from claudeq.worker.delivery.workspaces import Workspaces
 from claudeq.worker.loop_host import in_redis_thread
@@ -109,8 +111,31 @@ class DeliveryHandler:
         self.workspaces = Workspaces(settings, writer)
         self.key_gate = KeyGate(settings, ConcurrencyKeys(self.store, self.store.keys), dispatch)
 
-    async def handle(self, d: Delivery) -> Finish:
-        """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
+    async def handle(self, d: Delivery) -> Delivered:
+        """Carry a claimed delivery to its end; returns what became of it. Never raises for job problems: an internal
+        error fails the job, Redis unreachable leaves it to the reconciler. The delivery's slot is given back on
+        every path, once."""
+        try:
+            return Delivered(await self._traced(d))
+        except redis.RedisError as exc:
+            # Redis stayed unreachable through the retries: write nothing. The lease expires and the reconciler
+            # re-enqueues the job (outcome worker_lost, not counted) instead of failing it for a broker blip.
+            log.warning("job %s: Redis unavailable (%s); left to the reconciler", d.job_id, type(exc).__name__)
+            d.stop("lost")
+            return Delivered.dropped("redis")
+        except Exception:
+            log.exception("job %s: internal error", d.job_id)
+            error = JobError(kind="internal", message="internal worker error")
+            if unstorable(d.result) is not None:  # the failure's own write must not fail for the same reason
+                d.result = storable(d.result)
+            await self.finish(d, "failed", error)
+            return Delivered("failed")
+        finally:
+            if d.hold.slot is not None:  # a path that ended on a stale fence: dropped if lost, else given back
+                await self.dispatch.release(d)
+
+    async def _traced(self, d: Delivery) -> Finish:
+        """The delivery's attempts under its trace span; the status it ended in (or `lost`)."""
         if not tracing.enabled():
             return await self._handle(d)
         d.trace = tracing.delivery_span(d.record, d.first_claim, self.worker_id)
@@ -157,26 +182,19 @@ class DeliveryHandler:
             d.record = d.record.model_copy(update={"spec": spec})
         max_attempts = spec.max_attempts or self.settings.max_attempts
 
-        async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
-            self.metrics.retry(step.reason)
-            d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
-            retry = RetryScheduled(
-                reason=step.reason, wait_s=round(wait_s, 3), next_attempt=len(d.attempts) + 1, in_place=in_place
-            )
-            await self.event(d, retry.event())
-
-        async def attempt() -> Step:
-            return await self._attempt(d, max_attempts)
-
+        # The attempt loop: one attempt per pass, the retry policy's wait between them (worker/delivery/retry.py).
+        passes = AttemptLoop(
+            self.settings,
+            counted=lambda: d.counted,
+            max_passes=max_attempts + 2 * max(1, len(self.settings.accounts.names)) + 2,
+        )
         try:
-            step = await run_attempts(
-                attempt,
-                self.settings,
-                counted=lambda: d.counted,
-                max_passes=max_attempts + 2 * max(1, len(self.settings.accounts.names)) + 2,
-                on_retry=on_retry,
-                interrupt=d.cancel,
-            )
+            step = await self._attempt(d, max_attempts)
+            while (wait_s := passes.next_wait(step)) is not None:
+                if step.kind in ("retry", "wait"):
+                    await self._retry_scheduled(d, step, wait_s, passes.in_place(wait_s))
+                await passes.pause(wait_s, d.cancel)
+                step = await self._attempt(d, max_attempts)
         except DeferInstead as defer:
             if d.why is not None:
                 return (await self._between_attempts(d)).done
@@ -188,6 +206,15 @@ class DeliveryHandler:
             ready = utcnow() + timedelta(seconds=self.settings.rate_limit_cooldown_s)
             return await self._defer(d, ready, "no account could take the job after several reroutes", [])
         return step.done
+
+    async def _retry_scheduled(self, d: Delivery, step: Step, wait_s: float, in_place: bool) -> None:
+        """A retry (or a rate-limit wait) comes after `wait_s`: its metric, its trace event and its event."""
+        self.metrics.retry(step.reason)
+        d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
+        retry = RetryScheduled(
+            reason=step.reason, wait_s=round(wait_s, 3), next_attempt=len(d.attempts) + 1, in_place=in_place
+        )
+        await self.event(d, retry.event())
 
     async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
         if d.why is None and self.closing():
@@ -572,7 +599,8 @@ class DeliveryHandler:
         reservation and wakes waiters, whose admission must find that spend already counted (else runs started
         on what looked left take a tenant or an account past its cap)."""
         await self._settle(d)
-        await self.dispatch.release(d)
+        if d.hold.slot is not None:  # FINISH may have freed it already, in the terminal write's own script
+            await self.dispatch.release(d)
 
     async def _run(
         self, d: Delivery, request: RunRequest, account: AccountConfig
