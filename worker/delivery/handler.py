@@ -48,7 +48,6 @@ from claudeq.models import (
     utcnow,
 )
 from claudeq.permissions import run_problems
-from claudeq.script_calls import ScriptCall
 from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import Spent, StartLost
@@ -71,7 +70,7 @@ from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunReq
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.store.approvals import ApprovalCalls
 from claudeq.worker.store.concurrency_keys import ConcurrencyKeys
-from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
+from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, AttemptStart, Freed
 from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
 
 log = logging.getLogger("claudeq.engine")
@@ -258,16 +257,16 @@ class DeliveryHandler:
         number = len(d.attempts) + 1
         # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
         first_plan = d.record.session_plan is None and self.sessions.enabled
-        starts: dict[str, Attempt] = {}
-
-        def start(on: AccountConfig, budget: float | None) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
-            # The attempt's start written in the slot's own script (START): its account, its attempts, the plan.
-            starts[on.name] = attempt = self._attempt_on(d, number, on, budget)
-            fields: JobFields = {"account": on.name, "attempts": [*d.attempts, attempt]}
-            if first_plan:
-                fields["session_plan"] = plan.stored()
-            return lambda acquire: self.store.start_call(acquire, d.job_id, d.lease.fence, **fields)
-
+        # The attempt's start: written in the slot's own script (START) when it can, with the first plan if any.
+        start = self.store.attempt_start(
+            d.job_id,
+            d.lease.fence,
+            number,
+            self.worker_id,
+            d.attempts,
+            spec.max_budget_usd,
+            plan.stored() if first_plan else None,
+        )
         # While someone follows the job the start's write stores the waiting events too: then it goes apart.
         together = not d.lost and not self.writer.followed_now(d)
         span = d.trace.child(f"invoke_agent {AGENT_NAME}", job_id=d.job_id, tenant=spec.tenant, attempt=number)
@@ -281,9 +280,7 @@ class DeliveryHandler:
         )
         try:
             with span.current():
-                step = await self._attempt_traced(
-                    d, span, spec, number, holds, (start, starts), together, first_plan, plan, max_attempts
-                )
+                step = await self._attempt_traced(d, span, spec, holds, start, together, plan, max_attempts)
             span.set(step=step.kind, status=step.status)
             if step.kind == "reroute":  # to another account at once (a `retry` or a rate-limit `wait` is on_retry's)
                 d.trace.event(
@@ -303,19 +300,15 @@ class DeliveryHandler:
         d: Delivery,
         span: SpanLike,
         spec: JobSpec,
-        number: int,
         holds: frozenset[str] | None,
-        starting: tuple[
-            Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]], dict[str, Attempt]
-        ],
+        start: AttemptStart,
         together: bool,
-        first_plan: bool,
         plan: Any,
         max_attempts: int,
     ) -> Step:
-        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `starting`: the
-        start write the slot's script makes, and the attempts it wrote by account."""
-        start, starts = starting
+        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `start`: the
+        attempt's start, written in the slot's script when `together`, else apart once the slot is taken."""
+        number = start.number
         waiting = span.child("claudeq.account_slot", job_id=d.job_id)
         try:
             acquired = await self.accounts.acquire(
@@ -350,21 +343,12 @@ class DeliveryHandler:
         if acquired.budget_usd is not None:
             # What the tenant and the account have left, or the spec's own budget when smaller.
             spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
-        attempt = (
-            starts[account.name] if acquired.started else self._attempt_on(d, number, account, acquired.budget_usd)
-        )
+        attempt = acquired.started if acquired.started is not None else start.on(account.name, acquired.budget_usd)
         d.attempts.append(attempt)
-        if first_plan:
-            d.record = d.record.model_copy(update={"session_plan": plan.stored()})
-        if not acquired.started:
-            if first_plan:
-                written = await self.writer.write(
-                    d, hold_events=True, account=account.name, attempts=d.attempts, session_plan=plan.stored()
-                )
-            else:
-                written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
-            if not written:
-                return Step.finished("lost")
+        if start.session_plan is not None:
+            d.record = d.record.model_copy(update={"session_plan": start.session_plan})
+        if acquired.started is None and not await self.writer.write(d, hold_events=True, **start.fields(attempt)):
+            return Step.finished("lost")
         if d.unparked is not None and not await self._deliver_decision(d, d.unparked):
             return Step.finished("lost")
         request = RunRequest(
@@ -576,17 +560,6 @@ class DeliveryHandler:
         if not self.settings.cache_affinity or wait_s <= 0:
             return None
         return d.record.created_at + timedelta(seconds=wait_s)
-
-    def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
-        """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not
-        the spec's own)."""
-        return Attempt(
-            number=number,
-            account=account.name,
-            worker=self.worker_id,
-            started_at=utcnow(),
-            budget_usd=budget if budget != d.record.spec.max_budget_usd else None,
-        )
 
     async def _settle(self, d: Delivery) -> None:
         """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
