@@ -1,8 +1,9 @@
 """The engine: hosts every run of one worker process on ONE asyncio loop, on a long-lived thread (LoopHost).
 
 Celery's task threads hand deliveries to it (`Engine.deliver_blocking`) and wait. Per delivery: claim (fenced lease)
--> lease heartbeat (`lease`) -> the delivery state machine (`handler`) -> release the slot (`dispatch`). Shutdown
-stops claiming, lets runs finish for a grace period, then requeues the rest.
+-> lease heartbeat (`lease`) -> the delivery state machine (`handler`, which ends the delivery and gives its slot
+back) -> the heartbeat stopped. Shutdown stops claiming, lets runs finish for a grace period, then requeues the rest.
+The delivery's walk, step by step: docs/architecture.md#the-delivery-walk.
 """
 
 from __future__ import annotations
