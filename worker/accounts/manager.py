@@ -130,6 +130,12 @@ class AccountManager(AsyncCalls):
         #: How long a tenant's run holds its slot here (s; a moving average of the runs released): one slot of
         #: catch-up repays about one run's length of balance (caught_up divides by at least BALANCE_REPAY_S).
         self.run_s = BALANCE_REPAY_S
+        #: Token counts of attempts that ended in this turn of the engine loop, by account (`count_tokens`), and the
+        #: send that takes them.
+        self._tokens: dict[str, dict[str, int]] = {}
+        self._tokens_sent: asyncio.Future[None] | None = None
+        #: The system-prefix reads in flight on the engine loop, by prefix key (`_system_prefix`).
+        self._prefix_reads: dict[str, asyncio.Future[str | None]] = {}
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
@@ -185,13 +191,27 @@ class AccountManager(AsyncCalls):
             return None, {}
         # Only a job with a cwd reads files (its CLAUDE.md): the others' key is computed here, without a thread hop.
         key = await asyncio.to_thread(prefix_key, spec, self.settings) if spec.cwd else prefix_key(spec, self.settings)
-        [reply] = await self._pipe(self.cache.system_prefix_call(key))
-        digest = digest_text(reply)
+        digest = await self._system_prefix(key)
         if digest is None:
             return key, {}
         names = self.pool.names
         replies = await self._pipe(self.cache.warm_call(digest, names))
         return key, self.cache.warm_until(replies, names, time.time())
+
+    async def _system_prefix(self, key: str) -> str | None:
+        """The digest the key's last run cached as its system prefix. The acquires that ask for the same key while
+        its read is in flight share that read (a burst of claims of alike jobs once read it once each)."""
+        read = self._prefix_reads.get(key)
+        if read is None:
+            read = self._prefix_reads[key] = asyncio.ensure_future(self._read_system_prefix(key))
+        return await asyncio.shield(read)
+
+    async def _read_system_prefix(self, key: str) -> str | None:
+        try:
+            [reply] = await self._pipe(self.cache.system_prefix_call(key))
+        finally:
+            self._prefix_reads.pop(key, None)
+        return digest_text(reply)
 
     def record_prefixes(self, account: str, key: str | None, found: list[Breakpoint], now: float) -> None:
         """File the prompt prefixes one request cached on `account` (the pass-through's recorder thread)."""
@@ -584,11 +604,26 @@ class AccountManager(AsyncCalls):
         }
         if self.pool.get(account) is None or not any(counts.values()):
             return
-        key = self.store.keys.account(account)
+        # The counts of every attempt that ends in this turn of the loop go in together: one HINCRBY per account and
+        # counter, however many runs ended on it (a fleet's runs end in bursts). Each caller returns once they are
+        # stored, as alone.
+        pending = self._tokens.setdefault(account, {})
+        for name, count in counts.items():
+            pending[name] = pending.get(name, 0) + count
+        if self._tokens_sent is None:
+            self._tokens_sent = asyncio.ensure_future(self._send_tokens())
+        await asyncio.shield(self._tokens_sent)
+
+    async def _send_tokens(self) -> None:
+        """Send the token counts gathered in this turn of the loop (`count_tokens`), in one round trip."""
+        await asyncio.sleep(0)  # the turn's other attempts add theirs
+        counts, self._tokens, self._tokens_sent = self._tokens, {}, None
+        keys = self.store.keys
 
         def queue(p: Any) -> None:
-            for name, count in counts.items():
-                p.hincrby(key, f"n:{name}", count)
+            for account, by_name in counts.items():
+                for name, count in by_name.items():
+                    p.hincrby(keys.account(account), f"n:{name}", count)
 
         await self._pipe(queue)
 
