@@ -148,8 +148,11 @@ class Client:
     def submit(self, /, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
         """Validate, write the record (`queued`) and enqueue `claudeq.run`. Same idempotency key -> same job.
 
-        One round trip: the record, its `submitted` event and the broker message go in one MULTI/EXEC (with an
-        idempotency key, the message follows only when the record was created: two round trips)."""
+        Two round trips: redis-py's `SCRIPT EXISTS` for `CREATE`, then the record (its `submitted` event is made from
+        it), its index entries and the broker message in one MULTI/EXEC. With a tenants file, one more before them:
+        the tenant's backlog (`ZCARD`), which picks the message's priority step. With an idempotency key or
+        `depends_on`, `CREATE` runs alone and the index entries and message follow once the record was created.
+        Each step of the walk: docs/architecture.md#the-submit-walk."""
         checked = self.validate(spec, **fields)
         problems = self._resume_problems([checked]) + self._dependency_problems(checked)
         if problems:

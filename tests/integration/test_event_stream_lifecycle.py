@@ -171,3 +171,37 @@ def test_events_changed_since_read_are_not_replaced(client: Client, redis_client
     assert isinstance(plain, bytes)
     replaced = store._pack_events(keys=[key], args=[plain + b" ", b"x\x9c"])
     assert int(replaced) == 0 and redis_client.hget(key, "events") == plain
+
+
+def test_a_terminal_write_without_a_stream_brings_its_events_packed(client: Client, redis_client: redis.Redis) -> None:
+    """`pack`: the write stores the compacted events packed at once (no read and PACK_EVENTS after it), and they read
+    back as the same events, with the same ids, as the JSON the script compacts without it."""
+    store = make_worker_store(client.settings, redis_client)
+    text = "The handler multiplies. " * 40
+    tail = [
+        Event(type="claimed", attempt=1),
+        Event(type="assistant_text", attempt=1, data={"text": text + 'é/\u007f"\\'}),
+        Event(type="result", attempt=1),
+    ]
+    read: dict[bool, list[tuple[str, Event]]] = {}
+    for pack in (False, True):
+        handle = client.submit(prompt=f"packed by the write: {pack}")
+        claim = run(store.claim(handle.id, "w1", 30))
+        assert run(
+            store.write(
+                handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail, stream=False, pack=pack
+            )
+        )
+        raw = redis_client.hget(store.keys.job(handle.id), "events")
+        assert isinstance(raw, bytes) and raw.startswith(b"[") != pack
+        assert (run(store.pack_events(handle.id)) == 0) == pack  # packed by the write: nothing left to pack
+        read[pack] = store.read_events(handle.id)
+        assert [e.type for e in client.events(handle.id)] == [
+            "submitted",
+            "claimed",
+            "assistant_text",
+            "result",
+            "succeeded",
+        ]
+    assert [(e.type, e.attempt, e.data) for _, e in read[True]] == [(e.type, e.attempt, e.data) for _, e in read[False]]
+    assert [entry_id.split("-")[1] for entry_id, _ in read[True][-4:]] == ["0", "1", "2", "3"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,9 +29,9 @@ from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
-from claudeq.models import AccountState, JobSpec, Usage, WindowInfo
+from claudeq.models import AccountState, Attempt, JobSpec, Usage, WindowInfo
 from claudeq.permissions import spec_models
-from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.script_calls import AsyncCalls
 from claudeq.tenant_state import (
     BALANCE_REPAY_S,
     Admitted,
@@ -48,7 +48,7 @@ from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN, tenant_rank
 from claudeq.worker.passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
 from claudeq.worker.passthrough.prefixes import Breakpoint
 from claudeq.worker.run.outcome import RateLimitSignal
-from claudeq.worker.store.job_store import START_LOST, SlotRelease
+from claudeq.worker.store.job_store import START_LOST, AttemptStart, SlotRelease
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
 
@@ -73,14 +73,13 @@ class SlotLease:
     budget_usd: float | None = None  # the most the run may spend (None: no cap applies)
     model: str | None = None  # the spec's model: what one turn costs is learned per model
     taken: float = field(default_factory=time.monotonic)  # when this worker took it (its run's length, at release)
-    started: bool = False  # the attempt's start was written with the slot, in the same script (`acquire`'s start)
+    started: Attempt | None = None  # the attempt whose start was written with the slot, in the same script (`start`)
     reason: str | None = None  # why this account: `warm cache` (its prompt cache holds the job's prefix) / `least used`
     prefix_key: str | None = None  # the job's prefix key when cache affinity is on (the pass-through files under it)
 
 
-#: Makes an account's ACQUIRE call into the START that also writes the attempt's start (WorkerJobStore.start_call),
-#: given the account and the run's budget on it.
-StartWrite = Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]]
+#: The attempt `acquire` may start with the slot it takes (an AttemptStart: WorkerJobStore.attempt_start).
+StartWrite = AttemptStart
 
 
 class StartLost(Exception):
@@ -131,6 +130,12 @@ class AccountManager(AsyncCalls):
         #: How long a tenant's run holds its slot here (s; a moving average of the runs released): one slot of
         #: catch-up repays about one run's length of balance (caught_up divides by at least BALANCE_REPAY_S).
         self.run_s = BALANCE_REPAY_S
+        #: Token counts of attempts that ended in this turn of the engine loop, by account (`count_tokens`), and the
+        #: send that takes them.
+        self._tokens: dict[str, dict[str, int]] = {}
+        self._tokens_sent: asyncio.Future[None] | None = None
+        #: The system-prefix reads in flight on the engine loop, by prefix key (`_system_prefix`).
+        self._prefix_reads: dict[str, asyncio.Future[str | None]] = {}
 
     # ---- slots -----------------------------------------------------------------------------------------------
 
@@ -186,13 +191,27 @@ class AccountManager(AsyncCalls):
             return None, {}
         # Only a job with a cwd reads files (its CLAUDE.md): the others' key is computed here, without a thread hop.
         key = await asyncio.to_thread(prefix_key, spec, self.settings) if spec.cwd else prefix_key(spec, self.settings)
-        [reply] = await self._pipe(self.cache.system_prefix_call(key))
-        digest = digest_text(reply)
+        digest = await self._system_prefix(key)
         if digest is None:
             return key, {}
         names = self.pool.names
         replies = await self._pipe(self.cache.warm_call(digest, names))
         return key, self.cache.warm_until(replies, names, time.time())
+
+    async def _system_prefix(self, key: str) -> str | None:
+        """The digest the key's last run cached as its system prefix. The acquires that ask for the same key while
+        its read is in flight share that read (a burst of claims of alike jobs once read it once each)."""
+        read = self._prefix_reads.get(key)
+        if read is None:
+            read = self._prefix_reads[key] = asyncio.ensure_future(self._read_system_prefix(key))
+        return await asyncio.shield(read)
+
+    async def _read_system_prefix(self, key: str) -> str | None:
+        try:
+            [reply] = await self._pipe(self.cache.system_prefix_call(key))
+        finally:
+            self._prefix_reads.pop(key, None)
+        return digest_text(reply)
 
     def record_prefixes(self, account: str, key: str | None, found: list[Breakpoint], now: float) -> None:
         """File the prompt prefixes one request cached on `account` (the pass-through's recorder thread)."""
@@ -336,14 +355,14 @@ class AccountManager(AsyncCalls):
             # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
             if name in exclude:
                 continue
-            then = self._then(start, self.store.config(name), want)
-            got = await self._try_acquire(name, job_id, ttl, None, None, family, True, then)
+            attempt = _starting(start, self.store.config(name), want)
+            got = await self._try_acquire(name, job_id, ttl, None, None, family, True, start, attempt)
             if got == START_LOST:
                 raise StartLost(job_id)
             if got == Slot.ACQUIRED:
                 held = await self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
-                if isinstance(held, SlotLease) and then is not None:
-                    held = replace(held, started=True)
+                if isinstance(held, SlotLease) and attempt is not None:
+                    held = replace(held, started=attempt)
                 if isinstance(held, OverBudget):
                     over[name] = held
                 elif isinstance(held, Reserved):
@@ -395,16 +414,16 @@ class AccountManager(AsyncCalls):
                 # The script re-checks state and capacity atomically: another worker may have taken the last slot
                 # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
                 # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
-                then = self._then(start, account, want)
+                attempt = _starting(start, account, want)
                 got = await self._try_acquire(
-                    account.name, job_id, ttl, now, rank, family, account.name in held_by, then
+                    account.name, job_id, ttl, now, rank, family, account.name in held_by, start, attempt
                 )
                 if got == START_LOST:
                     raise StartLost(job_id)
                 if got == Slot.ACQUIRED:
                     lease = await self._budgeted(account, job_id, tenant, want, spec.model)
-                    if isinstance(lease, SlotLease) and then is not None:
-                        lease = replace(lease, started=True)
+                    if isinstance(lease, SlotLease) and attempt is not None:
+                        lease = replace(lease, started=attempt)
                     if isinstance(lease, OverBudget):
                         over[account.name] = lease
                         continue
@@ -470,18 +489,11 @@ class AccountManager(AsyncCalls):
         rank: float | None,
         family: str,
         may_hold: bool,
-        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
+        start: AttemptStart | None = None,
+        attempt: Attempt | None = None,
     ) -> int:
         call = self.store.acquire_call(name, job_id, ttl, now, rank, family, may_hold)
-        return await self.send(call if then is None else then(call))
-
-    @staticmethod
-    def _then(
-        start: StartWrite | None, account: AccountConfig, want: float | None
-    ) -> Callable[[ScriptCall[int]], ScriptCall[int]] | None:
-        """The attempt's start to write with a slot on `account` (None: apart, after it: a capped account may give
-        the slot back once its budget is read)."""
-        return None if start is None or account.capped else start(account, want)
+        return await self.send(call if start is None or attempt is None else start.call(call, attempt))
 
     async def _budgeted(
         self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
@@ -592,11 +604,26 @@ class AccountManager(AsyncCalls):
         }
         if self.pool.get(account) is None or not any(counts.values()):
             return
-        key = self.store.keys.account(account)
+        # The counts of every attempt that ends in this turn of the loop go in together: one HINCRBY per account and
+        # counter, however many runs ended on it (a fleet's runs end in bursts). Each caller returns once they are
+        # stored, as alone.
+        pending = self._tokens.setdefault(account, {})
+        for name, count in counts.items():
+            pending[name] = pending.get(name, 0) + count
+        if self._tokens_sent is None:
+            self._tokens_sent = asyncio.ensure_future(self._send_tokens())
+        await asyncio.shield(self._tokens_sent)
+
+    async def _send_tokens(self) -> None:
+        """Send the token counts gathered in this turn of the loop (`count_tokens`), in one round trip."""
+        await asyncio.sleep(0)  # the turn's other attempts add theirs
+        counts, self._tokens, self._tokens_sent = self._tokens, {}, None
+        keys = self.store.keys
 
         def queue(p: Any) -> None:
-            for name, count in counts.items():
-                p.hincrby(key, f"n:{name}", count)
+            for account, by_name in counts.items():
+                for name, count in by_name.items():
+                    p.hincrby(keys.account(account), f"n:{name}", count)
 
         await self._pipe(queue)
 
@@ -899,3 +926,9 @@ def _reading(facts: LimitFacts, window: str) -> tuple[int, float, int | None] | 
 
 def _dt(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, UTC)
+
+
+def _starting(start: AttemptStart | None, account: AccountConfig, want: float | None) -> Attempt | None:
+    """The attempt to start with a slot on `account`, in the slot's own script (None: apart, after it: a capped
+    account may give the slot back once its budget is read)."""
+    return None if start is None or account.capped else start.on(account.name, want)

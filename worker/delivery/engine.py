@@ -1,8 +1,9 @@
 """The engine: hosts every run of one worker process on ONE asyncio loop, on a long-lived thread (LoopHost).
 
 Celery's task threads hand deliveries to it (`Engine.deliver_blocking`) and wait. Per delivery: claim (fenced lease)
--> lease heartbeat (`lease`) -> the delivery state machine (`handler`) -> release the slot (`dispatch`). Shutdown
-stops claiming, lets runs finish for a grace period, then requeues the rest.
+-> lease heartbeat (`lease`) -> the delivery state machine (`handler`, which ends the delivery and gives its slot
+back) -> the heartbeat stopped. Shutdown stops claiming, lets runs finish for a grace period, then requeues the rest.
+The delivery's walk, step by step: docs/architecture.md#the-delivery-walk.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer, Lease, SlotHold
 from claudeq.worker.loop_host import Background, LoopHost
 from claudeq.worker.run.outcome import RunnerLike
-from claudeq.worker.run.output_check import storable, unstorable
 from claudeq.worker.store.job_store import WorkerJobStore
 
 log = logging.getLogger("claudeq.engine")
@@ -70,7 +70,12 @@ class Engine:
         self.sessions = sessions or SessionPlanner()
         self.started_at = utcnow()
         self.dispatch = Dispatch(store, accounts, send)
-        self.writer = FencedWriter(store, settings.lease_ttl_s, idle_linger_s=settings.event_flush_s)
+        self.writer = FencedWriter(
+            store,
+            settings.lease_ttl_s,
+            idle_linger_s=settings.event_flush_s,
+            pack_events=settings.event_codec == "zlib",
+        )
         self.lease = LeaseKeeper(
             store, accounts, worker_id=worker_id, lease_ttl_s=settings.lease_ttl_s, heartbeat_s=settings.heartbeat_s
         )
@@ -267,25 +272,12 @@ class Engine:
         heartbeat = asyncio.create_task(self.lease.keep(delivery))
         guard = asyncio.create_task(self.lease.guard(delivery))
         try:
-            return Delivered(await self.handler.handle(delivery))
-        except redis.RedisError as exc:
-            # Redis stayed unreachable through the retries: write nothing. The lease expires and the reconciler
-            # re-enqueues the job (outcome worker_lost, not counted) instead of failing it for a broker blip.
-            log.warning("job %s: Redis unavailable (%s); left to the reconciler", job_id, type(exc).__name__)
-            delivery.stop("lost")
-            return Delivered.dropped("redis")
-        except Exception:
-            log.exception("job %s: internal error", job_id)
-            error = JobError(kind="internal", message="internal worker error")
-            if unstorable(delivery.result) is not None:  # the failure's own write must not fail for the same reason
-                delivery.result = storable(delivery.result)
-            await self.handler.finish(delivery, "failed", error)
-            return Delivered("failed")
+            # The handler ends the delivery whatever happens (its slot given back, once): nothing here calls it again.
+            return await self.handler.handle(delivery)
         finally:
             heartbeat.cancel()
             guard.cancel()
             await self.writer.close(delivery)
-            await self.dispatch.release(delivery)
             del self._deliveries[key]
             if not self._deliveries:
                 self._idle.set()

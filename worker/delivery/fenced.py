@@ -46,8 +46,11 @@ class FencedWriter:
         lease_ttl_s: float,
         linger_s: float = EVENT_LINGER_S,
         idle_linger_s: float | None = None,
+        pack_events: bool = False,
     ) -> None:
         self.store = store
+        #: A terminal write of a job with no event stream brings its compacted events packed (CLAUDEQ_EVENT_CODEC).
+        self.pack_events = pack_events
         self.lease_ttl_s = lease_ttl_s
         self.linger_s = linger_s
         #: How long an event may wait while nobody follows the job (None: `linger_s`, followed or not).
@@ -180,13 +183,15 @@ class FencedWriter:
     ) -> tuple[Written, Freed | None]:
         if status not in TERMINAL and events:
             d.events.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
+        pack = self.pack_events and status in TERMINAL and not d.events.stream
+        d.events.packed = pack
         if release is not None and status in TERMINAL:
             freed = await self.store.finish(
-                d.job_id, d.lease.fence, status, release, events, stream=d.events.stream, **fields
+                d.job_id, d.lease.fence, status, release, events, stream=d.events.stream, pack=pack, **fields
             )
             return freed.done, freed
         return await self.store.write(
-            d.job_id, d.lease.fence, status, events=events, stream=d.events.stream, **fields
+            d.job_id, d.lease.fence, status, events=events, stream=d.events.stream, pack=pack, **fields
         ), None
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:

@@ -15,6 +15,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec
 
+import redis
+
 from claudeq import dependencies, tracing
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
@@ -46,7 +48,6 @@ from claudeq.models import (
     utcnow,
 )
 from claudeq.permissions import run_problems
-from claudeq.script_calls import ScriptCall
 from claudeq.tracing import NO_SPAN, SpanLike
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import Spent, StartLost
@@ -57,9 +58,9 @@ from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
 from claudeq.worker.delivery.fenced import FencedWriter
 from claudeq.worker.delivery.key_gate import KeyGate
 from claudeq.worker.delivery.ports import AccountsLike, MetricsLike
-from claudeq.worker.delivery.retry import DeferInstead, Step, StepKind, run_attempts
+from claudeq.worker.delivery.retry import AttemptLoop, DeferInstead, Step, StepKind
 from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.delivery.state import Delivery, Finish, summed_usage
+from claudeq.worker.delivery.state import Delivered, Delivery, Finish, summed_usage
 from claudeq.worker.delivery.waits import Cooldown
 from claudeq.worker.delivery.workspaces import Workspaces
 from claudeq.worker.loop_host import in_redis_thread
@@ -69,7 +70,7 @@ from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunReq
 from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
 from claudeq.worker.store.approvals import ApprovalCalls
 from claudeq.worker.store.concurrency_keys import ConcurrencyKeys
-from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, Freed
+from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, AttemptStart, Freed
 from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
 
 log = logging.getLogger("claudeq.engine")
@@ -109,8 +110,31 @@ class DeliveryHandler:
         self.workspaces = Workspaces(settings, writer)
         self.key_gate = KeyGate(settings, ConcurrencyKeys(self.store, self.store.keys), dispatch)
 
-    async def handle(self, d: Delivery) -> Finish:
-        """Run the delivery's attempts; returns the status it ended in (or `lost`)."""
+    async def handle(self, d: Delivery) -> Delivered:
+        """Carry a claimed delivery to its end; returns what became of it. Never raises for job problems: an internal
+        error fails the job, Redis unreachable leaves it to the reconciler. The delivery's slot is given back on
+        every path, once."""
+        try:
+            return Delivered(await self._traced(d))
+        except redis.RedisError as exc:
+            # Redis stayed unreachable through the retries: write nothing. The lease expires and the reconciler
+            # re-enqueues the job (outcome worker_lost, not counted) instead of failing it for a broker blip.
+            log.warning("job %s: Redis unavailable (%s); left to the reconciler", d.job_id, type(exc).__name__)
+            d.stop("lost")
+            return Delivered.dropped("redis")
+        except Exception:
+            log.exception("job %s: internal error", d.job_id)
+            error = JobError(kind="internal", message="internal worker error")
+            if unstorable(d.result) is not None:  # the failure's own write must not fail for the same reason
+                d.result = storable(d.result)
+            await self.finish(d, "failed", error)
+            return Delivered("failed")
+        finally:
+            if d.hold.slot is not None:  # a path that ended on a stale fence: dropped if lost, else given back
+                await self.dispatch.release(d)
+
+    async def _traced(self, d: Delivery) -> Finish:
+        """The delivery's attempts under its trace span; the status it ended in (or `lost`)."""
         if not tracing.enabled():
             return await self._handle(d)
         d.trace = tracing.delivery_span(d.record, d.first_claim, self.worker_id)
@@ -157,26 +181,19 @@ class DeliveryHandler:
             d.record = d.record.model_copy(update={"spec": spec})
         max_attempts = spec.max_attempts or self.settings.max_attempts
 
-        async def on_retry(step: Step, wait_s: float, in_place: bool) -> None:
-            self.metrics.retry(step.reason)
-            d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
-            retry = RetryScheduled(
-                reason=step.reason, wait_s=round(wait_s, 3), next_attempt=len(d.attempts) + 1, in_place=in_place
-            )
-            await self.event(d, retry.event())
-
-        async def attempt() -> Step:
-            return await self._attempt(d, max_attempts)
-
+        # The attempt loop: one attempt per pass, the retry policy's wait between them (worker/delivery/retry.py).
+        passes = AttemptLoop(
+            self.settings,
+            counted=lambda: d.counted,
+            max_passes=max_attempts + 2 * max(1, len(self.settings.accounts.names)) + 2,
+        )
         try:
-            step = await run_attempts(
-                attempt,
-                self.settings,
-                counted=lambda: d.counted,
-                max_passes=max_attempts + 2 * max(1, len(self.settings.accounts.names)) + 2,
-                on_retry=on_retry,
-                interrupt=d.cancel,
-            )
+            step = await self._attempt(d, max_attempts)
+            while (wait_s := passes.next_wait(step)) is not None:
+                if step.kind in ("retry", "wait"):
+                    await self._retry_scheduled(d, step, wait_s, passes.in_place(wait_s))
+                await passes.pause(wait_s, d.cancel)
+                step = await self._attempt(d, max_attempts)
         except DeferInstead as defer:
             if d.why is not None:
                 return (await self._between_attempts(d)).done
@@ -188,6 +205,15 @@ class DeliveryHandler:
             ready = utcnow() + timedelta(seconds=self.settings.rate_limit_cooldown_s)
             return await self._defer(d, ready, "no account could take the job after several reroutes", [])
         return step.done
+
+    async def _retry_scheduled(self, d: Delivery, step: Step, wait_s: float, in_place: bool) -> None:
+        """A retry (or a rate-limit wait) comes after `wait_s`: its metric, its trace event and its event."""
+        self.metrics.retry(step.reason)
+        d.trace.event("retry", reason=step.reason, wait_s=round(wait_s, 3), in_place=in_place)
+        retry = RetryScheduled(
+            reason=step.reason, wait_s=round(wait_s, 3), next_attempt=len(d.attempts) + 1, in_place=in_place
+        )
+        await self.event(d, retry.event())
 
     async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
         if d.why is None and self.closing():
@@ -231,16 +257,16 @@ class DeliveryHandler:
         number = len(d.attempts) + 1
         # The first plan goes in the record with the attempt (fenced): the turn is recorded from it at the end.
         first_plan = d.record.session_plan is None and self.sessions.enabled
-        starts: dict[str, Attempt] = {}
-
-        def start(on: AccountConfig, budget: float | None) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
-            # The attempt's start written in the slot's own script (START): its account, its attempts, the plan.
-            starts[on.name] = attempt = self._attempt_on(d, number, on, budget)
-            fields: JobFields = {"account": on.name, "attempts": [*d.attempts, attempt]}
-            if first_plan:
-                fields["session_plan"] = plan.stored()
-            return lambda acquire: self.store.start_call(acquire, d.job_id, d.lease.fence, **fields)
-
+        # The attempt's start: written in the slot's own script (START) when it can, with the first plan if any.
+        start = self.store.attempt_start(
+            d.job_id,
+            d.lease.fence,
+            number,
+            self.worker_id,
+            d.attempts,
+            spec.max_budget_usd,
+            plan.stored() if first_plan else None,
+        )
         # While someone follows the job the start's write stores the waiting events too: then it goes apart.
         together = not d.lost and not self.writer.followed_now(d)
         span = d.trace.child(f"invoke_agent {AGENT_NAME}", job_id=d.job_id, tenant=spec.tenant, attempt=number)
@@ -254,9 +280,7 @@ class DeliveryHandler:
         )
         try:
             with span.current():
-                step = await self._attempt_traced(
-                    d, span, spec, number, holds, (start, starts), together, first_plan, plan, max_attempts
-                )
+                step = await self._attempt_traced(d, span, spec, holds, start, together, plan, max_attempts)
             span.set(step=step.kind, status=step.status)
             if step.kind == "reroute":  # to another account at once (a `retry` or a rate-limit `wait` is on_retry's)
                 d.trace.event(
@@ -276,19 +300,15 @@ class DeliveryHandler:
         d: Delivery,
         span: SpanLike,
         spec: JobSpec,
-        number: int,
         holds: frozenset[str] | None,
-        starting: tuple[
-            Callable[[AccountConfig, float | None], Callable[[ScriptCall[int]], ScriptCall[int]]], dict[str, Attempt]
-        ],
+        start: AttemptStart,
         together: bool,
-        first_plan: bool,
         plan: Any,
         max_attempts: int,
     ) -> Step:
-        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `starting`: the
-        start write the slot's script makes, and the attempts it wrote by account."""
-        start, starts = starting
+        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `start`: the
+        attempt's start, written in the slot's script when `together`, else apart once the slot is taken."""
+        number = start.number
         waiting = span.child("claudeq.account_slot", job_id=d.job_id)
         try:
             acquired = await self.accounts.acquire(
@@ -323,21 +343,12 @@ class DeliveryHandler:
         if acquired.budget_usd is not None:
             # What the tenant and the account have left, or the spec's own budget when smaller.
             spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
-        attempt = (
-            starts[account.name] if acquired.started else self._attempt_on(d, number, account, acquired.budget_usd)
-        )
+        attempt = acquired.started if acquired.started is not None else start.on(account.name, acquired.budget_usd)
         d.attempts.append(attempt)
-        if first_plan:
-            d.record = d.record.model_copy(update={"session_plan": plan.stored()})
-        if not acquired.started:
-            if first_plan:
-                written = await self.writer.write(
-                    d, hold_events=True, account=account.name, attempts=d.attempts, session_plan=plan.stored()
-                )
-            else:
-                written = await self.writer.write(d, hold_events=True, account=account.name, attempts=d.attempts)
-            if not written:
-                return Step.finished("lost")
+        if start.session_plan is not None:
+            d.record = d.record.model_copy(update={"session_plan": start.session_plan})
+        if acquired.started is None and not await self.writer.write(d, hold_events=True, **start.fields(attempt)):
+            return Step.finished("lost")
         if d.unparked is not None and not await self._deliver_decision(d, d.unparked):
             return Step.finished("lost")
         request = RunRequest(
@@ -550,17 +561,6 @@ class DeliveryHandler:
             return None
         return d.record.created_at + timedelta(seconds=wait_s)
 
-    def _attempt_on(self, d: Delivery, number: int, account: AccountConfig, budget: float | None) -> Attempt:
-        """The attempt starting now on `account` (`budget`: what the run may spend there; kept only when it is not
-        the spec's own)."""
-        return Attempt(
-            number=number,
-            account=account.name,
-            worker=self.worker_id,
-            started_at=utcnow(),
-            budget_usd=budget if budget != d.record.spec.max_budget_usd else None,
-        )
-
     async def _settle(self, d: Delivery) -> None:
         """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
         spent, d.hold.spent = d.hold.spent, None
@@ -572,7 +572,8 @@ class DeliveryHandler:
         reservation and wakes waiters, whose admission must find that spend already counted (else runs started
         on what looked left take a tenant or an account past its cap)."""
         await self._settle(d)
-        await self.dispatch.release(d)
+        if d.hold.slot is not None:  # FINISH may have freed it already, in the terminal write's own script
+            await self.dispatch.release(d)
 
     async def _run(
         self, d: Delivery, request: RunRequest, account: AccountConfig
@@ -712,7 +713,7 @@ class DeliveryHandler:
             waiting = []
         for job_id in waiting:
             await self.dispatch.promote_and_send(job_id, force=True)
-        if self.settings.event_codec == "zlib":
+        if self.settings.event_codec == "zlib" and not d.events.packed:  # a stream's: compacted by the script
             try:  # the record keeps its events as JSON if this fails: both forms read back
                 await self.store.pack_events(d.job_id)
             except Exception:

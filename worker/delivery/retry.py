@@ -1,21 +1,22 @@
-"""Transient retries through tenacity: exponential backoff with full jitter, bounded by the job's max attempts.
+"""Transient retries: exponential backoff with full jitter (tenacity's waits), bounded by the job's max attempts.
 
-The engine's attempt loop is one tenacity `AsyncRetrying`: each pass runs one attempt and returns a `Step`. A
-`retry` step backs off (full jitter, exponent = counted attempts so far) and runs again; a `reroute` step (rate limit,
-auth failure: another account) runs again at once, never through exponential backoff; a `wait` step (the only
-eligible accounts cool down for a moment) sleeps until the cooldown ends (`wait_rate_limit`), not a blind
-exponential. A wait longer than `retry_in_place_max_s` is not waited in place: the sleep raises `DeferInstead` and the
-engine defers the job. Every wait happens with the account slot released.
+The handler's attempt loop runs one attempt per pass and gets a `Step`; `AttemptLoop` says what follows it, and the
+handler acts on that itself (no call back into it from here). A `retry` step backs off (full jitter, exponent =
+counted attempts so far) and runs again; a `reroute` step (rate limit, auth failure: another account) runs again at
+once, never through exponential backoff; a `wait` step (the only eligible accounts cool down for a moment) sleeps until
+the cooldown ends (`wait_rate_limit`), not a blind exponential. A wait longer than `retry_in_place_max_s` is not waited
+in place: `pause` raises `DeferInstead` and the handler defers the job. Every wait happens with the account slot
+released.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt, wait_random_exponential
+from tenacity import RetryCallState, wait_random_exponential
 from tenacity.wait import wait_base
 
 from claudeq.config.settings import Settings
@@ -79,9 +80,6 @@ class JobBackoff(wait_base):
         return float(self._wait(_Shim(attempt_number)))  # type: ignore[arg-type]
 
 
-OnRetry = Callable[[Step, float, bool], Awaitable[None]]
-
-
 def _cooldown(state: RetryCallState) -> Cooldown | None:
     """The cooldown a `wait` step asks to sit out (wait_rate_limit's `extract`)."""
     if state.outcome is None or state.outcome.failed:
@@ -90,62 +88,44 @@ def _cooldown(state: RetryCallState) -> Cooldown | None:
     return step.cooldown if isinstance(step, Step) and step.kind == "wait" else None
 
 
-async def run_attempts(
-    step: Callable[[], Awaitable[Step]],
-    settings: Settings,
-    *,
-    counted: Callable[[], int],
-    max_passes: int,
-    on_retry: OnRetry,
-    interrupt: asyncio.Event,
-) -> Step:
-    """Run `step` until it is done; back off between transient failures. Raises DeferInstead for long waits.
+def _outcome(step: Step) -> RetryCallState:
+    """A pass's step as tenacity's waits read an attempt's outcome."""
+    state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state.set_result(step)
+    return state
 
-    `counted()` gives the job's counted attempts so far (the policy turns the last allowed one into a failure);
-    `max_passes` bounds the passes of this delivery (a safety net against endless reroutes); `on_retry(step, wait_s,
-    in_place)` runs before each backoff (the retry event and metric); `interrupt` cuts a wait in place short
-    (cancel, shutdown, lost lease: the next pass sees why).
-    """
-    first = await step()
-    if first.kind == "done":
-        return first  # most deliveries: one pass, no retry loop to build
-    replayed = [first]
 
-    async def again() -> Step:
-        """The first pass's result, then `step` for each pass after it: the retry loop sees every pass."""
-        return replayed.pop() if replayed else await step()
+class AttemptLoop:
+    """What follows each pass of one delivery's attempt loop: the wait before the next pass, or the end."""
 
-    backoff = wait_rate_limit(JobBackoff(settings, counted), extract=_cooldown)
+    def __init__(self, settings: Settings, *, counted: Callable[[], int], max_passes: int) -> None:
+        """`counted()` gives the job's counted attempts so far (the policy turns the last allowed one into a failure);
+        `max_passes` bounds the passes of this delivery (a safety net against endless reroutes)."""
+        self.settings = settings
+        self.max_passes = max_passes
+        self.passes = 0
+        self._wait = wait_rate_limit(JobBackoff(settings, counted), extract=_cooldown)
 
-    async def before_sleep(state: RetryCallState) -> None:
-        last = state.outcome.result() if state.outcome is not None else None
-        wait_s = state.upcoming_sleep
-        if isinstance(last, Step) and last.kind in ("retry", "wait"):
-            await on_retry(last, wait_s, wait_s <= settings.retry_in_place_max_s)
+    def next_wait(self, step: Step) -> float | None:
+        """After a pass that ended with `step`: seconds to wait before the next pass, or None when the loop ends
+        (`step` is done, or it was the last pass allowed: the caller ends with it)."""
+        self.passes += 1
+        if step.kind == "done" or self.passes >= self.max_passes:
+            return None
+        return float(self._wait(_outcome(step)))
 
-    async def sleep(seconds: float) -> None:
-        if seconds <= 0:
+    def in_place(self, wait_s: float) -> bool:
+        """Whether a wait of `wait_s` is sat out in place (else `pause` defers the job instead)."""
+        return wait_s <= self.settings.retry_in_place_max_s
+
+    async def pause(self, wait_s: float, interrupt: asyncio.Event) -> None:
+        """Sit out `wait_s` before the next pass; `interrupt` cuts it short (cancel, shutdown, lost lease: the next
+        pass sees why). Raises DeferInstead when the wait is too long to sit out in place."""
+        if wait_s <= 0:
             return
-        if seconds > settings.retry_in_place_max_s:
-            raise DeferInstead(seconds)
+        if not self.in_place(wait_s):
+            raise DeferInstead(wait_s)
         try:
-            await asyncio.wait_for(interrupt.wait(), timeout=seconds)
+            await asyncio.wait_for(interrupt.wait(), timeout=wait_s)
         except TimeoutError:
             pass
-
-    def give_up(state: RetryCallState) -> Step:
-        assert state.outcome is not None
-        result: Step = state.outcome.result()
-        return result
-
-    retrying = AsyncRetrying(
-        retry=retry_if_result(lambda s: isinstance(s, Step) and s.kind != "done"),
-        wait=backoff,
-        stop=stop_after_attempt(max_passes),
-        before_sleep=before_sleep,
-        sleep=sleep,
-        retry_error_callback=give_up,
-        reraise=True,
-    )
-    result: Step = await retrying(again)
-    return result

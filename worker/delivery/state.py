@@ -48,6 +48,9 @@ class EventBuffer:
     #: Whether the job may have an event stream (False: none of its events went to one yet, so its terminal write
     #: need not read it). A job's first delivery starts with none; any other may find its earlier deliveries' events.
     stream: bool = True
+    #: Whether the delivery's terminal write brought the compacted events packed (no stream to read: FencedWriter
+    #: packed them), so nothing is left to pack after it.
+    packed: bool = False
     #: Events emitted but not stored yet: the next fenced write takes them, or a flush shortly after.
     pending: list[Event] = field(default_factory=list)
     #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.

@@ -40,7 +40,7 @@ from claudeq.jobs import (
 )
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot, Write
-from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
+from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, PlannedSession, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.worker.store import job_scripts as scripts
 from claudeq.worker.store.reads import LoopReads
@@ -126,6 +126,43 @@ CLOCK_SLACK_S = 1.0
 START_LOST = Slot.START_LOST
 #: Expired leases the reconciler reads per pass (it recovers each; more wait for the next pass).
 EXPIRED_READ = 500
+
+
+@dataclass(frozen=True)
+class AttemptStart:
+    """An attempt about to start: what its start writes in the record (its account, the attempts, the job's first
+    session plan), given the account and the budget the slot came with. Built by `WorkerJobStore.attempt_start`;
+    the account manager writes it in the script that takes the slot (`call`), the handler apart when it could not."""
+
+    store: WorkerJobStore
+    job_id: str
+    fence: int
+    number: int
+    worker: str
+    before: tuple[Attempt, ...]
+    spec_budget: float | None  # the spec's own budget: an attempt keeps its budget only when it is not that one
+    session_plan: PlannedSession | None = None  # the first plan, written with the job's first attempt
+
+    def on(self, account: str, budget: float | None) -> Attempt:
+        """The attempt, starting now on `account` with `budget` to spend there."""
+        return Attempt(
+            number=self.number,
+            account=account,
+            worker=self.worker,
+            started_at=utcnow(),
+            budget_usd=budget if budget != self.spec_budget else None,
+        )
+
+    def fields(self, attempt: Attempt) -> JobFields:
+        """The record fields the start of `attempt` writes."""
+        fields: JobFields = {"account": attempt.account, "attempts": [*self.before, attempt]}
+        if self.session_plan is not None:
+            fields["session_plan"] = self.session_plan
+        return fields
+
+    def call(self, acquire: ScriptCall[int], attempt: Attempt) -> ScriptCall[int]:
+        """`acquire` with the start of `attempt` written in the same script (START: `WorkerJobStore.start_call`)."""
+        return self.store.start_call(acquire, self, attempt)
 
 
 class WorkerJobStore(AsyncCalls, JobStore):
@@ -227,14 +264,16 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event] = (),
         *,
         stream: bool = True,
+        pack: bool = False,
         **fields: Unpack[JobFields],
     ) -> Written:
         """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
         the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
         `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
         write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
-        write need not read it."""
-        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
+        write need not read it. `pack`: such a write stores the compacted events packed (`claudeq.jobs.pack_events`,
+        computed here: the script has no codec) instead of as JSON, so nothing is left to pack after it."""
+        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream, pack))
 
     async def finish(
         self,
@@ -245,13 +284,14 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event] = (),
         *,
         stream: bool = True,
+        pack: bool = False,
         **fields: Unpack[JobFields],
     ) -> Freed:
         """A terminal `write` that also frees what `release` names (the run's slot, the job's index entries, its last
-        attempt's spend), in one script, only while `fence` still holds the job. `stream`: as for `write`."""
+        attempt's spend), in one script, only while `fence` still holds the job. `stream`, `pack`: as for `write`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        return await self.send(self._finish_call(job_id, fence, status, release, events, fields, stream))
+        return await self.send(self._finish_call(job_id, fence, status, release, events, fields, stream, pack))
 
     def _finish_call(
         self,
@@ -262,8 +302,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
+        pack: bool = False,
     ) -> ScriptCall[Freed]:
-        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream)
+        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream, pack)
 
         def parse(reply: list[Any]) -> Freed:
             return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
@@ -276,13 +317,25 @@ class WorkerJobStore(AsyncCalls, JobStore):
             parse,
         )
 
-    def start_call(
-        self, acquire: ScriptCall[int], job_id: str, fence: int, **fields: Unpack[JobFields]
-    ) -> ScriptCall[int]:
-        """`acquire` (an account slot's ACQUIRE call, AccountStore) with the attempt's start written in the same
-        script, under `fence` (START): ACQUIRE's answer, or START_LOST when the slot was taken but the fence no
-        longer holds the job (nothing written)."""
-        write = self._write_call(job_id, fence, None, 0, None, (), fields)
+    def attempt_start(
+        self,
+        job_id: str,
+        fence: int,
+        number: int,
+        worker: str,
+        before: Sequence[Attempt],
+        spec_budget: float | None,
+        session_plan: PlannedSession | None = None,
+    ) -> AttemptStart:
+        """Attempt `number` of a delivery (under `fence`, after the attempts `before`), to be written with the account
+        slot it takes (AccountManager.acquire: `start_call`), or apart once it has one."""
+        return AttemptStart(self, job_id, fence, number, worker, tuple(before), spec_budget, session_plan)
+
+    def start_call(self, acquire: ScriptCall[int], start: AttemptStart, attempt: Attempt) -> ScriptCall[int]:
+        """`acquire` (an account slot's ACQUIRE call, AccountStore) with `attempt`'s start written in the same
+        script, under the start's fence (START): ACQUIRE's answer, or START_LOST when the slot was taken but the
+        fence no longer holds the job (nothing written)."""
+        write = self._write_call(start.job_id, start.fence, None, 0, None, (), start.fields(attempt))
         return ScriptCall(self._start, [*acquire.keys, *write.keys], [*acquire.args, *write.args], int)
 
     def _write_call(
@@ -295,6 +348,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
+        pack: bool = False,
     ) -> ScriptCall[Written]:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
@@ -321,6 +375,15 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.outbox,
             self.keys.waiting,
         ]
+        now_ms = int(time.time() * 1000)
+        flat: list[str | bytes] = [*encode_fields(fields)]
+        if pack and status in TERMINAL and not stream and payloads:
+            # What lib/pack_events.lua would make of them (no stream: ids from now_ms), packed: one field set by the
+            # write instead of a read and a PACK_EVENTS call after it.
+            entries = [[f"{now_ms}-{seq}", payload] for seq, payload in enumerate(payloads)]
+            packed = pack_events(json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode())
+            if packed is not None:
+                flat += ["events", packed]
         args = [
             job_id,
             fence,
@@ -330,10 +393,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
             self.keys.finished_counts_prefix,
             len(payloads),
             self.events_maxlen,
-            int(time.time() * 1000),
+            now_ms,
             on_cancel,
             *payloads,
-            *encode_fields(fields),
+            *flat,
         ]
         return ScriptCall(self._write, keys, args, _written)
 

@@ -54,7 +54,10 @@ local function write(KEYS, ARGV, outbox, waiting)
   elseif new == 'deferred' then
     redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
   else
-    local packed = pack_events(KEYS[5], events, first, last, tonumber(ARGV[9]))
+    -- the caller may bring them packed already (a job with no stream: WorkerJobStore's `pack`), as field `events`
+    local given = false
+    for i = 1, #fields, 2 do given = given or fields[i] == 'events' end
+    local packed = not given and pack_events(KEYS[5], events, first, last, tonumber(ARGV[9]))
     if packed then
       fields[#fields + 1] = 'events'
       fields[#fields + 1] = packed

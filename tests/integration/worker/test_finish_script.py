@@ -9,16 +9,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import ScriptCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.store.job_store import START_LOST, Freed
+from claudeq.worker.store.job_store import START_LOST, AttemptStart, Freed
 from tests.support.jobs import queued
 from tests.support.runtime import engine_runtime
 
@@ -201,7 +200,8 @@ def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> 
     fence = runtime.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30).fence
 
     def start(fence: int) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
-        return lambda acquire: store.start_call(acquire, job_id, fence, account="acct-a")
+        attempt = store.attempt_start(job_id, fence, 1, "w1", [], None)
+        return lambda acquire: attempt.call(acquire, attempt.on("acct-a", None))
 
     stale = start(fence + 1)(accounts.store.acquire_call("acct-a", job_id, 30, may_hold=False))
     assert run_call(stale) == START_LOST
@@ -218,9 +218,9 @@ def test_a_delivery_whose_start_found_the_job_taken_over_is_lost(
     job_id = queued(store)
     real = store.start_call
 
-    def taken_over(acquire: ScriptCall[int], job: str, fence: int, **fields: Any) -> ScriptCall[int]:
-        store.redis.hincrby(store.keys.job(job), "fence", 1)  # another worker claimed it meanwhile
-        return real(acquire, job, fence, **fields)
+    def taken_over(acquire: ScriptCall[int], start: AttemptStart, attempt: Attempt) -> ScriptCall[int]:
+        store.redis.hincrby(store.keys.job(start.job_id), "fence", 1)  # another worker claimed it meanwhile
+        return real(acquire, start, attempt)
 
     monkeypatch.setattr(store, "start_call", taken_over)
     delivered = runtime.engine.deliver_blocking(job_id)

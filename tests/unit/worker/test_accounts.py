@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -346,3 +347,29 @@ def test_a_paced_start_goes_to_the_best_waiter_not_to_a_worse_ranked_newcomer(
     late = run(manager.acquire("late", JobSpec(prompt="hi", priority=9), rank=9 * PRIORITY_SPAN + time.time()))
     assert isinstance(late, NoAccount), late
     assert run(manager.admit()) == ["urgent"]
+
+
+def test_token_counts_of_attempts_ending_together_add_up(manager: AccountManager) -> None:
+    """Attempts that end in the same turn of the loop share one write of their token counts: each is counted."""
+    from claudeq.models import Usage
+
+    async def end_together() -> None:
+        usage = Usage(input_tokens=100, cache_read_tokens=1000, cache_creation_tokens=10)
+        await asyncio.gather(
+            *(manager.count_tokens(name, usage) for name in ("a", "a", "b")),
+            manager.count_tokens("a", Usage(input_tokens=1)),
+        )
+
+    run(end_together())
+    assert manager.store.state("a").counters == {
+        "input_tokens": 201,
+        "cache_read_tokens": 2000,
+        "cache_write_tokens": 20,
+    }
+    assert manager.store.state("b").counters == {
+        "input_tokens": 100,
+        "cache_read_tokens": 1000,
+        "cache_write_tokens": 10,
+    }
+    run(manager.count_tokens("b", Usage(input_tokens=5)))  # a later end: a write of its own
+    assert manager.store.state("b").counters["input_tokens"] == 105

@@ -1,4 +1,4 @@
-"""Transient retries: full-jitter backoff through tenacity, waits in place only when short, reroutes at once."""
+"""Transient retries: full-jitter backoff (tenacity's waits), waits in place only when short, reroutes at once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from claudeq.config.settings import Settings
-from claudeq.worker.delivery.retry import DeferInstead, JobBackoff, Step, run_attempts
+from claudeq.worker.delivery.retry import AttemptLoop, DeferInstead, JobBackoff, Step
 from claudeq.worker.delivery.waits import Cooldown
 from tests.conftest import make_settings
 
@@ -41,14 +41,15 @@ class Script:
 
 
 async def go(script: Script, settings: Settings, interrupt: asyncio.Event | None = None, passes: int = 10) -> Step:
-    return await run_attempts(
-        script.step,
-        settings,
-        counted=lambda: script.counted,
-        max_passes=passes,
-        on_retry=script.on_retry,
-        interrupt=interrupt or asyncio.Event(),
-    )
+    """The script's passes driven as the handler drives a delivery's attempts (DeliveryHandler._handle)."""
+    loop = AttemptLoop(settings, counted=lambda: script.counted, max_passes=passes)
+    step = await script.step()
+    while (wait_s := loop.next_wait(step)) is not None:
+        if step.kind in ("retry", "wait"):
+            await script.on_retry(step, wait_s, loop.in_place(wait_s))
+        await loop.pause(wait_s, interrupt or asyncio.Event())
+        step = await script.step()
+    return step
 
 
 async def test_transient_failures_retry_with_a_retry_hook_each(unique: str) -> None:
