@@ -78,10 +78,6 @@ class SlotLease:
     prefix_key: str | None = None  # the job's prefix key when cache affinity is on (the pass-through files under it)
 
 
-#: The attempt `acquire` may start with the slot it takes (an AttemptStart: WorkerJobStore.attempt_start).
-StartWrite = AttemptStart
-
-
 class StartLost(Exception):
     """START took the slot, but the run's fence no longer holds the job: another worker owns it now."""
 
@@ -146,7 +142,7 @@ class AccountManager(AsyncCalls):
         exclude: frozenset[str] = frozenset(),
         rank: float | None = None,
         holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
+        start: AttemptStart | None = None,
         warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:
         """Admit a run of the job's tenant (runs in flight, spend caps), then lease a slot on the best eligible
@@ -336,7 +332,7 @@ class AccountManager(AsyncCalls):
         want: float | None,
         rank: float | None,
         holds: Collection[str] | None = None,
-        start: StartWrite | None = None,
+        start: AttemptStart | None = None,
         warm: Collection[str] = (),
         warm_wait_until: datetime | None = None,
     ) -> SlotLease | NoAccount:

@@ -12,9 +12,9 @@ from typing import Protocol
 
 from claudeq.models import JobSpec, Outcome, TerminalStatus, Usage
 from claudeq.worker.accounts.choice import NoAccount
-from claudeq.worker.accounts.manager import SlotLease, Spent, StartWrite
+from claudeq.worker.accounts.manager import SlotLease, Spent
 from claudeq.worker.run.outcome import RateLimitSignal
-from claudeq.worker.store.job_store import SlotRelease
+from claudeq.worker.store.job_store import AttemptStart, SlotRelease
 
 #: Sends the `claudeq.run` message for a job (spec None: the record is unreadable, use the default queue).
 Sender = Callable[[str, JobSpec | None], Awaitable[None]]
@@ -32,7 +32,7 @@ class AccountsLike(Protocol):
         exclude: frozenset[str] = ...,
         rank: float | None = ...,
         holds: Collection[str] | None = ...,
-        start: StartWrite | None = ...,
+        start: AttemptStart | None = ...,
         warm_wait_until: datetime | None = ...,
     ) -> SlotLease | NoAccount:
         """A slot on the best eligible account (better-ranked waiters first), or when to look again; `holds`: where
