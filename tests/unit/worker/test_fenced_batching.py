@@ -16,6 +16,7 @@ from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.worker.delivery.fenced import FencedWriter
 from claudeq.worker.delivery.state import Delivery, Lease
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from tests.support.aio import eventually
 
 
 class _CountingStore(WorkerJobStore):
@@ -128,11 +129,11 @@ async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_one
     await asyncio.sleep(0.05)
     assert _types(store, "j1") == ["submitted"]  # waiting: nobody follows
     writer.followed(d, hold_s=30)
-    await asyncio.sleep(0.05)
-    assert _types(store, "j1") == ["submitted", "run_started"]
+    want = ["submitted", "run_started"]
+    assert await eventually(lambda: _types(store, "j1"), want) == want
     await writer.event(d, Event(type="session"))
-    await asyncio.sleep(0.05)
-    assert _types(store, "j1") == ["submitted", "run_started", "session"]
+    want = ["submitted", "run_started", "session"]
+    assert await eventually(lambda: _types(store, "j1"), want) == want
     await writer.event(d, Event(type="claimed"))
     assert await writer.write(d, hold_events=True, account="a")  # followed: the attempt's start takes what waits
     assert _types(store, "j1")[-1] == "claimed"
@@ -153,8 +154,8 @@ async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore
         await asyncio.sleep(0.03)
         await writer.event(d, Event(type="session"))
         assert d.events.flusher is first  # the storing flush looks again when done
-    await asyncio.sleep(0.1)
-    assert _types(store, "j1") == ["submitted", "run_started", "session"]
+    want = ["submitted", "run_started", "session"]
+    assert await eventually(lambda: _types(store, "j1"), want) == want
     await writer.close(d)
 
 
