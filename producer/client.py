@@ -37,6 +37,7 @@ from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
 from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
+from claudeq.script_calls import run_call
 from claudeq.tenant_state import TenantStore
 from claudeq.workspaces import WorkspaceChange
 
@@ -254,7 +255,7 @@ class Client:
         return [
             (index, "resume", NOT_YOURS.format(session_id=spec.resume, tenant=spec.tenant))
             for index, spec in enumerate(specs)
-            if spec.resume and not self._conversations.may_resume(spec.resume, spec.tenant)
+            if spec.resume and not run_call(self._conversations.may_resume_call(spec.resume, spec.tenant))
         ]
 
     def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
