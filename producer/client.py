@@ -422,7 +422,7 @@ class Client:
                 tenant = self.store.get(job_id).spec.tenant
             except ClaudeqError:
                 return result
-            TenantStore(self.store.redis, self.store.keys, self.settings.tenants).unindex(tenant, job_id)
+            run_call(TenantStore(self.store.redis, self.store.keys, self.settings.tenants).unindex_call(tenant, job_id))
         return result
 
     def approve(

@@ -635,7 +635,7 @@ class AccountManager(AsyncCalls):
     async def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`), in one
         pipeline on the async client."""
-        await self._pipe(lambda p: self.tenant_store.queue_unindex(p, tenant, job_id))
+        await self.send(self.tenant_store.unindex_call(tenant, job_id))
 
     async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""

@@ -120,14 +120,6 @@ TWINS_LEFT: list[str] = [
     "AccountStore.snapshot/queue_snapshot",
     "AccountStore.snapshot/snapshot_of",
     "AccountStore.try_acquire/acquire_call",
-    "TenantStore.active/active_call",
-    "TenantStore.admit/admit_call",
-    "TenantStore.advance/advance_call",
-    "TenantStore.release/release_call",
-    "TenantStore.settle/settle_call",
-    "TenantStore.tag/tag_call",
-    "TenantStore.unindex/queue_unindex",
-    "TenantStore.wait/wait_call",
 ]
 
 
