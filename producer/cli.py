@@ -36,6 +36,7 @@ from claudeq.producer.extras import exit_missing
 from claudeq.producer.progress import line
 from claudeq.producer.transcript_view import block_line, conversation
 from claudeq.schedules import ScheduleNotFound
+from claudeq.script_calls import run_call
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 
@@ -413,7 +414,7 @@ def _stream(
             text = line(event, whole, every)
             if text is not None:
                 to.print(text)
-        status = store.status(job_id)
+        status = run_call(store.status_call(job_id))
         if status is None or status in TERMINAL:
             if status is not None:
                 client.until_replicated(job_id)  # as Client.wait: an end the replicas hold (docs/failover.md)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from claudeq.jobs import JobStore
 from claudeq.models import TERMINAL, Event
+from claudeq.script_calls import run_call
 
 #: How often a pass looks for new events (s), and at least how often a quiet stream yields `KeepAlive` (s).
 POLL_S = 0.25
@@ -40,7 +41,7 @@ async def follow(
     quiet = 0.0
     while True:
         await asyncio.to_thread(store.announce_follow, job_id)
-        status = await asyncio.to_thread(store.status, job_id)
+        status = await asyncio.to_thread(run_call, store.status_call(job_id))
         batch = await asyncio.to_thread(store.read_events, job_id, after)
         for entry_id, event in batch:
             after = entry_id

@@ -37,6 +37,7 @@ from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFou
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, JobRecord, JobSpec, JobStatus
 from claudeq.producer.client import Client
 from claudeq.producer.progress import describe
+from claudeq.script_calls import run_call
 
 SERVER_NAME = "claudeq"
 #: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/run/tools.py).
@@ -213,7 +214,7 @@ def build_server(
             # events read after it hold them all. (Events first, status second missed them when the job finished
             # in between: the last progress message was not the terminal one.)
             await asyncio.to_thread(store.announce_follow, job_id)  # its worker stores the events at once
-            status = await asyncio.to_thread(store.status, job_id)
+            status = await asyncio.to_thread(run_call, store.status_call(job_id))
             batch = await asyncio.to_thread(store.read_events, job_id, after)
             for entry_id, event in batch:
                 after = entry_id

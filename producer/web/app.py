@@ -59,6 +59,7 @@ from claudeq.producer.web.hosts import HostAllowList, HostGuard
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
 from claudeq.producer.web.patch import sections
 from claudeq.producer.web.timeline import draw as draw_timeline
+from claudeq.script_calls import run_call
 
 HERE = Path(__file__).parent
 STATUSES: tuple[str, ...] = get_args(JobStatus)
@@ -358,7 +359,7 @@ class Web:
         dependencies = [
             (dep, found if isinstance(found, JobRecord) and viewer.can_see(found) else None)
             for dep, found in zip(
-                record.spec.depends_on, self.client.store.records(record.spec.depends_on), strict=True
+                record.spec.depends_on, run_call(self.client.store.records_call(record.spec.depends_on)), strict=True
             )
         ]
         now = datetime.now(UTC)
@@ -438,7 +439,7 @@ class Web:
                 # The status first, then the events: the terminal write moves the last events into the record in
                 # the same step, so once the status read is terminal the events read after it hold them all.
                 await asyncio.to_thread(store.announce_follow, job_id)
-                status = await asyncio.to_thread(store.status, job_id)
+                status = await asyncio.to_thread(run_call, store.status_call(job_id))
                 batch = await asyncio.to_thread(store.read_events, job_id, after)
                 for entry_id, event in batch:
                     after = entry_id

@@ -236,7 +236,7 @@ def test_a_session_another_tenants_job_created_cannot_be_resumed(
         created_at=utcnow(),
     )
     before = len(simulator.requests())
-    client.store.create(sneaked)
+    run_call(client.store.create_call(sneaked))
     push_run(redis_client, settings.queue, sneaked.id)
     failed = wait(client, sneaked.id)
     assert failed.status == "failed" and failed.error is not None and failed.error.kind == "input"

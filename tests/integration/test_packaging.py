@@ -243,7 +243,7 @@ def test_submit_from_the_base_install_reaches_the_real_redis(
 
     store = make_store(settings, redis_client)
     for job_id in (from_python, from_cli):
-        assert store.get(job_id).status == "queued"
+        assert run_call(store.get_call(job_id)).status == "queued"
     waiting = {job_id_of(raw) for raw in redis_client.lrange(settings.queue, 0, -1)}
     assert waiting == {from_python, from_cli}  # the messages a worker consumes
 

@@ -163,7 +163,9 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     """Redis state and worker samples as a short run of the fleet would leave them."""
     keys = Keys(fleet_settings.key_prefix)
     for i in range(3):
-        store.create(JobRecord(id=f"job{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+        run_call(
+            store.create_call(JobRecord(id=f"job{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+        )
     redis_client.zadd(keys.workers, {"w1": time.time() + 3600})
     AccountStore(redis_client, keys, fleet_settings.accounts).cool(
         "beta", datetime.fromtimestamp(time.time() + 600, UTC), "429"

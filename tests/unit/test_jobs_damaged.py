@@ -9,11 +9,12 @@ import pytest
 from claudeq.errors import RecordUnreadable
 from claudeq.jobs import JobStore
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 
 
 def _queued(store: JobStore, job_id: str) -> str:
-    created_id, created = store.create(
-        JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
+    created_id, created = run_call(
+        store.create_call(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
     )
     assert created
     return created_id
@@ -25,9 +26,9 @@ def test_a_job_key_holding_a_string_is_reported_unreadable_and_the_others_listed
     fake_store.redis.set(fake_store.keys.job(damaged), "not a record")
 
     with pytest.raises(RecordUnreadable, match="not a record"):
-        fake_store.get(damaged)
+        run_call(fake_store.get_call(damaged))
     with pytest.raises(RecordUnreadable):
-        fake_store.status(damaged)
+        run_call(fake_store.status_call(damaged))
     listed = fake_store.list_jobs(limit=10)
     assert sorted(getattr(item, "job_id", None) or getattr(item, "id", "") for item in listed) == [healthy, damaged]
     assert any(isinstance(item, RecordUnreadable) and item.job_id == damaged for item in listed)

@@ -26,7 +26,7 @@ def convs(fake_redis: fakeredis.FakeRedis, fake_settings: Settings) -> Conversat
 
 def _job(store: JobStore, job_id: str, created: datetime, status: str = "queued", conv: str = "c") -> JobRecord:
     record = JobRecord(id=job_id, spec=JobSpec(prompt="hi", conversation=conv), status="queued", created_at=created)
-    store.create(record)
+    run_call(store.create_call(record))
     if status != "queued":
         store.redis.hset(store.keys.job(job_id), "status", status)
     return record

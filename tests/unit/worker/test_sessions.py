@@ -83,7 +83,7 @@ class World:
     def job(self, status: str = "running", **spec: Any) -> JobRecord:
         spec.setdefault("prompt", "the prompt")
         record = JobRecord(id=f"j{time.monotonic_ns()}", spec=JobSpec(**spec), status="queued", created_at=utcnow())
-        self.jobs.create(record)
+        run_call(self.jobs.create_call(record))
         self.jobs.redis.hset(self.jobs.keys.job(record.id), "status", status)
         return record
 
