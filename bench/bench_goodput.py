@@ -42,6 +42,7 @@ from celery import Celery
 
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.simulator.testing import SimulatorServer
 from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
@@ -253,7 +254,7 @@ def run_claudeq(
                 time.sleep(max(0.0, t0 + job.delay_s - time.time()))
                 ids.append(client.submit(prompt=PROMPT.format(n=n), model=job.model, priority=job.priority).id)
             time.sleep(max(0.0, t0 + run_s - time.time()))
-            records = [client.store.get(i) for i in ids]
+            records = [run_call(client.store.get_call(i)) for i in ids]
             log = sim.requests()
             until = t0 + run_s
             if tokens is not None:

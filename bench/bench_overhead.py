@@ -36,6 +36,7 @@ import redis
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.simulator.testing import SimulatorServer
 from claudeq.worker.run.launcher import bundled_cli
 from tests.conftest import USED, make_settings, sweep
@@ -89,7 +90,7 @@ def through_claudeq(client: Client, n_jobs: int) -> list[float]:
     done: list[float] = []
     while pending:
         for job_id in list(pending):
-            status = client.store.status(job_id)
+            status = run_call(client.store.status_call(job_id))
             if status in ("succeeded", "failed", "cancelled"):
                 if status != "succeeded":
                     raise RuntimeError(f"claudeq job {job_id} {status}: {client.get(job_id).error}")

@@ -45,6 +45,7 @@ import redis.asyncio
 from claudeq.config.celery import TASK_RUN
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import ClusterCollector
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
 from claudeq.worker.store.job_store import make_worker_store
@@ -123,7 +124,9 @@ def claim_latencies(client: Client, n: int, tag: str) -> tuple[list[float], dict
     ids = [f"probe-{tag}-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
     before = commandstats(store.redis)
     for job_id in ids:
-        store.create(JobRecord(id=job_id, spec=JobSpec(prompt="probe"), status="queued", created_at=utcnow()))
+        run_call(
+            store.create_call(JobRecord(id=job_id, spec=JobSpec(prompt="probe"), status="queued", created_at=utcnow()))
+        )
 
     async def probe() -> list[float]:
         # On an async client from one loop, as the engine claims (one call in flight: a batch of one).
@@ -133,7 +136,7 @@ def claim_latencies(client: Client, n: int, tag: str) -> tuple[list[float], dict
         try:
             for job_id in ids:
                 start = time.perf_counter()
-                claim = await store.claim(job_id, "bench-probe", 60)
+                claim = await store.send(store.claim_call(job_id, "bench-probe", 60))
                 times.append((time.perf_counter() - start) * 1000)
                 assert claim.ok, claim
         finally:

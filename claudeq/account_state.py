@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,7 +37,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
-from claudeq.script_calls import Queue, ScriptCall, run_call
+from claudeq.script_calls import PipeCall, ScriptCall, run_call
 
 #: How long an hour of an account's per-minute history lives after its last write (the fleet page draws the last
 #: HISTORY_HOURS hours of it: docs/web.md#the-fleet-in-pictures).
@@ -115,35 +115,28 @@ class AccountStore:
 
     def states(self, now: float | None = None) -> list[AccountState]:
         """Every configured account's current state, in pool order."""
-        return [state for state, _ in self.snapshot(now)]
+        return [state for state, _ in run_call(self.snapshot_call(now))]
 
     def state(self, name: str, now: float | None = None) -> AccountState:
         """One account's current state; UnknownAccount if it is not configured."""
         self.config(name)
-        return next(state for state, _ in self.snapshot(now) if state.name == name)
+        return next(state for state, _ in run_call(self.snapshot_call(now)) if state.name == name)
 
-    def snapshot(self, now: float | None = None) -> list[tuple[AccountState, datetime | None]]:
+    def snapshot_call(self, now: float | None = None) -> PipeCall[list[tuple[AccountState, datetime | None]]]:
         """(state, earliest live slot expiry) per configured account, read in one round trip. The live slots are
         counted (ZCOUNT) and only the earliest is read: O(log n) in the runs in flight, not a copy of every slot."""
-        now = time.time() if now is None else now
-        pipe = self.redis.pipeline(transaction=False)
-        self.queue_snapshot(now)(pipe)
-        return self.snapshot_of(pipe.execute(), now)
-
-    def queue_snapshot(self, now: float) -> Queue:
-        """`snapshot`'s commands, for a pipeline of either client (the worker's loop sends them on its own)."""
+        at = time.time() if now is None else now
 
         def queue(pipe: Any) -> None:
             for account in self.pool.accounts:
                 slots_key = self.keys.account_slots(account.name)
                 pipe.hgetall(self.keys.account(account.name))
-                pipe.zcount(slots_key, f"({now}", "+inf")
-                pipe.zrangebyscore(slots_key, f"({now}", "+inf", start=0, num=1, withscores=True)
+                pipe.zcount(slots_key, f"({at}", "+inf")
+                pipe.zrangebyscore(slots_key, f"({at}", "+inf", start=0, num=1, withscores=True)
 
-        return queue
+        return PipeCall(self.redis, queue, lambda replies: self._parse_snapshot(replies, at))
 
-    def snapshot_of(self, replies: list[Any], now: float) -> list[tuple[AccountState, datetime | None]]:
-        """`snapshot`'s answer from the replies of its commands (`queue_snapshot`)."""
+    def _parse_snapshot(self, replies: list[Any], now: float) -> list[tuple[AccountState, datetime | None]]:
         out: list[tuple[AccountState, datetime | None]] = []
         for i, account in enumerate(self.pool.accounts):
             raw = {text(k): text(v) for k, v in replies[3 * i].items()}
@@ -160,33 +153,26 @@ class AccountStore:
         rows: list[Any] = self.redis.zrangebyscore(self.keys.account_slots(name), f"({now}", "+inf", withscores=True)
         return {text(row[0]): float(row[1]) for row in rows}
 
-    def held_by(self, job_id: str, now: float | None = None, among: Collection[str] | None = None) -> list[str]:
+    def held_by_call(
+        self, job_id: str, now: float | None = None, among: Collection[str] | None = None
+    ) -> PipeCall[list[str]]:
         """Accounts on which `job_id` holds a live slot (normally none or one); only those in `among` are looked at
-        (None: every account; names or slots keys)."""
-        accounts = self.held_among(among)
-        if not accounts:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        self.queue_held_by(job_id, accounts)(pipe)
-        return self.held_by_of(accounts, pipe.execute(), now)
-
-    def held_among(self, among: Collection[str] | None) -> list[AccountConfig]:
-        """The accounts `held_by` looks at: those in `among` (names or slots keys; None: every account)."""
-        return [
+        (None: every account; names or slots keys). No account to look at: no command (an empty pipeline)."""
+        accounts = [
             a
             for a in self.pool.accounts
             if among is None or a.name in among or self.keys.account_slots(a.name) in among
         ]
 
-    def queue_held_by(self, job_id: str, accounts: list[AccountConfig]) -> Queue:
-        """`held_by`'s commands, for a pipeline of either client."""
-        return lambda pipe: [pipe.zscore(self.keys.account_slots(account.name), job_id) for account in accounts]
+        def parse(scores: list[Any]) -> list[str]:
+            at = time.time() if now is None else now
+            return [a.name for a, score in zip(accounts, scores, strict=True) if score and float(score) > at]
 
-    @staticmethod
-    def held_by_of(accounts: list[AccountConfig], scores: list[Any], now: float | None = None) -> list[str]:
-        """`held_by`'s answer from the replies of its commands (`queue_held_by`)."""
-        now = time.time() if now is None else now
-        return [a.name for a, score in zip(accounts, scores, strict=True) if score and float(score) > now]
+        return PipeCall(
+            self.redis,
+            lambda pipe: [pipe.zscore(self.keys.account_slots(account.name), job_id) for account in accounts],
+            parse,
+        )
 
     def waiters(self, name: str) -> list[str]:
         """Job ids waiting for a slot on `name`, first in line first (best rank: priority, then age), all families."""
@@ -207,25 +193,6 @@ class AccountStore:
     def _jitter(self) -> str:
         return repr(round(random.uniform(0.0, self.jitter_s), 3)) if self.jitter_s > 0 else "0"
 
-    def try_acquire(
-        self,
-        name: str,
-        job_id: str,
-        ttl_s: float,
-        now: float | None = None,
-        rank: float | None = None,
-        family: str = "-",
-        may_hold: bool = True,
-        then: Callable[[ScriptCall[int]], ScriptCall[int]] | None = None,
-    ) -> int:
-        """Take a slot on `name` for a job of model `family` -> a `Slot` code (claudeq/lua/results.py): ACQUIRED
-        (or already held, e.g. handed over by a release), FULL, DISABLED, COOLING (the account or the family), HELD
-        (what the API said is left is spoken for by the runs in flight), IN_LINE (the free slots belong to waiters
-        ranked before `rank`; None: no waiting line is consulted), RESERVED (a window at its ceiling, or predicted to
-        pass it), RAMPING.
-        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one)."""
-        return run_call(self.acquire_call(name, job_id, ttl_s, now, rank, family, may_hold))
-
     def acquire_call(
         self,
         name: str,
@@ -236,8 +203,14 @@ class AccountStore:
         family: str = "-",
         may_hold: bool = True,
     ) -> ScriptCall[int]:
-        """`try_acquire` as a call, for the worker to send from its event loop (AccountManager), or to make into one
-        that does more in the same script (a worker's attempt start: WorkerJobStore.start_call)."""
+        """Take a slot on `name` for a job of model `family` -> a `Slot` code (claudeq/lua/results.py): ACQUIRED
+        (or already held, e.g. handed over by a release), FULL, DISABLED, COOLING (the account or the family), HELD
+        (what the API said is left is spoken for by the runs in flight), IN_LINE (the free slots belong to waiters
+        ranked before `rank`; None: no waiting line is consulted), RESERVED (a window at its ceiling, or predicted to
+        pass it), RAMPING.
+        `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one). The
+        worker makes it into a call that does more in the same script (its attempt start: WorkerJobStore.start_call).
+        """
         account = self.config(name)
         now = time.time() if now is None else now
         keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name)]
@@ -261,15 +234,11 @@ class AccountStore:
         now = time.time() if now is None else now
         return bool(self.redis.zadd(self.keys.account_slots(name), {job_id: now + ttl_s}, xx=True, ch=True))
 
-    def release(self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
-        """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
-        ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
-        return run_call(self.release_call(name, job_id, ttl_s, now))
-
     def release_call(
         self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None
     ) -> ScriptCall[list[str]]:
-        """`release` as a call, for the worker to send from its event loop (AccountManager)."""
+        """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
+        ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
         keys, args = self.handout(name, ttl_s, now)
         return ScriptCall(self._release, keys, [job_id, *args], _texts)
 
@@ -289,34 +258,10 @@ class AccountStore:
         ]
         return keys, args
 
-    def admit(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> list[str]:
-        """Hand `name`'s free slots to its best waiters still deferred (as `release` does, without freeing one)."""
-        return run_call(self.admit_call(name, ttl_s, now))
-
     def admit_call(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> ScriptCall[list[str]]:
-        """`admit` as a call (the worker sends it from its event loop)."""
+        """Hand `name`'s free slots to its best waiters still deferred (as `release_call` does, without freeing one)."""
         keys, args = self.handout(name, ttl_s, now)
         return ScriptCall(self._admit, keys, args, _texts)
-
-    def add_waiter(
-        self,
-        names: Iterable[str],
-        job_id: str,
-        rank: float,
-        ttl_s: float = 15.0,
-        now: float | None = None,
-        family: str = "-",
-        fallback_s: float = 300.0,
-        tenant_line: tuple[str, float] | None = None,
-    ) -> list[str]:
-        """Put a deferred job in its family's waiting line of each of `names` at `rank` (a job already in a line
-        keeps its place) and move its ready time out to `fallback_s` from now (never earlier: a freed slot is handed
-        to it, the ready time is only the fallback), then let each account admit its best waiters into its free
-        slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
-        `job_id` itself is among them when it is first in line for a slot that is free right now. `tenant_line`:
-        (its tenant's line key, its score there) when tenants order the lines (priority within a tenant)."""
-        call = self.add_waiter_call(names, job_id, rank, ttl_s, now, family, fallback_s, tenant_line)
-        return [] if call is None else run_call(call)
 
     def add_waiter_call(
         self,
@@ -329,7 +274,13 @@ class AccountStore:
         fallback_s: float = 300.0,
         tenant_line: tuple[str, float] | None = None,
     ) -> ScriptCall[list[str]] | None:
-        """`add_waiter` as a call (None: no account to wait on)."""
+        """Put a deferred job in its family's waiting line of each of `names` at `rank` (a job already in a line
+        keeps its place) and move its ready time out to `fallback_s` from now (never earlier: a freed slot is handed
+        to it, the ready time is only the fallback), then let each account admit its best waiters into its free
+        slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
+        `job_id` itself is among them when it is first in line for a slot that is free right now. `tenant_line`:
+        (its tenant's line key, its score there) when tenants order the lines (priority within a tenant). None: no
+        account to wait on (nothing to send)."""
         now = time.time() if now is None else now
         accounts = [self.config(name) for name in names]
         if not accounts:

@@ -14,6 +14,7 @@ from claudeq.errors import ApprovalRefused, JobNotFound
 from claudeq.jobs import JobStore
 from claudeq.keys import text
 from claudeq.models import ApprovalDecision, JobRecord, PendingApproval
+from claudeq.script_calls import run_call
 
 #: Why a decision was refused, by the script's answer.
 REFUSALS: dict[str, str] = {
@@ -70,7 +71,7 @@ def waiting(store: JobStore, tenant: str | None = None) -> list[JobRecord]:
     CLI) or a deferred one (its run stopped after the hold), so this reads the records of those two sets."""
     job_ids = [text(i) for key in (store.keys.running, store.keys.deferred) for i in store.redis.zrange(key, 0, -1)]
     out: list[JobRecord] = []
-    for record in store.records(job_ids):
+    for record in run_call(store.records_call(job_ids)):
         mine = isinstance(record, JobRecord) and (tenant is None or record.spec.tenant == tenant)
         if mine and isinstance(record, JobRecord) and record.waiting_approval:
             out.append(record)

@@ -94,8 +94,8 @@ class ConversationInfo:
 
 
 class ConversationStore:
-    """Pointer, turns and turn lock of conversations. Sync; what the worker does with them is also a call
-    (`*_call`, claudeq/script_calls.py) the worker sends from its event loop."""
+    """Pointer, turns and turn lock of conversations. An operation that the worker makes too is a call (`*_call`,
+    claudeq/script_calls.py): sent with `run_call`, or from the worker's event loop with `AsyncCalls.send`."""
 
     def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int) -> None:
         self.redis = client
@@ -110,12 +110,8 @@ class ConversationStore:
         """A store under the settings' prefix, keeping conversations as long as their transcripts."""
         return cls(client or connections.sync_client(settings), Keys(settings.key_prefix), settings.session_retention_s)
 
-    def latest_session(self, name: str, tenant: str = DEFAULT_TENANT) -> str | None:
-        """The conversation's latest session id (None: no successful turn yet, or it expired)."""
-        return run_call(self.latest_session_call(name, tenant))
-
     def latest_session_call(self, name: str, tenant: str = DEFAULT_TENANT) -> PipeCall[str | None]:
-        """`latest_session` as a call."""
+        """The conversation's latest session id (None: no successful turn yet, or it expired)."""
         key = self.keys.conversation(name, tenant)
         return PipeCall(
             self.redis, lambda p: p.get(key), lambda replies: None if replies[0] is None else text(replies[0])
@@ -133,12 +129,8 @@ class ConversationStore:
             args=[job_id, self.ttl_s],
         )
 
-    def acquire(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> TurnGrant:
-        """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
-        return run_call(self.acquire_call(name, job_id, tenant))
-
     def acquire_call(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> ScriptCall[TurnGrant]:
-        """`acquire` as a call."""
+        """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
         keys = [
             self.keys.conversation_lock(name, tenant),
             self.keys.conversation_waiters(name, tenant),
@@ -148,23 +140,16 @@ class ConversationStore:
         args = [job_id, "", self.keys.job(""), self.ttl_s, HEAD_POPS]
         return ScriptCall(self._acquire, keys, args, _grant)
 
-    def release(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> str | None:
-        """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
-        return run_call(self.release_call(name, job_id, tenant))
-
     def release_call(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> ScriptCall[str | None]:
-        """`release` as a call."""
+        """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
         keys = [self.keys.conversation_lock(name, tenant), self.keys.conversation_waiters(name, tenant)]
         return ScriptCall(self._release, keys, [job_id, HEAD_POPS, self.keys.job("")], lambda n: text(n) if n else None)
-
-    def record_turn(self, name: str, turn: Turn, move_pointer: bool, tenant: str = DEFAULT_TENANT) -> None:
-        """Append a finished turn; with `move_pointer`, its session becomes the conversation's latest."""
-        run_call(self.record_turn_call(name, turn, move_pointer, tenant))
 
     def record_turn_call(
         self, name: str, turn: Turn, move_pointer: bool, tenant: str = DEFAULT_TENANT
     ) -> PipeCall[None]:
-        """`record_turn` as a call (one MULTI/EXEC)."""
+        """Append a finished turn (one MULTI/EXEC); with `move_pointer`, its session becomes the conversation's
+        latest."""
         now, ttl_s = time.time(), self.ttl_s
         pointer, turns, names = (
             self.keys.conversation(name, tenant),
@@ -201,7 +186,7 @@ class ConversationStore:
         waiting = [text(j) for j in self.redis.zrange(self.keys.conversation_waiters(name, tenant), 0, -1)]
         info = ConversationInfo(
             name=name,
-            session_id=self.latest_session(name, tenant),
+            session_id=run_call(self.latest_session_call(name, tenant)),
             turns=self.turns(name, tenant),
             running=text(running) if running else None,
             waiting=[j for j in waiting if j != (text(running) if running else None)],
@@ -220,7 +205,7 @@ class ConversationStore:
         turns = self.turns(name, tenant)
         ids = [t.session_id for t in turns if t.session_id]
         ids += [t.resumed_from for t in turns if t.resumed_from]
-        latest = self.latest_session(name, tenant)
+        latest = run_call(self.latest_session_call(name, tenant))
         if latest:
             ids.append(latest)
         return list(dict.fromkeys(ids))
@@ -233,14 +218,10 @@ class ConversationStore:
         key, ttl_s = self.keys.session_tenant(session_id), 2 * self.ttl_s
         return PipeCall(self.redis, lambda p: p.set(key, tenant, ex=ttl_s), done)
 
-    def may_resume(self, session_id: str, tenant: str) -> bool:
+    def may_resume_call(self, session_id: str, tenant: str) -> PipeCall[bool]:
         """Whether a job of `tenant` may resume (or fork) `session_id`: the session is the tenant's own. A session
         without an owner is the default tenant's (ownership is kept for the others only), unless none is stored at
         all (then there is nothing to resume: the run's missing-session handling decides)."""
-        return run_call(self.may_resume_call(session_id, tenant))
-
-    def may_resume_call(self, session_id: str, tenant: str) -> PipeCall[bool]:
-        """`may_resume` as a call."""
         owner_key, projects = self.keys.session_tenant(session_id), self.keys.session_projects(session_id)
 
         def parse(replies: list[Any]) -> bool:

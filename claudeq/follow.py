@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from claudeq.models import TERMINAL, Event, JobStatus
+from claudeq.script_calls import PipeCall, run_call
 
 #: How often a pass looks for new events (s), and at least how often a quiet stream yields `KeepAlive` (s).
 POLL_S = 0.25
@@ -39,7 +40,7 @@ class FollowedStore(Protocol):
 
     def announce_follow(self, job_id: str, now: float | None = None) -> None: ...
 
-    def status(self, job_id: str) -> JobStatus | None: ...
+    def status_call(self, job_id: str) -> PipeCall[JobStatus | None]: ...
 
     def read_events(
         self, job_id: str, after: str = "0-0", block_ms: int | None = None, count: int = 500
@@ -79,7 +80,7 @@ async def follow(
     quiet_since = time.monotonic()
     while True:
         await asyncio.to_thread(store.announce_follow, job_id)
-        status = await asyncio.to_thread(store.status, job_id)
+        status = await asyncio.to_thread(run_call, store.status_call(job_id))
         while True:
             batch = await asyncio.to_thread(functools.partial(store.read_events, job_id, after, count=PAGE))
             for entry_id, event in batch:

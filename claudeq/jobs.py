@@ -18,7 +18,7 @@ from claudeq.archive import Archive, open_archive
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.keys import Keys, text
 from claudeq.resp import execute_packed, pack_command, packed_capable
-from claudeq.script_calls import Queue
+from claudeq.script_calls import PipeCall, ScriptCall, done, raw_reply, run_call
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
@@ -199,20 +199,9 @@ class JobStore:
 
     # ---- create and read -------------------------------------------------------------------------------------
 
-    def create(self, record: JobRecord) -> tuple[str, bool]:
-        """Write a new `queued` record; with an idempotency key, return the existing id instead. -> (id, created)."""
-        return create_reply(self.queue_create(self.redis, record))
-
-    def queue_create(self, client: Any, record: JobRecord, now: float | None = None, indexed: bool = False) -> Any:
-        """Run (or, with a pipeline as `client`, queue) the CREATE script; `create_reply` reads its answer. `now`
-        is the send time of the job's first message (its score in the `queued` set). A conversation turn gets its
-        turn number here, in the order the CREATEs run. `indexed`: see _create_fields."""
-        keys, args = self._create_call(record, time.time() if now is None else now, indexed)
-        return self._create(client=client, keys=keys, args=args)
-
     def create_many(self, records: Sequence[JobRecord], now: float, indexed: bool = False) -> list[tuple[str, bool]]:
         """Create the records, in order, in one round trip and one MULTI/EXEC (all of them or none; see
-        queue_create); -> (id, created) per record.
+        create_call); -> (id, created) per record.
 
         A record with an idempotency key or a conversation goes through CREATE; every other one is what CREATE
         would write for it (its hash, its entries in `jobs` and `queued`) as plain commands, and the index entries
@@ -220,7 +209,7 @@ class JobStore:
         if not packed_capable(self.redis):
             pipe = self.redis.pipeline(transaction=True)
             for record in records:
-                self.queue_create(pipe, record, now, indexed)
+                raw_reply(self.create_call(record, now, indexed), pipe)
             return [create_reply(reply) for reply in pipe.execute()]
         # SCRIPT LOAD first, on the same connection: the EVALSHAs after it find the script even on a fresh Redis.
         commands = [pack_command("SCRIPT", "LOAD", scripts.CREATE), pack_command("MULTI")]
@@ -232,8 +221,8 @@ class JobStore:
         for record in records:
             follows = record.spec.webhook is not None and bool(record.spec.webhook.events)
             if record.spec.idempotency_key or record.spec.conversation or follows:
-                keys, args = self._create_call(record, now, indexed)
-                commands.append(pack_command("EVALSHA", sha, len(keys), *keys, *args))
+                call = self.create_call(record, now, indexed)
+                commands.append(pack_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args))
                 scripted.append(True)
                 continue
             commands.append(pack_command("HSET", self.keys.job(record.id), *_create_fields(record, indexed)))
@@ -259,9 +248,14 @@ class JobStore:
             for record, by_script, answer in zip(records, scripted, results[: len(records)], strict=True)
         ]
 
-    def _create_call(
-        self, record: JobRecord, now: float, indexed: bool = False
-    ) -> tuple[list[str], list[str | int | float]]:
+    def create_call(
+        self, record: JobRecord, now: float | None = None, indexed: bool = False
+    ) -> ScriptCall[tuple[str, bool]]:
+        """Write a new `queued` record (CREATE); with an idempotency key, answer the existing id instead. -> (id,
+        created). `now` is the send time of the job's first message (its score in the `queued` set). A conversation
+        turn gets its turn number here, in the order the CREATEs run. `indexed`: see _create_fields. `created_waiting`
+        reads from its reply whether the job waits for its dependencies (`raw_reply`)."""
+        now = time.time() if now is None else now
         idem = record.spec.idempotency_key
         conversation = record.spec.conversation
         fields = _create_fields(record, indexed)
@@ -285,39 +279,51 @@ class JobStore:
             self._index_cutoff_ms(now),
             *fields,
         ]
-        return keys, args
+        return ScriptCall(self._create, keys, args, create_reply)
 
     def _index_cutoff_ms(self, now: float) -> int:
         """Entries of a tenant's job index created before this (ms) may be of expired jobs (see
         claudeq/lua/lib/index_job.lua)."""
         return int((now - self.result_ttl_s) * 1000)
 
-    # Each read is its commands (`_queue_*`: put on a pipeline of either client) and the parsing of their replies
-    # (read with raise_on_error=False: a key that is not a record is that job's RecordUnreadable), so the worker's
-    # event loop sends the same reads on its async client (claudeq.worker.store.reads.LoopReads).
+    # Each read is a call (claudeq/script_calls.py): its commands, read with raise_on_error=False (a key that is not
+    # a record is that job's RecordUnreadable), and the parsing of their replies; the worker's event loop sends the
+    # same calls on its async client (claudeq.worker.store.reads.LoopReads). A result or history that moved to the
+    # transcript archive is read from its database (sync): such replies are `blocking`.
 
-    def get(self, job_id: str) -> JobRecord:
+    def get_call(self, job_id: str) -> PipeCall[JobRecord]:
         """The record of `job_id`; JobNotFound or RecordUnreadable when it cannot be had."""
-        fields = record_reply(job_id, self._run(self._queue_get(job_id))[0])
-        self._archived_results([(job_id, fields)])
-        return parse_record(job_id, fields)
 
-    def _queue_get(self, job_id: str) -> Queue:
-        return lambda pipe: pipe.hgetall(self.keys.job(job_id))
+        def parse(replies: list[Any]) -> JobRecord:
+            fields = record_reply(job_id, replies[0])
+            self._archived_results([(job_id, fields)])
+            return parse_record(job_id, fields)
 
-    def records(self, job_ids: Sequence[str]) -> list[JobRecord | RecordUnreadable | None]:
+        def blocking(replies: list[Any]) -> bool:
+            found = replies[0]
+            return isinstance(found, dict) and bool(self._moved_results([(job_id, {text(k): "" for k in found})]))
+
+        key = self.keys.job(job_id)
+        return PipeCall(self.redis, lambda pipe: pipe.hgetall(key), parse, raise_on_error=False, blocking=blocking)
+
+    def records_call(self, job_ids: Sequence[str]) -> PipeCall[list[JobRecord | RecordUnreadable | None]]:
         """The records of `job_ids` in one round trip (None: no such job), without their compacted events: what a
         listing shows of each (HMGET of the record's fields, however long its history grew)."""
-        read, out = listing_replies(job_ids, self._run(self._queue_records(job_ids)))
-        self._archived_results(read)
-        return listing_records(job_ids, read, out)
 
-    def _queue_records(self, job_ids: Sequence[str]) -> Queue:
         def queue(pipe: Any) -> None:
             for job_id in job_ids:
                 pipe.hmget(self.keys.job(job_id), LISTING_FIELDS)
 
-        return queue
+        def parse(replies: list[Any]) -> list[JobRecord | RecordUnreadable | None]:
+            read, out = listing_replies(job_ids, replies)
+            self._archived_results(read)
+            return listing_records(job_ids, read, out)
+
+        def blocking(replies: list[Any]) -> bool:
+            read, _ = listing_replies(job_ids, replies)
+            return bool(self._moved_results(read))
+
+        return PipeCall(self.redis, queue, parse, raise_on_error=False, blocking=blocking)
 
     def _archived_results(self, records: list[tuple[str, dict[str, str]]]) -> None:
         """Put back the results that moved to the archive with their job's history (records marked `archived`
@@ -336,19 +342,16 @@ class JobStore:
             return []
         return [job_id for job_id, f in records if ARCHIVED_FIELD in f and "result" not in f]
 
-    def status(self, job_id: str) -> JobStatus | None:
+    def status_call(self, job_id: str) -> PipeCall[JobStatus | None]:
         """Only the status (cheap), or None when the job does not exist; RecordUnreadable when its key is not a
         record."""
-        return status_reply(job_id, self._run(self._queue_status(job_id))[0])
-
-    def _queue_status(self, job_id: str) -> Queue:
-        return lambda pipe: pipe.hget(self.keys.job(job_id), "status")
-
-    def _run(self, queue: Queue) -> list[Any]:
-        """The replies of the commands `queue` puts on a pipeline (errors as replies)."""
-        pipe = self.redis.pipeline(transaction=False)
-        queue(pipe)
-        return list(pipe.execute(raise_on_error=False))
+        key = self.keys.job(job_id)
+        return PipeCall(
+            self.redis,
+            lambda pipe: pipe.hget(key, "status"),
+            lambda replies: status_reply(job_id, replies[0]),
+            raise_on_error=False,
+        )
 
     def list_jobs(
         self,
@@ -482,10 +485,10 @@ class JobStore:
         job's stream while it is active, and in the record's `events` field once it finished (the stream is
         compacted into it by the script that writes the terminal status, and expires with the record)."""
         if block_ms is None:
-            return self._events_page(job_id, after, count, self._run(self._queue_events(job_id, after, count)))
+            return run_call(self.events_call(job_id, after, count))
         head = self._submitted_event(job_id) if after == "0-0" else None
         if head is not None:  # something to return already: do not block
-            return self._events_page(job_id, after, count, self._run(self._queue_events(job_id, after, count)))
+            return run_call(self.events_call(job_id, after, count))
         res: Any = self.redis.xread({self.keys.events(job_id): after}, count=count, block=block_ms)
         entries = res[0][1] if res else []
         compacted, archived = self.redis.hmget(self.keys.job(job_id), ["events", ARCHIVED_FIELD])
@@ -493,9 +496,10 @@ class JobStore:
             compacted = self.archive.get_events(self.keys.prefix, job_id)  # moved to the archive after its end
         return events_page(after, count, None, entries, compacted)
 
-    def _queue_events(self, job_id: str, after: str, count: int) -> Queue:
-        """read_events without blocking, in one round trip: the record's creation (the `submitted` event, when read
-        from the start), the stream's entries after `after`, the compacted events and the `archived` mark."""
+    def events_call(self, job_id: str, after: str = "0-0", count: int = 500) -> PipeCall[list[tuple[str, Event]]]:
+        """`read_events` without blocking, in one round trip: the record's creation (the `submitted` event, when read
+        from the start), the stream's entries after `after`, the compacted events and the `archived` mark (a
+        finished job's history that moved to the archive is read from its database: `blocking`)."""
         start = f"({SUBMITTED_ENTRY_ID}" if after == "0-0" else f"({after}"
         key = self.keys.job(job_id)
 
@@ -505,14 +509,18 @@ class JobStore:
             pipe.xrange(self.keys.events(job_id), min=start, count=count)
             pipe.hmget(key, ["events", ARCHIVED_FIELD])
 
-        return queue
+        def parse(replies: list[Any]) -> list[tuple[str, Event]]:
+            head = self._submitted_of(*_raised(replies[0])) if after == "0-0" else None
+            entries, (compacted, archived) = _raised(replies[-2]), _raised(replies[-1])
+            if not compacted and archived and self.archive is not None:
+                compacted = self.archive.get_events(self.keys.prefix, job_id)  # moved to the archive after its end
+            return events_page(after, count, head, entries, compacted)
 
-    def _events_page(self, job_id: str, after: str, count: int, replies: list[Any]) -> list[tuple[str, Event]]:
-        head = self._submitted_of(*_raised(replies.pop(0))) if after == "0-0" else None
-        entries, (compacted, archived) = _raised(replies[0]), _raised(replies[1])
-        if not compacted and archived and self.archive is not None:
-            compacted = self.archive.get_events(self.keys.prefix, job_id)  # moved to the archive after its end
-        return events_page(after, count, head, entries, compacted)
+        def blocking(replies: list[Any]) -> bool:
+            compacted, archived = replies[-1] if isinstance(replies[-1], list) else (None, None)
+            return self.archive is not None and not compacted and bool(archived)
+
+        return PipeCall(self.redis, queue, parse, raise_on_error=False, blocking=blocking)
 
     def _submitted_event(self, job_id: str) -> Event | None:
         return self._submitted_of(*self.redis.hmget(self.keys.job(job_id), ["created_at", "spec"]))
@@ -536,22 +544,22 @@ class JobStore:
         """Say that someone follows `job_id`'s events: the worker running it stores them within 0.1 s instead of
         letting them wait for its next write (a PUBLISH; every FOLLOW_ANNOUNCE_S while following). At most one
         announcement per FOLLOW_ANNOUNCE_S per job from this store; a failure only means the events come later."""
-        if not self._announce_due(job_id, now):
-            return
         try:
-            self.redis.publish(self.keys.follow_channel, job_id)
+            run_call(self.announce_call(job_id, now))
         except redis.RedisError:
             pass
 
-    def _announce_due(self, job_id: str, now: float | None = None) -> bool:
-        """Whether this store announces following `job_id` now (at most once per FOLLOW_ANNOUNCE_S; noted)."""
+    def announce_call(self, job_id: str, now: float | None = None) -> PipeCall[None]:
+        """`announce_follow`'s PUBLISH, when this store announces following `job_id` now (at most once per
+        FOLLOW_ANNOUNCE_S; noted as sent); otherwise no command (an empty pipeline: no round trip)."""
         now = time.monotonic() if now is None else now
-        if now - self._announced.get(job_id, -FOLLOW_ANNOUNCE_S) < FOLLOW_ANNOUNCE_S:
-            return False
-        self._announced[job_id] = now
-        if len(self._announced) > 1000:  # forget old jobs
-            self._announced = {k: v for k, v in self._announced.items() if now - v < FOLLOW_ANNOUNCE_S}
-        return True
+        due = now - self._announced.get(job_id, -FOLLOW_ANNOUNCE_S) >= FOLLOW_ANNOUNCE_S
+        if due:
+            self._announced[job_id] = now
+            if len(self._announced) > 1000:  # forget old jobs
+                self._announced = {k: v for k, v in self._announced.items() if now - v < FOLLOW_ANNOUNCE_S}
+        channel = self.keys.follow_channel
+        return PipeCall(self.redis, lambda pipe: pipe.publish(channel, job_id) if due else None, done)
 
 
 #: How often a follower announces itself (s): the worker holds a followed job's events for at most 0.1 s while

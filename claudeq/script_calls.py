@@ -23,16 +23,18 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 T = TypeVar("T")
+#: A call's answer: a call answering a `T` is also one answering any supertype of it (e.g. a list, an Iterable).
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass(frozen=True)
-class ScriptCall(Generic[T]):
+class ScriptCall(Generic[T_co]):
     """One call of a registered script: its keys, its arguments, and what makes the reply into the answer."""
 
     script: Script
     keys: list[str]
     args: list[Any]
-    parse: Callable[[Any], T]
+    parse: Callable[[Any], T_co]
 
 
 #: Queues commands on a pipeline (`AsyncCalls._pipe`): the same redis-py command methods on either client's.
@@ -40,15 +42,19 @@ Queue = Callable[[Any], object]
 
 
 @dataclass(frozen=True)
-class PipeCall(Generic[T]):
+class PipeCall(Generic[T_co]):
     """Plain commands sent together: `queue` puts them on a pipeline of either client (one round trip; MULTI/EXEC
     with `transaction`), `parse` makes their replies (in order) into the answer. `client` is the store's sync client
-    (`run_call`'s)."""
+    (`run_call`'s). `raise_on_error` False: a command's error is its reply, for `parse` to read. `blocking`: whether
+    `parse` of these replies waits on something slow and sync (the transcript archive's database): the async sender
+    parses them in a thread then."""
 
     client: Redis
     queue: Queue
-    parse: Callable[[list[Any]], T]
+    parse: Callable[[list[Any]], T_co]
     transaction: bool = False
+    raise_on_error: bool = True
+    blocking: Callable[[list[Any]], bool] | None = None
 
 
 #: A store's operation as data: a script call or plain commands, sent by either client (`run_call`, `AsyncCalls.send`).
@@ -58,8 +64,15 @@ Call = ScriptCall[T] | PipeCall[T]
 def run_call(call: Call[T]) -> T:
     """Send `call` on the sync client (its script's, or its own)."""
     if isinstance(call, PipeCall):
-        return call.parse(_run_pipe(call.client, call.queue, call.transaction, True))
+        return call.parse(_run_pipe(call.client, call.queue, call.transaction, call.raise_on_error))
     return call.parse(call.script(keys=call.keys, args=call.args))
+
+
+def raw_reply(call: ScriptCall[Any], client: Any) -> Any:
+    """Run `call`'s script on `client` and return its reply as Redis gave it; on a pipeline, queue it (the reply
+    comes with the pipeline's): for a caller that sends the call with other commands (`call.parse` then reads the
+    reply), or reads more of the reply than `parse` does."""
+    return call.script(keys=call.keys, args=call.args, client=client)
 
 
 def done(_: Any) -> None:
@@ -84,7 +97,10 @@ class AsyncCalls:
         if self._async is None:
             return await asyncio.to_thread(run_call, call)
         if isinstance(call, PipeCall):
-            return call.parse(await self._pipe(call.queue, transaction=call.transaction))
+            replies = await self._pipe(call.queue, transaction=call.transaction, raise_on_error=call.raise_on_error)
+            if call.blocking is not None and call.blocking(replies):
+                return await asyncio.to_thread(call.parse, replies)
+            return call.parse(replies)
         reply = await _batch_for(self._async).send(call.script, call.keys, call.args)
         return call.parse(reply)
 

@@ -197,22 +197,6 @@ class TenantStore:
 
     # ---- admission -----------------------------------------------------------------------------------------
 
-    def admit(
-        self,
-        tenant: TenantConfig,
-        job_id: str,
-        ttl_s: float,
-        want: float | None,
-        now: float | None = None,
-        model: str | None = None,
-        share: int | None = None,
-    ) -> Admission:
-        """Start a run of `tenant` (its concurrency cap, then its spend caps): the run's budget is at most `want`
-        and what the tenant has left in each capped window, less what its other runs in flight reserved and one
-        turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py). `share`: its share cap (reserve_share), a
-        concurrency cap beside `max_concurrency`."""
-        return run_call(self.admit_call(tenant, job_id, ttl_s, want, now, model, share))
-
     def admit_call(
         self,
         tenant: TenantConfig,
@@ -223,7 +207,10 @@ class TenantStore:
         model: str | None = None,
         share: int | None = None,
     ) -> Call[Admission]:
-        """`admit` as a call (the worker sends it from its event loop: AccountManager)."""
+        """Start a run of `tenant` (its concurrency cap, then its spend caps): the run's budget is at most `want`
+        and what the tenant has left in each capped window, less what its other runs in flight reserved and one
+        turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py). `share`: its share cap (reserve_share), a
+        concurrency cap beside `max_concurrency`."""
         now = time.time() if now is None else now
         cap = effective_cap(tenant, share)
         if cap is None and not tenant.capped:
@@ -317,18 +304,12 @@ class TenantStore:
         now = time.time() if now is None else now
         self.redis.zadd(self.keys.tenant_runs(tenant), {job_id: now + ttl_s}, xx=True)
 
-    def release(
-        self, tenant: TenantConfig, job_id: str, now: float | None = None, pop: bool = True, share: int | None = None
-    ) -> list[str]:
-        """End a run of the tenant; returns the waiters to promote now, best first (`pop` False: none, for a run
-        that never started): one, or as many as it is under its cap (`max_concurrency` and `share`, its share cap
-        under reserve_share, which rises when other tenants go idle)."""
-        return run_call(self.release_call(tenant, job_id, now, pop, share))
-
     def release_call(
         self, tenant: TenantConfig, job_id: str, now: float | None = None, pop: bool = True, share: int | None = None
     ) -> Call[list[str]]:
-        """`release` as a call."""
+        """End a run of the tenant; returns the waiters to promote now, best first (`pop` False: none, for a run
+        that never started): one, or as many as it is under its cap (`max_concurrency` and `share`, its share cap
+        under reserve_share, which rises when other tenants go idle)."""
         now = time.time() if now is None else now
         runs, reserved = self.keys.tenant_runs(tenant.name), self.keys.tenant_reserved(tenant.name)
         if not pop and tenant.max_concurrency is None and not tenant.capped:
@@ -345,20 +326,6 @@ class TenantStore:
             _texts,
         )
 
-    def wait(
-        self,
-        tenant: TenantConfig,
-        job_id: str,
-        score: float,
-        now: float | None = None,
-        fallback_s: float | None = None,
-        share: int | None = None,
-    ) -> bool:
-        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now: under
-        its cap, `max_concurrency` and `share`). Otherwise its ready time moves out to `fallback_s` from now (never
-        earlier; None: left as it is)."""
-        return run_call(self.wait_call(tenant, job_id, score, now, fallback_s, share))
-
     def wait_call(
         self,
         tenant: TenantConfig,
@@ -368,7 +335,9 @@ class TenantStore:
         fallback_s: float | None = None,
         share: int | None = None,
     ) -> ScriptCall[bool]:
-        """`wait` as a call."""
+        """A deferred job waits for one of its tenant's runs to end; True when one already did (it is due now: under
+        its cap, `max_concurrency` and `share`). Otherwise its ready time moves out to `fallback_s` from now (never
+        earlier; None: left as it is)."""
         now = time.time() if now is None else now
         return ScriptCall(
             self._wait,
@@ -383,29 +352,6 @@ class TenantStore:
             bool,
         )
 
-    def settle(
-        self,
-        tenant: str | None,
-        account: str,
-        job_id: str,
-        cost_usd: float,
-        now: float | None = None,
-        model: str | None = None,
-        turns: int | None = None,
-        *,
-        reserved: bool = True,
-        account_capped: bool = True,
-    ) -> None:
-        """Count a finished attempt's real cost against its tenant (None: a fleet without a tenants file keeps no
-        tenant spend) and account (the current hour), drop the budget its run had reserved (`reserved` False: it
-        was started without a budget, so it reserved none), and learn what one turn of `model`'s runs costs (the
-        run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes runs
-        wait) where a cap may read it: the tenant's, and the account's when it has a spend cap (`account_capped`).
-        One SETTLE script (claudeq/tenant_scripts.py)."""
-        call = self.settle_call(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
-        if call is not None:
-            run_call(call)
-
     def settle_call(
         self,
         tenant: str | None,
@@ -418,8 +364,12 @@ class TenantStore:
         reserved: bool = True,
         account_capped: bool = True,
     ) -> ScriptCall[None] | None:
-        """`settle` as a call, for the worker to send from its event loop (AccountManager); None: nothing to
-        count."""
+        """Count a finished attempt's real cost against its tenant (None: a fleet without a tenants file keeps no
+        tenant spend) and account (the current hour), drop the budget its run had reserved (`reserved` False: it
+        was started without a budget, so it reserved none), and learn what one turn of `model`'s runs costs (the
+        run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes runs
+        wait) where a cap may read it: the tenant's, and the account's when it has a spend cap (`account_capped`).
+        One SETTLE script (claudeq/tenant_scripts.py); None: nothing to count."""
         parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
         return None if parts is None else ScriptCall(self._settle, *parts, lambda _: None)
 
@@ -463,21 +413,13 @@ class TenantStore:
 
     # ---- fair share ----------------------------------------------------------------------------------------
 
-    def tag(self, tenant: TenantConfig, job_id: str) -> float:
-        """The job's virtual finish tag (issued once, kept in its hash): its place in weighted fair queueing."""
-        return run_call(self.tag_call(tenant, job_id))
-
     def tag_call(self, tenant: TenantConfig, job_id: str) -> ScriptCall[float]:
-        """`tag` as a call."""
+        """The job's virtual finish tag (issued once, kept in its hash): its place in weighted fair queueing."""
         keys, args = [self.keys.fair_share, self.keys.job(job_id)], [tenant.name, repr(tenant.weight)]
         return ScriptCall(self._tag, keys, args, lambda value: float(text(value)))
 
-    def advance(self, tag: float) -> None:
-        """A job with this tag started: the system virtual time moves up to it."""
-        run_call(self.advance_call(tag))
-
     def advance_call(self, tag: float) -> ScriptCall[None]:
-        """`advance` as a call."""
+        """A job with this tag started: the system virtual time moves up to it."""
         return ScriptCall(self._advance, [self.keys.fair_share], [repr(tag)], done)
 
     def balance_call(
@@ -526,23 +468,21 @@ class TenantStore:
 
     # ---- the active-job index (waiting counts) -------------------------------------------------------------
 
-    def unindex(self, tenant: str, job_id: str) -> None:
+    def unindex_call(self, tenant: str, job_id: str) -> PipeCall[None]:
         """Remove a finished (or cancelled) job of `tenant` (the name it gives) from the active-job index. The
         producer indexed it under the entry governing it in the producer's own view, which need not be this
         process's (a producer without the tenants file files every job under `default`): so every name it can
         have been filed under — its own, the one governing it here, `default` — loses it. So does the tenant's line
         (a job that ended while waiting in it, e.g. cancelled)."""
-        pipe = self.redis.pipeline(transaction=False)
-        self.queue_unindex(pipe, tenant, job_id)
-        pipe.execute()
+        indexes, last = self.unindex_keys(tenant)
 
-    def queue_unindex(self, pipe: Any, tenant: str, job_id: str) -> None:
-        """Queue `unindex`'s commands on `pipe`: a sync pipeline, or the worker's async one (AccountManager)."""
-        indexes, done = self.unindex_keys(tenant)
-        for key in indexes:
-            pipe.zrem(key, job_id)
-        if done is not None:
-            pipe.hset(self.keys.tenants_done, done, repr(time.time()))
+        def queue(pipe: Any) -> None:
+            for key in indexes:
+                pipe.zrem(key, job_id)
+            if last is not None:
+                pipe.hset(self.keys.tenants_done, last, repr(time.time()))
+
+        return PipeCall(self.redis, queue, done)
 
     def unindex_keys(self, tenant: str) -> tuple[list[str], str | None]:
         """The sorted sets a finished job of `tenant` leaves, and the tenant whose last job's end is recorded (with
@@ -553,13 +493,9 @@ class TenantStore:
             keys.append(self.keys.tenant_line(governing))
         return keys, governing if self.tenants.reserve_share else None
 
-    def active(self, now: float | None = None) -> set[str]:
+    def active_call(self, now: float | None = None) -> PipeCall[set[str]]:
         """The tenants active for reserved fair share: with jobs not finished (their active-job index exists), or
         whose last job finished less than `share_idle_s` ago. One pipeline."""
-        return run_call(self.active_call(now))
-
-    def active_call(self, now: float | None = None) -> PipeCall[set[str]]:
-        """`active` as a call."""
         now = time.time() if now is None else now
         names = self.tenants.share_names
 
@@ -607,7 +543,11 @@ class TenantStore:
         `default`'s runs and jobs are every job's: read from the status indexes' sizes (running; queued + deferred),
         not from per-tenant indexes."""
         now = time.time() if now is None else now
-        sharing = self.active(now) if self.tenants.configured and self.tenants.reserve_share and slots else None
+        sharing = (
+            run_call(self.active_call(now))
+            if self.tenants.configured and self.tenants.reserve_share and slots
+            else None
+        )
         balances, repay_s = self._balances() if sharing is not None else ({}, BALANCE_REPAY_S)
         tenants = self.tenants.tenants or [self.tenants.governing("default")]
         pipe = self.redis.pipeline(transaction=False)

@@ -34,11 +34,12 @@ from claudeq.errors import (
 from claudeq.events import session_of
 from claudeq.follow import blocking, run_blocking
 from claudeq.follow import follow as follow_job
-from claudeq.jobs import JobStore, create_reply, created_waiting
+from claudeq.jobs import JobStore, created_waiting
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
 from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
+from claudeq.script_calls import raw_reply, run_call
 from claudeq.tenant_state import TenantStore
 from claudeq.workspaces import WorkspaceChange
 
@@ -170,8 +171,9 @@ class Client:
         indexed = self._indexes()
         if checked.idempotency_key or checked.depends_on:
             now = time.time()
-            reply = self.store.queue_create(self.store.redis, record, now, indexed)
-            job_id, created = create_reply(reply)
+            call = self.store.create_call(record, now, indexed)
+            reply = raw_reply(call, self.store.redis)
+            job_id, created = call.parse(reply)
             if created:
                 # If this process dies right here the reconciler re-sends the job: the record is the truth. A job
                 # waiting for its dependencies gets no message: the end of the last one makes it due.
@@ -180,10 +182,11 @@ class Client:
             return JobHandle(self, job_id, created)
         pipe = self.store.redis.pipeline(transaction=True)
         now = time.time()
-        self.store.queue_create(pipe, record, now, indexed)
+        create = self.store.create_call(record, now, indexed)
+        raw_reply(create, pipe)
         self._index(pipe, [record], now, indexed)
         self._queue_messages(pipe, [record], now)
-        job_id, created = create_reply(pipe.execute()[0])
+        job_id, created = create.parse(pipe.execute()[0])
         durability.replicated(self.store.redis, self.settings, (job_id,))
         return JobHandle(self, job_id, created)
 
@@ -259,7 +262,7 @@ class Client:
         return [
             (index, "resume", NOT_YOURS.format(session_id=spec.resume, tenant=spec.tenant))
             for index, spec in enumerate(specs)
-            if spec.resume and not self._conversations.may_resume(spec.resume, spec.tenant)
+            if spec.resume and not run_call(self._conversations.may_resume_call(spec.resume, spec.tenant))
         ]
 
     def _submit_chunk(self, specs: builtins.list[JobSpec]) -> builtins.list[JobHandle]:
@@ -361,7 +364,7 @@ class Client:
 
     def get(self, job_id: str) -> JobRecord:
         """The job's record; JobNotFound / RecordUnreadable when it cannot be had."""
-        return self.store.get(job_id)
+        return run_call(self.store.get_call(job_id))
 
     def diff(self, job_id: str) -> WorkspaceChange | None:
         """A coding job's change (its spec's `workspace`): the stat, its branch and commit, and `.patch` against
@@ -406,7 +409,7 @@ class Client:
         since_ms = None
         if parent_job_id is not None:
             try:
-                since_ms = int(self.store.get(parent_job_id).created_at.timestamp() * 1000)
+                since_ms = int(run_call(self.store.get_call(parent_job_id)).created_at.timestamp() * 1000)
             except ClaudeqError:
                 since_ms = None  # an expired (or unreadable) parent: its children may still be retained
         return self.store.list_jobs(
@@ -423,10 +426,10 @@ class Client:
             raise JobNotFound(job_id)
         if result == "cancelled":
             try:
-                tenant = self.store.get(job_id).spec.tenant
+                tenant = run_call(self.store.get_call(job_id)).spec.tenant
             except ClaudeqError:
                 return result
-            TenantStore(self.store.redis, self.store.keys, self.settings.tenants).unindex(tenant, job_id)
+            run_call(TenantStore(self.store.redis, self.store.keys, self.settings.tenants).unindex_call(tenant, job_id))
         return result
 
     def approve(
@@ -475,7 +478,7 @@ class Client:
         entries as the CLI wrote them). Read from Redis and the transcript archive alike; a session no longer kept
         (its retention ended, or a one-shot job's dropped at success) is left out. JobNotFound when the job is
         unknown."""
-        self.store.get(job_id)
+        run_call(self.store.get_call(job_id))
         sessions: builtins.list[str] = []
         for event in self.events(job_id):
             sid = session_of(event)
@@ -504,7 +507,7 @@ class Client:
     def dead_notifications(self, limit: int = 100) -> builtins.list[JobRecord | RecordUnreadable]:
         """The jobs with a notification given up on (a webhook that kept failing), most recent first."""
         ids = [text(i) for i in self.store.redis.zrevrange(self.store.keys.outbox_dead, 0, limit - 1)]
-        return [r for r in self.store.records(ids) if r is not None]
+        return [r for r in run_call(self.store.records_call(ids)) if r is not None]
 
     def retry_notifications(self, job_id: str) -> int:
         """Try a job's dead notifications again (from the first try on), at once; -> how many. JobNotFound when the
@@ -615,7 +618,7 @@ class Client:
     def finished(self, job_id: str) -> JobRecord | None:
         """The job's record if it is finished, else None; with `redis_wait_replicas`, None too until that many
         replicas hold the record as read (docs/failover.md#durability). JobNotFound for an unknown job."""
-        status = self.store.status(job_id)
+        status = run_call(self.store.status_call(job_id))
         if status is not None and status not in TERMINAL:
             return None
         record = self.get(job_id)

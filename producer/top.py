@@ -35,6 +35,7 @@ from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
 from claudeq.producer.cli_output import Cell, one_line, print_table
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 
 #: Jobs looked at for "recent finishes" and jobs/s (newest first by creation).
 RECENT_WINDOW = 200
@@ -138,10 +139,10 @@ def collect(client: Client) -> Snapshot:
     oldest = r.zrange(keys.queued, 0, 0)
     if oldest:
         with contextlib.suppress(Exception):
-            snap.oldest_wait_s = (now - store.get(text(oldest[0])).created_at).total_seconds()
+            snap.oldest_wait_s = (now - run_call(store.get_call(text(oldest[0]))).created_at).total_seconds()
     for job_id in sorted(text(i) for i in r.zrange(keys.running, 0, -1)):
         with contextlib.suppress(Exception):
-            rec = store.get(job_id)
+            rec = run_call(store.get_call(job_id))
             snap.running.append(rec)
             snap.tokens_so_far[job_id] = _tokens_so_far(r, keys, rec)
     snap.running.sort(key=lambda rec: rec.started_at or rec.created_at)

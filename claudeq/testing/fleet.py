@@ -35,6 +35,7 @@ from claudeq.errors import JobTimeout
 from claudeq.keys import Keys
 from claudeq.models import PARENT_JOB_KEY, TERMINAL, Event, JobRecord, JobSpec, Outcome, TerminalStatus, Usage
 from claudeq.producer.client import AsyncClient, Client, JobHandle
+from claudeq.script_calls import run_call
 from claudeq.testing import clock as _clock
 from claudeq.testing._loop import FleetStalled, jumped_s, virtual_loop
 from claudeq.testing.replies import Answer, Failure, Match, Reply, Rule, ScriptedRunner, ToolCall, UnmatchedPrompt
@@ -293,7 +294,7 @@ class Fleet:
             self.settings,
             default,
             submit=self._child_submit,
-            job_prompt=lambda job_id: self.worker_store.get(job_id).spec.prompt,
+            job_prompt=lambda job_id: run_call(self.worker_store.get_call(job_id)).spec.prompt,
         )
         self.accounts = AccountManager(self.settings, self.redis, Keys(self.settings.key_prefix))
         self.engine = Engine(
@@ -381,14 +382,14 @@ class Fleet:
         deadline = None if timeout is None else self.clock.time() + timeout
 
         def finished() -> bool:
-            status = self.worker_store.status(job_id)
+            status = run_call(self.worker_store.status_call(job_id))
             return status is None or status in TERMINAL
 
         self._drive(finished, advance=True, max_steps=MAX_STEPS, deadline=deadline)
         if not finished():
             if deadline is not None:
                 raise JobTimeout(job_id, timeout or 0)
-            status = self.worker_store.status(job_id)
+            status = run_call(self.worker_store.status_call(job_id))
             raise FleetStalled(f"job {job_id} is still {status} and the fleet has nothing left to do")
         return self.client.get(job_id)
 

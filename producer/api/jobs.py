@@ -40,6 +40,7 @@ from claudeq.producer.api.models import (
     TranscriptSession,
 )
 from claudeq.producer.web.listing import JobFilter, list_page, parse_cursor
+from claudeq.script_calls import run_call
 
 router = APIRouter()
 
@@ -160,7 +161,7 @@ async def job_events(
     store = api.client.store
     if SSE not in request.headers.get("accept", ""):
         batch = await run(store.read_events, job_id, start)
-        status = await run(store.status, job_id)
+        status = await run(run_call, store.status_call(job_id))
         entries = [EventEntry(id=entry, **event.model_dump()) for entry, event in batch]
         return JSONResponse(
             EventsPage(events=entries, status=status, last_id=batch[-1][0] if batch else start).model_dump(mode="json")

@@ -60,6 +60,7 @@ from claudeq.producer.web.hosts import HostAllowList, HostGuard
 from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
 from claudeq.producer.web.patch import sections
 from claudeq.producer.web.timeline import draw as draw_timeline
+from claudeq.script_calls import run_call
 
 HERE = Path(__file__).parent
 STATUSES: tuple[str, ...] = get_args(JobStatus)
@@ -356,7 +357,7 @@ class Web:
         dependencies = [
             (dep, found if isinstance(found, JobRecord) and viewer.can_see(found) else None)
             for dep, found in zip(
-                record.spec.depends_on, self.client.store.records(record.spec.depends_on), strict=True
+                record.spec.depends_on, run_call(self.client.store.records_call(record.spec.depends_on)), strict=True
             )
         ]
         now = datetime.now(UTC)

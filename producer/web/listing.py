@@ -19,6 +19,7 @@ from claudeq.errors import ClaudeqError, RecordUnreadable
 from claudeq.keys import text
 from claudeq.models import PARENT_JOB_KEY, JobRecord
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 
 #: Index entries read per round trip, and at most per page by default.
 CHUNK = 250
@@ -109,7 +110,7 @@ def list_page(
     floor = wanted.since_ms if wanted.since_ms is not None else -math.inf
     if wanted.parent is not None:
         try:  # a job's children are created after it
-            floor = max(floor, int(store.get(wanted.parent).created_at.timestamp() * 1000))
+            floor = max(floor, int(run_call(store.get_call(wanted.parent)).created_at.timestamp() * 1000))
         except ClaudeqError:
             pass  # an expired parent: its children may still be retained
     score, skip = parse_cursor(cursor)
@@ -128,7 +129,7 @@ def list_page(
             return page  # the index ends: no next page
         ids = [text(member) for member, _ in entries]
         wanted_ids = _light_pass(client, ids, wanted) if light else ids
-        records = dict(zip(wanted_ids, store.records(wanted_ids), strict=True))
+        records = dict(zip(wanted_ids, run_call(store.records_call(wanted_ids)), strict=True))
         for job_id, (_, entry_score) in zip(ids, entries, strict=True):
             page.scanned += 1
             if entry_score == score:
@@ -192,7 +193,9 @@ def _conversation_page(client: Client, wanted: JobFilter, limit: int) -> Page:
     page = Page(scanned=len(ids))
     scoped = dataclasses.replace(wanted, tenant=tenant)
     found = [
-        r for r in client.store.records(ids) if isinstance(r, JobRecord) and scoped.matches(r, client.settings.queue)
+        r
+        for r in run_call(client.store.records_call(ids))
+        if isinstance(r, JobRecord) and scoped.matches(r, client.settings.queue)
     ]
     found.sort(key=lambda r: r.created_at, reverse=True)
     page.rows = list(found[:limit])
@@ -208,5 +211,7 @@ def children_of(client: Client, parent: JobRecord, limit: int = 50, max_scan: in
     ids = [text(i) for i in client.store.redis.zrangebyscore(source, floor, "+inf", start=0, num=max_scan)]
     wanted = JobFilter(parent=parent.id, tenant=parent.spec.tenant)
     candidates = _light_pass(client, [i for i in ids if i != parent.id], wanted)
-    found = [r for r in client.store.records(candidates) if isinstance(r, JobRecord) and wanted.matches(r, "")]
+    found = [
+        r for r in run_call(client.store.records_call(candidates)) if isinstance(r, JobRecord) and wanted.matches(r, "")
+    ]
     return found[:limit]

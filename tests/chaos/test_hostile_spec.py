@@ -17,6 +17,7 @@ from claudeq.jobs import JobStore
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import new_job_id
 from claudeq.producer.validation import validate_spec
+from claudeq.script_calls import run_call
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -86,10 +87,12 @@ def test_any_spec_is_refused_with_field_and_reason_or_stored_and_read_back_uncha
         assert problems and all(isinstance(f, str) and isinstance(r, str) and r for f, r in problems), problems
         return
     assert isinstance(checked, JobSpec)
-    job_id, created = store.create(JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow()))
+    job_id, created = run_call(
+        store.create_call(JobRecord(id=new_job_id(), spec=checked, status="queued", created_at=utcnow()))
+    )
     if created:
-        assert store.get(job_id).spec == checked
+        assert run_call(store.get_call(job_id)).spec == checked
     else:
         # Hypothesis reuses values across examples: an idempotency key an earlier example stored gives that job back.
         assert checked.idempotency_key is not None
-        assert store.get(job_id).spec.idempotency_key == checked.idempotency_key
+        assert run_call(store.get_call(job_id)).spec.idempotency_key == checked.idempotency_key

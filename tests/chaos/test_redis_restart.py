@@ -15,6 +15,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.models import TERMINAL
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import claude_pids, run_until
@@ -66,7 +67,10 @@ def test_runs_in_flight_survive_a_redis_restart_and_clients_reconnect(
     aof_redis.restart(down_s=2.0)
 
     done = run_until(
-        answering(lambda: all(client.store.status(i) in TERMINAL for i in ids)), 120, 0.2, what="all finished"
+        answering(lambda: all(run_call(client.store.status_call(i)) in TERMINAL for i in ids)),
+        120,
+        0.2,
+        what="all finished",
     )
     assert done
     for job_id, marker in zip(ids, markers, strict=True):

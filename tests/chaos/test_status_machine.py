@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from claudeq.keys import Keys
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import new_job_id
+from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import status_counts
 from claudeq.worker.store.job_store import WorkerJobStore
 from tests.support.aio import run
@@ -57,7 +58,7 @@ class StatusScripts(RuleBasedStateMachine):
         self.jobs: list[ModelJob] = []
         for _ in range(JOBS):
             record = JobRecord(id=new_job_id(), spec=JobSpec(prompt="model"), status="queued", created_at=utcnow())
-            job_id, created = self.store.create(record)
+            job_id, created = run_call(self.store.create_call(record))
             assert created
             self.jobs.append(ModelJob(job_id))
 
@@ -91,7 +92,7 @@ class StatusScripts(RuleBasedStateMachine):
     @rule(i=st.integers(0, JOBS - 1), worker=st.sampled_from(WORKERS))
     def claim(self, i: int, worker: str) -> None:
         job = self.jobs[i]
-        got = run(self.store.claim(job.id, worker, TTL_S))
+        got = run(self.store.send(self.store.claim_call(job.id, worker, TTL_S)))
         if job.status == "queued":
             assert got.ok and got.fence == job.fence + 1, (got, job)
             job.fence = got.fence
@@ -107,7 +108,7 @@ class StatusScripts(RuleBasedStateMachine):
     def heartbeat(self, i: int, worker: str, offset: int) -> None:
         job = self.jobs[i]
         fence = self.fence_for(job, offset)
-        alive = run(self.store.beat(job.id, worker, fence, TTL_S)).ours
+        alive = run(self.store.send(self.store.beat_call(job.id, worker, fence, TTL_S))).ours
         # The fence says whose run it is (a lease that expired with nobody recovering the job is renewed).
         assert alive == (job.status == "running" and fence == job.fence and worker == job.worker), (alive, job)
         if alive:
@@ -123,7 +124,7 @@ class StatusScripts(RuleBasedStateMachine):
         fence = self.fence_for(job, offset)
         ready = {"ready_at": utcnow() - timedelta(seconds=1)} if status == "deferred" else {}
         event = Event(type=status) if status in ("deferred", "succeeded", "failed", "cancelled") else None
-        ok = run(self.store.write(job.id, fence, status, event=event, **ready))  # type: ignore[arg-type]
+        ok = run(self.store.send(self.store.write_call(job.id, fence, status, event=event, **ready)))  # type: ignore[arg-type]
         expected = job.status == "running" and fence == job.fence
         # A cancel is seen at every status write: a job with the flag never goes back to waiting, it ends.
         cancels = expected and status in ("queued", "deferred") and job.cancel_flag

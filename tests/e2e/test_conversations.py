@@ -18,6 +18,7 @@ from claudeq.conversations import ConversationStore
 from claudeq.errors import JobSpecError
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client, new_job_id, push_run
+from claudeq.script_calls import run_call
 from tests.e2e.conftest import WorkerFactory
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +63,7 @@ def test_turn_two_runs_on_another_worker_with_turn_one_in_its_request(
     assert any(f"ALPHA-{unique}" in t for t in said) and any("REPLY-ALPHA" in t for t in said)
     assert any(f"BETA-{unique}" in t for t in said)
     conversations = ConversationStore.from_settings(settings)
-    assert conversations.latest_session(unique) == two.session_id
+    assert run_call(conversations.latest_session_call(unique)) == two.session_id
     info = conversations.info(unique)
     assert info is not None and [(t.job_id, t.status) for t in info.turns] == [
         (first.id, "succeeded"),
@@ -175,7 +176,7 @@ def test_a_forked_turn_never_moves_the_pointer_even_once_its_events_are_trimmed(
     assert forked.session_id and forked.session_id != base.session_id
 
     conversations = ConversationStore.from_settings(settings, redis_client)
-    assert conversations.latest_session(name) == base.session_id  # a fork branches: the pointer stays
+    assert run_call(conversations.latest_session_call(name)) == base.session_id  # a fork branches: the pointer stays
     info = conversations.info(name)
     assert info is not None and [(t.job_id, t.forked, t.resumed_from) for t in info.turns] == [
         (base.id, False, None),
@@ -201,9 +202,9 @@ def test_a_conversation_is_its_tenants_own(
     plan = next(e for e in events(client, b1.id) if e.type == "session_plan")
     assert plan.data["mode"] == "new" and plan.data["resume"] is None
     conversations = ConversationStore.from_settings(settings, redis_client)
-    assert conversations.latest_session(name, "team-a") == a1.session_id  # B did not move A's pointer
-    assert conversations.latest_session(name, "team-b") == b1.session_id
-    assert conversations.latest_session(name) is None  # nor is anything of it the default tenant's
+    assert run_call(conversations.latest_session_call(name, "team-a")) == a1.session_id  # B did not move A's pointer
+    assert run_call(conversations.latest_session_call(name, "team-b")) == b1.session_id
+    assert run_call(conversations.latest_session_call(name)) is None  # nor is anything of it the default tenant's
     # A's next turn carries A's first turn and none of B's text.
     a2 = wait(client, client.submit(prompt="[[sim: text again]] second", conversation=name, tenant="team-a").id)
     assert a2.status == "succeeded", a2.error
@@ -235,7 +236,7 @@ def test_a_session_another_tenants_job_created_cannot_be_resumed(
         created_at=utcnow(),
     )
     before = len(simulator.requests())
-    client.store.create(sneaked)
+    run_call(client.store.create_call(sneaked))
     push_run(redis_client, settings.queue, sneaked.id)
     failed = wait(client, sneaked.id)
     assert failed.status == "failed" and failed.error is not None and failed.error.kind == "input"

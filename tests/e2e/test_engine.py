@@ -13,6 +13,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client, new_job_id
+from claudeq.script_calls import run_call
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import claude_pids, count_claude, run_until
 from tests.support.worker_proc import FAST_E2E
@@ -135,7 +136,7 @@ def test_cancel_running_job_and_cli_env_holds_only_a_stand_in_token(
         assert own.token_value.encode() not in stand_in[0]
     flagged = time.monotonic()
     assert client.cancel(job.id) == "running"
-    run_until(lambda: client.store.status(job.id) == "cancelled", 10, 0.05, what="cancelled")
+    run_until(lambda: run_call(client.store.status_call(job.id)) == "cancelled", 10, 0.05, what="cancelled")
     assert time.monotonic() - flagged < 3  # about a second (interrupt ~0.5 s), with slack for a loaded machine
     record = client.get(job.id)
     assert record.error is not None and record.error.kind == "cancelled"
@@ -169,7 +170,7 @@ def test_duplicate_delivery_while_running_runs_once(client: Client, workers: Wor
     worker = workers()
     # Long enough that the duplicate reaches a worker while the run is still alive, even on a loaded machine.
     job = client.submit(prompt="[[sim: stall 10]] only once", idle_timeout_s=60)
-    run_until(lambda: client.store.status(job.id) == "running", 60, 0.05, what="running")
+    run_until(lambda: run_call(client.store.status_call(job.id)) == "running", 60, 0.05, what="running")
     send_run(client.celery, client.settings, job.id, client.get(job.id).spec)
     record = wait(client, job.id)
     assert record.status == "succeeded"
@@ -229,7 +230,7 @@ def test_a_structured_output_too_deep_to_store_fails_the_job_once_as_output(
 def new_record(store: Any) -> str:
     """A queued record written straight to Redis, no message sent."""
     record = JobRecord(id=new_job_id(), spec=JobSpec(prompt="never runs"), status="queued", created_at=utcnow())
-    job_id: str = store.create(record)[0]
+    job_id: str = run_call(store.create_call(record))[0]
     return job_id
 
 
@@ -254,7 +255,7 @@ def test_bad_input_fails_the_job_or_drops_the_message_and_the_worker_keeps_runni
     for job_id in (unreadable, forbidden):
         celery.send_task(TASK_RUN, args=[job_id], queue=queue)
 
-    run_until(lambda: store.status(unreadable) == "failed", 30, what="unreadable record failed")
+    run_until(lambda: run_call(store.status_call(unreadable)) == "failed", 30, what="unreadable record failed")
     raw = store.redis.hget(store.keys.job(unreadable), "error").decode()
     assert '"internal"' in raw and "cannot be read" in raw
     # Failed, so no longer counted among its tenant's active jobs: the tenant its broken spec names, else default.
@@ -263,7 +264,7 @@ def test_bad_input_fails_the_job_or_drops_the_message_and_the_worker_keeps_runni
         10,
         what="the unreadable job left the tenants' index",
     )
-    run_until(lambda: store.status(forbidden) == "failed", 30, what="forbidden spec failed")
+    run_until(lambda: run_call(store.status_call(forbidden)) == "failed", 30, what="forbidden spec failed")
     error = client.get(forbidden).error
     assert error is not None and error.kind == "input" and "Bash" in error.message
     run_until(lambda: "no-such-job: delivery dropped (missing)" in worker.log(), 10, what="unknown id logged")

@@ -14,6 +14,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.worker.main import EXIT_OK, EXIT_UNHEALTHY
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import claude_pids, count_claude, run_until
@@ -40,7 +41,7 @@ def test_second_sigterm_requeues_running_jobs_and_exits_then_another_worker_fini
     run_until(lambda: claude_pids([job.id]), 60, what="claude process")
     worker.proc.send_signal(signal.SIGTERM)
     time.sleep(1.5)
-    assert worker.alive() and client.store.status(job.id) == "running"  # inside the grace period
+    assert worker.alive() and run_call(client.store.status_call(job.id)) == "running"  # inside the grace period
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(15) is not None
     record = client.get(job.id)

@@ -17,6 +17,7 @@ from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.worker.store.job_store import make_worker_store
 from tests.e2e.conftest import WorkerFactory
 from tests.integration.test_cli_output import cli
@@ -63,8 +64,8 @@ def test_a_running_job_the_reconciler_cannot_handle_ends_failed_with_its_error_a
     ids = []
     for name, prompt in (("damaged", "p"), ("sound", f'[[sim: text "ok"]] recovered beside damaged jobs {unique}')):
         record = JobRecord(id=f"{name}-{unique}", spec=JobSpec(prompt=prompt), status="queued", created_at=utcnow())
-        ids.append(store.create(record)[0])
-        run(store.claim(ids[-1], "gone-worker", 1))
+        ids.append(run_call(store.create_call(record))[0])
+        run(store.send(store.claim_call(ids[-1], "gone-worker", 1)))
     bad, sound = ids
     no_record = f"no-record-{unique}"
     redis_client.hset(store.keys.job(bad), "fence", "not-a-number")

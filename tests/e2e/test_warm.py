@@ -16,6 +16,7 @@ from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.run import procs
 from tests.e2e.conftest import WorkerFactory
@@ -51,7 +52,7 @@ def wait_all(client: Client, ids: list[str], timeout: float = 240) -> list[JobRe
     deadline = time.monotonic() + timeout
     pending = set(ids)
     while pending and time.monotonic() < deadline:
-        pending = {i for i in pending if client.store.status(i) not in TERMINAL}
+        pending = {i for i in pending if run_call(client.store.status_call(i)) not in TERMINAL}
         time.sleep(0.1)
     assert not pending, f"{len(pending)} jobs not finished"
     return [client.get(i) for i in ids]

@@ -157,22 +157,28 @@ def test_a_finished_jobs_events_move_to_the_archive_and_read_the_same(
     store = make_worker_store(arch_settings, redis_client)
     assert store.archive is archive and client.store.archive is archive
     handle = client.submit(prompt="archived after its end")
-    claim = run(store.claim(handle.id, "w1", 30))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     assert run(
-        store.append_events_fenced(
-            handle.id,
-            claim.fence,
-            [Event(type="assistant_text", attempt=1, data={"text": f"part {n} " * 50}) for n in range(8)],
+        store.send(
+            store.append_call(
+                handle.id,
+                claim.fence,
+                [Event(type="assistant_text", attempt=1, data={"text": f"part {n} " * 50}) for n in range(8)],
+            )
         )
     )
     assert not store.archive_job(handle.id)  # still running: nothing moves
     answer = JobResult(text="The review found three things. " * 40)
-    assert run(store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), result=answer))
-    short = client.submit(prompt="a short answer")
-    short_claim = run(store.claim(short.id, "w1", 30))
     assert run(
-        store.write(
-            short.id, short_claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+        store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), result=answer))
+    )
+    short = client.submit(prompt="a short answer")
+    short_claim = run(store.send(store.claim_call(short.id, "w1", 30)))
+    assert run(
+        store.send(
+            store.write_call(
+                short.id, short_claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+            )
         )
     )
     run(store.pack_events(handle.id))
@@ -246,10 +252,10 @@ def test_claudeq_transcript_reads_a_job_session_from_redis_then_from_the_archive
     client = Client(arch_settings, redis_client=redis_client)
     store = make_worker_store(arch_settings, redis_client)
     handle = client.submit(prompt="with a transcript")
-    claim = run(store.claim(handle.id, "w1", 30))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     session = Event(type="session", attempt=1, data={"session_id": "s-7"})
-    assert run(store.append_events_fenced(handle.id, claim.fence, [session]))
-    assert run(store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded")))
+    assert run(store.send(store.append_call(handle.id, claim.fence, [session])))
+    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
     key: SessionKey = {"project_key": PROJECT, "session_id": "s-7"}
 
     async def write_then_move(move: bool) -> None:

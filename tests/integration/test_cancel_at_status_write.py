@@ -19,6 +19,7 @@ from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import Attempt, Event, utcnow
+from claudeq.script_calls import run_call
 from claudeq.tenant_state import hour_field
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import AccountManager, SlotLease
@@ -128,7 +129,7 @@ def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_
     assert isinstance(answer, NoAccount) and not answer.permanent and "spend cap" in answer.reason
     assert outcome == "cancelled"
     assert time.monotonic() - started < 5  # ended by this delivery, not at the next hour
-    record = wstore.get(job)
+    record = run_call(wstore.get_call(job))
     assert record.status == "cancelled" and record.ready_at is None and record.finished_at is not None
     assert record.error is not None and record.error.kind == "cancelled"
     assert "deferred" not in _types(wstore, job)
@@ -143,35 +144,39 @@ def test_a_cancel_between_the_claim_and_the_deferral_ends_the_job_at_once_never_
 
 def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobStore) -> None:
     job = queued(wstore)
-    claim = run(wstore.claim(job, "w1", 30))
+    claim = run(wstore.send(wstore.claim_call(job, "w1", 30)))
     assert wstore.cancel(job) == "running"
 
     requeued = Event(type="requeued", data={"reason": "worker shutting down; job re-enqueued"})
-    assert run(wstore.write(job, claim.fence, "queued", event=requeued)) == "cancelled"
+    assert run(wstore.send(wstore.write_call(job, claim.fence, "queued", event=requeued))) == "cancelled"
 
-    record = wstore.get(job)
+    record = run_call(wstore.get_call(job))
     assert record.status == "cancelled" and record.error is not None and record.error.kind == "cancelled"
     assert wstore.redis.zscore(wstore.keys.queued, job) is None
     assert "requeued" not in _types(wstore, job) and _types(wstore, job)[-1] == "cancelled"
     # Without the flag the same write re-queues, as before.
     other = queued(wstore)
-    fence = run(wstore.claim(other, "w1", 30)).fence
-    assert run(wstore.write(other, fence, "queued", event=requeued)) is True
-    assert wstore.get(other).status == "queued"
+    fence = run(wstore.send(wstore.claim_call(other, "w1", 30))).fence
+    assert run(wstore.send(wstore.write_call(other, fence, "queued", event=requeued))) is True
+    assert run_call(wstore.get_call(other)).status == "queued"
 
 
 def test_the_recovery_of_a_job_cancelled_while_its_worker_died_cancels_it(
     engine: Engine, wstore: WorkerJobStore, sent: list[str]
 ) -> None:
     job = queued(wstore, tenant="team-c")
-    claim = run(wstore.claim(job, "w-dead", 30))
-    assert run(wstore.write(job, claim.fence, attempts=[Attempt(number=1, worker="w-dead", started_at=utcnow())]))
+    claim = run(wstore.send(wstore.claim_call(job, "w-dead", 30)))
+    assert run(
+        wstore.send(
+            wstore.write_call(job, claim.fence, attempts=[Attempt(number=1, worker="w-dead", started_at=utcnow())])
+        )
+    )
     assert wstore.cancel(job) == "running"  # the flag is set; its worker is gone and nobody hears the wake-up
     wstore.redis.zadd(wstore.keys.running, {job: 0})  # its lease expired
 
     assert engine.call(Loops(engine).recover_once()).result(10) == [job]
 
-    record = wstore.get(job)
+    record = run_call(wstore.get_call(job))
     assert record.status == "cancelled" and record.error is not None and record.error.kind == "cancelled"
     assert [a.outcome for a in record.attempts] == ["worker_lost"]
     assert sent == []  # never sent to run again

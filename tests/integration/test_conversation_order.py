@@ -13,6 +13,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from tests.conftest import make_settings
 from tests.support.redis_server import PrivateRedis
 
@@ -39,10 +40,10 @@ def test_turns_keep_submit_order_past_500_other_queued_jobs(
     second = client.submit(prompt="turn two", conversation="chat")
     conversations = ConversationStore.from_settings(settings, redis_client)
 
-    grant = conversations.acquire("chat", second.id)  # the later turn is claimed first
+    grant = run_call(conversations.acquire_call("chat", second.id))  # the later turn is claimed first
 
     assert not grant.granted and grant.holder == first.id
-    assert conversations.acquire("chat", first.id).granted
+    assert run_call(conversations.acquire_call("chat", first.id)).granted
 
 
 def test_600_queued_turns_are_ordered_by_submit_and_run_one_by_one(
@@ -55,13 +56,13 @@ def test_600_queued_turns_are_ordered_by_submit_and_run_one_by_one(
     assert info is not None and info.waiting == ids
 
     for later in (ids[-1], ids[550], ids[1]):
-        grant = conversations.acquire("long", later)
+        grant = run_call(conversations.acquire_call("long", later))
         assert not grant.granted and grant.holder == ids[0]
-    assert conversations.acquire("long", ids[0]).granted
-    assert conversations.acquire("long", ids[1]).holder == ids[0]  # the holder runs: everyone else waits
+    assert run_call(conversations.acquire_call("long", ids[0])).granted
+    assert run_call(conversations.acquire_call("long", ids[1])).holder == ids[0]  # the holder runs: everyone else waits
     redis_client.hset(client.store.keys.job(ids[0]), "status", "succeeded")
-    assert conversations.release("long", ids[0]) == ids[1]  # the next turn in submit order is named
-    assert conversations.acquire("long", ids[1]).granted
+    assert run_call(conversations.release_call("long", ids[0])) == ids[1]  # the next turn in submit order is named
+    assert run_call(conversations.acquire_call("long", ids[1])).granted
 
 
 def test_a_cancelled_queued_turn_leaves_the_order(
@@ -73,7 +74,7 @@ def test_a_cancelled_queued_turn_leaves_the_order(
     conversations = ConversationStore.from_settings(settings, redis_client)
     info = conversations.info("chat")
     assert info is not None and info.waiting == [second.id]
-    assert conversations.acquire("chat", second.id).granted
+    assert run_call(conversations.acquire_call("chat", second.id)).granted
 
 
 def _calls(client: redis.Redis) -> dict[str, int]:
@@ -93,10 +94,10 @@ def test_the_turn_lock_does_bounded_work_whatever_the_backlog(private_redis: Pri
         conn.hset(client.store.keys.job(job_id), "status", "running")
         conn.zadd(client.store.keys.running, {job_id: time.time() + 60})
     conversations = ConversationStore.from_settings(settings, conn)
-    conversations.acquire("chat", ids[0])  # loads the script
+    run_call(conversations.acquire_call("chat", ids[0]))  # loads the script
 
     before = _calls(conn)
-    grant = conversations.acquire("chat", ids[0])
+    grant = run_call(conversations.acquire_call("chat", ids[0]))
     after = _calls(conn)
 
     assert not grant.granted

@@ -15,6 +15,7 @@ import redis
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
@@ -95,12 +96,12 @@ def test_a_redelivery_during_the_old_ones_stop_is_stopped_and_requeued_at_shutdo
     engine: Engine, wstore: WorkerJobStore, scripts: Scripts
 ) -> None:
     record = JobRecord(id=f"j-{utcnow().timestamp()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
-    job = wstore.create(record)[0]
+    job = run_call(wstore.create_call(record))[0]
     first = _in_thread(lambda: str(engine.deliver_blocking(job)))
     assert scripts.first_running.wait(10)
     # The worker froze past its lease: another reconciler recovered the job and its message came back here.
     wstore.redis.zadd(wstore.keys.running, {job: 0})
-    assert run(wstore.recover(job, wstore.get(job).fence, None))
+    assert run(wstore.recover(job, run_call(wstore.get_call(job)).fence, None))
     assert scripts.first_stopping.wait(10)  # the old run saw the lease go and is stopping, slowly
     second = _in_thread(lambda: str(engine.deliver_blocking(job)))
     assert scripts.second_running.wait(10)
@@ -111,6 +112,6 @@ def test_a_redelivery_during_the_old_ones_stop_is_stopped_and_requeued_at_shutdo
     engine.begin_shutdown(0).result(15)
 
     assert second() == "requeued"
-    after = wstore.get(job)
+    after = run_call(wstore.get_call(job))
     assert (after.status, after.fence) == ("queued", 2)
     assert [e.type for _, e in wstore.read_events(job)][-1] == "requeued"

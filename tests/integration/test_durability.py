@@ -15,6 +15,7 @@ from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, JobTimeout, NotReplicated
 from claudeq.jobs import JobStore
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from tests.conftest import make_settings
 from tests.support.sentinel import MASTER_NAME, SentinelGroup
 
@@ -42,7 +43,7 @@ def on_replica(group: SentinelGroup, settings: Settings, job_id: str) -> bool:
     """Whether the replica itself holds the job's record (read there, not through the primary)."""
     store = JobStore.for_settings(settings, group.replica.client())
     try:
-        store.get(job_id)
+        run_call(store.get_call(job_id))
     except JobNotFound:
         return False
     return True

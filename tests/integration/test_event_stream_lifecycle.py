@@ -10,6 +10,7 @@ import redis
 
 from claudeq.models import Event
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.worker.store.job_store import make_worker_store
 from tests.support.aio import run
 
@@ -25,7 +26,7 @@ def test_stream_is_created_by_the_first_worker_event_and_compacted_at_the_end(
     assert submitted.type == "submitted" and submitted.data == {"queue": client.settings.queue}
     assert submitted.at == client.get(handle.id).created_at
 
-    claim = run(store.claim(handle.id, "w1", 30))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     store.append_event(handle.id, Event(type="claimed", attempt=1))
     assert redis_client.exists(events_key)
     seen: list[str] = []
@@ -34,7 +35,7 @@ def test_stream_is_created_by_the_first_worker_event_and_compacted_at_the_end(
     for kind in ("run_started", "assistant_text", "result"):
         store.append_event(handle.id, Event(type=kind, attempt=1))
     store.append_event(handle.id, Event(type="succeeded"))
-    assert run(store.write(handle.id, claim.fence, "succeeded"))
+    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded")))
     follower.join(timeout=30)
     assert not follower.is_alive()
     expected = ["submitted", "claimed", "run_started", "assistant_text", "result", "succeeded"]
@@ -47,7 +48,7 @@ def test_stream_is_created_by_the_first_worker_event_and_compacted_at_the_end(
     assert [e.type for e in client.events(handle.id, follow=True)] == expected
     ids = [entry_id for entry_id, _ in store.read_events(handle.id)]
     assert [e.type for _, e in store.read_events(handle.id, after=ids[2])] == expected[3:]  # cursors still work
-    assert client.get(handle.id).status == "succeeded" and store.status(handle.id) == "succeeded"
+    assert client.get(handle.id).status == "succeeded" and run_call(store.status_call(handle.id)) == "succeeded"
 
 
 def test_cancelled_while_queued_leaves_no_stream(client: Client, redis_client: redis.Redis) -> None:
@@ -69,10 +70,12 @@ def test_events_a_terminal_write_brings_go_straight_into_the_record_after_the_st
 ) -> None:
     store = make_worker_store(client.settings, redis_client)
     handle = client.submit(prompt="packed at the end")
-    claim = run(store.claim(handle.id, "w1", 30))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     assert run(
-        store.append_events_fenced(
-            handle.id, claim.fence, [Event(type="claimed", attempt=1), Event(type="run_started", attempt=1)]
+        store.send(
+            store.append_call(
+                handle.id, claim.fence, [Event(type="claimed", attempt=1), Event(type="run_started", attempt=1)]
+            )
         )
     )
     streamed = [entry_id for entry_id, _ in store.read_events(handle.id)]
@@ -80,7 +83,9 @@ def test_events_a_terminal_write_brings_go_straight_into_the_record_after_the_st
     follower = threading.Thread(target=lambda: seen.extend(e.type for e in client.events(handle.id, follow=True)))
     follower.start()
     tail = [Event(type="assistant_text", attempt=1, data={"text": "done"}), Event(type="result", attempt=1)]
-    assert run(store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail))
+    assert run(
+        store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail))
+    )
     follower.join(timeout=30)
     assert not follower.is_alive()
 
@@ -100,9 +105,13 @@ def test_events_a_terminal_write_brings_go_straight_into_the_record_after_the_st
 def test_a_terminal_write_of_a_job_without_a_stream_packs_its_events(client: Client, redis_client: redis.Redis) -> None:
     store = make_worker_store(client.settings, redis_client)
     handle = client.submit(prompt="never streamed")
-    claim = run(store.claim(handle.id, "w1", 30))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     assert run(
-        store.write(handle.id, claim.fence, "failed", event=Event(type="failed"), events=[Event(type="claimed")])
+        store.send(
+            store.write_call(
+                handle.id, claim.fence, "failed", event=Event(type="failed"), events=[Event(type="claimed")]
+            )
+        )
     )
     assert [e.type for e in client.events(handle.id)] == ["submitted", "claimed", "failed"]
     assert not redis_client.exists(store.keys.events(handle.id))
@@ -113,14 +122,14 @@ def test_several_events_go_in_one_fenced_append_in_order_and_a_stale_fence_appen
 ) -> None:
     store = make_worker_store(client.settings, redis_client)
     handle = client.submit(prompt="batched")
-    old = run(store.claim(handle.id, "w1", 30))
+    old = run(store.send(store.claim_call(handle.id, "w1", 30)))
     batch = [Event(type="assistant_text", data={"text": str(i)}) for i in range(5)]
-    assert run(store.append_events_fenced(handle.id, old.fence, batch))
+    assert run(store.send(store.append_call(handle.id, old.fence, batch)))
     redis_client.zadd(store.keys.running, {handle.id: 0})
     assert run(store.recover(handle.id, old.fence, None))
-    assert run(store.claim(handle.id, "w2", 30)).ok
+    assert run(store.send(store.claim_call(handle.id, "w2", 30))).ok
     assert (
-        run(store.append_events_fenced(handle.id, old.fence, [Event(type="assistant_text", data={"text": "x"})]))
+        run(store.send(store.append_call(handle.id, old.fence, [Event(type="assistant_text", data={"text": "x"})])))
         is None
     )
     texts = [e.data["text"] for _, e in store.read_events(handle.id) if e.type == "assistant_text"]
@@ -132,15 +141,15 @@ def test_finished_events_packed_by_the_worker_read_back_the_same(client: Client,
     cursors and `status` read the same events, and the record is smaller by what zlib saves."""
     store = make_worker_store(client.settings, redis_client)
     handle = client.submit(prompt="packed after the end")
-    claim = run(store.claim(handle.id, "w1", 30))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     tool_output = "".join(f"line {n}: def handler(x): return x * {n}\n" for n in range(200))
     events = [
         Event(type="claimed", attempt=1),
         Event(type="tool_result", attempt=1, data={"text": tool_output[:1000], "chars": len(tool_output)}),
         Event(type="assistant_text", attempt=1, data={"text": "The handler multiplies. " * 40}),
     ]
-    assert run(store.append_events_fenced(handle.id, claim.fence, events))
-    assert run(store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded")))
+    assert run(store.send(store.append_call(handle.id, claim.fence, events)))
+    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
     key = store.keys.job(handle.id)
     before = list(client.events(handle.id))
     plain = redis_client.hget(key, "events")
@@ -163,9 +172,9 @@ def test_events_changed_since_read_are_not_replaced(client: Client, redis_client
     """The pack script replaces the field only if it is still the JSON that was compressed."""
     store = make_worker_store(client.settings, redis_client)
     handle = client.submit(prompt="changed meanwhile")
-    claim = run(store.claim(handle.id, "w1", 30))
-    assert run(store.append_events_fenced(handle.id, claim.fence, [Event(type="claimed", attempt=1)] * 20))
-    assert run(store.write(handle.id, claim.fence, "succeeded", event=Event(type="succeeded")))
+    claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
+    assert run(store.send(store.append_call(handle.id, claim.fence, [Event(type="claimed", attempt=1)] * 20)))
+    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
     key = store.keys.job(handle.id)
     plain = redis_client.hget(key, "events")
     assert isinstance(plain, bytes)

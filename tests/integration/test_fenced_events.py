@@ -15,6 +15,7 @@ import redis
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
@@ -37,7 +38,7 @@ def _job(store: WorkerJobStore) -> str:
     record = JobRecord(
         id=f"job-{utcnow().timestamp()}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()
     )
-    return store.create(record)[0]
+    return run_call(store.create_call(record))[0]
 
 
 def _types(store: WorkerJobStore, job_id: str) -> list[str]:
@@ -46,32 +47,35 @@ def _types(store: WorkerJobStore, job_id: str) -> list[str]:
 
 def test_a_superseded_fence_appends_no_event(wstore: WorkerJobStore) -> None:
     job = _job(wstore)
-    old = run(wstore.claim(job, "w1", 30))
-    assert run(wstore.append_events_fenced(job, old.fence, [Event(type="assistant_text", data={"text": "mine"})]))
+    old = run(wstore.send(wstore.claim_call(job, "w1", 30)))
+    assert run(wstore.send(wstore.append_call(job, old.fence, [Event(type="assistant_text", data={"text": "mine"})])))
     wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert run(wstore.recover(job, old.fence, None))
-    new = run(wstore.claim(job, "w2", 30))
+    new = run(wstore.send(wstore.claim_call(job, "w2", 30)))
 
     assert (
-        run(wstore.append_events_fenced(job, old.fence, [Event(type="assistant_text", data={"text": "stale"})])) is None
+        run(wstore.send(wstore.append_call(job, old.fence, [Event(type="assistant_text", data={"text": "stale"})])))
+        is None
     )
-    assert run(wstore.append_events_fenced(job, new.fence, [Event(type="assistant_text", data={"text": "new owner"})]))
+    assert run(
+        wstore.send(wstore.append_call(job, new.fence, [Event(type="assistant_text", data={"text": "new owner"})]))
+    )
     texts = [e.data.get("text") for _, e in wstore.read_events(job) if e.type == "assistant_text"]
     assert texts == ["mine", "new owner"]
 
 
 def test_the_terminal_event_goes_in_with_the_fenced_status_write(wstore: WorkerJobStore) -> None:
     job = _job(wstore)
-    old = run(wstore.claim(job, "w1", 30))
+    old = run(wstore.send(wstore.claim_call(job, "w1", 30)))
     wstore.redis.zadd(wstore.keys.running, {job: 0})
     assert run(wstore.recover(job, old.fence, None))
-    new = run(wstore.claim(job, "w2", 30))
+    new = run(wstore.send(wstore.claim_call(job, "w2", 30)))
 
     stale = Event(type="failed", data={"kind": "transient", "message": "stale"})
-    assert not run(wstore.write(job, old.fence, "failed", event=stale))
+    assert not run(wstore.send(wstore.write_call(job, old.fence, "failed", event=stale)))
     assert "failed" not in _types(wstore, job)
-    assert run(wstore.write(job, new.fence, "succeeded", event=Event(type="succeeded")))
-    assert _types(wstore, job)[-1] == "succeeded" and wstore.status(job) == "succeeded"
+    assert run(wstore.send(wstore.write_call(job, new.fence, "succeeded", event=Event(type="succeeded"))))
+    assert _types(wstore, job)[-1] == "succeeded" and run_call(wstore.status_call(job)) == "succeeded"
 
 
 class _Takeover:
@@ -92,9 +96,9 @@ class _Takeover:
 
         await asyncio.to_thread(run_until, stored, 30, 0.02, what="the event emitted before the pause stored")
         await asyncio.to_thread(self.store.redis.zadd, self.store.keys.running, {job: 0})
-        record = await asyncio.to_thread(self.store.get, job)
+        record = await asyncio.to_thread(run_call, self.store.get_call(job))
         assert await self.store.recover(job, record.fence, None)
-        assert (await self.store.claim(job, "w2", 30)).ok
+        assert (await self.store.send(self.store.claim_call(job, "w2", 30))).ok
         await emit(Event(type="assistant_text", data={"text": "after the takeover"}))
         return RunOutcome(result=JobResult(text="done"), session_id="s", got_result=True, subtype="success")
 
@@ -125,5 +129,5 @@ def test_a_run_taken_over_appends_neither_progress_nor_a_terminal_event(engine: 
     events = [e for _, e in wstore.read_events(job)]
     assert [e.data.get("text") for e in events if e.type == "assistant_text"] == ["before"]
     assert not {"succeeded", "failed", "cancelled", "attempt_finished"} & {e.type for e in events}
-    record = wstore.get(job)
+    record = run_call(wstore.get_call(job))
     assert (record.status, record.worker) == ("running", "w2")

@@ -15,6 +15,7 @@ import redis
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
@@ -45,8 +46,8 @@ def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
     account = AccountConfig(name="a", kind="api_key", token_env="T_A", max_concurrency=2)
     accounts = AccountManager(settings, client, keys, AccountPool(accounts=[account]))
     spec = JobSpec(prompt="beat", tenant="t")
-    store.create(JobRecord(id="j1", spec=spec, status="queued", created_at=utcnow()))
-    claim = run(store.claim("j1", "w1", 5))
+    run_call(store.create_call(JobRecord(id="j1", spec=spec, status="queued", created_at=utcnow())))
+    claim = run(store.send(store.claim_call("j1", "w1", 5)))
     slot = run(accounts.acquire("j1", spec))
     assert isinstance(slot, SlotLease) and slot.tenant == "t"
     expiring = accounts.expiring_keys(slot)
@@ -54,11 +55,11 @@ def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
     slot_before = client.zscore(keys.account_slots("a"), "j1")
     run_before = client.zscore(keys.tenant_runs("t"), "j1")
     assert slot_before is not None and run_before is not None
-    assert not run(store.beat("nobody", "w1", 1, 60)).ours  # the script is loaded (SCRIPT LOAD once)
+    assert not run(store.send(store.beat_call("nobody", "w1", 1, 60))).ours  # the script is loaded (SCRIPT LOAD once)
     time.sleep(0.05)
 
     before = command_calls(client)
-    beat = run(store.beat("j1", "w1", claim.fence, 60, expiring))
+    beat = run(store.send(store.beat_call("j1", "w1", claim.fence, 60, expiring)))
     cost = commands_since(client, before)
     assert (beat.ours, beat.held, beat.cancelled) == (True, True, False)
     assert cost["evalsha"] == 1, cost  # one round trip
@@ -68,16 +69,16 @@ def test_one_script_call_extends_lease_slot_and_tenant_run_and_reports_a_cancel(
     assert client.zscore(keys.tenant_runs("t"), "j1") > run_before + 40  # type: ignore[operator]
 
     client.hset(keys.job("j1"), "cancel", "1")
-    assert run(store.beat("j1", "w1", claim.fence, 60, expiring)).cancelled
+    assert run(store.send(store.beat_call("j1", "w1", claim.fence, 60, expiring))).cancelled
 
     client.zrem(keys.account_slots("a"), "j1")  # the slot expired and was dropped meanwhile
-    beat = run(store.beat("j1", "w1", claim.fence, 60, expiring))
+    beat = run(store.send(store.beat_call("j1", "w1", claim.fence, 60, expiring)))
     assert beat.ours and not beat.held
     assert client.zscore(keys.account_slots("a"), "j1") is None  # not taken back by the heartbeat (XX)
 
     # Another worker's heartbeat (a stale fence) extends and moves nothing.
     slot_score = client.zscore(keys.tenant_runs("t"), "j1")
-    assert not run(store.beat("j1", "w2", claim.fence + 1, 600, expiring)).ours
+    assert not run(store.send(store.beat_call("j1", "w2", claim.fence + 1, 600, expiring))).ours
     lease = client.zscore(keys.running, "j1")
     assert lease is not None and lease <= time.time() + 60
     assert client.zscore(keys.tenant_runs("t"), "j1") == slot_score

@@ -13,6 +13,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import status_counts
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -29,26 +30,28 @@ def private_redis() -> Iterator[tuple[redis.Redis, Settings]]:
 
 
 def _job(store: WorkerJobStore, job_id: str) -> None:
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="cost"), status="queued", created_at=utcnow()))
+    run_call(store.create_call(JobRecord(id=job_id, spec=JobSpec(prompt="cost"), status="queued", created_at=utcnow())))
 
 
 def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[redis.Redis, Settings]) -> None:
     client, settings = private_redis
     store = make_worker_store(settings, client)
     _job(store, "warm-up")  # the scripts are loaded (SCRIPT LOAD once)
-    claim = run(store.claim("warm-up", "w", 15))
-    assert run(store.write("warm-up", claim.fence, "succeeded", event=Event(type="succeeded")))
+    claim = run(store.send(store.claim_call("warm-up", "w", 15)))
+    assert run(store.send(store.write_call("warm-up", claim.fence, "succeeded", event=Event(type="succeeded"))))
 
     before = command_calls(client)
     _job(store, "job-1")
     create = commands_since(client, before)
     before = command_calls(client)
-    claim = run(store.claim("job-1", "w", 15))
+    claim = run(store.send(store.claim_call("job-1", "w", 15)))
     claimed = commands_since(client, before)
     assert claim.ok
     assert status_counts(client, store.keys, time.time())["running"] == 1
     before = command_calls(client)
-    assert run(store.write("job-1", claim.fence, "succeeded", event=Event(type="succeeded"), stream=False))
+    assert run(
+        store.send(store.write_call("job-1", claim.fence, "succeeded", event=Event(type="succeeded"), stream=False))
+    )
     finish = commands_since(client, before)
 
     # One counter per finished job (the hour its retention ends); none for queued, running or deferred.

@@ -17,6 +17,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -57,7 +58,7 @@ def submit(store: WorkerJobStore, **spec: Any) -> str:
     record = JobRecord(
         id=f"j{time.monotonic_ns()}", spec=JobSpec(prompt="p", **spec), status="queued", created_at=utcnow()
     )
-    return store.create(record)[0]
+    return run_call(store.create_call(record))[0]
 
 
 def on_loop(loops: Loops, coro: Any) -> Any:
@@ -86,12 +87,14 @@ def test_the_promoter_goes_on_past_a_job_it_cannot_promote(
 ) -> None:
     bad, good = submit(store), submit(store)
     for job, age in ((bad, 2), (good, 1)):  # the bad one first in the due order
-        claim = run(store.claim(job, "w", 5))
-        assert run(store.write(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+        claim = run(store.send(store.claim_call(job, "w", 5)))
+        assert run(
+            store.send(store.write_call(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+        )
     monkeypatch.setattr(loops.engine, "promote_and_send", failing_for(bad, loops.engine.promote_and_send))
     on_loop(loops, loops.promote_once())
-    assert store.status(good) == "queued" and good in sent
-    assert store.status(bad) == "deferred"  # left for a later pass
+    assert run_call(store.status_call(good)) == "queued" and good in sent
+    assert run_call(store.status_call(bad)) == "deferred"  # left for a later pass
     assert failures(loops, "promoter") == 1
 
 
@@ -101,16 +104,16 @@ def test_the_reconciler_goes_on_past_a_job_it_cannot_recover(
     lost = []
     for _ in range(2):
         job = submit(store)
-        claim = run(store.claim(job, "dead-worker", 30))
+        claim = run(store.send(store.claim_call(job, "dead-worker", 30)))
         attempts = [Attempt(number=1, worker="dead-worker", started_at=utcnow())]
-        assert run(store.write(job, claim.fence, attempts=attempts))
+        assert run(store.send(store.write_call(job, claim.fence, attempts=attempts)))
         lost.append(job)
     store.redis.zadd(store.keys.running, {lost[0]: 0, lost[1]: 1})  # both leases long expired, the bad one first
     bad, good = lost
     reads = loops.store.reads
     monkeypatch.setattr(reads, "get", failing_for(bad, reads.get))
     assert on_loop(loops, loops.recover_once()) == [good]
-    assert store.status(good) == "queued" and good in sent
+    assert run_call(store.status_call(good)) == "queued" and good in sent
     assert failures(loops, "reconciler") == 1
 
 
@@ -141,16 +144,18 @@ def test_the_notifier_goes_on_past_a_job_it_cannot_deliver(
     queue = settings.callback_queues[0]
     jobs = [submit(store, link={"task": "app.done", "queue": queue}) for _ in range(2)]
     for job in jobs:
-        claim = run(store.claim(job, "w", 30))
-        assert run(store.write(job, claim.fence, "succeeded"))
+        claim = run(store.send(store.claim_call(job, "w", 30)))
+        assert run(store.send(store.write_call(job, claim.fence, "succeeded")))
     bad, good = jobs
     notifier = loops.notifier
     monkeypatch.setattr(notifier, "deliver", failing_for(bad, notifier.deliver))
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any(n.state == "delivered" for n in store.get(good).notifications):
+    while time.monotonic() < deadline and not any(
+        n.state == "delivered" for n in run_call(store.get_call(good)).notifications
+    ):
         on_loop(loops, notifier.once())
         time.sleep(0.1)
-    assert [n.state for n in store.get(good).notifications] == ["delivered"]
+    assert [n.state for n in run_call(store.get_call(good)).notifications] == ["delivered"]
     assert store.redis.llen(queue) == 1  # the good job's callback, once
     assert failures(loops, "notifier") >= 1
     store.redis.delete(queue)
@@ -188,15 +193,17 @@ def test_a_deferred_job_the_promoter_keeps_failing_on_ends_failed_with_its_error
     bound = loops.settings.loop_item_max_failures
     bad, good = submit(store), submit(store)
     for job, age in ((bad, 2), (good, 1)):
-        claim = run(store.claim(job, "w", 5))
-        assert run(store.write(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+        claim = run(store.send(store.claim_call(job, "w", 5)))
+        assert run(
+            store.send(store.write_call(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+        )
     monkeypatch.setattr(loops.engine, "promote_and_send", failing_for(bad, loops.engine.promote_and_send))
     for _ in range(bound - 1):
         on_loop(loops, loops.promote_once())
-        assert store.status(bad) == "deferred"  # tried again on the next pass
-    assert store.status(good) == "queued" and sent.count(good) == 1  # the first pass went on past it
+        assert run_call(store.status_call(bad)) == "deferred"  # tried again on the next pass
+    assert run_call(store.status_call(good)) == "queued" and sent.count(good) == 1  # the first pass went on past it
     on_loop(loops, loops.promote_once())
-    record = store.get(bad)
+    record = run_call(store.get_call(bad))
     assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
     assert "the promoter could not handle this job" in record.error.message
     assert f"RuntimeError: cannot handle {bad}" in record.error.message
@@ -213,16 +220,16 @@ def test_a_running_job_with_a_damaged_fence_ends_failed_and_the_reconciler_goes_
     lost = []
     for _ in range(2):
         job = submit(store)
-        run(store.claim(job, "dead-worker", 30))
+        run(store.send(store.claim_call(job, "dead-worker", 30)))
         lost.append(job)
     bad, good = lost
     store.redis.hset(store.keys.job(bad), "fence", "not-a-number")  # a record no version of the reconciler reads
     store.redis.zadd(store.keys.running, {bad: 0, good: 1})
     assert on_loop(loops, loops.recover_once()) == [good]
-    assert store.status(good) == "queued" and good in sent
+    assert run_call(store.status_call(good)) == "queued" and good in sent
     for _ in range(bound - 1):
         assert on_loop(loops, loops.recover_once()) == []
-    record = store.get(bad)  # readable again: the failing write gave it a fence that parses
+    record = run_call(store.get_call(bad))  # readable again: the failing write gave it a fence that parses
     assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
     assert "the reconciler could not handle this job" in record.error.message and "ValueError" in record.error.message
     assert failures(loops, "reconciler") == bound
@@ -240,7 +247,7 @@ def test_a_queued_job_the_reconciler_cannot_resend_ends_failed_and_the_others_ar
     for _ in range(bound - 1):
         store.redis.zadd(store.keys.queued, {good: 2})  # unclaimed again: re-sent on every pass
         assert on_loop(loops, loops.resend_once()) == [good]
-    record = store.get(bad)
+    record = run_call(store.get_call(bad))
     assert record.status == "failed" and record.error is not None and record.error.kind == "internal"
     assert "the reconciler could not handle this job" in record.error.message
     assert failures(loops, "reconciler") == bound and bad not in sent
@@ -253,12 +260,12 @@ def test_a_running_id_whose_key_is_no_record_leaves_the_index_and_the_reconciler
 ) -> None:
     bound = loops.settings.loop_item_max_failures
     good = submit(store)
-    run(store.claim(good, "dead-worker", 30))
+    run(store.send(store.claim_call(good, "dead-worker", 30)))
     bad = f"j{time.monotonic_ns()}"
     store.redis.set(store.keys.job(bad), "not a job record")  # every read of it is WRONGTYPE
     store.redis.zadd(store.keys.running, {bad: 0, good: 1})  # the damaged one first
     assert on_loop(loops, loops.recover_once()) == [good]  # the pass went on past it
-    assert store.status(good) == "queued" and good in sent
+    assert run_call(store.status_call(good)) == "queued" and good in sent
     for _ in range(bound - 1):
         assert store.redis.zscore(store.keys.running, bad) is not None  # tried again next pass
         assert on_loop(loops, loops.recover_once()) == []
@@ -279,8 +286,8 @@ def test_the_archiver_goes_on_past_a_job_it_cannot_move(
     assert store.archive is not None
     jobs = [submit(store) for _ in range(2)]
     for job in jobs:
-        claim = run(store.claim(job, "w", 30))
-        assert run(store.write(job, claim.fence, "succeeded"))
+        claim = run(store.send(store.claim_call(job, "w", 30)))
+        assert run(store.send(store.write_call(job, claim.fence, "succeeded")))
         run(store.schedule_archive(job, 0))
     bad, good = jobs
     tried: list[str] = []

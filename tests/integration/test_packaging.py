@@ -29,6 +29,7 @@ from claudeq.conversations import ConversationStore, Turn
 from claudeq.keys import Keys
 from claudeq.models import utcnow
 from claudeq.producer.client import make_store
+from claudeq.script_calls import run_call
 from claudeq.transcripts import RedisSessionStore
 from tests.support.tree import ROOT
 from tests.unit.testing.test_isolation import BLOCKED, EXAMPLE
@@ -242,7 +243,7 @@ def test_submit_from_the_base_install_reaches_the_real_redis(
 
     store = make_store(settings, redis_client)
     for job_id in (from_python, from_cli):
-        assert store.get(job_id).status == "queued"
+        assert run_call(store.get_call(job_id)).status == "queued"
     waiting = {job_id_of(raw) for raw in redis_client.lrange(settings.queue, 0, -1)}
     assert waiting == {from_python, from_cli}  # the messages a worker consumes
 
@@ -257,7 +258,7 @@ def test_commands_needing_an_extra_name_it_on_the_base_install(
     env = {"CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix}
     conversations = ConversationStore.from_settings(settings, redis_client)
     turn = Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=utcnow())
-    conversations.record_turn("pkg-conv", turn, True)
+    run_call(conversations.record_turn_call("pkg-conv", turn, True))
     for script, args, extra in (
         ("claudeq", ["mcp"], "mcp"),
         ("claudeq", ["web"], "web"),
@@ -279,7 +280,7 @@ def test_conversation_delete_works_on_the_base_install(
     env = {"CLAUDEQ_REDIS_URL": settings.redis_url, "CLAUDEQ_KEY_PREFIX": settings.key_prefix}
     conversations = ConversationStore.from_settings(settings, redis_client)
     turn = Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=utcnow())
-    conversations.record_turn("pkg-conv", turn, True)
+    run_call(conversations.record_turn_call("pkg-conv", turn, True))
     entry = {"type": "user", "uuid": "u1", "sessionId": "s1", "message": {"role": "user", "content": "hi"}}
 
     async def write() -> None:

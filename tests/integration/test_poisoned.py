@@ -11,6 +11,7 @@ import redis
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
@@ -47,14 +48,14 @@ def _lost_so_far(store: WorkerJobStore, earlier_losses: int, tenant: str = "defa
     """A running job whose worker just died mid-attempt (lease gone), after `earlier_losses` lost workers."""
     spec = JobSpec(prompt="p", tenant=tenant)
     record = JobRecord(id=f"j-{utcnow().timestamp()}", spec=spec, status="queued", created_at=utcnow())
-    job = store.create(record)[0]
+    job = run_call(store.create_call(record))[0]
     attempts = [
         Attempt(number=i + 1, worker=f"w{i}", outcome="worker_lost", started_at=utcnow(), finished_at=utcnow())
         for i in range(earlier_losses)
     ]
-    claim = run(store.claim(job, f"w{earlier_losses}", 30))
+    claim = run(store.send(store.claim_call(job, f"w{earlier_losses}", 30)))
     attempts.append(Attempt(number=earlier_losses + 1, worker=f"w{earlier_losses}", started_at=utcnow()))
-    assert run(store.write(job, claim.fence, attempts=attempts))
+    assert run(store.send(store.write_call(job, claim.fence, attempts=attempts)))
     store.redis.zadd(store.keys.running, {job: 0})
     return job
 
@@ -64,7 +65,7 @@ def test_the_third_lost_worker_fails_the_job_as_poisoned(loops: Loops, wstore: W
 
     assert loops.engine.call(loops.recover_once()).result(10) == [job]
 
-    record = wstore.get(job)
+    record = run_call(wstore.get_call(job))
     assert record.status == "failed"
     assert record.error is not None and record.error.kind == "poisoned" and not record.error.retryable
     assert "lost its worker 3 times" in record.error.message
@@ -89,7 +90,7 @@ def test_a_second_lost_worker_still_requeues(loops: Loops, wstore: WorkerJobStor
 
     assert loops.engine.call(loops.recover_once()).result(10) == [job]
 
-    record = wstore.get(job)
+    record = run_call(wstore.get_call(job))
     assert record.status == "queued" and record.error is None
     accounts = loops.engine.accounts
     assert isinstance(accounts, FakeAccounts) and accounts.done == []

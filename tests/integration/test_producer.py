@@ -18,6 +18,7 @@ from claudeq.broker_queues import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from tests.support.tree import ROOT, tree_env
 
 pytestmark = pytest.mark.integration
@@ -103,7 +104,7 @@ def test_a_tenants_job_index_drops_expired_jobs_as_new_ones_come(
     spec = JobSpec(prompt="old", tenant="team-a")
     old = [JobRecord(id=f"old-{i}", spec=spec, status="queued", created_at=week_ago) for i in range(5)]
     for record in old:
-        client.store.queue_create(redis_client, record, indexed=True)
+        run_call(client.store.create_call(record, indexed=True))
     index = keys.tenant_index("team-a")
     assert redis_client.zcard(index) == 5
     redis_client.delete(*[keys.job(r.id) for r in old[1:]])  # four expired; old-0 still active past the retention

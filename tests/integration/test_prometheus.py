@@ -27,6 +27,7 @@ from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, Usage, WindowInfo, utcnow
+from claudeq.script_calls import run_call
 from claudeq.tenant_state import Admitted, TenantStore
 from claudeq.worker.metrics import exporter
 from claudeq.worker.metrics.prometheus import WorkerMetrics
@@ -162,7 +163,9 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     """Redis state and worker samples as a short run of the fleet would leave them."""
     keys = Keys(fleet_settings.key_prefix)
     for i in range(3):
-        store.create(JobRecord(id=f"job{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+        run_call(
+            store.create_call(JobRecord(id=f"job{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+        )
     redis_client.zadd(keys.workers, {"w1": time.time() + 3600})
     AccountStore(redis_client, keys, fleet_settings.accounts).cool(
         "beta", datetime.fromtimestamp(time.time() + 600, UTC), "429"
@@ -194,8 +197,8 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     # A run of team-a in flight and its spend so far, as the worker's admission and settling leave them.
     tenants = TenantStore(redis_client, keys, fleet_settings.tenants)
     team_a = fleet_settings.tenants.governing("team-a")
-    assert isinstance(tenants.admit(team_a, "job0", 600, 0.1), Admitted)
-    tenants.settle("team-a", "alpha", "job9", 0.2)
+    assert isinstance(run_call(tenants.admit_call(team_a, "job0", 600, 0.1)), Admitted)
+    run_call(tenants.settle_call("team-a", "alpha", "job9", 0.2))
     return metrics
 
 

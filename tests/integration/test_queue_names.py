@@ -19,6 +19,7 @@ from claudeq.errors import JobSpecError
 from claudeq.keys import Keys
 from claudeq.models import utcnow
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.integration
@@ -36,7 +37,7 @@ def test_queue_naming_a_conversation_turn_list_is_refused(
 ) -> None:
     keys = Keys(settings.key_prefix)
     conversations = ConversationStore.from_settings(settings, redis_client)
-    conversations.record_turn("chat", Turn(job_id="j1", status="succeeded", finished_at=utcnow()), True)
+    run_call(conversations.record_turn_call("chat", Turn(job_id="j1", status="succeeded", finished_at=utcnow()), True))
 
     error = _refused_queue(client, keys.conversation_turns("chat"))
 

@@ -17,7 +17,7 @@ from claudeq.config.settings import Settings
 from claudeq.config.tenants import TenantConfig, Tenants
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.script_calls import PipeCall
+from claudeq.script_calls import PipeCall, run_call
 from claudeq.tenant_state import TenantStore, effective_cap
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from tests.conftest import make_settings
@@ -110,16 +110,16 @@ def test_active_tenants_are_those_with_jobs_not_finished_or_within_the_idle_grac
 ) -> None:
     keys = Keys(settings.key_prefix)
     store = TenantStore(redis_client, keys, settings.tenants)
-    assert store.active() == set()
+    assert run_call(store.active_call()) == set()
     submitted(redis_client, keys, "a", "a1")
     submitted(redis_client, keys, "b", "b1")
-    assert store.active() == {"a", "b"}
-    store.unindex("b", "b1")  # b's last job finished: b stays active for share_idle_s (0.5 s)
-    assert store.active() == {"a", "b"}
-    assert store.active(now=time.time() + 0.6) == {"a"}
+    assert run_call(store.active_call()) == {"a", "b"}
+    run_call(store.unindex_call("b", "b1"))  # b's last job finished: b stays active for share_idle_s (0.5 s)
+    assert run_call(store.active_call()) == {"a", "b"}
+    assert run_call(store.active_call(now=time.time() + 0.6)) == {"a"}
     # Without reserve_share nothing is written when a job finishes.
     off = make_settings(settings.redis_url, unique, tenants_file=tenants_file(tmp_path, on=False))
-    TenantStore(redis_client, keys, off.tenants).unindex("a", "a1")
+    run_call(TenantStore(redis_client, keys, off.tenants).unindex_call("a", "a1"))
     assert redis_client.hget(keys.tenants_done, "a") is None
 
 

@@ -13,6 +13,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
@@ -31,10 +32,10 @@ def _claimed(settings: Settings, client: redis.Redis, n: int, ttl_s: float) -> l
     store = make_worker_store(settings, client)
     ids = []
     for i in range(n):
-        job_id, _ = store.create(
-            JobRecord(id=f"run-{i}", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow())
+        job_id, _ = run_call(
+            store.create_call(JobRecord(id=f"run-{i}", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow()))
         )
-        assert run(store.claim(job_id, "w1", ttl_s)).ok
+        assert run(store.send(store.claim_call(job_id, "w1", ttl_s))).ok
         ids.append(job_id)
     return ids
 
@@ -55,7 +56,9 @@ def test_the_reconciler_reads_only_the_expired_leases_in_one_command(private: tu
     assert sorted(expired) == sorted(dead)
     assert sum(cost.values()) == 1, cost
     assert [store.lease_alive(job_id) for job_id in live[:3]] == [False, False, True]
-    assert run(store.beat(live[0], "w1", 1, 30)).ours  # nobody recovered it: its worker's next beat renews it
+    assert run(
+        store.send(store.beat_call(live[0], "w1", 1, 30))
+    ).ours  # nobody recovered it: its worker's next beat renews it
     assert store.lease_alive(live[0]) and live[0] not in run(store.expired_runs())
 
 

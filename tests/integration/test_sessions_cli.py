@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.producer.cli_conversation import EXIT_NOT_FOUND, conversation_app
+from claudeq.script_calls import run_call
 from claudeq.transcripts import RedisSessionStore
 
 pytestmark = pytest.mark.integration
@@ -37,9 +38,17 @@ def test_show_then_delete_a_conversation(env: None, settings: Settings, redis_cl
     # sync test: the CLI runs its own event loop
     convs = ConversationStore.from_settings(settings, redis_client)
     asyncio.run(_store_transcript(settings))
-    convs.record_turn("support-42", Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=T0), True)
-    convs.record_turn(
-        "support-42", Turn(job_id="j2", status="succeeded", session_id="s1", resumed_from="s1", finished_at=T0), True
+    run_call(
+        convs.record_turn_call(
+            "support-42", Turn(job_id="j1", status="succeeded", session_id="s1", finished_at=T0), True
+        )
+    )
+    run_call(
+        convs.record_turn_call(
+            "support-42",
+            Turn(job_id="j2", status="succeeded", session_id="s1", resumed_from="s1", finished_at=T0),
+            True,
+        )
     )
     runner = CliRunner()
 
@@ -65,7 +74,11 @@ def test_the_commands_look_in_one_tenants_conversations(
     env: None, settings: Settings, redis_client: redis.Redis
 ) -> None:
     convs = ConversationStore.from_settings(settings, redis_client)
-    convs.record_turn("chat", Turn(job_id="ja", status="succeeded", session_id="sa", finished_at=T0), True, "team-a")
+    run_call(
+        convs.record_turn_call(
+            "chat", Turn(job_id="ja", status="succeeded", session_id="sa", finished_at=T0), True, "team-a"
+        )
+    )
     runner = CliRunner()
     assert runner.invoke(conversation_app, ["show", "chat", "--json"]).exit_code == EXIT_NOT_FOUND
     shown = runner.invoke(conversation_app, ["show", "chat", "--tenant", "team-a", "--json"])

@@ -10,6 +10,7 @@ import redis
 
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
+from claudeq.script_calls import run_call
 from claudeq.tenant_state import DAY_S, HOUR_S, TenantStore, day_start_hour
 
 #: Midnight UTC of a fixed day, so the windows below are calendar windows whatever the clock says.
@@ -35,8 +36,14 @@ def test_a_month_of_spend_keeps_only_the_hours_the_longest_cap_window_reads(
     days = 30
     for hour in range(days * 24):
         now = START + hour * HOUR_S + 60
-        store.settle("team-a", "acct-1", f"job-{hour}", 0.01, now=now, model="haiku", account_capped=capped)
-        store.settle("team-a", "acct-1", f"job-{hour}b", 0.02, now=now + 600, model="haiku", account_capped=capped)
+        run_call(
+            store.settle_call("team-a", "acct-1", f"job-{hour}", 0.01, now=now, model="haiku", account_capped=capped)
+        )
+        run_call(
+            store.settle_call(
+                "team-a", "acct-1", f"job-{hour}b", 0.02, now=now + 600, model="haiku", account_capped=capped
+            )
+        )
 
     last = START + (days * 24 - 1) * HOUR_S + 660
     for key in (keys.tenant_spend("team-a"), keys.account_spend("acct-1")):

@@ -7,6 +7,7 @@ from typing import Any
 
 from claudeq.jobs import JobStore
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 
 
 def queued_record(job_id: str = "j1", **spec: Any) -> JobRecord:
@@ -16,6 +17,6 @@ def queued_record(job_id: str = "j1", **spec: Any) -> JobRecord:
 
 def queued(store: JobStore, job_id: str | None = None, **spec: Any) -> str:
     """A new queued job created through `store` (a fresh id unless `job_id`); its id."""
-    created_id, created = store.create(queued_record(job_id or f"j-{uuid.uuid4().hex}", **spec))
+    created_id, created = run_call(store.create_call(queued_record(job_id or f"j-{uuid.uuid4().hex}", **spec)))
     assert created
     return created_id

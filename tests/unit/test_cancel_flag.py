@@ -7,6 +7,7 @@ import fakeredis
 
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.store.job_store import WorkerJobStore
 from tests.support.aio import run
 
@@ -15,9 +16,11 @@ def test_cancelling_a_requeued_job_deletes_the_flag_its_run_left() -> None:
     client = fakeredis.FakeRedis()
     keys = Keys("cqt-flag:")
     store = WorkerJobStore(client, keys, result_ttl_s=600, events_maxlen=100)
-    job_id, _ = store.create(JobRecord(id="j1", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow()))
-    claim = run(store.claim(job_id, "w1", 60))
+    job_id, _ = run_call(
+        store.create_call(JobRecord(id="j1", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow()))
+    )
+    claim = run(store.send(store.claim_call(job_id, "w1", 60)))
     assert store.cancel(job_id) == "running" and client.hexists(keys.job(job_id), "cancel")
-    assert run(store.write(job_id, claim.fence, "queued"))  # requeued before the run saw the flag
+    assert run(store.send(store.write_call(job_id, claim.fence, "queued")))  # requeued before the run saw the flag
     assert store.cancel(job_id) == "cancelled"
     assert not client.hexists(keys.job(job_id), "cancel")

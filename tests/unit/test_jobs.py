@@ -10,12 +10,13 @@ import pytest
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.jobs import JobStore, encode_event, encode_fields, parse_record
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, Usage, utcnow
+from claudeq.script_calls import run_call
 from tests.support.jobs import queued, queued_record
 
 
 def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> None:
-    job_id = queued(fake_store)
-    record = fake_store.get(job_id)
+    job_id = queued(fake_store, "j1")
+    record = run_call(fake_store.get_call(job_id))
     assert record.status == "queued"
     assert record.spec.prompt == "hi"
     assert fake_store.redis.zscore(fake_store.keys.jobs, job_id) is not None
@@ -23,17 +24,17 @@ def test_create_writes_a_queued_record_and_indexes_it(fake_store: JobStore) -> N
 
 
 def test_same_idempotency_key_returns_the_same_job(fake_store: JobStore) -> None:
-    first, created1 = fake_store.create(queued_record("a", idempotency_key="k"))
-    second, created2 = fake_store.create(queued_record("b", idempotency_key="k"))
+    first, created1 = run_call(fake_store.create_call(queued_record("a", idempotency_key="k")))
+    second, created2 = run_call(fake_store.create_call(queued_record("b", idempotency_key="k")))
     assert (first, created1) == ("a", True)
     assert (second, created2) == ("a", False)
     assert not fake_store.redis.exists(fake_store.keys.job("b"))
 
 
 def test_idempotency_key_of_an_expired_job_makes_a_new_job(fake_store: JobStore) -> None:
-    fake_store.create(queued_record("a", idempotency_key="k"))
+    run_call(fake_store.create_call(queued_record("a", idempotency_key="k")))
     fake_store.redis.delete(fake_store.keys.job("a"))
-    job_id, created = fake_store.create(queued_record("b", idempotency_key="k"))
+    job_id, created = run_call(fake_store.create_call(queued_record("b", idempotency_key="k")))
     assert (job_id, created) == ("b", True)
 
 
@@ -62,7 +63,7 @@ def test_unreadable_record_is_reported_not_crashed_on(fake_store: JobStore) -> N
     job_id = queued(fake_store)
     fake_store.redis.hset(fake_store.keys.job(job_id), "spec", '{"prompt": "x", "from_the_future": 1}')
     with pytest.raises(RecordUnreadable) as info:
-        fake_store.get(job_id)
+        run_call(fake_store.get_call(job_id))
     assert info.value.job_id == job_id
     listed = fake_store.list_jobs()
     assert isinstance(listed[0], RecordUnreadable)
@@ -70,11 +71,11 @@ def test_unreadable_record_is_reported_not_crashed_on(fake_store: JobStore) -> N
 
 def test_get_unknown_job(fake_store: JobStore) -> None:
     with pytest.raises(JobNotFound):
-        fake_store.get("nope")
+        run_call(fake_store.get_call("nope"))
 
 
 def test_cancelling_a_waiting_job_expires_its_idempotency_key_with_it(fake_store: JobStore) -> None:
-    job_id, _ = fake_store.create(queued_record("a", idempotency_key="k2"))
+    job_id, _ = run_call(fake_store.create_call(queued_record("a", idempotency_key="k2")))
     assert fake_store.cancel(job_id) == "cancelled"
     assert 0 < fake_store.redis.ttl(fake_store.keys.idem("k2")) <= fake_store.result_ttl_s
 
@@ -125,7 +126,7 @@ def test_records_and_events_written_by_the_older_encoding_read_the_same(fake_sto
             "events": json.dumps(events),
         },
     )
-    assert fake_store.get("old") == record
+    assert run_call(fake_store.get_call("old")) == record
     read = fake_store.read_events("old")
     assert [(entry_id, e.type, e.attempt, e.data) for entry_id, e in read[1:]] == [
         ("1-0", "claimed", None, {}),
@@ -150,7 +151,7 @@ def test_the_compact_encoding_reads_back_as_the_same_record_and_is_smaller() -> 
 
 def test_timestamps_are_stored_with_z_and_read_back_the_same(fake_store: JobStore) -> None:
     record = queued_record("tz")
-    fake_store.create(record)
+    run_call(fake_store.create_call(record))
     raw = fake_store.redis.hget(fake_store.keys.job("tz"), "created_at")
     assert raw is not None and raw.decode().endswith("Z") and "+00:00" not in raw.decode()
-    assert fake_store.get("tz").created_at == record.created_at
+    assert run_call(fake_store.get_call("tz")).created_at == record.created_at

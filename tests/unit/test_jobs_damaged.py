@@ -9,6 +9,7 @@ import pytest
 from claudeq.errors import RecordUnreadable
 from claudeq.jobs import JobStore
 from claudeq.models import JobRecord
+from claudeq.script_calls import run_call
 from tests.support.jobs import queued
 
 
@@ -18,9 +19,9 @@ def test_a_job_key_holding_a_string_is_reported_unreadable_and_the_others_listed
     fake_store.redis.set(fake_store.keys.job(damaged), "not a record")
 
     with pytest.raises(RecordUnreadable, match="not a record"):
-        fake_store.get(damaged)
+        run_call(fake_store.get_call(damaged))
     with pytest.raises(RecordUnreadable):
-        fake_store.status(damaged)
+        run_call(fake_store.status_call(damaged))
     listed = fake_store.list_jobs(limit=10)
     assert sorted(getattr(item, "job_id", None) or getattr(item, "id", "") for item in listed) == [healthy, damaged]
     assert any(isinstance(item, RecordUnreadable) and item.job_id == damaged for item in listed)

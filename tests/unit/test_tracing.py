@@ -15,6 +15,7 @@ import pytest
 from claudeq import tracing
 from claudeq.models import JobRecord, JobSpec, trace_id_of, utcnow
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +49,7 @@ if sys.argv[1] == "on":
 from datetime import timedelta
 from claudeq.models import utcnow
 from claudeq.producer.client import Client
+from claudeq.script_calls import run_call
 from claudeq.worker.store.job_store import make_worker_store
 from tests.conftest import make_settings
 from tests.support.engine_fakes import FakeAccounts, FakeRunner, rate_limited, success
@@ -65,7 +67,7 @@ h.accounts.cooled.clear()  # the deferral's reset came: delivered again
 store.redis.hset(store.keys.job(job), "status", "queued")
 second = h.deliver(job)
 h.engine.stop()
-out = {"statuses": [first, second], "trace_id": store.get(job).trace_id,
+out = {"statuses": [first, second], "trace_id": run_call(store.get_call(job)).trace_id,
        "modules": sorted(m for m in sys.modules if m.startswith("opentelemetry")), "importers": sorted(importers),
        "claudeq": sorted(m for m in sys.modules if m.startswith("claudeq"))}
 if sys.argv[1] == "on":
@@ -120,12 +122,12 @@ def test_the_trace_id_is_read_from_a_valid_traceparent_only() -> None:
 def test_the_record_keeps_the_trace_context_and_shows_the_trace_id() -> None:
     client = Client(make_settings("redis://127.0.0.1:1/0", "tp:"), redis_client=fakeredis.FakeRedis())
     record = JobRecord(id="j1", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow(), traceparent=TRACEPARENT)
-    client.store.create(record)
+    run_call(client.store.create_call(record))
     stored = client.get("j1")
     assert stored.traceparent == TRACEPARENT and stored.trace_id == "0af7651916cd43dd8448eb211c80319c"
     assert stored.public()["trace_id"] == stored.trace_id
     untraced = JobRecord(id="j2", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
-    client.store.create(untraced)
+    run_call(client.store.create_call(untraced))
     assert "traceparent" not in client.store.redis.hgetall(client.store.keys.job("j2"))  # no field, no memory
     assert client.get("j2").public()["trace_id"] is None
 

@@ -307,10 +307,8 @@ class AccountManager(AsyncCalls):
         return await self.send(self.tenant_store.tag_call(self.tenants.governing(spec.tenant), job_id))
 
     async def _held_by(self, job_id: str, among: Collection[str] | None = None) -> list[str]:
-        """`AccountStore.held_by` from the loop: the accounts on which `job_id` holds a live slot."""
-        accounts = self.store.held_among(among)
-        scores = await self._pipe(self.store.queue_held_by(job_id, accounts)) if accounts else []
-        return self.store.held_by_of(accounts, scores)
+        """`AccountStore.held_by_call` from the loop: the accounts on which `job_id` holds a live slot."""
+        return await self.send(self.store.held_by_call(job_id, among=among))
 
     async def _drop_slots(self, job_id: str) -> None:
         slots = [self.store.keys.account_slots(name) for name in await self._held_by(job_id)]
@@ -474,7 +472,7 @@ class AccountManager(AsyncCalls):
         return await asyncio.shield(reading)
 
     async def _snapshot_now(self, now: float) -> list[tuple[AccountState, datetime | None]]:
-        return self.store.snapshot_of(await self._pipe(self.store.queue_snapshot(now)), now)
+        return await self.send(self.store.snapshot_call(now))
 
     async def _try_acquire(
         self,
@@ -658,7 +656,7 @@ class AccountManager(AsyncCalls):
     async def job_done(self, tenant: str, job_id: str) -> None:
         """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`), in one
         pipeline on the async client."""
-        await self._pipe(lambda p: self.tenant_store.queue_unindex(p, tenant, job_id))
+        await self.send(self.tenant_store.unindex_call(tenant, job_id))
 
     async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
         """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""

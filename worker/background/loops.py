@@ -178,9 +178,13 @@ class Loops:
             elif status in ("queued", "deferred"):
                 if status == "deferred":
                     await self.store.promote(job_id, None, force=True)
-                claim = await self.store.claim(job_id, self.engine.worker_id, self.settings.lease_ttl_s)
-                if claim.ok and await self.store.write(job_id, claim.fence, "failed", error=error):
-                    ended_as = "failed"
+                claim = await self.store.send(
+                    self.store.claim_call(job_id, self.engine.worker_id, self.settings.lease_ttl_s)
+                )
+                if claim.ok:
+                    write = self.store.write_call(job_id, claim.fence, "failed", error=error)
+                    if await self.store.send(write):
+                        ended_as = "failed"
         except Exception as failed:
             log.error("%s: job %s: failing it failed too (%s); left for a later pass", loop, job_id, failed)
             return

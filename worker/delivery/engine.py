@@ -219,7 +219,7 @@ class Engine:
     async def _deliver(self, job_id: str) -> Delivered:
         claim_sent = time.monotonic()
         try:
-            claim = await self.store.claim(job_id, self.worker_id, self.settings.lease_ttl_s)
+            claim = await self.store.send(self.store.claim_call(job_id, self.worker_id, self.settings.lease_ttl_s))
         except redis.RedisError as exc:
             log.warning("job %s: claim failed (%s); the reconciler re-sends it", job_id, type(exc).__name__)
             return Delivered.dropped("redis")
@@ -235,7 +235,7 @@ class Engine:
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
-            if await self.store.write(job_id, claim.fence, "failed", error=error):
+            if await self.store.send(self.store.write_call(job_id, claim.fence, "failed", error=error)):
                 try:  # out of its tenant's active jobs: the tenant its damaged spec still names, else `default`
                     await self.accounts.job_done(_tenant_hint(claim.fields), job_id)
                 except Exception:

@@ -186,12 +186,16 @@ class FencedWriter:
         pack = self.pack_events and status in TERMINAL and not d.events.stream
         d.events.packed = pack
         if release is not None and status in TERMINAL:
-            freed = await self.store.finish(
-                d.job_id, d.lease.fence, status, release, events, stream=d.events.stream, pack=pack, **fields
+            freed = await self.store.send(
+                self.store.finish_call(
+                    d.job_id, d.lease.fence, status, release, events, stream=d.events.stream, pack=pack, **fields
+                )
             )
             return freed.done, freed
-        return await self.store.write(
-            d.job_id, d.lease.fence, status, events=events, stream=d.events.stream, pack=pack, **fields
+        return await self.store.send(
+            self.store.write_call(
+                d.job_id, d.lease.fence, status, events=events, stream=d.events.stream, pack=pack, **fields
+            )
         ), None
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
@@ -250,7 +254,7 @@ class FencedWriter:
                 return
             d.events.stream = True
             try:
-                stored = await self.store.append_events_fenced(d.job_id, d.lease.fence, events)
+                stored = await self.store.send(self.store.append_call(d.job_id, d.lease.fence, events))
             except redis.RedisError as exc:
                 log.warning("job %s: %d event(s) not stored (%s)", d.job_id, len(events), type(exc).__name__)
                 return

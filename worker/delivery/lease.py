@@ -49,7 +49,9 @@ class LeaseKeeper:
                 sent = time.monotonic()
                 slot = d.hold.slot
                 expiring = self.accounts.expiring_keys(slot) if slot is not None else []
-                beat = await self.store.beat(d.job_id, self.worker_id, d.lease.fence, ttl, expiring)
+                beat = await self.store.send(
+                    self.store.beat_call(d.job_id, self.worker_id, d.lease.fence, ttl, expiring)
+                )
                 last_ok = time.monotonic()
                 if not beat.ours:
                     log.warning("job %s: lease lost (expired or taken over); stopping the run", d.job_id)

@@ -4,10 +4,12 @@ the outbox, the archive's moves, the worker index.
 The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
 on the same Redis. Every status change is one atomic Lua script (claudeq/worker/store/job_scripts.py).
 
-What the worker does here is a coroutine for the engine's event loop, one method each (the producer's reads too,
-as `reads`: claudeq/worker/store/reads.py): on the async client a worker attaches (`use_async`), with no thread hop
-per call; without one (fakeredis) on the sync client in a thread (claudeq.script_calls,
-docs/scaling.md#the-engines-redis-client). Only `archive_job` is sync: the archive's database client is.
+What the worker does here is, once each, a call a run sends (`claim_call`, `beat_call`, `write_call`,
+`finish_call`, `append_call`, `start_call`: `await store.send(call)`) or a coroutine for the engine's event loop (the
+producer's reads too, as `reads`: claudeq/worker/store/reads.py): on the async client a worker attaches
+(`use_async`), with no thread hop per call; without one (fakeredis) on the sync client in a thread
+(claudeq.script_calls, docs/scaling.md#the-engines-redis-client). Only `archive_job` is sync: the archive's database
+client is.
 """
 
 from __future__ import annotations
@@ -211,12 +213,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
     # ---- the run's side: claim, heartbeat, fenced writes -------------------------------------------------------
 
-    async def claim(self, job_id: str, worker: str, lease_ttl_s: float) -> Claim:
+    def claim_call(self, job_id: str, worker: str, lease_ttl_s: float) -> ScriptCall[Claim]:
         """Atomically take a queued job: status running, a lease with a new fencing token (and the record read in
         the same step: `Claim.fields`)."""
-        return await self.send(self._claim_call(job_id, worker, lease_ttl_s))
-
-    def _claim_call(self, job_id: str, worker: str, lease_ttl_s: float) -> ScriptCall[Claim]:
         now = stored_time(utcnow())
 
         def parse(reply: Any) -> Claim:
@@ -235,17 +234,13 @@ class WorkerJobStore(AsyncCalls, JobStore):
         clock = time.time()
         return ScriptCall(self._claim, keys, [job_id, worker, repr(clock + lease_ttl_s), now, repr(clock)], parse)
 
-    async def beat(
+    def beat_call(
         self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()
-    ) -> Beat:
+    ) -> ScriptCall[Beat]:
         """One heartbeat of a run, in one script: extend the lease (`Beat.ours` False: the job was recovered or
         taken over) and, while it is ours, move the run's expiry in each sorted set of `expiring` (its account slot
         first, then its tenant's runs: `expiring_keys`), and say whether a cancel flag is set."""
-        return await self.send(self._beat_call(job_id, worker, fence, lease_ttl_s, expiring))
 
-    def _beat_call(
-        self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str]
-    ) -> ScriptCall[Beat]:
         def parse(reply: Any) -> Beat:
             ours, held, cancelled = reply
             return Beat(bool(ours), bool(held), bool(cancelled))
@@ -254,28 +249,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         args = [fence, job_id, repr(time.time() + lease_ttl_s), worker]
         return ScriptCall(self._heartbeat, keys, args, parse)
 
-    async def write(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus | None = None,
-        score: float = 0,
-        event: Event | None = None,
-        events: Sequence[Event] = (),
-        *,
-        stream: bool = True,
-        pack: bool = False,
-        **fields: Unpack[JobFields],
-    ) -> Written:
-        """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
-        the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
-        `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
-        write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
-        write need not read it. `pack`: such a write stores the compacted events packed (`claudeq.jobs.pack_events`,
-        computed here: the script has no codec) instead of as JSON, so nothing is left to pack after it."""
-        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream, pack))
-
-    async def finish(
+    def finish_call(
         self,
         job_id: str,
         fence: int,
@@ -286,25 +260,13 @@ class WorkerJobStore(AsyncCalls, JobStore):
         stream: bool = True,
         pack: bool = False,
         **fields: Unpack[JobFields],
-    ) -> Freed:
-        """A terminal `write` that also frees what `release` names (the run's slot, the job's index entries, its last
-        attempt's spend), in one script, only while `fence` still holds the job. `stream`, `pack`: as for `write`."""
+    ) -> ScriptCall[Freed]:
+        """A terminal `write_call` that also frees what `release` names (the run's slot, the job's index entries, its
+        last attempt's spend), in one script, only while `fence` still holds the job. `stream`, `pack`: as for
+        `write_call`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        return await self.send(self._finish_call(job_id, fence, status, release, events, fields, stream, pack))
-
-    def _finish_call(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus,
-        release: SlotRelease,
-        events: Sequence[Event],
-        fields: JobFields,
-        stream: bool = True,
-        pack: bool = False,
-    ) -> ScriptCall[Freed]:
-        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream, pack)
+        write = self.write_call(job_id, fence, status, events=events, stream=stream, pack=pack, **fields)
 
         def parse(reply: list[Any]) -> Freed:
             return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
@@ -335,21 +297,28 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """`acquire` (an account slot's ACQUIRE call, AccountStore) with `attempt`'s start written in the same
         script, under the start's fence (START): ACQUIRE's answer, or START_LOST when the slot was taken but the
         fence no longer holds the job (nothing written)."""
-        write = self._write_call(start.job_id, start.fence, None, 0, None, (), start.fields(attempt))
+        write = self.write_call(start.job_id, start.fence, **start.fields(attempt))
         return ScriptCall(self._start, [*acquire.keys, *write.keys], [*acquire.args, *write.args], int)
 
-    def _write_call(
+    def write_call(
         self,
         job_id: str,
         fence: int,
-        status: JobStatus | None,
-        score: float,
-        event: Event | None,
-        events: Sequence[Event],
-        fields: JobFields,
+        status: JobStatus | None = None,
+        score: float = 0,
+        event: Event | None = None,
+        events: Sequence[Event] = (),
+        *,
         stream: bool = True,
         pack: bool = False,
+        **fields: Unpack[JobFields],
     ) -> ScriptCall[Written]:
+        """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
+        the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
+        `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
+        write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
+        write need not read it. `pack`: such a write stores the compacted events packed (`claudeq.jobs.pack_events`,
+        computed here: the script has no codec) instead of as JSON, so nothing is left to pack after it."""
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -400,13 +369,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
         ]
         return ScriptCall(self._write, keys, args, _written)
 
-    async def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+    def append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         """Append a running job's events, in order, in one script, while `fence` still holds it: the last entry id,
         None (nothing appended) once the run was superseded or the job moved on. Workers append every event of a
         run this way."""
-        return await self.send(self._append_call(job_id, fence, events))
-
-    def _append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         if not events:
             raise ValueError("no events to append")
         keys = [self.keys.job(job_id), self.keys.events(job_id)]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.app import WorkerRuntime
@@ -41,7 +42,7 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
 ) -> None:
     store = runtime.engine.store
     job_id = uuid.uuid4().hex
-    store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+    run_call(store.create_call(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())))
     store.redis.hset(store.keys.job(job_id), "cancel", "1")  # a cancel flag the claim and the heartbeat both report
 
     def no_thread(*_: Any, **__: Any) -> Any:
@@ -50,18 +51,22 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     monkeypatch.setattr("asyncio.to_thread", no_thread)  # the fallback of a store without an async client
 
     async def one_run() -> dict[str, Any]:
-        claim = await store.claim(job_id, "w1", 30)
+        claim = await store.send(store.claim_call(job_id, "w1", 30))
         assert claim.ok and claim.fields is not None and claim.cancelled is True
         attempt = Attempt(number=1, account="a", worker="w1", started_at=utcnow())
-        wrote = await store.write(job_id, claim.fence, events=[Event(type="claimed")], attempts=[attempt])
-        appended = await store.append_events_fenced(job_id, claim.fence, [Event(type="run_started")])
-        beat = await store.beat(job_id, "w1", claim.fence, 30)
-        stale_beat = await store.beat(job_id, "w1", claim.fence + 1, 30)
-        lease = await store.lease_state(job_id)
-        done = await store.write(
-            job_id, claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+        wrote = await store.send(
+            store.write_call(job_id, claim.fence, events=[Event(type="claimed")], attempts=[attempt])
         )
-        stale = await store.write(job_id, claim.fence, "failed")
+        appended = await store.send(store.append_call(job_id, claim.fence, [Event(type="run_started")]))
+        beat = await store.send(store.beat_call(job_id, "w1", claim.fence, 30))
+        stale_beat = await store.send(store.beat_call(job_id, "w1", claim.fence + 1, 30))
+        lease = await store.lease_state(job_id)
+        done = await store.send(
+            store.write_call(
+                job_id, claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+            )
+        )
+        stale = await store.send(store.write_call(job_id, claim.fence, "failed"))
         return dict(
             fence=claim.fence,
             wrote=wrote,
@@ -79,7 +84,7 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
     assert not got["stale_beat"].ours
     assert got["lease"] == LeaseState(got["fence"], "running", cancel_requested=True)
     assert got["stale"] is False  # the job moved on: a late write is refused
-    record = store.get(job_id)
+    record = run_call(store.get_call(job_id))
     assert record.status == "succeeded"
     assert record.result is not None and record.result.text == "ok"
     assert [a.account for a in record.attempts] == ["a"]
@@ -130,8 +135,10 @@ def test_the_reconciler_and_heartbeat_passes_go_on_the_async_client_without_a_th
     store.redis.set(keys.reconciler_turn, "the-test", px=60_000)  # the runtime's own reconciler stays out
     lost, unclaimed = uuid.uuid4().hex, uuid.uuid4().hex
     for job_id in (lost, unclaimed):
-        store.create(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
-    claim = runtime.engine.call(store.claim(lost, "gone-worker", 30)).result(timeout=30)
+        run_call(
+            store.create_call(JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+        )
+    claim = runtime.engine.call(store.send(store.claim_call(lost, "gone-worker", 30))).result(timeout=30)
     assert claim.ok
     store.redis.zadd(keys.running, {lost: time.time() - 1})  # its lease ran out: its worker is gone
     old = time.time() - runtime.settings.unclaimed_resend_s - 60
@@ -156,7 +163,7 @@ def test_the_reconciler_and_heartbeat_passes_go_on_the_async_client_without_a_th
     recovered, resent = runtime.engine.call(passes()).result(timeout=30)
     monkeypatch.undo()
     assert lost in recovered and unclaimed in resent
-    record = store.get(lost)
+    record = run_call(store.get_call(lost))
     assert record.status == "queued" and [a.outcome for a in record.attempts] == ["worker_lost"]
     assert [e.type for _, e in store.read_events(lost)][-1] == "requeued"
     messages = [m.decode() for m in store.redis.lrange(broker, 0, -1)]

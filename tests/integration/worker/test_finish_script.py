@@ -9,19 +9,23 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
-from claudeq.script_calls import ScriptCall, run_call
+from claudeq.script_calls import Call, ScriptCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
+from claudeq.worker.store import job_scripts
 from claudeq.worker.store.job_store import START_LOST, AttemptStart, Freed
 from tests.support.jobs import queued
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -46,7 +50,7 @@ def _running_with_slot(rt: WorkerRuntime) -> tuple[str, int, SlotLease]:
     job_id = queued(store, tenant="acme")
     for name in ("acme", "default"):
         store.redis.zadd(store.keys.tenant_jobs(name), {job_id: 1.0})
-    claim = rt.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30)
+    claim = rt.engine.call(store.send(store.claim_call(job_id, "w1", 30))).result(timeout=30)
     lease = rt.engine.call(accounts.acquire(job_id, spec)).result(timeout=30)
     assert claim.ok and isinstance(lease, SlotLease)
     return job_id, claim.fence, lease
@@ -60,11 +64,15 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
     assert release is not None
 
     done = runtime.engine.call(
-        store.finish(job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok"))
+        store.send(
+            store.finish_call(
+                job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok")
+            )
+        )
     ).result(10)
 
     assert done == Freed(True, ())
-    record = store.get(job_id)
+    record = run_call(store.get_call(job_id))
     assert record.status == "succeeded" and record.result is not None and record.result.text == "ok"
     assert [e.type for _, e in store.read_events(job_id)] == ["submitted", "succeeded"]
     assert store.redis.zscore(slots, job_id) is None
@@ -83,7 +91,7 @@ def test_a_job_no_producer_indexed_is_taken_out_of_no_index(runtime: WorkerRunti
     job_id, fence, lease = _running_with_slot(runtime)
     release = accounts.slot_release(lease, "acme", indexed=False)
     assert release is not None and release.unindex == []
-    assert runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10).done
+    assert runtime.engine.call(store.send(store.finish_call(job_id, fence, "succeeded", release))).result(10).done
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None  # no ZREM was sent
 
 
@@ -94,12 +102,12 @@ def test_a_stale_fence_writes_and_frees_nothing(runtime: WorkerRuntime) -> None:
     release = accounts.slot_release(lease, "acme", spent=Spent(lease, 0.25))
     assert release is not None
 
-    done = runtime.engine.call(store.finish(job_id, fence + 1, "failed", release)).result(10)
+    done = runtime.engine.call(store.send(store.finish_call(job_id, fence + 1, "failed", release))).result(10)
 
     # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it. Its spend is
     # not counted either: the handler counts it apart (DeliveryHandler._settle), as for any write that did not land.
     assert done == Freed(False, ())
-    assert store.get(job_id).status == "running"
+    assert run_call(store.get_call(job_id)).status == "running"
     assert store.redis.zscore(slots, job_id) is not None
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None
     assert accounts.tenant_store.spend("account", "acct-a") == (0.0, 0.0)
@@ -110,18 +118,18 @@ def test_the_freed_slot_goes_to_the_waiter_in_line(runtime: WorkerRuntime) -> No
     slots = store.keys.account_slots("acct-a")
     job_id, fence, lease = _running_with_slot(runtime)
     waiter = uuid.uuid4().hex
-    store.create(JobRecord(id=waiter, spec=JobSpec(prompt="next"), status="queued", created_at=utcnow()))
+    run_call(store.create_call(JobRecord(id=waiter, spec=JobSpec(prompt="next"), status="queued", created_at=utcnow())))
     store.redis.hset(store.keys.job(waiter), "status", "deferred")
     store.redis.zrem(store.keys.queued, waiter)
     store.redis.zadd(store.keys.deferred, {waiter: 1e12})
-    assert accounts.store.add_waiter(["acct-a"], waiter, 1.0) == []  # the only slot is taken
+    assert run_call(accounts.store.add_waiter_call(["acct-a"], waiter, 1.0)) == []  # the only slot is taken
 
     release = accounts.slot_release(lease, "acme")
     assert release is not None
-    done = runtime.engine.call(store.finish(job_id, fence, "succeeded", release)).result(10)
+    done = runtime.engine.call(store.send(store.finish_call(job_id, fence, "succeeded", release))).result(10)
 
     assert done == Freed(True, (waiter,))
-    assert store.get(waiter).status == "queued"
+    assert run_call(store.get_call(waiter)).status == "queued"
     assert store.redis.zscore(slots, waiter) is not None and store.redis.zscore(slots, job_id) is None
 
 
@@ -153,7 +161,7 @@ def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeyp
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered
-    record = store.get(job_id)
+    record = run_call(store.get_call(job_id))
     assert record.status == "succeeded" and record.result is not None
     # The slot and the spend went with the terminal write, in its script: no separate release, unindex or settle.
     assert store.redis.zcard(slots) == 0 and separately == []
@@ -170,7 +178,7 @@ def test_a_job_whose_end_cannot_go_in_one_script_still_counts_its_spend(
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered
-    record = store.get(job_id)
+    record = run_call(store.get_call(job_id))
     assert record.result is not None and record.result.usage.cost_usd > 0
     assert accounts.tenant_store.spend("account", "acct-a")[0] == pytest.approx(record.result.usage.cost_usd)
 
@@ -179,17 +187,19 @@ def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, m
     store = runtime.engine.store
     job_id = queued(store)
     writes: list[object] = []
+    send = store.send
 
-    async def write(*args: object, **kwargs: object) -> bool:
-        writes.append((args, kwargs))
-        return False
+    async def sent(call: Call[T]) -> T:
+        if isinstance(call, ScriptCall) and call.script.script == job_scripts.WRITE:
+            writes.append(call)
+        return await send(call)
 
-    monkeypatch.setattr(store, "write", write)  # the attempt's start goes in START; the end in FINISH
+    monkeypatch.setattr(store, "send", sent)  # the attempt's start goes in START; the end in FINISH
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered
     assert writes == []
-    record = store.get(job_id)
+    record = run_call(store.get_call(job_id))
     assert [(a.number, a.account, a.outcome) for a in record.attempts] == [(1, "acct-a", "success")]
     assert record.account == "acct-a"
 
@@ -197,7 +207,7 @@ def test_an_attempt_starts_with_its_slot_in_one_script(runtime: WorkerRuntime, m
 def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> None:
     store, accounts = runtime.engine.store, _accounts(runtime)
     job_id = queued(store)
-    fence = runtime.engine.call(store.claim(job_id, "w1", 30)).result(timeout=30).fence
+    fence = runtime.engine.call(store.send(store.claim_call(job_id, "w1", 30))).result(timeout=30).fence
 
     def start(fence: int) -> Callable[[ScriptCall[int]], ScriptCall[int]]:
         attempt = store.attempt_start(job_id, fence, 1, "w1", [], None)
@@ -205,9 +215,9 @@ def test_a_start_whose_fence_is_stale_writes_nothing(runtime: WorkerRuntime) -> 
 
     stale = start(fence + 1)(accounts.store.acquire_call("acct-a", job_id, 30, may_hold=False))
     assert run_call(stale) == START_LOST
-    assert store.get(job_id).account is None  # nothing written
+    assert run_call(store.get_call(job_id)).account is None  # nothing written
     assert run_call(start(fence)(accounts.store.acquire_call("acct-a", job_id, 30))) == 1  # the slot it took, again
-    assert store.get(job_id).account == "acct-a"
+    assert run_call(store.get_call(job_id)).account == "acct-a"
     assert store.redis.zcard(store.keys.account_slots("acct-a")) == 1
 
 
@@ -226,6 +236,6 @@ def test_a_delivery_whose_start_found_the_job_taken_over_is_lost(
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "lost", delivered
-    record = store.get(job_id)
+    record = run_call(store.get_call(job_id))
     assert record.status == "running" and record.attempts == [] and record.account is None
     assert accounts.tenant_store.spend("account", "acct-a") == (0.0, 0.0)  # no run

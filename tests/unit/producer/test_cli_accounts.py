@@ -14,6 +14,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.models import WindowInfo
 from claudeq.producer.cli_accounts import EXIT_BAD_INPUT, accounts_app
+from claudeq.script_calls import run_call
 
 runner = CliRunner()
 
@@ -35,7 +36,7 @@ def invoke(store: AccountStore, *args: str) -> tuple[int, str]:
 
 
 def test_json_lists_every_account_with_state_slots_and_utilization(store: AccountStore) -> None:
-    store.try_acquire("alpha", "j1", 30)
+    run_call(store.acquire_call("alpha", "j1", 30))
     store.record_window(
         "alpha",
         "five_hour",

@@ -40,9 +40,9 @@ async def test_submit_wait_and_events(aclient: AsyncClient) -> None:
             result_ttl_s=aclient.sync.store.result_ttl_s,
             events_maxlen=aclient.sync.store.events_maxlen,
         )
-        claim = await store.claim(handle.id, "w", 5)
+        claim = await store.send(store.claim_call(handle.id, "w", 5))
         await asyncio.sleep(0.1)
-        await store.write(handle.id, claim.fence, "succeeded")
+        await store.send(store.write_call(handle.id, claim.fence, "succeeded"))
 
     record, _ = await asyncio.gather(handle.wait(timeout=5, poll_s=0.02), worker())
     assert record.status == "succeeded"

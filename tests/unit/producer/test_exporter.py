@@ -21,6 +21,7 @@ from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import ClusterCollector
 
 NOW = 1_800_000_000.0
@@ -108,7 +109,11 @@ def test_queue_lists_match_kombu_priority_names() -> None:
 
 def test_jobs_by_status_include_zeros(collector: ClusterCollector, fake_store: JobStore) -> None:
     for i in range(3):
-        fake_store.create(JobRecord(id=f"j{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow()))
+        run_call(
+            fake_store.create_call(
+                JobRecord(id=f"j{i}", spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
+            )
+        )
     registry = scrape(collector)
     assert registry.get_sample_value("claudeq_jobs", {"status": "queued"}) == 3
     assert registry.get_sample_value("claudeq_jobs", {"status": "failed"}) == 0

@@ -108,9 +108,9 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
     the terminal one (the write moves it into the record with the status in one step)."""
     worker = make_worker_store(fleet.settings, fleet.store.redis)
     job = fleet.submit(prompt="hi")
-    claim = await worker.claim(job.id, "w-1", 30)
+    claim = await worker.send(worker.claim_call(job.id, "w-1", 30))
     assert claim.ok
-    await worker.write(job.id, claim.fence, event=Event(type="run_started", data={"account": "a"}))
+    await worker.send(worker.write_call(job.id, claim.fence, event=Event(type="run_started", data={"account": "a"})))
     read = fleet.store.read_events
     finished: list[bool] = []
 
@@ -118,7 +118,7 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
         out = read(job_id, after, **kwargs)
         if not finished:
             finished.append(True)
-            assert run(worker.write(job.id, claim.fence, "succeeded", event=Event(type="succeeded")))
+            assert run(worker.send(worker.write_call(job.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
         return out
 
     monkeypatch.setattr(fleet.store, "read_events", read_then_finish)

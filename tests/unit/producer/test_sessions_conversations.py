@@ -13,6 +13,7 @@ from claudeq.conversations import ConversationStore, Turn, delete_conversation
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec
+from claudeq.script_calls import run_call
 from claudeq.transcripts import RedisSessionStore
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -25,7 +26,7 @@ def convs(fake_redis: fakeredis.FakeRedis, fake_settings: Settings) -> Conversat
 
 def _job(store: JobStore, job_id: str, created: datetime, status: str = "queued", conv: str = "c") -> JobRecord:
     record = JobRecord(id=job_id, spec=JobSpec(prompt="hi", conversation=conv), status="queued", created_at=created)
-    store.create(record)
+    run_call(store.create_call(record))
     if status != "queued":
         store.redis.hset(store.keys.job(job_id), "status", status)
     return record
@@ -36,14 +37,14 @@ def test_second_turn_waits_for_the_running_one_and_is_named_on_release(
 ) -> None:
     _job(fake_store, "a", T0, "running")
     _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
-    assert convs.acquire("c", "a").granted
-    grant = convs.acquire("c", "b")
+    assert run_call(convs.acquire_call("c", "a")).granted
+    grant = run_call(convs.acquire_call("c", "b"))
     assert not grant.granted and grant.holder == "a"
-    assert convs.acquire("c", "a").granted  # re-entrant: a retry of the running turn
+    assert run_call(convs.acquire_call("c", "a")).granted  # re-entrant: a retry of the running turn
     fake_store.redis.hset(fake_store.keys.job("b"), "status", "deferred")
     fake_store.redis.hset(fake_store.keys.job("a"), "status", "succeeded")  # written before the release
-    assert convs.release("c", "a") == "b"
-    assert convs.acquire("c", "b").granted
+    assert run_call(convs.release_call("c", "a")) == "b"
+    assert run_call(convs.acquire_call("c", "b")).granted
 
 
 def test_turns_run_in_submit_order_even_when_the_later_one_is_claimed_first(
@@ -53,9 +54,9 @@ def test_turns_run_in_submit_order_even_when_the_later_one_is_claimed_first(
     _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
     convs.register("c", "a")  # at submit
     convs.register("c", "b")
-    grant = convs.acquire("c", "b")
+    grant = run_call(convs.acquire_call("c", "b"))
     assert not grant.granted and grant.holder == "a"
-    assert convs.acquire("c", "a").granted
+    assert run_call(convs.acquire_call("c", "a")).granted
 
 
 def test_an_earlier_turn_claimed_but_not_yet_planned_goes_first(convs: ConversationStore, fake_store: JobStore) -> None:
@@ -63,9 +64,9 @@ def test_an_earlier_turn_claimed_but_not_yet_planned_goes_first(convs: Conversat
     _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
     fake_store.redis.zadd(fake_store.keys.running, {"a": 1.0, "b": 1.0})
     _job(fake_store, "0-other", T0, conv="other")  # another conversation's job: ignored
-    grant = convs.acquire("c", "b")
+    grant = run_call(convs.acquire_call("c", "b"))
     assert not grant.granted and grant.holder == "a"
-    assert convs.acquire("c", "a").granted
+    assert run_call(convs.acquire_call("c", "a")).granted
 
 
 def test_a_finished_or_vanished_holder_never_blocks_the_next_turn(
@@ -73,17 +74,23 @@ def test_a_finished_or_vanished_holder_never_blocks_the_next_turn(
 ) -> None:
     _job(fake_store, "a", T0, "running")
     _job(fake_store, "b", T0 + timedelta(seconds=1), "running")
-    assert convs.acquire("c", "a").granted
+    assert run_call(convs.acquire_call("c", "a")).granted
     fake_store.redis.hset(fake_store.keys.job("a"), "status", "failed")  # finished without releasing
-    assert convs.acquire("c", "b").granted
+    assert run_call(convs.acquire_call("c", "b")).granted
     fake_store.redis.delete(fake_store.keys.job("b"))  # record expired
-    assert convs.acquire("c", "z").granted
+    assert run_call(convs.acquire_call("c", "z")).granted
 
 
 def test_pointer_moves_on_turns_but_not_on_forks(convs: ConversationStore) -> None:
-    convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
-    convs.record_turn(
-        "c", Turn(job_id="b", status="succeeded", session_id="s2", forked=True, finished_at=T0), move_pointer=False
+    run_call(
+        convs.record_turn_call(
+            "c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True
+        )
+    )
+    run_call(
+        convs.record_turn_call(
+            "c", Turn(job_id="b", status="succeeded", session_id="s2", forked=True, finished_at=T0), move_pointer=False
+        )
     )
     info = convs.info("c")
     assert info is not None and info.session_id == "s1"
@@ -96,9 +103,13 @@ def test_every_conversation_key_expires_with_the_retention(
     convs: ConversationStore, fake_store: JobStore, fake_redis: fakeredis.FakeRedis
 ) -> None:
     _job(fake_store, "a", T0, "running")
-    convs.acquire("c", "a")
+    run_call(convs.acquire_call("c", "a"))
     convs.register("c", "b")
-    convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
+    run_call(
+        convs.record_turn_call(
+            "c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True
+        )
+    )
     for key in (
         convs.keys.conversation("c"),
         convs.keys.conversation_turns("c"),
@@ -113,7 +124,11 @@ async def test_delete_removes_pointer_turns_and_transcripts(convs: ConversationS
     sessions = RedisSessionStore(aredis, convs.keys, 600)
     await sessions.append({"project_key": "p", "session_id": "s1"}, [{"type": "user", "uuid": "u"}])
     await sessions.append({"project_key": "p", "session_id": "s2"}, [{"type": "user", "uuid": "u"}])
-    convs.record_turn("c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True)
+    run_call(
+        convs.record_turn_call(
+            "c", Turn(job_id="a", status="succeeded", session_id="s1", finished_at=T0), move_pointer=True
+        )
+    )
     assert await delete_conversation(convs, sessions, "c") == ["s1"]
     assert convs.info("c") is None
     assert await sessions.load({"project_key": "p", "session_id": "s1"}) is None

@@ -6,16 +6,17 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import fakeredis
 import pytest
 
+from claudeq.account_state import AccountState
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
+from claudeq.script_calls import PipeCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.run.outcome import RateLimitSignal
 from tests.support.aio import run
@@ -252,13 +253,13 @@ def test_an_acquire_reuses_a_fresh_read_of_the_accounts_but_never_says_no_from_i
     manager: AccountManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[float] = []
-    snapshot = manager.store.queue_snapshot
+    snapshot = manager.store.snapshot_call
 
-    def counted(now: float) -> Callable[[object], object]:
+    def counted(now: float) -> PipeCall[list[tuple[AccountState, datetime | None]]]:
         reads.append(time.time())
         return snapshot(now)
 
-    monkeypatch.setattr(manager.store, "queue_snapshot", counted)
+    monkeypatch.setattr(manager.store, "snapshot_call", counted)
     first, second = lease(run(manager.acquire("j1", SPEC))), lease(run(manager.acquire("j2", SPEC)))
     assert len(reads) == 1  # the second acquire chose from the first one's read
     assert {first.account.name, second.account.name} <= {"a", "b"}
@@ -286,10 +287,10 @@ def test_a_waiter_handed_a_slot_finds_it_where_its_record_says(
     assert hint is not None and hint.decode() == manager.store.keys.account_slots("a")
     again = lease(run(manager.acquire("j2", SPEC, rank=9.0, holds=frozenset({hint.decode()}))))
     assert again.account.name == "a"
-    assert manager.store.held_by("j2") == ["a"]
+    assert run_call(manager.store.held_by_call("j2")) == ["a"]
     # A job that may hold no slot anywhere looks at no account's slots before choosing.
-    assert manager.store.held_by("j2", among=frozenset()) == []
-    assert manager.store.held_by("j2", among={"b"}) == []
+    assert run_call(manager.store.held_by_call("j2", among=frozenset())) == []
+    assert run_call(manager.store.held_by_call("j2", among={"b"})) == []
 
 
 def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> None:
@@ -317,7 +318,7 @@ def test_the_paced_starts_after_a_reset_go_by_rank(fake_settings: Settings, fake
         run(manager.add_waiter(got.accounts, job_id, rank))
 
     arrive("first", 9)  # takes the first start
-    assert manager.store.held_by("first") == ["a"]
+    assert run_call(manager.store.held_by_call("first")) == ["a"]
     arrive("bulk", 9)
     arrive("urgent", 0)
     time.sleep(0.55)  # the next start is due

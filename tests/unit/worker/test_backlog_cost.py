@@ -14,6 +14,7 @@ import pytest
 from claudeq.broker_message import list_for, run_message
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -71,7 +72,7 @@ def _submit(store: WorkerJobStore, n: int, sent_at: float) -> list[str]:
         record = JobRecord(
             id=f"j{i}-{time.monotonic_ns()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow()
         )
-        ids.append(store.create(record)[0])
+        ids.append(run_call(store.create_call(record))[0])
         store.redis.zadd(store.keys.queued, {ids[-1]: sent_at})
     return ids
 
@@ -176,7 +177,7 @@ def test_a_backlogged_tenants_message_at_the_last_priority_step_counts_as_waitin
     # As a producer sends a backlogged tenant's job: spec priority 0, message at the last priority step.
     record = JobRecord(id="flooded", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow())
     sent = time.time()
-    store.create(record)
+    run_call(store.create_call(record))
     store.redis.zadd(store.keys.queued, {"flooded": sent}, xx=True)
     store.redis.lpush(list_for(settings.queue, BACKLOG_PRIORITY), run_message("flooded", settings.queue, 9, sent))
     assert run(loops._waiting_in_broker(["flooded"])) == {"flooded"}  # never re-sent while it waits there

@@ -15,6 +15,7 @@ import pytest
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.accounts.manager import SlotLease
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
@@ -56,7 +57,7 @@ class Harness:
     def submit(self, **spec: Any) -> str:
         spec.setdefault("prompt", "hello")
         record = JobRecord(id=f"job{time.monotonic_ns()}", spec=JobSpec(**spec), status="queued", created_at=utcnow())
-        return self.store.create(record)[0]
+        return run_call(self.store.create_call(record))[0]
 
     def deliver(self, job_id: str) -> str:
         return str(self.engine.deliver_blocking(job_id))
@@ -116,7 +117,7 @@ def test_success_records_result_session_usage_and_events(make: Any) -> None:
     h = make(success("hello there", n=10))
     job = h.submit()
     assert h.deliver(job) == "succeeded"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "succeeded" and record.error is None
     assert record.result is not None and record.result.text == "hello there"
     assert record.session_id == "s-ok" and record.account == "a" and record.worker == "w1"
@@ -135,7 +136,7 @@ def test_transient_errors_retry_and_usage_is_summed_over_attempts(make: Any) -> 
     h = make(failure(n=1, got_result=True, is_error=True, api_error_status=529), failure(n=2), success(n=10))
     job = h.submit()
     assert h.deliver(job) == "succeeded"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert [a.outcome for a in record.attempts] == ["transient_error", "transient_error", "success"]
     assert [a.number for a in record.attempts] == [1, 2, 3]
     assert record.result is not None and record.result.usage.input_tokens == 13
@@ -149,7 +150,7 @@ def test_transient_errors_exhaust_max_attempts(make: Any) -> None:
     h = make(*[failure(got_result=False)] * 2)
     job = h.submit(max_attempts=2)
     assert h.deliver(job) == "failed"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.error is not None and record.error.kind == "transient"
     assert [a.outcome for a in record.attempts] == ["transient_error", "transient_error"]
     assert record.result is not None and record.result.text == "API Error"  # partial output kept
@@ -160,7 +161,7 @@ def test_rate_limit_cools_the_account_and_reruns_elsewhere_uncounted(make: Any) 
     h = make(rate_limited(resets), success(), accounts=FakeAccounts(A, B))
     job = h.submit(max_attempts=1)
     assert h.deliver(job) == "succeeded"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert [(a.outcome, a.account) for a in record.attempts] == [("rate_limited", "a"), ("success", "b")]
     assert h.accounts.cooled["a"] == resets
     assert h.accounts.observed[0][0] == "a" and h.accounts.observed[0][1].status == "rejected"
@@ -174,7 +175,7 @@ def test_rate_limit_with_no_other_account_defers_until_the_reset(make: Any) -> N
     h = make(rate_limited(resets), accounts=accounts)
     job = h.submit()
     assert h.deliver(job) == "deferred"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "deferred" and record.ready_at is not None
     assert h.store.redis.zscore(h.store.keys.deferred, job) is not None
     assert accounts.waiters == [(["a"], job)]
@@ -188,14 +189,14 @@ def test_no_free_slot_defers_without_running(make: Any) -> None:
     job = h.submit()
     assert h.deliver(job) == "deferred"
     assert h.runner.requests == []
-    assert h.store.get(job).attempts == []
+    assert run_call(h.store.get_call(job)).attempts == []
 
 
 def test_no_account_can_ever_run_it_fails_the_job(make: Any) -> None:
     h = make(accounts=FakeAccounts(A, permanent=True))
     job = h.submit()
     assert h.deliver(job) == "failed"
-    error = h.store.get(job).error
+    error = run_call(h.store.get_call(job)).error
     assert error is not None and error.kind in ("account", "configuration") and "no account" in error.message
 
 
@@ -208,14 +209,17 @@ def test_auth_failure_disables_the_account_and_reruns_elsewhere(make: Any) -> No
     job = h.submit()
     assert h.deliver(job) == "succeeded"
     assert "a" in h.accounts.disabled
-    assert [(a.outcome, a.account) for a in h.store.get(job).attempts] == [("auth_failed", "a"), ("success", "b")]
+    assert [(a.outcome, a.account) for a in run_call(h.store.get_call(job)).attempts] == [
+        ("auth_failed", "a"),
+        ("success", "b"),
+    ]
 
 
 def test_job_failure_is_not_retried_and_keeps_the_session(make: Any) -> None:
     h = make(failure(got_result=True, is_error=True, subtype="error_max_turns"))
     job = h.submit()
     assert h.deliver(job) == "failed"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.error is not None and record.error.kind == "job"
     assert record.session_id == "s-1" and len(record.attempts) == 1
 
@@ -225,7 +229,7 @@ def test_long_backoff_defers_the_job_instead_of_holding_the_thread(make: Any, se
     h = make(failure(got_result=False), cfg=cfg)
     job = h.submit()
     assert h.deliver(job) == "deferred"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "deferred" and record.ready_at is not None and record.ready_at > utcnow()
     assert [a.outcome for a in record.attempts] == ["transient_error"]
     assert h.accounts.held == {}
@@ -239,7 +243,7 @@ def test_cancel_stops_the_run_and_keeps_partial_output(make: Any) -> None:
     assert h.store.cancel(job) == "running"
     h.engine.request_cancel(job)
     assert finish() == ["cancelled"]
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "cancelled" and record.session_id == "s-block"
     assert record.result is not None and record.result.text == "partial"
     assert record.attempts[-1].outcome == "cancelled"
@@ -290,11 +294,11 @@ def test_stale_worker_cannot_overwrite_after_takeover(make: Any, store: WorkerJo
     finish = h.start_delivery(job, started)
     # Another worker takes over: the lease is gone and the job is claimed again with a new fence.
     store.redis.zadd(store.keys.running, {job: 0})
-    record = store.get(job)
+    record = run_call(store.get_call(job))
     assert run(store.recover(job, record.fence, record.attempts))
-    assert run(store.claim(job, "w2", 30)).ok
+    assert run(store.send(store.claim_call(job, "w2", 30))).ok
     assert finish() == ["lost"]
-    after = store.get(job)
+    after = run_call(store.get_call(job))
     assert after.status == "running" and after.worker == "w2"
     assert after.result is None  # the stale worker wrote nothing
 
@@ -317,7 +321,7 @@ def test_spec_the_worker_policy_forbids_fails_with_input_error(make: Any) -> Non
     h = make(success())
     job = h.submit(tools=["Bash"])
     assert h.deliver(job) == "failed"
-    error = h.store.get(job).error
+    error = run_call(h.store.get_call(job)).error
     assert error is not None and error.kind == "input" and "Bash" in error.message
     assert h.runner.requests == []
 
@@ -329,7 +333,7 @@ def test_shutdown_requeues_running_jobs(make: Any) -> None:
     finish = h.start_delivery(job, started)
     h.engine.begin_shutdown(0.1).result(5)
     assert finish() == ["requeued"]
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "queued" and [a.outcome for a in record.attempts] == ["requeued"]
     assert h.sent == [job]
     assert h.deliver(job) == "handed_back"  # after shutdown began, nothing new is claimed
@@ -356,7 +360,7 @@ def test_short_cooldown_on_the_only_account_is_waited_out_in_place(make: Any, se
     started = time.monotonic()
     assert h.deliver(job) == "succeeded"
     waited = time.monotonic() - started
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert [a.outcome for a in record.attempts] == ["rate_limited", "success"]
     assert accounts.waiters == []  # never deferred
     assert "deferred" not in h.events(job)
@@ -369,7 +373,7 @@ def test_cooldown_longer_than_the_in_place_bound_defers(make: Any) -> None:
     h = make(rate_limited(utcnow() + timedelta(seconds=60)), accounts=accounts)
     job = h.submit()
     assert h.deliver(job) == "deferred"
-    assert [a.outcome for a in h.store.get(job).attempts] == ["rate_limited"]
+    assert [a.outcome for a in run_call(h.store.get_call(job)).attempts] == ["rate_limited"]
 
 
 def test_a_run_that_finished_as_shutdown_began_keeps_its_success(make: Any) -> None:
@@ -381,7 +385,7 @@ def test_a_run_that_finished_as_shutdown_began_keeps_its_success(make: Any) -> N
     finish = h.start_delivery(job, started)
     h.engine.begin_shutdown(0.05).result(5)
     assert finish() == ["succeeded"]  # not requeued and run a second time
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "succeeded"
     assert [a.outcome for a in record.attempts] == ["success"]
     assert h.sent == []
@@ -393,7 +397,7 @@ def test_a_redis_blip_leaves_the_job_to_the_reconciler_instead_of_failing_it(mak
     h = make(success(), accounts=FlakyAccounts(A, failures=1))
     job = h.submit()
     assert h.deliver(job) == "dropped:redis"
-    record = h.store.get(job)
+    record = run_call(h.store.get_call(job))
     assert record.status == "running"  # no terminal write: the lease expires and the reconciler re-enqueues it
     assert record.error is None
     h.store.redis.zadd(h.store.keys.running, {job: 0})
@@ -409,12 +413,12 @@ def test_a_worker_that_lost_the_job_leaves_its_account_slot_alone(make: Any, sto
     finish = h.start_delivery(job, started)
     # Another worker took the job over (its lease expired while this one was paused): new fence, same slot member.
     store.redis.zadd(store.keys.running, {job: 0})
-    record = store.get(job)
+    record = run_call(store.get_call(job))
     assert run(store.recover(job, record.fence, record.attempts))
-    assert run(store.claim(job, "w2", 30)).ok
+    assert run(store.send(store.claim_call(job, "w2", 30))).ok
     assert finish() == ["lost"]
     assert job not in accounts.released  # the new owner may hold this very slot
-    assert store.get(job).status == "running"
+    assert run_call(store.get_call(job)).status == "running"
 
 
 def test_a_delivery_claimed_as_shutdown_begins_is_requeued_without_running(make: Any) -> None:
@@ -423,7 +427,7 @@ def test_a_delivery_claimed_as_shutdown_begins_is_requeued_without_running(make:
     h.engine.handler.closing = lambda: True  # the shutdown began between the claim and the first attempt
     assert h.deliver(job) == "requeued"
     assert h.runner.requests == []
-    assert h.store.get(job).status == "queued"
+    assert run_call(h.store.get_call(job)).status == "queued"
     assert h.sent == [job]
 
 

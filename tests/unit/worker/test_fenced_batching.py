@@ -13,6 +13,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
+from claudeq.script_calls import ScriptCall, run_call
 from claudeq.worker.delivery.fenced import FencedWriter
 from claudeq.worker.delivery.state import Delivery, Lease
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
@@ -22,9 +23,9 @@ from tests.support.aio import eventually
 class _CountingStore(WorkerJobStore):
     appends: list[int]
 
-    async def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
+    def append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         self.appends.append(len(events))
-        return await super().append_events_fenced(job_id, fence, events)
+        return super().append_call(job_id, fence, events)
 
 
 @pytest.fixture
@@ -39,8 +40,8 @@ def store(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> _Counting
 
 async def _delivery(store: WorkerJobStore, job_id: str = "j1") -> Delivery:
     record = JobRecord(id=job_id, spec=JobSpec(prompt="hi"), status="queued", created_at=utcnow())
-    store.create(record)
-    claim = await store.claim(job_id, "w1", 30)
+    run_call(store.create_call(record))
+    claim = await store.send(store.claim_call(job_id, "w1", 30))
     return Delivery(job_id, Lease(claim.fence), record, [])
 
 
@@ -79,7 +80,7 @@ async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(st
     await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
     store.redis.zadd(store.keys.running, {"j1": 0})
     assert await store.recover("j1", d.lease.fence, None)
-    assert (await store.claim("j1", "w2", 30)).ok
+    assert (await store.send(store.claim_call("j1", "w2", 30))).ok
     await writer.close(d)  # the pending event is refused: another worker owns the job
     assert d.lost
     assert "assistant_text" not in _types(store, "j1")
@@ -117,7 +118,7 @@ async def test_nobody_following_a_short_run_stores_its_events_once_in_the_termin
     await writer.close(d)
     assert store.appends == [] and not store.redis.exists(store.keys.events("j1"))  # no stream ever
     assert _types(store, "j1") == ["submitted", "claimed", "run_started", "session", "succeeded"]
-    assert store.get("j1").account == "a"
+    assert run_call(store.get_call("j1")).account == "a"
 
 
 async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_ones_within_the_linger(

@@ -12,6 +12,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
+from claudeq.script_calls import run_call
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.passthrough.limit_headers import parse, parse_reset, parse_retry_after
 from tests.support.aio import run
@@ -150,8 +151,8 @@ def test_remaining_0_holds_until_the_reset_then_the_limit_is_what_is_left(manage
     assert held.ready_at.timestamp() == pytest.approx(now + 30, abs=0.01)
     # After the reset, a fresh window holds its limit (1): one run may start, a second waits for it.
     later = time.time() + 31
-    assert manager.store.try_acquire("a", "j1", 15, now=later) == 1
-    assert manager.store.try_acquire("a", "j2", 15, now=later) == -3
+    assert run_call(manager.store.acquire_call("a", "j1", 15, now=later)) == 1
+    assert run_call(manager.store.acquire_call("a", "j2", 15, now=later)) == -3
 
 
 def test_a_stale_reading_of_an_older_window_does_not_overwrite_a_newer_one(manager: AccountManager) -> None:

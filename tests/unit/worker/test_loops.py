@@ -13,6 +13,7 @@ import pytest
 
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops, lost_attempts, worker_ttl_s
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -45,7 +46,7 @@ def loops(settings: Settings, store: WorkerJobStore, sent: list[str]) -> Iterato
 
 def submit(store: WorkerJobStore) -> str:
     record = JobRecord(id=f"j{time.monotonic_ns()}", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow())
-    return store.create(record)[0]
+    return run_call(store.create_call(record))[0]
 
 
 def on_loop(loops: Loops, coro: Any) -> Any:
@@ -55,25 +56,25 @@ def on_loop(loops: Loops, coro: Any) -> Any:
 def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: WorkerJobStore, sent: list[str]) -> None:
     due, later = submit(store), submit(store)
     for job, ready in ((due, utcnow() - timedelta(seconds=1)), (later, utcnow() + timedelta(hours=1))):
-        claim = run(store.claim(job, "w", 5))
-        assert run(store.write(job, claim.fence, "deferred", ready_at=ready))
+        claim = run(store.send(store.claim_call(job, "w", 5)))
+        assert run(store.send(store.write_call(job, claim.fence, "deferred", ready_at=ready)))
     assert on_loop(loops, loops.promote_once()) == 1
     assert on_loop(loops, loops.promote_once()) == 0  # the ZREM claim makes a second pass a no-op
     assert sent == [due]
-    assert store.status(due) == "queued" and store.status(later) == "deferred"
+    assert run_call(store.status_call(due)) == "queued" and run_call(store.status_call(later)) == "deferred"
 
 
 def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
     loops: Loops, store: WorkerJobStore, sent: list[str]
 ) -> None:
     job = submit(store)
-    claim = run(store.claim(job, "dead", 5))
+    claim = run(store.send(store.claim_call(job, "dead", 5)))
     attempt = Attempt(number=1, account="a", worker="dead", started_at=utcnow())
-    assert run(store.write(job, claim.fence, attempts=[attempt]))
+    assert run(store.send(store.write_call(job, claim.fence, attempts=[attempt])))
     assert on_loop(loops, loops.recover_once()) == []  # lease still alive
     store.redis.zadd(store.keys.running, {job: 0})
     assert on_loop(loops, loops.recover_once()) == [job]
-    record = store.get(job)
+    record = run_call(store.get_call(job))
     assert record.status == "queued"
     assert [(a.number, a.outcome) for a in record.attempts] == [(1, "worker_lost")]
     assert sent == [job]
@@ -88,10 +89,10 @@ def test_one_reconciler_pass_per_interval_across_the_fleet(
     try:
         second = Loops(other)
         job = submit(store)
-        run(store.claim(job, "dead", 5))
+        run(store.send(store.claim_call(job, "dead", 5)))
         store.redis.zadd(store.keys.running, {job: 0})
         assert on_loop(loops, loops.reconcile_once())  # this worker's turn: it recovers the dead worker's job
-        assert store.status(job) == "queued" and sent == [job]
+        assert run_call(store.status_call(job)) == "queued" and sent == [job]
         assert not on_loop(second, second.reconcile_once())  # within the interval: nobody else reads every lease
         store.redis.pexpire(store.keys.reconciler_turn, 1)  # the interval is over
         time.sleep(0.01)

@@ -12,6 +12,7 @@ from claude_agent_sdk import project_key_for_directory
 
 from claudeq.config.settings import Settings
 from claudeq.models import Attempt, Event, JobRecord, JobSpec, utcnow
+from claudeq.script_calls import run_call
 from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.delivery.session_planner import (
     CONTINUE_PROMPT,
@@ -82,7 +83,7 @@ class World:
     def job(self, status: str = "running", **spec: Any) -> JobRecord:
         spec.setdefault("prompt", "the prompt")
         record = JobRecord(id=f"j{time.monotonic_ns()}", spec=JobSpec(**spec), status="queued", created_at=utcnow())
-        self.jobs.create(record)
+        run_call(self.jobs.create_call(record))
         self.jobs.redis.hset(self.jobs.keys.job(record.id), "status", status)
         return record
 
@@ -113,7 +114,7 @@ async def test_conversation_starts_then_resumes_and_forks_without_moving(world: 
     world.finish(first, "succeeded")
     assert await world.planner.finished(first, "succeeded", "s1") == []
     assert world.planner.conversations is not None
-    assert world.planner.conversations.latest_session("c") == "s1"
+    assert run_call(world.planner.conversations.latest_session_call("c")) == "s1"
 
     second = world.job(conversation="c", prompt="next")
     plan = await world.planner.plan(second, world.emit)

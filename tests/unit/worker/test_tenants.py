@@ -18,6 +18,7 @@ from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.permissions import spec_models
 from claudeq.producer.validation import validate_spec
+from claudeq.script_calls import run_call
 from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore, hour_field
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN
@@ -298,11 +299,11 @@ def test_the_turn_estimate_rises_at_once_and_falls_slowly(
     tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
 ) -> None:
     store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
-    store.settle("b", "y", "j1", 0.03, model="haiku", turns=3)
+    run_call(store.settle_call("b", "y", "j1", 0.03, model="haiku", turns=3))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.01)
-    store.settle("b", "y", "j2", 0.02, model="haiku", turns=1)
+    run_call(store.settle_call("b", "y", "j2", 0.02, model="haiku", turns=1))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.02)
-    store.settle("b", "y", "j3", 0.01, model="haiku", turns=None)  # no turns reported: one turn
+    run_call(store.settle_call("b", "y", "j3", 0.01, model="haiku", turns=None))  # no turns reported: one turn
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx((3 * 0.02 + 0.01) / 4)
     assert store.turn_cost("tenant", "b", "opus") is None  # per model
     assert store.turn_cost("tenant", "a", "haiku") is None  # per tenant
@@ -315,10 +316,10 @@ def test_a_waiting_tenant_defers_until_the_window_rolls(
     wait = TenantConfig(name="w", max_cost_usd_per_hour=1.0)
     now = 7200.0 * 1000 + 1800  # half past some hour
     fake_redis.hset(Keys(tenants_settings.key_prefix).tenant_spend("w"), hour_field(now), "1.0")
-    over = store.admit(wait, "j1", 15, None, now)
+    over = run_call(store.admit_call(wait, "j1", 15, None, now))
     assert isinstance(over, OverBudget) and over.window == "hour"
     assert over.until.timestamp() == 7200.0 * 1000 + 3600
-    assert isinstance(store.admit(wait, "j1", 15, None, now + 1800), Admitted)  # the next hour
+    assert isinstance(run_call(store.admit_call(wait, "j1", 15, None, now + 1800)), Admitted)  # the next hour
 
 
 def test_account_caps_route_around_a_spent_account_then_wait(
@@ -357,13 +358,15 @@ def test_fair_share_tags_give_slots_by_weight(tenants_settings: Settings, fake_r
     keys = Keys(tenants_settings.key_prefix)
     for job in [*(f"a{i}" for i in range(30)), *(f"b{i}" for i in range(10))]:
         fake_redis.hset(keys.job(job), "status", "queued")
-    tags = [(store.tag(a, f"a{i}"), "a") for i in range(30)] + [(store.tag(b, f"b{i}"), "b") for i in range(10)]
+    tags = [(run_call(store.tag_call(a, f"a{i}")), "a") for i in range(30)] + [
+        (run_call(store.tag_call(b, f"b{i}")), "b") for i in range(10)
+    ]
     first = [who for _, who in sorted(tags)[:20]]
     assert first.count("a") == 15 and first.count("b") == 5  # 3:1 while both wait
-    assert store.tag(a, "a0") == tags[0][0]  # issued once
+    assert run_call(store.tag_call(a, "a0")) == tags[0][0]  # issued once
     # An idle tenant banks nothing: after the fleet moved on, its next tag starts from the fleet's virtual time.
-    store.advance(9.0)
-    assert store.tag(b, "b-late") == pytest.approx(11.0)
+    run_call(store.advance_call(9.0))
+    assert run_call(store.tag_call(b, "b-late")) == pytest.approx(11.0)
 
 
 def test_a_backlogged_tenants_messages_wait_behind_other_tenants_in_the_broker(
@@ -434,12 +437,12 @@ def test_the_spend_expiry_is_set_with_the_first_cost_of_each_hour(
     store = TenantStore(fake_redis, Keys(fake_settings.key_prefix), fake_settings.tenants)
     key = Keys(fake_settings.key_prefix).tenant_spend("default")
     now = 1_800_000_000.0
-    store.settle("default", "x", "j1", 0.01, now=now)
+    run_call(store.settle_call("default", "x", "j1", 0.01, now=now))
     assert 0 < fake_redis.ttl(key) <= SPEND_TTL_S
     fake_redis.expire(key, 1000)  # as if most of it had run down
-    store.settle("default", "x", "j2", 0.02, now=now + 60)  # same hour: the expiry stands
+    run_call(store.settle_call("default", "x", "j2", 0.02, now=now + 60))  # same hour: the expiry stands
     assert fake_redis.ttl(key) <= 1000
-    store.settle("default", "x", "j3", 0.04, now=now + 3600)  # a new hour: set again
+    run_call(store.settle_call("default", "x", "j3", 0.04, now=now + 3600))  # a new hour: set again
     assert fake_redis.ttl(key) > 1000
     assert store.spend("tenant", "default", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
 
@@ -453,12 +456,14 @@ def test_an_uncapped_accounts_spend_is_one_increment_per_attempt_with_the_same_e
     store = TenantStore(fake_redis, keys, fake_settings.tenants, accounts=["x"])
     key = keys.account_spend("x")
     now = 1_800_000_000.0  # 08:00 UTC: the next hour is the same day
-    store.settle(None, "x", "j1", 0.01, now=now, reserved=False, account_capped=False)
+    run_call(store.settle_call(None, "x", "j1", 0.01, now=now, reserved=False, account_capped=False))
     assert 0 < fake_redis.ttl(key) <= SPEND_TTL_S
     fake_redis.expire(key, 1000)
-    store.settle(None, "x", "j2", 0.02, now=now + 60, reserved=False, account_capped=False)  # same hour
+    run_call(store.settle_call(None, "x", "j2", 0.02, now=now + 60, reserved=False, account_capped=False))  # same hour
     assert fake_redis.ttl(key) <= 1000
-    store.settle(None, "x", "j3", 0.04, now=now + 3600, reserved=False, account_capped=False)  # a new hour
+    run_call(
+        store.settle_call(None, "x", "j3", 0.04, now=now + 3600, reserved=False, account_capped=False)
+    )  # a new hour
     assert fake_redis.ttl(key) > 1000
     assert store.spend("account", "x", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
     assert store.spend("tenant", "default", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
