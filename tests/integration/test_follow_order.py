@@ -5,8 +5,10 @@ missed, nor is any event seen twice — where a loop reading the events first an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -15,6 +17,7 @@ from claudeq.follow import Ended, blocking, follow
 from claudeq.jobs import JobStore
 from claudeq.models import TERMINAL, Event, JobStatus
 from claudeq.producer.client import Client
+from claudeq.script_calls import PipeCall, run_call
 from claudeq.worker.store.job_store import make_worker_store
 from tests.support.aio import run
 
@@ -40,10 +43,15 @@ class Interleaved:
         self.store.announce_follow(job_id, now)
         self._done("announce_follow")
 
-    def status(self, job_id: str) -> JobStatus | None:
-        status = self.store.status(job_id)
-        self._done("status")
-        return status
+    def status_call(self, job_id: str) -> PipeCall[JobStatus | None]:
+        call = self.store.status_call(job_id)
+
+        def parse(replies: list[Any]) -> JobStatus | None:
+            status = call.parse(replies)
+            self._done("status")
+            return status
+
+        return dataclasses.replace(call, parse=parse)
 
     def read_events(
         self, job_id: str, after: str = "0-0", block_ms: int | None = None, count: int = 500
@@ -57,12 +65,14 @@ def _running_job(client: Client, redis_client: redis.Redis) -> tuple[str, Callab
     """A running job with two events in its stream, and its terminal write (two more events and `succeeded`)."""
     worker = make_worker_store(client.settings, redis_client)
     job_id = client.submit(prompt="followed").id
-    claim = run(worker.claim(job_id, "w1", 30))
-    assert run(worker.append_events_fenced(job_id, claim.fence, [Event(type="claimed"), Event(type="run_started")]))
+    claim = run(worker.send(worker.claim_call(job_id, "w1", 30)))
+    assert run(worker.send(worker.append_call(job_id, claim.fence, [Event(type="claimed"), Event(type="run_started")])))
 
     def finish() -> None:
         tail = [Event(type="assistant_text", data={"text": "done"}), Event(type="result")]
-        assert run(worker.write(job_id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail))
+        assert run(
+            worker.send(worker.write_call(job_id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail))
+        )
 
     return job_id, finish
 
@@ -74,7 +84,7 @@ async def _events_then_status(store: Interleaved, job_id: str) -> list[str]:
         for entry_id, event in await asyncio.to_thread(store.read_events, job_id, after):
             after = entry_id
             seen.append(event.type)
-        status = await asyncio.to_thread(store.status, job_id)
+        status = await asyncio.to_thread(run_call, store.status_call(job_id))
         if status is None or status in TERMINAL:
             return seen
         await asyncio.sleep(0.01)
