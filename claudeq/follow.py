@@ -118,12 +118,6 @@ def blocking(items: AsyncIterator[T]) -> Iterator[T]:
             loop.run(_close(items))
 
 
-def run_blocking(call: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to its end from synchronous code, as `blocking` drives an iterator."""
-    with _Loop() as loop:
-        return loop.run(call)
-
-
 class _Loop:
     """An event loop running in a thread of its own while the block lasts."""
 

@@ -32,7 +32,7 @@ from claudeq.errors import (
     RecordUnreadable,
 )
 from claudeq.events import session_of
-from claudeq.follow import blocking, run_blocking
+from claudeq.follow import blocking
 from claudeq.follow import follow as follow_job
 from claudeq.jobs import JobStore, created_waiting
 from claudeq.keys import text
@@ -85,6 +85,16 @@ SUBMIT_CHUNK = 500
 TENANT_BACKLOG = 100
 #: How long a producer without a tenants file trusts what it read about the fleet using tenants (s).
 TENANTS_IN_USE_CHECK_S = 30.0
+
+
+def _pauses(job_id: str, timeout: float | None, poll_s: float) -> Iterator[float]:
+    """How long a wait pauses before each read of the job (the first read at once, then every `poll_s`): the one
+    schedule of `Client.wait` and `AsyncClient.wait`. JobTimeout once `timeout` seconds have passed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    yield 0.0
+    while deadline is None or time.monotonic() < deadline:
+        yield poll_s
+    raise JobTimeout(job_id, timeout or 0)
 
 
 class JobHandle:
@@ -593,18 +603,21 @@ class Client:
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:
         """Block until the job is finished and return its record (with `redis_wait_replicas`, once that many
         replicas hold its end: a failover cannot take back an end this returned)."""
-        return run_blocking(self._wait(job_id, timeout, poll_s))
+        for pause in _pauses(job_id, timeout, poll_s):
+            time.sleep(pause)
+            record = self.finished(job_id)
+            if record is not None:
+                return record
+        raise AssertionError("unreachable: _pauses ends by raising JobTimeout")
 
     async def _wait(self, job_id: str, timeout: float | None = None, poll_s: float = 0.2) -> JobRecord:  # noqa: ASYNC109
-        """`wait` on an event loop (`AsyncClient.wait`; `wait` drives it): `finished` every `poll_s`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        """`wait` on an event loop (`AsyncClient.wait`): the same reads of `finished` between the same pauses."""
+        for pause in _pauses(job_id, timeout, poll_s):
+            await asyncio.sleep(pause)
             record = await asyncio.to_thread(self.finished, job_id)
             if record is not None:
                 return record
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(job_id, timeout or 0)
-            await asyncio.sleep(poll_s)
+        raise AssertionError("unreachable: _pauses ends by raising JobTimeout")
 
     def until_replicated(self, job_id: str) -> None:
         """Block until `redis_wait_replicas` replicas hold what this process read of the job (free when 0)."""
