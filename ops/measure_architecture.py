@@ -1,4 +1,6 @@
-"""Measure the code base's long seams: functions over 80 lines and functions with 8 or more parameters.
+"""Measure what docs/architecture.md#measured states: the code base's long seams (functions over 80 lines, functions
+with 8 or more parameters), store operations with a twin, loops that follow a job's events, Redis scripts' arguments
+read by position, and imports between the rooms that resolve through a link in claudeq/.
 
 What is read: every ``*.py`` file below ``worker/``, ``producer/``, ``claudeq/``, ``config/`` and ``simulator/``
 (not ``tests/``, ``bench/`` or ``ops/``); the links in ``claudeq/`` that point at the top-level folders are not
@@ -13,18 +15,33 @@ What is counted, with ``ast``:
 - **parameters** of a function: positional-only, ordinary and keyword-only parameters, plus ``*args`` and
   ``**kwargs`` (one each), less a first parameter named ``self`` or ``cls``. The measure is ``>= 8``.
 
-Usage: ``python ops/measure_architecture.py`` prints a summary line per count and the functions over each limit,
-one a line as ``file:line qualified.name (N)``. ``--json`` prints the same as one JSON object.
+The other counts:
+
+- **store twins**: the store operations offered twice (``x`` beside ``x_call``, ``queue_x`` or ``x_of``, or a method
+  that only sends another's call), as tests/unit/worker/test_one_io_model.py ``store_twins`` finds them.
+- **event-follow loops**: functions with a loop (``for``, ``async for``, ``while``) that reads a job's events
+  (``read_events``, ``XREAD``) or announces a follower (``announce_follow``) in it.
+- **positional script arguments**: ``KEYS[...]``/``ARGV[...]`` (and ``unpack(ARGV...)``) in a ``.lua`` file below
+  claudeq/lua/ outside its binder lines and comments (ops/lua_check.py ``positional_index_uses``).
+- **imports through a link**: imports in worker/, producer/, config/ or simulator/ written as
+  ``claudeq.<room>...``, which a reader follows to a link in claudeq/ rather than to the file (imports inside and
+  between those rooms are relative: docs/architecture.md#who-imports-whom).
+
+Usage: ``python ops/measure_architecture.py`` prints a summary line per count and the places over each limit, one a
+line (``file:line qualified.name (N)`` for functions). ``--json`` prints the same as one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib
+import importlib.util
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("worker", "producer", "claudeq", "config", "simulator")
@@ -115,23 +132,115 @@ def measure(root: Path = ROOT) -> dict[str, list[Function]]:
     }
 
 
+#: What reads a job's events or announces a follower: a loop calling one of these follows a job.
+FOLLOW_CALLS = frozenset({"read_events", "announce_follow", "xread"})
+#: The rooms linked into claudeq/ (claudeq/worker -> ../worker, ...).
+ROOMS = ("worker", "producer", "config", "simulator")
+
+
+def _called(node: ast.AST) -> set[str]:
+    """The names of the functions and methods called anywhere in `node`."""
+    names: set[str] = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Call):
+            func = inner.func
+            if isinstance(func, ast.Attribute):
+                names.add(func.attr)
+            elif isinstance(func, ast.Name):
+                names.add(func.id)
+    return names
+
+
+def follow_loops(root: Path = ROOT) -> list[str]:
+    """`file:line name` of each function with a loop that reads a job's events or announces a follower."""
+    found: list[str] = []
+    for path in source_files(root):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            own = [n for n in ast.walk(node) if isinstance(n, ast.For | ast.AsyncFor | ast.While)]
+            if any(_called(loop) & FOLLOW_CALLS for loop in own):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return sorted(set(found))
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def positional_script_arguments(root: Path = ROOT) -> list[str]:
+    """`file (N)` of each Redis script that reads KEYS or ARGV by position outside its binder."""
+    lua_check = _load("lua_check", root / "ops" / "lua_check.py")
+    found = []
+    for path in sorted((root / "claudeq" / "lua").rglob("*.lua")):
+        uses = int(lua_check.positional_index_uses(path))
+        if uses:
+            found.append(f"{path.relative_to(root)} ({uses})")
+    return found
+
+
+def store_twins(root: Path = ROOT) -> list[str]:
+    """The store operations with a twin (tests/unit/worker/test_one_io_model.py `store_twins`)."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = importlib.import_module("tests.unit.worker.test_one_io_model")
+    return list(module.store_twins())
+
+
+def imports_through_links(root: Path = ROOT) -> list[str]:
+    """`file:line module` of each import in a room written as `claudeq.<room>...` (through a link in claudeq/)."""
+    found = []
+    for path in source_files(root):
+        rel = path.relative_to(root)
+        if rel.parts[0] not in ROOMS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "claudeq" and len(parts) > 1 and parts[1] in ROOMS:
+                    found.append(f"{rel}:{node.lineno} {name}")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     options = parser.parse_args(argv)
     result = measure()
+    places: dict[str, list[str]] = {
+        key: [f"{f.path}:{f.line} {f.name} ({f.lines if key == 'long_functions' else f.params})" for f in found]
+        for key, found in result.items()
+    }
+    places["store_twins"] = store_twins()
+    places["follow_loops"] = follow_loops()
+    places["positional_script_arguments"] = positional_script_arguments()
+    places["imports_through_links"] = imports_through_links()
     if options.json:
-        print(json.dumps({key: [asdict(f) for f in found] for key, found in result.items()}, indent=2))
+        print(json.dumps({key: {"count": len(found), "places": found} for key, found in places.items()}, indent=2))
         return 0
     titles = {
-        "long_functions": (f"functions over {LONG_LINES} lines", "lines"),
-        "many_parameters": (f"functions with >= {MANY_PARAMS} parameters", "params"),
+        "long_functions": f"functions over {LONG_LINES} lines",
+        "many_parameters": f"functions with >= {MANY_PARAMS} parameters",
+        "store_twins": "store operations with a twin",
+        "follow_loops": "loops that follow a job's events",
+        "positional_script_arguments": "Redis scripts reading KEYS/ARGV by position outside their binder",
+        "imports_through_links": "imports in the rooms written through a link in claudeq/",
     }
-    for key, found in result.items():
-        title, field = titles[key]
-        print(f"{title}: {len(found)}")
-        for f in found:
-            print(f"  {f.path}:{f.line} {f.name} ({getattr(f, field)})")
+    for key, found in places.items():
+        print(f"{titles[key]}: {len(found)}")
+        for place in found:
+            print(f"  {place}")
     return 0
 
 
