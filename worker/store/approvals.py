@@ -25,7 +25,8 @@ class ApprovalCalls:
     async def open(self, job_id: str, request: PendingApproval) -> bool:
         """Record `request` as the job's latest; False when the job is no longer its run's (`request.fence`)."""
         data = request.model_dump_json(exclude_none=True)
-        call = ScriptCall(self._open, [self.store.keys.job(job_id)], [str(request.fence), data], lambda r: r == 1)
+        args = scripts.ApprovalOpenArgs(job=self.store.keys.job(job_id), fence=str(request.fence), approval_json=data)
+        call = args.call(self._open, lambda r: r == 1)
         return bool(await self.store.send(call))
 
     async def read(self, job_id: str) -> PendingApproval | None:
