@@ -498,7 +498,10 @@ class Client:
         from claudeq.errors import JobNotFound
 
         keys = self.store.keys
-        again = int(self._retry_script([keys.job(job_id), keys.outbox, keys.outbox_dead], [job_id, time.time()]))
+        args = job_scripts.RetryNotificationsArgs(
+            job=keys.job(job_id), outbox=keys.outbox, outbox_dead=keys.outbox_dead, job_id=job_id, now_s=time.time()
+        )
+        again = int(self._retry_script(args.keys(), args.argv()))
         if again < 0:
             raise JobNotFound(job_id)
         return again
