@@ -22,11 +22,12 @@ from claudeq.lua import names, script
 LUA = Path(__file__).resolve().parents[1] / "claudeq" / "lua"
 
 #: A binder line: one argument (`local job = KEYS[1]`, `local n = tonumber(ARGV[7])`), or a list of them
-#: (lib/args.lua): the rest (`local fields = args_list(ARGV, 11)`) or as many as a count bound before says
-#: (`args_list(ARGV, 11, 10 + n)`).
+#: (lib/args.lua): the rest (`local fields = args_list(ARGV, 11)`), as many as a count bound before says
+#: (`args_list(ARGV, 11, 10 + n)`), or a fixed number (`args_list(KEYS, 3, 6)`).
 BINDER = re.compile(
     r"^local (?P<name>\w+) = (?:tonumber\()?(?P<kind>KEYS|ARGV)\[(?P<index>\d+)\]\)?$"
-    r"|^local (?P<list>\w+) = args_list\((?P<lkind>KEYS|ARGV), (?P<start>\d+(?: \+ \w+)?)(?:, (?P<end>\d+ \+ \w+))?\)$"
+    r"|^local (?P<list>\w+) = args_list\((?P<lkind>KEYS|ARGV), (?P<start>\d+(?: \+ \w+)?)"
+    r"(?:, (?P<end>\d+(?: \+ \w+)?))?\)$"
 )
 #: A use of the script's arguments by position: KEYS or ARGV (or a function's `argv`) named outside a binder.
 POSITIONAL = re.compile(r"\b(?:KEYS|ARGV|argv)\b")
@@ -64,7 +65,11 @@ def binder(text: str) -> Binder:
             at[kind] = (base + 1, plus)
         else:
             name, start = m.group("list"), m.group("start")
-            if m.group("end"):
+            if m.group("end") and m.group("end").isdigit():  # a list of a fixed length
+                at[kind] = (int(m.group("end")) + 1, plus)
+                if plus or int(m.group("end")) < base:
+                    found.errors.append(f"{name}: a fixed list ends at {m.group('end')}")
+            elif m.group("end"):
                 count = m.group("end").split(" + ")[1]
                 if plus or m.group("end") != f"{base - 1} + {count}":
                     found.errors.append(f"{name}: a counted list ends at {m.group('end')}")

@@ -300,9 +300,10 @@ class Client:
             tenant = tenants.governing(record.spec.tenant)
             by_tenant.setdefault(tenant.name, {})[record.id] = created
             if tenants.configured:
-                self._tag(
-                    keys=[keys.fair_share, keys.job(record.id)], args=[tenant.name, repr(tenant.weight)], client=pipe
+                tag = tenant_scripts.TagArgs(
+                    fair_share=keys.fair_share, job=keys.job(record.id), tenant=tenant.name, weight=repr(tenant.weight)
                 )
+                self._tag(keys=tag.keys(), args=tag.argv(), client=pipe)
         for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
             pipe.zadd(keys.tenant_jobs(name), members)
 

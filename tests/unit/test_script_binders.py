@@ -99,7 +99,7 @@ def test_the_scripts_use_their_arguments_by_position_no_more_than_before() -> No
 
 
 #: KEYS/ARGV named by position outside binders, across claudeq/lua/ (0 when every script is converted).
-LEFT = 371
+LEFT = 154
 
 
 # ---- the binder reader itself --------------------------------------------------------------------------------
@@ -109,13 +109,14 @@ def test_a_binder_reads_names_in_order_with_counted_lists_and_a_rest() -> None:
     text = "\n".join(
         [
             "-- X (a store): x.",
-            "-- KEYS: `job`, `sets`.",
+            "-- KEYS: `job`, `lines`, `sets`.",
             "-- ARGV: `job_id`, `n`,",
             "--       `events`, `fields`.",
             "-- Result: 1",
             "",
             "local job = KEYS[1]",
-            "local sets = args_list(KEYS, 2)",
+            "local lines = args_list(KEYS, 2, 5)",
+            "local sets = args_list(KEYS, 6)",
             "local job_id = ARGV[1]",
             "local n = tonumber(ARGV[2])",
             "local events = args_list(ARGV, 3, 2 + n)",
@@ -124,7 +125,7 @@ def test_a_binder_reads_names_in_order_with_counted_lists_and_a_rest() -> None:
         ]
     )
     bound = lua_check.binder(text)
-    assert (bound.keys, bound.argv, bound.errors) == (["job", "sets"], ["job_id", "n", "events", "fields"], [])
+    assert (bound.keys, bound.argv, bound.errors) == (["job", "lines", "sets"], ["job_id", "n", "events", "fields"], [])
     assert lua_check.binder_errors("x/x.lua", text) == []
 
 
