@@ -142,3 +142,22 @@ class RecordUtilArgs(ScriptArgs):
     account: str = key()
     jitter_s: str
     windows: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcquireArgs(ScriptArgs):
+    SCRIPT = "account/acquire.lua"
+    slots: str = key()
+    account: str = key()
+    lines: Sequence[str] = key()
+    job_id: str
+    max_concurrency: int
+    expiry_s: str
+    now_s: str
+    rank: str
+    job_key_prefix: str
+    family: int
+    predictive: str
+    ramp_rate: str
+    jitter_s: str
+    may_hold: str

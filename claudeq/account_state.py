@@ -240,21 +240,22 @@ class AccountStore:
         that does more in the same script (a worker's attempt start: WorkerJobStore.start_call)."""
         account = self.config(name)
         now = time.time() if now is None else now
-        keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name)]
-        args = [
-            job_id,
-            account.max_concurrency,
-            repr(now + ttl_s),
-            repr(now),
-            "" if rank is None else repr(rank),
-            self.keys.job(""),
-            FAMILIES.index(family) + 1,
-            "1" if self.predictive else "",
-            repr(account.ramp_starts_per_s),
-            self._jitter(),
-            "1" if may_hold else "",
-        ]
-        return ScriptCall(self._acquire, keys, args, int)
+        return account_scripts.AcquireArgs(
+            slots=self.keys.account_slots(name),
+            account=self.keys.account(name),
+            lines=self._lines(name),
+            job_id=job_id,
+            max_concurrency=account.max_concurrency,
+            expiry_s=repr(now + ttl_s),
+            now_s=repr(now),
+            rank="" if rank is None else repr(rank),
+            job_key_prefix=self.keys.job(""),
+            family=FAMILIES.index(family) + 1,
+            predictive="1" if self.predictive else "",
+            ramp_rate=repr(account.ramp_starts_per_s),
+            jitter_s=self._jitter(),
+            may_hold="1" if may_hold else "",
+        ).call(self._acquire, int)
 
     def refresh(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> bool:
         """Extend a held slot's expiry (ZADD XX); False when the slot is no longer held."""
@@ -270,15 +271,11 @@ class AccountStore:
         self, name: str, job_id: str, ttl_s: float = 15.0, now: float | None = None
     ) -> ScriptCall[list[str]]:
         """`release` as a call, for the worker to send from its event loop (AccountManager)."""
-        handout = self._handout(name, ttl_s, now)
+        handout = self.handout(name, ttl_s, now)
         return account_scripts.ReleaseArgs(job_id=job_id, **vars(handout)).call(self._release, _texts)
 
-    def handout(self, name: str, ttl_s: float, now: float | None) -> tuple[list[str], list[Any]]:
-        """The keys and arguments RELEASE and ADMIT share: what hands `name`'s free slots to its waiters."""
-        handout = self._handout(name, ttl_s, now)
-        return handout.keys(), handout.argv()
-
-    def _handout(self, name: str, ttl_s: float, now: float | None) -> account_scripts.AdmitArgs:
+    def handout(self, name: str, ttl_s: float, now: float | None) -> account_scripts.AdmitArgs:
+        """What hands `name`'s free slots to its waiters: ADMIT's arguments, which RELEASE and FINISH take too."""
         account = self.config(name)
         now = time.time() if now is None else now
         return account_scripts.AdmitArgs(
@@ -302,7 +299,7 @@ class AccountStore:
 
     def admit_call(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> ScriptCall[list[str]]:
         """`admit` as a call (the worker sends it from its event loop)."""
-        return self._handout(name, ttl_s, now).call(self._admit, _texts)
+        return self.handout(name, ttl_s, now).call(self._admit, _texts)
 
     def add_waiter(
         self,

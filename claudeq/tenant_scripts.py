@@ -106,3 +106,17 @@ class BalanceArgs(ScriptArgs):
     bound_s: str
     repay_s: str
     tenants: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettleArgs(ScriptArgs):
+    SCRIPT = "tenant/settle.lua"
+    spend_pairs: Sequence[str] = key()
+    job_id: str
+    cost: str
+    hour_field: str
+    tenant_turn: str
+    account_turn: str
+    sample: str
+    ttl_s: Arg
+    drop: str

@@ -410,7 +410,7 @@ class TenantStore:
         """`settle` as a call, for the worker to send from its event loop (AccountManager); None: nothing to
         count."""
         parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
-        return None if parts is None else ScriptCall(self._settle, *parts, lambda _: None)
+        return None if parts is None else parts.call(self._settle, lambda _: None)
 
     def settle_parts(
         self,
@@ -423,26 +423,27 @@ class TenantStore:
         turns: int | None,
         reserved: bool,
         account_capped: bool = True,
-    ) -> tuple[list[str], list[Any]] | None:
-        """SETTLE's keys and arguments (the `settle` Lua function's: a job's terminal write runs it in its own
-        script); None when there is nothing to count or drop."""
+    ) -> tenant_scripts.SettleArgs | None:
+        """SETTLE's arguments (the `settle` Lua function's: a job's terminal write runs it in its own script); None
+        when there is nothing to count or drop."""
         if cost_usd <= 0 and not reserved:
             return None
         now = time.time() if now is None else now
-        keys = [self.keys.account_spend(account), self.keys.account_reserved(account)]
+        spend_pairs = [self.keys.account_spend(account), self.keys.account_reserved(account)]
         if tenant is not None:
-            keys = [self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant), *keys]
-        args = [
-            job_id,
-            repr(cost_usd),
-            hour_field(now),
-            turn_field(model),
-            turn_field(model) if account_capped else "",
-            repr(cost_usd / max(1, turns or 1)),
-            SPEND_TTL_S,
-            "1" if reserved else "",
-        ]
-        return keys, args
+            spend_pairs = [self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant), *spend_pairs]
+        args = tenant_scripts.SettleArgs(
+            spend_pairs=spend_pairs,
+            job_id=job_id,
+            cost=repr(cost_usd),
+            hour_field=hour_field(now),
+            tenant_turn=turn_field(model),
+            account_turn=turn_field(model) if account_capped else "",
+            sample=repr(cost_usd / max(1, turns or 1)),
+            ttl_s=SPEND_TTL_S,
+            drop="1" if reserved else "",
+        )
+        return args
 
     def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
         """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""

@@ -99,7 +99,7 @@ def test_the_scripts_use_their_arguments_by_position_no_more_than_before() -> No
 
 
 #: KEYS/ARGV named by position outside binders, across claudeq/lua/ (0 when every script is converted).
-LEFT = 134
+LEFT = 0
 
 
 # ---- the binder reader itself --------------------------------------------------------------------------------

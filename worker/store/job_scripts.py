@@ -9,10 +9,12 @@ idempotency key's expiry follows its job's (see claudeq/job_scripts.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from claudeq.account_scripts import AcquireArgs
 from claudeq.lua import script
-from claudeq.script_args import Arg, ScriptArgs, key
+from claudeq.script_args import Arg, ScriptArgs, key, part
+from claudeq.tenant_scripts import SettleArgs
 
 #: Take a queued job: status `running`, the fence raised, the lease.
 CLAIM = script("job/claim.lua")
@@ -179,3 +181,55 @@ class ApprovalOpenArgs(ScriptArgs):
     job: str = key()
     fence: str
     approval_json: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteArgs(ScriptArgs):
+    SCRIPT = "job/write.lua"
+    job: str = key()
+    running: str = key()
+    queued: str = key()
+    deferred: str = key()
+    stream: str = key()
+    outbox: str = key()
+    waiting: str = key()
+    job_id: str
+    fence: int
+    new_status: str
+    ttl_s: int
+    score: float
+    finished_counts_prefix: str
+    n_events: int
+    events_maxlen: int
+    now_ms: int
+    on_cancel: str
+    events: Sequence[str]
+    fields: Sequence[Arg]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartArgs(ScriptArgs):
+    SCRIPT = "job/start.lua"
+    acquire: AcquireArgs
+    write: WriteArgs
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishArgs(ScriptArgs):
+    SCRIPT = "job/finish.lua"
+    write_keys: WriteArgs = field(metadata=part("keys", "write"))
+    slots: str = key()
+    account: str = key()
+    lines: Sequence[str] = key()
+    spend_pairs: Sequence[str] = key()
+    unindex: Sequence[str] = key()
+    job_key_prefix: str
+    now_s: str
+    max_concurrency: int
+    expiry_s: str
+    predictive: str
+    ramp_rate: str
+    jitter_s: str
+    n_spend: int
+    settle: SettleArgs = field(metadata=part("argv", "settle"))
+    write: WriteArgs = field(metadata=part("argv", "write"))

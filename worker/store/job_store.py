@@ -21,6 +21,7 @@ from typing import Any, Literal, Unpack, cast
 
 import redis
 
+from claudeq.account_scripts import AcquireArgs, AdmitArgs
 from claudeq.account_state import HISTORY_TTL_S
 from claudeq.archive import RESULT_KEPT_CHARS
 from claudeq.broker_message import list_for, run_message, sent_at_of
@@ -42,6 +43,7 @@ from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.tenant_scripts import SettleArgs
 from claudeq.worker.store import job_scripts as scripts
 from claudeq.worker.store.reads import LoopReads
 
@@ -95,10 +97,9 @@ class SlotRelease:
     (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
     the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count)."""
 
-    keys: list[str]
-    args: list[Any]
+    handout: AdmitArgs
     unindex: list[str]
-    settle: tuple[list[str], list[Any]] | None = None
+    settle: SettleArgs | None = None
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
         `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
         write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
         write need not read it."""
-        return await self.send(self._write_call(job_id, fence, status, score, event, events, fields, stream))
+        args = self._write_args(job_id, fence, status, score, event, events, fields, stream)
+        return await self.send(args.call(self._write, _written))
 
     async def finish(
         self,
@@ -277,18 +279,42 @@ class WorkerJobStore(AsyncCalls, JobStore):
         fields: JobFields,
         stream: bool = True,
     ) -> ScriptCall[Freed]:
-        write = self._write_call(job_id, fence, status, 0, None, events, fields, stream)
+        write = self._write_args(job_id, fence, status, 0, None, events, fields, stream)
 
         def parse(reply: list[Any]) -> Freed:
             return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
 
-        settle_keys, settle_args = release.settle if release.settle is not None else ([], [""] * 8)
-        return ScriptCall(
-            self._finish,
-            [*write.keys, *release.keys, *settle_keys, *release.unindex],
-            [*release.args, len(settle_keys), *settle_args, *write.args],
-            parse,
+        nothing = SettleArgs(
+            spend_pairs=[],
+            job_id="",
+            cost="",
+            hour_field="",
+            tenant_turn="",
+            account_turn="",
+            sample="",
+            ttl_s="",
+            drop="",
         )
+        settle = release.settle if release.settle is not None else nothing
+        handout = release.handout
+        return scripts.FinishArgs(
+            write_keys=write,
+            slots=handout.slots,
+            account=handout.account,
+            lines=handout.lines,
+            spend_pairs=settle.spend_pairs,
+            unindex=release.unindex,
+            job_key_prefix=handout.job_key_prefix,
+            now_s=handout.now_s,
+            max_concurrency=handout.max_concurrency,
+            expiry_s=handout.expiry_s,
+            predictive=handout.predictive,
+            ramp_rate=handout.ramp_rate,
+            jitter_s=handout.jitter_s,
+            n_spend=len(settle.spend_pairs),
+            settle=settle,
+            write=write,
+        ).call(self._finish, parse)
 
     def start_call(
         self, acquire: ScriptCall[int], job_id: str, fence: int, **fields: Unpack[JobFields]
@@ -296,10 +322,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """`acquire` (an account slot's ACQUIRE call, AccountStore) with the attempt's start written in the same
         script, under `fence` (START): ACQUIRE's answer, or START_LOST when the slot was taken but the fence no
         longer holds the job (nothing written)."""
-        write = self._write_call(job_id, fence, None, 0, None, (), fields)
-        return ScriptCall(self._start, [*acquire.keys, *write.keys], [*acquire.args, *write.args], int)
+        assert isinstance(acquire.named, AcquireArgs), "START takes an ACQUIRE call built from its AcquireArgs"
+        write = self._write_args(job_id, fence, None, 0, None, (), fields)
+        return scripts.StartArgs(acquire=acquire.named, write=write).call(self._start, int)
 
-    def _write_call(
+    def _write_args(
         self,
         job_id: str,
         fence: int,
@@ -309,7 +336,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
         events: Sequence[Event],
         fields: JobFields,
         stream: bool = True,
-    ) -> ScriptCall[Written]:
+    ) -> scripts.WriteArgs:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -326,30 +353,27 @@ class WorkerJobStore(AsyncCalls, JobStore):
             attempt = every[-1].attempt if own else None
             cancelled = ended("cancelled", CANCEL_ERROR, attempt)
             on_cancel = json.dumps([encode_event(cancelled), compact_json(CANCEL_ERROR), stored_time(utcnow()), own])
-        keys = [
-            self.keys.job(job_id),
-            self.keys.running,
-            self.keys.queued,
-            self.keys.deferred,
-            self.keys.events(job_id) if stream or status not in TERMINAL else "",
-            self.keys.outbox,
-            self.keys.waiting,
-        ]
-        args = [
-            job_id,
-            fence,
-            status or "",
-            self.result_ttl_s,
-            score,
-            self.keys.finished_counts_prefix,
-            len(payloads),
-            self.events_maxlen,
-            int(time.time() * 1000),
-            on_cancel,
-            *payloads,
-            *encode_fields(fields),
-        ]
-        return ScriptCall(self._write, keys, args, _written)
+        return scripts.WriteArgs(
+            job=self.keys.job(job_id),
+            running=self.keys.running,
+            queued=self.keys.queued,
+            deferred=self.keys.deferred,
+            stream=self.keys.events(job_id) if stream or status not in TERMINAL else "",
+            outbox=self.keys.outbox,
+            waiting=self.keys.waiting,
+            job_id=job_id,
+            fence=fence,
+            new_status=status or "",
+            ttl_s=self.result_ttl_s,
+            score=score,
+            finished_counts_prefix=self.keys.finished_counts_prefix,
+            n_events=len(payloads),
+            events_maxlen=self.events_maxlen,
+            now_ms=int(time.time() * 1000),
+            on_cancel=on_cancel,
+            events=payloads,
+            fields=list(encode_fields(fields)),
+        )
 
     async def append_events_fenced(self, job_id: str, fence: int, events: Sequence[Event]) -> str | None:
         """Append a running job's events, in order, in one script, while `fence` still holds it: the last entry id,
