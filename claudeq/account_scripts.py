@@ -8,7 +8,11 @@ claudeq/account_state.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from claudeq.lua import script
+from claudeq.script_args import Arg, ScriptArgs, key
 
 #: Take a slot of the account for a job (the attempt's start in the same script on a worker: START in
 #: claudeq/worker/store/job_scripts.py).
@@ -29,3 +33,131 @@ BACKOFF = script("account/backoff.lua")
 RECORD_LIMITS = script("account/record_limits.lua")
 #: Record the utilization readings behind window-aware admission.
 RECORD_UTIL = script("account/record_util.lua")
+
+
+# ---- the scripts' arguments, by name (claudeq/script_args.py) ------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmitArgs(ScriptArgs):
+    SCRIPT = "account/admit.lua"
+    slots: str = key()
+    account: str = key()
+    lines: Sequence[str] = key()
+    deferred: str = key()
+    queued: str = key()
+    job_key_prefix: str
+    now_s: str
+    max_concurrency: int
+    expiry_s: str
+    predictive: str
+    ramp_rate: str
+    jitter_s: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseArgs(ScriptArgs):
+    SCRIPT = "account/release.lua"
+    slots: str = key()
+    account: str = key()
+    lines: Sequence[str] = key()
+    deferred: str = key()
+    queued: str = key()
+    job_id: str
+    job_key_prefix: str
+    now_s: str
+    max_concurrency: int
+    expiry_s: str
+    predictive: str
+    ramp_rate: str
+    jitter_s: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddWaiterArgs(ScriptArgs):
+    SCRIPT = "account/add_waiter.lua"
+    deferred: str = key()
+    queued: str = key()
+    account_keys: Sequence[str] = key()
+    job_id: str
+    rank: str
+    job_key_prefix: str
+    now_s: str
+    expiry_s: str
+    family: int
+    predictive: str
+    jitter_s: str
+    fallback_s: str
+    tenant_line: str
+    tenant_score: str
+    account_args: Sequence[Arg]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoolArgs(ScriptArgs):
+    SCRIPT = "account/cool.lua"
+    account: str = key()
+    until_s: str
+    reason: str
+    jitter_s: str
+    family: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetStateArgs(ScriptArgs):
+    SCRIPT = "account/set_state.lua"
+    account: str = key()
+    state: str
+    warn_window: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackoffArgs(ScriptArgs):
+    SCRIPT = "account/backoff.lua"
+    account: str = key()
+    now_s: str
+    base_s: str
+    cap_s: str
+    reason: str
+    jitter_s: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordLimitsArgs(ScriptArgs):
+    SCRIPT = "account/record_limits.lua"
+    account: str = key()
+    rq_rem: str
+    rq_reset: str
+    rq_lim: str
+    tk_rem: str
+    tk_reset: str
+    tk_lim: str
+    tk_est: str
+    success: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordUtilArgs(ScriptArgs):
+    SCRIPT = "account/record_util.lua"
+    account: str = key()
+    jitter_s: str
+    windows: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcquireArgs(ScriptArgs):
+    SCRIPT = "account/acquire.lua"
+    slots: str = key()
+    account: str = key()
+    lines: Sequence[str] = key()
+    job_id: str
+    max_concurrency: int
+    expiry_s: str
+    now_s: str
+    rank: str
+    job_key_prefix: str
+    family: int
+    predictive: str
+    ramp_rate: str
+    jitter_s: str
+    may_hold: str

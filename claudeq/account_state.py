@@ -213,21 +213,22 @@ class AccountStore:
         """
         account = self.config(name)
         now = time.time() if now is None else now
-        keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name)]
-        args = [
-            job_id,
-            account.max_concurrency,
-            repr(now + ttl_s),
-            repr(now),
-            "" if rank is None else repr(rank),
-            self.keys.job(""),
-            FAMILIES.index(family) + 1,
-            "1" if self.predictive else "",
-            repr(account.ramp_starts_per_s),
-            self._jitter(),
-            "1" if may_hold else "",
-        ]
-        return ScriptCall(self._acquire, keys, args, int)
+        return account_scripts.AcquireArgs(
+            slots=self.keys.account_slots(name),
+            account=self.keys.account(name),
+            lines=self._lines(name),
+            job_id=job_id,
+            max_concurrency=account.max_concurrency,
+            expiry_s=repr(now + ttl_s),
+            now_s=repr(now),
+            rank="" if rank is None else repr(rank),
+            job_key_prefix=self.keys.job(""),
+            family=FAMILIES.index(family) + 1,
+            predictive="1" if self.predictive else "",
+            ramp_rate=repr(account.ramp_starts_per_s),
+            jitter_s=self._jitter(),
+            may_hold="1" if may_hold else "",
+        ).call(self._acquire, int)
 
     def refresh(self, name: str, job_id: str, ttl_s: float, now: float | None = None) -> bool:
         """Extend a held slot's expiry (ZADD XX); False when the slot is no longer held."""
@@ -239,29 +240,31 @@ class AccountStore:
     ) -> ScriptCall[list[str]]:
         """Free `job_id`'s slot on `name` and hand the free slots to the best waiters still deferred: returns their
         ids, already moved to `queued` with a slot each (expiring after `ttl_s`); the caller sends their messages."""
-        keys, args = self.handout(name, ttl_s, now)
-        return ScriptCall(self._release, keys, [job_id, *args], _texts)
+        handout = self.handout(name, ttl_s, now)
+        return account_scripts.ReleaseArgs(job_id=job_id, **vars(handout)).call(self._release, _texts)
 
-    def handout(self, name: str, ttl_s: float, now: float | None) -> tuple[list[str], list[Any]]:
-        """The keys and arguments RELEASE and ADMIT share: what hands `name`'s free slots to its waiters."""
+    def handout(self, name: str, ttl_s: float, now: float | None) -> account_scripts.AdmitArgs:
+        """What hands `name`'s free slots to its waiters: ADMIT's arguments, which RELEASE and FINISH take too."""
         account = self.config(name)
         now = time.time() if now is None else now
-        keys = [self.keys.account_slots(name), self.keys.account(name), *self._lines(name), *self._job_keys()]
-        args = [
-            self.keys.job(""),
-            repr(now),
-            account.max_concurrency,
-            repr(now + ttl_s),
-            "1" if self.predictive else "",
-            repr(account.ramp_starts_per_s),
-            self._jitter(),
-        ]
-        return keys, args
+        return account_scripts.AdmitArgs(
+            slots=self.keys.account_slots(name),
+            account=self.keys.account(name),
+            lines=self._lines(name),
+            deferred=self.keys.deferred,
+            queued=self.keys.queued,
+            job_key_prefix=self.keys.job(""),
+            now_s=repr(now),
+            max_concurrency=account.max_concurrency,
+            expiry_s=repr(now + ttl_s),
+            predictive="1" if self.predictive else "",
+            ramp_rate=repr(account.ramp_starts_per_s),
+            jitter_s=self._jitter(),
+        )
 
     def admit_call(self, name: str, ttl_s: float = 15.0, now: float | None = None) -> ScriptCall[list[str]]:
         """Hand `name`'s free slots to its best waiters still deferred (as `release_call` does, without freeing one)."""
-        keys, args = self.handout(name, ttl_s, now)
-        return ScriptCall(self._admit, keys, args, _texts)
+        return self.handout(name, ttl_s, now).call(self._admit, _texts)
 
     def add_waiter_call(
         self,
@@ -285,26 +288,32 @@ class AccountStore:
         accounts = [self.config(name) for name in names]
         if not accounts:
             return None
-        keys = self._job_keys()
-        per_account: list[str | int] = []
+        account_keys: list[str] = []
+        account_args: list[str | int] = []
         for account in accounts:
-            keys += [self.keys.account_slots(account.name), self.keys.account(account.name), *self._lines(account.name)]
-            per_account += [account.max_concurrency, repr(account.ramp_starts_per_s)]
-        args: list[str | int] = [
-            job_id,
-            repr(rank),
-            self.keys.job(""),
-            repr(now),
-            repr(now + ttl_s),
-            FAMILIES.index(family) + 1,
-            "1" if self.predictive else "",
-            self._jitter(),
-            repr(now + fallback_s),
-            "" if tenant_line is None else tenant_line[0],
-            "" if tenant_line is None else repr(tenant_line[1]),
-            *per_account,
-        ]
-        return ScriptCall(self._add_waiter, keys, args, _texts)
+            account_keys += [
+                self.keys.account_slots(account.name),
+                self.keys.account(account.name),
+                *self._lines(account.name),
+            ]
+            account_args += [account.max_concurrency, repr(account.ramp_starts_per_s)]
+        return account_scripts.AddWaiterArgs(
+            deferred=self.keys.deferred,
+            queued=self.keys.queued,
+            account_keys=account_keys,
+            job_id=job_id,
+            rank=repr(rank),
+            job_key_prefix=self.keys.job(""),
+            now_s=repr(now),
+            expiry_s=repr(now + ttl_s),
+            family=FAMILIES.index(family) + 1,
+            predictive="1" if self.predictive else "",
+            jitter_s=self._jitter(),
+            fallback_s=repr(now + fallback_s),
+            tenant_line="" if tenant_line is None else tenant_line[0],
+            tenant_score="" if tenant_line is None else repr(tenant_line[1]),
+            account_args=account_args,
+        ).call(self._add_waiter, _texts)
 
     # ---- state writes ----------------------------------------------------------------------------------------
 
@@ -328,20 +337,32 @@ class AccountStore:
         pipe = self.redis.pipeline(transaction=False)
         if windows:
             pipe.hset(key, mapping={f"w:{w}": info.model_dump_json() for w, info in windows.items()})
-        args = [
-            *_reading_args(requests),
-            *_reading_args(tokens),
-            "" if tokens_per_request is None else repr(round(tokens_per_request, 1)),
-            "1" if success else "",
-        ]
-        self._record_limits(keys=[key], args=args, client=pipe)
+        (rq_rem, rq_reset, rq_lim), (tk_rem, tk_reset, tk_lim) = _reading_args(requests), _reading_args(tokens)
+        args = account_scripts.RecordLimitsArgs(
+            account=key,
+            rq_rem=rq_rem,
+            rq_reset=rq_reset,
+            rq_lim=rq_lim,
+            tk_rem=tk_rem,
+            tk_reset=tk_reset,
+            tk_lim=tk_lim,
+            tk_est="" if tokens_per_request is None else repr(round(tokens_per_request, 1)),
+            success="1" if success else "",
+        )
+        self._record_limits(keys=args.keys(), args=args.argv(), client=pipe)
         pipe.execute()
 
     def backoff(self, name: str, now: float, base_s: float, cap_s: float, reason: str) -> tuple[datetime, int]:
         """Cool after a 429 without a hint: base * 2^(n-1) s, at most cap, n the rejections in a row."""
-        until, n = self._backoff(
-            keys=[self.keys.account(name)], args=[repr(now), repr(base_s), repr(cap_s), reason, self._jitter()]
+        args = account_scripts.BackoffArgs(
+            account=self.keys.account(name),
+            now_s=repr(now),
+            base_s=repr(base_s),
+            cap_s=repr(cap_s),
+            reason=reason,
+            jitter_s=self._jitter(),
         )
+        until, n = self._backoff(keys=args.keys(), args=args.argv())
         return datetime.fromtimestamp(float(text(until)), UTC), int(n)
 
     def set_warning(self, name: str, window: str | None) -> None:
@@ -355,18 +376,27 @@ class AccountStore:
     def cool(self, name: str, until: datetime, reason: str, family: str = "-") -> bool:
         """Cool until `until` (never shortens a longer cooldown); True when the cooldown was extended. A model
         `family` other than `-` cools only that family's jobs on the account."""
-        args = [repr(_epoch(until)), reason, self._jitter(), "" if family == "-" else family]
-        return bool(self._cool(keys=[self.keys.account(name)], args=args))
+        args = account_scripts.CoolArgs(
+            account=self.keys.account(name),
+            until_s=repr(_epoch(until)),
+            reason=reason,
+            jitter_s=self._jitter(),
+            family="" if family == "-" else family,
+        )
+        return bool(self._cool(keys=args.keys(), args=args.argv()))
 
     def record_utilization(self, name: str, readings: list[tuple[str, float, float]]) -> None:
         """Store (window, utilization, reset epoch s) readings of one response, with the account's ceiling for each
         window: what window-aware admission decides on."""
         account = self.config(name)
-        args: list[str] = [self._jitter()]
+        windows: list[str] = []
         for window, utilization, reset in readings:
-            args += [window, repr(utilization), repr(reset), repr(account.ceiling(window)), window_family(window)]
-        if len(args) > 1:
-            self._record_util(keys=[self.keys.account(name)], args=args)
+            windows += [window, repr(utilization), repr(reset), repr(account.ceiling(window)), window_family(window)]
+        if windows:
+            args = account_scripts.RecordUtilArgs(
+                account=self.keys.account(name), jitter_s=self._jitter(), windows=windows
+            )
+            self._record_util(keys=args.keys(), args=args.argv())
 
     def clear_cooldown(self, name: str) -> None:
         """End a cooldown now, the model families' too (operator)."""
@@ -409,7 +439,8 @@ class AccountStore:
         pipe.execute()
 
     def _set_state_unless_disabled(self, name: str, state: str, warn_window: str) -> None:
-        self._set_state(keys=[self.keys.account(name)], args=[state, warn_window])
+        args = account_scripts.SetStateArgs(account=self.keys.account(name), state=state, warn_window=warn_window)
+        self._set_state(keys=args.keys(), args=args.argv())
 
 
 def parse_state(

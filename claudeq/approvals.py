@@ -44,10 +44,15 @@ def decide(
     the operator). The request with its decision; ApprovalRefused (with why) or JobNotFound otherwise."""
     script = store.redis.register_script(job_scripts.APPROVAL_DECIDE)
     decision = ApprovalDecision(approve=approve, by=who(tenant), reason=reason)
-    reply = script(
-        keys=[store.keys.job(job_id), store.keys.deferred],
-        args=[request_id or "", tenant or "", decision.model_dump_json(), job_id],
+    args = job_scripts.ApprovalDecideArgs(
+        job=store.keys.job(job_id),
+        deferred=store.keys.deferred,
+        request_id=request_id or "",
+        tenant=tenant or "",
+        decision_json=decision.model_dump_json(),
+        job_id=job_id,
     )
+    reply = script(keys=args.keys(), args=args.argv())
     code = text(reply[0])
     stored = PendingApproval.model_validate_json(text(reply[1])) if len(reply) > 1 else None
     if code == "ok" and stored is not None:

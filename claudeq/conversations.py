@@ -30,6 +30,7 @@ from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.keys import Keys, text
 from claudeq.lua import script
 from claudeq.models import ACTIVE, Timestamp
+from claudeq.script_args import ScriptArgs, key
 from claudeq.script_calls import PipeCall, ScriptCall, done, run_call
 
 #: Why a job may not resume a session (the field is `resume`; the text names no other tenant nor any job).
@@ -43,6 +44,47 @@ if TYPE_CHECKING:  # the transcript store is the SDK's SessionStore: a producer 
 ACQUIRE = script("conversation/acquire.lua")
 RELEASE = script("conversation/release.lua")
 REGISTER = script("conversation/register.lua")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcquireArgs(ScriptArgs):
+    """ACQUIRE's arguments (claudeq/script_args.py)."""
+
+    SCRIPT = "conversation/acquire.lua"
+    lock: str = key()
+    waiters: str = key()
+    seq: str = key()
+    job: str = key()
+    job_id: str
+    unused: str
+    job_key_prefix: str
+    ttl: int
+    pops: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseArgs(ScriptArgs):
+    """RELEASE's arguments."""
+
+    SCRIPT = "conversation/release.lua"
+    lock: str = key()
+    waiters: str = key()
+    job_id: str
+    pops: int
+    job_key_prefix: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisterArgs(ScriptArgs):
+    """REGISTER's arguments."""
+
+    SCRIPT = "conversation/register.lua"
+    job: str = key()
+    waiters: str = key()
+    seq: str = key()
+    job_id: str
+    ttl: int
+
 
 #: Finished turns one acquire or release removes from the front of the order, at most.
 HEAD_POPS = 50
@@ -120,30 +162,38 @@ class ConversationStore:
     def register(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> None:
         """Give `job_id` the next turn of `name` unless it has one (JobStore.create already numbers conversation
         turns: this is for a job created without it)."""
-        self._register(
-            keys=[
-                self.keys.job(job_id),
-                self.keys.conversation_waiters(name, tenant),
-                self.keys.conversation_seq(name, tenant),
-            ],
-            args=[job_id, self.ttl_s],
+        args = RegisterArgs(
+            job=self.keys.job(job_id),
+            waiters=self.keys.conversation_waiters(name, tenant),
+            seq=self.keys.conversation_seq(name, tenant),
+            job_id=job_id,
+            ttl=self.ttl_s,
         )
+        self._register(keys=args.keys(), args=args.argv())
 
     def acquire_call(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> ScriptCall[TurnGrant]:
         """Take the turn lock for `job_id`, or say whom it waits for; re-entrant for the holder (retries)."""
-        keys = [
-            self.keys.conversation_lock(name, tenant),
-            self.keys.conversation_waiters(name, tenant),
-            self.keys.conversation_seq(name, tenant),
-            self.keys.job(job_id),
-        ]
-        args = [job_id, "", self.keys.job(""), self.ttl_s, HEAD_POPS]
-        return ScriptCall(self._acquire, keys, args, _grant)
+        return AcquireArgs(
+            lock=self.keys.conversation_lock(name, tenant),
+            waiters=self.keys.conversation_waiters(name, tenant),
+            seq=self.keys.conversation_seq(name, tenant),
+            job=self.keys.job(job_id),
+            job_id=job_id,
+            unused="",
+            job_key_prefix=self.keys.job(""),
+            ttl=self.ttl_s,
+            pops=HEAD_POPS,
+        ).call(self._acquire, _grant)
 
     def release_call(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> ScriptCall[str | None]:
         """Free the turn lock held by `job_id` (a no-op otherwise); -> the next waiting job to promote, if any."""
-        keys = [self.keys.conversation_lock(name, tenant), self.keys.conversation_waiters(name, tenant)]
-        return ScriptCall(self._release, keys, [job_id, HEAD_POPS, self.keys.job("")], lambda n: text(n) if n else None)
+        return ReleaseArgs(
+            lock=self.keys.conversation_lock(name, tenant),
+            waiters=self.keys.conversation_waiters(name, tenant),
+            job_id=job_id,
+            pops=HEAD_POPS,
+            job_key_prefix=self.keys.job(""),
+        ).call(self._release, lambda n: text(n) if n else None)
 
     def record_turn_call(
         self, name: str, turn: Turn, move_pointer: bool, tenant: str = DEFAULT_TENANT

@@ -13,7 +13,11 @@ Cluster.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from claudeq.lua import script
+from claudeq.script_args import Arg, ScriptArgs, key
 
 #: Trim a tenant's index after a batch added to it with ZADD.
 TRIM_INDEX = script("job/trim_index.lua")
@@ -25,3 +29,75 @@ CANCEL = script("job/cancel.lua")
 RETRY_NOTIFICATIONS = script("outbox/retry.lua")
 #: Answer a job's pending approval request, once (docs/jobs.md#tool-approval).
 APPROVAL_DECIDE = script("job/approval_decide.lua")
+
+
+# ---- the scripts' arguments, by name (claudeq/script_args.py) ------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrimIndexArgs(ScriptArgs):
+    SCRIPT = "job/trim_index.lua"
+    index: str = key()
+    job_key_prefix: str
+    cutoff_ms: int
+    n: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateArgs(ScriptArgs):
+    SCRIPT = "job/create.lua"
+    job: str = key()
+    jobs: str = key()
+    queued: str = key()
+    idem: str = key()
+    conversation_waiters: str = key()
+    conversation_seq: str = key()
+    tenant_index: str = key()
+    waiting: str = key()
+    outbox: str = key()
+    job_id: str
+    created_ms: int
+    now_s: float
+    job_key_prefix: str
+    conversation_ttl_s: int
+    index_cutoff_ms: int
+    fields: Sequence[Arg]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelArgs(ScriptArgs):
+    SCRIPT = "job/cancel.lua"
+    job: str = key()
+    deferred: str = key()
+    queued: str = key()
+    stream: str = key()
+    outbox: str = key()
+    waiting: str = key()
+    job_id: str
+    now_iso: str
+    ttl_s: int
+    error_json: str
+    event_json: str
+    events_maxlen: int
+    finished_counts_prefix: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryNotificationsArgs(ScriptArgs):
+    SCRIPT = "outbox/retry.lua"
+    job: str = key()
+    outbox: str = key()
+    outbox_dead: str = key()
+    job_id: str
+    now_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalDecideArgs(ScriptArgs):
+    SCRIPT = "job/approval_decide.lua"
+    job: str = key()
+    deferred: str = key()
+    request_id: str
+    tenant: str
+    decision_json: str
+    job_id: str

@@ -236,8 +236,10 @@ class JobStore:
             commands.append(pack_command("ZADD", self.keys.queued, *queued))
         for index, members in by_tenant.items():  # one ZADD per tenant, then the trim CREATE does per job
             commands.append(pack_command("ZADD", index, *members))
-            trim = (self.keys.job(""), self._index_cutoff_ms(now), len(members))
-            commands.append(pack_command("EVAL", scripts.TRIM_INDEX, 1, index, *trim))
+            trim = scripts.TrimIndexArgs(
+                index=index, job_key_prefix=self.keys.job(""), cutoff_ms=self._index_cutoff_ms(now), n=len(members)
+            )
+            commands.append(pack_command("EVAL", scripts.TRIM_INDEX, len(trim.keys()), *trim.keys(), *trim.argv()))
         commands.append(pack_command("EXEC"))
         results = execute_packed(self.redis, b"".join(commands), len(commands))[-1]
         failed = next((r for r in results if isinstance(r, Exception)), None)
@@ -258,28 +260,26 @@ class JobStore:
         now = time.time() if now is None else now
         idem = record.spec.idempotency_key
         conversation = record.spec.conversation
-        fields = _create_fields(record, indexed)
-        keys = [
-            self.keys.job(record.id),
-            self.keys.jobs,
-            self.keys.queued,
-            self.keys.idem(idem, record.spec.tenant) if idem else "",
-            self.keys.conversation_waiters(conversation, record.spec.tenant) if conversation else "",
-            self.keys.conversation_seq(conversation, record.spec.tenant) if conversation else "",
-            self.keys.tenant_index(record.spec.tenant) if indexed else "",
-            self.keys.waiting,
-            self.keys.outbox,
-        ]
-        args: list[str | int | float] = [
-            record.id,
-            _created_ms(record),
-            now,
-            self.keys.job(""),
-            self.conversation_ttl_s,
-            self._index_cutoff_ms(now),
-            *fields,
-        ]
-        return ScriptCall(self._create, keys, args, create_reply)
+        return scripts.CreateArgs(
+            job=self.keys.job(record.id),
+            jobs=self.keys.jobs,
+            queued=self.keys.queued,
+            idem=self.keys.idem(idem, record.spec.tenant) if idem else "",
+            conversation_waiters=self.keys.conversation_waiters(conversation, record.spec.tenant)
+            if conversation
+            else "",
+            conversation_seq=self.keys.conversation_seq(conversation, record.spec.tenant) if conversation else "",
+            tenant_index=self.keys.tenant_index(record.spec.tenant) if indexed else "",
+            waiting=self.keys.waiting,
+            outbox=self.keys.outbox,
+            job_id=record.id,
+            created_ms=_created_ms(record),
+            now_s=now,
+            job_key_prefix=self.keys.job(""),
+            conversation_ttl_s=self.conversation_ttl_s,
+            index_cutoff_ms=self._index_cutoff_ms(now),
+            fields=_create_fields(record, indexed),
+        ).call(self._create, create_reply)
 
     def _index_cutoff_ms(self, now: float) -> int:
         """Entries of a tenant's job index created before this (ms) may be of expired jobs (see
@@ -434,27 +434,22 @@ class JobStore:
     def cancel(self, job_id: str, reason: str = "cancelled by request") -> str:
         """Cancel: a queued/deferred job at once; a running one gets the flag and a wake-up. -> what happened."""
         error = JobError(kind="cancelled", message=reason).model_dump_json()
-        result = text(
-            self._cancel(
-                keys=[
-                    self.keys.job(job_id),
-                    self.keys.deferred,
-                    self.keys.queued,
-                    self.keys.events(job_id),
-                    self.keys.outbox,
-                    self.keys.waiting,
-                ],
-                args=[
-                    job_id,
-                    stored_time(utcnow()),
-                    self.result_ttl_s,
-                    error,
-                    encode_event(Cancelled(reason=reason).event()),
-                    self.events_maxlen,
-                    self.keys.finished_counts_prefix,
-                ],
-            )
+        args = scripts.CancelArgs(
+            job=self.keys.job(job_id),
+            deferred=self.keys.deferred,
+            queued=self.keys.queued,
+            stream=self.keys.events(job_id),
+            outbox=self.keys.outbox,
+            waiting=self.keys.waiting,
+            job_id=job_id,
+            now_iso=stored_time(utcnow()),
+            ttl_s=self.result_ttl_s,
+            error_json=error,
+            event_json=encode_event(Cancelled(reason=reason).event()),
+            events_maxlen=self.events_maxlen,
+            finished_counts_prefix=self.keys.finished_counts_prefix,
         )
+        result = text(self._cancel(keys=args.keys(), args=args.argv()))
         if result == "running":
             self.redis.publish(self.keys.cancel_channel, job_id)
         return result

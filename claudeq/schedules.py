@@ -17,6 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -29,6 +30,7 @@ from claudeq.errors import ClaudeqError, JobSpecError
 from claudeq.keys import Keys, text
 from claudeq.lua import script
 from claudeq.models import JobSpec, utcnow
+from claudeq.script_args import ScriptArgs, key
 
 #: A schedule's name: letters, digits, `.`, `_`, `-`.
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -37,6 +39,17 @@ SCHEDULE_KEY, TICK_KEY = "schedule", "schedule_tick"
 
 #: Advance a schedule past the tick it was due at, only if that is still its due tick: one advance per tick.
 ADVANCE = script("schedule/advance.lua")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvanceArgs(ScriptArgs):
+    """ADVANCE's arguments (claudeq/script_args.py)."""
+
+    SCRIPT = "schedule/advance.lua"
+    schedules_due: str = key()
+    member: str
+    tick: str
+    following: str
 
 
 #: The longest interval a schedule may fire at (a year and a day): its ticks stay within what a date can hold.
@@ -328,7 +341,10 @@ class ScheduleStore:
             following = schedule.next_tick(now if late else tick)
         except ValueError as exc:
             raise ValueError(f"cannot compute its next tick ({exc})") from None
-        if not int(self._advance(keys=[self.keys.schedules_due], args=[member, repr(tick), repr(following)])):
+        args = AdvanceArgs(
+            schedules_due=self.keys.schedules_due, member=member, tick=repr(tick), following=repr(following)
+        )
+        if not int(self._advance(keys=args.keys(), args=args.argv())):
             return None
         stats = self.keys.schedule_stats(member)
         pipe = self.redis.pipeline(transaction=False)

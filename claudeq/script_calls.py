@@ -29,12 +29,15 @@ T_co = TypeVar("T_co", covariant=True)
 
 @dataclass(frozen=True)
 class ScriptCall(Generic[T_co]):
-    """One call of a registered script: its keys, its arguments, and what makes the reply into the answer."""
+    """One call of a registered script: its keys, its arguments, and what makes the reply into the answer (`named`:
+    the `claudeq.script_args.ScriptArgs` the keys and arguments were spread from, for a script that runs this one's
+    with more: START takes ACQUIRE's)."""
 
     script: Script
     keys: list[str]
     args: list[Any]
     parse: Callable[[Any], T_co]
+    named: object = None
 
 
 #: Queues commands on a pipeline (`AsyncCalls._pipe`): the same redis-py command methods on either client's.

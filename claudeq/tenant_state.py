@@ -219,29 +219,23 @@ class TenantStore:
             runs, until = self.keys.tenant_runs(tenant.name), now + ttl_s
             return PipeCall(self.redis, lambda p: p.zadd(runs, {job_id: until}), lambda _: Admitted(want))
         at = now
-        return ScriptCall(
-            self._reserve,
-            [
-                self.keys.tenant_runs(tenant.name),
-                self.keys.tenant_reserved(tenant.name),
-                self.keys.tenant_spend(tenant.name),
-            ],
-            [
-                job_id,
-                "1",
-                "" if cap is None else cap,
-                repr(now + ttl_s),
-                repr(now),
-                hour_field(now),
-                day_start_hour(now),
-                _opt(tenant.max_cost_usd_per_hour),
-                _opt(tenant.max_cost_usd_per_day),
-                _opt(want),
-                "" if tenant.max_concurrency is None else tenant.max_concurrency,
-                turn_field(model),
-            ],
-            lambda reply: _admission(reply, at),
-        )
+        return tenant_scripts.ReserveArgs(
+            members=self.keys.tenant_runs(tenant.name),
+            reserved_hash=self.keys.tenant_reserved(tenant.name),
+            spend=self.keys.tenant_spend(tenant.name),
+            job_id=job_id,
+            take="1",
+            max="" if cap is None else cap,
+            expiry_s=repr(now + ttl_s),
+            now_s=repr(now),
+            hour_field=hour_field(now),
+            day_first_hour=day_start_hour(now),
+            cap_hour=_opt(tenant.max_cost_usd_per_hour),
+            cap_day=_opt(tenant.max_cost_usd_per_day),
+            want=_opt(want),
+            share="" if tenant.max_concurrency is None else tenant.max_concurrency,
+            turn_field=turn_field(model),
+        ).call(self._reserve, lambda reply: _admission(reply, at))
 
     def admit_account_call(
         self,
@@ -260,29 +254,23 @@ class TenantStore:
             assert not isinstance(result, AtMax)
             return result
 
-        return ScriptCall(
-            self._reserve,
-            [
-                self.keys.account_slots(account.name),
-                self.keys.account_reserved(account.name),
-                self.keys.account_spend(account.name),
-            ],
-            [
-                job_id,
-                "0",
-                "",
-                "",
-                repr(at),
-                hour_field(at),
-                day_start_hour(at),
-                _opt(account.max_cost_usd_per_hour),
-                _opt(account.max_cost_usd_per_day),
-                _opt(want),
-                account.max_concurrency,
-                turn_field(model),
-            ],
-            parse,
-        )
+        return tenant_scripts.ReserveArgs(
+            members=self.keys.account_slots(account.name),
+            reserved_hash=self.keys.account_reserved(account.name),
+            spend=self.keys.account_spend(account.name),
+            job_id=job_id,
+            take="0",
+            max="",
+            expiry_s="",
+            now_s=repr(at),
+            hour_field=hour_field(at),
+            day_first_hour=day_start_hour(at),
+            cap_hour=_opt(account.max_cost_usd_per_hour),
+            cap_day=_opt(account.max_cost_usd_per_day),
+            want=_opt(want),
+            share=account.max_concurrency,
+            turn_field=turn_field(model),
+        ).call(self._reserve, parse)
 
     def set_reserved_call(self, tenant: str, job_id: str, budget_usd: float, turn_usd: float = 0.0) -> Call[None]:
         """Lower a run's reservation to the budget it was finally started with (and the turn reserved beside it)."""
@@ -319,12 +307,15 @@ class TenantStore:
             return PipeCall(
                 self.redis, lambda p: (p.zrem(runs, job_id), p.hdel(reserved, job_id)), lambda _: [], transaction=True
             )
-        return ScriptCall(
-            self._release,
-            [runs, reserved, self.keys.tenant_waiters(tenant.name)],
-            [job_id, self.keys.job(""), _opt_int(effective_cap(tenant, share)), repr(now)],
-            _texts,
-        )
+        return tenant_scripts.ReleaseArgs(
+            runs=runs,
+            reserved=reserved,
+            waiters=self.keys.tenant_waiters(tenant.name),
+            job_id=job_id,
+            job_key_prefix=self.keys.job(""),
+            max=_opt_int(effective_cap(tenant, share)),
+            now_s=repr(now),
+        ).call(self._release, _texts)
 
     def wait_call(
         self,
@@ -339,18 +330,16 @@ class TenantStore:
         its cap, `max_concurrency` and `share`). Otherwise its ready time moves out to `fallback_s` from now (never
         earlier; None: left as it is)."""
         now = time.time() if now is None else now
-        return ScriptCall(
-            self._wait,
-            [self.keys.tenant_runs(tenant.name), self.keys.tenant_waiters(tenant.name), self.keys.deferred],
-            [
-                job_id,
-                repr(score),
-                effective_cap(tenant, share) or 0,
-                repr(now),
-                "" if fallback_s is None else repr(now + fallback_s),
-            ],
-            bool,
-        )
+        return tenant_scripts.WaitArgs(
+            runs=self.keys.tenant_runs(tenant.name),
+            waiters=self.keys.tenant_waiters(tenant.name),
+            deferred=self.keys.deferred,
+            job_id=job_id,
+            score=repr(score),
+            max=effective_cap(tenant, share) or 0,
+            now_s=repr(now),
+            fallback_s="" if fallback_s is None else repr(now + fallback_s),
+        ).call(self._wait, bool)
 
     def settle_call(
         self,
@@ -371,7 +360,7 @@ class TenantStore:
         wait) where a cap may read it: the tenant's, and the account's when it has a spend cap (`account_capped`).
         One SETTLE script (claudeq/tenant_scripts.py); None: nothing to count."""
         parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
-        return None if parts is None else ScriptCall(self._settle, *parts, lambda _: None)
+        return None if parts is None else parts.call(self._settle, lambda _: None)
 
     def settle_parts(
         self,
@@ -384,26 +373,27 @@ class TenantStore:
         turns: int | None,
         reserved: bool,
         account_capped: bool = True,
-    ) -> tuple[list[str], list[Any]] | None:
-        """SETTLE's keys and arguments (the `settle` Lua function's: a job's terminal write runs it in its own
-        script); None when there is nothing to count or drop."""
+    ) -> tenant_scripts.SettleArgs | None:
+        """SETTLE's arguments (the `settle` Lua function's: a job's terminal write runs it in its own script); None
+        when there is nothing to count or drop."""
         if cost_usd <= 0 and not reserved:
             return None
         now = time.time() if now is None else now
-        keys = [self.keys.account_spend(account), self.keys.account_reserved(account)]
+        spend_pairs = [self.keys.account_spend(account), self.keys.account_reserved(account)]
         if tenant is not None:
-            keys = [self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant), *keys]
-        args = [
-            job_id,
-            repr(cost_usd),
-            hour_field(now),
-            turn_field(model),
-            turn_field(model) if account_capped else "",
-            repr(cost_usd / max(1, turns or 1)),
-            SPEND_TTL_S,
-            "1" if reserved else "",
-        ]
-        return keys, args
+            spend_pairs = [self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant), *spend_pairs]
+        args = tenant_scripts.SettleArgs(
+            spend_pairs=spend_pairs,
+            job_id=job_id,
+            cost=repr(cost_usd),
+            hour_field=hour_field(now),
+            tenant_turn=turn_field(model),
+            account_turn=turn_field(model) if account_capped else "",
+            sample=repr(cost_usd / max(1, turns or 1)),
+            ttl_s=SPEND_TTL_S,
+            drop="1" if reserved else "",
+        )
+        return args
 
     def turn_cost(self, kind: Literal["tenant", "account"], name: str, model: str | None = None) -> float | None:
         """What one turn of `model`'s runs costs for a tenant or an account, as learned (None: no run finished)."""
@@ -415,12 +405,14 @@ class TenantStore:
 
     def tag_call(self, tenant: TenantConfig, job_id: str) -> ScriptCall[float]:
         """The job's virtual finish tag (issued once, kept in its hash): its place in weighted fair queueing."""
-        keys, args = [self.keys.fair_share, self.keys.job(job_id)], [tenant.name, repr(tenant.weight)]
-        return ScriptCall(self._tag, keys, args, lambda value: float(text(value)))
+        args = tenant_scripts.TagArgs(
+            fair_share=self.keys.fair_share, job=self.keys.job(job_id), tenant=tenant.name, weight=repr(tenant.weight)
+        )
+        return args.call(self._tag, lambda value: float(text(value)))
 
     def advance_call(self, tag: float) -> ScriptCall[None]:
         """A job with this tag started: the system virtual time moves up to it."""
-        return ScriptCall(self._advance, [self.keys.fair_share], [repr(tag)], done)
+        return tenant_scripts.AdvanceArgs(fair_share=self.keys.fair_share, tag=repr(tag)).call(self._advance, done)
 
     def balance_call(
         self, shares: Mapping[str, int], now: float | None = None, repay_s: float = BALANCE_REPAY_S
@@ -429,17 +421,25 @@ class TenantStore:
         active tenant's share cap, without its balance; `repay_s`: the caller's slot-seconds per slot of catch-up, left
         for readers (BALANCE in claudeq/tenant_scripts.py)."""
         now = time.time() if now is None else now
-        keys = [self.keys.tenants_balance]
-        args: list[str] = [repr(now), repr(BALANCE_BOUND_S), repr(max(BALANCE_REPAY_S, repay_s))]
+        tenant_keys: list[str] = []
+        tenants: list[str] = []
         for name, share in shares.items():
-            keys += [self.keys.tenant_runs(name), self.keys.tenant_line(name), self.keys.tenant_waiters(name)]
-            args += [name, str(share)]
+            tenant_keys += [self.keys.tenant_runs(name), self.keys.tenant_line(name), self.keys.tenant_waiters(name)]
+            tenants += [name, str(share)]
+        args = tenant_scripts.BalanceArgs(
+            balances=self.keys.tenants_balance,
+            tenant_keys=tenant_keys,
+            now_s=repr(now),
+            bound_s=repr(BALANCE_BOUND_S),
+            repay_s=repr(max(BALANCE_REPAY_S, repay_s)),
+            tenants=tenants,
+        )
 
         def parse(reply: Any) -> dict[str, float]:
             pairs = [text(item) for item in reply]
             return {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
-        return ScriptCall(self._balance, keys, args, parse)
+        return args.call(self._balance, parse)
 
     def balances(self) -> dict[str, float]:
         """The catch-up balances as last moved (a read only: `claudeq tenants`, the exporter)."""

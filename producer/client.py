@@ -318,9 +318,10 @@ class Client:
             tenant = tenants.governing(record.spec.tenant)
             by_tenant.setdefault(tenant.name, {})[record.id] = created
             if tenants.configured:
-                self._tag(
-                    keys=[keys.fair_share, keys.job(record.id)], args=[tenant.name, repr(tenant.weight)], client=pipe
+                tag = tenant_scripts.TagArgs(
+                    fair_share=keys.fair_share, job=keys.job(record.id), tenant=tenant.name, weight=repr(tenant.weight)
                 )
+                self._tag(keys=tag.keys(), args=tag.argv(), client=pipe)
         for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
             pipe.zadd(keys.tenant_jobs(name), members)
 
@@ -525,7 +526,10 @@ class Client:
         from claudeq.errors import JobNotFound
 
         keys = self.store.keys
-        again = int(self._retry_script([keys.job(job_id), keys.outbox, keys.outbox_dead], [job_id, time.time()]))
+        args = job_scripts.RetryNotificationsArgs(
+            job=keys.job(job_id), outbox=keys.outbox, outbox_dead=keys.outbox_dead, job_id=job_id, now_s=time.time()
+        )
+        again = int(self._retry_script(args.keys(), args.argv()))
         if again < 0:
             raise JobNotFound(job_id)
         return again

@@ -32,6 +32,7 @@ from claudeq.lua.results import Slot
 from claudeq.models import AccountState, Attempt, JobSpec, Usage, WindowInfo
 from claudeq.permissions import spec_models
 from claudeq.script_calls import AsyncCalls
+from claudeq.tenant_scripts import SettleArgs
 from claudeq.tenant_state import (
     BALANCE_REPAY_S,
     Admitted,
@@ -562,9 +563,9 @@ class AccountManager(AsyncCalls):
         unindex, done = self.tenant_store.unindex_keys(tenant)
         if done is not None:
             return None
-        keys, args = self.store.handout(lease.account.name, self.settings.lease_ttl_s, None)
+        handout = self.store.handout(lease.account.name, self.settings.lease_ttl_s, None)
         settle = None if spent is None else self.settle_parts(spent.lease, spent.cost_usd, spent.turns)
-        return SlotRelease(keys[:6], args, unindex if indexed else [], settle)
+        return SlotRelease(handout, unindex if indexed else [], settle)
 
     async def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
         """Put a deferred job of `tenant` in `account`'s line at its rank, among the tenant's runs, when the account
@@ -633,11 +634,9 @@ class AccountManager(AsyncCalls):
         if call is not None:
             await self.send(call)
 
-    def settle_parts(
-        self, lease: SlotLease, cost_usd: float, turns: int | None = None
-    ) -> tuple[list[str], list[Any]] | None:
-        """`settle` as keys and arguments of the `settle` Lua function, for a job's terminal write to run in its own
-        script (WorkerJobStore.finish); None when there is nothing to count."""
+    def settle_parts(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> SettleArgs | None:
+        """`settle` as the `settle` Lua function's arguments, for a job's terminal write to run in its own script
+        (WorkerJobStore.finish); None when there is nothing to count."""
         tenant, reserved = self._settled(lease)
         return self.tenant_store.settle_parts(
             tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, lease.account.capped

@@ -9,7 +9,7 @@ from claudeq import job_scripts
 from claudeq.jobs import JobStore
 from claudeq.keys import text
 from claudeq.models import ApprovalDecision, PendingApproval
-from claudeq.script_calls import AsyncCalls, PipeCall, ScriptCall
+from claudeq.script_calls import AsyncCalls, PipeCall
 from claudeq.worker.store import job_scripts as scripts
 
 
@@ -25,7 +25,8 @@ class ApprovalCalls:
     async def open(self, job_id: str, request: PendingApproval) -> bool:
         """Record `request` as the job's latest; False when the job is no longer its run's (`request.fence`)."""
         data = request.model_dump_json(exclude_none=True)
-        call = ScriptCall(self._open, [self.store.keys.job(job_id)], [str(request.fence), data], lambda r: r == 1)
+        args = scripts.ApprovalOpenArgs(job=self.store.keys.job(job_id), fence=str(request.fence), approval_json=data)
+        call = args.call(self._open, lambda r: r == 1)
         return bool(await self.store.send(call))
 
     async def read(self, job_id: str) -> PendingApproval | None:
@@ -47,6 +48,13 @@ class ApprovalCalls:
         def parse(reply: Any) -> PendingApproval | None:
             return PendingApproval.model_validate_json(text(reply[1])) if len(reply) > 1 else None
 
-        keys = [self.store.keys.job(job_id), self.store.keys.deferred]
-        call = ScriptCall(self._decide, keys, [request_id, "", decision.model_dump_json(), job_id], parse)
+        args = job_scripts.ApprovalDecideArgs(
+            job=self.store.keys.job(job_id),
+            deferred=self.store.keys.deferred,
+            request_id=request_id,
+            tenant="",
+            decision_json=decision.model_dump_json(),
+            job_id=job_id,
+        )
+        call = args.call(self._decide, parse)
         return await self.store.send(call)

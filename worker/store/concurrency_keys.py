@@ -10,12 +10,48 @@ from typing import Any
 from claudeq.keys import Keys
 from claudeq.lua import script
 from claudeq.models import JobSpec
-from claudeq.script_calls import ScriptCall
+from claudeq.script_args import ScriptArgs, key
 from claudeq.worker.store.job_store import WorkerJobStore
 
 TAKE = script("key/take.lua")
 RELEASE = script("key/release.lua")
 DROP = script("key/drop.lua")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TakeArgs(ScriptArgs):
+    """TAKE's arguments (claudeq/script_args.py)."""
+
+    SCRIPT = "key/take.lua"
+    running: str = key()
+    waiters: str = key()
+    job: str
+    limit: int
+    expiry: str
+    now: str
+    rank: str
+    peek: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseArgs(ScriptArgs):
+    """RELEASE's arguments."""
+
+    SCRIPT = "key/release.lua"
+    running: str = key()
+    waiters: str = key()
+    job: str
+    limit: int
+    now: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropArgs(ScriptArgs):
+    """DROP's arguments."""
+
+    SCRIPT = "key/drop.lua"
+    waiters: str = key()
+    job: str
 
 
 @dataclass(frozen=True)
@@ -48,32 +84,44 @@ class ConcurrencyKeys:
         self._release = store.redis.register_script(RELEASE)
         self._drop = store.redis.register_script(DROP)
 
-    def _names(self, spec: JobSpec) -> list[str]:
+    def _names(self, spec: JobSpec) -> tuple[str, str]:
+        """The key's running set and its waiters' line."""
         assert spec.concurrency_key is not None
         running = self.keys.concurrency_key(spec.concurrency_key, spec.tenant)
-        return [running, f"{running}:waiters"]
+        return running, f"{running}:waiters"
 
     async def take(
         self, job_id: str, spec: JobSpec, rank: float, hold_s: float, *, peek: bool = False
     ) -> Taken | InLine:
         """Take the job's key for a run (or, `peek`, only say whether it would be taken); else join its line."""
         now = time.time()
-        args = [job_id, spec.concurrency_limit, f"{now + hold_s:.3f}", f"{now:.3f}", repr(rank), "1" if peek else "0"]
+        running, waiters = self._names(spec)
+        args = TakeArgs(
+            running=running,
+            waiters=waiters,
+            job=job_id,
+            limit=spec.concurrency_limit,
+            expiry=f"{now + hold_s:.3f}",
+            now=f"{now:.3f}",
+            rank=repr(rank),
+            peek="1" if peek else "0",
+        )
 
         def parse(reply: Any) -> Taken | InLine:
             if int(reply[0]) == 1:
                 return Taken(int(reply[1]))
             return InLine(int(reply[1]), [_text(r) for r in reply[2:]])
 
-        return await self.store.send(ScriptCall(self._take, self._names(spec), args, parse))
+        return await self.store.send(args.call(self._take, parse))
 
     async def release(self, job_id: str, spec: JobSpec) -> list[str]:
         """Let go of the job's key; the waiters to wake, best first."""
-        args = [job_id, spec.concurrency_limit, f"{time.time():.3f}"]
-        return await self.store.send(
-            ScriptCall(self._release, self._names(spec), args, lambda reply: [_text(r) for r in reply])
+        running, waiters = self._names(spec)
+        args = ReleaseArgs(
+            running=running, waiters=waiters, job=job_id, limit=spec.concurrency_limit, now=f"{time.time():.3f}"
         )
+        return await self.store.send(args.call(self._release, lambda reply: [_text(r) for r in reply]))
 
     async def drop(self, job_id: str, spec: JobSpec) -> None:
         """Take a job that no longer waits out of its key's line."""
-        await self.store.send(ScriptCall(self._drop, self._names(spec)[1:], [job_id], lambda _: None))
+        await self.store.send(DropArgs(waiters=self._names(spec)[1], job=job_id).call(self._drop, lambda _: None))

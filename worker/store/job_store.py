@@ -23,6 +23,7 @@ from typing import Any, Literal, Unpack, cast
 
 import redis
 
+from claudeq.account_scripts import AcquireArgs, AdmitArgs
 from claudeq.account_state import HISTORY_TTL_S
 from claudeq.archive import RESULT_KEPT_CHARS
 from claudeq.broker_message import list_for, run_message, sent_at_of
@@ -44,6 +45,7 @@ from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, PlannedSession, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
+from claudeq.tenant_scripts import SettleArgs
 from claudeq.worker.store import job_scripts as scripts
 from claudeq.worker.store.reads import LoopReads
 
@@ -97,10 +99,9 @@ class SlotRelease:
     (`unindex`; none for a job never indexed), and what its last attempt spent (`settle`: the keys and arguments of
     the `settle` Lua function, claudeq/lua/lib/settle.lua; None: nothing to count)."""
 
-    keys: list[str]
-    args: list[Any]
+    handout: AdmitArgs
     unindex: list[str]
-    settle: tuple[list[str], list[Any]] | None = None
+    settle: SettleArgs | None = None
 
 
 @dataclass(frozen=True)
@@ -230,9 +231,17 @@ class WorkerJobStore(AsyncCalls, JobStore):
                 fields["started_at"] = now
             return Claim(result, fence, first, fields, bool(int(reply[4])) if len(reply) > 4 else None)
 
-        keys = [self.keys.job(job_id), self.keys.queued, self.keys.running]
         clock = time.time()
-        return ScriptCall(self._claim, keys, [job_id, worker, repr(clock + lease_ttl_s), now, repr(clock)], parse)
+        return scripts.ClaimArgs(
+            job=self.keys.job(job_id),
+            queued=self.keys.queued,
+            running=self.keys.running,
+            job_id=job_id,
+            worker=worker,
+            lease_expiry=repr(clock + lease_ttl_s),
+            now_iso=now,
+            now_s=repr(clock),
+        ).call(self._claim, parse)
 
     def beat_call(
         self, job_id: str, worker: str, fence: int, lease_ttl_s: float, expiring: Sequence[str] = ()
@@ -245,9 +254,15 @@ class WorkerJobStore(AsyncCalls, JobStore):
             ours, held, cancelled = reply
             return Beat(bool(ours), bool(held), bool(cancelled))
 
-        keys = [self.keys.job(job_id), self.keys.running, *expiring]
-        args = [fence, job_id, repr(time.time() + lease_ttl_s), worker]
-        return ScriptCall(self._heartbeat, keys, args, parse)
+        return scripts.HeartbeatArgs(
+            job=self.keys.job(job_id),
+            running=self.keys.running,
+            holders=tuple(expiring),
+            fence=fence,
+            job_id=job_id,
+            expiry_s=repr(time.time() + lease_ttl_s),
+            worker=worker,
+        ).call(self._heartbeat, parse)
 
     def finish_call(
         self,
@@ -266,18 +281,42 @@ class WorkerJobStore(AsyncCalls, JobStore):
         `write_call`."""
         if status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        write = self.write_call(job_id, fence, status, events=events, stream=stream, pack=pack, **fields)
+        write = self._write_args(job_id, fence, status, 0, None, events, fields, stream, pack)
 
         def parse(reply: list[Any]) -> Freed:
             return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
 
-        settle_keys, settle_args = release.settle if release.settle is not None else ([], [""] * 8)
-        return ScriptCall(
-            self._finish,
-            [*write.keys, *release.keys, *settle_keys, *release.unindex],
-            [*release.args, len(settle_keys), *settle_args, *write.args],
-            parse,
+        nothing = SettleArgs(
+            spend_pairs=[],
+            job_id="",
+            cost="",
+            hour_field="",
+            tenant_turn="",
+            account_turn="",
+            sample="",
+            ttl_s="",
+            drop="",
         )
+        settle = release.settle if release.settle is not None else nothing
+        handout = release.handout
+        return scripts.FinishArgs(
+            write_keys=write,
+            slots=handout.slots,
+            account=handout.account,
+            lines=handout.lines,
+            spend_pairs=settle.spend_pairs,
+            unindex=release.unindex,
+            job_key_prefix=handout.job_key_prefix,
+            now_s=handout.now_s,
+            max_concurrency=handout.max_concurrency,
+            expiry_s=handout.expiry_s,
+            predictive=handout.predictive,
+            ramp_rate=handout.ramp_rate,
+            jitter_s=handout.jitter_s,
+            n_spend=len(settle.spend_pairs),
+            settle=settle,
+            write=write,
+        ).call(self._finish, parse)
 
     def attempt_start(
         self,
@@ -297,8 +336,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """`acquire` (an account slot's ACQUIRE call, AccountStore) with `attempt`'s start written in the same
         script, under the start's fence (START): ACQUIRE's answer, or START_LOST when the slot was taken but the
         fence no longer holds the job (nothing written)."""
-        write = self.write_call(start.job_id, start.fence, **start.fields(attempt))
-        return ScriptCall(self._start, [*acquire.keys, *write.keys], [*acquire.args, *write.args], int)
+        assert isinstance(acquire.named, AcquireArgs), "START takes an ACQUIRE call built from its AcquireArgs"
+        write = self._write_args(start.job_id, start.fence, None, 0, None, (), start.fields(attempt))
+        return scripts.StartArgs(acquire=acquire.named, write=write).call(self._start, int)
 
     def write_call(
         self,
@@ -319,6 +359,21 @@ class WorkerJobStore(AsyncCalls, JobStore):
         write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
         write need not read it. `pack`: such a write stores the compacted events packed (`claudeq.jobs.pack_events`,
         computed here: the script has no codec) instead of as JSON, so nothing is left to pack after it."""
+        args = self._write_args(job_id, fence, status, score, event, events, fields, stream, pack)
+        return args.call(self._write, _written)
+
+    def _write_args(
+        self,
+        job_id: str,
+        fence: int,
+        status: JobStatus | None,
+        score: float,
+        event: Event | None,
+        events: Sequence[Event],
+        fields: JobFields,
+        stream: bool = True,
+        pack: bool = False,
+    ) -> scripts.WriteArgs:
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
@@ -335,15 +390,6 @@ class WorkerJobStore(AsyncCalls, JobStore):
             attempt = every[-1].attempt if own else None
             cancelled = ended("cancelled", CANCEL_ERROR, attempt)
             on_cancel = json.dumps([encode_event(cancelled), compact_json(CANCEL_ERROR), stored_time(utcnow()), own])
-        keys = [
-            self.keys.job(job_id),
-            self.keys.running,
-            self.keys.queued,
-            self.keys.deferred,
-            self.keys.events(job_id) if stream or status not in TERMINAL else "",
-            self.keys.outbox,
-            self.keys.waiting,
-        ]
         now_ms = int(time.time() * 1000)
         flat: list[str | bytes] = [*encode_fields(fields)]
         if pack and status in TERMINAL and not stream and payloads:
@@ -353,21 +399,27 @@ class WorkerJobStore(AsyncCalls, JobStore):
             packed = pack_events(json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode())
             if packed is not None:
                 flat += ["events", packed]
-        args = [
-            job_id,
-            fence,
-            status or "",
-            self.result_ttl_s,
-            score,
-            self.keys.finished_counts_prefix,
-            len(payloads),
-            self.events_maxlen,
-            now_ms,
-            on_cancel,
-            *payloads,
-            *flat,
-        ]
-        return ScriptCall(self._write, keys, args, _written)
+        return scripts.WriteArgs(
+            job=self.keys.job(job_id),
+            running=self.keys.running,
+            queued=self.keys.queued,
+            deferred=self.keys.deferred,
+            stream=self.keys.events(job_id) if stream or status not in TERMINAL else "",
+            outbox=self.keys.outbox,
+            waiting=self.keys.waiting,
+            job_id=job_id,
+            fence=fence,
+            new_status=status or "",
+            ttl_s=self.result_ttl_s,
+            score=score,
+            finished_counts_prefix=self.keys.finished_counts_prefix,
+            n_events=len(payloads),
+            events_maxlen=self.events_maxlen,
+            now_ms=now_ms,
+            on_cancel=on_cancel,
+            events=payloads,
+            fields=flat,
+        )
 
     def append_call(self, job_id: str, fence: int, events: Sequence[Event]) -> ScriptCall[str | None]:
         """Append a running job's events, in order, in one script, while `fence` still holds it: the last entry id,
@@ -375,9 +427,14 @@ class WorkerJobStore(AsyncCalls, JobStore):
         run this way."""
         if not events:
             raise ValueError("no events to append")
-        keys = [self.keys.job(job_id), self.keys.events(job_id)]
-        args = [fence, self.events_maxlen, *(encode_event(e) for e in events)]
-        return ScriptCall(self._append, keys, args, lambda entry_id: None if entry_id is None else text(entry_id))
+        args = scripts.AppendArgs(
+            job=self.keys.job(job_id),
+            stream=self.keys.events(job_id),
+            fence=fence,
+            events_maxlen=self.events_maxlen,
+            events=[encode_event(e) for e in events],
+        )
+        return args.call(self._append, lambda entry_id: None if entry_id is None else text(entry_id))
 
     async def lease_state(self, job_id: str) -> LeaseState:
         """The job's fencing token, status and cancel flag as stored, read in one call."""
@@ -396,7 +453,9 @@ class WorkerJobStore(AsyncCalls, JobStore):
         packed = pack_events(raw)
         if packed is None:
             return 0
-        replaced = await self.send(ScriptCall(self._pack_events, [key], [raw, packed], int))
+        replaced = await self.send(
+            scripts.PackEventsArgs(job=key, read=raw, packed=packed).call(self._pack_events, int)
+        )
         return len(raw) - len(packed) if replaced else 0
 
     async def schedule_archive(self, job_id: str, after_s: float, sessions: Iterable[str] = ()) -> list[str]:
@@ -471,8 +530,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def promote(self, job_id: str, now: float | None = None, force: bool = False) -> bool:
         """Claim one deferred job back to `queued` (atomic ZREM, so only one caller wins); the caller sends it."""
         due = "+inf" if force else str(time.time() if now is None else now)
-        keys = [self.keys.deferred, self.keys.job(job_id), self.keys.queued]
-        return await self.send(ScriptCall(self._promote, keys, [job_id, due], bool))
+        args = scripts.PromoteArgs(
+            deferred=self.keys.deferred, job=self.keys.job(job_id), queued=self.keys.queued, job_id=job_id, now_s=due
+        )
+        return await self.send(args.call(self._promote, bool))
 
     async def forget_running(self, job_id: str) -> None:
         """Drop a job id from the running index (its record is gone)."""
@@ -507,8 +568,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """Turn a `running` set left by an earlier claudeq (a set of ids beside `job:{id}:lease` strings) into the
         sorted set scored by lease expiry, each run with a fresh lease: a run whose worker is gone is recovered one
         lease later. -> how many runs it moved (0: nothing to do). Every worker does it once as it starts."""
-        args = [repr(time.time() + lease_ttl_s)]
-        return await self.send(ScriptCall(self._upgrade_running, [self.keys.running], args, int))
+        args = scripts.UpgradeRunningArgs(running=self.keys.running, lease_expiry=repr(time.time() + lease_ttl_s))
+        return await self.send(args.call(self._upgrade_running, int))
 
     def running_ids(self) -> list[str]:
         """Ids of jobs marked running."""
@@ -555,28 +616,26 @@ class WorkerJobStore(AsyncCalls, JobStore):
         else:
             cancelled = encode_event(ended("cancelled", CANCEL_ERROR))
             on_cancel = json.dumps([cancelled, compact_json(CANCEL_ERROR), stored_time(utcnow())])
-        keys = [
-            self.keys.job(job_id),
-            self.keys.running,
-            self.keys.queued,
-            self.keys.events(job_id),
-            self.keys.outbox,
-            self.keys.deferred,
-            self.keys.waiting,
-        ]
-        args = [
-            job_id,
-            fence,
-            time.time(),
-            "" if event is None else encode_event(event),
-            self.events_maxlen,
-            "queued" if error is None else "failed",
-            self.result_ttl_s,
-            self.keys.finished_counts_prefix,
-            on_cancel,
-            *encode_fields(fields),
-        ]
-        return await self.send(ScriptCall(self._recover, keys, args, _written))
+        args = scripts.RecoverArgs(
+            job=self.keys.job(job_id),
+            running=self.keys.running,
+            queued=self.keys.queued,
+            stream=self.keys.events(job_id),
+            outbox=self.keys.outbox,
+            deferred=self.keys.deferred,
+            waiting=self.keys.waiting,
+            job_id=job_id,
+            fence=fence,
+            now_s=time.time(),
+            event_json="" if event is None else encode_event(event),
+            events_maxlen=self.events_maxlen,
+            new_status="queued" if error is None else "failed",
+            ttl_s=self.result_ttl_s,
+            finished_counts_prefix=self.keys.finished_counts_prefix,
+            on_cancel=on_cancel,
+            fields=list(encode_fields(fields)),
+        )
+        return await self.send(args.call(self._recover, _written))
 
     async def stale_queued(self, older_than_s: float, limit: int = 100) -> list[str]:
         """Queued job ids whose message was sent more than `older_than_s` ago."""
@@ -587,8 +646,14 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def claim_resend(self, job_id: str, older_than_s: float) -> bool:
         """Claim the re-send of an unclaimed queued job (once across all workers)."""
         now = time.time()
-        keys, args = [self.keys.queued, self.keys.job(job_id)], [job_id, now - older_than_s, now]
-        return await self.send(ScriptCall(self._resend, keys, args, bool))
+        args = scripts.ResendArgs(
+            queued=self.keys.queued,
+            job=self.keys.job(job_id),
+            job_id=job_id,
+            sent_before_s=now - older_than_s,
+            now_s=now,
+        )
+        return await self.send(args.call(self._resend, bool))
 
     async def mark_sent(self, job_id: str) -> None:
         """Record that a message for this queued job was just sent."""
@@ -664,8 +729,10 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def take_notifications(self, room: int, lease_s: float) -> list[str]:
         """Up to `room` jobs whose notifications are due, each taken for `lease_s` (claudeq/lua/outbox/claim.lua)."""
         now = time.time()
-        args = [now, room, now + lease_s]
-        return await self.send(ScriptCall(self._take_notifications, [self.keys.outbox], args, _texts))
+        args = scripts.ClaimNotificationsArgs(
+            outbox=self.keys.outbox, now_s=now, limit=room, lease_until_s=now + lease_s
+        )
+        return await self.send(args.call(self._take_notifications, _texts))
 
     async def drop_notifications(self, job_id: str) -> None:
         """Take a job out of the outbox (its record is gone or unreadable: nothing can be told)."""
@@ -679,7 +746,8 @@ class WorkerJobStore(AsyncCalls, JobStore):
     async def send_callback(self, job_id: str, queue: str, sent_field: str, message: str) -> None:
         """Push a job's Celery callback message onto `queue`, once ever (`sent_field` marks it sent in the record,
         in the same script: claudeq/lua/outbox/link.lua)."""
-        await self.send(ScriptCall(self._link, [self.keys.job(job_id), queue], [sent_field, message], int))
+        args = scripts.LinkArgs(job=self.keys.job(job_id), queue=queue, sent_field=sent_field, message=message)
+        await self.send(args.call(self._link, int))
 
     async def settle_notifications(
         self, job_id: str, notifications: str, next_due: str, dead: bool, cursor: str
@@ -687,9 +755,18 @@ class WorkerJobStore(AsyncCalls, JobStore):
         """A notifier pass's delivery log (JSON) in the record, the webhook's event `cursor` ('' unchanged), and
         the job's next place in the outbox: due at `next_due` ('' none: out), in the dead letters when `dead`
         (claudeq/lua/outbox/settle.lua)."""
-        keys = [self.keys.job(job_id), self.keys.outbox, self.keys.outbox_dead]
-        args = [job_id, notifications, next_due, "1" if dead else "", time.time(), cursor]
-        await self.send(ScriptCall(self._settle_notifications, keys, args, int))
+        args = scripts.SettleNotificationsArgs(
+            job=self.keys.job(job_id),
+            outbox=self.keys.outbox,
+            outbox_dead=self.keys.outbox_dead,
+            job_id=job_id,
+            notifications=notifications,
+            next_due_s=next_due,
+            dead="1" if dead else "",
+            now_s=time.time(),
+            cursor=cursor,
+        )
+        await self.send(args.call(self._settle_notifications, int))
 
     # ---- the fleet's worker index: `worker:{id}` hashes and the `workers` zset ------------------------------------
 

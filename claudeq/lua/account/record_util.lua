@@ -3,17 +3,23 @@
 -- `est`, carries over; k = 1 reading); for the same reset the larger utilization wins, k counts the readings, and a
 -- rise over the stored utilization is a sample of what one request adds (est: the mean of the last sample and the
 -- previous est); an older window's reading is dropped. A window at or over its ceiling starts the ramp at its reset.
--- KEYS: account hash.
--- ARGV: jitter_s, then per window: name, utilization, reset_s, ceiling, family ('-' = every job)
+-- KEYS: `account` (its hash).
+-- ARGV: `jitter_s`, then `windows`: per window, its name, utilization, reset_s, ceiling, family ('-' = every job)
 -- Result: 1
 
 --!include lib/gate.lua
+--!include lib/args.lua
 
-local names = redis.call('HGET', KEYS[1], 'pws') or ''
-local st = {ramp_at = redis.call('HGET', KEYS[1], 'ramp_at')}
-for i = 2, #ARGV, 5 do
-  local w, u, reset, ceil, fam = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
-  local old = redis.call('HGET', KEYS[1], 'pu:' .. w)
+local account = KEYS[1]
+local jitter_s = ARGV[1]
+local windows = args_list(ARGV, 2)
+
+local names = redis.call('HGET', account, 'pws') or ''
+local st = {ramp_at = redis.call('HGET', account, 'ramp_at')}
+for i = 1, #windows, 5 do
+  local w, u, reset = windows[i], tonumber(windows[i + 1]), tonumber(windows[i + 2])
+  local ceil, fam = windows[i + 3], windows[i + 4]
+  local old = redis.call('HGET', account, 'pu:' .. w)
   local ou, oreset, oest, ok = nil, 0, 0, 0
   if old then
     local a, b, c, d = string.match(old, '^(%S+) (%S+) (%S+) %S+ %S+ (%S+)')
@@ -31,13 +37,13 @@ for i = 2, #ARGV, 5 do
     value = {math.max(u, ou or 0), oreset, est, ok + 1}
   end
   if value then
-    redis.call('HSET', KEYS[1], 'pu:' .. w,
+    redis.call('HSET', account, 'pu:' .. w,
       string.format('%.6g %.3f %.6g %s %s %d', value[1], value[2], value[3], ceil, fam, value[4]))
     if not string.find(' ' .. names .. ' ', ' ' .. w .. ' ', 1, true) then
       names = names == '' and w or (names .. ' ' .. w)
-      redis.call('HSET', KEYS[1], 'pws', names)
+      redis.call('HSET', account, 'pws', names)
     end
-    if value[1] >= tonumber(ceil) - 1e-9 then ramp_from(KEYS[1], st, value[2], ARGV[1]) end
+    if value[1] >= tonumber(ceil) - 1e-9 then ramp_from(account, st, value[2], jitter_s) end
   end
 end
 return 1

@@ -1,13 +1,19 @@
 -- RESEND (WorkerJobStore): claims a resend of an unclaimed queued job (once).
--- KEYS: queued, job.
--- ARGV: job_id, older_than_s, now_s
+-- KEYS: `queued`, `job`.
+-- ARGV: `job_id`, `sent_before_s` (sent before this time, epoch s: the resend is due), `now_s`
 -- Result: 1 the caller sends it again, else 0.
 
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) > tonumber(ARGV[2]) then return 0 end
-if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
+local queued = KEYS[1]
+local job = KEYS[2]
+local job_id = ARGV[1]
+local sent_before_s = ARGV[2]
+local now_s = ARGV[3]
+
+local score = redis.call('ZSCORE', queued, job_id)
+if not score or tonumber(score) > tonumber(sent_before_s) then return 0 end
+if redis.call('HGET', job, 'status') ~= 'queued' then
+  redis.call('ZREM', queued, job_id)
   return 0
 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('ZADD', queued, now_s, job_id)
 return 1

@@ -1,8 +1,13 @@
 -- TRIM_INDEX (JobStore, claudeq/jobs.py): trim a tenant's index after a batch added to it with ZADD.
--- KEYS: tenant index.
--- ARGV: job key prefix, cutoff ms, n
+-- KEYS: `index`: the tenant's.
+-- ARGV: `job_key_prefix`, `cutoff_ms`, `n`
 -- Result: none (nil)
 
 --!include lib/index_job.lua
 
-index_job(KEYS[1], '', 0, ARGV[1], ARGV[2], tonumber(ARGV[3]))
+local index = KEYS[1]
+local job_key_prefix = ARGV[1]
+local cutoff_ms = ARGV[2]
+local n = tonumber(ARGV[3])
+
+index_job(index, '', 0, job_key_prefix, cutoff_ms, n)

@@ -1,12 +1,21 @@
 -- TAKE (worker/store/concurrency_keys.py): a run of a job under a concurrency key, at most `limit` at once
 -- fleet-wide; waiters go in rank order (docs/jobs.md#concurrency-keys).
--- KEYS: running (sorted set job -> hold expiry), waiters (sorted set job -> rank).
--- ARGV: job id, limit, hold expiry (epoch s), now (epoch s), rank, peek ('1': only say whether it would be taken).
+-- KEYS: `running` (sorted set job -> hold expiry), `waiters` (sorted set job -> rank).
+-- ARGV: `job`: its id, `limit`, `expiry`: the hold's (epoch s), `now` (epoch s), `rank`, `peek` ('1': only say
+--       whether it would be taken).
 -- Result: {1, runs holding the key} taken (or held already: its expiry moved); {0, runs holding the key, waiters
 --   ranked before it while the key has room...} it waits in line (those waiters are to be woken or dropped).
 
-local running, waiters = KEYS[1], KEYS[2]
-local job, limit, expiry, now, rank, peek = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
+local running = KEYS[1]
+local waiters = KEYS[2]
+local job = ARGV[1]
+local limit = tonumber(ARGV[2])
+local expiry = ARGV[3]
+local now = ARGV[4]
+local rank = ARGV[5]
+local peek = ARGV[6]
+
+peek = peek == '1'
 redis.call('ZREMRANGEBYSCORE', running, '-inf', now)
 if redis.call('ZSCORE', running, job) then
   if not peek then

@@ -1,8 +1,8 @@
--- settle(keys, argv, from): count a finished attempt's cost. keys = pairs of (spend hash, reserved hash): the
--- tenant's, then the account's (a fleet without a tenants file keeps no tenant spend: just the account's pair; its
--- `default` tenant's spend is the sum of the accounts', TenantStore.usage). argv[from..from+7]: job_id, cost
--- (dollars; <= 0: none), hour_field, the tenant's turn field and the account's (`turn:<model>`; '' = nothing to
--- learn there), sample (dollars one turn of the run cost), ttl_s, drop ('1': drop the run's reservations).
+-- settle(keys, s): count a finished attempt's cost. keys = pairs of (spend hash, reserved hash): the tenant's, then
+-- the account's (a fleet without a tenants file keeps no tenant spend: just the account's pair; its `default`
+-- tenant's spend is the sum of the accounts', TenantStore.usage). `s` holds tenant/settle.lua's arguments by name:
+-- job_id, cost (dollars; <= 0: none), hour_field, tenant_turn and account_turn (the turn fields, `turn:<model>`; '' =
+-- nothing to learn there), sample (dollars one turn of the run cost), ttl_s, drop ('1': drop the run's reservations).
 -- The cost is added to the current hour of each spend hash. What one turn of a model's runs costs is learned from it
 -- where a spend cap may read it (a tenant's; an account with a cap): a sample above the estimate replaces it at once
 -- (an underestimate lets a cap be overshot), one below moves it a quarter of the way down (an overestimate only
@@ -21,12 +21,12 @@ local function new_hour(key, hour, ttl)
   end
   if #old > 0 then redis.call('HDEL', key, unpack(old)) end
 end
-local function settle(keys, argv, from)
-  local job, cost, hour = argv[from], tonumber(argv[from + 1]), argv[from + 2]
-  local sample, ttl, drop = tonumber(argv[from + 5]), argv[from + 6], argv[from + 7]
+local function settle(keys, s)
+  local job, cost, hour = s.job_id, tonumber(s.cost), s.hour_field
+  local sample, ttl, drop = tonumber(s.sample), s.ttl_s, s.drop
   for i = 1, #keys, 2 do
-    local turn = argv[from + 3]
-    if i == #keys - 1 then turn = argv[from + 4] end
+    local turn = s.tenant_turn
+    if i == #keys - 1 then turn = s.account_turn end
     if cost > 0 and turn ~= '' then
       local f = redis.call('HMGET', keys[i], hour, turn)
       local old = tonumber(f[2] or '')
@@ -35,7 +35,7 @@ local function settle(keys, argv, from)
       redis.call('HSET', keys[i], hour, tostring((tonumber(f[1] or '0') or 0) + cost), turn, tostring(est))
       if not f[1] then new_hour(keys[i], hour, ttl) end
     elseif cost > 0 then
-      local total = tonumber(redis.call('HINCRBYFLOAT', keys[i], hour, argv[from + 1]))
+      local total = tonumber(redis.call('HINCRBYFLOAT', keys[i], hour, s.cost))
       if total <= cost * (1 + 1e-9) then new_hour(keys[i], hour, ttl) end
     end
     if drop == '1' then redis.call('HDEL', keys[i + 1], job) end

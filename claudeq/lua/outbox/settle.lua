@@ -1,19 +1,29 @@
 -- SETTLE (worker/background/notifier.py): what a notifier's pass did for one job: its delivery log in the record (when the
 -- record is still there: a log must not bring an expired record back as a stub), and the job's place in the outbox.
--- KEYS: job, outbox, outbox_dead.
--- ARGV: job_id, the notifications JSON, next_due_s ('' = nothing left to try: out of the outbox), dead ('1': one was
---       given up on, the job goes to the dead letters), now_s, the entry id of the last event its webhook was sent
---       ('' = unchanged).
+-- KEYS: `job`, `outbox`, `outbox_dead`.
+-- ARGV: `job_id`, `notifications` (JSON), `next_due_s` ('' = nothing left to try: out of the outbox), `dead` ('1': one
+--       was given up on, the job goes to the dead letters), `now_s`, `cursor`: the entry id of the last event its
+--       webhook was sent ('' = unchanged).
 -- Result: 1.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'notifications', ARGV[2])
-  if ARGV[6] and ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'webhook_cursor', ARGV[6]) end
+local job = KEYS[1]
+local outbox = KEYS[2]
+local outbox_dead = KEYS[3]
+local job_id = ARGV[1]
+local notifications = ARGV[2]
+local next_due_s = ARGV[3]
+local dead = ARGV[4]
+local now_s = ARGV[5]
+local cursor = ARGV[6]
+
+if redis.call('EXISTS', job) == 1 then
+  redis.call('HSET', job, 'notifications', notifications)
+  if cursor and cursor ~= '' then redis.call('HSET', job, 'webhook_cursor', cursor) end
 end
-if ARGV[3] == '' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
+if next_due_s == '' then
+  redis.call('ZREM', outbox, job_id)
 else
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+  redis.call('ZADD', outbox, next_due_s, job_id)
 end
-if ARGV[4] == '1' then redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1]) end
+if dead == '1' then redis.call('ZADD', outbox_dead, now_s, job_id) end
 return 1

@@ -1,0 +1,94 @@
+"""A Redis script's arguments by name: one frozen dataclass per script (docs/architecture.md#script-arguments).
+
+Each field is one of the script's KEYS (declared with `key()`) or ARGV (a plain field), in the order the script
+binds them to named locals at the top of its `.lua` file (`local job = KEYS[1]` …); a field holding a list is a
+variable-length part (a tail, or a list whose length another field gives) and is spread in place; a field holding
+another script's `ScriptArgs` (a script that runs that one's with more: START holds ACQUIRE's and WRITE's) spreads
+its KEYS among the KEYS and its ARGV among the ARGV, each named with the field's name as a prefix (`write_job_id`).
+A builder fills the fields by name and gets the KEYS and ARGV lists from `keys()` and `argv()` (or the whole
+`ScriptCall` from `call`), so no call site counts positions. `tests/unit/test_script_binders.py` checks that each
+class, its script's header and its script's binder name the same arguments in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from redis.commands.core import Script
+
+from claudeq.script_calls import ScriptCall
+
+T = TypeVar("T")
+
+#: One value of KEYS or ARGV, as redis-py encodes it.
+Arg = str | bytes | int | float
+
+_KEY = "key"
+_PART = "part"
+
+
+def key() -> Any:
+    """Declare a field of a `ScriptArgs` as one of the script's KEYS (a list field: several, spread in place)."""
+    return dataclasses.field(metadata={_KEY: True})
+
+
+def part(only: typing.Literal["keys", "argv"], prefix: str) -> dict[str, Any]:
+    """The metadata (`field(metadata=part(...))`) of a field holding another script's `ScriptArgs` of which only its
+    KEYS (`only="keys"`) or only its ARGV go here, named with `prefix` (FINISH's KEYS start with WRITE's, its ARGV end
+    with them)."""
+    return {_PART: (only, prefix)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptArgs:
+    """The arguments of one script (`SCRIPT`, its path under `claudeq/lua/`), each field by the name its binder
+    gives it."""
+
+    SCRIPT: ClassVar[str]
+
+    def keys(self) -> list[Any]:
+        """The script's KEYS, in binder order."""
+        return self._spread(True)
+
+    def argv(self) -> list[Any]:
+        """The script's ARGV, in binder order."""
+        return self._spread(False)
+
+    def call(self, script: Script, parse: Callable[[Any], T]) -> ScriptCall[T]:
+        """A call of `script` (this class's script, registered) with these arguments."""
+        return ScriptCall(script, self.keys(), self.argv(), parse, self)
+
+    @classmethod
+    def names(cls, keys: bool) -> list[str]:
+        """The names of the KEYS (`keys` True) or ARGV fields, in order: what the script's binder and header say."""
+        hints = typing.get_type_hints(cls)
+        out: list[str] = []
+        for f in dataclasses.fields(cls):
+            inner = hints[f.name]
+            if isinstance(inner, type) and issubclass(inner, ScriptArgs):
+                only, prefix = f.metadata.get(_PART, (None, f.name))
+                if only is None or (only == "keys") == keys:
+                    out += [f"{prefix}_{name}" for name in inner.names(keys)]
+            elif bool(f.metadata.get(_KEY)) == keys:
+                out.append(f.name)
+        return out
+
+    def _spread(self, keys: bool) -> list[Any]:
+        out: list[Any] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, ScriptArgs):
+                only, _ = f.metadata.get(_PART, (None, ""))
+                if only is None or (only == "keys") == keys:
+                    out.extend(value.keys() if keys else value.argv())
+                continue
+            if bool(f.metadata.get(_KEY)) != keys:
+                continue
+            if isinstance(value, list | tuple):
+                out.extend(value)
+            else:
+                out.append(value)
+        return out
