@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from claudeq.config.settings import Settings
+from .settings import Settings
 
 TASK_RUN = "claudeq.run"
 #: The scheme of kombu's sentinel transport: one URL per sentinel, joined by `;` (docs/failover.md).

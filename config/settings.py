@@ -23,9 +23,10 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from claudeq.config.account_pool import AccountPool
-from claudeq.config.tenants import Tenants
 from claudeq.errors import ConfigError
+
+from .account_pool import AccountPool
+from .tenants import Tenants
 
 #: Built-in tool sets a job may ask for by name. `none` is the default: a plain LLM run with no tools at all.
 TOOL_PROFILES: dict[str, list[str]] = {

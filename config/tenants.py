@@ -19,8 +19,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from claudeq.config.approval_rules import MAX_RULES, ApprovalRule
 from claudeq.errors import ConfigError
+
+from .approval_rules import MAX_RULES, ApprovalRule
 
 #: The tenant of a job that names none.
 DEFAULT_TENANT = "default"

@@ -22,24 +22,25 @@ from rich.console import Console
 from rich.text import Text
 
 from claudeq import connections
-from claudeq.config.account_pool import AccountConfig
-from claudeq.config.settings import Settings, load_settings
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, ConfigError, JobNotFound, JobSpecError, JobTimeout, RecordUnreadable
 from claudeq.follow import Ended, KeepAlive, blocking, follow
 from claudeq.models import TERMINAL, JobRecord, JobStatus
-from claudeq.producer.cli_accounts import accounts_app
-from claudeq.producer.cli_batch import submit_from_file
-from claudeq.producer.cli_checks import redis_warnings, tenants_report
-from claudeq.producer.cli_conversation import conversation_app
-from claudeq.producer.cli_options import options_command
-from claudeq.producer.cli_output import CliConsole, print_table, styled
-from claudeq.producer.cli_workspaces import artifacts, diff, stat_line, workspaces_app
-from claudeq.producer.client import Client
-from claudeq.producer.extras import exit_missing
-from claudeq.producer.progress import line
-from claudeq.producer.transcript_view import block_line, conversation
 from claudeq.schedules import ScheduleNotFound
+
+from ..config.account_pool import AccountConfig
+from ..config.settings import Settings, load_settings
+from ..config.tenants import DEFAULT_TENANT
+from .cli_accounts import accounts_app
+from .cli_batch import submit_from_file
+from .cli_checks import redis_warnings, tenants_report
+from .cli_conversation import conversation_app
+from .cli_options import options_command
+from .cli_output import CliConsole, print_table, styled
+from .cli_workspaces import artifacts, diff, stat_line, workspaces_app
+from .client import Client
+from .extras import exit_missing
+from .progress import line
+from .transcript_view import block_line, conversation
 
 JOB_STATUSES: tuple[str, ...] = typing.get_args(JobStatus)
 
@@ -105,7 +106,7 @@ def exporter(
     """Serve cluster-wide gauges (queues, jobs, accounts, workers) read from Redis at scrape time."""
     # Fleet code (prometheus_client): loaded when the exporter runs, never by a producer importing the CLI.
     try:
-        from claudeq.worker.metrics.exporter import exporter_command
+        from ..worker.metrics.exporter import exporter_command
     except ModuleNotFoundError as exc:
         exit_missing("claudeq exporter", exc)
 
@@ -787,7 +788,7 @@ def top(
 ) -> None:
     """The fleet, live: accounts, queues, workers, runs in flight, recent finishes, jobs/s. `q` quits. With --json,
     one frame's figures."""
-    from claudeq.producer.top import collect, run
+    from .top import collect, run
 
     if as_json:
         print(json.dumps(collect(_client()).public()))
@@ -861,7 +862,7 @@ def mcp_cmd(
     """Serve the fleet as an MCP server (stdio by default): submit_job, get_job, list_jobs, cancel_job, wait_job,
     accounts. `claude mcp add claudeq -- claudeq mcp`."""
     try:
-        from claudeq.producer.mcp_server import parse_address, serve  # imports `mcp`: only for this command
+        from .mcp_server import parse_address, serve  # imports `mcp`: only for this command
     except ModuleNotFoundError as exc:
         exit_missing("claudeq mcp", exc)
 
@@ -881,7 +882,7 @@ def web_cmd(
     """Serve the run view in a browser: jobs, each run's events live, transcripts, accounts and tenants
     (docs/web.md). Every page needs a token: tenants', CLAUDEQ_WEB_TOKEN, or the one it prints at start."""
     try:
-        from claudeq.producer.web import serve  # imports jinja2, fastapi, starlette, uvicorn: only for this command
+        from .web import serve  # imports jinja2, fastapi, starlette, uvicorn: only for this command
     except ModuleNotFoundError as exc:
         exit_missing("claudeq web", exc)
     serve(host, port, _settings())
@@ -895,7 +896,7 @@ def api_cmd(
     """Serve the HTTP API alone, /api/v1 described at /api/v1/openapi.json (docs/http-api.md); `claudeq web` serves
     it too. Every call needs a token: tenants', CLAUDEQ_WEB_TOKEN, or the one it prints at start."""
     try:
-        from claudeq.producer.api import serve  # imports fastapi, starlette, uvicorn: only for this command
+        from .api import serve  # imports fastapi, starlette, uvicorn: only for this command
     except ModuleNotFoundError as exc:
         exit_missing("claudeq api", exc)
     serve(host, port, _settings())
@@ -925,7 +926,7 @@ def config_check(as_json: JsonOpt = False) -> None:
     problems += tenant_problems
     warnings += tenant_warnings
     report["queues"] = settings.queues
-    from claudeq.worker.run.sandbox import isolation  # no SDK needed
+    from ..worker.run.sandbox import isolation  # no SDK needed
 
     report["isolation"], isolation_problem = isolation(settings.policy)
     if isolation_problem is not None:

@@ -16,11 +16,12 @@ from rich.text import Text
 
 from claudeq import connections
 from claudeq.account_state import AccountStore
-from claudeq.config.settings import load_settings
 from claudeq.errors import ConfigError, UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, utcnow
-from claudeq.producer.cli_output import CliConsole, print_table, styled
+
+from ..config.settings import load_settings
+from .cli_output import CliConsole, print_table, styled
 
 #: Token families the API reports for API-key accounts (the tightest is shown).
 TOKEN_WINDOWS: tuple[str, ...] = ("tokens", "input_tokens", "output_tokens")

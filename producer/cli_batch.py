@@ -18,8 +18,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from claudeq.errors import BatchSpecError
-from claudeq.producer.cli_output import styled
-from claudeq.producer.client import SUBMIT_CHUNK, Client
+
+from .cli_output import styled
+from .client import SUBMIT_CHUNK, Client
 
 #: Same as claudeq.producer.cli.EXIT_BAD_INPUT (kept here so this module needs nothing of the CLI's).
 EXIT_BAD_INPUT = 2

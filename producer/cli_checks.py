@@ -8,8 +8,9 @@ from typing import Any
 
 import redis
 
-from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
+
+from ..config.settings import Settings
 
 #: Redis settings a fleet needs -> (the value it needs, what goes wrong without it).
 REDIS_NEEDS: dict[str, tuple[str, str]] = {

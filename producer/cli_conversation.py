@@ -12,12 +12,13 @@ from typing import Annotated
 import redis
 import typer
 
-from claudeq.config.settings import Settings, load_settings
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import ConversationInfo, ConversationStore, delete_conversation
 from claudeq.errors import ConfigError
-from claudeq.producer.cli_output import CliConsole, styled
 from claudeq.transcripts import RedisSessionStore
+
+from ..config.settings import Settings, load_settings
+from ..config.tenants import DEFAULT_TENANT
+from .cli_output import CliConsole, styled
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from claudeq.producer.signatures import field_parameters
+from .signatures import field_parameters
 
 Options = TypeVar("Options")
 

@@ -16,11 +16,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from claudeq.artifacts import Artifacts
-from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError, JobNotFound, RecordUnreadable
 from claudeq.models import ACTIVE
-from claudeq.producer.client import Client
 from claudeq.workspaces import WorkspaceChange
+
+from ..config.settings import Settings, load_settings
+from .client import Client
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -90,7 +91,7 @@ def diff(
 @workspaces_app.command("list")
 def list_kept(as_json: JsonOpt = False) -> None:
     """List the worktrees kept on this host: path, repository, job."""
-    from claudeq.worker.workspace.worktree import kept
+    from ..worker.workspace.worktree import kept
 
     found = kept(_settings(as_json))
     if as_json:
@@ -103,7 +104,7 @@ def list_kept(as_json: JsonOpt = False) -> None:
 @workspaces_app.command("prune")
 def prune(as_json: JsonOpt = False) -> None:
     """Remove the kept worktrees whose jobs have ended (their branches stay)."""
-    from claudeq.worker.workspace.worktree import drop, kept
+    from ..worker.workspace.worktree import drop, kept
 
     settings = _settings(as_json)
     client = Client(settings)

@@ -18,9 +18,6 @@ from claudeq import approvals as approval_store
 from claudeq import durability, job_scripts, tenant_scripts, tracing
 from claudeq.artifacts import unpack
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
-from claudeq.config.celery import TASK_RUN, make_celery
-from claudeq.config.settings import Settings, load_settings
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import (
     ArtifactNotFound,
@@ -37,11 +34,15 @@ from claudeq.follow import follow as follow_job
 from claudeq.jobs import JobStore, created_waiting
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
-from claudeq.producer.validation import validate_spec
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.script_calls import raw_reply, run_call
 from claudeq.tenant_state import TenantStore
 from claudeq.workspaces import WorkspaceChange
+
+from ..config.celery import TASK_RUN, make_celery
+from ..config.settings import Settings, load_settings
+from ..config.tenants import DEFAULT_TENANT
+from .validation import validate_spec
 
 
 def _rate_or_zero(schedule: Schedule, now: float) -> float:

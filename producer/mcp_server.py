@@ -32,14 +32,15 @@ from mcp.server.mcpserver.tools import Tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from claudeq.account_state import AccountStore
-from claudeq.config.settings import Settings, load_settings
-from claudeq.config.tenants import DEFAULT_TENANT, Tenants
 from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.models import PARENT_JOB_KEY, JobRecord, JobSpec, JobStatus
-from claudeq.producer.client import Client
-from claudeq.producer.progress import describe
-from claudeq.producer.signatures import field_parameters
+
+from ..config.settings import Settings, load_settings
+from ..config.tenants import DEFAULT_TENANT, Tenants
+from .client import Client
+from .progress import describe
+from .signatures import field_parameters
 
 SERVER_NAME = "claudeq"
 #: The fleet's job tools, in the order they are listed (also what a run's fleet tools may name: worker/run/tools.py).

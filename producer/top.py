@@ -33,9 +33,10 @@ from claudeq.errors import ConfigError, RecordUnreadable
 from claudeq.job_counts import status_counts
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
-from claudeq.producer.cli_output import Cell, one_line, print_table
-from claudeq.producer.client import Client
 from claudeq.script_calls import run_call
+
+from .cli_output import Cell, one_line, print_table
+from .client import Client
 
 #: Jobs looked at for "recent finishes" and jobs/s (newest first by creation).
 RECENT_WINDOW = 200

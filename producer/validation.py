@@ -6,11 +6,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
 from claudeq.git_repo import workspace_problems
 from claudeq.models import APPROVAL_MODES, JobSpec, WebhookSpec
 from claudeq.permissions import spec_problems
+
+from ..config.settings import Settings
 
 
 def validate_spec(spec: JobSpec | dict[str, Any], settings: Settings) -> JobSpec:

@@ -15,10 +15,10 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
-from claudeq.simulator.app import create_app, quiet_dropped_streams
-from claudeq.simulator.config import SimConfig, load_config
-from claudeq.simulator.service import Simulator
-from claudeq.simulator.testing import READY_PREFIX, bind_socket, uvicorn_config
+from .app import create_app, quiet_dropped_streams
+from .config import SimConfig, load_config
+from .service import Simulator
+from .testing import READY_PREFIX, bind_socket, uvicorn_config
 
 DEFAULT_PORT = 8790
 EXIT_OK = 0

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from claudeq.simulator.config import AccountConfig, AccountKind, SimConfig, WindowConfig
-from claudeq.simulator.errors import ApiError
-from claudeq.simulator.usage import PromptCache
+from .config import AccountConfig, AccountKind, SimConfig, WindowConfig
+from .errors import ApiError
+from .usage import PromptCache
 
 # Window family -> the claim name the CLI reports as `rateLimitType`.
 CLAIMS: dict[str, str] = {

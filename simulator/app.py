@@ -14,9 +14,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from claudeq.simulator.config import SimConfig, redacted
-from claudeq.simulator.errors import ApiError, new_request_id
-from claudeq.simulator.service import Simulator
+from .config import SimConfig, redacted
+from .errors import ApiError, new_request_id
+from .service import Simulator
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from claudeq.simulator.usage import MIN_CACHEABLE_TOKENS
+from .usage import MIN_CACHEABLE_TOKENS
 
 WindowFamily = Literal["5h", "7d", "7d_oi", "overage", "7d_opus", "7d_sonnet"]
 AccountKind = Literal["oauth", "api_key"]

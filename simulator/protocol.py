@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from claudeq.simulator.errors import ApiError
-from claudeq.simulator.usage import TTL_S, Segment
+from .errors import ApiError
+from .usage import TTL_S, Segment
 
 # The CLI's session-title side request carries this system text (docs/cli-behaviour.md#traffic-of-one-run).
 TITLE_SYSTEM_MARKER = "You are naming a coding session"

@@ -8,10 +8,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from claudeq.simulator.directives import Steering, strip_directives
-from claudeq.simulator.protocol import STRUCTURED_OUTPUT_TOOL, MessagesRequest, Turn, message_text
-from claudeq.simulator.schema import SchemaError, generate
-from claudeq.simulator.usage import CHARS_PER_TOKEN, estimate_tokens
+from .directives import Steering, strip_directives
+from .protocol import STRUCTURED_OUTPUT_TOOL, MessagesRequest, Turn, message_text
+from .schema import SchemaError, generate
+from .usage import CHARS_PER_TOKEN, estimate_tokens
 
 _FILLER = ["the", "simulated", "model", "keeps", "talking", "so", "this", "reply", "has", "its", "length"]
 _SESSION = re.compile(r"<session>(.*?)</session>", re.DOTALL)

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from claudeq.simulator.accounts import CLAIMS, UNIFIED, Account, AccountRegistry
-from claudeq.simulator.config import SimConfig, coerce_config, merge_config
-from claudeq.simulator.connection import ClientGone, Connection, Message, Receive, Scope, Send
-from claudeq.simulator.directives import DirectiveError, Steering, approved_call, parse_directives
-from claudeq.simulator.errors import ApiError, new_request_id
-from claudeq.simulator.protocol import (
+from .accounts import CLAIMS, UNIFIED, Account, AccountRegistry
+from .config import SimConfig, coerce_config, merge_config
+from .connection import ClientGone, Connection, Message, Receive, Scope, Send
+from .directives import DirectiveError, Steering, approved_call, parse_directives
+from .errors import ApiError, new_request_id
+from .protocol import (
     MessagesRequest,
     Turn,
     current_turn,
@@ -26,10 +26,10 @@ from claudeq.simulator.protocol import (
     parse_request,
     prompt_segments,
 )
-from claudeq.simulator.replies import Reply, plan_reply, title_reply
-from claudeq.simulator.sse import block_events, message_body, message_end, message_start, new_message_id
-from claudeq.simulator.stats import AccountStats, Stats
-from claudeq.simulator.usage import Usage, estimate_tokens
+from .replies import Reply, plan_reply, title_reply
+from .sse import block_events, message_body, message_end, message_start, new_message_id
+from .stats import AccountStats, Stats
+from .usage import Usage, estimate_tokens
 
 __all__ = ["Message", "Simulator"]
 

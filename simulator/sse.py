@@ -6,8 +6,8 @@ import json
 import uuid
 from typing import Any
 
-from claudeq.simulator.replies import Reply, ReplyBlock
-from claudeq.simulator.usage import Usage
+from .replies import Reply, ReplyBlock
+from .usage import Usage
 
 # Characters per text_delta / input_json_delta: small enough that a long reply streams in many events.
 TEXT_CHUNK_CHARS = 48

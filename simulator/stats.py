@@ -7,7 +7,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from claudeq.simulator.usage import Usage
+from .usage import Usage
 
 SESSION_LIMIT = 10_000  # sessions whose counters are kept (least recently used dropped)
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from claudeq.simulator.app import create_app, quiet_dropped_streams
-from claudeq.simulator.config import SimConfig
-from claudeq.simulator.service import Simulator
+from .app import create_app, quiet_dropped_streams
+from .config import SimConfig
+from .service import Simulator
 
 READY_PREFIX = "listening on "
 START_TIMEOUT_S = 30.0

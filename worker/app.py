@@ -23,15 +23,16 @@ import redis.asyncio
 from celery import signals
 
 from claudeq import connections
-from claudeq.config.celery import TASK_RUN, make_celery
-from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
-from claudeq.worker.background.loops import Loops
-from claudeq.worker.delivery.engine import Engine, engine_executor_workers
-from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.store.job_store import make_worker_store
+
+from ..config.celery import TASK_RUN, make_celery
+from ..config.settings import Settings, load_settings
+from .background.loops import Loops
+from .delivery.engine import Engine, engine_executor_workers
+from .delivery.session_planner import SessionPlanner
+from .store.job_store import make_worker_store
 
 log = logging.getLogger("claudeq.worker")
 
@@ -52,11 +53,11 @@ def create_app(cfg: Settings | None = None) -> Any:
         _settings = cfg if cfg is not None else load_settings()
         _app = make_celery(_settings, main="claudeq-worker")
         if _settings.sentinel_addresses:
-            from claudeq.worker.broker_transport import SENTINEL_TRANSPORT_PATH
+            from .broker_transport import SENTINEL_TRANSPORT_PATH
 
             _app.conf.broker_transport = SENTINEL_TRANSPORT_PATH  # the same, through Sentinel
         elif _settings.redis_url.split("://", 1)[0] in ("redis", "rediss"):
-            from claudeq.worker.broker_transport import TRANSPORT_PATH
+            from .broker_transport import TRANSPORT_PATH
 
             _app.conf.broker_transport = TRANSPORT_PATH  # a queue entry that is not a message is dropped, logged
         _app.task(name=TASK_RUN, acks_late=True, ignore_result=True)(run)
@@ -109,12 +110,12 @@ _shutdown_signals = 0
 
 def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     """Wire the engine of this process: store, accounts, runner, metrics, loops (not started)."""
-    from claudeq.worker.accounts.manager import AccountManager
-    from claudeq.worker.metrics.prometheus import WorkerMetrics
-    from claudeq.worker.passthrough.server import PassThrough
-    from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
-    from claudeq.worker.run.runner import Runner
-    from claudeq.worker.run.tools import wire_name
+    from .accounts.manager import AccountManager
+    from .metrics.prometheus import WorkerMetrics
+    from .passthrough.server import PassThrough
+    from .run.fake_runner import BENCH_FAKE_RUNNER_ENV, FakeRunner, fake_run_seconds
+    from .run.runner import Runner
+    from .run.tools import wire_name
 
     timeout_s = cfg.worker_redis_timeout_s
     client = connections.sync_client(
@@ -184,7 +185,7 @@ def get_runtime() -> WorkerRuntime:
                 _runtime.passthrough.start()
             _runtime.engine.start()
             log.info("engine started: worker %s, concurrency %d", _runtime.engine.worker_id, cfg.concurrency)
-            from claudeq.worker.run.sandbox import isolation
+            from .run.sandbox import isolation
 
             words, problem = isolation(cfg.policy)  # which isolation runs with tools get here (a probe, once)
             if problem is None:

@@ -12,8 +12,9 @@ import time
 import redis
 
 from claudeq import connections, tracing
-from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
+
+from ..config.settings import Settings, load_settings
 
 #: Exit codes (named: compose healthchecks and scripts branch on them).
 EXIT_OK = 0
@@ -55,7 +56,8 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
 def check_health(settings: Settings) -> int:
     """EXIT_OK when the heartbeat of CLAUDEQ_WORKER_ID (or of a worker on this host) is fresh, else EXIT_UNHEALTHY."""
     from claudeq.keys import Keys
-    from claudeq.worker.background.loops import worker_ttl_s
+
+    from .background.loops import worker_ttl_s
 
     keys = Keys(settings.key_prefix)
     max_age = worker_ttl_s(settings.heartbeat_s)
@@ -78,8 +80,9 @@ def check_health(settings: Settings) -> int:
 def preflight(settings: Settings) -> None:
     """Fail fast on what would make every run fail: no accounts, no CLI."""
     from claudeq.archive import open_archive
-    from claudeq.worker.run.launcher import locate_cli, wrapper_path
-    from claudeq.worker.run.tools import ToolRegistry
+
+    from .run.launcher import locate_cli, wrapper_path
+    from .run.tools import ToolRegistry
 
     if not settings.accounts.accounts:
         raise ConfigError(
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
         otel.SERVICE["name"] = "claudeq-worker"
         otel.install_log_ids(logging.getLogger().handlers)
-    from claudeq.worker.app import create_app, start_metrics
+    from .app import create_app, start_metrics
 
     app = create_app(settings)
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from claudeq.config.settings import Settings
+from ..config.settings import Settings
 
 #: Variables the CLI reads credentials from; blanked unless they carry this run's own token.
 CREDENTIAL_VARS: tuple[str, ...] = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")

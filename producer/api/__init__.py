@@ -9,12 +9,12 @@ import fastapi  # noqa: F401  (first: without the `web` extra, the missing modul
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from claudeq.config.settings import Settings
-from claudeq.producer.api.app import create_api, mount
-from claudeq.producer.api.core import PREFIX
-from claudeq.producer.client import Client
-from claudeq.producer.web.auth import Auth
-from claudeq.producer.web.hosts import HostAllowList, HostGuard
+from ...config.settings import Settings
+from ..client import Client
+from ..web.auth import Auth
+from ..web.hosts import HostAllowList, HostGuard
+from .app import create_api, mount
+from .core import PREFIX
 
 
 def create_app(

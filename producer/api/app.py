@@ -17,15 +17,16 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Mount
 
-from claudeq.config.settings import Settings
 from claudeq.errors import ClaudeqError, JobSpecError
 from claudeq.models import JobSpec
-from claudeq.producer.api import fleet, jobs
-from claudeq.producer.api.core import PREFIX, Api, ApiError
-from claudeq.producer.api.limits import OverRate
-from claudeq.producer.api.models import BatchIn, Problem, ScheduleIn
-from claudeq.producer.client import Client
-from claudeq.producer.web.auth import Auth
+
+from ...config.settings import Settings
+from ..client import Client
+from ..web.auth import Auth
+from . import fleet, jobs
+from .core import PREFIX, Api, ApiError
+from .limits import OverRate
+from .models import BatchIn, Problem, ScheduleIn
 
 
 def create_api(settings: Settings, client: Client, auth: Auth) -> FastAPI:

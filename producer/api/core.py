@@ -17,14 +17,15 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from claudeq.config.settings import Settings
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.models import JobRecord, JobSpec
-from claudeq.producer.api.limits import SubmitRate
-from claudeq.producer.api.models import Problem, Refusal, Submitted
-from claudeq.producer.client import Client
-from claudeq.producer.web.auth import Auth, Viewer
+
+from ...config.settings import Settings
+from ...config.tenants import DEFAULT_TENANT
+from ..client import Client
+from ..web.auth import Auth, Viewer
+from .limits import SubmitRate
+from .models import Problem, Refusal, Submitted
 
 PREFIX = "/api/v1"
 ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")

@@ -6,9 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from claudeq.errors import ConfigError, JobSpecError
-from claudeq.producer.api.core import ApiDep, ApiError, Caller, body_of, json_body, operator_only, problems, run
-from claudeq.producer.api.models import AccountList, Health, Problem, ScheduleIn, ScheduleList, TenantList
 from claudeq.schedules import Schedule, ScheduleNotFound
+
+from .core import ApiDep, ApiError, Caller, body_of, json_body, operator_only, problems, run
+from .models import AccountList, Health, Problem, ScheduleIn, ScheduleList, TenantList
 
 router = APIRouter()
 

@@ -11,12 +11,15 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.jobs import JobStore
 from claudeq.models import JobRecord, JobSpec
-from claudeq.producer.api.core import (
+from claudeq.script_calls import run_call
+
+from ...config.tenants import DEFAULT_TENANT
+from ..web.listing import JobFilter, list_page, parse_cursor
+from .core import (
     ENTRY_ID,
     PREFIX,
     SSE,
@@ -28,7 +31,7 @@ from claudeq.producer.api.core import (
     problems,
     run,
 )
-from claudeq.producer.api.models import (
+from .models import (
     BatchIn,
     BatchOut,
     Cancelled,
@@ -39,8 +42,6 @@ from claudeq.producer.api.models import (
     Transcript,
     TranscriptSession,
 )
-from claudeq.producer.web.listing import JobFilter, list_page, parse_cursor
-from claudeq.script_calls import run_call
 
 router = APIRouter()
 
@@ -101,7 +102,7 @@ class JobsQuery(BaseModel):
 @router.get("/jobs", response_model=JobList, responses=problems(401, 422))
 async def list_jobs(api: ApiDep, viewer: Caller, query: Annotated[JobsQuery, Query()]) -> Response:
     """The jobs, newest first, filtered as the web view's list is (docs/web.md)."""
-    from claudeq.producer.web.app import STATUSES, parse_since
+    from ..web.app import STATUSES, parse_since
 
     status, since, cursor = query.status, query.since, query.cursor
     problems = []

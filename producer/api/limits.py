@@ -11,8 +11,9 @@ import time
 
 import redis
 
-from claudeq.config.tenants import Tenants
 from claudeq.keys import Keys
+
+from ...config.tenants import Tenants
 
 WINDOW_S = 60
 

@@ -9,8 +9,8 @@ import sys
 import fastapi  # noqa: F401
 import jinja2  # noqa: F401
 
-from claudeq.config.settings import Settings
-from claudeq.producer.web.app import create_app
+from ...config.settings import Settings
+from .app import create_app
 
 
 def serve(host: str, port: int, settings: Settings) -> None:

@@ -30,14 +30,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from claudeq.config.settings import Settings
 from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.models import TERMINAL, Event, JobRecord, JobStatus, utcnow
-from claudeq.producer.client import Client
-from claudeq.producer.progress import describe
-from claudeq.producer.transcript_view import LABELS, conversation
-from claudeq.producer.web.auth import (
+from claudeq.script_calls import run_call
+
+from ...config.settings import Settings
+from ..client import Client
+from ..progress import describe
+from ..transcript_view import LABELS, conversation
+from .auth import (
     CSRF_COOKIE,
     CSRF_FIELD,
     SESSION_COOKIE,
@@ -48,7 +50,7 @@ from claudeq.producer.web.auth import (
     safe_next,
     same_site_post,
 )
-from claudeq.producer.web.charts import (
+from .charts import (
     Chart,
     account_gauges,
     account_history,
@@ -56,11 +58,10 @@ from claudeq.producer.web.charts import (
     finished_per_minute,
     spend_per_hour,
 )
-from claudeq.producer.web.hosts import HostAllowList, HostGuard
-from claudeq.producer.web.listing import JobFilter, children_of, list_page, parse_cursor
-from claudeq.producer.web.patch import sections
-from claudeq.producer.web.timeline import draw as draw_timeline
-from claudeq.script_calls import run_call
+from .hosts import HostAllowList, HostGuard
+from .listing import JobFilter, children_of, list_page, parse_cursor
+from .patch import sections
+from .timeline import draw as draw_timeline
 
 HERE = Path(__file__).parent
 STATUSES: tuple[str, ...] = get_args(JobStatus)
@@ -501,8 +502,9 @@ class Web:
         viewer = self.viewer(request)
         if not viewer.operator:
             raise WebError(403, "the fleet page needs the operator's token (CLAUDEQ_WEB_TOKEN)")
-        from claudeq.producer.top import collect
         from claudeq.tenant_state import TenantStore
+
+        from ..top import collect
 
         snap = collect(self.client)
         tenants, tenants_note = [], None
@@ -595,7 +597,7 @@ def create_app(
             message = str(exc)
         return web.page(request, "error.html", status=503, message=message)
 
-    from claudeq.producer.api.app import create_api, mount
+    from ..api.app import create_api, mount
 
     routes = [
         mount(create_api(settings, web.client, web.auth)),

@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-from claudeq.config.settings import Settings
 from claudeq.models import JobRecord
+
+from ...config.settings import Settings
 
 SESSION_COOKIE = "claudeq_session"
 CSRF_COOKIE = "claudeq_csrf"

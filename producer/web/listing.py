@@ -14,12 +14,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import ClaudeqError, RecordUnreadable
 from claudeq.keys import text
 from claudeq.models import PARENT_JOB_KEY, JobRecord
-from claudeq.producer.client import Client
 from claudeq.script_calls import run_call
+
+from ...config.tenants import DEFAULT_TENANT
+from ..client import Client
 
 #: Index entries read per round trip, and at most per page by default.
 CHUNK = 250

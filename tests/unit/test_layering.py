@@ -126,6 +126,36 @@ def test_import_circles_are_found() -> None:
     assert import_circles({"a": {"b"}, "b": set()}) == []
 
 
+#: The rooms linked into claudeq/ (claudeq/worker -> ../worker, ...): a reader following `claudeq.worker.x` lands on
+#: the link, so they import one another relatively and land on the file (docs/architecture.md#who-imports-whom).
+ROOMS = ("worker", "producer", "config", "simulator")
+
+
+def through_links(path: Path) -> list[str]:
+    """`file:line module` of each import in `path` written as `claudeq.<room>...`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        linked = [n for n in names if n.split(".")[:2] in [["claudeq", room] for room in ROOMS]]
+        found += [f"{path.name}:{node.lineno} {n}" for n in linked]
+    return found
+
+
+def test_the_rooms_import_one_another_relatively() -> None:
+    found = [hit for room in ROOMS for path in sorted((ROOT / room).rglob("*.py")) for hit in through_links(path)]
+    assert found == []
+
+
+def test_an_import_through_a_link_is_seen(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from claudeq.worker.run import outcome\nfrom ..run import x\nimport claudeq.config.settings\n")
+    assert through_links(module) == ["m.py:1 claudeq.worker.run", "m.py:3 claudeq.config.settings"]
+
+
 def test_importing_the_package_root_loads_only_the_error_tree() -> None:
     code = "import sys, claudeq\nprint(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'claudeq')))\n"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

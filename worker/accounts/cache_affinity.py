@@ -18,12 +18,13 @@ from typing import Any
 
 import redis
 
-from claudeq.config.settings import Settings
 from claudeq.errors import PolicyViolation
 from claudeq.keys import Keys, text
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools
-from claudeq.worker.passthrough.prefixes import Breakpoint, system_prefix
+
+from ...config.settings import Settings
+from ..passthrough.prefixes import Breakpoint, system_prefix
 
 #: Prefix digests kept per account (the newest-expiring ones).
 MAX_PREFIXES = 512

@@ -6,8 +6,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from claudeq.config.account_pool import AccountConfig
 from claudeq.models import AccountState, ErrorKind
+
+from ...config.account_pool import AccountConfig
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,6 @@ import redis
 import redis.asyncio
 
 from claudeq.account_state import AccountStore, model_family, window_family
-from claudeq.config.account_pool import AccountConfig, AccountPool
-from claudeq.config.settings import Settings
-from claudeq.config.tenants import TenantConfig
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
@@ -43,13 +40,17 @@ from claudeq.tenant_state import (
     caught_up,
     effective_cap,
 )
-from claudeq.worker.accounts.cache_affinity import CacheStore, digest_text, prefix_key
-from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible, reason_for
-from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN, tenant_rank
-from claudeq.worker.passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
-from claudeq.worker.passthrough.prefixes import Breakpoint
-from claudeq.worker.run.outcome import RateLimitSignal
-from claudeq.worker.store.job_store import START_LOST, AttemptStart, SlotRelease
+
+from ...config.account_pool import AccountConfig, AccountPool
+from ...config.settings import Settings
+from ...config.tenants import TenantConfig
+from ..passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
+from ..passthrough.prefixes import Breakpoint
+from ..run.outcome import RateLimitSignal
+from ..store.job_store import START_LOST, AttemptStart, SlotRelease
+from .cache_affinity import CacheStore, digest_text, prefix_key
+from .choice import AccountView, NoAccount, choose, eligible, reason_for
+from .waiting_line import PRIORITY_SPAN, tenant_rank
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
 

@@ -26,16 +26,17 @@ import redis
 
 from claudeq import connections
 from claudeq.broker_message import BACKLOG_PRIORITY, list_for
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.events import Requeued, ended
 from claudeq.models import Attempt, JobError, JobRecord, JobSpec, TerminalStatus, utcnow
-from claudeq.producer.client import Client
 from claudeq.schedules import ScheduleStore
-from claudeq.worker.background.notifier import Notifier
-from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.loop_host import in_redis_thread
-from claudeq.worker.store.job_store import CANCELLED
+
+from ...config.tenants import DEFAULT_TENANT
+from ...producer.client import Client
+from ..delivery.engine import Engine
+from ..loop_host import in_redis_thread
+from ..store.job_store import CANCELLED
+from .notifier import Notifier
 
 log = logging.getLogger("claudeq.loops")
 T = TypeVar("T")

@@ -29,13 +29,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from claudeq.broker_message import task_message
-from claudeq.config.settings import Settings
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
 from claudeq.permissions import callback_problems, webhook_problem
-from claudeq.worker.background.webhook_target import Refused, resolve
-from claudeq.worker.delivery.ports import MetricsLike
-from claudeq.worker.store.job_store import WorkerJobStore
+
+from ...config.settings import Settings
+from ..delivery.ports import MetricsLike
+from ..store.job_store import WorkerJobStore
+from .webhook_target import Refused, resolve
 
 if TYPE_CHECKING:
     import httpx

@@ -7,11 +7,12 @@ import hashlib
 from typing import Any
 
 from claudeq.artifacts import Artifact, Artifacts, pack
-from claudeq.config.settings import Settings
 from claudeq.script_calls import PipeCall, done
-from claudeq.worker.delivery.fenced import FencedWriter
-from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.run.outcome import RunOutcome
+
+from ...config.settings import Settings
+from ..run.outcome import RunOutcome
+from .fenced import FencedWriter
+from .state import Delivery
 
 #: How long a job's artifacts outlive its record's retention at most: they are written as its attempts end, the
 #: record's retention starts at its end (a day covers the runs and retries in between).

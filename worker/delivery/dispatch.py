@@ -7,9 +7,10 @@ import logging
 
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import JobSpec
-from claudeq.worker.delivery.ports import AccountsLike, Sender
-from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.store.job_store import WorkerJobStore
+
+from ..store.job_store import WorkerJobStore
+from .ports import AccountsLike, Sender
+from .state import Delivery
 
 log = logging.getLogger("claudeq.engine")
 

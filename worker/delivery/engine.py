@@ -18,21 +18,22 @@ from typing import Any, TypeVar
 
 import redis
 
-from claudeq.config.settings import Settings
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.jobs import INDEXED_FIELD, parse_record
 from claudeq.models import JobError, utcnow
-from claudeq.worker.delivery.dispatch import Dispatch
-from claudeq.worker.delivery.fenced import FencedWriter
-from claudeq.worker.delivery.handler import DeliveryHandler
-from claudeq.worker.delivery.lease import LeaseKeeper
-from claudeq.worker.delivery.ports import AccountsLike, MetricsLike, Sender
-from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.delivery.state import Delivered, Delivery, EventBuffer, Lease, SlotHold
-from claudeq.worker.loop_host import Background, LoopHost
-from claudeq.worker.run.outcome import RunnerLike
-from claudeq.worker.store.job_store import WorkerJobStore
+
+from ...config.settings import Settings
+from ...config.tenants import DEFAULT_TENANT
+from ..loop_host import Background, LoopHost
+from ..run.outcome import RunnerLike
+from ..store.job_store import WorkerJobStore
+from .dispatch import Dispatch
+from .fenced import FencedWriter
+from .handler import DeliveryHandler
+from .lease import LeaseKeeper
+from .ports import AccountsLike, MetricsLike, Sender
+from .session_planner import SessionPlanner
+from .state import Delivered, Delivery, EventBuffer, Lease, SlotHold
 
 log = logging.getLogger("claudeq.engine")
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from claudeq.config.account_pool import AccountConfig
 from claudeq.models import ErrorKind, JobError, Outcome
 from claudeq.permissions import MAX_ARG_STRLEN
-from claudeq.worker.run.outcome import RunOutcome
+
+from ...config.account_pool import AccountConfig
+from ..run.outcome import RunOutcome
 
 #: What the engine does next.
 #: succeed/fail/cancel: finish the job; retry: transient, back off (tenacity) then run again;

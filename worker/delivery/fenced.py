@@ -24,8 +24,9 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 from claudeq.jobs import JobFields
 from claudeq.models import TERMINAL, Event, JobStatus, TerminalStatus
-from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.store.job_store import CANCELLED, Freed, SlotRelease, WorkerJobStore, Written
+
+from ..store.job_store import CANCELLED, Freed, SlotRelease, WorkerJobStore, Written
+from .state import Delivery
 
 log = logging.getLogger("claudeq.engine")
 

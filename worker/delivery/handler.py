@@ -18,8 +18,6 @@ from typing import Any, Literal, ParamSpec
 import redis
 
 from claudeq import dependencies, tracing
-from claudeq.config.account_pool import AccountConfig
-from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError, PolicyViolation
 from claudeq.events import (
     ApprovalDecided,
@@ -49,29 +47,32 @@ from claudeq.models import (
 )
 from claudeq.permissions import run_problems
 from claudeq.tracing import NO_SPAN, SpanLike
-from claudeq.worker.accounts.choice import NoAccount
-from claudeq.worker.accounts.manager import Spent, StartLost
-from claudeq.worker.accounts.waiting_line import rank, tenant_rank
-from claudeq.worker.delivery.artifacts import keep_outputs
-from claudeq.worker.delivery.dispatch import Dispatch
-from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
-from claudeq.worker.delivery.fenced import FencedWriter
-from claudeq.worker.delivery.key_gate import KeyGate
-from claudeq.worker.delivery.ports import AccountsLike, MetricsLike
-from claudeq.worker.delivery.retry import AttemptLoop, DeferInstead, Step, StepKind
-from claudeq.worker.delivery.session_planner import SessionPlanner
-from claudeq.worker.delivery.state import Delivered, Delivery, Finish, summed_usage
-from claudeq.worker.delivery.waits import Cooldown
-from claudeq.worker.delivery.workspaces import Workspaces
-from claudeq.worker.loop_host import in_redis_thread
-from claudeq.worker.metrics.labels import primary_model
-from claudeq.worker.run.approval import ApprovalGate, denial, resume_prompt, rules_for
-from claudeq.worker.run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
-from claudeq.worker.run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
-from claudeq.worker.store.approvals import ApprovalCalls
-from claudeq.worker.store.concurrency_keys import ConcurrencyKeys
-from claudeq.worker.store.job_store import CANCEL_ERROR, CANCELLED, AttemptStart, Freed
-from claudeq.worker.workspace.worktree import WorkspaceProblem, worktree_path
+
+from ...config.account_pool import AccountConfig
+from ...config.settings import Settings
+from ..accounts.choice import NoAccount
+from ..accounts.manager import Spent, StartLost
+from ..accounts.waiting_line import rank, tenant_rank
+from ..loop_host import in_redis_thread
+from ..metrics.labels import primary_model
+from ..run.approval import ApprovalGate, denial, resume_prompt, rules_for
+from ..run.outcome import EventSink, RunnerLike, RunOutcome, RunRequest
+from ..run.output_check import OutputCheckTimeout, schema_problem, storable, unstorable
+from ..store.approvals import ApprovalCalls
+from ..store.concurrency_keys import ConcurrencyKeys
+from ..store.job_store import CANCEL_ERROR, CANCELLED, AttemptStart, Freed
+from ..workspace.worktree import WorkspaceProblem, worktree_path
+from .artifacts import keep_outputs
+from .dispatch import Dispatch
+from .failure import Decision, OutputCheck, decide
+from .fenced import FencedWriter
+from .key_gate import KeyGate
+from .ports import AccountsLike, MetricsLike
+from .retry import AttemptLoop, DeferInstead, Step, StepKind
+from .session_planner import SessionPlanner
+from .state import Delivered, Delivery, Finish, summed_usage
+from .waits import Cooldown
+from .workspaces import Workspaces
 
 log = logging.getLogger("claudeq.engine")
 #: `gen_ai.agent.name` of the attempts' spans (the GenAI conventions' `invoke_agent {gen_ai.agent.name}`).

@@ -8,11 +8,12 @@ import contextlib
 import logging
 import time
 
-from claudeq.config.settings import Settings
 from claudeq.models import ACTIVE, JobSpec
-from claudeq.worker.delivery.dispatch import Dispatch
-from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.store.concurrency_keys import ConcurrencyKeys, InLine
+
+from ...config.settings import Settings
+from ..store.concurrency_keys import ConcurrencyKeys, InLine
+from .dispatch import Dispatch
+from .state import Delivery
 
 log = logging.getLogger("claudeq.engine")
 #: How many times a release looks past waiters that no longer wait before it leaves the rest to their recheck.

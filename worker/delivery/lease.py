@@ -13,9 +13,9 @@ import time
 
 import redis
 
-from claudeq.worker.delivery.ports import AccountsLike
-from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.store.job_store import WorkerJobStore
+from ..store.job_store import WorkerJobStore
+from .ports import AccountsLike
+from .state import Delivery
 
 log = logging.getLogger("claudeq.engine")
 

@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Protocol
 
 from claudeq.models import JobSpec, Outcome, TerminalStatus, Usage
-from claudeq.worker.accounts.choice import NoAccount
-from claudeq.worker.accounts.manager import SlotLease, Spent
-from claudeq.worker.run.outcome import RateLimitSignal
-from claudeq.worker.store.job_store import AttemptStart, SlotRelease
+
+from ..accounts.choice import NoAccount
+from ..accounts.manager import SlotLease, Spent
+from ..run.outcome import RateLimitSignal
+from ..store.job_store import AttemptStart, SlotRelease
 
 #: Sends the `claudeq.run` message for a job (spec None: the record is unreadable, use the default queue).
 Sender = Callable[[str, JobSpec | None], Awaitable[None]]

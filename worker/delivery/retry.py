@@ -19,9 +19,9 @@ from typing import Literal
 from tenacity import RetryCallState, wait_random_exponential
 from tenacity.wait import wait_base
 
-from claudeq.config.settings import Settings
-from claudeq.worker.delivery.state import Finish
-from claudeq.worker.delivery.waits import Cooldown, wait_rate_limit
+from ...config.settings import Settings
+from .state import Finish
+from .waits import Cooldown, wait_rate_limit
 
 StepKind = Literal["done", "retry", "reroute", "wait"]
 

@@ -28,16 +28,17 @@ from typing import Any
 
 import redis
 
-from claudeq.config.settings import Settings
-from claudeq.config.tenants import DEFAULT_TENANT
 from claudeq.conversations import NOT_YOURS, ConversationStore, Turn
 from claudeq.events import SessionPlanned, SessionRestarted, session_of
 from claudeq.models import JobError, JobRecord, JobSpec, PlannedSession, SessionMode, utcnow
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.redaction import redact
-from claudeq.worker.run.outcome import EventSink
-from claudeq.worker.run.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
-from claudeq.worker.store.job_store import WorkerJobStore
+
+from ...config.settings import Settings
+from ...config.tenants import DEFAULT_TENANT
+from ..redaction import redact
+from ..run.outcome import EventSink
+from ..run.workdirs import default_cwd, project_key_for_directory, runs_under_own_uid
+from ..store.job_store import WorkerJobStore
 
 log = logging.getLogger(__name__)
 

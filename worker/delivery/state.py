@@ -8,8 +8,9 @@ from typing import Literal
 
 from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, PendingApproval, Usage
 from claudeq.tracing import NO_SPAN, SpanLike
-from claudeq.worker.accounts.manager import SlotLease, Spent
-from claudeq.worker.store.job_store import ClaimResult
+
+from ..accounts.manager import SlotLease, Spent
+from ..store.job_store import ClaimResult
 
 #: Why a delivery's `cancel` event was set: a producer's cancel, the worker's shutdown, or the lease was lost.
 StopWhy = Literal["cancel", "shutdown", "lost"]

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from claudeq.archive import open_archive
-from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobError, JobSpec
-from claudeq.worker.delivery.fenced import FencedWriter
-from claudeq.worker.delivery.state import Delivery
-from claudeq.worker.workspace.worktree import WorkspaceProblem, Worktree, collect, prepare, remove, stat_of
+
+from ...config.settings import Settings
+from ..workspace.worktree import WorkspaceProblem, Worktree, collect, prepare, remove, stat_of
+from .fenced import FencedWriter
+from .state import Delivery
 
 log = logging.getLogger("claudeq.engine")
 

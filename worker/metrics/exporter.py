@@ -24,14 +24,15 @@ from redis.retry import Retry
 from claudeq import approvals, connections
 from claudeq.account_state import AccountStore
 from claudeq.broker_queues import KOMBU_PRIORITIES, queue_lists
-from claudeq.config.account_pool import AccountPool
-from claudeq.config.settings import Settings, load_settings
 from claudeq.errors import ConfigError
 from claudeq.job_counts import status_counts
 from claudeq.keys import Keys
 from claudeq.models import JobStatus
-from claudeq.producer.client import make_store
 from claudeq.tenant_state import TenantStore
+
+from ...config.account_pool import AccountPool
+from ...config.settings import Settings, load_settings
+from ...producer.client import make_store
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from claudeq.models import Usage
-from claudeq.worker.run.prices import PRICES, canonical_id
+
+from ..run.prices import PRICES, canonical_id
 
 OTHER = "other"
 UNKNOWN = "unknown"

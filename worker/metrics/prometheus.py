@@ -17,7 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from claudeq.errors import ConfigError
 from claudeq.models import Usage
-from claudeq.worker.metrics.labels import (
+
+from ..run.outcome import RateLimitSignal
+from .labels import (
     BUILTIN_TOOLS,
     HTTP_METHODS,
     OTHER,
@@ -30,7 +32,6 @@ from claudeq.worker.metrics.labels import (
     token_label,
     tool_label,
 )
-from claudeq.worker.run.outcome import RateLimitSignal
 
 log = logging.getLogger(__name__)
 

@@ -45,10 +45,10 @@ from pathlib import Path
 
 import httpx
 
-from claudeq.config.account_pool import AccountConfig
-from claudeq.worker.passthrough.limit_headers import LimitFacts, LimitHint, parse
-from claudeq.worker.passthrough.prefixes import Breakpoint, breakpoints
-from claudeq.worker.redaction import redact
+from ...config.account_pool import AccountConfig
+from ..redaction import redact
+from .limit_headers import LimitFacts, LimitHint, parse
+from .prefixes import Breakpoint, breakpoints
 
 log = logging.getLogger("claudeq.passthrough")
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from claudeq.config.approval_rules import ApprovalRule, needs_approval, rule_of, tool_named
 from claudeq.events import ApprovalDecided, ApprovalRequested
 from claudeq.models import ApprovalDecision, Event, JobSpec, PendingApproval, utcnow
+
+from ...config.approval_rules import ApprovalRule, needs_approval, rule_of, tool_named
 
 if TYPE_CHECKING:  # the SDK is the worker's; the handler imports this module in the SDK-free testing kit too
     from claude_agent_sdk.types import PermissionResult, ToolPermissionContext

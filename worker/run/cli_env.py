@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from claudeq.config.account_pool import AccountConfig
-from claudeq.config.settings import Settings
-from claudeq.worker.redaction import CREDENTIAL_VARS, remember_secret, secret_env_names
+from ...config.account_pool import AccountConfig
+from ...config.settings import Settings
+from ..redaction import CREDENTIAL_VARS, remember_secret, secret_env_names
 
 #: Names the runner sets for the CLI (not secret): tests and the engine find a job's processes by CLAUDEQ_JOB_ID.
 JOB_ID_VAR = "CLAUDEQ_JOB_ID"

@@ -16,8 +16,9 @@ import uuid
 
 from claudeq.events import AssistantText, ResultReceived, RunStarted, SessionStarted
 from claudeq.models import JobResult, JobSpec
-from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest
-from claudeq.worker.run.parse import usage_from_model_usage
+
+from .outcome import EventSink, RunOutcome, RunRequest
+from .parse import usage_from_model_usage
 
 #: The environment variable that turns the fake runner on (its value: seconds each run sleeps).
 BENCH_FAKE_RUNNER_ENV = "CLAUDEQ_BENCH_FAKE_RUNNER"

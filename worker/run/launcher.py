@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import ConfigError
-from claudeq.worker.run import procs
+
+from ...config.settings import Settings, WorkerPolicy
+from . import procs
 
 WRAPPER_NAME = "claude-pdeathsig.sh"
 

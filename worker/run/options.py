@@ -25,14 +25,15 @@ from claude_agent_sdk.types import (
     ThinkingConfig,
 )
 
-from claudeq.config.settings import FILE_TOOLS, BasePrompt, Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import APPROVAL_MODES, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
-from claudeq.worker.run.approval import ApprovalGate
-from claudeq.worker.run.cli_env import JOB_ID_VAR, sealed
-from claudeq.worker.run.tools import SERVER_NAME, ToolRegistry, wire_name
-from claudeq.worker.run.workdirs import default_cwd, runs_under_own_uid
+
+from ...config.settings import FILE_TOOLS, BasePrompt, Settings, WorkerPolicy
+from .approval import ApprovalGate
+from .cli_env import JOB_ID_VAR, sealed
+from .tools import SERVER_NAME, ToolRegistry, wire_name
+from .workdirs import default_cwd, runs_under_own_uid
 
 #: Input fields of the file tools that name a path.
 PATH_FIELDS: tuple[str, ...] = ("file_path", "path", "notebook_path")

@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Event, JobResult, JobSpec
-from claudeq.worker.passthrough.limit_headers import LimitHint
+
+from ...config.account_pool import AccountConfig
+from ..passthrough.limit_headers import LimitHint
 
 if TYPE_CHECKING:
     from claude_agent_sdk import SessionStore
 
-    from claudeq.worker.run.approval import ApprovalGate
+    from .approval import ApprovalGate
 
 #: Why the worker itself stopped a run (watchdogs and cancel), or None when the CLI ended on its own.
 StopReason = Literal["first_byte", "idle", "deadline", "cancel", "shutdown"]

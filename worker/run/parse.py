@@ -39,9 +39,10 @@ from claudeq.events import (
     ToolResult,
 )
 from claudeq.models import Event, Usage
-from claudeq.worker.redaction import redact
-from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
-from claudeq.worker.run.prices import cost_usd
+
+from ..redaction import redact
+from .outcome import RateLimitSignal, RunOutcome
+from .prices import cost_usd
 
 #: Longest text kept in one event's field (tool inputs, assistant text).
 TEXT_LIMIT = 4000

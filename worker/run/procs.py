@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from claudeq.worker.run.cli_env import JOB_ID_VAR, RUN_ID_VAR
+from .cli_env import JOB_ID_VAR, RUN_ID_VAR
 
 _PROC = Path("/proc")
 

@@ -14,7 +14,7 @@ import os
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
-from claudeq.worker.passthrough.server import socket_path
+from ..passthrough.server import socket_path
 
 log = logging.getLogger(__name__)
 

@@ -31,17 +31,18 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ProcessError
 
 from claudeq import tracing
 from claudeq.artifacts import OUTPUTS_VAR
-from claudeq.config.account_pool import AccountConfig
-from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
 from claudeq.events import RunStarted, Stopped
 from claudeq.models import Event, JobSpec
 from claudeq.permissions import allowed_builtin_tools, check_spec
-from claudeq.worker.passthrough.server import PassThrough, RunGrant
-from claudeq.worker.redaction import redact, remember_settings_secrets
-from claudeq.worker.run import procs
-from claudeq.worker.run.cli_env import build_env, exporter_env, sealed
-from claudeq.worker.run.launcher import (
+
+from ...config.account_pool import AccountConfig
+from ...config.settings import Settings
+from ..passthrough.server import PassThrough, RunGrant
+from ..redaction import redact, remember_settings_secrets
+from . import procs
+from .cli_env import build_env, exporter_env, sealed
+from .launcher import (
     RunIdentity,
     acquire_identity,
     can_switch_uid,
@@ -52,18 +53,18 @@ from claudeq.worker.run.launcher import (
     take_back,
     wrapper_path,
 )
-from claudeq.worker.run.options import PromptFiles, base_prompt, build_options
-from claudeq.worker.run.outcome import EventSink, RunOutcome, RunRequest, StopReason
-from claudeq.worker.run.outputs import OUTPUTS_DIR, read_outputs
-from claudeq.worker.run.parse import MessageParser
-from claudeq.worker.run.relay import HostProxy, Relay, collector_address, through_loopback
-from claudeq.worker.run.sandbox import ARGS_VAR as SANDBOX_ARGS_VAR
-from claudeq.worker.run.sandbox import FORWARD_VAR, Forward, SandboxView, sandboxed
-from claudeq.worker.run.sandbox import problem as sandbox_problem
-from claudeq.worker.run.tools import ToolRegistry
-from claudeq.worker.run.warm import WarmCli, WarmPool, fingerprint, new_cli_id, warm_eligible
-from claudeq.worker.run.watchdog import Timeouts, Watchdog
-from claudeq.worker.run.workdirs import runs_under_own_uid
+from .options import PromptFiles, base_prompt, build_options
+from .outcome import EventSink, RunOutcome, RunRequest, StopReason
+from .outputs import OUTPUTS_DIR, read_outputs
+from .parse import MessageParser
+from .relay import HostProxy, Relay, collector_address, through_loopback
+from .sandbox import ARGS_VAR as SANDBOX_ARGS_VAR
+from .sandbox import FORWARD_VAR, Forward, SandboxView, sandboxed
+from .sandbox import problem as sandbox_problem
+from .tools import ToolRegistry
+from .warm import WarmCli, WarmPool, fingerprint, new_cli_id, warm_eligible
+from .watchdog import Timeouts, Watchdog
+from .workdirs import runs_under_own_uid
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from claudeq.config.settings import WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools
+
+from ...config.settings import WorkerPolicy
 
 #: The file in the run directory holding the sandbox's arguments.
 ARGS_FILE = "sandbox.args"

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 from claude_agent_sdk import SdkMcpTool, create_sdk_mcp_server
 from claude_agent_sdk.types import McpSdkServerConfig
 
-from claudeq.config.settings import Settings
 from claudeq.errors import ConfigError
 
+from ...config.settings import Settings
+
 if TYPE_CHECKING:
-    from claudeq.producer.client import Client
+    from ...producer.client import Client
 
 #: Tool names of the fleet server (claudeq.producer.mcp_server.FLEET_TOOLS; repeated so that importing this
 #: module does not import the server).
@@ -101,8 +102,8 @@ class ToolRegistry:
         return create_sdk_mcp_server(name=SERVER_NAME, tools=[self._tools[n] for n in dict.fromkeys(names)])
 
     def _fleet_server(self, names: list[str], job_id: str | None, tenant: str | None = None) -> Any:
-        from claudeq.producer.client import Client
-        from claudeq.producer.mcp_server import build_server
+        from ...producer.client import Client
+        from ...producer.mcp_server import build_server
 
         assert self._fleet is not None
         if self._fleet_client is None:  # one producer client per worker, made on first use

@@ -42,16 +42,17 @@ from typing import Any
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ConversationResetMessage, ResultMessage, SystemMessage
 
 from claudeq import tracing
-from claudeq.config.account_pool import AccountConfig
-from claudeq.config.settings import FILE_TOOLS, Settings
 from claudeq.permissions import allowed_builtin_tools
-from claudeq.worker.passthrough.server import PassThrough, RunGrant
-from claudeq.worker.run import procs
-from claudeq.worker.run.launcher import RunIdentity
-from claudeq.worker.run.outcome import RunRequest
-from claudeq.worker.run.sandbox import sandboxed
-from claudeq.worker.run.tools import FLEET_TOOLS, ToolRegistry
-from claudeq.worker.run.workdirs import runs_under_own_uid
+
+from ...config.account_pool import AccountConfig
+from ...config.settings import FILE_TOOLS, Settings
+from ..passthrough.server import PassThrough, RunGrant
+from . import procs
+from .launcher import RunIdentity
+from .outcome import RunRequest
+from .sandbox import sandboxed
+from .tools import FLEET_TOOLS, ToolRegistry
+from .workdirs import runs_under_own_uid
 
 log = logging.getLogger("claudeq.warm")
 

@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from claudeq.config.settings import Settings
 from claudeq.models import JobSpec
-from claudeq.worker.run.outcome import StopReason
+
+from ...config.settings import Settings
+from .outcome import StopReason
 
 
 @dataclass(frozen=True)

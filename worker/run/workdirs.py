@@ -17,10 +17,11 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
-from claudeq.config.settings import FILE_TOOLS, WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.permissions import allowed_builtin_tools
-from claudeq.worker.run.launcher import can_switch_uid
+
+from ...config.settings import FILE_TOOLS, WorkerPolicy
+from .launcher import can_switch_uid
 
 
 def default_cwd(own_uid: bool = False) -> Path:

@@ -10,7 +10,8 @@ from claudeq.jobs import JobStore
 from claudeq.keys import text
 from claudeq.models import ApprovalDecision, PendingApproval
 from claudeq.script_calls import AsyncCalls, PipeCall
-from claudeq.worker.store import job_scripts as scripts
+
+from . import job_scripts as scripts
 
 
 class ApprovalCalls:

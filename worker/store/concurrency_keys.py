@@ -11,7 +11,8 @@ from claudeq.keys import Keys
 from claudeq.lua import script
 from claudeq.models import JobSpec
 from claudeq.script_args import ScriptArgs, key
-from claudeq.worker.store.job_store import WorkerJobStore
+
+from .job_store import WorkerJobStore
 
 TAKE = script("key/take.lua")
 RELEASE = script("key/release.lua")

@@ -27,7 +27,6 @@ from claudeq.account_scripts import AcquireArgs, AdmitArgs
 from claudeq.account_state import HISTORY_TTL_S
 from claudeq.archive import RESULT_KEPT_CHARS
 from claudeq.broker_message import list_for, run_message, sent_at_of
-from claudeq.config.settings import Settings
 from claudeq.events import ended, session_of
 from claudeq.jobs import (
     ARCHIVED_FIELD,
@@ -46,8 +45,10 @@ from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, PlannedSession, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
 from claudeq.tenant_scripts import SettleArgs
-from claudeq.worker.store import job_scripts as scripts
-from claudeq.worker.store.reads import LoopReads
+
+from ...config.settings import Settings
+from . import job_scripts as scripts
+from .reads import LoopReads
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
 #: running without a lease, the reconciler's; `missing`; or the job's status when it is not queued).

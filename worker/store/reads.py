@@ -17,7 +17,7 @@ from claudeq.errors import RecordUnreadable
 from claudeq.models import Event, JobRecord, JobStatus
 
 if TYPE_CHECKING:
-    from claudeq.worker.store.job_store import WorkerJobStore
+    from .job_store import WorkerJobStore
 
 
 class LoopReads:

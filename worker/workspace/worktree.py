@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from claudeq.config.settings import Settings
 from claudeq.git_repo import (
     GitFailed,
     branch_exists,
@@ -31,6 +30,8 @@ from claudeq.git_repo import (
 )
 from claudeq.models import JobRecord, JobSpec
 from claudeq.workspaces import ChangeStat, WorkspaceChange, pack_patch
+
+from ...config.settings import Settings
 
 #: The folder of a workspace root that holds its coding jobs' worktrees when CLAUDEQ_WORKTREE_DIR is not set.
 WORKTREES_FOLDER = ".claudeq-worktrees"
