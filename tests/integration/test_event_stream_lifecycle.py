@@ -195,10 +195,18 @@ def test_a_terminal_write_without_a_stream_brings_its_events_packed(client: Clie
     read: dict[bool, list[tuple[str, Event]]] = {}
     for pack in (False, True):
         handle = client.submit(prompt=f"packed by the write: {pack}")
-        claim = run(store.claim(handle.id, "w1", 30))
+        claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
         assert run(
-            store.write(
-                handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail, stream=False, pack=pack
+            store.send(
+                store.write_call(
+                    handle.id,
+                    claim.fence,
+                    "succeeded",
+                    event=Event(type="succeeded"),
+                    events=tail,
+                    stream=False,
+                    pack=pack,
+                )
             )
         )
         raw = redis_client.hget(store.keys.job(handle.id), "events")

@@ -366,7 +366,7 @@ def test_the_wheel_holds_every_worker_package_and_the_cli_wrapper(wheel: Path) -
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     packages = sorted(p.name for p in (ROOT / "worker").iterdir() if (p / "__init__.py").is_file())
-    assert packages == ["accounts", "delivery", "metrics", "passthrough", "run", "store", "workspace"]
+    assert packages == ["accounts", "background", "delivery", "metrics", "passthrough", "run", "store", "workspace"]
     for package in packages:
         assert f"claudeq/worker/{package}/__init__.py" in names, package
     assert {"claudeq/worker/run/launcher.py", "claudeq/worker/run/claude-pdeathsig.sh"} <= names
