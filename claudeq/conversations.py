@@ -160,7 +160,7 @@ class ConversationStore:
         )
 
     def register(self, name: str, job_id: str, tenant: str = DEFAULT_TENANT) -> None:
-        """Give `job_id` the next turn of `name` unless it has one (JobStore.create already numbers conversation
+        """Give `job_id` the next turn of `name` unless it has one (JobStore.create_call already numbers conversation
         turns: this is for a job created without it)."""
         args = RegisterArgs(
             job=self.keys.job(job_id),

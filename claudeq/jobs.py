@@ -630,7 +630,7 @@ def _raised(reply: Any) -> Any:
     return reply
 
 
-#: The fields a listing reads of each record (`JobStore.records`).
+#: The fields a listing reads of each record (`JobStore.records_call`).
 LISTING_FIELDS = ["status", "fence", ARCHIVED_FIELD, *_JSON_FIELDS, *_TIME_FIELDS, *_STR_FIELDS]
 
 

@@ -268,7 +268,7 @@ class Client:
 
     def _resume_problems(self, specs: builtins.list[JobSpec]) -> builtins.list[tuple[int, str, str]]:
         """(index, `resume`, reason) for each spec resuming a session that is not its tenant's own (sessions are
-        their tenant's: ConversationStore.may_resume; the worker checks again before the run). One round trip per
+        their tenant's: ConversationStore.may_resume_call; the worker checks again before the run). One round trip per
         spec with `resume`, none for the others."""
         return [
             (index, "resume", NOT_YOURS.format(session_id=spec.resume, tenant=spec.tenant))

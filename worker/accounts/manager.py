@@ -517,7 +517,7 @@ class AccountManager(AsyncCalls):
     def expiring_keys(self, lease: SlotLease) -> list[str]:
         """The sorted sets holding the run with an expiry, the ones `refresh` moves it in: its account slot, then its
         tenant's runs (when the run was admitted as a tenant's). The engine's lease heartbeat moves them in its own
-        script (WorkerJobStore.beat) rather than through `refresh`."""
+        script (WorkerJobStore.beat_call) rather than through `refresh`."""
         keys = [self.store.keys.account_slots(lease.account.name)]
         if lease.tenant is not None:
             keys.append(self.store.keys.tenant_runs(lease.tenant))
@@ -554,7 +554,7 @@ class AccountManager(AsyncCalls):
     def slot_release(
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
-        """What the job's terminal write can free in its own script (WorkerJobStore.finish): the slot of a run
+        """What the job's terminal write can free in its own script (WorkerJobStore.finish_call): the slot of a run
         admitted as no tenant's (no tenants file), the job's entries in the active-job index (`tenant`: the name its
         spec gives; `indexed` False: its producer put it in none) and what its last attempt spent (`spent`: counted
         with the write, as `settle` would). None for a tenant's run: its release reads and moves the tenant's state
@@ -637,7 +637,7 @@ class AccountManager(AsyncCalls):
 
     def settle_parts(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> SettleArgs | None:
         """`settle` as the `settle` Lua function's arguments, for a job's terminal write to run in its own script
-        (WorkerJobStore.finish); None when there is nothing to count."""
+        (WorkerJobStore.finish_call); None when there is nothing to count."""
         tenant, reserved = self._settled(lease)
         return self.tenant_store.settle_parts(
             tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, lease.account.capped

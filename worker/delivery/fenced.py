@@ -68,7 +68,7 @@ class FencedWriter:
     ) -> Written:
         """Write `fields` (and move to `status`, appending the pending events and `event` in the same script) while
         the fence holds; False (and the delivery lost) when stale; CANCELLED when a write to `queued` or `deferred`
-        ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write). `hold_events` (a write
+        ended the job `cancelled` instead (its cancel flag was set: WorkerJobStore.write_call). `hold_events` (a write
         that moves no status: the attempt's start): leave the pending events waiting unless the job is followed."""
         written, _ = await self._write(d, status, event, None, hold_events, fields)
         return written
@@ -77,7 +77,7 @@ class FencedWriter:
         self, d: Delivery, status: TerminalStatus, event: Event, release: SlotRelease, **fields: Unpack[JobFields]
     ) -> tuple[Written, Freed]:
         """`write` of a terminal status that also frees what `release` names in the same script
-        (WorkerJobStore.finish): whether it was written, and what it freed (nothing when a blip hid the script's
+        (WorkerJobStore.finish_call): whether it was written, and what it freed (nothing when a blip hid the script's
         answer and the write was found landed afterwards: the caller frees the slot apart, which is harmless)."""
         written, freed = await self._write(d, status, event, release, False, fields)
         return written, freed if freed is not None else Freed(False)

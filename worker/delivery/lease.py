@@ -1,5 +1,5 @@
 """The lease heartbeat of one delivery: extends the job's lease and its account slot, and catches missed cancels, in
-one script call (WorkerJobStore.beat).
+one script call (WorkerJobStore.beat_call).
 
 A lease that is no longer ours, or Redis out of reach for about a lease, stops the run at once: another worker may
 recover the job any moment, and the fence guards only the writes, not the run itself.
