@@ -6,6 +6,8 @@ Celery queue name instead of flushing the database.
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -66,6 +68,7 @@ def sweep(used: set[tuple[str, str, str]]) -> int:
         except (redis.RedisError, OSError):
             continue  # a private server already stopped, or no server behind a unit test's URL
         try:
+            sweep_pidbox(client)  # not counted: members of a shared key, not keys
             for _, prefix, queue in (entry for entry in used if entry[0] == url):
                 keys = [*client.scan_iter(match=f"{prefix}*", count=1000), *client.scan_iter(match=f"{queue}*")]
                 keys += [f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]  # a worker's bindings
@@ -74,6 +77,38 @@ def sweep(used: set[tuple[str, str, str]]) -> int:
         finally:
             client.close()
     return left
+
+
+#: Where kombu keeps the queues bound to Celery's remote-control exchange: each worker adds its own
+#: (`\x06\x16\x06\x16<node>.celery.pidbox`) and never takes it out, so each worker the suite ran would stay named there.
+PIDBOX_BINDINGS = "_kombu.binding.celery.pidbox"
+PIDBOX_SEP = b"\x06\x16"
+
+
+def sweep_pidbox(client: redis.Redis) -> int:
+    """Take out of PIDBOX_BINDINGS the queue of every claudeq-worker of this host whose process is gone (its node is
+    `claudeq.<pid>@<host>`: worker/main.py), and the key once nothing is left in it; -> how many were taken out. A
+    live worker's binding, and another host's, stay."""
+    host = socket.gethostname()
+    gone = []
+    for member in client.smembers(PIDBOX_BINDINGS):
+        queue = member.split(PIDBOX_SEP)[-1].decode(errors="replace")
+        node = queue.removesuffix(".celery.pidbox")
+        name, _, node_host = node.partition("@")
+        if not name.startswith("claudeq.") or node_host != host or not name[len("claudeq.") :].isdigit():
+            continue
+        try:
+            os.kill(int(name[len("claudeq.") :]), 0)
+        except ProcessLookupError:
+            gone.append(member)
+        except PermissionError:
+            pass  # alive, another user's
+    if gone:
+        client.srem(PIDBOX_BINDINGS, *gone)
+    if not client.scard(PIDBOX_BINDINGS):
+        client.delete(PIDBOX_BINDINGS)
+        client.zrem("_kombu.binding_deadlines", "celery.pidbox")
+    return len(gone)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+
 import redis
 
-from tests.conftest import USED, make_settings, sweep
+from tests.conftest import PIDBOX_BINDINGS, PIDBOX_SEP, USED, make_settings, sweep, sweep_pidbox
 
 
 def test_the_session_sweep_removes_what_a_tests_settings_named_and_nothing_else(
@@ -22,3 +26,30 @@ def test_the_session_sweep_removes_what_a_tests_settings_named_and_nothing_else(
         assert redis_client.get(bystander) == b"1"
     finally:
         redis_client.delete(bystander)
+
+
+def test_the_sweep_takes_out_the_pidbox_bindings_of_this_hosts_workers_that_are_gone(
+    redis_client: redis.Redis,
+) -> None:
+    """Every claudeq-worker binds its remote-control queue and kombu never unbinds it: the suite's workers must not
+    stay named in the shared Redis, and a live worker's binding (or another host's) must stay."""
+    dead = _gone_pid()
+    host = socket.gethostname()
+    ours_gone = PIDBOX_SEP * 2 + f"claudeq.{dead}@{host}.celery.pidbox".encode()
+    ours_alive = PIDBOX_SEP * 2 + f"claudeq.{os.getpid()}@{host}.celery.pidbox".encode()
+    elsewhere = PIDBOX_SEP * 2 + f"claudeq.{dead}@another-host.celery.pidbox".encode()
+    redis_client.sadd(PIDBOX_BINDINGS, ours_gone, ours_alive, elsewhere)
+    try:
+        assert sweep_pidbox(redis_client) >= 1
+        members = redis_client.smembers(PIDBOX_BINDINGS)
+        assert ours_gone not in members and {ours_alive, elsewhere} <= members
+    finally:
+        redis_client.srem(PIDBOX_BINDINGS, ours_alive, elsewhere)
+        sweep_pidbox(redis_client)
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
