@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from claudeq.producer.client import Client
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import run_until
-from tests.support.run_dirs import open_base
+from tests.support.run_dirs import non_root_worker, open_base
 from tests.support.worker_proc import FAST_E2E, SimAccount, settings_env, worker_env
 
 pytestmark = pytest.mark.e2e
@@ -217,20 +216,8 @@ def worker(workers: WorkerFactory, worker_kind: str, place: Place) -> Any:
     env = {**SECRET_VARS, "CLAUDEQ_WEB_TOKEN": WEB_TOKEN, "CLAUDEQ_WEBHOOK_SECRET": WEBHOOK_SECRET}
     if worker_kind == "root":
         return workers(extra_env=env)
-    home = place.base / "worker-home"
-    home.mkdir(mode=0o700)
-    os.chown(home, WORKER_UID, WORKER_UID)
-    # Not root: its own uid and the workspace group; CAP_DAC_READ_SEARCH only so that it can load this checkout's
-    # interpreter (under /root). The wrapper hands no capability on to the CLI, so its runs have none.
-    prefix = [
-        shutil.which("setpriv") or "setpriv",
-        f"--reuid={WORKER_UID}",
-        f"--regid={WORKER_UID}",
-        f"--groups={WORKSPACE_GID}",
-        "--inh-caps=+dac_read_search",
-        "--ambient-caps=+dac_read_search",
-    ]
-    return workers(extra_env={**env, "HOME": str(home)}, prefix=prefix)
+    extra, prefix = non_root_worker(place.base, WORKER_UID, WORKSPACE_GID)
+    return workers(extra_env={**env, **extra}, prefix=prefix)
 
 
 def _forms(path: Path, place: Place) -> dict[str, str]:

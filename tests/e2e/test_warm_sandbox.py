@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from claudeq.worker.run import procs
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import run_until
-from tests.support.run_dirs import group_workspace, open_base
+from tests.support.run_dirs import group_workspace, non_root_worker, open_base
 from tests.support.worker_proc import FAST_E2E, SimAccount, write_accounts_toml
 
 pytestmark = pytest.mark.e2e
@@ -100,20 +99,8 @@ def settings(redis_url: str, unique: str, accounts_file: Path, place: Place) -> 
 def worker(workers: WorkerFactory, place: Place, worker_kind: str) -> Any:
     if worker_kind == "root":
         return workers()
-    home = place.base / "worker-home"
-    home.mkdir(mode=0o700)
-    os.chown(home, WORKER_UID, WORKER_UID)
-    # Its own uid and the workspace group; CAP_DAC_READ_SEARCH only so that it can load this checkout's interpreter
-    # (under /root). The wrapper hands no capability on to the CLI, so its runs have none.
-    prefix = [
-        shutil.which("setpriv") or "setpriv",
-        f"--reuid={WORKER_UID}",
-        f"--regid={WORKER_UID}",
-        f"--groups={WORKSPACE_GID}",
-        "--inh-caps=+dac_read_search",
-        "--ambient-caps=+dac_read_search",
-    ]
-    return workers(extra_env={"HOME": str(home)}, prefix=prefix)
+    env, prefix = non_root_worker(place.base, WORKER_UID, WORKSPACE_GID)
+    return workers(extra_env=env, prefix=prefix)
 
 
 def warm_sandboxes(runs: Path) -> dict[str, list[int]]:

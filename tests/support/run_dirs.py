@@ -29,3 +29,21 @@ def group_workspace(path: Path, gid: int) -> Path:
     os.chown(path, 0, gid)
     path.chmod(0o2770)
     return path
+
+
+def non_root_worker(base: Path, uid: int, gid: int) -> tuple[dict[str, str], list[str]]:
+    """How a test starts a worker that is not root: its environment (a home of its own under `base`) and the command
+    prefix that drops to `uid` with the workspace group `gid`. CAP_DAC_READ_SEARCH only so that it can load this
+    checkout's interpreter (under /root); the wrapper hands no capability on to the CLI, so its runs have none."""
+    home = base / "worker-home"
+    home.mkdir(mode=0o700)
+    os.chown(home, uid, uid)
+    prefix = [
+        shutil.which("setpriv") or "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        f"--groups={gid}",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+    ]
+    return {"HOME": str(home)}, prefix
