@@ -6,7 +6,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from claudeq.models import AccountState, ErrorKind
+from claudeq.account_state import model_family
+from claudeq.models import AccountState, ErrorKind, JobSpec
 
 from ...config.account_pool import AccountConfig
 
@@ -58,6 +59,39 @@ class AccountView:
             return None
         hard = [at for at, predicted in ends if not predicted]
         return (max(hard), False) if hard else (max(at for at, _ in ends), True)
+
+
+@dataclass(frozen=True)
+class JobNeeds:
+    """What the choice rule reads about the job: the models a run of it may answer on (its model and the fallback
+    the CLI may switch to by itself), the account it is pinned to, and its model family (windows and cooldowns of
+    other families do not hold it back). The defaults: any model, any account, the whole account's windows."""
+
+    model: str | None = None
+    pin: str | None = None  # the spec's `account`
+    fallback_model: str | None = None
+    family: str = "-"  # claudeq/account_state.py `model_family` of `model`
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> JobNeeds:
+        """What the job's spec asks of an account."""
+        return cls(spec.model, spec.account, spec.fallback_model, model_family(spec.model))
+
+
+@dataclass(frozen=True)
+class CachePreference:
+    """The job's cache affinity as the choice rule reads it (docs/architecture.md#cache-affinity): the accounts whose
+    prompt cache holds its prefix (with the expiry of each entry when known), how much more used (utilization per
+    weight) a warm account may be than the least used one and still go first, and until when the job waits for a
+    warm account whose slots are all taken rather than take a cold one (None: it never waits). The default: none."""
+
+    warm: Collection[str] | Mapping[str, float] = ()
+    max_skew: float = 0.0
+    wait_until: datetime | None = None
+
+
+#: No account is warm: the choice is the usual order.
+NO_PREFERENCE = CachePreference()
 
 
 @dataclass(frozen=True)
@@ -128,41 +162,33 @@ def reason_for(account: str, warm: Collection[str]) -> str:
     return WARM_CACHE if account in warm else LEAST_USED
 
 
-def _allows(view: AccountView, model: str | None, fallback_model: str | None) -> bool:
+def _allows(view: AccountView, job: JobNeeds) -> bool:
     """Whether the account's `models` allow every model a run may answer on: its model and, when set, the fallback
     the CLI switches to by itself (claudeq/permissions.py `spec_models`)."""
-    return view.config.allows_model(model) and (fallback_model is None or view.config.allows_model(fallback_model))
+    return view.config.allows_model(job.model) and (
+        job.fallback_model is None or view.config.allows_model(job.fallback_model)
+    )
 
 
-def eligible(
-    accounts: Sequence[AccountView], *, model: str | None, pin: str | None, fallback_model: str | None = None
-) -> list[str]:
+def eligible(accounts: Sequence[AccountView], job: JobNeeds) -> list[str]:
     """The accounts that may ever run the job (pinned, allowing its models, not disabled), in pool order: the lines
     it waits in, so that a slot freeing on any of them is handed to it."""
-    return [
-        a.name
-        for a in accounts
-        if (pin is None or a.name == pin) and _allows(a, model, fallback_model) and not a.disabled()
-    ]
+    return [a.name for a in accounts if (job.pin is None or a.name == job.pin) and _allows(a, job) and not a.disabled()]
 
 
 def choose(
     accounts: Sequence[AccountView],
+    job: JobNeeds,
     *,
-    model: str | None,
-    pin: str | None,
     now: datetime,
     exclude: Collection[str] = frozenset(),
-    family: str = "-",
-    fallback_model: str | None = None,
-    warm: Collection[str] | Mapping[str, float] = (),
-    max_skew: float = 0.0,
-    warm_wait_until: datetime | None = None,
+    cache: CachePreference = NO_PREFERENCE,
 ) -> list[AccountConfig] | NoAccount:
-    """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can). `family` is
-    the job's model family: windows and cooldowns of other families do not hold it back. `warm`: the accounts whose
-    prompt cache holds the job's prefix, preferred within `max_skew` (`prefer_warm`); until `warm_wait_until` a job
-    waits for a warm account whose slots are all taken rather than take a cold one (`_wait_for_warm`)."""
+    """Eligible accounts, best first; or NoAccount saying when to look again (or that nothing ever can). `exclude`:
+    accounts not to take this time (they count as free later). `cache`: the accounts whose prompt cache holds the
+    job's prefix, preferred within its skew (`prefer_warm`); until its `wait_until` a job waits for a warm account
+    whose slots are all taken rather than take a cold one (`_wait_for_warm`)."""
+    pin, family = job.pin, job.family
     if not accounts:
         return NoAccount(now, "no accounts are configured", [], permanent=True)
     pool = list(enumerate(accounts))
@@ -170,11 +196,11 @@ def choose(
         pool = [(i, a) for i, a in pool if a.name == pin]
         if not pool:
             return NoAccount(now, f"pinned account {pin!r} is not configured", [], permanent=True)
-    allowed = [(i, a) for i, a in pool if _allows(a, model, fallback_model)]
+    allowed = [(i, a) for i, a in pool if _allows(a, job)]
     if not allowed:
         where = f"pinned account {pin!r}" if pin is not None else "no configured account"
-        also = f" with fallback_model {fallback_model!r}" if fallback_model is not None else ""
-        return NoAccount(now, f"{where} allows model {model!r}{also}", [], permanent=True)
+        also = f" with fallback_model {job.fallback_model!r}" if job.fallback_model is not None else ""
+        return NoAccount(now, f"{where} allows model {job.model!r}{also}", [], permanent=True)
     live = [(i, a) for i, a in allowed if not a.disabled()]
     if not live:
         if pin is not None:
@@ -194,9 +220,9 @@ def choose(
     ]
     if ready:
         ready.sort(key=lambda item: _order(item[1], item[0], now))
-        ordered = prefer_warm([a for _, a in ready], warm, max_skew, now)
-        if warm_wait_until is not None and warm_wait_until > now and ordered[0].name not in warm:
-            waiting = _wait_for_warm(live, ordered[0], warm, max_skew, now, exclude, family, warm_wait_until)
+        ordered = prefer_warm([a for _, a in ready], cache.warm, cache.max_skew, now)
+        if cache.wait_until is not None and cache.wait_until > now and ordered[0].name not in cache.warm:
+            waiting = _wait_for_warm(live, ordered[0], cache, now, exclude, family)
             if waiting is not None:
                 return waiting
         return [a.config for a in ordered]
@@ -206,19 +232,19 @@ def choose(
 def _wait_for_warm(
     live: list[tuple[int, AccountView]],
     least: AccountView,
-    warm: Collection[str],
-    max_skew: float,
+    cache: CachePreference,
     now: datetime,
     exclude: Collection[str],
     family: str,
-    until: datetime,
 ) -> NoAccount | None:
     """When no warm account is free but one only lacks a free slot (and is within the skew of the least used free
-    account): wait for its slot, at most until `until`; None when there is none to wait for."""
+    account): wait for its slot, at most until the preference's `wait_until`; None when there is none to wait for."""
+    assert cache.wait_until is not None  # choose waits only with a limit
+    until, max_skew = cache.wait_until, cache.max_skew
     full = [
         view
         for _, view in live
-        if view.name in warm
+        if view.name in cache.warm
         and view.name not in exclude
         and view.full()
         and view.cooling_until(now) is None

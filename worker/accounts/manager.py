@@ -49,7 +49,7 @@ from ..passthrough.prefixes import Breakpoint
 from ..run.outcome import RateLimitSignal
 from ..store.job_store import START_LOST, AttemptStart, SlotRelease
 from .cache_affinity import CacheStore, digest_text, prefix_key
-from .choice import AccountView, NoAccount, choose, eligible, reason_for
+from .choice import NO_PREFERENCE, AccountView, CachePreference, JobNeeds, NoAccount, choose, eligible, reason_for
 from .waiting_line import PRIORITY_SPAN, tenant_rank
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
@@ -78,6 +78,45 @@ class SlotLease:
     started: Attempt | None = None  # the attempt whose start was written with the slot, in the same script (`start`)
     reason: str | None = None  # why this account: `warm cache` (its prompt cache holds the job's prefix) / `least used`
     prefix_key: str | None = None  # the job's prefix key when cache affinity is on (the pass-through files under it)
+
+
+@dataclass(frozen=True)
+class SlotAsk:
+    """One acquire's ask for a slot, as `_take_slot` and its parts read it: the job (its spec, and what the choice
+    rule reads of it), the tenant whose run it is and the most the run may spend, then what `acquire` was given —
+    the accounts not to take this time, the job's place in the waiting line, the accounts it may already hold a slot
+    on, the attempt to start with the slot — and its cache preference. Built once per acquire."""
+
+    job_id: str
+    spec: JobSpec
+    needs: JobNeeds  # JobNeeds.of(spec)
+    tenant: TenantConfig
+    want: float | None  # the run's budget: the spec's, or what the tenant's admission left it
+    exclude: frozenset[str] = frozenset()
+    rank: float | None = None
+    holds: Collection[str] | None = None
+    start: AttemptStart | None = None
+    cache: CachePreference = NO_PREFERENCE
+
+
+@dataclass
+class _Tries:
+    """What one `_take_slot` has learned so far: the accounts where the job already holds a slot, those whose spend
+    cap (`over`) or runs' reservations (`reserved`) gave a slot back, and the last round's race: the accounts chosen,
+    the views they were chosen from, those that put the job in line or are ramping their starts up, how many raced."""
+
+    held_by: list[str] = field(default_factory=list)
+    over: dict[str, OverBudget] = field(default_factory=dict)
+    reserved: set[str] = field(default_factory=set)
+    chosen: list[str] = field(default_factory=list)
+    views: list[AccountView] = field(default_factory=list)
+    in_line: list[str] = field(default_factory=list)
+    ramping: list[str] = field(default_factory=list)
+    raced: int = 0
+
+    def given_back(self) -> set[str]:
+        """The accounts that gave a slot back: not chosen again in this acquire."""
+        return set(self.over) | self.reserved
 
 
 class StartLost(Exception):
@@ -165,20 +204,19 @@ class AccountManager(AsyncCalls):
         """
         tenant = self.tenants.governing(spec.tenant)
         key, warm = await self._warm(spec)
+        cache = CachePreference(warm, self.settings.cache_affinity_max_skew, warm_wait_until if warm else None)
+        ask = SlotAsk(job_id, spec, JobNeeds.of(spec), tenant, spec.max_budget_usd, exclude, rank, holds, start, cache)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            lease = await self._take_slot(
-                job_id, spec, exclude, tenant, spec.max_budget_usd, rank, holds, start, warm, warm_wait_until
-            )
+            lease = await self._take_slot(ask)
             return _with_reason(_untenanted(lease), key, warm)
         admission = await self._admit_run(tenant, job_id, spec)
         if isinstance(admission, NoAccount):
             return admission
         admitted, cap = admission
-        lease = await self._take_slot(
-            job_id, spec, exclude, tenant, admitted.budget_usd, rank, holds, warm=warm, warm_wait_until=warm_wait_until
-        )
+        # `start` is for runs without a tenants file (see above): a tenant's run starts apart.
+        lease = await self._take_slot(replace(ask, want=admitted.budget_usd, start=None))
         await self._admitted(tenant, job_id, admitted, cap, lease, rank)
         return _with_reason(lease, key, warm)
 
@@ -323,118 +361,115 @@ class AccountManager(AsyncCalls):
             return NoAccount(_dt(time.time()), reason, [], permanent=True, kind="budget_exceeded")
         return NoAccount(over.until, reason, [])
 
-    async def _take_slot(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        exclude: frozenset[str],
-        tenant: TenantConfig,
-        want: float | None,
-        rank: float | None,
-        holds: Collection[str] | None = None,
-        start: AttemptStart | None = None,
-        warm: Collection[str] = (),
-        warm_wait_until: datetime | None = None,
-    ) -> SlotLease | NoAccount:
-        """Lease a slot on the best eligible account (preferring one in `warm`), or say when one may free."""
-        over: dict[str, OverBudget] = {}
-        reserved: set[str] = set()
-        family = model_family(spec.model)
-        ttl = self.settings.lease_ttl_s
-        held_by: list[str] = []
-        if holds is None or holds:
-            held_by = await self._held_by(job_id, among=holds)
-        for name in held_by:
-            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
-            # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
-            # Only where a slot can be is looked at (`holds`): a worker that died in the instant between taking a
-            # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
-            if name in exclude:
-                continue
-            attempt = _starting(start, self.store.config(name), want)
-            got = await self._try_acquire(name, job_id, ttl, None, None, family, True, start, attempt)
-            if got == START_LOST:
-                raise StartLost(job_id)
-            if got == Slot.ACQUIRED:
-                held = await self._budgeted(self.store.config(name), job_id, tenant, want, spec.model)
-                if isinstance(held, SlotLease) and attempt is not None:
-                    held = replace(held, started=attempt)
-                if isinstance(held, OverBudget):
-                    over[name] = held
-                elif isinstance(held, Reserved):
-                    reserved.add(name)
-                else:
-                    return held
-        decision: list[AccountConfig] | NoAccount = []
-        in_line: list[str] = []
-        views: list[AccountView] = []
+    async def _take_slot(self, ask: SlotAsk) -> SlotLease | NoAccount:
+        """Lease a slot on the best eligible account (preferring a warm one), or say when one may free: first a slot
+        the job may already hold (`_take_held`), then rounds of choosing from the accounts' snapshot and racing for
+        the chosen accounts' slots (`_race`); else why it got none (`_refused`, `_not_taken`)."""
+        tries = _Tries()
+        if ask.holds is None or ask.holds:
+            tries.held_by = await self._held_by(ask.job_id, among=ask.holds)
+        held = await self._take_held(ask, tries)
+        if held is not None:
+            return held
         rounds, reuse = 0, True
         while rounds < _ACQUIRE_ROUNDS:
             now = time.time()
             reused = self._snapshot_reusable(now, reuse)
             if not reused:
                 self._snapshot = (now, await self._read_snapshot(now))
-            views = self._views(tenant.accounts)
+            tries.views = self._views(ask.tenant.accounts)
             rounds, reuse = rounds + (0 if reused else 1), False
             decision = choose(
-                views,
-                model=spec.model,
-                pin=spec.account,
-                now=_dt(now),
-                exclude=exclude | set(over) | reserved,
-                family=family,
-                fallback_model=spec.fallback_model,
-                warm=warm,
-                max_skew=self.settings.cache_affinity_max_skew,
-                warm_wait_until=warm_wait_until if warm else None,
+                tries.views, ask.needs, now=_dt(now), exclude=ask.exclude | tries.given_back(), cache=ask.cache
             )
             if isinstance(decision, NoAccount):
                 if reused:
                     continue  # read again before saying no
-                if reserved and not decision.permanent:
-                    # A run in flight on it ends and frees its reservation (its release promotes a waiter).
-                    reason = f"what account(s) {', '.join(reserved)} have left is reserved by their runs in flight"
-                    return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, sorted(reserved))
-                if over and not decision.permanent:
-                    first = min(over.items(), key=lambda item: item[1].until)
-                    return self._over_budget(f"account {first[0]!r}", tenant, first[1])
-                return decision
-            in_line = []
-            ramping: list[str] = []
-            candidates = decision
-            if warm_wait_until is not None and warm_wait_until.timestamp() > now and decision[0].name in warm:
-                # It may wait for a warm account: one lost to a race (a stale view) is read again, not passed over
-                # for a cold one (the next round's choice then says whether to wait for it).
-                candidates = [a for a in decision if a.name in warm]
-            for account in candidates:
-                # The script re-checks state and capacity atomically: another worker may have taken the last slot
-                # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
-                # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
-                attempt = _starting(start, account, want)
-                got = await self._try_acquire(
-                    account.name, job_id, ttl, now, rank, family, account.name in held_by, start, attempt
-                )
-                if got == START_LOST:
-                    raise StartLost(job_id)
-                if got == Slot.ACQUIRED:
-                    lease = await self._budgeted(account, job_id, tenant, want, spec.model)
-                    if isinstance(lease, SlotLease) and attempt is not None:
-                        lease = replace(lease, started=attempt)
-                    if isinstance(lease, OverBudget):
-                        over[account.name] = lease
-                        continue
-                    if isinstance(lease, Reserved):
-                        reserved.add(account.name)
-                        continue
-                    return lease
-                if got in (Slot.IN_LINE, Slot.RESERVED):
-                    in_line.append(account.name)
-                elif got == Slot.RAMPING:
-                    ramping.append(account.name)
-            if len(in_line) + len(ramping) == len(candidates) and not reused:
+                return self._refused(ask, tries, decision, now)
+            lease = await self._race(ask, tries, decision, now)
+            if lease is not None:
+                return lease
+            if len(tries.in_line) + len(tries.ramping) == tries.raced and not reused:
                 break  # no use racing again: every free slot is spoken for, or starts are being paced
-        names = [a.name for a in decision] if isinstance(decision, list) else []
-        if ramping and not in_line and rank is None:
+        return self._not_taken(ask, tries)
+
+    async def _take_held(self, ask: SlotAsk, tries: _Tries) -> SlotLease | None:
+        """The slot the job already holds, if any, back (refreshed) rather than a second one."""
+        for name in tries.held_by:
+            # A redelivered or repeated acquire gets the slot it already holds back (refreshed), not a second; so
+            # does a waiter a release handed a slot to (unless its family was held back on that account meanwhile).
+            # Only where a slot can be is looked at (`holds`): a worker that died in the instant between taking a
+            # slot and writing the attempt leaves that slot to expire (one lease TTL: capacity, never an excess).
+            if name in ask.exclude:
+                continue
+            got = await self._take(ask, tries, self.store.config(name), None, None, True)
+            if isinstance(got, SlotLease):
+                return got
+        return None
+
+    async def _race(self, ask: SlotAsk, tries: _Tries, decision: list[AccountConfig], now: float) -> SlotLease | None:
+        """Try for a slot on the chosen accounts, best first: the lease of the first one taken, or None (`tries`
+        then says which accounts put the job in line and which are ramping their starts up)."""
+        tries.chosen = [a.name for a in decision]
+        tries.in_line, tries.ramping = [], []
+        candidates = decision
+        wait_until = ask.cache.wait_until
+        if wait_until is not None and wait_until.timestamp() > now and decision[0].name in ask.cache.warm:
+            # It may wait for a warm account: one lost to a race (a stale view) is read again, not passed over
+            # for a cold one (the next round's choice then says whether to wait for it).
+            candidates = [a for a in decision if a.name in ask.cache.warm]
+        tries.raced = len(candidates)
+        for account in candidates:
+            # The script re-checks state and capacity atomically: another worker may have taken the last slot
+            # or cooled the account since the snapshot. Where the job may hold a slot was looked at above (a
+            # running job is handed none meanwhile: `admit` hands slots to deferred jobs only).
+            got = await self._take(ask, tries, account, now, ask.rank, account.name in tries.held_by)
+            if isinstance(got, SlotLease):
+                return got
+            if got in (Slot.IN_LINE, Slot.RESERVED):
+                tries.in_line.append(account.name)
+            elif got == Slot.RAMPING:
+                tries.ramping.append(account.name)
+        return None
+
+    async def _take(
+        self, ask: SlotAsk, tries: _Tries, account: AccountConfig, now: float | None, rank: float | None, may_hold: bool
+    ) -> SlotLease | int:
+        """Try for a slot on `account`, with the attempt's start in the same script when it can: the lease, or the
+        script's answer (`Slot`) when there is none — `Slot.ACQUIRED` when the account's spend cap or the
+        reservations of its runs in flight gave the slot back at once (`tries` notes which)."""
+        attempt = _starting(ask.start, account, ask.want)
+        got = await self._try_acquire(ask, account.name, now, rank, may_hold, attempt)
+        if got == START_LOST:
+            raise StartLost(ask.job_id)
+        if got != Slot.ACQUIRED:
+            return got
+        lease = await self._budgeted(account, ask.job_id, ask.tenant, ask.want, ask.spec.model)
+        if isinstance(lease, OverBudget):
+            tries.over[account.name] = lease
+        elif isinstance(lease, Reserved):
+            tries.reserved.add(account.name)
+        else:
+            return lease if attempt is None else replace(lease, started=attempt)
+        return got
+
+    def _refused(self, ask: SlotAsk, tries: _Tries, decision: NoAccount, now: float) -> NoAccount:
+        """What to say when a fresh read leaves no account to take the job: the choice's answer, unless an account
+        gave a slot back for its reservations (they end with its runs) or its spend cap."""
+        if tries.reserved and not decision.permanent:
+            # A run in flight on it ends and frees its reservation (its release promotes a waiter).
+            reason = f"what account(s) {', '.join(tries.reserved)} have left is reserved by their runs in flight"
+            return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, sorted(tries.reserved))
+        if tries.over and not decision.permanent:
+            first = min(tries.over.items(), key=lambda item: item[1].until)
+            return self._over_budget(f"account {first[0]!r}", ask.tenant, first[1])
+        return decision
+
+    def _not_taken(self, ask: SlotAsk, tries: _Tries) -> NoAccount:
+        """When to look again after the rounds took no slot, and in which accounts' lines the job waits."""
+        names = tries.chosen
+        in_line, ramping = tries.in_line, tries.ramping
+        if ramping and not in_line and ask.rank is None:
             # Just out of a cooldown or a reservation: starts are paced; the next one is due within a second or so.
             # (A job without a rank cannot wait in line: it waits in place.)
             soon = _dt(time.time() + 1.0 / max(0.1, min(self.store.config(n).ramp_starts_per_s for n in ramping)))
@@ -446,13 +481,9 @@ class AccountManager(AsyncCalls):
             # to the fallback (`waiter_fallback_s`); this one counts should the worker die before the job joins.
             # The paced starts of a ramp after a reset are handed out from the line too, so they go by rank (a job
             # waiting in place for one would be in no line and take it only by asking first).
-            skip = set(in_line) | set(ramping) | exclude | set(over) | reserved
+            skip = set(in_line) | set(ramping) | ask.exclude | tries.given_back()
             named = in_line + ramping
-            lines = named + [
-                n
-                for n in eligible(views, model=spec.model, pin=spec.account, fallback_model=spec.fallback_model)
-                if n not in skip
-            ]
+            lines = named + [n for n in eligible(tries.views, ask.needs) if n not in skip]
             later = _dt(time.time() + self.settings.lease_ttl_s)
             why = (
                 f"waiting in line behind better-ranked jobs on {', '.join(in_line)}"
@@ -477,19 +508,14 @@ class AccountManager(AsyncCalls):
         return await self.send(self.store.snapshot_call(now))
 
     async def _try_acquire(
-        self,
-        name: str,
-        job_id: str,
-        ttl: float,
-        now: float | None,
-        rank: float | None,
-        family: str,
-        may_hold: bool,
-        start: AttemptStart | None = None,
-        attempt: Attempt | None = None,
+        self, ask: SlotAsk, name: str, now: float | None, rank: float | None, may_hold: bool, attempt: Attempt | None
     ) -> int:
-        call = self.store.acquire_call(name, job_id, ttl, now, rank, family, may_hold)
-        return await self.send(call if start is None or attempt is None else start.call(call, attempt))
+        """ACQUIRE on account `name` (AccountStore.acquire_call), with `attempt`'s start written in the same script
+        when the ask starts one (`AttemptStart.call`): the script's answer (`Slot`, or START_LOST)."""
+        call = self.store.acquire_call(
+            name, ask.job_id, self.settings.lease_ttl_s, now, rank, ask.needs.family, may_hold
+        )
+        return await self.send(call if ask.start is None or attempt is None else ask.start.call(call, attempt))
 
     async def _budgeted(
         self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None

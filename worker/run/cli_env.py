@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...config.account_pool import AccountConfig
@@ -76,25 +77,44 @@ def passed_vars(settings: Settings, environ: Mapping[str, str], secrets: set[str
     }
 
 
+@dataclass(frozen=True)
+class Credential:
+    """What a run's CLI authenticates with: the account's own token, or with the worker's pass-through
+    (`passthrough_url`) the run's stand-in — the CLI talks to the pass-through, which puts the real token on the
+    upstream request."""
+
+    token: str
+    passthrough_url: str | None = None
+
+
+@dataclass(frozen=True)
+class RunTags:
+    """What claudeq names a run's processes by in their environment: the job (`JOB_ID_VAR`), the run (`RUN_ID_VAR`:
+    the runner sweeps its own run's processes by it) and the CLI the wrapper starts (`CLI_BIN_VAR`). A warm CLI,
+    which outlives its jobs, is tagged with its own id for both."""
+
+    job_id: str
+    run_id: str | None = None
+    cli_bin: str | None = None
+
+
 def build_env(
     account: AccountConfig,
     settings: Settings,
     *,
-    token: str,
-    job_id: str,
+    credential: Credential,
+    tags: RunTags,
     config_dir: Path | None,
-    cli_bin: str | None = None,
     environ: Mapping[str, str] | None = None,
-    run_id: str | None = None,
-    passthrough_url: str | None = None,
 ) -> dict[str, str]:
     """`ClaudeAgentOptions.env` for one run: the allow-listed environment, this account's token, every other secret
     blanked, per-run config dir. `sealed` adds the list the wrapper keeps, once everything is set.
 
-    With `passthrough_url` (the worker's pass-through), `token` is the run's stand-in credential: the CLI talks to
-    the pass-through, which puts the real token on the upstream request, and loopback never goes through a proxy.
+    With the pass-through (`credential.passthrough_url`) the token is the run's stand-in, and loopback never goes
+    through a proxy.
     """
     env_in = os.environ if environ is None else environ
+    token, passthrough_url = credential.token, credential.passthrough_url
     if passthrough_url is None:
         remember_secret(token)  # a stand-in needs no remembering: it is token-shaped, and dies with the run
     secrets = secret_vars(account, settings, env_in)
@@ -113,11 +133,11 @@ def build_env(
         env["ANTHROPIC_BASE_URL"] = account.base_url
     env["CLAUDE_CODE_MAX_RETRIES"] = str(settings.cli_max_retries)
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
-    env[JOB_ID_VAR] = job_id
-    if run_id is not None:
-        env[RUN_ID_VAR] = run_id
-    if cli_bin is not None:
-        env[CLI_BIN_VAR] = cli_bin
+    env[JOB_ID_VAR] = tags.job_id
+    if tags.run_id is not None:
+        env[RUN_ID_VAR] = tags.run_id
+    if tags.cli_bin is not None:
+        env[CLI_BIN_VAR] = tags.cli_bin
     return env
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
+from claude_agent_sdk import ClaudeAgentOptions, HookMatcher, SessionStore
 from claude_agent_sdk.types import (
     HookContext,
     HookInput,
@@ -224,18 +224,39 @@ def _thinking(spec: JobSpec) -> ThinkingConfig | None:
     return None
 
 
+@dataclass(frozen=True)
+class CliLaunch:
+    """How a run's CLI process starts: its environment (`build_env`, `sealed` here), the program the SDK runs (the
+    wrapper that starts the CLI; None: the SDK's own lookup) and where its stderr lines go."""
+
+    env: dict[str, str]
+    cli_path: str | Path | None = None
+    stderr: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """Where a run's conversation starts: a session to resume (branched off when `fork`, from message `resume_at`
+    when set) or a new one, and the store its transcript is mirrored in (and resumed from). The default: a new
+    session, mirrored nowhere."""
+
+    resume: str | None = None
+    fork: bool = False
+    resume_at: str | None = None
+    store: SessionStore | None = None
+
+
+#: A new session, mirrored nowhere.
+NEW_SESSION = SessionStart()
+
+
 def build_options(
     spec: JobSpec,
     settings: Settings,
     *,
-    env: dict[str, str],
-    cli_path: str | Path | None = None,
+    launch: CliLaunch,
     tools: ToolRegistry | None = None,
-    resume: str | None = None,
-    fork: bool = False,
-    resume_at: str | None = None,
-    session_store: Any | None = None,
-    stderr: Callable[[str], None] | None = None,
+    session: SessionStart = NEW_SESSION,
     prompt_files: PromptFiles | None = None,
     approvals: ApprovalGate | None = None,
 ) -> ClaudeAgentOptions:
@@ -244,6 +265,7 @@ def build_options(
     With `approvals`, the tools its rules name are left out of `allowed_tools`, so the CLI asks it before each use
     (docs/cli-behaviour.md#tool-approval-can_use_tool)."""
     policy = settings.policy
+    env = launch.env
     check_spec(spec, policy, tools)
     if approvals is not None and spec.permission_mode not in APPROVAL_MODES:
         # The CLI would not ask: a tenant's approve_tools must not be bypassed (the spec's own is refused at submit).
@@ -295,10 +317,10 @@ def build_options(
         hooks=hooks,  # type: ignore[arg-type]
         sandbox=sandbox,
         env=sealed(env),  # the wrapper starts the CLI with what it names alone
-        cli_path=cli_path,
-        stderr=stderr,
-        resume=resume,
-        fork_session=fork,
-        resume_session_at=resume_at,
-        session_store=session_store,
+        cli_path=launch.cli_path,
+        stderr=launch.stderr,
+        resume=session.resume,
+        fork_session=session.fork,
+        resume_session_at=session.resume_at,
+        session_store=session.store,
     )

@@ -41,7 +41,7 @@ from ...config.settings import Settings
 from ..passthrough.server import PassThrough, RunGrant
 from ..redaction import redact, remember_settings_secrets
 from . import procs
-from .cli_env import build_env, exporter_env, sealed
+from .cli_env import Credential, RunTags, build_env, exporter_env, sealed
 from .launcher import (
     RunIdentity,
     acquire_identity,
@@ -53,7 +53,7 @@ from .launcher import (
     take_back,
     wrapper_path,
 )
-from .options import PromptFiles, base_prompt, build_options
+from .options import CliLaunch, PromptFiles, SessionStart, base_prompt, build_options
 from .outcome import EventSink, RunOutcome, RunRequest, StopReason
 from .outputs import OUTPUTS_DIR, read_outputs
 from .parse import MessageParser
@@ -407,17 +407,14 @@ class Runner:
         """The options a cold run's CLI (started through `wrapper`) starts with: its environment (token or
         stand-in, identity, home, tracing), the job's options, and in a sandbox the view's variables."""
         cli, token, run_dir, prompt_files, grant = prepared
-        if grant is not None:
-            token = grant.token  # the run's CLI gets a stand-in; the pass-through reads the real token per request
+        # With the pass-through the run's CLI gets a stand-in; the pass-through reads the real token per request.
+        credential = Credential(token) if grant is None else Credential(grant.token, grant.base_url)
         env = build_env(
             req.account,
             self.settings,
-            token=token,
-            passthrough_url=grant.base_url if grant is not None else None,
-            job_id=req.job_id,
+            credential=credential,
+            tags=RunTags(req.job_id, run_id, str(cli)),
             config_dir=run_dir / "config",  # unless the account has its own (an interactive login)
-            cli_bin=str(cli),
-            run_id=run_id,
         )
         env["CLAUDEQ_PYTHON"] = python_for_wrapper()
         env[OUTPUTS_VAR] = str(run_dir / OUTPUTS_DIR)
@@ -433,14 +430,9 @@ class Runner:
         options = build_options(
             req.spec,
             self.settings,
-            env=env,
-            cli_path=wrapper,
+            launch=CliLaunch(env, wrapper, stderr),
             tools=self.tools,
-            resume=req.resume,
-            fork=req.fork,
-            resume_at=req.resume_at,
-            session_store=req.session_store,
-            stderr=stderr,
+            session=SessionStart(req.resume, req.fork, req.resume_at, req.session_store),
             prompt_files=prompt_files,
             approvals=req.approvals,
         )
@@ -484,12 +476,9 @@ class Runner:
         env = build_env(
             req.account,
             self.settings,
-            token="-",
-            passthrough_url="http://passthrough",
-            job_id="-",
+            credential=Credential("-", "http://passthrough"),
+            tags=RunTags("-", "-", str(locate_cli(self.settings))),
             config_dir=Path("/config"),
-            cli_bin=str(locate_cli(self.settings)),
-            run_id="-",
         )
         env["CLAUDEQ_PYTHON"] = python_for_wrapper()
         sandbox = sandboxed(req.spec, self.settings.policy)
@@ -498,10 +487,9 @@ class Runner:
         options = build_options(
             req.spec,
             self.settings,
-            env=env,
-            cli_path=wrapper_path(),
+            launch=CliLaunch(env, wrapper_path()),
             tools=self.tools,
-            session_store=req.session_store,
+            session=SessionStart(store=req.session_store),  # a warm CLI starts a new session
         )
         # A warm CLI serves one tenant: its config dir keeps its earlier jobs' transcripts, never another team's.
         key = f"{req.spec.tenant}|{fingerprint(options, req.account)}"
@@ -553,12 +541,10 @@ class Runner:
             env = build_env(
                 req.account,
                 self.settings,
-                token=grant.token,
-                passthrough_url=grant.base_url,
-                job_id=cli_id,  # the CLI outlives the job: its processes carry its own id, not a job's
+                credential=Credential(grant.token, grant.base_url),
+                # The CLI outlives the job: its processes carry its own id, not a job's.
+                tags=RunTags(cli_id, cli_id, str(cli_path)),
                 config_dir=run_dir / "config",
-                cli_bin=str(cli_path),
-                run_id=cli_id,
             )
             env["CLAUDEQ_PYTHON"] = python_for_wrapper()
             if identity is not None:
@@ -569,11 +555,9 @@ class Runner:
             options = build_options(
                 req.spec,
                 self.settings,
-                env=env,
-                cli_path=wrapper,
+                launch=CliLaunch(env, wrapper, stderr.append),
                 tools=self.tools,
-                session_store=req.session_store,
-                stderr=stderr.append,
+                session=SessionStart(store=req.session_store),
                 prompt_files=prompt_files,
             )
             if sandbox:

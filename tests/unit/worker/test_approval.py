@@ -14,7 +14,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import ApprovalDecision, Event, JobSpec, PendingApproval
 from claudeq.worker.run.approval import ApprovalGate, resume_prompt
-from claudeq.worker.run.options import build_options
+from claudeq.worker.run.options import CliLaunch, build_options
 
 
 class Requests:
@@ -141,10 +141,10 @@ def test_the_tools_it_asks_for_are_not_pre_allowed_and_a_sandbox_does_not_allow_
     settings = Settings(_env_file=None, policy=WorkerPolicy(allowed_tools=["Bash", "Read"], shell_sandbox=True))  # type: ignore[call-arg]
     spec = JobSpec(prompt="p", tools=["Bash", "Read"], approve_tools=["Bash"])
     made, _ = gate(Requests())
-    options = build_options(spec, settings, env={}, approvals=made)
+    options = build_options(spec, settings, launch=CliLaunch({}), approvals=made)
     assert options.allowed_tools == ["Read"] and options.can_use_tool is made
     assert options.sandbox is not None and options.sandbox["autoAllowBashIfSandboxed"] is False
-    plain = build_options(spec.model_copy(update={"approve_tools": []}), settings, env={})
+    plain = build_options(spec.model_copy(update={"approve_tools": []}), settings, launch=CliLaunch({}))
     assert plain.allowed_tools == ["Bash", "Read"] and plain.can_use_tool is None
 
 
@@ -154,4 +154,4 @@ def test_a_tenants_rules_cannot_be_bypassed_by_the_permission_mode(mode: str) ->
     spec = JobSpec(prompt="p", tools=["Bash"], permission_mode=mode)  # type: ignore[arg-type]
     made, _ = gate(Requests())
     with pytest.raises(PolicyViolation):
-        build_options(spec, settings, env={}, approvals=made)
+        build_options(spec, settings, launch=CliLaunch({}), approvals=made)

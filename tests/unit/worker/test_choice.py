@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import AccountState, WindowInfo
-from claudeq.worker.accounts.choice import AccountView, NoAccount, choose, eligible, utilization
+from claudeq.worker.accounts.choice import AccountView, JobNeeds, NoAccount, choose, eligible, utilization
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -59,17 +59,17 @@ def test_lowest_utilization_first_and_warned_accounts_last() -> None:
         view("idle", util=0.2),
         view("fresh"),
     ]
-    assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["fresh", "idle", "busy", "warned"]
+    assert names(choose(accounts, JobNeeds(), now=NOW)) == ["fresh", "idle", "busy", "warned"]
 
 
 def test_weight_divides_utilization() -> None:
     accounts = [view("small", util=0.3, weight=1), view("big", util=0.5, weight=4)]
-    assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["big", "small"]
+    assert names(choose(accounts, JobNeeds(), now=NOW)) == ["big", "small"]
 
 
 def test_ties_are_broken_by_load_then_pool_order() -> None:
     accounts = [view("a", used=1, max_concurrency=2), view("b", max_concurrency=2), view("c", max_concurrency=2)]
-    assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["b", "c", "a"]
+    assert names(choose(accounts, JobNeeds(), now=NOW)) == ["b", "c", "a"]
 
 
 def test_utilization_of_a_reset_window_counts_as_zero() -> None:
@@ -85,12 +85,12 @@ def test_utilization_of_a_reset_window_counts_as_zero() -> None:
 
 def test_expired_cooldown_is_not_cooling() -> None:
     accounts = [view("a", state="cooling", cooldown_s=-1)]
-    assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["a"]
+    assert names(choose(accounts, JobNeeds(), now=NOW)) == ["a"]
 
 
 def test_all_cooling_waits_for_the_earliest_cooldown_end() -> None:
     accounts = [view("a", cooldown_s=30), view("b", cooldown_s=10), view("c", state="disabled")]
-    result = choose(accounts, model=None, pin=None, now=NOW)
+    result = choose(accounts, JobNeeds(), now=NOW)
     assert isinstance(result, NoAccount)
     assert not result.permanent
     assert result.ready_at == NOW + timedelta(seconds=10)
@@ -100,7 +100,7 @@ def test_all_cooling_waits_for_the_earliest_cooldown_end() -> None:
 
 def test_full_accounts_wait_for_the_earliest_slot_expiry() -> None:
     accounts = [view("a", used=1, slot_free_in_s=12), view("b", cooldown_s=20)]
-    result = choose(accounts, model=None, pin=None, now=NOW)
+    result = choose(accounts, JobNeeds(), now=NOW)
     assert isinstance(result, NoAccount)
     assert result.ready_at == NOW + timedelta(seconds=12)
     assert result.accounts == ["a", "b"]
@@ -109,8 +109,8 @@ def test_full_accounts_wait_for_the_earliest_slot_expiry() -> None:
 
 def test_pin_is_honoured_even_when_another_account_is_free() -> None:
     accounts = [view("a"), view("b", used=1, slot_free_in_s=5)]
-    assert names(choose(accounts, model=None, pin="a", now=NOW)) == ["a"]
-    result = choose(accounts, model=None, pin="b", now=NOW)
+    assert names(choose(accounts, JobNeeds(pin="a"), now=NOW)) == ["a"]
+    result = choose(accounts, JobNeeds(pin="b"), now=NOW)
     assert isinstance(result, NoAccount)
     assert result.accounts == ["b"]
     assert not result.permanent
@@ -118,24 +118,24 @@ def test_pin_is_honoured_even_when_another_account_is_free() -> None:
 
 def test_model_restrictions() -> None:
     accounts = [view("a", models=["opus"]), view("b", models=["haiku"])]
-    assert names(choose(accounts, model="haiku", pin=None, now=NOW)) == ["b"]
-    assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["a", "b"]
+    assert names(choose(accounts, JobNeeds(model="haiku"), now=NOW)) == ["b"]
+    assert names(choose(accounts, JobNeeds(), now=NOW)) == ["a", "b"]
 
 
 def test_an_accounts_models_hold_for_the_fallback_model_too() -> None:
     """The CLI switches to `fallback_model` by itself: an account allowing only haiku never runs a job that may
     fall back to opus, and says so (a permanent answer, so the job fails rather than waits)."""
     accounts = [view("a", models=["haiku"]), view("b", models=["haiku", "opus"])]
-    assert names(choose(accounts, model="haiku", pin=None, now=NOW, fallback_model="opus")) == ["b"]
-    assert eligible(accounts, model="haiku", pin=None, fallback_model="opus") == ["b"]
-    refused = choose(accounts[:1], model="haiku", pin=None, now=NOW, fallback_model="opus")
+    assert names(choose(accounts, JobNeeds(model="haiku", fallback_model="opus"), now=NOW)) == ["b"]
+    assert eligible(accounts, JobNeeds(model="haiku", fallback_model="opus")) == ["b"]
+    refused = choose(accounts[:1], JobNeeds(model="haiku", fallback_model="opus"), now=NOW)
     assert isinstance(refused, NoAccount) and refused.permanent and "fallback_model 'opus'" in refused.reason
 
 
 def test_exclude_skips_an_account_but_it_may_be_waited_for() -> None:
     accounts = [view("a"), view("b")]
-    assert names(choose(accounts, model=None, pin=None, now=NOW, exclude={"a"})) == ["b"]
-    result = choose(accounts, model=None, pin=None, now=NOW, exclude={"a", "b"})
+    assert names(choose(accounts, JobNeeds(), now=NOW, exclude={"a"})) == ["b"]
+    result = choose(accounts, JobNeeds(), now=NOW, exclude={"a", "b"})
     assert isinstance(result, NoAccount)
     assert not result.permanent
     assert result.ready_at == NOW
@@ -150,7 +150,7 @@ def test_permanent_when_nothing_can_ever_run_it() -> None:
         ([view("a", state="disabled"), view("b", state="disabled")], None, None, "disabled"),
     ]
     for accounts, pin, model, text in cases:
-        result = choose(accounts, model=model, pin=pin, now=NOW)
+        result = choose(accounts, JobNeeds(model=model, pin=pin), now=NOW)
         assert isinstance(result, NoAccount)
         assert result.permanent, text
         assert text in result.reason
@@ -181,7 +181,7 @@ def test_never_chooses_a_cooling_disabled_full_or_excluded_account(
     specs: list[dict[str, object]], exclude: set[str], pin: str | None
 ) -> None:
     accounts = [view(f"a{i}", **spec) for i, spec in enumerate(specs)]  # type: ignore[arg-type]
-    result = choose(accounts, model=None, pin=pin, now=NOW, exclude=exclude)
+    result = choose(accounts, JobNeeds(pin=pin), now=NOW, exclude=exclude)
     by_name = {a.name: a for a in accounts}
     if isinstance(result, NoAccount):
         assert result.ready_at >= NOW

@@ -8,32 +8,41 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claudeq.worker.accounts.choice import LEAST_USED, WARM_CACHE, NoAccount, choose, reason_for, utilization
+from claudeq.worker.accounts.choice import (
+    LEAST_USED,
+    WARM_CACHE,
+    CachePreference,
+    JobNeeds,
+    NoAccount,
+    choose,
+    reason_for,
+    utilization,
+)
 from tests.unit.worker.test_choice import NOW, names, view
 
 
 def test_a_warm_account_within_the_skew_goes_first() -> None:
     accounts = [view("a", util=0.1), view("b", util=0.25), view("c", util=0.2)]
-    assert names(choose(accounts, model=None, pin=None, now=NOW)) == ["a", "c", "b"]
-    assert names(choose(accounts, model=None, pin=None, now=NOW, warm={"b"}, max_skew=0.2)) == ["b", "a", "c"]
+    assert names(choose(accounts, JobNeeds(), now=NOW)) == ["a", "c", "b"]
+    assert names(choose(accounts, JobNeeds(), now=NOW, cache=CachePreference({"b"}, 0.2))) == ["b", "a", "c"]
     assert reason_for("b", {"b"}) == WARM_CACHE and reason_for("a", {"b"}) == LEAST_USED
 
 
 def test_a_warm_account_past_the_skew_is_not_preferred() -> None:
     accounts = [view("a", util=0.1), view("b", util=0.5)]
-    assert names(choose(accounts, model=None, pin=None, now=NOW, warm={"b"}, max_skew=0.2)) == ["a", "b"]
+    assert names(choose(accounts, JobNeeds(), now=NOW, cache=CachePreference({"b"}, 0.2))) == ["a", "b"]
 
 
 def test_a_full_cooling_or_excluded_warm_account_is_never_chosen() -> None:
     accounts = [view("a"), view("full", used=1), view("cool", cooldown_s=60), view("gone")]
     warm = {"full", "cool", "gone"}
-    result = choose(accounts, model=None, pin=None, now=NOW, warm=warm, max_skew=1.0, exclude={"gone"})
+    result = choose(accounts, JobNeeds(), now=NOW, exclude={"gone"}, cache=CachePreference(warm, 1.0))
     assert names(result) == ["a"]
 
 
 def test_a_warned_warm_account_does_not_pass_a_healthy_one() -> None:
     accounts = [view("a", util=0.1), view("w", state="warning", util=0.1)]
-    assert names(choose(accounts, model=None, pin=None, now=NOW, warm={"w"}, max_skew=1.0)) == ["a", "w"]
+    assert names(choose(accounts, JobNeeds(), now=NOW, cache=CachePreference({"w"}, 1.0))) == ["a", "w"]
 
 
 ACCOUNT = st.fixed_dictionaries(
@@ -65,11 +74,9 @@ def test_affinity_only_reorders_what_the_rules_allow_and_keeps_the_skew_bound(
     accounts = [view(f"a{i}", max_concurrency=2, **spec) for i, spec in enumerate(specs)]  # type: ignore[arg-type]
     warm = {a.name for a, w in zip(accounts, warm_mask, strict=False) if w}
     exclude = {a.name for a, x in zip(accounts, excluded_mask, strict=False) if x}
-    plain = choose(accounts, model=None, pin=None, now=NOW, exclude=exclude)
+    plain = choose(accounts, JobNeeds(), now=NOW, exclude=exclude)
     until = None if wait_s is None else NOW + timedelta(seconds=wait_s)
-    affine = choose(
-        accounts, model=None, pin=None, now=NOW, exclude=exclude, warm=warm, max_skew=max_skew, warm_wait_until=until
-    )
+    affine = choose(accounts, JobNeeds(), now=NOW, exclude=exclude, cache=CachePreference(warm, max_skew, until))
     if not isinstance(plain, list):
         assert affine == plain  # no account free: the same answer, affinity or not
         return
@@ -96,21 +103,21 @@ def test_affinity_only_reorders_what_the_rules_allow_and_keeps_the_skew_bound(
 def test_a_job_waits_for_a_full_warm_account_until_its_limit_then_takes_a_cold_one() -> None:
     accounts = [view("cold"), view("warm", used=1, slot_free_in_s=5)]
     until = NOW + timedelta(seconds=30)
-    waiting = choose(accounts, model=None, pin=None, now=NOW, warm={"warm"}, max_skew=0.2, warm_wait_until=until)
+    waiting = choose(accounts, JobNeeds(), now=NOW, cache=CachePreference({"warm"}, 0.2, until))
     assert isinstance(waiting, NoAccount)
     assert "warm" in waiting.reason and waiting.ready_at == NOW + timedelta(seconds=5)
     assert waiting.accounts == []  # in no waiting line: it looks again at ready_at, by the limit at the latest
     assert not waiting.permanent and not waiting.cooldown
     later = NOW + timedelta(seconds=31)
-    assert names(choose(accounts, model=None, pin=None, now=later, warm={"warm"}, warm_wait_until=until)) == ["cold"]
+    assert names(choose(accounts, JobNeeds(), now=later, cache=CachePreference({"warm"}, wait_until=until))) == ["cold"]
     # Without a limit (the default) it never waits.
-    assert names(choose(accounts, model=None, pin=None, now=NOW, warm={"warm"}, max_skew=0.2)) == ["cold"]
+    assert names(choose(accounts, JobNeeds(), now=NOW, cache=CachePreference({"warm"}, 0.2))) == ["cold"]
 
 
 def test_a_job_never_waits_for_a_warm_account_that_is_cooling_or_past_the_skew() -> None:
     until = NOW + timedelta(seconds=30)
     for warm in (view("warm", used=1, cooldown_s=60), view("warm", used=1, util=0.9)):
-        chosen = choose([view("cold"), warm], model=None, pin=None, now=NOW, warm={"warm"}, warm_wait_until=until)
+        chosen = choose([view("cold"), warm], JobNeeds(), now=NOW, cache=CachePreference({"warm"}, wait_until=until))
         assert names(chosen) == ["cold"]
 
 
@@ -118,6 +125,6 @@ def test_of_two_warm_accounts_the_one_used_last_goes_first() -> None:
     # Both hold the prefix; the entry that expires later was refreshed last and is the likelier to be there.
     accounts = [view("a", util=0.1), view("b", util=0.15), view("c", util=0.2)]
     warm = {"a": 1_000.0, "c": 1_030.0}
-    assert names(choose(accounts, model=None, pin=None, now=NOW, warm=warm, max_skew=0.2)) == ["c", "a", "b"]
+    assert names(choose(accounts, JobNeeds(), now=NOW, cache=CachePreference(warm, 0.2))) == ["c", "a", "b"]
     # Past the skew it is not preferred, however fresh its entry.
-    assert names(choose(accounts, model=None, pin=None, now=NOW, warm=warm, max_skew=0.05)) == ["a", "b", "c"]
+    assert names(choose(accounts, JobNeeds(), now=NOW, cache=CachePreference(warm, 0.05))) == ["a", "b", "c"]

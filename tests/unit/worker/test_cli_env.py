@@ -10,7 +10,7 @@ import pytest
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.worker.redaction import redact, remember_secret, remember_settings_secrets
-from claudeq.worker.run.cli_env import build_env
+from claudeq.worker.run.cli_env import Credential, RunTags, build_env
 
 OAUTH = AccountConfig(name="a", kind="oauth", token_env="TOK_A", base_url="http://127.0.0.1:9")
 KEY = AccountConfig(name="b", kind="api_key", token_env="TOK_B")
@@ -37,8 +37,8 @@ def test_oauth_run_sees_only_its_own_token(tmp_path: Path) -> None:
     env = build_env(
         OAUTH,
         _settings(secret_env=["MY_DB_PASSWORD"], cli_max_retries=1),
-        token="sk-ant-oat01-test-aaaa",
-        job_id="j1",
+        credential=Credential("sk-ant-oat01-test-aaaa"),
+        tags=RunTags("j1"),
         config_dir=tmp_path,
         environ=ENVIRON,
     )
@@ -60,7 +60,14 @@ def test_oauth_run_sees_only_its_own_token(tmp_path: Path) -> None:
 def test_api_key_run_blanks_oauth_token_and_keeps_account_config_dir(tmp_path: Path) -> None:
     account = KEY.model_copy(update={"config_dir": tmp_path / "login"})
     environ = {**ENVIRON, "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-other"}
-    env = build_env(account, _settings(), token="sk-ant-api03-test-bbbb", job_id="j2", config_dir=None, environ=environ)
+    env = build_env(
+        account,
+        _settings(),
+        credential=Credential("sk-ant-api03-test-bbbb"),
+        tags=RunTags("j2"),
+        config_dir=None,
+        environ=environ,
+    )
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-api03-test-bbbb"
     assert env["CLAUDE_CODE_OAUTH_TOKEN"] == ""
     assert env["CLAUDE_CONFIG_DIR"] == str(tmp_path / "login")

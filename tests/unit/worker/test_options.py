@@ -12,7 +12,7 @@ from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import PolicyViolation
 from claudeq.models import JobSpec
 from claudeq.worker.run.cli_env import SDK_VARS
-from claudeq.worker.run.options import build_options
+from claudeq.worker.run.options import CliLaunch, build_options
 from claudeq.worker.run.tools import ToolRegistry
 from claudeq.worker.run.workdirs import default_cwd
 
@@ -24,7 +24,7 @@ def settings_with(**policy: Any) -> Settings:
 
 
 def build(spec: JobSpec, settings: Settings | None = None) -> ClaudeAgentOptions:
-    return build_options(spec, settings or settings_with(), env={"X": "1"}, cli_path="/w.sh", tools=REGISTRY)
+    return build_options(spec, settings or settings_with(), launch=CliLaunch({"X": "1"}, "/w.sh"), tools=REGISTRY)
 
 
 def test_default_profile_offers_no_builtin_tools() -> None:

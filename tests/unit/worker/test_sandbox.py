@@ -8,7 +8,7 @@ from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.models import JobSpec
 from claudeq.worker.redaction import redact, remember_settings_secrets
-from claudeq.worker.run.cli_env import ENV_KEEP_VAR, SDK_VARS, build_env, sealed
+from claudeq.worker.run.cli_env import ENV_KEEP_VAR, SDK_VARS, Credential, RunTags, build_env, sealed
 from claudeq.worker.run.relay import host_allowed
 from claudeq.worker.run.sandbox import Forward, SandboxView, sandboxed
 
@@ -71,8 +71,8 @@ def test_the_cli_gets_an_allow_list_of_the_workers_environment(tmp_path: Path) -
         build_env(
             ACCOUNT,
             _settings(cli_env=["MY_PROXY"]),
-            token="sk-ant-oat01-standin",
-            job_id="j",
+            credential=Credential("sk-ant-oat01-standin"),
+            tags=RunTags("j"),
             config_dir=tmp_path,
             environ=environ,
         )
