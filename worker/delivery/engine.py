@@ -26,7 +26,7 @@ from ...config.settings import Settings
 from ...config.tenants import DEFAULT_TENANT
 from ..loop_host import Background, LoopHost
 from ..run.outcome import RunnerLike
-from ..store.job_store import WorkerJobStore
+from ..store.job_store import JobWrite, WorkerJobStore
 from .dispatch import Dispatch
 from .fenced import FencedWriter
 from .handler import DeliveryHandler
@@ -236,7 +236,7 @@ class Engine:
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
-            if await self.store.send(self.store.write_call(job_id, claim.fence, "failed", error=error)):
+            if await self.store.send(self.store.write_call(JobWrite(job_id, claim.fence, "failed", {"error": error}))):
                 try:  # out of its tenant's active jobs: the tenant its damaged spec still names, else `default`
                     await self.accounts.job_done(_tenant_hint(claim.fields), job_id)
                 except Exception:
