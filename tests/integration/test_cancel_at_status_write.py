@@ -25,7 +25,7 @@ from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.delivery.ports import AccountsLike
+from claudeq.worker.delivery.ports import AccountsLike, Ports
 from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
@@ -78,9 +78,7 @@ def _engine(settings: Settings, store: WorkerJobStore, accounts: AccountsLike, s
     return Engine(
         settings,
         store=store,
-        accounts=accounts,
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
+        ports=Ports(accounts, FakeRunner(), FakeMetrics()),
         send=sends_into(sent),
         worker_id="w1",
     )

@@ -17,6 +17,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -110,9 +111,7 @@ def engine(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Engi
     engine = Engine(
         settings,
         store=wstore,
-        accounts=FakeAccounts(A),
-        runner=FakeRunner(_Takeover(wstore)),
-        metrics=FakeMetrics(),
+        ports=Ports(FakeAccounts(A), FakeRunner(_Takeover(wstore)), FakeMetrics()),
         send=sends_into([]),
         worker_id="w1",
     )

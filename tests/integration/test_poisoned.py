@@ -14,6 +14,7 @@ from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
@@ -33,9 +34,7 @@ def loops(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Loops
     engine = Engine(
         settings,
         store=wstore,
-        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
+        ports=Ports(FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")), FakeRunner(), FakeMetrics()),
         send=sends_into([]),
         worker_id="w-reconciler",
     )

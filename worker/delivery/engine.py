@@ -25,13 +25,12 @@ from claudeq.models import JobError, utcnow
 from ...config.settings import Settings
 from ...config.tenants import DEFAULT_TENANT
 from ..loop_host import Background, LoopHost
-from ..run.outcome import RunnerLike
 from ..store.job_store import JobWrite, WorkerJobStore
 from .dispatch import Dispatch
 from .fenced import FencedWriter
 from .handler import DeliveryHandler
 from .lease import LeaseKeeper
-from .ports import AccountsLike, MetricsLike, Sender
+from .ports import Ports, Sender
 from .session_planner import SessionPlanner
 from .state import Delivered, Delivery, EventBuffer, Lease, SlotHold
 
@@ -55,18 +54,16 @@ class Engine:
         settings: Settings,
         *,
         store: WorkerJobStore,
-        accounts: AccountsLike,
-        runner: RunnerLike,
-        metrics: MetricsLike,
+        ports: Ports,
         send: Sender,
         worker_id: str,
         sessions: SessionPlanner | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.accounts = accounts
-        self.runner = runner
-        self.metrics = metrics
+        self.accounts = accounts = ports.accounts
+        self.runner = ports.runner
+        self.metrics = ports.metrics
         self.worker_id = worker_id
         self.sessions = sessions or SessionPlanner()
         self.started_at = utcnow()
@@ -82,9 +79,7 @@ class Engine:
         )
         self.handler = DeliveryHandler(
             settings,
-            accounts=accounts,
-            runner=runner,
-            metrics=metrics,
+            ports=ports,
             sessions=self.sessions,
             writer=self.writer,
             dispatch=self.dispatch,
