@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -79,6 +80,18 @@ def _from_epoch(value: str | None) -> datetime | None:
         return datetime.fromtimestamp(float(value), UTC)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A deferred job joining the waiting lines (`AccountStore.add_waiter_call`): `rank` (lower first) orders its
+    model `family`'s line of each account; `tenant_line`, when tenants order the lines (priority within a tenant):
+    its tenant's line key and its score there."""
+
+    job_id: str
+    rank: float
+    family: str = "-"
+    tenant_line: tuple[str, float] | None = None
 
 
 class AccountStore:
@@ -269,22 +282,18 @@ class AccountStore:
     def add_waiter_call(
         self,
         names: Iterable[str],
-        job_id: str,
-        rank: float,
+        waiter: Waiter,
         ttl_s: float = 15.0,
         now: float | None = None,
-        family: str = "-",
         fallback_s: float = 300.0,
-        tenant_line: tuple[str, float] | None = None,
     ) -> ScriptCall[list[str]] | None:
-        """Put a deferred job in its family's waiting line of each of `names` at `rank` (a job already in a line
-        keeps its place) and move its ready time out to `fallback_s` from now (never earlier: a freed slot is handed
-        to it, the ready time is only the fallback), then let each account admit its best waiters into its free
-        slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
-        `job_id` itself is among them when it is first in line for a slot that is free right now. `tenant_line`:
-        (its tenant's line key, its score there) when tenants order the lines (priority within a tenant). None: no
-        account to wait on (nothing to send)."""
-        now = time.time() if now is None else now
+        """Put a deferred job (`waiter`) in its family's waiting line of each of `names` at its rank (a job already
+        in a line keeps its place) and move its ready time out to `fallback_s` from now (never earlier: a freed slot
+        is handed to it, the ready time is only the fallback), then let each account admit its best waiters into its
+        free slots. Returns the ids admitted (now `queued`, each holding a slot): the caller sends their messages.
+        The waiter itself is among them when it is first in line for a slot that is free right now. None: no account
+        to wait on (nothing to send)."""
+        now, tenant_line = time.time() if now is None else now, waiter.tenant_line
         accounts = [self.config(name) for name in names]
         if not accounts:
             return None
@@ -301,12 +310,12 @@ class AccountStore:
             deferred=self.keys.deferred,
             queued=self.keys.queued,
             account_keys=account_keys,
-            job_id=job_id,
-            rank=repr(rank),
+            job_id=waiter.job_id,
+            rank=repr(waiter.rank),
             job_key_prefix=self.keys.job(""),
             now_s=repr(now),
             expiry_s=repr(now + ttl_s),
-            family=FAMILIES.index(family) + 1,
+            family=FAMILIES.index(waiter.family) + 1,
             predictive="1" if self.predictive else "",
             jitter_s=self._jitter(),
             fallback_s=repr(now + fallback_s),

@@ -102,6 +102,24 @@ class Spend:
 
 
 @dataclass(frozen=True)
+class AttemptCost:
+    """What a finished attempt settles (`TenantStore.settle_call`): its real cost, counted against its tenant's spend
+    (None: no tenant's; a fleet without a tenants file keeps none) and its account's; whether its run had reserved a
+    budget to drop (False: it was started without one); and what one turn of `model`'s runs costs (the cost over its
+    `turns`; a run that reported none counts as one turn: an overestimate only makes runs wait), learned where a cap
+    may read it: the tenant's, and the account's when it has a spend cap (`account_capped`)."""
+
+    tenant: str | None
+    account: str
+    job_id: str
+    cost_usd: float
+    model: str | None = None
+    turns: int | None = None
+    reserved: bool = True
+    account_capped: bool = True
+
+
+@dataclass(frozen=True)
 class TenantUsage:
     """One tenant as `claudeq tenants` shows it."""
 
@@ -341,41 +359,18 @@ class TenantStore:
             fallback_s="" if fallback_s is None else repr(now + fallback_s),
         ).call(self._wait, bool)
 
-    def settle_call(
-        self,
-        tenant: str | None,
-        account: str,
-        job_id: str,
-        cost_usd: float,
-        now: float | None = None,
-        model: str | None = None,
-        turns: int | None = None,
-        reserved: bool = True,
-        account_capped: bool = True,
-    ) -> ScriptCall[None] | None:
-        """Count a finished attempt's real cost against its tenant (None: a fleet without a tenants file keeps no
-        tenant spend) and account (the current hour), drop the budget its run had reserved (`reserved` False: it
-        was started without a budget, so it reserved none), and learn what one turn of `model`'s runs costs (the
-        run's cost over its `turns`; a run that reported none counts as one turn: an overestimate only makes runs
-        wait) where a cap may read it: the tenant's, and the account's when it has a spend cap (`account_capped`).
-        One SETTLE script (claudeq/tenant_scripts.py); None: nothing to count."""
-        parts = self.settle_parts(tenant, account, job_id, cost_usd, now, model, turns, reserved, account_capped)
+    def settle_call(self, cost: AttemptCost, now: float | None = None) -> ScriptCall[None] | None:
+        """Count a finished attempt's real cost (`AttemptCost`) against its tenant (None: a fleet without a tenants
+        file keeps no tenant spend) and account (the hour of `now`), drop the budget its run had reserved, and learn
+        what one turn of its model's runs costs where a cap may read it. One SETTLE script
+        (claudeq/tenant_scripts.py); None: nothing to count."""
+        parts = self.settle_parts(cost, now)
         return None if parts is None else parts.call(self._settle, lambda _: None)
 
-    def settle_parts(
-        self,
-        tenant: str | None,
-        account: str,
-        job_id: str,
-        cost_usd: float,
-        now: float | None,
-        model: str | None,
-        turns: int | None,
-        reserved: bool,
-        account_capped: bool = True,
-    ) -> tenant_scripts.SettleArgs | None:
+    def settle_parts(self, cost: AttemptCost, now: float | None = None) -> tenant_scripts.SettleArgs | None:
         """SETTLE's arguments (the `settle` Lua function's: a job's terminal write runs it in its own script); None
         when there is nothing to count or drop."""
+        tenant, account, cost_usd, model, reserved = cost.tenant, cost.account, cost.cost_usd, cost.model, cost.reserved
         if cost_usd <= 0 and not reserved:
             return None
         now = time.time() if now is None else now
@@ -384,12 +379,12 @@ class TenantStore:
             spend_pairs = [self.keys.tenant_spend(tenant), self.keys.tenant_reserved(tenant), *spend_pairs]
         args = tenant_scripts.SettleArgs(
             spend_pairs=spend_pairs,
-            job_id=job_id,
+            job_id=cost.job_id,
             cost=repr(cost_usd),
             hour_field=hour_field(now),
             tenant_turn=turn_field(model),
-            account_turn=turn_field(model) if account_capped else "",
-            sample=repr(cost_usd / max(1, turns or 1)),
+            account_turn=turn_field(model) if cost.account_capped else "",
+            sample=repr(cost_usd / max(1, cost.turns or 1)),
             ttl_s=SPEND_TTL_S,
             drop="1" if reserved else "",
         )

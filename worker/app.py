@@ -31,6 +31,7 @@ from ..config.celery import TASK_RUN, make_celery
 from ..config.settings import Settings, load_settings
 from .background.loops import Loops
 from .delivery.engine import Engine, engine_executor_workers
+from .delivery.ports import Ports
 from .delivery.session_planner import SessionPlanner
 from .store.job_store import make_worker_store
 
@@ -162,9 +163,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     engine = Engine(
         cfg,
         store=store,
-        accounts=accounts,
-        runner=runner if fake_s is None else FakeRunner(fake_s),
-        metrics=metrics,
+        ports=Ports(accounts, runner if fake_s is None else FakeRunner(fake_s), metrics),
         send=send,
         worker_id=worker_id or cfg.worker_id or f"{socket.gethostname()}:{os.getpid()}",
         sessions=SessionPlanner(cfg, store),

@@ -45,6 +45,7 @@ from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
 from claudeq.worker.delivery.failure import OutputCheck
 from claudeq.worker.delivery.handler import DeliveryHandler
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.delivery.session_planner import SessionPlanner
 from claudeq.worker.redaction import redact
 from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome, RunRequest
@@ -300,9 +301,7 @@ class Fleet:
         self.engine = Engine(
             self.settings,
             store=self.worker_store,
-            accounts=self.accounts,
-            runner=self.runner,
-            metrics=self.metrics,
+            ports=Ports(self.accounts, self.runner, self.metrics),
             send=self._send,
             worker_id=worker_id,
             sessions=SessionPlanner(self.settings, self.worker_store, store=session_store),
@@ -310,9 +309,7 @@ class Fleet:
         engine = self.engine
         engine.handler = _Handler(
             self.settings,
-            accounts=self.accounts,
-            runner=self.runner,
-            metrics=self.metrics,
+            ports=Ports(self.accounts, self.runner, self.metrics),
             sessions=engine.sessions,
             writer=engine.writer,
             dispatch=engine.dispatch,

@@ -22,7 +22,7 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import new_job_id
 from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import status_counts
-from claudeq.worker.store.job_store import WorkerJobStore
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore
 from tests.support.aio import run
 from tests.support.redis_server import redis_url_for_tests
 
@@ -124,7 +124,13 @@ class StatusScripts(RuleBasedStateMachine):
         fence = self.fence_for(job, offset)
         ready = {"ready_at": utcnow() - timedelta(seconds=1)} if status == "deferred" else {}
         event = Event(type=status) if status in ("deferred", "succeeded", "failed", "cancelled") else None
-        ok = run(self.store.send(self.store.write_call(job.id, fence, status, event=event, **ready)))  # type: ignore[arg-type]
+        ok = run(
+            self.store.send(
+                self.store.write_call(
+                    JobWrite(job.id, fence, status, fields=ready, events=() if event is None else (event,))  # type: ignore[arg-type]
+                )
+            )
+        )
         expected = job.status == "running" and fence == job.fence
         # A cancel is seen at every status write: a job with the flag never goes back to waiting, it ends.
         cancels = expected and status in ("queued", "deferred") and job.cancel_flag

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from claudeq.account_state import AccountStore
+from claudeq.account_state import AccountStore, Waiter
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.script_calls import run_call
@@ -62,7 +62,7 @@ def test_acquire_and_release_read_the_account_state_once(private_redis: redis.Re
     for i in range(4):
         assert run_call(store.acquire_call("a", f"full-{i}", 15.0, rank=0.1, may_hold=False)) == 1
     private_redis.hset(store.keys.job("waiter"), "status", "deferred")
-    run_call(store.add_waiter_call(["a"], "waiter", 2.0))
+    run_call(store.add_waiter_call(["a"], Waiter("waiter", rank=2.0)))
     handed = cost(lambda: run_call(store.release_call("a", "full-0")), ["waiter"])
     assert handed["hmget"] == 2, handed  # the state read once however many lines it looks at
 

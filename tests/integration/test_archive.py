@@ -25,7 +25,7 @@ from claudeq.keys import Keys
 from claudeq.models import Event, JobResult
 from claudeq.producer.client import Client
 from claudeq.transcripts import RedisSessionStore
-from claudeq.worker.store.job_store import make_worker_store
+from claudeq.worker.store.job_store import JobWrite, make_worker_store
 from tests.support.aio import run
 from tests.support.archive import archive_url
 
@@ -170,14 +170,26 @@ def test_a_finished_jobs_events_move_to_the_archive_and_read_the_same(
     assert not store.archive_job(handle.id)  # still running: nothing moves
     answer = JobResult(text="The review found three things. " * 40)
     assert run(
-        store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), result=answer))
+        store.send(
+            store.write_call(
+                JobWrite(
+                    handle.id, claim.fence, "succeeded", fields={"result": answer}, events=[Event(type="succeeded")]
+                )
+            )
+        )
     )
     short = client.submit(prompt="a short answer")
     short_claim = run(store.send(store.claim_call(short.id, "w1", 30)))
     assert run(
         store.send(
             store.write_call(
-                short.id, short_claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+                JobWrite(
+                    short.id,
+                    short_claim.fence,
+                    "succeeded",
+                    fields={"result": JobResult(text="ok")},
+                    events=[Event(type="succeeded")],
+                )
             )
         )
     )
@@ -255,7 +267,9 @@ def test_claudeq_transcript_reads_a_job_session_from_redis_then_from_the_archive
     claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     session = Event(type="session", attempt=1, data={"session_id": "s-7"})
     assert run(store.send(store.append_call(handle.id, claim.fence, [session])))
-    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(
+        store.send(store.write_call(JobWrite(handle.id, claim.fence, "succeeded", events=[Event(type="succeeded")])))
+    )
     key: SessionKey = {"project_key": PROJECT, "session_id": "s-7"}
 
     async def write_then_move(move: bool) -> None:

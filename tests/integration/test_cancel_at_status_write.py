@@ -25,8 +25,8 @@ from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.delivery.ports import AccountsLike
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.delivery.ports import AccountsLike, Ports
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
@@ -78,9 +78,7 @@ def _engine(settings: Settings, store: WorkerJobStore, accounts: AccountsLike, s
     return Engine(
         settings,
         store=store,
-        accounts=accounts,
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
+        ports=Ports(accounts, FakeRunner(), FakeMetrics()),
         send=sends_into(sent),
         worker_id="w1",
     )
@@ -148,7 +146,7 @@ def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobS
     assert wstore.cancel(job) == "running"
 
     requeued = Event(type="requeued", data={"reason": "worker shutting down; job re-enqueued"})
-    assert run(wstore.send(wstore.write_call(job, claim.fence, "queued", event=requeued))) == "cancelled"
+    assert run(wstore.send(wstore.write_call(JobWrite(job, claim.fence, "queued", events=[requeued])))) == "cancelled"
 
     record = run_call(wstore.get_call(job))
     assert record.status == "cancelled" and record.error is not None and record.error.kind == "cancelled"
@@ -157,7 +155,7 @@ def test_a_requeue_of_a_job_cancelled_while_it_ran_cancels_it(wstore: WorkerJobS
     # Without the flag the same write re-queues, as before.
     other = queued(wstore)
     fence = run(wstore.send(wstore.claim_call(other, "w1", 30))).fence
-    assert run(wstore.send(wstore.write_call(other, fence, "queued", event=requeued))) is True
+    assert run(wstore.send(wstore.write_call(JobWrite(other, fence, "queued", events=[requeued])))) is True
     assert run_call(wstore.get_call(other)).status == "queued"
 
 
@@ -168,7 +166,11 @@ def test_the_recovery_of_a_job_cancelled_while_its_worker_died_cancels_it(
     claim = run(wstore.send(wstore.claim_call(job, "w-dead", 30)))
     assert run(
         wstore.send(
-            wstore.write_call(job, claim.fence, attempts=[Attempt(number=1, worker="w-dead", started_at=utcnow())])
+            wstore.write_call(
+                JobWrite(
+                    job, claim.fence, fields={"attempts": [Attempt(number=1, worker="w-dead", started_at=utcnow())]}
+                )
+            )
         )
     )
     assert wstore.cancel(job) == "running"  # the flag is set; its worker is gone and nobody hears the wake-up

@@ -17,6 +17,7 @@ from claudeq.config.account_pool import AccountConfig
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.run.outcome import RunOutcome
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
@@ -68,9 +69,7 @@ def engine(wstore: WorkerJobStore, scripts: Scripts, redis_url: str, unique: str
     engine = Engine(
         settings,
         store=wstore,
-        accounts=FakeAccounts(A),
-        runner=FakeRunner(scripts.slow_to_stop, scripts.runs_until_stopped),
-        metrics=FakeMetrics(),
+        ports=Ports(FakeAccounts(A), FakeRunner(scripts.slow_to_stop, scripts.runs_until_stopped), FakeMetrics()),
         send=sends_into([]),
         worker_id="w1",
     )

@@ -11,7 +11,7 @@ import redis
 from claudeq.models import Event
 from claudeq.producer.client import Client
 from claudeq.script_calls import run_call
-from claudeq.worker.store.job_store import make_worker_store
+from claudeq.worker.store.job_store import JobWrite, make_worker_store
 from tests.support.aio import run
 
 
@@ -35,7 +35,7 @@ def test_stream_is_created_by_the_first_worker_event_and_compacted_at_the_end(
     for kind in ("run_started", "assistant_text", "result"):
         store.append_event(handle.id, Event(type=kind, attempt=1))
     store.append_event(handle.id, Event(type="succeeded"))
-    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded")))
+    assert run(store.send(store.write_call(JobWrite(handle.id, claim.fence, "succeeded"))))
     follower.join(timeout=30)
     assert not follower.is_alive()
     expected = ["submitted", "claimed", "run_started", "assistant_text", "result", "succeeded"]
@@ -84,7 +84,9 @@ def test_events_a_terminal_write_brings_go_straight_into_the_record_after_the_st
     follower.start()
     tail = [Event(type="assistant_text", attempt=1, data={"text": "done"}), Event(type="result", attempt=1)]
     assert run(
-        store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail))
+        store.send(
+            store.write_call(JobWrite(handle.id, claim.fence, "succeeded", events=[*tail, Event(type="succeeded")]))
+        )
     )
     follower.join(timeout=30)
     assert not follower.is_alive()
@@ -109,7 +111,7 @@ def test_a_terminal_write_of_a_job_without_a_stream_packs_its_events(client: Cli
     assert run(
         store.send(
             store.write_call(
-                handle.id, claim.fence, "failed", event=Event(type="failed"), events=[Event(type="claimed")]
+                JobWrite(handle.id, claim.fence, "failed", events=[Event(type="claimed"), Event(type="failed")])
             )
         )
     )
@@ -149,7 +151,9 @@ def test_finished_events_packed_by_the_worker_read_back_the_same(client: Client,
         Event(type="assistant_text", attempt=1, data={"text": "The handler multiplies. " * 40}),
     ]
     assert run(store.send(store.append_call(handle.id, claim.fence, events)))
-    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(
+        store.send(store.write_call(JobWrite(handle.id, claim.fence, "succeeded", events=[Event(type="succeeded")])))
+    )
     key = store.keys.job(handle.id)
     before = list(client.events(handle.id))
     plain = redis_client.hget(key, "events")
@@ -174,7 +178,9 @@ def test_events_changed_since_read_are_not_replaced(client: Client, redis_client
     handle = client.submit(prompt="changed meanwhile")
     claim = run(store.send(store.claim_call(handle.id, "w1", 30)))
     assert run(store.send(store.append_call(handle.id, claim.fence, [Event(type="claimed", attempt=1)] * 20)))
-    assert run(store.send(store.write_call(handle.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(
+        store.send(store.write_call(JobWrite(handle.id, claim.fence, "succeeded", events=[Event(type="succeeded")])))
+    )
     key = store.keys.job(handle.id)
     plain = redis_client.hget(key, "events")
     assert isinstance(plain, bytes)
@@ -199,13 +205,14 @@ def test_a_terminal_write_without_a_stream_brings_its_events_packed(client: Clie
         assert run(
             store.send(
                 store.write_call(
-                    handle.id,
-                    claim.fence,
-                    "succeeded",
-                    event=Event(type="succeeded"),
-                    events=tail,
-                    stream=False,
-                    pack=pack,
+                    JobWrite(
+                        handle.id,
+                        claim.fence,
+                        "succeeded",
+                        events=[*tail, Event(type="succeeded")],
+                        stream=False,
+                        pack=pack,
+                    )
                 )
             )
         )

@@ -17,8 +17,9 @@ from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.run.outcome import RunOutcome
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
@@ -72,9 +73,9 @@ def test_the_terminal_event_goes_in_with_the_fenced_status_write(wstore: WorkerJ
     new = run(wstore.send(wstore.claim_call(job, "w2", 30)))
 
     stale = Event(type="failed", data={"kind": "transient", "message": "stale"})
-    assert not run(wstore.send(wstore.write_call(job, old.fence, "failed", event=stale)))
+    assert not run(wstore.send(wstore.write_call(JobWrite(job, old.fence, "failed", events=[stale]))))
     assert "failed" not in _types(wstore, job)
-    assert run(wstore.send(wstore.write_call(job, new.fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(wstore.send(wstore.write_call(JobWrite(job, new.fence, "succeeded", events=[Event(type="succeeded")]))))
     assert _types(wstore, job)[-1] == "succeeded" and run_call(wstore.status_call(job)) == "succeeded"
 
 
@@ -110,9 +111,7 @@ def engine(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Engi
     engine = Engine(
         settings,
         store=wstore,
-        accounts=FakeAccounts(A),
-        runner=FakeRunner(_Takeover(wstore)),
-        metrics=FakeMetrics(),
+        ports=Ports(FakeAccounts(A), FakeRunner(_Takeover(wstore)), FakeMetrics()),
         send=sends_into([]),
         worker_id="w1",
     )

@@ -18,7 +18,7 @@ from claudeq.jobs import JobStore
 from claudeq.models import TERMINAL, Event, JobStatus
 from claudeq.producer.client import Client
 from claudeq.script_calls import PipeCall, run_call
-from claudeq.worker.store.job_store import make_worker_store
+from claudeq.worker.store.job_store import JobWrite, make_worker_store
 from tests.support.aio import run
 
 EXPECTED = ["submitted", "claimed", "run_started", "assistant_text", "result", "succeeded"]
@@ -71,7 +71,9 @@ def _running_job(client: Client, redis_client: redis.Redis) -> tuple[str, Callab
     def finish() -> None:
         tail = [Event(type="assistant_text", data={"text": "done"}), Event(type="result")]
         assert run(
-            worker.send(worker.write_call(job_id, claim.fence, "succeeded", event=Event(type="succeeded"), events=tail))
+            worker.send(
+                worker.write_call(JobWrite(job_id, claim.fence, "succeeded", events=[*tail, Event(type="succeeded")]))
+            )
         )
 
     return job_id, finish

@@ -15,7 +15,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import status_counts
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.redis_server import command_calls, commands_since, private_client
@@ -38,7 +38,9 @@ def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[red
     store = make_worker_store(settings, client)
     _job(store, "warm-up")  # the scripts are loaded (SCRIPT LOAD once)
     claim = run(store.send(store.claim_call("warm-up", "w", 15)))
-    assert run(store.send(store.write_call("warm-up", claim.fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(
+        store.send(store.write_call(JobWrite("warm-up", claim.fence, "succeeded", events=[Event(type="succeeded")])))
+    )
 
     before = command_calls(client)
     _job(store, "job-1")
@@ -50,7 +52,11 @@ def test_submit_claim_and_finish_bump_no_status_counter(private_redis: tuple[red
     assert status_counts(client, store.keys, time.time())["running"] == 1
     before = command_calls(client)
     assert run(
-        store.send(store.write_call("job-1", claim.fence, "succeeded", event=Event(type="succeeded"), stream=False))
+        store.send(
+            store.write_call(
+                JobWrite("job-1", claim.fence, "succeeded", events=[Event(type="succeeded")], stream=False)
+            )
+        )
     )
     finish = commands_since(client, before)
 

@@ -19,7 +19,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.archive import archive_url
@@ -89,7 +89,11 @@ def test_the_promoter_goes_on_past_a_job_it_cannot_promote(
     for job, age in ((bad, 2), (good, 1)):  # the bad one first in the due order
         claim = run(store.send(store.claim_call(job, "w", 5)))
         assert run(
-            store.send(store.write_call(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+            store.send(
+                store.write_call(
+                    JobWrite(job, claim.fence, "deferred", fields={"ready_at": utcnow() - timedelta(seconds=age)})
+                )
+            )
         )
     monkeypatch.setattr(loops.engine, "promote_and_send", failing_for(bad, loops.engine.promote_and_send))
     on_loop(loops, loops.promote_once())
@@ -106,7 +110,7 @@ def test_the_reconciler_goes_on_past_a_job_it_cannot_recover(
         job = submit(store)
         claim = run(store.send(store.claim_call(job, "dead-worker", 30)))
         attempts = [Attempt(number=1, worker="dead-worker", started_at=utcnow())]
-        assert run(store.send(store.write_call(job, claim.fence, attempts=attempts)))
+        assert run(store.send(store.write_call(JobWrite(job, claim.fence, fields={"attempts": attempts}))))
         lost.append(job)
     store.redis.zadd(store.keys.running, {lost[0]: 0, lost[1]: 1})  # both leases long expired, the bad one first
     bad, good = lost
@@ -145,7 +149,7 @@ def test_the_notifier_goes_on_past_a_job_it_cannot_deliver(
     jobs = [submit(store, link={"task": "app.done", "queue": queue}) for _ in range(2)]
     for job in jobs:
         claim = run(store.send(store.claim_call(job, "w", 30)))
-        assert run(store.send(store.write_call(job, claim.fence, "succeeded")))
+        assert run(store.send(store.write_call(JobWrite(job, claim.fence, "succeeded"))))
     bad, good = jobs
     notifier = loops.notifier
     monkeypatch.setattr(notifier, "deliver", failing_for(bad, notifier.deliver))
@@ -195,7 +199,11 @@ def test_a_deferred_job_the_promoter_keeps_failing_on_ends_failed_with_its_error
     for job, age in ((bad, 2), (good, 1)):
         claim = run(store.send(store.claim_call(job, "w", 5)))
         assert run(
-            store.send(store.write_call(job, claim.fence, "deferred", ready_at=utcnow() - timedelta(seconds=age)))
+            store.send(
+                store.write_call(
+                    JobWrite(job, claim.fence, "deferred", fields={"ready_at": utcnow() - timedelta(seconds=age)})
+                )
+            )
         )
     monkeypatch.setattr(loops.engine, "promote_and_send", failing_for(bad, loops.engine.promote_and_send))
     for _ in range(bound - 1):
@@ -287,7 +295,7 @@ def test_the_archiver_goes_on_past_a_job_it_cannot_move(
     jobs = [submit(store) for _ in range(2)]
     for job in jobs:
         claim = run(store.send(store.claim_call(job, "w", 30)))
-        assert run(store.send(store.write_call(job, claim.fence, "succeeded")))
+        assert run(store.send(store.write_call(JobWrite(job, claim.fence, "succeeded"))))
         run(store.schedule_archive(job, 0))
     bad, good = jobs
     tried: list[str] = []

@@ -14,7 +14,8 @@ from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops
 from claudeq.worker.delivery.engine import Engine
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.delivery.ports import Ports
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.engine_fakes import FakeAccounts, FakeMetrics, FakeRunner, sends_into
@@ -33,9 +34,7 @@ def loops(wstore: WorkerJobStore, redis_url: str, unique: str) -> Iterator[Loops
     engine = Engine(
         settings,
         store=wstore,
-        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
+        ports=Ports(FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")), FakeRunner(), FakeMetrics()),
         send=sends_into([]),
         worker_id="w-reconciler",
     )
@@ -55,7 +54,7 @@ def _lost_so_far(store: WorkerJobStore, earlier_losses: int, tenant: str = "defa
     ]
     claim = run(store.send(store.claim_call(job, f"w{earlier_losses}", 30)))
     attempts.append(Attempt(number=earlier_losses + 1, worker=f"w{earlier_losses}", started_at=utcnow()))
-    assert run(store.send(store.write_call(job, claim.fence, attempts=attempts)))
+    assert run(store.send(store.write_call(JobWrite(job, claim.fence, fields={"attempts": attempts}))))
     store.redis.zadd(store.keys.running, {job: 0})
     return job
 

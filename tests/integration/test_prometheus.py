@@ -28,7 +28,7 @@ from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, Usage, WindowInfo, utcnow
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import Admitted, TenantStore
+from claudeq.tenant_state import Admitted, AttemptCost, TenantStore
 from claudeq.worker.metrics import exporter
 from claudeq.worker.metrics.prometheus import WorkerMetrics
 from claudeq.worker.run.outcome import RateLimitSignal
@@ -198,7 +198,7 @@ def populated(fleet_settings: Settings, redis_client: redis.Redis, store: JobSto
     tenants = TenantStore(redis_client, keys, fleet_settings.tenants)
     team_a = fleet_settings.tenants.governing("team-a")
     assert isinstance(run_call(tenants.admit_call(team_a, "job0", 600, 0.1)), Admitted)
-    run_call(tenants.settle_call("team-a", "alpha", "job9", 0.2))
+    run_call(tenants.settle_call(AttemptCost("team-a", "alpha", "job9", 0.2)))
     return metrics
 
 

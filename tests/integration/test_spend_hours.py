@@ -11,7 +11,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import DAY_S, HOUR_S, TenantStore, day_start_hour
+from claudeq.tenant_state import DAY_S, HOUR_S, AttemptCost, TenantStore, day_start_hour
 
 #: Midnight UTC of a fixed day, so the windows below are calendar windows whatever the clock says.
 START = 20_000 * DAY_S
@@ -37,11 +37,14 @@ def test_a_month_of_spend_keeps_only_the_hours_the_longest_cap_window_reads(
     for hour in range(days * 24):
         now = START + hour * HOUR_S + 60
         run_call(
-            store.settle_call("team-a", "acct-1", f"job-{hour}", 0.01, now=now, model="haiku", account_capped=capped)
+            store.settle_call(
+                AttemptCost("team-a", "acct-1", f"job-{hour}", 0.01, model="haiku", account_capped=capped), now=now
+            )
         )
         run_call(
             store.settle_call(
-                "team-a", "acct-1", f"job-{hour}b", 0.02, now=now + 600, model="haiku", account_capped=capped
+                AttemptCost("team-a", "acct-1", f"job-{hour}b", 0.02, model="haiku", account_capped=capped),
+                now=now + 600,
             )
         )
 

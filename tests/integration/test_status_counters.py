@@ -14,7 +14,7 @@ from claudeq.models import JobError, JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client
 from claudeq.script_calls import run_call
 from claudeq.worker.metrics.exporter import ClusterCollector, status_counts
-from claudeq.worker.store.job_store import make_worker_store
+from claudeq.worker.store.job_store import JobWrite, make_worker_store
 from tests.support.aio import run
 
 
@@ -35,27 +35,31 @@ def test_counters_equal_a_recount_after_a_mixed_workload(
     for job_id, status in ((ok, "succeeded"), (bad, "failed")):
         claim = run(store.send(store.claim_call(job_id, "w1", 30)))
         fields = {"error": JobError(kind="job", message="x")} if status == "failed" else {}
-        assert run(store.send(store.write_call(job_id, claim.fence, status, **fields)))  # type: ignore[arg-type]
+        assert run(store.send(store.write_call(JobWrite(job_id, claim.fence, status, fields=fields))))  # type: ignore[arg-type]
     assert client.cancel(cancelled) == "cancelled"
     for job_id in (deferred, promoted, deferred_cancelled):
         claim = run(store.send(store.claim_call(job_id, "w1", 30)))
         assert run(
-            store.send(store.write_call(job_id, claim.fence, "deferred", ready_at=utcnow() + timedelta(hours=1)))
+            store.send(
+                store.write_call(
+                    JobWrite(job_id, claim.fence, "deferred", fields={"ready_at": utcnow() + timedelta(hours=1)})
+                )
+            )
         )
     assert run(store.promote(promoted, force=True))
     assert client.cancel(deferred_cancelled) == "cancelled"
     claim = run(store.send(store.claim_call(retried, "w1", 30)))
-    assert run(store.send(store.write_call(retried, claim.fence, "queued")))  # a retry that re-enqueues
+    assert run(store.send(store.write_call(JobWrite(retried, claim.fence, "queued"))))  # a retry that re-enqueues
     for job_id in (lost, lost_then_ok):
         claim = run(store.send(store.claim_call(job_id, "dead-worker", 30)))
         redis_client.zadd(store.keys.running, {job_id: 0})
         assert run(store.recover(job_id, claim.fence, None))
     claim = run(store.send(store.claim_call(lost_then_ok, "w2", 30)))
-    assert run(store.send(store.write_call(lost_then_ok, claim.fence, "succeeded")))
+    assert run(store.send(store.write_call(JobWrite(lost_then_ok, claim.fence, "succeeded"))))
     running = ids[9]
     run(store.send(store.claim_call(running, "w1", 30)))
     # A stale write (old fence) and a second claim change nothing, so they must not count either.
-    assert not run(store.send(store.write_call(ok, 1, "failed")))
+    assert not run(store.send(store.write_call(JobWrite(ok, 1, "failed"))))
     assert not run(store.send(store.claim_call(running, "w3", 30))).ok
 
     recount = store.count_by_status()
@@ -105,7 +109,7 @@ def test_a_finished_job_leaves_the_count_when_its_retention_hour_is_over(
         store.create_call(JobRecord(id="j-ttl", spec=JobSpec(prompt="p"), status="queued", created_at=utcnow()))
     )
     claim = run(store.send(store.claim_call(job_id, "w", 30)))
-    assert run(store.send(store.write_call(job_id, claim.fence, "succeeded")))
+    assert run(store.send(store.write_call(JobWrite(job_id, claim.fence, "succeeded"))))
     now = time.time()
     assert status_counts(redis_client, store.keys, now)["succeeded"] == 1
     later = now + settings.result_ttl_s + 3600

@@ -15,6 +15,7 @@ from claudeq.models import Event, JobResult, JobSpec, Usage, utcnow
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import SlotLease, Spent
 from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
 from claudeq.worker.store.job_store import SlotRelease, WorkerJobStore
 
@@ -228,9 +229,7 @@ def fake_engine(settings: Settings, store: WorkerJobStore, sent: list[str], work
     return Engine(
         settings,
         store=store,
-        accounts=FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")),
-        runner=FakeRunner(),
-        metrics=FakeMetrics(),
+        ports=Ports(FakeAccounts(AccountConfig(name="a", kind="oauth", token_env="T")), FakeRunner(), FakeMetrics()),
         send=sends_into(sent),
         worker_id=worker_id,
     )

@@ -8,7 +8,7 @@ import fakeredis
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
-from claudeq.worker.store.job_store import WorkerJobStore
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore
 from tests.support.aio import run
 
 
@@ -21,6 +21,8 @@ def test_cancelling_a_requeued_job_deletes_the_flag_its_run_left() -> None:
     )
     claim = run(store.send(store.claim_call(job_id, "w1", 60)))
     assert store.cancel(job_id) == "running" and client.hexists(keys.job(job_id), "cancel")
-    assert run(store.send(store.write_call(job_id, claim.fence, "queued")))  # requeued before the run saw the flag
+    assert run(
+        store.send(store.write_call(JobWrite(job_id, claim.fence, "queued")))
+    )  # requeued before the run saw the flag
     assert store.cancel(job_id) == "cancelled"
     assert not client.hexists(keys.job(job_id), "cancel")

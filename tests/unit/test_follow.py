@@ -17,7 +17,7 @@ from claudeq.config.settings import Settings
 from claudeq.follow import PAGE, Ended, Followed, KeepAlive, blocking, follow
 from claudeq.models import Event, JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.support.aio import run
 
 
@@ -43,7 +43,7 @@ def _followed(store: WorkerJobStore, job_id: str, after: str = "0-0") -> list[Fo
 def test_following_ends_when_the_job_is_finished(worker_store: WorkerJobStore) -> None:
     job_id, fence = _running(worker_store)
     worker_store.append_event(job_id, Event(type="claimed"))
-    run(worker_store.send(worker_store.write_call(job_id, fence, status="succeeded")))
+    run(worker_store.send(worker_store.write_call(JobWrite(job_id, fence, "succeeded"))))
     # A millisecond later (a new stream's first entry id is the clock's: within the same millisecond it would repeat
     # `claimed`'s id; runs append only through the fence, which refuses a finished job, so only this unfenced append
     # can make a stream after the end).
@@ -59,7 +59,11 @@ def test_a_finished_job_with_more_events_than_a_page_is_followed_to_its_last(wor
     job_id, fence = _running(worker_store)
     many = [Event(type="assistant_text", data={"n": n}) for n in range(PAGE + 20)]
     assert run(worker_store.send(worker_store.append_call(job_id, fence, many)))
-    assert run(worker_store.send(worker_store.write_call(job_id, fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(
+        worker_store.send(
+            worker_store.write_call(JobWrite(job_id, fence, "succeeded", events=[Event(type="succeeded")]))
+        )
+    )
     items = _followed(worker_store, job_id)
     events = [i[1] for i in items if isinstance(i, tuple)]
     assert [e.data.get("n") for e in events[1:-1]] == list(range(PAGE + 20))
@@ -72,7 +76,11 @@ def test_following_resumes_after_a_cursor_and_sees_no_event_twice(worker_store: 
     assert run(
         worker_store.send(worker_store.append_call(job_id, fence, [Event(type="claimed"), Event(type="run_started")]))
     )
-    assert run(worker_store.send(worker_store.write_call(job_id, fence, "succeeded", event=Event(type="succeeded"))))
+    assert run(
+        worker_store.send(
+            worker_store.write_call(JobWrite(job_id, fence, "succeeded", events=[Event(type="succeeded")]))
+        )
+    )
     whole = [i for i in _followed(worker_store, job_id) if isinstance(i, tuple)]
     cursor = whole[1][0]  # `claimed`'s entry id: what SSE's Last-Event-ID carries back
     rest = [i for i in _followed(worker_store, job_id, after=cursor) if isinstance(i, tuple)]

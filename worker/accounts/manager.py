@@ -22,7 +22,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from claudeq.account_state import AccountStore, model_family, window_family
+from claudeq.account_state import AccountStore, Waiter, model_family, window_family
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
@@ -34,6 +34,7 @@ from claudeq.tenant_state import (
     BALANCE_REPAY_S,
     Admitted,
     AtMax,
+    AttemptCost,
     OverBudget,
     Reserved,
     TenantStore,
@@ -653,21 +654,21 @@ class AccountManager(AsyncCalls):
         """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
         the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran). A run
         admitted as no tenant's (no tenants file) counts against its account alone. One call on the async client."""
-        tenant, reserved = self._settled(lease)
-        account = lease.account
-        call = self.tenant_store.settle_call(
-            tenant, account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, account.capped
-        )
+        call = self.tenant_store.settle_call(self._cost(lease, cost_usd, turns))
         if call is not None:
             await self.send(call)
 
     def settle_parts(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> SettleArgs | None:
         """`settle` as the `settle` Lua function's arguments, for a job's terminal write to run in its own script
         (WorkerJobStore.finish_call); None when there is nothing to count."""
-        tenant, reserved = self._settled(lease)
-        return self.tenant_store.settle_parts(
-            tenant, lease.account.name, lease.job_id, cost_usd, None, lease.model, turns, reserved, lease.account.capped
-        )
+        return self.tenant_store.settle_parts(self._cost(lease, cost_usd, turns))
+
+    @classmethod
+    def _cost(cls, lease: SlotLease, cost_usd: float, turns: int | None) -> AttemptCost:
+        """What the run on `lease` settles: its cost, against whose spend, and whether it reserved a budget."""
+        tenant, reserved = cls._settled(lease)
+        account = lease.account
+        return AttemptCost(tenant, account.name, lease.job_id, cost_usd, lease.model, turns, reserved, account.capped)
 
     @staticmethod
     def _settled(lease: SlotLease) -> tuple[str | None, bool]:
@@ -711,12 +712,9 @@ class AccountManager(AsyncCalls):
             line = (self.store.keys.tenant_line(self.tenants.governing(tenant[0]).name), tenant[1])
         call = self.store.add_waiter_call(
             names,
-            job_id,
-            rank,
+            Waiter(job_id, rank, model_family(model), line),
             self.settings.lease_ttl_s,
-            family=model_family(model),
             fallback_s=self.settings.waiter_fallback_s,
-            tenant_line=line,
         )
         admitted = [] if call is None else await self.send(call)
         if job_id in admitted:

@@ -35,7 +35,7 @@ from ...config.tenants import DEFAULT_TENANT
 from ...producer.client import Client
 from ..delivery.engine import Engine
 from ..loop_host import in_redis_thread
-from ..store.job_store import CANCELLED
+from ..store.job_store import CANCELLED, JobWrite
 from .notifier import Notifier
 
 log = logging.getLogger("claudeq.loops")
@@ -183,7 +183,7 @@ class Loops:
                     self.store.claim_call(job_id, self.engine.worker_id, self.settings.lease_ttl_s)
                 )
                 if claim.ok:
-                    write = self.store.write_call(job_id, claim.fence, "failed", error=error)
+                    write = self.store.write_call(JobWrite(job_id, claim.fence, "failed", {"error": error}))
                     if await self.store.send(write):
                         ended_as = "failed"
         except Exception as failed:

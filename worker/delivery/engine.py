@@ -25,13 +25,12 @@ from claudeq.models import JobError, utcnow
 from ...config.settings import Settings
 from ...config.tenants import DEFAULT_TENANT
 from ..loop_host import Background, LoopHost
-from ..run.outcome import RunnerLike
-from ..store.job_store import WorkerJobStore
+from ..store.job_store import JobWrite, WorkerJobStore
 from .dispatch import Dispatch
 from .fenced import FencedWriter
 from .handler import DeliveryHandler
 from .lease import LeaseKeeper
-from .ports import AccountsLike, MetricsLike, Sender
+from .ports import Ports, Sender
 from .session_planner import SessionPlanner
 from .state import Delivered, Delivery, EventBuffer, Lease, SlotHold
 
@@ -55,18 +54,16 @@ class Engine:
         settings: Settings,
         *,
         store: WorkerJobStore,
-        accounts: AccountsLike,
-        runner: RunnerLike,
-        metrics: MetricsLike,
+        ports: Ports,
         send: Sender,
         worker_id: str,
         sessions: SessionPlanner | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.accounts = accounts
-        self.runner = runner
-        self.metrics = metrics
+        self.accounts = accounts = ports.accounts
+        self.runner = ports.runner
+        self.metrics = ports.metrics
         self.worker_id = worker_id
         self.sessions = sessions or SessionPlanner()
         self.started_at = utcnow()
@@ -82,9 +79,7 @@ class Engine:
         )
         self.handler = DeliveryHandler(
             settings,
-            accounts=accounts,
-            runner=runner,
-            metrics=metrics,
+            ports=ports,
             sessions=self.sessions,
             writer=self.writer,
             dispatch=self.dispatch,
@@ -236,7 +231,7 @@ class Engine:
         except RecordUnreadable as exc:
             log.error("job %s: record unreadable: %s", job_id, exc.detail)
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
-            if await self.store.send(self.store.write_call(job_id, claim.fence, "failed", error=error)):
+            if await self.store.send(self.store.write_call(JobWrite(job_id, claim.fence, "failed", {"error": error}))):
                 try:  # out of its tenant's active jobs: the tenant its damaged spec still names, else `default`
                     await self.accounts.job_done(_tenant_hint(claim.fields), job_id)
                 except Exception:

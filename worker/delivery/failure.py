@@ -42,6 +42,18 @@ class OutputCheck:
 
 
 @dataclass(frozen=True)
+class OutputReview:
+    """What was found of a run's output besides its outcome: a success with a `schema` needs the `check` of its
+    structured output; `unstorable`: why the output cannot be stored (worker/run/output_check.py `unstorable`): the
+    job fails, kind `output`, whatever else the attempt saw but a cancel (the run was paid for; running it again would
+    pay twice)."""
+
+    schema: dict[str, Any] | None = None  # the structured output's schema (None: the job asks for none)
+    check: OutputCheck | None = None
+    unstorable: str | None = None
+
+
+@dataclass(frozen=True)
 class Decision:
     """What to do after one attempt."""
 
@@ -62,23 +74,19 @@ def decide(
     *,
     now: datetime,
     rate_limit_cooldown_s: float,
-    output_schema: dict[str, Any] | None = None,
-    output_check: OutputCheck | None = None,
-    unstorable: str | None = None,
+    output: OutputReview = OutputReview(),
 ) -> Decision:
-    """Classify one attempt. `attempts_so_far` counts the earlier counted attempts (this one excluded). A success
-    with an `output_schema` needs the `output_check` of its structured output (validation never runs here).
-    `unstorable`: why the run's output cannot be stored (worker/run/output_check.py `unstorable`): the job fails, kind
-    `output`, whatever else the attempt saw but a cancel (the run was paid for; running it again would pay twice)."""
+    """Classify one attempt. `attempts_so_far` counts the earlier counted attempts (this one excluded). `output`:
+    what was found of the run's output (`OutputReview`; validation never runs here)."""
     if outcome.stopped_by == "cancel":
         return Decision("cancelled", "cancel", "cancelled", error=JobError(kind="cancelled", message="cancelled"))
-    if unstorable is not None:
-        detail = f"the run's output cannot be stored: {unstorable}; not retried"
+    if output.unstorable is not None:
+        detail = f"the run's output cannot be stored: {output.unstorable}; not retried"
         return Decision("failed", "fail", detail, error=JobError(kind="output", message=detail))
     if outcome.stopped_by == "shutdown":
         return Decision("requeued", "requeue", "worker shutting down; job re-enqueued")
     if outcome.got_result and not outcome.is_error:
-        return _success(outcome, output_schema, output_check)
+        return _success(outcome, output.schema, output.check)
     if outcome.start_errno is not None:
         return _cannot_start(outcome, outcome.start_errno)
 

@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from claudeq.jobs import JobFields
 from claudeq.models import TERMINAL, Event, JobStatus, TerminalStatus
 
-from ..store.job_store import CANCELLED, Freed, SlotRelease, WorkerJobStore, Written
+from ..store.job_store import CANCELLED, Freed, JobWrite, SlotRelease, WorkerJobStore, Written
 from .state import Delivery
 
 log = logging.getLogger("claudeq.engine")
@@ -186,18 +186,11 @@ class FencedWriter:
             d.events.stream = True  # its events go to the stream (set before the call: a lost reply may have landed)
         pack = self.pack_events and status in TERMINAL and not d.events.stream
         d.events.packed = pack
+        write = JobWrite(d.job_id, d.lease.fence, status, fields, events, stream=d.events.stream, pack=pack)
         if release is not None and status in TERMINAL:
-            freed = await self.store.send(
-                self.store.finish_call(
-                    d.job_id, d.lease.fence, status, release, events, stream=d.events.stream, pack=pack, **fields
-                )
-            )
+            freed = await self.store.send(self.store.finish_call(write, release))
             return freed.done, freed
-        return await self.store.send(
-            self.store.write_call(
-                d.job_id, d.lease.fence, status, events=events, stream=d.events.stream, pack=pack, **fields
-            )
-        ), None
+        return await self.store.send(self.store.write_call(write)), None
 
     async def _landed(self, d: Delivery, status: JobStatus | None) -> Written:
         stored = await self.store.lease_state(d.job_id)

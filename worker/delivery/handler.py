@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec
 
@@ -51,7 +51,7 @@ from claudeq.tracing import NO_SPAN, SpanLike
 from ...config.account_pool import AccountConfig
 from ...config.settings import Settings
 from ..accounts.choice import NoAccount
-from ..accounts.manager import Spent, StartLost
+from ..accounts.manager import SlotLease, Spent, StartLost
 from ..accounts.waiting_line import rank, tenant_rank
 from ..loop_host import in_redis_thread
 from ..metrics.labels import primary_model
@@ -64,12 +64,12 @@ from ..store.job_store import CANCEL_ERROR, CANCELLED, AttemptStart, Freed
 from ..workspace.worktree import WorkspaceProblem, worktree_path
 from .artifacts import keep_outputs
 from .dispatch import Dispatch
-from .failure import Decision, OutputCheck, decide
+from .failure import Decision, OutputCheck, OutputReview, decide
 from .fenced import FencedWriter
 from .key_gate import KeyGate
-from .ports import AccountsLike, MetricsLike
+from .ports import AccountsLike, MetricsLike, Ports
 from .retry import AttemptLoop, DeferInstead, Step, StepKind
-from .session_planner import SessionPlanner
+from .session_planner import SessionPlan, SessionPlanner
 from .state import Delivered, Delivery, Finish, summed_usage
 from .waits import Cooldown
 from .workspaces import Workspaces
@@ -81,6 +81,22 @@ AGENT_NAME = "claudeq"
 P = ParamSpec("P")
 
 
+@dataclass(frozen=True)
+class AttemptSetup:
+    """One attempt as `DeliveryHandler._attempt` sets it up, before it takes a slot: the job's spec (with the budget
+    the slot grants, once it has one), its session plan, its start as data (written in the slot's script when
+    `together`, else apart once the slot is taken), the accounts where it may hold a slot already (`holds`; None:
+    wherever), the attempts the job may have, and the attempt's span."""
+
+    spec: JobSpec
+    plan: SessionPlan
+    start: AttemptStart
+    holds: frozenset[str] | None
+    together: bool
+    max_attempts: int
+    span: SpanLike
+
+
 class DeliveryHandler:
     """Carries one claimed delivery through its attempts to the status it ends in."""
 
@@ -88,9 +104,7 @@ class DeliveryHandler:
         self,
         settings: Settings,
         *,
-        accounts: AccountsLike,
-        runner: RunnerLike,
-        metrics: MetricsLike,
+        ports: Ports,
         sessions: SessionPlanner,
         writer: FencedWriter,
         dispatch: Dispatch,
@@ -100,9 +114,9 @@ class DeliveryHandler:
         self.settings = settings
         self.store = writer.store
         self.approval_calls = ApprovalCalls(self.store)
-        self.accounts = accounts
-        self.runner = runner
-        self.metrics = metrics
+        self.accounts: AccountsLike = ports.accounts
+        self.runner: RunnerLike = ports.runner
+        self.metrics: MetricsLike = ports.metrics
         self.sessions = sessions
         self.writer = writer
         self.dispatch = dispatch
@@ -279,9 +293,10 @@ class DeliveryHandler:
                 "gen_ai.request.model": spec.model,
             }
         )
+        setup = AttemptSetup(spec, plan, start, holds, together, max_attempts, span)
         try:
             with span.current():
-                step = await self._attempt_traced(d, span, spec, holds, start, together, plan, max_attempts)
+                step = await self._attempt_traced(d, setup)
             span.set(step=step.kind, status=step.status)
             if step.kind == "reroute":  # to another account at once (a `retry` or a rate-limit `wait` is on_retry's)
                 d.trace.event(
@@ -296,29 +311,38 @@ class DeliveryHandler:
             if spec.concurrency_key is not None:
                 await self.key_gate.leave(d, spec)
 
-    async def _attempt_traced(
-        self,
-        d: Delivery,
-        span: SpanLike,
-        spec: JobSpec,
-        holds: frozenset[str] | None,
-        start: AttemptStart,
-        together: bool,
-        plan: Any,
-        max_attempts: int,
-    ) -> Step:
-        """The attempt from its account slot to its outcome, under the attempt's span (`span`). `start`: the
-        attempt's start, written in the slot's script when `together`, else apart once the slot is taken."""
-        number = start.number
-        waiting = span.child("claudeq.account_slot", job_id=d.job_id)
+    async def _attempt_traced(self, d: Delivery, setup: AttemptSetup) -> Step:
+        """The attempt from its account slot to its outcome, under the attempt's span (`setup.span`)."""
+        acquired = await self._acquire(d, setup)
+        if isinstance(acquired, Step):
+            return acquired
+        began = await self._begin(d, setup, acquired)
+        if isinstance(began, Step):
+            return began
+        setup, attempt = began
+        attempt, outcome, refused, request = await self._run_attempt(d, setup, acquired, attempt)
+        try:
+            parked = request.approvals.parked if request.approvals is not None else None
+            # A shutdown parks the request too: the job waits for its decision with no worker, as past the hold.
+            if parked is not None and outcome is not None and refused is None and d.why in (None, "shutdown"):
+                return Step.finished(await self._park(d, attempt, outcome, parked))
+            return await self._after_run(d, setup, attempt, acquired.account, outcome, refused)
+        finally:
+            await self._settle(d)
+
+    async def _acquire(self, d: Delivery, setup: AttemptSetup) -> SlotLease | Step:
+        """The attempt's account slot (its start written in the slot's script when `setup.together`), or the step
+        that ends the attempt without one: failed when no account ever can, a wait in place for a cooldown about to
+        end, else deferred."""
+        waiting = setup.span.child("claudeq.account_slot", job_id=d.job_id)
         try:
             acquired = await self.accounts.acquire(
                 d.job_id,
-                spec,
+                setup.spec,
                 frozenset(),
                 await self._rank(d),
-                holds,
-                start=start if together else None,
+                setup.holds,
+                start=setup.start if setup.together else None,
                 warm_wait_until=self._warm_wait_until(d),
             )
         except StartLost:
@@ -326,25 +350,34 @@ class DeliveryHandler:
             return Step.finished("lost")
         finally:
             waiting.end()
-        if isinstance(acquired, NoAccount):
-            span.set(outcome="no_account", detail=acquired.reason)
-            if acquired.permanent:
-                kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
-                return Step.finished(await self.finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
-            until_ready = (acquired.ready_at - utcnow()).total_seconds()
-            if acquired.cooldown and until_ready <= self.settings.retry_in_place_max_s:
-                # A cooldown about to end: sit it out in place (no slot held) rather than a round trip via deferral.
-                return Step("wait", reason="rate_limit", cooldown=Cooldown(acquired.ready_at))
-            return Step.finished(
-                await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts, acquired.tenant)
-            )
+        if not isinstance(acquired, NoAccount):
+            return acquired
+        setup.span.set(outcome="no_account", detail=acquired.reason)
+        if acquired.permanent:
+            kind: ErrorKind = acquired.kind or ("account" if self.settings.accounts.names else "configuration")
+            return Step.finished(await self.finish(d, "failed", JobError(kind=kind, message=acquired.reason)))
+        until_ready = (acquired.ready_at - utcnow()).total_seconds()
+        if acquired.cooldown and until_ready <= self.settings.retry_in_place_max_s:
+            # A cooldown about to end: sit it out in place (no slot held) rather than a round trip via deferral.
+            return Step("wait", reason="rate_limit", cooldown=Cooldown(acquired.ready_at))
+        return Step.finished(
+            await self._defer(d, acquired.ready_at, acquired.reason, acquired.accounts, acquired.tenant)
+        )
+
+    async def _begin(
+        self, d: Delivery, setup: AttemptSetup, acquired: SlotLease
+    ) -> tuple[AttemptSetup, Attempt] | Step:
+        """The attempt started on the slot it holds: recorded (apart, when the slot's script did not write it), a
+        parked request's decision delivered; the setup with the budget the slot grants. A step when the job was lost."""
         d.hold.slot = acquired
-        account: AccountConfig = acquired.account
-        span.set(account=account.name)
+        setup.span.set(account=acquired.account.name)
         if acquired.budget_usd is not None:
             # What the tenant and the account have left, or the spec's own budget when smaller.
-            spec = spec.model_copy(update={"max_budget_usd": acquired.budget_usd})
-        attempt = acquired.started if acquired.started is not None else start.on(account.name, acquired.budget_usd)
+            setup = replace(setup, spec=setup.spec.model_copy(update={"max_budget_usd": acquired.budget_usd}))
+        start = setup.start
+        attempt = (
+            acquired.started if acquired.started is not None else start.on(acquired.account.name, acquired.budget_usd)
+        )
         d.attempts.append(attempt)
         if start.session_plan is not None:
             d.record = d.record.model_copy(update={"session_plan": start.session_plan})
@@ -352,6 +385,15 @@ class DeliveryHandler:
             return Step.finished("lost")
         if d.unparked is not None and not await self._deliver_decision(d, d.unparked):
             return Step.finished("lost")
+        return setup, attempt
+
+    async def _run_attempt(
+        self, d: Delivery, setup: AttemptSetup, acquired: SlotLease, attempt: Attempt
+    ) -> tuple[Attempt, RunOutcome | None, JobError | None, RunRequest]:
+        """The run in its workspace, and what it spent: the attempt (with its workspace's change), the outcome (None:
+        no run), why the attempt is refused (None: it is not) and the request it ran."""
+        spec, plan, span, number = setup.spec, setup.plan, setup.span, setup.start.number
+        account = acquired.account
         request = RunRequest(
             job_id=d.job_id,
             attempt=number,
@@ -392,28 +434,19 @@ class DeliveryHandler:
         self.metrics.tenant_cost(self.settings.tenants.label(spec.tenant), cost)
         if outcome is not None:
             self.metrics.tenant_tokens(self.settings.tenants.label(spec.tenant), outcome.result.usage)
-        try:
-            parked = request.approvals.parked if request.approvals is not None else None
-            # A shutdown parks the request too: the job waits for its decision with no worker, as past the hold.
-            if parked is not None and outcome is not None and refused is None and d.why in (None, "shutdown"):
-                return Step.finished(await self._park(d, attempt, outcome, parked))
-            return await self._after_run(d, attempt, account, spec, outcome, refused, max_attempts, span)
-        finally:
-            await self._settle(d)
+        return attempt, outcome, refused, request
 
     async def _after_run(
         self,
         d: Delivery,
+        setup: AttemptSetup,
         attempt: Attempt,
         account: AccountConfig,
-        spec: JobSpec,
         outcome: RunOutcome | None,
         refused: JobError | None,
-        max_attempts: int,
-        span: SpanLike = NO_SPAN,
     ) -> Step:
-        """Classify a finished run and act on it (finish, requeue, retry or reroute); `span`: the attempt's."""
-        number = attempt.number
+        """Classify a finished run and act on it (finish, requeue, retry or reroute)."""
+        number, spec, span = attempt.number, setup.spec, setup.span
         if d.lost:
             log.warning("job %s: lease lost during attempt %d; writing nothing", d.job_id, number)
             return Step.finished("lost")
@@ -439,12 +472,12 @@ class DeliveryHandler:
             outcome,
             account,
             d.counted,
-            max_attempts,
+            setup.max_attempts,
             now=utcnow(),
             rate_limit_cooldown_s=self.settings.rate_limit_cooldown_s,
-            output_schema=spec.output_schema,
-            output_check=None if problem is not None else await self._check_output(spec, outcome),
-            unstorable=problem,
+            output=OutputReview(
+                spec.output_schema, None if problem is not None else await self._check_output(spec, outcome), problem
+            ),
         )
         await self._apply_account_effects(account, outcome, decision)
         d.attempts[-1] = attempt.model_copy(

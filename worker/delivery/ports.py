@@ -7,6 +7,7 @@ claudeq.worker.metrics.prometheus.WorkerMetrics) satisfy these structurally.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -14,7 +15,7 @@ from claudeq.models import JobSpec, Outcome, TerminalStatus, Usage
 
 from ..accounts.choice import NoAccount
 from ..accounts.manager import SlotLease, Spent
-from ..run.outcome import RateLimitSignal
+from ..run.outcome import RateLimitSignal, RunnerLike
 from ..store.job_store import AttemptStart, SlotRelease
 
 #: Sends the `claudeq.run` message for a job (spec None: the record is unreadable, use the default queue).
@@ -111,3 +112,13 @@ class MetricsLike(Protocol):
     def schedule_tick(self, outcome: str, n: int = 1) -> None: ...
     def loop_item_failed(self, loop: str) -> None: ...
     def notification(self, target: str, outcome: str, latency_s: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    """What a worker's deliveries go through besides Redis, built once by whoever builds the engine: the account
+    manager, the runner and the metrics (the real ones, or fakes)."""
+
+    accounts: AccountsLike
+    runner: RunnerLike
+    metrics: MetricsLike

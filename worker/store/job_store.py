@@ -18,8 +18,8 @@ import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Unpack, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 import redis
 
@@ -103,6 +103,24 @@ class SlotRelease:
     handout: AdmitArgs
     unindex: list[str]
     settle: SettleArgs | None = None
+
+
+@dataclass(frozen=True)
+class JobWrite:
+    """One fenced write of a job's record, built once by its caller and sent as a `write_call` (or, terminal, a
+    `finish_call`): only while `fence` still holds the job, set `fields`, move to `status` (None: no move) and append
+    `events` in order. `stream` False: the job has no event stream (none of its events ever went to one), so a
+    terminal write need not read it. `pack`: such a write stores the compacted events packed
+    (`claudeq.jobs.pack_events`, computed by the store: the script has no codec) instead of as JSON, so nothing is
+    left to pack after it."""
+
+    job_id: str
+    fence: int
+    status: JobStatus | None = None
+    fields: JobFields = field(default_factory=lambda: JobFields())
+    events: Sequence[Event] = ()
+    stream: bool = True
+    pack: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,24 +283,12 @@ class WorkerJobStore(AsyncCalls, JobStore):
             worker=worker,
         ).call(self._heartbeat, parse)
 
-    def finish_call(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus,
-        release: SlotRelease,
-        events: Sequence[Event] = (),
-        *,
-        stream: bool = True,
-        pack: bool = False,
-        **fields: Unpack[JobFields],
-    ) -> ScriptCall[Freed]:
+    def finish_call(self, job_write: JobWrite, release: SlotRelease) -> ScriptCall[Freed]:
         """A terminal `write_call` that also frees what `release` names (the run's slot, the job's index entries, its
-        last attempt's spend), in one script, only while `fence` still holds the job. `stream`, `pack`: as for
-        `write_call`."""
-        if status not in TERMINAL:
+        last attempt's spend), in one script, only while the write's fence still holds the job."""
+        if job_write.status not in TERMINAL:
             raise ValueError("finish writes a terminal status")
-        write = self._write_args(job_id, fence, status, 0, None, events, fields, stream, pack)
+        write = self._write_args(job_write)
 
         def parse(reply: list[Any]) -> Freed:
             return Freed(bool(int(reply[0])), tuple(text(job) for job in reply[1:]))
@@ -338,52 +344,25 @@ class WorkerJobStore(AsyncCalls, JobStore):
         script, under the start's fence (START): ACQUIRE's answer, or START_LOST when the slot was taken but the
         fence no longer holds the job (nothing written)."""
         assert isinstance(acquire.named, AcquireArgs), "START takes an ACQUIRE call built from its AcquireArgs"
-        write = self._write_args(start.job_id, start.fence, None, 0, None, (), start.fields(attempt))
+        write = self._write_args(JobWrite(start.job_id, start.fence, fields=start.fields(attempt)))
         return scripts.StartArgs(acquire=acquire.named, write=write).call(self._start, int)
 
-    def write_call(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus | None = None,
-        score: float = 0,
-        event: Event | None = None,
-        events: Sequence[Event] = (),
-        *,
-        stream: bool = True,
-        pack: bool = False,
-        **fields: Unpack[JobFields],
-    ) -> ScriptCall[Written]:
-        """Write fields (and optionally move status, and append `events` then `event`) only while `fence` still holds
-        the job, in one script. False = stale: nothing written, no event. CANCELLED: a write to `queued` or
-        `deferred` found the job's cancel flag set and ended it `cancelled` instead (a cancel is seen at every status
-        write). `stream` False: the job has no event stream (none of its events ever went to one), so a terminal
-        write need not read it. `pack`: such a write stores the compacted events packed (`claudeq.jobs.pack_events`,
-        computed here: the script has no codec) instead of as JSON, so nothing is left to pack after it."""
-        args = self._write_args(job_id, fence, status, score, event, events, fields, stream, pack)
-        return args.call(self._write, _written)
+    def write_call(self, job_write: JobWrite) -> ScriptCall[Written]:
+        """The write (`JobWrite`), in one script, only while its fence still holds the job. False = stale: nothing
+        written, no event. CANCELLED: a write to `queued` or `deferred` found the job's cancel flag set and ended it
+        `cancelled` instead (a cancel is seen at every status write)."""
+        return self._write_args(job_write).call(self._write, _written)
 
-    def _write_args(
-        self,
-        job_id: str,
-        fence: int,
-        status: JobStatus | None,
-        score: float,
-        event: Event | None,
-        events: Sequence[Event],
-        fields: JobFields,
-        stream: bool = True,
-        pack: bool = False,
-    ) -> scripts.WriteArgs:
+    def _write_args(self, job_write: JobWrite) -> scripts.WriteArgs:
+        job_id, status, every = job_write.job_id, job_write.status, tuple(job_write.events)
+        fields = job_write.fields.copy()  # the write's own: a terminal write adds finished_at
         if status == "deferred" and "ready_at" not in fields:
             raise ValueError("a deferred job needs ready_at")
         if status in TERMINAL and "finished_at" not in fields:
             fields["finished_at"] = utcnow()
-        if status == "queued" and not score:
-            score = time.time()
+        score = time.time() if status == "queued" else 0.0
         if status == "deferred":
             score = fields["ready_at"].timestamp()
-        every = (*events, *(() if event is None else (event,)))
         payloads = [encode_event(e) for e in every]
         on_cancel = ""
         if status in _STATUS_EVENT:
@@ -393,7 +372,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             on_cancel = json.dumps([encode_event(cancelled), compact_json(CANCEL_ERROR), stored_time(utcnow()), own])
         now_ms = int(time.time() * 1000)
         flat: list[str | bytes] = [*encode_fields(fields)]
-        if pack and status in TERMINAL and not stream and payloads:
+        if job_write.pack and status in TERMINAL and not job_write.stream and payloads:
             # What lib/pack_events.lua would make of them (no stream: ids from now_ms), packed: one field set by the
             # write instead of a read and a PACK_EVENTS call after it.
             entries = [[f"{now_ms}-{seq}", payload] for seq, payload in enumerate(payloads)]
@@ -405,11 +384,11 @@ class WorkerJobStore(AsyncCalls, JobStore):
             running=self.keys.running,
             queued=self.keys.queued,
             deferred=self.keys.deferred,
-            stream=self.keys.events(job_id) if stream or status not in TERMINAL else "",
+            stream=self.keys.events(job_id) if job_write.stream or status not in TERMINAL else "",
             outbox=self.keys.outbox,
             waiting=self.keys.waiting,
             job_id=job_id,
-            fence=fence,
+            fence=job_write.fence,
             new_status=status or "",
             ttl_s=self.result_ttl_s,
             score=score,

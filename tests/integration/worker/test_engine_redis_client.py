@@ -23,7 +23,7 @@ from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.delivery.engine import engine_executor_workers
 from claudeq.worker.loop_host import REDIS_THREADS, LoopHost, in_redis_thread
-from claudeq.worker.store.job_store import LeaseState
+from claudeq.worker.store.job_store import JobWrite, LeaseState
 from tests.support.runtime import engine_runtime
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,9 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
         assert claim.ok and claim.fields is not None and claim.cancelled is True
         attempt = Attempt(number=1, account="a", worker="w1", started_at=utcnow())
         wrote = await store.send(
-            store.write_call(job_id, claim.fence, events=[Event(type="claimed")], attempts=[attempt])
+            store.write_call(
+                JobWrite(job_id, claim.fence, fields={"attempts": [attempt]}, events=[Event(type="claimed")])
+            )
         )
         appended = await store.send(store.append_call(job_id, claim.fence, [Event(type="run_started")]))
         beat = await store.send(store.beat_call(job_id, "w1", claim.fence, 30))
@@ -63,10 +65,16 @@ def test_a_runs_hot_path_makes_no_thread_hop_and_writes_what_the_sync_path_write
         lease = await store.lease_state(job_id)
         done = await store.send(
             store.write_call(
-                job_id, claim.fence, "succeeded", event=Event(type="succeeded"), result=JobResult(text="ok")
+                JobWrite(
+                    job_id,
+                    claim.fence,
+                    "succeeded",
+                    fields={"result": JobResult(text="ok")},
+                    events=[Event(type="succeeded")],
+                )
             )
         )
-        stale = await store.send(store.write_call(job_id, claim.fence, "failed"))
+        stale = await store.send(store.write_call(JobWrite(job_id, claim.fence, "failed")))
         return dict(
             fence=claim.fence,
             wrote=wrote,

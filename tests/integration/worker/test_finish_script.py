@@ -13,13 +13,14 @@ from typing import TypeVar
 
 import pytest
 
+from claudeq.account_state import Waiter
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import Call, ScriptCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
 from claudeq.worker.store import job_scripts
-from claudeq.worker.store.job_store import START_LOST, AttemptStart, Freed
+from claudeq.worker.store.job_store import START_LOST, AttemptStart, Freed, JobWrite
 from tests.support.jobs import queued
 from tests.support.runtime import engine_runtime
 
@@ -66,7 +67,14 @@ def test_the_terminal_write_frees_the_slot_and_the_index_in_one_script(runtime: 
     done = runtime.engine.call(
         store.send(
             store.finish_call(
-                job_id, fence, "succeeded", release, [Event(type="succeeded")], result=JobResult(text="ok")
+                JobWrite(
+                    job_id,
+                    fence,
+                    "succeeded",
+                    fields={"result": JobResult(text="ok")},
+                    events=[Event(type="succeeded")],
+                ),
+                release,
             )
         )
     ).result(10)
@@ -91,7 +99,11 @@ def test_a_job_no_producer_indexed_is_taken_out_of_no_index(runtime: WorkerRunti
     job_id, fence, lease = _running_with_slot(runtime)
     release = accounts.slot_release(lease, "acme", indexed=False)
     assert release is not None and release.unindex == []
-    assert runtime.engine.call(store.send(store.finish_call(job_id, fence, "succeeded", release))).result(10).done
+    assert (
+        runtime.engine.call(store.send(store.finish_call(JobWrite(job_id, fence, "succeeded"), release)))
+        .result(10)
+        .done
+    )
     assert store.redis.zscore(store.keys.tenant_jobs("acme"), job_id) is not None  # no ZREM was sent
 
 
@@ -102,7 +114,7 @@ def test_a_stale_fence_writes_and_frees_nothing(runtime: WorkerRuntime) -> None:
     release = accounts.slot_release(lease, "acme", spent=Spent(lease, 0.25))
     assert release is not None
 
-    done = runtime.engine.call(store.send(store.finish_call(job_id, fence + 1, "failed", release))).result(10)
+    done = runtime.engine.call(store.send(store.finish_call(JobWrite(job_id, fence + 1, "failed"), release))).result(10)
 
     # The new owner may hold this very slot (members are job ids): a run that lost the job leaves it. Its spend is
     # not counted either: the handler counts it apart (DeliveryHandler._settle), as for any write that did not land.
@@ -122,11 +134,12 @@ def test_the_freed_slot_goes_to_the_waiter_in_line(runtime: WorkerRuntime) -> No
     store.redis.hset(store.keys.job(waiter), "status", "deferred")
     store.redis.zrem(store.keys.queued, waiter)
     store.redis.zadd(store.keys.deferred, {waiter: 1e12})
-    assert run_call(accounts.store.add_waiter_call(["acct-a"], waiter, 1.0)) == []  # the only slot is taken
+    # The only slot is taken.
+    assert run_call(accounts.store.add_waiter_call(["acct-a"], Waiter(waiter, rank=1.0))) == []
 
     release = accounts.slot_release(lease, "acme")
     assert release is not None
-    done = runtime.engine.call(store.send(store.finish_call(job_id, fence, "succeeded", release))).result(10)
+    done = runtime.engine.call(store.send(store.finish_call(JobWrite(job_id, fence, "succeeded"), release))).result(10)
 
     assert done == Freed(True, (waiter,))
     assert run_call(store.get_call(waiter)).status == "queued"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from claudeq.account_state import AccountStore
+from claudeq.account_state import AccountStore, Waiter
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys
@@ -95,11 +95,12 @@ def test_release_hands_the_slot_to_the_best_ranked_deferred_waiter(
     _defer(fake_redis, "w2", "w3", "w9")
     fake_redis.hset(KEYS.job("w1"), "status", "queued")
     now = time.time()
-    assert run_call(store.add_waiter_call(["b"], "w9", rank=9e10 + now, now=now)) == []  # priority 9, oldest
-    assert run_call(store.add_waiter_call(["b"], "w1", rank=1.0, now=now)) == []  # not deferred: never joins
-    assert run_call(store.add_waiter_call(["b"], "w3", rank=now + 2, now=now)) == []
-    assert run_call(store.add_waiter_call(["b"], "w2", rank=now + 1, now=now)) == []
-    assert run_call(store.add_waiter_call(["b"], "w2", rank=now + 5, now=now)) == []  # already in line: keeps its place
+    assert run_call(store.add_waiter_call(["b"], Waiter("w9", rank=9e10 + now), now=now)) == []  # priority 9, oldest
+    assert run_call(store.add_waiter_call(["b"], Waiter("w1", rank=1.0), now=now)) == []  # not deferred: never joins
+    assert run_call(store.add_waiter_call(["b"], Waiter("w3", rank=now + 2), now=now)) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("w2", rank=now + 1), now=now)) == []
+    # Already in line: it keeps its place.
+    assert run_call(store.add_waiter_call(["b"], Waiter("w2", rank=now + 5), now=now)) == []
     assert store.waiters("b") == ["w2", "w3", "w9"]
     # The slot goes to w2 (priority 0, older than w3), in the same step: it holds the slot and is queued.
     assert run_call(store.release_call("b", "j1")) == ["w2"]
@@ -151,7 +152,7 @@ def test_release_on_a_cooling_account_admits_nobody(store: AccountStore, fake_re
     run_call(store.acquire_call("a", "j1", 10))
     run_call(store.acquire_call("a", "j2", 10))
     _defer(fake_redis, "w1")
-    assert run_call(store.add_waiter_call(["a"], "w1", rank=1.0)) == []
+    assert run_call(store.add_waiter_call(["a"], Waiter("w1", rank=1.0))) == []
     store.cool("a", datetime.now(UTC) + timedelta(seconds=30), "rejected")
     assert run_call(store.release_call("a", "j1")) == []
     assert store.waiters("a") == ["w1"]
@@ -245,20 +246,20 @@ def test_a_slot_freed_before_the_waiter_joined_admits_it_at_once(
     _defer(fake_redis, "w1", ready=now + 15)
     run_call(store.acquire_call("b", "j1", 15, now=now))
     # Still full: the job waits in line; its ready time is only the fallback now.
-    assert run_call(store.add_waiter_call(["b"], "w1", rank=now, now=now, fallback_s=300)) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("w1", rank=now), now=now, fallback_s=300)) == []
     assert fake_redis.zscore(KEYS.deferred, "w1") == now + 300
     # A slot released with nobody in line is free: a job joining the line takes it at once.
     fake_redis.zrem(KEYS.account_waiters("b"), "w1")
     run_call(store.release_call("b", "j1"))
-    assert run_call(store.add_waiter_call(["b"], "w1", rank=now, now=now + 1)) == ["w1"]
+    assert run_call(store.add_waiter_call(["b"], Waiter("w1", rank=now), now=now + 1)) == ["w1"]
     assert fake_redis.zscore(KEYS.deferred, "w1") is None
     assert set(store.slot_holders("b", now=now + 1)) == {"w1"}
     # A cooling account is no reason to admit it.
     _defer(fake_redis, "w2")
     store.cool("a", datetime.now(UTC) + timedelta(seconds=50), "rejected")
-    assert run_call(store.add_waiter_call(["a"], "w2", rank=now)) == []
+    assert run_call(store.add_waiter_call(["a"], Waiter("w2", rank=now))) == []
     # Nor is a job that is no longer deferred.
-    assert run_call(store.add_waiter_call(["a", "b"], "gone", rank=0.0)) == []
+    assert run_call(store.add_waiter_call(["a", "b"], Waiter("gone", rank=0.0))) == []
     assert store.waiters("a") == ["w2"]
 
 
@@ -269,22 +270,22 @@ def test_joining_the_line_moves_the_ready_time_out_to_the_fallback_never_earlier
     run_call(store.acquire_call("b", "j1", 15, now=now))
     # Deferred until the slot's expiry: in line, a freed slot is handed to it; no re-send every lease TTL.
     _defer(fake_redis, "w1", ready=now + 15)
-    assert run_call(store.add_waiter_call(["b"], "w1", rank=now, now=now, fallback_s=300)) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("w1", rank=now), now=now, fallback_s=300)) == []
     assert fake_redis.zscore(KEYS.deferred, "w1") == now + 300
     # A later ready time (a cooldown ending in an hour) is kept.
     _defer(fake_redis, "w2", ready=now + 3600)
-    assert run_call(store.add_waiter_call(["b"], "w2", rank=now + 1, now=now, fallback_s=300)) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("w2", rank=now + 1), now=now, fallback_s=300)) == []
     assert fake_redis.zscore(KEYS.deferred, "w2") == now + 3600
     # A job no longer deferred is neither put in line nor put back in the deferred set.
     fake_redis.hset(KEYS.job("w3"), "status", "queued")
-    assert run_call(store.add_waiter_call(["b"], "w3", rank=now + 2, now=now, fallback_s=300)) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("w3", rank=now + 2), now=now, fallback_s=300)) == []
     assert fake_redis.zscore(KEYS.deferred, "w3") is None
     assert store.waiters("b") == ["w1", "w2"]
 
 
 def test_one_job_in_several_lines_is_admitted_once(store: AccountStore, fake_redis: fakeredis.FakeRedis) -> None:
     _defer(fake_redis, "w1")
-    assert run_call(store.add_waiter_call(["a", "b"], "w1", rank=1.0)) == [
+    assert run_call(store.add_waiter_call(["a", "b"], Waiter("w1", rank=1.0))) == [
         "w1"
     ]  # both free: one slot, on the first account
     assert set(store.slot_holders("a")) == {"w1"}

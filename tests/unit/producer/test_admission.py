@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from claudeq.account_state import AccountStore, model_family, window_family
+from claudeq.account_state import AccountStore, Waiter, model_family, window_family
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.script_calls import run_call
@@ -180,8 +180,8 @@ def test_waiters_of_a_held_back_family_stay_in_line_while_others_are_admitted(
     run_call(store.acquire_call("b", "j1", 10, now=now))
     run_call(store.acquire_call("b", "j2", 10, now=now))
     _defer(fake_redis, "opus-1", "sonnet-1")
-    assert run_call(store.add_waiter_call(["b"], "opus-1", rank=1.0, now=now, family="opus")) == []
-    assert run_call(store.add_waiter_call(["b"], "sonnet-1", rank=2.0, now=now, family="sonnet")) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("opus-1", rank=1.0, family="opus"), now=now)) == []
+    assert run_call(store.add_waiter_call(["b"], Waiter("sonnet-1", rank=2.0, family="sonnet"), now=now)) == []
     assert store.waiters("b") == ["opus-1", "sonnet-1"]
     store.record_utilization("b", [("seven_day_opus", 1.0, now + 100)])
     # The released slot goes to the sonnet job although the opus job is ranked first: opus is reserved here.
@@ -196,7 +196,7 @@ def test_a_handed_slot_is_given_back_when_its_family_closed_meanwhile(
 ) -> None:
     now = time.time()
     _defer(fake_redis, "opus-1")
-    assert run_call(store.add_waiter_call(["b"], "opus-1", rank=1.0, now=now, family="opus")) == ["opus-1"]
+    assert run_call(store.add_waiter_call(["b"], Waiter("opus-1", rank=1.0, family="opus"), now=now)) == ["opus-1"]
     store.record_utilization("b", [("seven_day_opus", 1.0, now + 100)])
     assert run_call(store.acquire_call("b", "opus-1", 10, now=now, family="opus")) == -5
     assert store.slot_holders("b", now=now) == {}

@@ -11,7 +11,7 @@ import pytest
 from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError, JobTimeout
 from claudeq.producer.client import AsyncClient, Client
-from claudeq.worker.store.job_store import WorkerJobStore
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore
 
 
 class RecordingCelery:
@@ -42,7 +42,7 @@ async def test_submit_wait_and_events(aclient: AsyncClient) -> None:
         )
         claim = await store.send(store.claim_call(handle.id, "w", 5))
         await asyncio.sleep(0.1)
-        await store.send(store.write_call(handle.id, claim.fence, "succeeded"))
+        await store.send(store.write_call(JobWrite(handle.id, claim.fence, "succeeded")))
 
     record, _ = await asyncio.gather(handle.wait(timeout=5, poll_s=0.02), worker())
     assert record.status == "succeeded"

@@ -16,7 +16,7 @@ from claudeq.models import PARENT_JOB_KEY, Event
 from claudeq.producer.client import Client
 from claudeq.producer.mcp_server import FLEET_TOOLS, build_server, parse_address
 from claudeq.worker.run import tools
-from claudeq.worker.store.job_store import make_worker_store
+from claudeq.worker.store.job_store import JobWrite, make_worker_store
 from tests.support.aio import run
 
 
@@ -110,7 +110,9 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
     job = fleet.submit(prompt="hi")
     claim = await worker.send(worker.claim_call(job.id, "w-1", 30))
     assert claim.ok
-    await worker.send(worker.write_call(job.id, claim.fence, event=Event(type="run_started", data={"account": "a"})))
+    await worker.send(
+        worker.write_call(JobWrite(job.id, claim.fence, events=[Event(type="run_started", data={"account": "a"})]))
+    )
     read = fleet.store.read_events
     finished: list[bool] = []
 
@@ -118,7 +120,11 @@ async def test_wait_job_reports_the_terminal_event_of_a_job_that_finishes_betwee
         out = read(job_id, after, **kwargs)
         if not finished:
             finished.append(True)
-            assert run(worker.send(worker.write_call(job.id, claim.fence, "succeeded", event=Event(type="succeeded"))))
+            assert run(
+                worker.send(
+                    worker.write_call(JobWrite(job.id, claim.fence, "succeeded", events=[Event(type="succeeded")]))
+                )
+            )
         return out
 
     monkeypatch.setattr(fleet.store, "read_events", read_then_finish)

@@ -18,6 +18,7 @@ from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.accounts.manager import SlotLease
 from claudeq.worker.delivery.engine import Engine
+from claudeq.worker.delivery.ports import Ports
 from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
@@ -46,9 +47,7 @@ class Harness:
         self.engine = Engine(
             settings,
             store=store,
-            accounts=accounts,
-            runner=runner,
-            metrics=self.metrics,
+            ports=Ports(accounts, runner, self.metrics),
             send=sends_into(self.sent),
             worker_id="w1",
         )

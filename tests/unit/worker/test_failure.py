@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from claudeq.config.account_pool import AccountConfig
 from claudeq.models import FREE_OUTCOMES, JobResult
-from claudeq.worker.delivery.failure import Decision, OutputCheck, decide
+from claudeq.worker.delivery.failure import Decision, OutputCheck, OutputReview, decide
 from claudeq.worker.run.outcome import RateLimitSignal, RunOutcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -31,7 +31,7 @@ def err(**kw: Any) -> RunOutcome:
 def run(
     outcome: RunOutcome, account: AccountConfig = OAUTH, so_far: int = 0, max_attempts: int = 3, **kw: Any
 ) -> Decision:
-    return decide(outcome, account, so_far, max_attempts, now=NOW, rate_limit_cooldown_s=60, **kw)
+    return decide(outcome, account, so_far, max_attempts, now=NOW, rate_limit_cooldown_s=60, output=OutputReview(**kw))
 
 
 def test_success_is_decided_from_is_error() -> None:
@@ -157,21 +157,21 @@ SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required"
 
 
 def test_structured_output_matching_the_schema_succeeds() -> None:
-    d = run(ok(result=JobResult(structured_output={"n": 3})), output_schema=SCHEMA, output_check=OutputCheck())
+    d = run(ok(result=JobResult(structured_output={"n": 3})), schema=SCHEMA, check=OutputCheck())
     assert d.action == "succeed"
 
 
 @pytest.mark.parametrize("data", [None, {"n": "three"}, {}])
 def test_structured_output_missing_or_invalid_is_a_job_failure(data: Any) -> None:
     check = OutputCheck(problem="'n' is a required property")
-    d = run(ok(result=JobResult(structured_output=data)), output_schema=SCHEMA, output_check=check)
+    d = run(ok(result=JobResult(structured_output=data)), schema=SCHEMA, check=check)
     assert (d.outcome, d.action) == ("failed", "fail")
     assert d.error is not None and d.error.kind == "job"
 
 
 def test_a_schema_check_past_its_deadline_fails_for_good_naming_the_pattern() -> None:
     check = OutputCheck(timed_out="2 s")
-    d = run(ok(result=JobResult(structured_output={"n": 1})), output_schema=SCHEMA, output_check=check)
+    d = run(ok(result=JobResult(structured_output={"n": 1})), schema=SCHEMA, check=check)
     assert (d.outcome, d.action) == ("failed", "fail")
     assert d.error is not None and d.error.kind == "input" and not d.error.retryable
     assert "within 2 s" in d.error.message and "pattern" in d.error.message
@@ -181,7 +181,7 @@ def test_a_schema_check_past_its_deadline_fails_for_good_naming_the_pattern() ->
     "outcome", [ok(), err(api_error_status=529), RunOutcome(stopped_by="shutdown"), RunOutcome(stopped_by="idle")]
 )
 def test_an_output_that_cannot_be_stored_fails_the_job_once_as_output(outcome: RunOutcome) -> None:
-    d = run(outcome, output_schema=SCHEMA, unstorable="its structured output nests 255 levels deep")
+    d = run(outcome, schema=SCHEMA, unstorable="its structured output nests 255 levels deep")
     assert (d.outcome, d.action) == ("failed", "fail")  # never retried, requeued or rerouted: it was paid for
     assert d.error is not None and d.error.kind == "output" and not d.error.retryable
     assert "255 levels deep" in d.error.message and "not retried" in d.error.message
@@ -193,7 +193,7 @@ def test_a_cancel_still_wins_over_an_output_that_cannot_be_stored() -> None:
 
 
 def test_a_structured_output_never_checked_is_not_a_success() -> None:
-    d = run(ok(result=JobResult(structured_output={"n": 1})), output_schema=SCHEMA)
+    d = run(ok(result=JobResult(structured_output={"n": 1})), schema=SCHEMA)
     assert d.action == "fail"
 
 

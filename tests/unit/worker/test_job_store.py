@@ -12,7 +12,7 @@ from claudeq.config.settings import Settings
 from claudeq.jobs import parse_record
 from claudeq.models import Attempt, Event, JobError, JobRecord, JobResult, utcnow
 from claudeq.script_calls import run_call
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.support.aio import run
 from tests.support.jobs import queued, queued_record
 
@@ -52,7 +52,7 @@ def test_claim_of_unknown_or_finished_job_is_refused(fake_store: WorkerJobStore)
     assert run(fake_store.send(fake_store.claim_call("nope", "w1", 10))).result == "missing"
     job_id = queued(fake_store, "j1")
     claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
-    run(fake_store.send(fake_store.write_call(job_id, claim.fence, status="succeeded")))
+    run(fake_store.send(fake_store.write_call(JobWrite(job_id, claim.fence, "succeeded"))))
     assert run(fake_store.send(fake_store.claim_call(job_id, "w1", 10))).result == "succeeded"
 
 
@@ -71,7 +71,12 @@ def test_succeeded_write_sets_result_and_retention_ttl(fake_store: WorkerJobStor
     ok = run(
         fake_store.send(
             fake_store.write_call(
-                job_id, claim.fence, status="succeeded", result=JobResult(text="done"), session_id="s1", account="a"
+                JobWrite(
+                    job_id,
+                    claim.fence,
+                    "succeeded",
+                    fields={"result": JobResult(text="done"), "session_id": "s1", "account": "a"},
+                )
             )
         )
     )
@@ -94,7 +99,9 @@ def test_other_terminal_states_keep_the_error(fake_store: WorkerJobStore, status
     claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
     assert run(
         fake_store.send(
-            fake_store.write_call(job_id, claim.fence, status=status, error=JobError(kind="job", message="boom"))
+            fake_store.write_call(
+                JobWrite(job_id, claim.fence, status, fields={"error": JobError(kind="job", message="boom")})
+            )
         )
     )  # type: ignore[arg-type]
     record = run_call(fake_store.get_call(job_id))
@@ -112,18 +119,20 @@ def test_stale_fence_cannot_write(fake_store: WorkerJobStore) -> None:
     assert new.fence == old.fence + 1
     assert not run(
         fake_store.send(
-            fake_store.write_call(job_id, old.fence, status="failed", error=JobError(kind="job", message="late"))
+            fake_store.write_call(
+                JobWrite(job_id, old.fence, "failed", fields={"error": JobError(kind="job", message="late")})
+            )
         )
     )
-    assert run(fake_store.send(fake_store.write_call(job_id, new.fence, status="succeeded")))
-    assert not run(fake_store.send(fake_store.write_call(job_id, new.fence, status="failed")))
+    assert run(fake_store.send(fake_store.write_call(JobWrite(job_id, new.fence, "succeeded"))))
+    assert not run(fake_store.send(fake_store.write_call(JobWrite(job_id, new.fence, "failed"))))
     assert run_call(fake_store.get_call(job_id)).status == "succeeded"
 
 
 def test_terminal_states_never_change(fake_store: WorkerJobStore) -> None:
     job_id = queued(fake_store, "j1")
     claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
-    run(fake_store.send(fake_store.write_call(job_id, claim.fence, status="succeeded")))
+    run(fake_store.send(fake_store.write_call(JobWrite(job_id, claim.fence, "succeeded"))))
     assert fake_store.cancel(job_id) == "succeeded"
     assert not run(fake_store.promote(job_id, force=True))
     assert run_call(fake_store.get_call(job_id)).status == "succeeded"
@@ -133,7 +142,9 @@ def test_running_to_deferred_to_queued_via_promote(fake_store: WorkerJobStore) -
     job_id = queued(fake_store, "j1")
     claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
     ready = utcnow() + timedelta(seconds=30)
-    assert run(fake_store.send(fake_store.write_call(job_id, claim.fence, status="deferred", ready_at=ready)))
+    assert run(
+        fake_store.send(fake_store.write_call(JobWrite(job_id, claim.fence, "deferred", fields={"ready_at": ready})))
+    )
     record = run_call(fake_store.get_call(job_id))
     assert record.status == "deferred" and record.ready_at is not None
     assert run(fake_store.due_deferred()) == []
@@ -150,7 +161,9 @@ def test_running_to_queued_requeue(fake_store: WorkerJobStore) -> None:
     job_id = queued(fake_store, "j1")
     claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
     attempts = [Attempt(number=1, outcome="requeued", started_at=utcnow())]
-    assert run(fake_store.send(fake_store.write_call(job_id, claim.fence, status="queued", attempts=attempts)))
+    assert run(
+        fake_store.send(fake_store.write_call(JobWrite(job_id, claim.fence, "queued", fields={"attempts": attempts})))
+    )
     record = run_call(fake_store.get_call(job_id))
     assert record.status == "queued"
     assert [a.outcome for a in record.attempts] == ["requeued"]
@@ -164,7 +177,9 @@ def test_cancel_a_waiting_job_at_once(fake_store: WorkerJobStore, waiting: str) 
         claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
         run(
             fake_store.send(
-                fake_store.write_call(job_id, claim.fence, status="deferred", ready_at=utcnow() + timedelta(hours=1))
+                fake_store.write_call(
+                    JobWrite(job_id, claim.fence, "deferred", fields={"ready_at": utcnow() + timedelta(hours=1)})
+                )
             )
         )
     assert fake_store.cancel(job_id) == "cancelled"
@@ -216,7 +231,7 @@ def test_list_filters_by_status_newest_first(fake_store: WorkerJobStore) -> None
     for job_id in ("a", "b", "c"):
         run_call(fake_store.create_call(queued_record(job_id)))
     claim = run(fake_store.send(fake_store.claim_call("b", "w", 10)))
-    run(fake_store.send(fake_store.write_call("b", claim.fence, status="succeeded")))
+    run(fake_store.send(fake_store.write_call(JobWrite("b", claim.fence, "succeeded"))))
     assert [r.id for r in fake_store.list_jobs() if isinstance(r, JobRecord)] == ["c", "b", "a"]
     assert [r.id for r in fake_store.list_jobs(status="queued") if isinstance(r, JobRecord)] == ["c", "a"]
     assert fake_store.count_by_status() == {"queued": 2, "succeeded": 1}
@@ -236,7 +251,7 @@ def test_idempotency_key_lives_as_long_as_its_job(fake_store: WorkerJobStore) ->
     idem = fake_store.keys.idem("k")
     assert fake_store.redis.ttl(idem) == -1  # no expiry while the job is alive, however long it waits
     claim = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
-    run(fake_store.send(fake_store.write_call(job_id, claim.fence, status="succeeded")))
+    run(fake_store.send(fake_store.write_call(JobWrite(job_id, claim.fence, "succeeded"))))
     assert 0 < fake_store.redis.ttl(idem) <= fake_store.result_ttl_s  # then the job's retention
 
 
@@ -244,7 +259,9 @@ def test_only_the_first_claim_ends_the_queue_wait(fake_store: WorkerJobStore) ->
     job_id = queued(fake_store, "j1")
     first = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
     assert first.first
-    run(fake_store.send(fake_store.write_call(job_id, first.fence, status="deferred", ready_at=utcnow())))
+    run(
+        fake_store.send(fake_store.write_call(JobWrite(job_id, first.fence, "deferred", fields={"ready_at": utcnow()})))
+    )
     assert run(fake_store.promote(job_id, force=True))
     again = run(fake_store.send(fake_store.claim_call(job_id, "w1", 10)))
     assert again.ok
@@ -267,7 +284,7 @@ def test_the_claim_reads_the_record_in_the_same_step(fake_store: WorkerJobStore)
     assert claim.fields is not None
     assert parse_record(job_id, claim.fields) == run_call(fake_store.get_call(job_id))
     assert not run(fake_store.send(fake_store.claim_call(job_id, "w2", 10))).fields  # a refused claim reads nothing
-    run(fake_store.send(fake_store.write_call(job_id, claim.fence, "queued")))
+    run(fake_store.send(fake_store.write_call(JobWrite(job_id, claim.fence, "queued"))))
     again = run(fake_store.send(fake_store.claim_call(job_id, "w2", 10)))
     assert again.fields is not None and not again.first
     assert parse_record(job_id, again.fields) == run_call(fake_store.get_call(job_id))
@@ -276,6 +293,6 @@ def test_the_claim_reads_the_record_in_the_same_step(fake_store: WorkerJobStore)
 def test_the_claim_says_whether_a_cancel_flag_is_set(fake_store: WorkerJobStore) -> None:
     job_id = queued(fake_store, "j1")
     assert run(fake_store.send(fake_store.claim_call(job_id, "w1", 10))).cancelled is False
-    run(fake_store.send(fake_store.write_call(job_id, 1, "queued")))
+    run(fake_store.send(fake_store.write_call(JobWrite(job_id, 1, "queued"))))
     fake_store.redis.hset(fake_store.keys.job(job_id), "cancel", "1")  # asked while it ran, then requeued
     assert run(fake_store.send(fake_store.claim_call(job_id, "w1", 10))).cancelled is True

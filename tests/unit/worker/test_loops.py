@@ -15,7 +15,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import Attempt, JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
 from claudeq.worker.background.loops import Loops, lost_attempts, worker_ttl_s
-from claudeq.worker.store.job_store import WorkerJobStore, make_worker_store
+from claudeq.worker.store.job_store import JobWrite, WorkerJobStore, make_worker_store
 from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.engine_fakes import fake_engine
@@ -57,7 +57,7 @@ def test_promoter_sends_due_deferred_jobs_once(loops: Loops, store: WorkerJobSto
     due, later = submit(store), submit(store)
     for job, ready in ((due, utcnow() - timedelta(seconds=1)), (later, utcnow() + timedelta(hours=1))):
         claim = run(store.send(store.claim_call(job, "w", 5)))
-        assert run(store.send(store.write_call(job, claim.fence, "deferred", ready_at=ready)))
+        assert run(store.send(store.write_call(JobWrite(job, claim.fence, "deferred", fields={"ready_at": ready}))))
     assert on_loop(loops, loops.promote_once()) == 1
     assert on_loop(loops, loops.promote_once()) == 0  # the ZREM claim makes a second pass a no-op
     assert sent == [due]
@@ -70,7 +70,7 @@ def test_reconciler_recovers_a_dead_workers_job_with_worker_lost(
     job = submit(store)
     claim = run(store.send(store.claim_call(job, "dead", 5)))
     attempt = Attempt(number=1, account="a", worker="dead", started_at=utcnow())
-    assert run(store.send(store.write_call(job, claim.fence, attempts=[attempt])))
+    assert run(store.send(store.write_call(JobWrite(job, claim.fence, fields={"attempts": [attempt]}))))
     assert on_loop(loops, loops.recover_once()) == []  # lease still alive
     store.redis.zadd(store.keys.running, {job: 0})
     assert on_loop(loops, loops.recover_once()) == [job]

@@ -19,7 +19,7 @@ from claudeq.models import JobSpec
 from claudeq.permissions import spec_models
 from claudeq.producer.validation import validate_spec
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import SPEND_TTL_S, Admitted, OverBudget, TenantStore, hour_field
+from claudeq.tenant_state import SPEND_TTL_S, Admitted, AttemptCost, OverBudget, TenantStore, hour_field
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN
 from tests.conftest import make_settings
@@ -299,11 +299,12 @@ def test_the_turn_estimate_rises_at_once_and_falls_slowly(
     tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
 ) -> None:
     store = TenantStore(fake_redis, Keys(tenants_settings.key_prefix), tenants_settings.tenants)
-    run_call(store.settle_call("b", "y", "j1", 0.03, model="haiku", turns=3))
+    run_call(store.settle_call(AttemptCost("b", "y", "j1", 0.03, model="haiku", turns=3)))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.01)
-    run_call(store.settle_call("b", "y", "j2", 0.02, model="haiku", turns=1))
+    run_call(store.settle_call(AttemptCost("b", "y", "j2", 0.02, model="haiku", turns=1)))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.02)
-    run_call(store.settle_call("b", "y", "j3", 0.01, model="haiku", turns=None))  # no turns reported: one turn
+    # No turns reported: one turn.
+    run_call(store.settle_call(AttemptCost("b", "y", "j3", 0.01, model="haiku", turns=None)))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx((3 * 0.02 + 0.01) / 4)
     assert store.turn_cost("tenant", "b", "opus") is None  # per model
     assert store.turn_cost("tenant", "a", "haiku") is None  # per tenant
@@ -437,12 +438,12 @@ def test_the_spend_expiry_is_set_with_the_first_cost_of_each_hour(
     store = TenantStore(fake_redis, Keys(fake_settings.key_prefix), fake_settings.tenants)
     key = Keys(fake_settings.key_prefix).tenant_spend("default")
     now = 1_800_000_000.0
-    run_call(store.settle_call("default", "x", "j1", 0.01, now=now))
+    run_call(store.settle_call(AttemptCost("default", "x", "j1", 0.01), now=now))
     assert 0 < fake_redis.ttl(key) <= SPEND_TTL_S
     fake_redis.expire(key, 1000)  # as if most of it had run down
-    run_call(store.settle_call("default", "x", "j2", 0.02, now=now + 60))  # same hour: the expiry stands
+    run_call(store.settle_call(AttemptCost("default", "x", "j2", 0.02), now=now + 60))  # same hour: the expiry stands
     assert fake_redis.ttl(key) <= 1000
-    run_call(store.settle_call("default", "x", "j3", 0.04, now=now + 3600))  # a new hour: set again
+    run_call(store.settle_call(AttemptCost("default", "x", "j3", 0.04), now=now + 3600))  # a new hour: set again
     assert fake_redis.ttl(key) > 1000
     assert store.spend("tenant", "default", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
 
@@ -456,13 +457,14 @@ def test_an_uncapped_accounts_spend_is_one_increment_per_attempt_with_the_same_e
     store = TenantStore(fake_redis, keys, fake_settings.tenants, accounts=["x"])
     key = keys.account_spend("x")
     now = 1_800_000_000.0  # 08:00 UTC: the next hour is the same day
-    run_call(store.settle_call(None, "x", "j1", 0.01, now=now, reserved=False, account_capped=False))
+    run_call(store.settle_call(AttemptCost(None, "x", "j1", 0.01, reserved=False, account_capped=False), now=now))
     assert 0 < fake_redis.ttl(key) <= SPEND_TTL_S
     fake_redis.expire(key, 1000)
-    run_call(store.settle_call(None, "x", "j2", 0.02, now=now + 60, reserved=False, account_capped=False))  # same hour
+    same_hour = AttemptCost(None, "x", "j2", 0.02, reserved=False, account_capped=False)
+    run_call(store.settle_call(same_hour, now=now + 60))
     assert fake_redis.ttl(key) <= 1000
     run_call(
-        store.settle_call(None, "x", "j3", 0.04, now=now + 3600, reserved=False, account_capped=False)
+        store.settle_call(AttemptCost(None, "x", "j3", 0.04, reserved=False, account_capped=False), now=now + 3600)
     )  # a new hour
     assert fake_redis.ttl(key) > 1000
     assert store.spend("account", "x", now + 3600) == (pytest.approx(0.04), pytest.approx(0.07))
