@@ -182,8 +182,11 @@ def script_names() -> dict[str, str]:
     can say which script a command ran in."""
     import hashlib
 
-    from claudeq import account_scripts, conversations, job_scripts, tenant_scripts
-    from claudeq.worker.store import job_scripts as worker_scripts
+    from claudeq import conversations
+    from claudeq.accounts import scripts as account_scripts
+    from claudeq.jobs import scripts as job_scripts
+    from claudeq.tenants import scripts as tenant_scripts
+    from claudeq.worker.store import worker_job_scripts as worker_scripts
 
     out = {}
     for module, label in (

@@ -53,7 +53,7 @@ from claudeq.config.settings import Settings
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.tenant_state import TenantStore, window_end
+from claudeq.tenants import TenantStore, window_end
 from tests.conftest import USED, make_settings, sweep
 from tests.support.redis_server import redis_url_for_tests
 from tests.support.worker_proc import SimAccount, start_worker, stop_all, write_accounts_toml

@@ -45,7 +45,7 @@ from claudeq.jobs import pack_events, unpack_events
 from claudeq.keys import Keys, key_part
 from claudeq.producer.client import Client
 from claudeq.simulator.testing import SimulatorServer
-from claudeq.transcript_codec import decode, without_copies
+from claudeq.transcripts import decode, without_copies
 from tests.conftest import make_settings
 from tests.support.archive import POSTGRES_URL
 from tests.support.redis_server import PrivateRedis

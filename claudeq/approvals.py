@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from claudeq import job_scripts
 from claudeq.errors import ApprovalRefused, JobNotFound
 from claudeq.jobs import JobStore
+from claudeq.jobs import scripts as job_scripts
 from claudeq.keys import text
 from claudeq.models import ApprovalDecision, JobRecord, PendingApproval
 from claudeq.script_calls import run_call

@@ -9,7 +9,7 @@ reaches none of them. Every method takes the tenant (default: `default`).
 Redis (sync redis-py, like JobStore): `conv:{name}` the latest session id, `conv-turns:{name}` the finished turns,
 `conv-lock:{name}` the job running the current turn, `conv-waiters:{name}` the active turns not running, scored by
 turn number, and `conv-seq:{name}` the last turn number. A turn is numbered when its job is created (the CREATE
-script, claudeq/job_scripts.py), so the order is the order of submit whatever the backlog; the lock decides from
+script, claudeq/jobs/_scripts.py), so the order is the order of submit whatever the backlog; the lock decides from
 the front of that order with a fixed number of O(log n) commands. Every key expires `ttl_s` after the conversation's
 last submit or turn. The lock is never trusted blindly: a holder
 that is no longer active (finished, or its record expired) is stale and the next turn takes over.

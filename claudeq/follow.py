@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 
 class FollowedStore(Protocol):
-    """The reads following takes from a store (claudeq/jobs.py `JobStore`)."""
+    """The reads following takes from a store (claudeq/jobs/_store.py `JobStore`)."""
 
     def announce_follow(self, job_id: str, now: float | None = None) -> None: ...
 

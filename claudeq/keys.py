@@ -243,7 +243,7 @@ class Keys:
         """Transcripts mirrored through the SDK's SessionStore."""
         return f"{self.prefix}session:" + ":".join(parts)
 
-    # Sessions (RedisSessionStore, claudeq/transcripts.py). Parts are escaped with `key_part` so a `:` inside a
+    # Sessions (RedisSessionStore, claudeq/transcripts/_store.py). Parts are escaped with `key_part` so a `:` inside a
     # project key, session id or subpath can never make two different SessionKeys share a Redis key.
 
     def session_entries(self, project_key: str, session_id: str, subpath: str | None = None) -> str:

@@ -71,7 +71,7 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
                 f"is {size} bytes; the limit is {settings.max_prompt_bytes} (CLAUDEQ_MAX_PROMPT_BYTES)",
             )
         )
-    spec_size = len(spec.model_dump_json(exclude_defaults=True).encode())  # as stored (claudeq/jobs.py)
+    spec_size = len(spec.model_dump_json(exclude_defaults=True).encode())  # as stored (claudeq/jobs/_store.py)
     if spec_size > settings.max_spec_bytes and size <= settings.max_prompt_bytes:
         problems.append(("spec", f"is {spec_size} bytes; the limit is {settings.max_spec_bytes}"))
     problems += argv_problems(spec)

@@ -804,7 +804,7 @@ def top(
 @_guard
 def tenants_cmd(as_json: JsonOpt = False) -> None:
     """Tenants: runs in flight (vs max_concurrency), jobs waiting, spend this hour and day (UTC) vs the caps."""
-    from claudeq.tenant_state import TenantStore
+    from claudeq.tenants import TenantStore
 
     settings = _settings()
     store = Client(settings).store
@@ -838,7 +838,7 @@ def tenants_cmd(as_json: JsonOpt = False) -> None:
 def _share_note(balance: float | None) -> str:
     """The share cap's note: its catch-up balance (slot-seconds) when it moves the cap
     (docs/architecture.md#fair-share)."""
-    from claudeq.tenant_state import BALANCE_DEADBAND
+    from claudeq.tenants import BALANCE_DEADBAND
 
     if balance is not None and balance > BALANCE_DEADBAND:
         return f"share, owed {balance:.0f}"

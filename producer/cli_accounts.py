@@ -15,7 +15,7 @@ import typer
 from rich.text import Text
 
 from claudeq import connections
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.errors import ConfigError, UnknownAccount
 from claudeq.keys import Keys
 from claudeq.models import AccountState, utcnow

@@ -15,9 +15,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import redis
 
 from claudeq import approvals as approval_store
-from claudeq import durability, job_scripts, tenant_scripts, tracing
+from claudeq import durability, tracing
 from claudeq.artifacts import unpack
-from claudeq.broker_message import BACKLOG_PRIORITY, list_for, run_message
+from claudeq.broker import BACKLOG_PRIORITY, list_for, run_message
 from claudeq.conversations import NOT_YOURS, ConversationStore
 from claudeq.errors import (
     ArtifactNotFound,
@@ -32,11 +32,13 @@ from claudeq.events import session_of
 from claudeq.follow import blocking
 from claudeq.follow import follow as follow_job
 from claudeq.jobs import JobStore, created_waiting
+from claudeq.jobs import scripts as job_scripts
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.script_calls import raw_reply, run_call
-from claudeq.tenant_state import TenantStore
+from claudeq.tenants import TenantStore
+from claudeq.tenants import scripts as tenant_scripts
 from claudeq.workspaces import WorkspaceChange
 
 from ..config.celery import TASK_RUN, make_celery
@@ -147,7 +149,7 @@ class Client:
     def celery(self) -> Any:
         """A Celery app on the same broker, built when first asked for (`send_run`, tests, benchmarks).
 
-        Submitting never needs it (the broker message is written directly, claudeq/broker_message.py), so a
+        Submitting never needs it (the broker message is written directly, claudeq/broker/_message.py), so a
         producer installed without the `worker` extra has no Celery (docs/architecture.md#packaging)."""
         if self._celery is None:
             self._celery = make_celery(self.settings, main="claudeq-producer")

@@ -31,7 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from pydantic import BaseModel, ConfigDict, Field
 
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.errors import ApprovalRefused, ClaudeqError, ConfigError, JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.follow import Ended, KeepAlive, follow
 from claudeq.models import PARENT_JOB_KEY, JobRecord, JobSpec, JobStatus

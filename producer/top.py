@@ -27,10 +27,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from claudeq.account_state import AccountStore
-from claudeq.broker_queues import queue_lists
+from claudeq.accounts import AccountStore
+from claudeq.broker import queue_lists
 from claudeq.errors import ConfigError, RecordUnreadable
-from claudeq.job_counts import status_counts
+from claudeq.jobs import status_counts
 from claudeq.keys import Keys, text
 from claudeq.models import TERMINAL, AccountState, Event, JobRecord, utcnow
 from claudeq.script_calls import run_call

@@ -146,7 +146,7 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     metrics = WorkerMetrics(mcp_tools=[wire_name(name) for name in runner.tools.names])
 
     async def send(job_id: str, spec: JobSpec | None) -> None:
-        # The same message `send_task` would write, pushed directly (claudeq.broker_message): one round trip.
+        # The same message `send_task` would write, pushed directly (claudeq.broker): one round trip.
         await store.send_run(job_id, (spec.queue if spec else None) or cfg.queue, spec.priority if spec else 0)
 
     fake_s = fake_run_seconds()

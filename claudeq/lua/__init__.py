@@ -9,7 +9,7 @@ which is replaced by that file's text (its own includes resolved first). A file 
 many of its includes name it (the first one places it), and a cycle of includes is refused. A script names the
 codes it answers with by the enums of `claudeq.lua.results` (`return {{Slot.RESERVED}}`): each placeholder is
 replaced by the member's integer. Each text is resolved once per process: the store modules
-(`claudeq/account_scripts.py`, …) read their constants from here at import.
+(`claudeq/accounts/_scripts.py`, …) read their constants from here at import.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 import jsonschema
 import redis
 
-from claudeq.broker_message import KOMBU_PRIORITY_STEPS, list_for
+from claudeq.broker import KOMBU_PRIORITY_STEPS, list_for
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.config.tenants import Tenants
@@ -201,7 +201,7 @@ def _account(item: AccountConfig | str) -> AccountConfig:
 
 
 def _job_id_of(raw: bytes | str) -> str | None:
-    """The job id of a `claudeq.run` broker message (claudeq.broker_message), or None."""
+    """The job id of a `claudeq.run` broker message (claudeq.broker), or None."""
     try:
         body = json.loads(base64.b64decode(json.loads(raw)["body"]))
         job_id = body[0][0]

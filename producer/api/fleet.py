@@ -63,7 +63,7 @@ async def remove_schedule(name: str, api: ApiDep, viewer: Caller, tenant: str | 
 @router.get("/accounts", response_model=AccountList, responses=problems(401, 403))
 async def accounts(api: ApiDep, viewer: Caller) -> AccountList:
     """The fleet's accounts: state, slots in use, cooldowns, windows (the operator's token)."""
-    from claudeq.account_state import AccountStore
+    from claudeq.accounts import AccountStore
 
     operator_only(viewer)
     try:
@@ -77,7 +77,7 @@ async def accounts(api: ApiDep, viewer: Caller) -> AccountList:
 @router.get("/tenants", response_model=TenantList, responses=problems(401, 403))
 async def tenants(api: ApiDep, viewer: Caller) -> TenantList:
     """The tenants: runs in flight, jobs waiting, spend against caps (the operator's token)."""
-    from claudeq.tenant_state import TenantStore
+    from claudeq.tenants import TenantStore
 
     operator_only(viewer)
     try:

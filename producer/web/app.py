@@ -502,7 +502,7 @@ class Web:
         viewer = self.viewer(request)
         if not viewer.operator:
             raise WebError(403, "the fleet page needs the operator's token (CLAUDEQ_WEB_TOKEN)")
-        from claudeq.tenant_state import TenantStore
+        from claudeq.tenants import TenantStore
 
         from ..top import collect
 

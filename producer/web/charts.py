@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 
 import redis
 
-from claudeq.account_state import HISTORY_COUNTERS, HISTORY_HOURS
-from claudeq.job_counts import FINISHED
+from claudeq.accounts import HISTORY_COUNTERS, HISTORY_HOURS
+from claudeq.jobs import FINISHED
 from claudeq.keys import Keys
 from claudeq.models import AccountState
 

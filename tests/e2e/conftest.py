@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from claudeq.config.settings import Settings
-from claudeq.transcript_codec import decode
+from claudeq.transcripts import decode
 from tests.conftest import make_settings
 from tests.support.procs import kill_claude
 from tests.support.worker_proc import (
@@ -96,7 +96,7 @@ def redis_blobs(client: redis.Redis, settings: Settings) -> list[tuple[bytes, by
             items = client.lrange(key, 0, -1)
             blobs += items
             if key.startswith(f"{settings.key_prefix}session:".encode()):
-                # Transcripts are stored compressed (claudeq/transcript_codec.py): what they hold, entry by entry.
+                # Transcripts are stored compressed (claudeq/transcripts/_codec.py): what they hold, entry by entry.
                 blobs += [json.dumps(e, ensure_ascii=False).encode() for e in decode(items)]
         elif kind == "set":
             blobs += list(client.smembers(key))

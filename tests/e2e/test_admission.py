@@ -17,7 +17,7 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.models import JobRecord

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.keys import Keys
 from claudeq.models import JobRecord

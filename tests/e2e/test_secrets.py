@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.keys import Keys
 from claudeq.producer.client import Client
-from claudeq.transcript_codec import decode
+from claudeq.transcripts import decode
 from claudeq.worker.metrics.exporter import ClusterCollector
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory, assert_no_secrets
@@ -102,7 +102,7 @@ def read_job(client: Client, workspace: Path, marker: str, account: str) -> str:
 
 def transcript_entries(redis_client: redis.Redis, settings: Settings, cwd: Path, session_id: str) -> list[bytes]:
     key = Keys(settings.key_prefix).session_entries(project_key_for_directory(str(cwd)), session_id)
-    # Stored compressed (claudeq/transcript_codec.py): the entries as the store loads them, one JSON text each.
+    # Stored compressed (claudeq/transcripts/_codec.py): the entries as the store loads them, one JSON text each.
     return [json.dumps(e, ensure_ascii=False).encode() for e in decode(redis_client.lrange(key, 0, -1))]
 
 

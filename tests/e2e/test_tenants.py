@@ -15,7 +15,7 @@ from claudeq.config.settings import Settings
 from claudeq.errors import JobSpecError
 from claudeq.models import JobRecord
 from claudeq.producer.client import Client
-from claudeq.tenant_state import TenantStore, hour_field, window_end
+from claudeq.tenants import TenantStore, hour_field, window_end
 from tests.conftest import make_settings
 from tests.e2e.conftest import WorkerFactory
 from tests.support.procs import run_until

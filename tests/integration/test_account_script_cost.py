@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from claudeq.account_state import AccountStore, Waiter
+from claudeq.accounts import AccountStore, Waiter
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.script_calls import run_call

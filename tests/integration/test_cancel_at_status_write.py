@@ -20,7 +20,7 @@ from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import Attempt, Event, utcnow
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import hour_field
+from claudeq.tenants import hour_field
 from claudeq.worker.accounts.choice import NoAccount
 from claudeq.worker.accounts.manager import AccountManager, SlotLease
 from claudeq.worker.background.loops import Loops

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from claudeq.broker_queues import pending_job_ids
+from claudeq.broker import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.producer.client import Client
 from tests.integration.test_producer import _cli

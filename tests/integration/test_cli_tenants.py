@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.producer.cli import app
-from claudeq.tenant_state import hour_field
+from claudeq.tenants import hour_field
 from tests.support.aio import run
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
     from claudeq.config.account_pool import AccountPool
     from claudeq.keys import Keys
     from claudeq.producer.client import Client
-    from claudeq.tenant_state import TenantStore
+    from claudeq.tenants import TenantStore
     from claudeq.worker.accounts.manager import AccountManager
 
     tenants = tmp_path / "tenants.toml"
@@ -126,7 +126,7 @@ def test_a_fleet_without_tenants_keeps_no_tenant_index_and_shows_default_from_th
     """No tenants file anywhere: a queued job costs no per-tenant index entry; `claudeq tenants` still shows
     `default` with its jobs waiting (the status counters)."""
     from claudeq.producer.client import Client
-    from claudeq.tenant_state import TenantStore
+    from claudeq.tenants import TenantStore
 
     client = Client(settings, redis_client=redis_client)
     handles = [client.submit(prompt="hi")]

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from claudeq.errors import BatchSpecError, JobSpecError
-from claudeq.job_counts import status_counts
+from claudeq.jobs import status_counts
 from claudeq.producer.client import Client
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from claudeq.broker_queues import job_id_of
+from claudeq.broker import job_id_of
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.keys import Keys
@@ -393,7 +393,7 @@ def test_the_wheel_holds_every_lua_script_and_the_installed_loader_reads_them(
     code = (
         "import json\n"
         "from claudeq.lua import names, script\n"
-        "from claudeq.worker.store import job_scripts\n"
+        "from claudeq.worker.store import worker_job_scripts as job_scripts\n"
         "print(json.dumps({'names': names(), 'finish': job_scripts.FINISH == script('job/finish.lua'),\n"
         "                  'file': __import__('claudeq.lua').lua.__file__}))\n"
     )

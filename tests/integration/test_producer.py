@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from claudeq.broker_queues import pending_job_ids
+from claudeq.broker import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.producer.client import Client

@@ -22,13 +22,13 @@ import redis
 import yaml
 from prometheus_client import CollectorRegistry
 
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore
 from claudeq.keys import Keys
 from claudeq.models import JobRecord, JobSpec, Usage, WindowInfo, utcnow
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import Admitted, AttemptCost, TenantStore
+from claudeq.tenants import Admitted, AttemptCost, TenantStore
 from claudeq.worker.metrics import exporter
 from claudeq.worker.metrics.prometheus import WorkerMetrics
 from claudeq.worker.run.outcome import RateLimitSignal

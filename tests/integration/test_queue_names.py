@@ -12,7 +12,7 @@ import sys
 import pytest
 import redis
 
-from claudeq.broker_queues import pending_job_ids
+from claudeq.broker import pending_job_ids
 from claudeq.config.settings import Settings
 from claudeq.conversations import ConversationStore, Turn
 from claudeq.errors import JobSpecError

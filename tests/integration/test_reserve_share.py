@@ -18,7 +18,7 @@ from claudeq.config.tenants import TenantConfig, Tenants
 from claudeq.keys import Keys
 from claudeq.models import JobSpec
 from claudeq.script_calls import PipeCall, run_call
-from claudeq.tenant_state import TenantStore, effective_cap
+from claudeq.tenants import TenantStore, effective_cap
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from tests.conftest import make_settings
 from tests.support.aio import run

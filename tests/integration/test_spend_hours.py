@@ -11,7 +11,7 @@ import redis
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import DAY_S, HOUR_S, AttemptCost, TenantStore, day_start_hour
+from claudeq.tenants import DAY_S, HOUR_S, AttemptCost, TenantStore, day_start_hour
 
 #: Midnight UTC of a fixed day, so the windows below are calendar windows whatever the clock says.
 START = 20_000 * DAY_S

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from claudeq.broker_message import SENT_HEADER, list_for, run_message, sent_at_of
-from claudeq.broker_queues import job_id_of, queue_lists
+from claudeq.broker import SENT_HEADER, job_id_of, list_for, queue_lists, run_message, sent_at_of
 from claudeq.config.celery import TASK_RUN
 from claudeq.errors import BatchSpecError, JobSpecError
 from claudeq.producer.client import AsyncClient, Client

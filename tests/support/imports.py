@@ -12,7 +12,8 @@ from tests.support.tree import ROOT
 
 def package_of(path: Path, root: Path = ROOT) -> list[str]:
     """The dotted package `path` belongs to, as parts: worker/delivery/handler.py -> claudeq, worker, delivery;
-    claudeq/jobs.py -> claudeq. A file outside the checkout belongs to no package (an empty list)."""
+    claudeq/keys.py -> claudeq; claudeq/jobs/_store.py -> claudeq, jobs. A file outside the checkout belongs to no
+    package (an empty list)."""
     try:
         parts = path.resolve().relative_to(root).parent.parts
     except ValueError:

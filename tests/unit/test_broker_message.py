@@ -1,4 +1,4 @@
-"""The `claudeq.run` message built from its template (claudeq/broker_message.py) is exactly the text `json.dumps`
+"""The `claudeq.run` message built from its template (claudeq/broker/_message.py) is exactly the text `json.dumps`
 writes for the same message (the shape `send_task` writes is compared in tests/integration/test_submit_many.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from claudeq.broker_message import SENT_HEADER, run_message, sent_at_of
+from claudeq.broker import SENT_HEADER, run_message, sent_at_of
 
 
 @pytest.mark.parametrize(("job_id", "queue", "priority"), [("0661881607ba49bf", "claudeq", 0), ('j"\\é', 'q "x"\n', 9)])

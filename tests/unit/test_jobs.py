@@ -1,4 +1,4 @@
-"""JobStore (claudeq/jobs.py) on fakeredis: create, idempotency, cancel, events, unreadable records."""
+"""JobStore (claudeq/jobs/_store.py) on fakeredis: create, idempotency, cancel, events, unreadable records."""
 
 from __future__ import annotations
 

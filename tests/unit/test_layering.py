@@ -64,6 +64,21 @@ def _sources(room: str) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted((ROOT / room).glob("*.py"))}
 
 
+def _package_sources() -> dict[str, tuple[list[str], str]]:
+    """The modules of the contract's own packages (claudeq/jobs/_store.py -> `claudeq.jobs._store`, its
+    `__init__.py` -> `claudeq.jobs`), each with its package and its source. Not the testing kit's: it runs the
+    worker's engine (docs/testing.md), and is no part of what both sides share."""
+    out = {}
+    for init in sorted((ROOT / "claudeq").glob("*/__init__.py")):
+        if init.parent.is_symlink() or init.parent.name == "testing":
+            continue
+        package = ["claudeq", init.parent.name]
+        for path in sorted(init.parent.glob("*.py")):
+            name = ".".join(package if path.stem == "__init__" else [*package, path.stem])
+            out[name] = (package, path.read_text())
+    return out
+
+
 def test_the_contract_imports_neither_producer_nor_worker() -> None:
     allowed = ALLOWED["claudeq"] + tuple(contract_modules())
     sources = _sources("claudeq")
@@ -71,6 +86,14 @@ def test_the_contract_imports_neither_producer_nor_worker() -> None:
     assert violations("claudeq", sources, allowed) == []
     # The package root also names the producer's client, which it loads only when first named (claudeq/__init__.py).
     assert violations("claudeq", root, (*allowed, "claudeq.producer.client")) == []
+    # The modules of its packages too (claudeq/jobs/_store.py, ...), their relative imports read in their package.
+    found = [
+        f"{name}: {module}"
+        for name, (package, source) in _package_sources().items()
+        for module in sorted(claudeq_imports(source, package))
+        if not any(module == a or module.startswith(a + ".") for a in allowed)
+    ]
+    assert found == []
 
 
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -112,11 +135,15 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_contract_has_no_import_circle() -> None:
     """Every import a reader sees counts (inside functions and under TYPE_CHECKING too): the contract's modules stand
     on one another in one order (docs/architecture.md#who-imports-whom)."""
-    own = contract_modules()
+    packages = _package_sources()
+    own = contract_modules() | set(packages)
     graph = {
         f"claudeq.{name.removesuffix('.py')}": {m for m in claudeq_imports(source) if m in own}
         for name, source in _sources("claudeq").items()
         if name != "__init__.py"
+    }
+    graph |= {
+        name: {m for m in claudeq_imports(source, package) if m in own} for name, (package, source) in packages.items()
     }
     assert import_circles(graph) == []
 

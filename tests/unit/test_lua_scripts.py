@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from claudeq import account_scripts, conversations, job_scripts, lua, schedules, tenant_scripts
+from claudeq import conversations, lua, schedules
+from claudeq.accounts import scripts as account_scripts
+from claudeq.jobs import scripts as job_scripts
 from claudeq.lua import ScriptError, names, resolve, script, substitute
 from claudeq.lua.results import RESULTS, Reserve, Slot
+from claudeq.tenants import scripts as tenant_scripts
 from claudeq.worker.store import concurrency_keys as key_scripts
-from claudeq.worker.store import job_scripts as worker_scripts
+from claudeq.worker.store import worker_job_scripts as worker_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "claudeq" / "lua"

@@ -13,13 +13,13 @@ from types import ModuleType
 
 import pytest
 
-import claudeq.account_scripts
+import claudeq.accounts
 import claudeq.conversations
-import claudeq.job_scripts
+import claudeq.jobs
 import claudeq.schedules
-import claudeq.tenant_scripts
+import claudeq.tenants
 import claudeq.worker.store.concurrency_keys
-import claudeq.worker.store.job_scripts
+import claudeq.worker.store.worker_job_scripts
 from claudeq.lua import names
 from claudeq.script_args import ScriptArgs, key
 
@@ -27,13 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "claudeq" / "lua"
 #: The modules whose ScriptArgs classes the checks below find (each script's constants and arguments live together).
 MODULES = (
-    claudeq.account_scripts,
+    claudeq.accounts.scripts,
     claudeq.conversations,
-    claudeq.job_scripts,
+    claudeq.jobs.scripts,
     claudeq.schedules,
-    claudeq.tenant_scripts,
+    claudeq.tenants.scripts,
     claudeq.worker.store.concurrency_keys,
-    claudeq.worker.store.job_scripts,
+    claudeq.worker.store.worker_job_scripts,
 )
 
 

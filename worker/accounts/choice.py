@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from claudeq.account_state import model_family
+from claudeq.accounts import model_family
 from claudeq.models import AccountState, ErrorKind, JobSpec
 
 from ...config.account_pool import AccountConfig
@@ -70,7 +70,7 @@ class JobNeeds:
     model: str | None = None
     pin: str | None = None  # the spec's `account`
     fallback_model: str | None = None
-    family: str = "-"  # claudeq/account_state.py `model_family` of `model`
+    family: str = "-"  # claudeq/accounts/_store.py `model_family` of `model`
 
     @classmethod
     def of(cls, spec: JobSpec) -> JobNeeds:

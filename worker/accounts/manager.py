@@ -22,21 +22,21 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from claudeq.account_state import AccountStore, Waiter, model_family, window_family
+from claudeq.accounts import AccountStore, Waiter, model_family, window_family
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
 from claudeq.models import AccountState, Attempt, JobSpec, Usage, WindowInfo
 from claudeq.permissions import spec_models
 from claudeq.script_calls import AsyncCalls
-from claudeq.tenant_scripts import SettleArgs
-from claudeq.tenant_state import (
+from claudeq.tenants import (
     BALANCE_REPAY_S,
     Admitted,
     AtMax,
     AttemptCost,
     OverBudget,
     Reserved,
+    SettleArgs,
     TenantStore,
     caught_up,
     effective_cap,

@@ -25,7 +25,7 @@ from typing import TypeVar
 import redis
 
 from claudeq import connections
-from claudeq.broker_message import BACKLOG_PRIORITY, list_for
+from claudeq.broker import BACKLOG_PRIORITY, list_for
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.events import Requeued, ended
 from claudeq.models import Attempt, JobError, JobRecord, JobSpec, TerminalStatus, utcnow

@@ -28,7 +28,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from claudeq.broker_message import task_message
+from claudeq.broker import task_message
 from claudeq.errors import JobNotFound, RecordUnreadable
 from claudeq.models import TERMINAL, JobRecord, Notification, NotificationTarget, utcnow
 from claudeq.permissions import callback_problems, webhook_problem

@@ -34,7 +34,7 @@ log = logging.getLogger("claudeq.engine")
 #: follower's view may lag behind.
 EVENT_LINGER_S = 0.1
 #: How long a follower's announcement holds (s): followers announce themselves every FOLLOW_ANNOUNCE_S
-#: (claudeq/jobs.py), so a follower that goes away stops holding the job after a few seconds.
+#: (claudeq/jobs/_store.py), so a follower that goes away stops holding the job after a few seconds.
 FOLLOW_HOLD_S = 6.0
 
 

@@ -22,13 +22,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from claudeq import approvals, connections
-from claudeq.account_state import AccountStore
-from claudeq.broker_queues import KOMBU_PRIORITIES, queue_lists
+from claudeq.accounts import AccountStore
+from claudeq.broker import KOMBU_PRIORITIES, queue_lists
 from claudeq.errors import ConfigError
-from claudeq.job_counts import status_counts
+from claudeq.jobs import status_counts
 from claudeq.keys import Keys
 from claudeq.models import JobStatus
-from claudeq.tenant_state import TenantStore
+from claudeq.tenants import TenantStore
 
 from ...config.account_pool import AccountPool
 from ...config.settings import Settings, load_settings

@@ -1,7 +1,7 @@
 """What the worker checks of a run's output before it writes it: that the record can store it (`unstorable`), and
 that a structured output matches its job's schema, in a process of its own, with a deadline (`schema_problem`).
 
-A run's result is stored as JSON (claudeq/jobs.py `compact_json`). A value that JSON cannot hold — a structured
+A run's result is stored as JSON (claudeq/jobs/_store.py `compact_json`). A value that JSON cannot hold — a structured
 output nested deeper than the serialiser's depth limit (255 levels: a model asked for JSON can write one; nothing
 caps it on the way), a lone surrogate in a string — makes that write raise, and so would every later write of the
 same result: the job would be left `running`, recovered as `worker_lost` and run (and billed) again. So the worker

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from claudeq import job_scripts
 from claudeq.jobs import JobStore
+from claudeq.jobs import scripts as job_scripts
 from claudeq.keys import text
 from claudeq.models import ApprovalDecision, PendingApproval
 from claudeq.script_calls import AsyncCalls, PipeCall
 
-from . import job_scripts as scripts
+from . import worker_job_scripts as scripts
 
 
 class ApprovalCalls:

@@ -2,7 +2,7 @@
 the outbox, the archive's moves, the worker index.
 
 The producer's part (create, read, cancel, events) is `claudeq.jobs.JobStore`; this class adds the worker's side
-on the same Redis. Every status change is one atomic Lua script (claudeq/worker/store/job_scripts.py).
+on the same Redis. Every status change is one atomic Lua script (claudeq/worker/store/worker_job_scripts.py).
 
 What the worker does here is, once each, a call a run sends (`claim_call`, `beat_call`, `write_call`,
 `finish_call`, `append_call`, `start_call`: `await store.send(call)`) or a coroutine for the engine's event loop (the
@@ -23,10 +23,9 @@ from typing import Any, Literal, cast
 
 import redis
 
-from claudeq.account_scripts import AcquireArgs, AdmitArgs
-from claudeq.account_state import HISTORY_TTL_S
+from claudeq.accounts import HISTORY_TTL_S, AcquireArgs, AdmitArgs
 from claudeq.archive import RESULT_KEPT_CHARS
-from claudeq.broker_message import list_for, run_message, sent_at_of
+from claudeq.broker import list_for, run_message, sent_at_of
 from claudeq.events import ended, session_of
 from claudeq.jobs import (
     ARCHIVED_FIELD,
@@ -44,10 +43,10 @@ from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot, Write
 from claudeq.models import TERMINAL, Attempt, Event, JobError, JobStatus, PlannedSession, utcnow
 from claudeq.script_calls import AsyncCalls, ScriptCall
-from claudeq.tenant_scripts import SettleArgs
+from claudeq.tenants import SettleArgs
 
 from ...config.settings import Settings
-from . import job_scripts as scripts
+from . import worker_job_scripts as scripts
 from .reads import LoopReads
 
 #: What a claim found: `ok` (ours now), or why the delivery is dropped (`busy`: a live lease elsewhere; `orphan`:
@@ -641,7 +640,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
 
     async def send_run(self, job_id: str, queue: str, priority: int = 0) -> None:
         """Push the job's `claudeq.run` message onto its broker list (the broker is this Redis:
-        claudeq/broker_message.py, as `claudeq.producer.client.push_run`) and mark it sent, in one round trip."""
+        claudeq/broker/_message.py, as `claudeq.producer.client.push_run`) and mark it sent, in one round trip."""
         message, broker_list = run_message(job_id, queue, priority), list_for(queue, priority)
 
         def send(pipe: Any) -> None:

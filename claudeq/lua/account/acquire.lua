@@ -1,4 +1,4 @@
--- ACQUIRE (AccountStore, claudeq/account_state.py): take a slot of the account for a job.
+-- ACQUIRE (AccountStore, claudeq/accounts/_store.py): take a slot of the account for a job.
 -- KEYS: `slots`, `account` (its hash), `lines` (its four, in FAMS order).
 -- ARGV: `job_id`, `max_concurrency`, `expiry_s`, `now_s`, `rank` ('' = none), `job_key_prefix`, `family` (its index,
 --       1..4 in FAMS), `predictive` ('1'/''), `ramp_rate`, `jitter_s`, `may_hold` ('1'/'': whether the job may hold a

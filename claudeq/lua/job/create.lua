@@ -1,4 +1,4 @@
--- CREATE (JobStore, claudeq/jobs.py): write a new job: its hash, `jobs`, `queued`, its idempotency key, its
+-- CREATE (JobStore, claudeq/jobs/_store.py): write a new job: its hash, `jobs`, `queued`, its idempotency key, its
 -- conversation turn and its tenant's index. A conversation turn is numbered here, at submit: the turn lock
 -- (claudeq/conversations.py) follows that order. A batch submit writes a job with neither (no idempotency key, no
 -- conversation) as the same three commands without the script, its index entries in one ZADD per set with the rest of

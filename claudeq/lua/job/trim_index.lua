@@ -1,4 +1,4 @@
--- TRIM_INDEX (JobStore, claudeq/jobs.py): trim a tenant's index after a batch added to it with ZADD.
+-- TRIM_INDEX (JobStore, claudeq/jobs/_store.py): trim a tenant's index after a batch added to it with ZADD.
 -- KEYS: `index`: the tenant's.
 -- ARGV: `job_key_prefix`, `cutoff_ms`, `n`
 -- Result: none (nil)

@@ -2,7 +2,7 @@
 -- reads the `pu:<window>` fields of the windows `pws` lists). `st` is that copy, and every write to one of these
 -- fields (lib/gate.lua, lib/admit.lua) updates it, so a script that gates several times (a release handing out slots,
 -- an acquire looking at the waiting lines) reads the hash once instead of field by field. The fields are described in
--- claudeq/account_state.py. Also defines `unpack_` (table.unpack or unpack) for the scripts that include it.
+-- claudeq/accounts/_store.py. Also defines `unpack_` (table.unpack or unpack) for the scripts that include it.
 
 local FIELDS = {'state', 'cooldown_until', 'cd:opus', 'cd:sonnet', 'cd:haiku', 'rq_rem', 'rq_reset', 'rq_lim',
                 'tk_rem', 'tk_reset', 'tk_lim', 'tk_est', 'pws', 'ramp_at', 'ramp_j', 'ramp_last', 'ramp_n', 'wq'}

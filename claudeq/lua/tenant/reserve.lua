@@ -1,4 +1,4 @@
--- RESERVE (TenantStore, claudeq/tenant_state.py): admit a run of a tenant or on an account, within its cap on runs in
+-- RESERVE (TenantStore, claudeq/tenants/_store.py): admit a run of a tenant or on an account, within its cap on runs in
 -- flight and its spend caps. A capped run may spend its budget and one more turn (the CLI checks its budget after
 -- each turn): it reserves its grant plus one turn's estimated cost, and starts only when what is left in every capped
 -- window, less what the runs in flight reserved, is more than one turn. With no estimate yet (no run of this model

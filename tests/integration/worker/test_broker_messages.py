@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from claudeq.broker_queues import KOMBU_PRIORITY_SEP, job_id_of, pending_job_ids, queue_lists
+from claudeq.broker import KOMBU_PRIORITY_SEP, job_id_of, pending_job_ids, queue_lists
 from claudeq.config.settings import Settings
 from claudeq.models import JobSpec
 from claudeq.producer.client import Client

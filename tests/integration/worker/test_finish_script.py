@@ -13,13 +13,13 @@ from typing import TypeVar
 
 import pytest
 
-from claudeq.account_state import Waiter
+from claudeq.accounts import Waiter
 from claudeq.models import Attempt, Event, JobRecord, JobResult, JobSpec, utcnow
 from claudeq.script_calls import Call, ScriptCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, SlotLease, Spent
 from claudeq.worker.app import WorkerRuntime
 from claudeq.worker.run.fake_runner import BENCH_FAKE_RUNNER_ENV
-from claudeq.worker.store import job_scripts
+from claudeq.worker.store import worker_job_scripts as job_scripts
 from claudeq.worker.store.job_store import START_LOST, AttemptStart, Freed, JobWrite
 from tests.support.jobs import queued
 from tests.support.runtime import engine_runtime

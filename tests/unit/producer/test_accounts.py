@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from claudeq.account_state import AccountStore, Waiter
+from claudeq.accounts import AccountStore, Waiter
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from claudeq.account_state import AccountStore, Waiter, model_family, window_family
+from claudeq.accounts import AccountStore, Waiter, model_family, window_family
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.script_calls import run_call

@@ -9,7 +9,7 @@ import fakeredis
 import pytest
 from typer.testing import CliRunner
 
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.keys import Keys
 from claudeq.models import WindowInfo

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from claudeq.account_state import AccountStore
-from claudeq.broker_queues import queue_lists
+from claudeq.accounts import AccountStore
+from claudeq.broker import queue_lists
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.jobs import JobStore

@@ -13,8 +13,7 @@ from claude_agent_sdk.testing import run_session_store_conformance
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
 from claudeq.keys import Keys
-from claudeq.transcript_codec import Codec, decode, encode
-from claudeq.transcripts import RedisSessionStore
+from claudeq.transcripts import Codec, RedisSessionStore, decode, encode
 
 KEY: SessionKey = {"project_key": "-tmp-work", "session_id": "3f8e0a52-7a3e-4f7e-9d55-0d1b7c1c2a11"}
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from claudeq.broker_queues import job_id_of, queue_lists
+from claudeq.broker import job_id_of, queue_lists
 from claudeq.config.settings import Settings, WorkerPolicy
 from claudeq.errors import JobSpecError
 from claudeq.producer.client import Client

@@ -11,11 +11,10 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import pytest
 
-from claudeq.account_state import AccountState
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
-from claudeq.models import JobSpec
+from claudeq.models import AccountState, JobSpec
 from claudeq.script_calls import PipeCall, run_call
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.run.outcome import RateLimitSignal

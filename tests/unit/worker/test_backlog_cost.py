@@ -11,7 +11,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from claudeq.broker_message import list_for, run_message
+from claudeq.broker import list_for, run_message
 from claudeq.config.settings import Settings
 from claudeq.models import JobRecord, JobSpec, utcnow
 from claudeq.script_calls import run_call
@@ -172,7 +172,7 @@ def test_a_submitted_jobs_own_message_counts_as_waiting(
 def test_a_backlogged_tenants_message_at_the_last_priority_step_counts_as_waiting(
     loops: Loops, store: WorkerJobStore, settings: Settings
 ) -> None:
-    from claudeq.broker_message import BACKLOG_PRIORITY
+    from claudeq.broker import BACKLOG_PRIORITY
 
     # As a producer sends a backlogged tenant's job: spec priority 0, message at the last priority step.
     record = JobRecord(id="flooded", spec=JobSpec(prompt="x"), status="queued", created_at=utcnow())

@@ -140,7 +140,7 @@ def test_worker_heartbeat_hash_and_zset(loops: Loops, store: WorkerJobStore, set
 def test_reconciler_does_not_resend_a_job_whose_message_waits_behind_a_backlog(
     loops: Loops, store: WorkerJobStore, sent: list[str], settings: Settings
 ) -> None:
-    from claudeq.broker_message import run_message
+    from claudeq.broker import run_message
 
     waiting, lost = submit(store), submit(store)
     now = time.time()

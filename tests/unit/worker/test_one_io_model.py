@@ -17,12 +17,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import claudeq.worker
-from claudeq.account_state import AccountStore
+from claudeq.accounts import AccountStore
 from claudeq.conversations import ConversationStore
 from claudeq.jobs import JobStore
 from claudeq.producer.client import AsyncClient, Client
 from claudeq.script_calls import ScriptCall, run_call
-from claudeq.tenant_state import TenantStore
+from claudeq.tenants import TenantStore
 from claudeq.worker.store.job_store import WorkerJobStore
 
 

@@ -19,7 +19,7 @@ from claudeq.models import JobSpec
 from claudeq.permissions import spec_models
 from claudeq.producer.validation import validate_spec
 from claudeq.script_calls import run_call
-from claudeq.tenant_state import SPEND_TTL_S, Admitted, AttemptCost, OverBudget, TenantStore, hour_field
+from claudeq.tenants import SPEND_TTL_S, Admitted, AttemptCost, OverBudget, TenantStore, hour_field
 from claudeq.worker.accounts.manager import AccountManager, NoAccount, SlotLease
 from claudeq.worker.accounts.waiting_line import PRIORITY_SPAN
 from tests.conftest import make_settings
@@ -373,7 +373,7 @@ def test_fair_share_tags_give_slots_by_weight(tenants_settings: Settings, fake_r
 def test_a_backlogged_tenants_messages_wait_behind_other_tenants_in_the_broker(
     tenants_settings: Settings, fake_redis: fakeredis.FakeRedis
 ) -> None:
-    from claudeq.broker_message import list_for
+    from claudeq.broker import list_for
     from claudeq.producer.client import TENANT_BACKLOG, Client
 
     client = Client(tenants_settings, redis_client=fake_redis, celery_app=object())

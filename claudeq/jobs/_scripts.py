@@ -3,7 +3,7 @@
 Their text is in `claudeq/lua/job/` (each file's header says its KEYS, ARGV and answer; the functions they share in
 `claudeq/lua/lib/`, docs/architecture.md#lua-scripts). Status lives in the job hash's `status` field and the
 fencing token in `fence` (the scripts only workers run — claim, heartbeat, fenced write, promote, recover, resend —
-are in claudeq/worker/store/job_scripts.py).
+are in claudeq/worker/store/worker_job_scripts.py).
 
 The idempotency key (`idem:{key}` in its tenant's scope, `Keys.idem`; named in the job hash's `idem` field) lives as
 long as its job: it has no expiry until the job reaches a terminal state, then the job's retention. The scripts that

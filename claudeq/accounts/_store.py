@@ -33,12 +33,13 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from claudeq import account_scripts
 from claudeq.config.account_pool import AccountConfig, AccountPool
 from claudeq.errors import UnknownAccount
 from claudeq.keys import Keys, text
 from claudeq.models import AccountState, AccountStateName, Reservation, WindowInfo
 from claudeq.script_calls import PipeCall, ScriptCall, run_call
+
+from . import _scripts as account_scripts
 
 #: How long an hour of an account's per-minute history lives after its last write (the fleet page draws the last
 #: HISTORY_HOURS hours of it: docs/web.md#the-fleet-in-pictures).

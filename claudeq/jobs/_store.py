@@ -13,12 +13,13 @@ import redis
 from pydantic import BaseModel, ValidationError
 
 from claudeq import connections
-from claudeq import job_scripts as scripts
 from claudeq.archive import Archive, open_archive
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.keys import Keys, text
 from claudeq.resp import execute_packed, pack_command, packed_capable
 from claudeq.script_calls import PipeCall, ScriptCall, done, raw_reply, run_call
+
+from . import _scripts as scripts
 
 if TYPE_CHECKING:
     from claudeq.config.settings import Settings
@@ -158,7 +159,7 @@ def encode_fields(fields: Mapping[str, object]) -> list[str]:
 
 class JobStore:
     """What producers (and workers) do with job state: create, read, cancel, events. Each status change is one atomic
-    Lua script (claudeq/job_scripts.py); what only workers do is `claudeq.worker.store.job_store.WorkerJobStore`."""
+    Lua script (claudeq/jobs/_scripts.py); what only workers do is `claudeq.worker.store.job_store.WorkerJobStore`."""
 
     def __init__(
         self,

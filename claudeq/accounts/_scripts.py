@@ -3,7 +3,7 @@
 Their text is in `claudeq/lua/account/` (each file's header says its KEYS, ARGV and answer), the admission functions
 they share in `claudeq/lua/lib/` (docs/architecture.md#lua-scripts). Times are epoch seconds passed in by the caller
 (every worker and the CLI use their own clock, as the job store does). The account hash fields are described in
-claudeq/account_state.py.
+claudeq/accounts/_store.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from claudeq.lua import script
 from claudeq.script_args import Arg, ScriptArgs, key
 
 #: Take a slot of the account for a job (the attempt's start in the same script on a worker: START in
-#: claudeq/worker/store/job_scripts.py).
+#: claudeq/worker/store/worker_job_scripts.py).
 ACQUIRE = script("account/acquire.lua")
 #: Free a job's slot and hand the free slots to the best waiters.
 RELEASE = script("account/release.lua")

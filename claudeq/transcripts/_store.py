@@ -4,7 +4,7 @@ Why and how the SDK calls it: docs/cli-behaviour.md#sessions-and-resume.
 
 Layout per session (all under `Keys.session...`, every key expiring `ttl_s` after the session's last append):
 a list per transcript (main or subpath) of its entries, one compressed element per append batch (the forms an
-element takes, old uncompressed entries included: `claudeq/transcript_codec.py`), a string of entry uuids per
+element takes, old uncompressed entries included: `claudeq/transcripts/_codec.py`), a string of entry uuids per
 transcript (dedup: one JSON text and a newline each, about half of what a set costs; sessions written before keep their
 set, still read), a set of subpaths, the folded summary; per project a sorted set session id -> mtime (ms);
 per session id the set of project keys holding it (to find a session by id alone).
@@ -30,7 +30,8 @@ from claudeq import connections
 from claudeq.archive import Archive, ArchivedSession, open_archive
 from claudeq.config.settings import Settings
 from claudeq.keys import Keys
-from claudeq.transcript_codec import Codec, decode, encode
+
+from ._codec import Codec, decode, encode
 
 if TYPE_CHECKING:
     # The SDK's types only: the producer install (`claudeq transcript`) and the testing kit read and write sessions

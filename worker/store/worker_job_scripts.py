@@ -3,7 +3,7 @@
 Their text is in `claudeq/lua/job/` (each file's header says its KEYS, ARGV and answer; the functions they share
 with the account and tenant scripts in `claudeq/lua/lib/`, docs/architecture.md#lua-scripts). A run may write only
 while the fence it was given still matches (a paused worker whose lease was taken over must not overwrite). The
-idempotency key's expiry follows its job's (see claudeq/job_scripts.py).
+idempotency key's expiry follows its job's (see claudeq/jobs/_scripts.py).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from claudeq.account_scripts import AcquireArgs
+from claudeq.accounts import AcquireArgs
 from claudeq.lua import script
 from claudeq.script_args import Arg, ScriptArgs, key, part
-from claudeq.tenant_scripts import SettleArgs
+from claudeq.tenants import SettleArgs
 
 #: Take a queued job: status `running`, the fence raised, the lease.
 CLAIM = script("job/claim.lua")

@@ -1,6 +1,6 @@
 """TenantStore: a tenant's runs in flight, its waiters, and the spend of tenants and accounts per calendar window.
 
-The worker's AccountManager admits runs through it (claudeq/tenant_scripts.py, atomic); `claudeq tenants` and the
+The worker's AccountManager admits runs through it (claudeq/tenants/_scripts.py, atomic); `claudeq tenants` and the
 exporter read it without importing `worker`. Windows are calendar windows in UTC: the hour (`h:<epoch s // 3600>`)
 and the day (`d:<epoch s // 86400>`); a cap's window rolls at the top of the hour / at midnight UTC.
 """
@@ -16,12 +16,13 @@ from typing import Any, Literal
 
 import redis
 
-from claudeq import tenant_scripts
 from claudeq.config.account_pool import AccountConfig
 from claudeq.config.tenants import DEFAULT_TENANT, TenantConfig, Tenants
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Reserve
 from claudeq.script_calls import Call, PipeCall, ScriptCall, done, run_call
+
+from . import _scripts as tenant_scripts
 
 HOUR_S = 3600
 DAY_S = 86400
@@ -227,7 +228,7 @@ class TenantStore:
     ) -> Call[Admission]:
         """Start a run of `tenant` (its concurrency cap, then its spend caps): the run's budget is at most `want`
         and what the tenant has left in each capped window, less what its other runs in flight reserved and one
-        turn of `model`'s runs (RESERVE in claudeq/tenant_scripts.py). `share`: its share cap (reserve_share), a
+        turn of `model`'s runs (RESERVE in claudeq/tenants/_scripts.py). `share`: its share cap (reserve_share), a
         concurrency cap beside `max_concurrency`."""
         now = time.time() if now is None else now
         cap = effective_cap(tenant, share)
@@ -363,7 +364,7 @@ class TenantStore:
         """Count a finished attempt's real cost (`AttemptCost`) against its tenant (None: a fleet without a tenants
         file keeps no tenant spend) and account (the hour of `now`), drop the budget its run had reserved, and learn
         what one turn of its model's runs costs where a cap may read it. One SETTLE script
-        (claudeq/tenant_scripts.py); None: nothing to count."""
+        (claudeq/tenants/_scripts.py); None: nothing to count."""
         parts = self.settle_parts(cost, now)
         return None if parts is None else parts.call(self._settle, lambda _: None)
 
@@ -414,7 +415,7 @@ class TenantStore:
     ) -> ScriptCall[dict[str, float]]:
         """Move the active tenants' catch-up balances (slot-seconds: + owed, - owing) on to now; -> them. `shares`: each
         active tenant's share cap, without its balance; `repay_s`: the caller's slot-seconds per slot of catch-up, left
-        for readers (BALANCE in claudeq/tenant_scripts.py)."""
+        for readers (BALANCE in claudeq/tenants/_scripts.py)."""
         now = time.time() if now is None else now
         tenant_keys: list[str] = []
         tenants: list[str] = []
