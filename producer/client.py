@@ -230,7 +230,10 @@ class Client:
         chunk_size: int = SUBMIT_CHUNK,
         progress: Callable[[int], None] | None = None,
     ) -> builtins.list[JobHandle]:
-        """Submit many jobs, pipelined: a few round trips per `chunk_size` jobs instead of one or more per job.
+        """Submit many jobs, pipelined: two round trips per `chunk_size` jobs (the records, then the index entries
+        and messages of those created), four with a tenants file (the tenants' backlogs read, and redis-py's
+        `SCRIPT EXISTS` before the pipeline holding their `TAG`s), instead of one per job
+        (docs/architecture.md#the-submit-walk).
 
         Validation is all-or-nothing: every spec is checked first, and if any is refused nothing is written and
         BatchSpecError names each bad spec by its index (0-based), field and reason. Then the jobs are written in
@@ -253,7 +256,7 @@ class Client:
     def _dependency_problems(self, spec: JobSpec) -> builtins.list[tuple[int, str, str]]:
         """(0, `depends_on`, reason) for each dependency that is not a job of the spec's tenant (another tenant's job
         is as if missing), or one that already failed or was cancelled when the job would then fail at once. One
-        round trip; CREATE checks their statuses again, atomically."""
+        round trip; SUBMIT checks their statuses again, atomically (as CREATE does)."""
         if not spec.depends_on:
             return []
         pipe = self.store.redis.pipeline(transaction=False)
@@ -299,6 +302,7 @@ class Client:
         indexed = self._indexes()
         replies = self.store.create_many(records, sent_at, indexed)
         created = [record for record, (_, new) in zip(records, replies, strict=True) if new]
+        # If this process dies right here the reconciler sends these jobs' messages: the records are the truth.
         self._enqueue(created, sent_at, indexed)
         durability.replicated(self.store.redis, self.settings, tuple(job_id for job_id, _ in replies))
         return [JobHandle(self, job_id, created) for job_id, created in replies]
