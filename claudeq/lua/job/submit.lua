@@ -3,8 +3,8 @@
 -- active-job index, its fair-share tag (lib/tag_job.lua) and, unless it waits for its dependencies, its broker
 -- message (claudeq/broker_message.py). The producer builds the message at two priority steps (its own, and the
 -- broker's last one: BACKLOG_PRIORITY); this script sends the second when the tenant has more than `backlog` jobs not
--- finished, this one included (docs/architecture.md#fair-share). The record is the truth: a message lost after it
--- (a Redis failover) is re-sent by the reconciler.
+-- finished, this one included (docs/architecture.md#fair-share). The record is the truth: a message that goes
+-- missing after it (a worker that died holding it) is re-sent by the reconciler.
 -- KEYS: `tenant_jobs` (the active-job index of the job's governing tenant; '' = none, the fleet keeps none),
 --       `fair_share` ('' = no tag: no tenants file), `broker_list` (the message's), `backlog_list` (the broker list of
 --       the last priority step; '' = never backlogged), then job/create.lua's, each named with the prefix create:
