@@ -31,12 +31,12 @@ from claudeq.errors import (
 from claudeq.events import session_of
 from claudeq.follow import blocking
 from claudeq.follow import follow as follow_job
-from claudeq.jobs import JobStore, created_waiting
+from claudeq.jobs import ActiveIndex, BrokerMessage, JobStore
 from claudeq.jobs import scripts as job_scripts
 from claudeq.keys import text
 from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval, utcnow
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
-from claudeq.script_calls import raw_reply, run_call
+from claudeq.script_calls import run_call
 from claudeq.tenants import TenantStore
 from claudeq.tenants import scripts as tenant_scripts
 from claudeq.workspaces import WorkspaceChange
@@ -162,11 +162,12 @@ class Client:
     def submit(self, /, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
         """Validate, write the record (`queued`) and enqueue `claudeq.run`. Same idempotency key -> same job.
 
-        Two round trips: redis-py's `SCRIPT EXISTS` for `CREATE`, then the record (its `submitted` event is made from
-        it), its index entries and the broker message in one MULTI/EXEC. With a tenants file, one more before them:
-        the tenant's backlog (`ZCARD`), which picks the message's priority step. With an idempotency key or
-        `depends_on`, `CREATE` runs alone and the index entries and message follow once the record was created.
-        Each step of the walk: docs/architecture.md#the-submit-walk."""
+        One round trip and one atomic step whatever the spec (an idempotency key, `depends_on`, a tenants file):
+        `JobStore.submit_call` writes the record (its `submitted` event is made from it) and, for a job it created,
+        its index entries, its fair-share tag and its broker message (none for a job waiting for its dependencies).
+        Reads before it only to check what the spec names: a session it resumes (one round trip), its dependencies
+        (one); and, at most every TENANTS_IN_USE_CHECK_S without a tenants file, whether the fleet uses tenants. Each
+        step of the walk: docs/architecture.md#the-submit-walk."""
         checked = self.validate(spec, **fields)
         problems = self._resume_problems([checked]) + self._dependency_problems(checked)
         if problems:
@@ -180,28 +181,33 @@ class Client:
             return handle
 
     def _submit_one(self, record: JobRecord) -> JobHandle:
-        checked = record.spec
-        indexed = self._indexes()
-        if checked.idempotency_key or checked.depends_on:
-            now = time.time()
-            call = self.store.create_call(record, now, indexed)
-            reply = raw_reply(call, self.store.redis)
-            job_id, created = call.parse(reply)
-            if created:
-                # If this process dies right here the reconciler re-sends the job: the record is the truth. A job
-                # waiting for its dependencies gets no message: the end of the last one makes it due.
-                self._enqueue([record], now, indexed, send=not created_waiting(reply))
-            durability.replicated(self.store.redis, self.settings, (job_id,))
-            return JobHandle(self, job_id, created)
-        pipe = self.store.redis.pipeline(transaction=True)
-        now = time.time()
-        create = self.store.create_call(record, now, indexed)
-        raw_reply(create, pipe)
-        self._index(pipe, [record], now, indexed)
-        self._queue_messages(pipe, [record], now)
-        job_id, created = create.parse(pipe.execute()[0])
+        now = time.time()  # the job's score in `queued` (and its tenant's index) and its message's send time: the same
+        submit = self.store.submit_call(record, now, self._broker_message(record, now), self._active_index(record))
+        job_id, created = run_call(submit)
         durability.replicated(self.store.redis, self.settings, (job_id,))
         return JobHandle(self, job_id, created)
+
+    def _broker_message(self, record: JobRecord, sent_at: float) -> BrokerMessage:
+        """The job's broker message (`run_message`; `sent_at`: see _queue_messages) and, with a tenants file, the same
+        at the broker's last priority step, which SUBMIT sends instead when the tenant is backlogged."""
+        queue = record.spec.queue or self.settings.queue
+        priority = record.spec.priority
+        message = BrokerMessage(list_for(queue, priority), run_message(record.id, queue, priority, sent_at))
+        if not self.settings.tenants.configured:
+            return message
+        backlog = run_message(record.id, queue, BACKLOG_PRIORITY, sent_at)
+        return message._replace(backlog_list=list_for(queue, BACKLOG_PRIORITY), backlog_message=backlog)
+
+    def _active_index(self, record: JobRecord) -> ActiveIndex | None:
+        """The active-job index the job goes into (see _index; None: this producer keeps none): its governing tenant's,
+        with a tenants file its weight (its fair-share tag) and TENANT_BACKLOG."""
+        if not self._indexes():
+            return None
+        tenants = self.settings.tenants
+        tenant = tenants.governing(record.spec.tenant)
+        if not tenants.configured:
+            return ActiveIndex(tenant.name)
+        return ActiveIndex(tenant.name, repr(tenant.weight), TENANT_BACKLOG)
 
     def validate_many(self, specs: Iterable[JobSpec | dict[str, Any]]) -> builtins.list[JobSpec]:
         """Check every spec; BatchSpecError lists each bad one by index, field and reason."""
@@ -226,7 +232,10 @@ class Client:
         chunk_size: int = SUBMIT_CHUNK,
         progress: Callable[[int], None] | None = None,
     ) -> builtins.list[JobHandle]:
-        """Submit many jobs, pipelined: a few round trips per `chunk_size` jobs instead of one or more per job.
+        """Submit many jobs, pipelined: two round trips per `chunk_size` jobs (the records, then the index entries
+        and messages of those created), four with a tenants file (the tenants' backlogs read, and redis-py's
+        `SCRIPT EXISTS` before the pipeline holding their `TAG`s), instead of one per job
+        (docs/architecture.md#the-submit-walk).
 
         Validation is all-or-nothing: every spec is checked first, and if any is refused nothing is written and
         BatchSpecError names each bad spec by its index (0-based), field and reason. Then the jobs are written in
@@ -249,7 +258,7 @@ class Client:
     def _dependency_problems(self, spec: JobSpec) -> builtins.list[tuple[int, str, str]]:
         """(0, `depends_on`, reason) for each dependency that is not a job of the spec's tenant (another tenant's job
         is as if missing), or one that already failed or was cancelled when the job would then fail at once. One
-        round trip; CREATE checks their statuses again, atomically."""
+        round trip; SUBMIT checks their statuses again, atomically (as CREATE does)."""
         if not spec.depends_on:
             return []
         pipe = self.store.redis.pipeline(transaction=False)
@@ -295,6 +304,7 @@ class Client:
         indexed = self._indexes()
         replies = self.store.create_many(records, sent_at, indexed)
         created = [record for record, (_, new) in zip(records, replies, strict=True) if new]
+        # If this process dies right here the reconciler sends these jobs' messages: the records are the truth.
         self._enqueue(created, sent_at, indexed)
         durability.replicated(self.store.redis, self.settings, tuple(job_id for job_id, _ in replies))
         return [JobHandle(self, job_id, created) for job_id, created in replies]

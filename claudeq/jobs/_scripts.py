@@ -1,4 +1,4 @@
-"""The Lua scripts for the job transitions producers start: create and cancel. Each runs atomically inside Redis.
+"""The Lua scripts for the job transitions producers start: submit (create) and cancel, each atomic in Redis.
 
 Their text is in `claudeq/lua/job/` (each file's header says its KEYS, ARGV and answer; the functions they share in
 `claudeq/lua/lib/`, docs/architecture.md#lua-scripts). Status lives in the job hash's `status` field and the
@@ -23,6 +23,8 @@ from claudeq.script_args import Arg, ScriptArgs, key
 TRIM_INDEX = script("job/trim_index.lua")
 #: Write a new job (its hash, indexes, idempotency key, conversation turn, tenant index entry).
 CREATE = script("job/create.lua")
+#: A producer's submit: CREATE's write and, for a job it created, its active-job index entry, tag and broker message.
+SUBMIT = script("job/submit.lua")
 #: Cancel a queued or deferred job now; flag a running one.
 CANCEL = script("job/cancel.lua")
 #: A job's dead end notifications tried again (`claudeq webhooks retry`).
@@ -62,6 +64,21 @@ class CreateArgs(ScriptArgs):
     conversation_ttl_s: int
     index_cutoff_ms: int
     fields: Sequence[Arg]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitArgs(ScriptArgs):
+    SCRIPT = "job/submit.lua"
+    tenant_jobs: str = key()
+    fair_share: str = key()
+    broker_list: str = key()
+    backlog_list: str = key()
+    tenant: str
+    weight: str
+    backlog: int
+    message: str
+    backlog_message: str
+    create: CreateArgs
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Self, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypedDict
 
 import redis
 from pydantic import BaseModel, ValidationError
@@ -157,6 +157,27 @@ def encode_fields(fields: Mapping[str, object]) -> list[str]:
     return out
 
 
+class BrokerMessage(NamedTuple):
+    """A submitted job's `claudeq.run` message (claudeq/broker/_message.py) and its broker list, built by the producer;
+    `backlog_message` is the same message at the broker's last priority step (BACKLOG_PRIORITY) and `backlog_list`
+    its list, sent instead when the job's tenant is backlogged ('' both: never, as without a tenants file)."""
+
+    queue_list: str
+    message: str
+    backlog_list: str = ""
+    backlog_message: str = ""
+
+
+class ActiveIndex(NamedTuple):
+    """The active-job index a submitted job goes into: its governing tenant's (`Keys.tenant_jobs`), with the tenant's
+    fair-share weight for its tag ('' = no tag: no tenants file) and how many jobs not finished, the new one
+    included, the tenant may have before its messages go to the broker's last priority step (`backlog`)."""
+
+    tenant: str
+    weight: str = ""
+    backlog: int = 0
+
+
 class JobStore:
     """What producers (and workers) do with job state: create, read, cancel, events. Each status change is one atomic
     Lua script (claudeq/jobs/_scripts.py); what only workers do is `claudeq.worker.store.job_store.WorkerJobStore`."""
@@ -182,6 +203,7 @@ class JobStore:
         #: Where finished jobs' events go after `archive_after_s` (for_settings opens the settings' archive).
         self.archive: Archive | None = None
         self._create = client.register_script(scripts.CREATE)
+        self._submit = client.register_script(scripts.SUBMIT)
         self._cancel = client.register_script(scripts.CANCEL)
 
     @classmethod
@@ -256,9 +278,34 @@ class JobStore:
     ) -> ScriptCall[tuple[str, bool]]:
         """Write a new `queued` record (CREATE); with an idempotency key, answer the existing id instead. -> (id,
         created). `now` is the send time of the job's first message (its score in the `queued` set). A conversation
-        turn gets its turn number here, in the order the CREATEs run. `indexed`: see _create_fields. `created_waiting`
-        reads from its reply whether the job waits for its dependencies (`raw_reply`)."""
-        now = time.time() if now is None else now
+        turn gets its turn number here, in the order the CREATEs run. `indexed`: see _create_fields. A producer's
+        submit writes the record with the rest of what a submit writes: `submit_call`."""
+        return self._create_args(record, time.time() if now is None else now, indexed).call(self._create, create_reply)
+
+    def submit_call(
+        self, record: JobRecord, now: float, broker: BrokerMessage, index: ActiveIndex | None = None
+    ) -> ScriptCall[tuple[str, bool]]:
+        """A producer's submit of one job (SUBMIT), atomic and one round trip whatever the spec: the record as
+        `create_call` writes it and, only if it was created (an idempotency key may name a live job instead), the job
+        in its tenant's active-job index (`index`; None: the fleet keeps none) with its fair-share tag, and, unless it
+        waits for its dependencies, its broker message (`broker`). -> (id, created). `now` is the message's send time
+        and the job's score in `queued` and in the index: the same (the reconciler relies on it)."""
+        idx = index or ActiveIndex("")
+        return scripts.SubmitArgs(
+            tenant_jobs=self.keys.tenant_jobs(idx.tenant) if index else "",
+            fair_share=self.keys.fair_share if idx.weight else "",
+            broker_list=broker.queue_list,
+            backlog_list=broker.backlog_list,
+            tenant=idx.tenant,
+            weight=idx.weight,
+            backlog=idx.backlog,
+            message=broker.message,
+            backlog_message=broker.backlog_message,
+            create=self._create_args(record, now, index is not None),
+        ).call(self._submit, create_reply)
+
+    def _create_args(self, record: JobRecord, now: float, indexed: bool) -> scripts.CreateArgs:
+        """CREATE's arguments for `record` (SUBMIT runs CREATE's write with them)."""
         idem = record.spec.idempotency_key
         conversation = record.spec.conversation
         return scripts.CreateArgs(
@@ -280,7 +327,7 @@ class JobStore:
             conversation_ttl_s=self.conversation_ttl_s,
             index_cutoff_ms=self._index_cutoff_ms(now),
             fields=_create_fields(record, indexed),
-        ).call(self._create, create_reply)
+        )
 
     def _index_cutoff_ms(self, now: float) -> int:
         """Entries of a tenant's job index created before this (ms) may be of expired jobs (see
@@ -717,11 +764,6 @@ def create_reply(reply: Any) -> tuple[str, bool]:
     return job_id, bool(code)
 
 
-def created_waiting(reply: Any) -> bool:
-    """Whether CREATE made the job `waiting` (a dependency still active: no broker message for it)."""
-    return len(reply) > 2 and int(reply[2]) == 1
-
-
 def parse_record(job_id: str, fields: dict[str, str]) -> JobRecord:
     """Build a JobRecord from the hash fields; RecordUnreadable when they do not parse."""
     try:
@@ -747,4 +789,14 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i : i + size]
 
 
-__all__ = ["JobFields", "JobResult", "JobSpec", "JobStore", "encode_event", "encode_fields", "parse_record"]
+__all__ = [
+    "ActiveIndex",
+    "BrokerMessage",
+    "JobFields",
+    "JobResult",
+    "JobSpec",
+    "JobStore",
+    "encode_event",
+    "encode_fields",
+    "parse_record",
+]

@@ -1,9 +1,10 @@
 -- CREATE (JobStore, claudeq/jobs/_store.py): write a new job: its hash, `jobs`, `queued`, its idempotency key, its
--- conversation turn and its tenant's index. A conversation turn is numbered here, at submit: the turn lock
--- (claudeq/conversations.py) follows that order. A batch submit writes a job with neither (no idempotency key, no
--- conversation) as the same three commands without the script, its index entries in one ZADD per set with the rest of
--- its batch (JobStore.create_many). The idempotency key gets no expiry while the job is alive; finishing it gives the
--- key the job's retention.
+-- conversation turn and its tenant's index (lib/new_job.lua; job/submit.lua writes the same with the job's
+-- active-job index entry, fair-share tag and broker message: a producer's submit). A conversation turn is numbered
+-- here, at submit: the turn lock (claudeq/conversations.py) follows that order. A batch submit writes a job with
+-- neither (no idempotency key, no conversation) as the same three commands without the script, its index entries in
+-- one ZADD per set with the rest of its batch (JobStore.create_many). The idempotency key gets no expiry while the job
+-- is alive; finishing it gives the key the job's retention.
 -- KEYS: `job`, `jobs`, `queued`, `idem` ('' = none), `conversation_waiters` ('' = none), `conversation_seq`,
 --       `tenant_index` ('' = none), `waiting` (a job with 'deps' among its fields: JobSpec.depends_on), `outbox` (a
 --       job with 'notify_events' among its fields goes there at once: its webhook follows its events,
@@ -17,8 +18,7 @@
 --   dependency id, its status or 'missing'} a dependency is gone or ended so that the job would fail at once
 --   (nothing written in either case).
 
---!include lib/next_turn.lua
---!include lib/index_job.lua
+--!include lib/new_job.lua
 --!include lib/args.lua
 
 local job = KEYS[1]
@@ -38,50 +38,8 @@ local conversation_ttl_s = ARGV[5]
 local index_cutoff_ms = ARGV[6]
 local fields = args_list(ARGV, 7)
 
-if idem ~= '' then
-  local existing = redis.call('GET', idem)
-  if existing and redis.call('EXISTS', job_key_prefix .. existing) == 1 then
-    return {0, existing}
-  end
-end
-local deps, mode, follow = nil, 'fail', false
-for i = 1, #fields - 1, 2 do
-  if fields[i] == 'deps' then
-    deps = fields[i + 1]
-  elseif fields[i] == 'dep_mode' then
-    mode = fields[i + 1]
-  elseif fields[i] == 'notify_events' then
-    follow = true
-  end
-end
-local pending = {}
-if deps then
-  for _, d in ipairs(cjson.decode(deps)) do
-    local st = redis.call('HGET', job_key_prefix .. d, 'status')
-    if not st or ((st == 'failed' or st == 'cancelled') and mode ~= 'run') then return {2, d, st or 'missing'} end
-    if st ~= 'succeeded' and st ~= 'failed' and st ~= 'cancelled' then pending[#pending + 1] = d end
-  end
-end
-if idem ~= '' then
-  -- No expiry while the job is alive; finishing it gives the key the job's retention.
-  redis.call('SET', idem, job_id)
-  redis.call('HSET', job, 'idem', idem)
-end
-redis.call('HSET', job, unpack(fields))
-if conversation_waiters ~= '' then next_turn(job, conversation_waiters, conversation_seq, job_id, conversation_ttl_s) end
-redis.call('ZADD', jobs, created_ms, job_id)
-local is_waiting = 0
-if #pending > 0 then
-  is_waiting = 1
-  redis.call('HSET', job, 'status', 'waiting', 'deps_left', #pending)
-  redis.call('ZADD', waiting, now_s, job_id)
-  for _, d in ipairs(pending) do
-    redis.call('SADD', job_key_prefix .. d .. ':dependents', job_id)
-    redis.call('HSET', job_key_prefix .. d, 'dependents', '1')
-  end
-else
-  redis.call('ZADD', queued, now_s, job_id)
-end
-if tenant_index ~= '' then index_job(tenant_index, job_id, created_ms, job_key_prefix, index_cutoff_ms, 2) end
-if follow and outbox then redis.call('ZADD', outbox, 'NX', now_s, job_id) end
-return {1, job_id, is_waiting}
+return new_job({job = job, jobs = jobs, queued = queued, idem = idem, conversation_waiters = conversation_waiters,
+                conversation_seq = conversation_seq, tenant_index = tenant_index, waiting = waiting,
+                outbox = outbox, job_id = job_id, created_ms = created_ms, now_s = now_s,
+                job_key_prefix = job_key_prefix, conversation_ttl_s = conversation_ttl_s,
+                index_cutoff_ms = index_cutoff_ms, fields = fields})
