@@ -1,8 +1,8 @@
--- CLAIM (WorkerJobStore, worker/store/job_store.py): a worker takes a queued job: status `running`, the fence raised, the
--- lease (its score in the `running` sorted set: when it expires, epoch s, the claiming or beating worker's clock;
--- worker clocks must agree within a lease TTL less a heartbeat interval). The job hash's `fence` says whose run it
--- is: a claim raises it, and every write of a run checks it. One HGETALL reads status, fence, started_at and the
--- cancel flag too: a claim costs 4 commands inside Redis.
+-- CLAIM (WorkerJobStore, worker/store/job_store.py): a worker takes a queued job: status `running`, the fence raised,
+-- the lease (its score in the `running` sorted set: when it expires, epoch s, the claiming or beating worker's clock;
+-- worker clocks must agree within a lease TTL less a heartbeat interval). The job hash's `fence` says whose run it is:
+-- a claim raises it, and every write of a run checks it. One HGETALL reads status, fence, started_at and the cancel
+-- flag too: a claim costs 4 commands inside Redis.
 -- KEYS: `job`, `queued`, `running`.
 -- ARGV: `job_id`, `worker`, `lease_expiry` (epoch s), `now_iso`, `now_s`
 -- Result: {result, fence, first, record, cancelled}: result 'ok' (or 'missing', 'busy', 'orphan', the status it is

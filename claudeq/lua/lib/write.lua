@@ -1,10 +1,10 @@
 -- write(w, outbox, waiting) -> a Write code (claudeq/lua/results.py): LOST (the fence no longer holds the running job:
 -- nothing written), WRITTEN, CANCELLED (instead, see on_cancel): the fenced write of a run; `w` holds its arguments by
 -- the names job/write.lua gives them (job, running, queued, deferred, stream; job_id, fence, new_status, ttl_s, score,
--- finished_counts_prefix, events_maxlen, now_ms, on_cancel, events, fields; its n_events is #events). A run may write only while the fence it was given still matches (a paused worker whose lease
--- was taken over must not overwrite). `outbox`, `waiting`: where a terminal write puts a job with end notifications
--- (lib/notify_end.lua), and the waiting set its dependents leave (lib/release_dependents.lua); nil for a write that is
--- never terminal.
+-- finished_counts_prefix, events_maxlen, now_ms, on_cancel, events, fields; its n_events is #events). A run may write
+-- only while the fence it was given still matches (a paused worker whose lease was taken over must not overwrite).
+-- `outbox`, `waiting`: where a terminal write puts a job with end notifications (lib/notify_end.lua), and the waiting
+-- set its dependents leave (lib/release_dependents.lua); nil for a write that is never terminal.
 
 --!include lib/count_finished.lua
 --!include lib/notify_end.lua

@@ -1,5 +1,6 @@
--- CLAIM (worker/background/notifier.py): up to `limit` jobs whose end notifications are due, each moved a lease ahead, so no
--- other notifier takes it while this one delivers, and a notifier that dies leaves it due again when the lease ends.
+-- CLAIM (worker/background/notifier.py): up to `limit` jobs whose end notifications are due, each moved a lease ahead,
+-- so no other notifier takes it while this one delivers, and a notifier that dies leaves it due again when the lease
+-- ends.
 -- KEYS: `outbox`.
 -- ARGV: `now_s`, `limit`, `lease_until_s`.
 -- Result: the job ids taken.

@@ -1,5 +1,5 @@
--- LINK (worker/background/notifier.py): a job's Celery callback sent exactly once: the record marked and the message pushed in
--- one step, so a notifier that dies after it, or two that both hold the job, cannot send it twice.
+-- LINK (worker/background/notifier.py): a job's Celery callback sent exactly once: the record marked and the message
+-- pushed in one step, so a notifier that dies after it, or two that both hold the job, cannot send it twice.
 -- KEYS: `job`, `queue`: the callback's queue list.
 -- ARGV: `sent_field`: the record field that marks it sent, `message`: the broker message.
 -- Result: 1 sent now, 0 sent before, -1 no record (its retention ended: nothing to send).

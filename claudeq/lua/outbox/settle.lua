@@ -1,5 +1,5 @@
--- SETTLE (worker/background/notifier.py): what a notifier's pass did for one job: its delivery log in the record (when the
--- record is still there: a log must not bring an expired record back as a stub), and the job's place in the outbox.
+-- SETTLE (worker/background/notifier.py): what a notifier's pass did for one job: its delivery log in the record (when
+-- the record is still there: a log must not bring an expired record back as a stub), and the job's place in the outbox.
 -- KEYS: `job`, `outbox`, `outbox_dead`.
 -- ARGV: `job_id`, `notifications` (JSON), `next_due_s` ('' = nothing left to try: out of the outbox), `dead` ('1': one
 --       was given up on, the job goes to the dead letters), `now_s`, `cursor`: the entry id of the last event its
