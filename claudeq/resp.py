@@ -8,12 +8,15 @@ wrappers) keeps the ordinary pipeline.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import redis
 from redis.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
 _PLAIN = (Connection, SSLConnection, UnixDomainSocketConnection)
+T_co = TypeVar("T_co", covariant=True)
 
 
 def _arg(value: str | bytes | int | float) -> bytes:
@@ -63,3 +66,18 @@ def execute_packed(client: redis.Redis, payload: bytes, count: int) -> list[Any]
     if error is not None:
         raise error
     return replies
+
+
+@dataclass(frozen=True)
+class PackedCall(Generic[T_co]):
+    """Packed commands sent together (`execute_packed`, one round trip): a store's operation as data, like
+    `claudeq.script_calls.PipeCall`, for one too large for redis-py's packing (`JobStore.submit_many_call`); sent by
+    `claudeq.script_calls.run_call`. `parse` makes their replies (in order) into the answer."""
+
+    client: redis.Redis
+    commands: list[bytes]
+    parse: Callable[[list[Any]], T_co]
+
+    def send(self) -> T_co:
+        """Send the commands on the client's pool and parse their replies."""
+        return self.parse(execute_packed(self.client, b"".join(self.commands), len(self.commands)))

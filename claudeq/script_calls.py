@@ -22,6 +22,8 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
+from claudeq.resp import PackedCall
+
 T = TypeVar("T")
 #: A call's answer: a call answering a `T` is also one answering any supertype of it (e.g. a list, an Iterable).
 T_co = TypeVar("T_co", covariant=True)
@@ -64,8 +66,10 @@ class PipeCall(Generic[T_co]):
 Call = ScriptCall[T] | PipeCall[T]
 
 
-def run_call(call: Call[T]) -> T:
-    """Send `call` on the sync client (its script's, or its own)."""
+def run_call(call: Call[T] | PackedCall[T]) -> T:
+    """Send `call` on the sync client (its script's, or its own; a `PackedCall`: the batch submit's, sync only)."""
+    if isinstance(call, PackedCall):
+        return call.send()
     if isinstance(call, PipeCall):
         return call.parse(_run_pipe(call.client, call.queue, call.transaction, call.raise_on_error))
     return call.parse(call.script(keys=call.keys, args=call.args))

@@ -38,7 +38,6 @@ from claudeq.models import TERMINAL, Event, JobRecord, JobSpec, PendingApproval,
 from claudeq.schedules import Schedule, ScheduleInfo, ScheduleStore, schedule_from
 from claudeq.script_calls import run_call
 from claudeq.tenants import TenantStore
-from claudeq.tenants import scripts as tenant_scripts
 from claudeq.workspaces import WorkspaceChange
 
 from ..config.celery import TASK_RUN, make_celery
@@ -141,7 +140,6 @@ class Client:
         self.settings = settings or load_settings()
         self.store = make_store(self.settings, redis_client)
         self._celery = celery_app
-        self._tag = self.store.redis.register_script(tenant_scripts.TAG)
         self._conversations = ConversationStore(self.store.redis, self.store.keys, self.settings.session_retention_s)
         self._tenants_in_use: tuple[float, bool] | None = None  # (monotonic time read, whether the fleet uses them)
 
@@ -187,21 +185,29 @@ class Client:
         durability.replicated(self.store.redis, self.settings, (job_id,))
         return JobHandle(self, job_id, created)
 
-    def _broker_message(self, record: JobRecord, sent_at: float) -> BrokerMessage:
-        """The job's broker message (`run_message`; `sent_at`: see _queue_messages) and, with a tenants file, the same
-        at the broker's last priority step, which SUBMIT sends instead when the tenant is backlogged."""
+    def _broker_message(self, record: JobRecord, sent_at: float, backlogged: set[str] | None = None) -> BrokerMessage:
+        """The job's broker message (`run_message`; `sent_at` in it: never later than the job's score in `queued`,
+        the reconciler relies on it) and, with a tenants file, the same at the broker's last priority step, which
+        SUBMIT sends instead when the tenant is backlogged. In a batch (`backlogged`: its chunk's, _backlogged) the
+        step is chosen here, once per chunk: a backlogged tenant's messages wait in the broker behind other tenants'
+        jobs (their place in the waiting line is still their own priority and fair-share tag)."""
         queue = record.spec.queue or self.settings.queue
         priority = record.spec.priority
+        if backlogged is not None:
+            if backlogged and self.settings.tenants.governing(record.spec.tenant).name in backlogged:
+                priority = BACKLOG_PRIORITY
+            return BrokerMessage(list_for(queue, priority), run_message(record.id, queue, priority, sent_at))
         message = BrokerMessage(list_for(queue, priority), run_message(record.id, queue, priority, sent_at))
         if not self.settings.tenants.configured:
             return message
         backlog = run_message(record.id, queue, BACKLOG_PRIORITY, sent_at)
         return message._replace(backlog_list=list_for(queue, BACKLOG_PRIORITY), backlog_message=backlog)
 
-    def _active_index(self, record: JobRecord) -> ActiveIndex | None:
-        """The active-job index the job goes into (see _index; None: this producer keeps none): its governing tenant's,
-        with a tenants file its weight (its fair-share tag) and TENANT_BACKLOG."""
-        if not self._indexes():
+    def _active_index(self, record: JobRecord, indexed: bool | None = None) -> ActiveIndex | None:
+        """The active-job index the job goes into (the waiting counts of `claudeq tenants`; None: this producer keeps
+        none, see _indexes): its governing tenant's, with a tenants file its weight (its fair-share tag, given in
+        submit order: docs/architecture.md#fair-share) and TENANT_BACKLOG."""
+        if not (self._indexes() if indexed is None else indexed):
             return None
         tenants = self.settings.tenants
         tenant = tenants.governing(record.spec.tenant)
@@ -232,9 +238,9 @@ class Client:
         chunk_size: int = SUBMIT_CHUNK,
         progress: Callable[[int], None] | None = None,
     ) -> builtins.list[JobHandle]:
-        """Submit many jobs, pipelined: two round trips per `chunk_size` jobs (the records, then the index entries
-        and messages of those created), four with a tenants file (the tenants' backlogs read, and redis-py's
-        `SCRIPT EXISTS` before the pipeline holding their `TAG`s), instead of one per job
+        """Submit many jobs, pipelined: one round trip per `chunk_size` jobs, atomic (`JobStore.submit_many_call`:
+        the records, and for those created their index entries, fair-share tags and messages), two with a tenants
+        file (the tenants' backlogs read first, `_backlogged`), instead of one per job
         (docs/architecture.md#the-submit-walk).
 
         Validation is all-or-nothing: every spec is checked first, and if any is refused nothing is written and
@@ -300,43 +306,16 @@ class Client:
         return self._write_chunk(records)
 
     def _write_chunk(self, records: builtins.list[JobRecord]) -> builtins.list[JobHandle]:
-        sent_at = time.time()  # the jobs' scores in `queued` and their messages' send time: the same
-        indexed = self._indexes()
-        replies = self.store.create_many(records, sent_at, indexed)
-        created = [record for record, (_, new) in zip(records, replies, strict=True) if new]
-        # If this process dies right here the reconciler sends these jobs' messages: the records are the truth.
-        self._enqueue(created, sent_at, indexed)
+        sent_at = time.time()  # the jobs' scores in `queued` (and their tenants' indexes), their messages' send time
+        backlogged = self._backlogged(records)
+        indexed = self._indexes()  # once per chunk: every job of a chunk in its tenant's index, or none
+        jobs = [
+            (record, self._broker_message(record, sent_at, backlogged), self._active_index(record, indexed))
+            for record in records
+        ]
+        replies = run_call(self.store.submit_many_call(jobs, sent_at))
         durability.replicated(self.store.redis, self.settings, tuple(job_id for job_id, _ in replies))
         return [JobHandle(self, job_id, created) for job_id, created in replies]
-
-    def _enqueue(self, records: builtins.list[JobRecord], sent_at: float, indexed: bool, send: bool = True) -> None:
-        if records:
-            pipe = self.store.redis.pipeline(transaction=False)
-            self._index(pipe, records, sent_at, indexed)
-            if send:
-                self._queue_messages(pipe, records, sent_at)
-            pipe.execute()
-
-    def _index(self, pipe: Any, records: builtins.list[JobRecord], created: float, indexed: bool) -> None:
-        """Add the jobs to their tenants' active-job index (the waiting counts of `claudeq tenants`) and, with
-        tenants configured, give each its fair-share tag now, in submit order (docs/architecture.md#fair-share).
-        A fleet without tenants keeps no index: `default`'s jobs are every job, counted by the status counters.
-        `indexed`: `_indexes()` as the records were written with it (their `indexed` field)."""
-        if not indexed:
-            return
-        tenants = self.settings.tenants
-        keys = self.store.keys
-        by_tenant: dict[str, dict[str, float]] = {}
-        for record in records:
-            tenant = tenants.governing(record.spec.tenant)
-            by_tenant.setdefault(tenant.name, {})[record.id] = created
-            if tenants.configured:
-                tag = tenant_scripts.TagArgs(
-                    fair_share=keys.fair_share, job=keys.job(record.id), tenant=tenant.name, weight=repr(tenant.weight)
-                )
-                self._tag(keys=tag.keys(), args=tag.argv(), client=pipe)
-        for name, members in by_tenant.items():  # one ZADD per tenant, not one per job
-            pipe.zadd(keys.tenant_jobs(name), members)
 
     def _indexes(self) -> bool:
         """Whether this producer puts its jobs in their tenants' active-job index: with a tenants file, or in a fleet
@@ -352,8 +331,9 @@ class Client:
         return self._tenants_in_use[1]
 
     def _backlogged(self, records: builtins.list[JobRecord]) -> set[str]:
-        """The tenants of `records` whose jobs not finished, these included, exceed TENANT_BACKLOG (tenants
-        configured; one round trip)."""
+        """The tenants of a batch's chunk whose jobs not finished, the chunk's included, exceed TENANT_BACKLOG: the
+        chunk's messages of those tenants go to the broker's last priority step (tenants configured; one round trip,
+        `JobStore.backlog_call`)."""
         tenants = self.settings.tenants
         if not tenants.configured:
             return set()
@@ -361,30 +341,7 @@ class Client:
         for record in records:
             name = tenants.governing(record.spec.tenant).name
             batch[name] = batch.get(name, 0) + 1
-        pipe = self.store.redis.pipeline(transaction=False)
-        for name in batch:
-            pipe.zcard(self.store.keys.tenant_jobs(name))
-        active = pipe.execute()
-        return {name for (name, n), m in zip(batch.items(), active, strict=True) if n + int(m) > TENANT_BACKLOG}
-
-    def _queue_messages(self, pipe: Any, records: builtins.list[JobRecord], sent_at: float) -> None:
-        """Queue each job's broker message (one LPUSH per broker list, in order); its `submitted` event is made
-        from the record when read (no stream until a job has another event). `sent_at` goes in the messages:
-        never later than the jobs' scores in the `queued` set (the reconciler relies on it). A backlogged
-        tenant's messages go to the broker's last priority step: they wait there behind other tenants' jobs, not
-        the other way round (their place in the waiting line is still their own priority and fair-share tag)."""
-        lists: dict[str, builtins.list[str]] = {}
-        backlogged = self._backlogged(records)
-        tenants = self.settings.tenants
-        for record in records:
-            queue = record.spec.queue or self.settings.queue
-            priority = record.spec.priority
-            if backlogged and tenants.governing(record.spec.tenant).name in backlogged:
-                priority = BACKLOG_PRIORITY
-            message = run_message(record.id, queue, priority, sent_at)
-            lists.setdefault(list_for(queue, priority), []).append(message)
-        for name, messages in lists.items():
-            pipe.lpush(name, *messages)
+        return run_call(self.store.backlog_call(batch, TENANT_BACKLOG))
 
     def get(self, job_id: str) -> JobRecord:
         """The job's record; JobNotFound / RecordUnreadable when it cannot be had."""

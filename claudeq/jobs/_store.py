@@ -16,8 +16,9 @@ from claudeq import connections
 from claudeq.archive import Archive, open_archive
 from claudeq.errors import JobNotFound, JobSpecError, RecordUnreadable
 from claudeq.keys import Keys, text
-from claudeq.resp import execute_packed, pack_command, packed_capable
+from claudeq.resp import PackedCall, pack_command, packed_capable
 from claudeq.script_calls import PipeCall, ScriptCall, done, raw_reply, run_call
+from claudeq.tenants import TAG, TagArgs
 
 from . import _scripts as scripts
 
@@ -141,6 +142,13 @@ def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
     return [*fields, INDEXED_FIELD, "1"] if indexed else fields
 
 
+def _scripted(record: JobRecord) -> bool:
+    """Whether a batch writes `record` through SUBMIT (what it writes depends on what Redis holds: an idempotency
+    key, a conversation's turn, a webhook following its events) rather than as plain commands."""
+    spec = record.spec
+    return bool(spec.idempotency_key or spec.conversation or (spec.webhook is not None and spec.webhook.events))
+
+
 def _created_ms(record: JobRecord) -> int:
     """The job's score in the `jobs` index (and its tenant's): its creation time in epoch ms."""
     return int(record.created_at.timestamp() * 1000)
@@ -204,6 +212,7 @@ class JobStore:
         self.archive: Archive | None = None
         self._create = client.register_script(scripts.CREATE)
         self._submit = client.register_script(scripts.SUBMIT)
+        self._tag = client.register_script(TAG)  # a batch's plain jobs' fair-share tags (submit_many_call)
         self._cancel = client.register_script(scripts.CANCEL)
 
     @classmethod
@@ -222,56 +231,108 @@ class JobStore:
 
     # ---- create and read -------------------------------------------------------------------------------------
 
-    def create_many(self, records: Sequence[JobRecord], now: float, indexed: bool = False) -> list[tuple[str, bool]]:
-        """Create the records, in order, in one round trip and one MULTI/EXEC (all of them or none; see
-        create_call); -> (id, created) per record.
+    def submit_many_call(
+        self, jobs: Sequence[tuple[JobRecord, BrokerMessage, ActiveIndex | None]], now: float
+    ) -> PackedCall[list[tuple[str, bool]]] | PipeCall[list[tuple[str, bool]]]:
+        """A producer's submit of many jobs (a batch's chunk), in order, in one round trip and one MULTI/EXEC (all of
+        them or none): what `submit_call` writes for each (record, broker message, active-job index; every job of a
+        call indexed or none). -> (id, created) per job. The messages come at the priority step the producer chose
+        for the chunk (`backlog_call`): a batch decides its tenants' backlog once per chunk, not per job.
 
-        A record with an idempotency key or a conversation goes through CREATE; every other one is what CREATE
-        would write for it (its hash, its entries in `jobs` and `queued`) as plain commands, and the index entries
-        of all of them go in one ZADD per sorted set: one command per job instead of four."""
+        A job with an idempotency key, a conversation or a webhook following its events goes through SUBMIT (only a
+        job it created gets its index entry, tag and message); every other one is what SUBMIT would write for it as
+        plain commands: its `HSET` (and, with a tenants file, its `TAG`, in submit order), and the chunk's entries
+        in `jobs`, `queued`, each tenant's job index and active-job index one `ZADD` each, its messages one `LPUSH`
+        per broker list (in submit order): about one command per job instead of five. A client the packed path
+        cannot drive (fakeredis, wrappers) sends one SUBMIT per job in a MULTI/EXEC pipeline instead."""
         if not packed_capable(self.redis):
-            pipe = self.redis.pipeline(transaction=True)
-            for record in records:
-                raw_reply(self.create_call(record, now, indexed), pipe)
-            return [create_reply(reply) for reply in pipe.execute()]
-        # SCRIPT LOAD first, on the same connection: the EVALSHAs after it find the script even on a fresh Redis.
-        commands = [pack_command("SCRIPT", "LOAD", scripts.CREATE), pack_command("MULTI")]
-        sha = self._create.sha
-        scripted: list[bool] = []  # per record: whether CREATE wrote it (and answers for it)
-        jobs: list[str | int | float] = []
-        queued: list[str | int | float] = []
-        by_tenant: dict[str, list[str | int | float]] = {}  # tenant index -> its members, as `jobs`
-        for record in records:
-            follows = record.spec.webhook is not None and bool(record.spec.webhook.events)
-            if record.spec.idempotency_key or record.spec.conversation or follows:
-                call = self.create_call(record, now, indexed)
-                commands.append(pack_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args))
-                scripted.append(True)
+
+            def queue(pipe: Any) -> None:
+                for record, broker, index in jobs:
+                    call = self.submit_call(record, now, broker, index)
+                    raw_reply(call, pipe)
+
+            return PipeCall(self.redis, queue, lambda replies: [create_reply(r) for r in replies], transaction=True)
+        # The scripts loaded first, on the same connection: the EVALSHAs after them find them even on a fresh Redis.
+        scripted = [_scripted(record) for record, _, _ in jobs]
+        commands = [pack_command("SCRIPT", "LOAD", scripts.SUBMIT)] if any(scripted) else []
+        if any(index is not None and index.weight for _, _, index in jobs):
+            commands.append(pack_command("SCRIPT", "LOAD", TAG))
+        commands.append(pack_command("MULTI"))
+        first = len(commands)
+        at: list[int] = []  # per job: its first command's place in EXEC's answer (SUBMIT's answers for its job)
+        members: dict[str, list[str | int | float]] = {}  # sorted set -> its new members, as ZADD takes them
+        trimmed: set[str] = set()  # of those, the tenants' job indexes (trimmed after, as CREATE does)
+        lists: dict[str, list[str]] = {}  # broker list -> its messages not yet pushed, in submit order
+
+        def push() -> None:  # the messages so far, before a SUBMIT's own: each list keeps submit order
+            commands.extend(pack_command("LPUSH", name, *messages) for name, messages in lists.items())
+            lists.clear()
+
+        for (record, broker, index), by_script in zip(jobs, scripted, strict=True):
+            if by_script:
+                push()
+                call = self.submit_call(record, now, broker, index)
+                at.append(len(commands) - first)
+                commands.append(pack_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
                 continue
-            commands.append(pack_command("HSET", self.keys.job(record.id), *_create_fields(record, indexed)))
-            jobs += [_created_ms(record), record.id]
-            queued += [now, record.id]
-            if indexed:
-                by_tenant.setdefault(self.keys.tenant_index(record.spec.tenant), []).extend(jobs[-2:])
-            scripted.append(False)
-        if jobs:
-            commands.append(pack_command("ZADD", self.keys.jobs, *jobs))
-            commands.append(pack_command("ZADD", self.keys.queued, *queued))
-        for index, members in by_tenant.items():  # one ZADD per tenant, then the trim CREATE does per job
-            commands.append(pack_command("ZADD", index, *members))
-            trim = scripts.TrimIndexArgs(
-                index=index, job_key_prefix=self.keys.job(""), cutoff_ms=self._index_cutoff_ms(now), n=len(members)
-            )
-            commands.append(pack_command("EVAL", scripts.TRIM_INDEX, len(trim.keys()), *trim.keys(), *trim.argv()))
+            at.append(len(commands) - first)
+            commands.append(pack_command("HSET", self.keys.job(record.id), *_create_fields(record, index is not None)))
+            members.setdefault(self.keys.jobs, []).extend([_created_ms(record), record.id])
+            members.setdefault(self.keys.queued, []).extend([now, record.id])
+            if index is not None:
+                tenant_index = self.keys.tenant_index(record.spec.tenant)
+                trimmed.add(tenant_index)
+                members.setdefault(tenant_index, []).extend([_created_ms(record), record.id])
+                members.setdefault(self.keys.tenant_jobs(index.tenant), []).extend([now, record.id])
+                if index.weight:
+                    tag = TagArgs(
+                        fair_share=self.keys.fair_share,
+                        job=self.keys.job(record.id),
+                        tenant=index.tenant,
+                        weight=index.weight,
+                    )
+                    commands.append(pack_command("EVALSHA", self._tag.sha, len(tag.keys()), *tag.keys(), *tag.argv()))
+            lists.setdefault(broker.queue_list, []).append(broker.message)
+        for name, added in members.items():  # one ZADD per sorted set; a tenant's job index trimmed as CREATE does
+            commands.append(pack_command("ZADD", name, *added))
+            if name in trimmed:
+                trim = scripts.TrimIndexArgs(
+                    index=name,
+                    job_key_prefix=self.keys.job(""),
+                    cutoff_ms=self._index_cutoff_ms(now),
+                    n=len(added),
+                )
+                commands.append(pack_command("EVAL", scripts.TRIM_INDEX, len(trim.keys()), *trim.keys(), *trim.argv()))
+        push()
         commands.append(pack_command("EXEC"))
-        results = execute_packed(self.redis, b"".join(commands), len(commands))[-1]
-        failed = next((r for r in results if isinstance(r, Exception)), None)
-        if failed is not None:
-            raise failed
-        return [
-            create_reply(answer) if by_script else (record.id, True)
-            for record, by_script, answer in zip(records, scripted, results[: len(records)], strict=True)
-        ]
+
+        def parse(replies: list[Any]) -> list[tuple[str, bool]]:
+            results = replies[-1]
+            failed = next((r for r in results if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            return [
+                create_reply(results[i]) if by_script else (record.id, True)
+                for (record, _, _), by_script, i in zip(jobs, scripted, at, strict=True)
+            ]
+
+        return PackedCall(self.redis, commands, parse)
+
+    def backlog_call(self, batch: Mapping[str, int], backlog: int) -> PipeCall[set[str]]:
+        """The tenants of a batch's chunk (`batch`: tenant -> its jobs in the chunk) whose jobs not finished, the
+        chunk's included, would be more than `backlog` (TENANT_BACKLOG): their messages go at the broker's last
+        priority step (docs/architecture.md#fair-share). One `ZCARD` per tenant of its active-job index."""
+        names = list(batch)
+
+        def queue(pipe: Any) -> None:
+            for name in names:
+                pipe.zcard(self.keys.tenant_jobs(name))
+
+        def parse(replies: list[Any]) -> set[str]:
+            return {name for name, active in zip(names, replies, strict=True) if batch[name] + int(active) > backlog}
+
+        return PipeCall(self.redis, queue, parse)
 
     def create_call(
         self, record: JobRecord, now: float | None = None, indexed: bool = False

@@ -96,7 +96,7 @@ def test_submit_many_writes_records_events_and_messages_in_order(client: Client,
         order = [h.id for h in created if h.id in set(in_list)]
         assert in_list == order
     assert client.store.redis.zcard(client.store.keys.queued) == 1199
-    # Every job is in the jobs index (`claudeq list`) at its creation time, written by CREATE or without it.
+    # Every job is in the jobs index (`claudeq list`) at its creation time, written by SUBMIT or without it.
     keys = client.store.keys
     for h in (handles[0], handles[7], handles[1199]):
         created_ms = client.get(h.id).created_at.timestamp() * 1000

@@ -1,7 +1,8 @@
 """What one `Client.submit` costs, as a user of a real Redis sees it: the round trips its connection makes (each
 write of commands to the socket and the replies read back) and the commands Redis runs (`INFO commandstats`, a
 script's own calls included), on a private redis-server. One round trip whatever the spec: the record, its index
-entries, its fair-share tag and its broker message are one script (docs/architecture.md#the-submit-walk)."""
+entries, its fair-share tag and its broker message are one script (docs/architecture.md#the-submit-walk). A
+`submit_many` chunk is one round trip too (two with a tenants file: the tenants' backlogs read first)."""
 
 from __future__ import annotations
 
@@ -140,3 +141,55 @@ def test_a_submit_waiting_for_a_dependency_writes_no_message(server: tuple[redis
     # the dependencies checked as the spec names them (one round trip), then the submit (one)
     assert (trips, created) == (2, True)
     assert "lpush" not in commands and commands["evalsha"] == 1, commands
+
+
+def _batch_cost(
+    watch: redis.Redis, client: Client, specs: list[dict[str, Any]], chunk: int
+) -> tuple[int, dict[str, int]]:
+    """(round trips, commands run) of one `submit_many` of `specs` in chunks of `chunk`."""
+    before, writes = command_calls(watch), CountingConnection.writes
+    handles = client.submit_many(specs, chunk_size=chunk)
+    assert all(handle.created for handle in handles)
+    return CountingConnection.writes - writes, commands_since(watch, before)
+
+
+def test_a_plain_batch_is_one_round_trip_per_chunk(server: tuple[redis.Redis, str]) -> None:
+    watch, url = server
+    client = _client(url, make_settings(url, "trips-batch"))
+    client.submit(prompt="warm-up")
+
+    trips, commands = _batch_cost(watch, client, [{"prompt": f"job {i}"} for i in range(100)], chunk=50)
+    assert trips == 2  # one per chunk
+    # per chunk: MULTI/EXEC, the records, their `jobs` and `queued` entries (one ZADD each), their messages (one
+    # LPUSH): 1.1 commands per job
+    assert commands == {"multi": 2, "hset": 100, "zadd": 4, "lpush": 2, "exec": 2}, commands
+
+
+def test_a_batch_with_tenants_is_two_round_trips_per_chunk(server: tuple[redis.Redis, str], tmp_path: Path) -> None:
+    watch, url = server
+    (tmp_path / "tenants.toml").write_text(TENANTS)
+    client = _client(url, make_settings(url, "trips-batch-tenants", tenants_file=tmp_path / "tenants.toml"))
+    client.submit(prompt="warm-up", tenant="b")
+
+    specs = [{"prompt": f"job {i}", "tenant": "ab"[i % 2]} for i in range(100)]
+    trips, commands = _batch_cost(watch, client, specs, chunk=50)
+    assert trips == 4  # per chunk: the tenants' backlogs read, then the write
+    # per chunk as a plain batch, and: the backlogs (one ZCARD per tenant), `TAG` loaded, each job's tag (the job's,
+    # the fleet's virtual time and the tenant's last tag read; the tenant's and the job's written, the record seen),
+    # one ZADD per tenant's job index (trimmed: EVAL, its expired entries looked for) and active-job index
+    assert commands == {
+        "zcard": 4,
+        "script": 2,
+        "multi": 2,
+        "hset": 300,
+        "evalsha": 100,
+        "hget": 300,
+        "exists": 100,
+        "zadd": 12,
+        "eval": 4,
+        "zrangebyscore": 4,
+        "lpush": 2,
+        "exec": 2,
+    }, commands
+    keys = client.store.keys
+    assert watch.zcard(keys.tenant_jobs("a")) == 50 and watch.hget(keys.fair_share, "t:a") == b"25"

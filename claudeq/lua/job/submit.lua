@@ -1,10 +1,11 @@
--- SUBMIT (JobStore.submit_call, claudeq/jobs/_store.py): a producer's submit of one job, atomic and in one round trip:
--- the record as CREATE writes it (lib/new_job.lua) and, only if it was created, the job's entry in its tenant's
--- active-job index, its fair-share tag (lib/tag_job.lua) and, unless it waits for its dependencies, its broker message
+-- SUBMIT (JobStore.submit_call, claudeq/jobs/_store.py; in a batch, submit_many_call, the jobs whose write depends on
+-- what Redis holds: an idempotency key, a conversation): a producer's submit of one job, atomic: the record as CREATE
+-- writes it (lib/new_job.lua) and, only if it was created, the job's entry in its tenant's active-job index, its
+-- fair-share tag (lib/tag_job.lua) and, unless it waits for its dependencies, its broker message
 -- (claudeq/broker/_message.py). The producer builds the message at two priority steps (its own, and the broker's last
 -- one: BACKLOG_PRIORITY); this script sends the second when the tenant has more than `backlog` jobs not finished, this
--- one included (docs/architecture.md#fair-share). The record is the truth: a message that goes missing after it (a
--- worker that died holding it) is re-sent by the reconciler.
+-- one included (docs/architecture.md#fair-share); a batch chose the step for its chunk and sends no second. The record
+-- is the truth: a message that goes missing after it (a worker that died holding it) is re-sent by the reconciler.
 -- KEYS: `tenant_jobs` (the active-job index of the job's governing tenant; '' = none, the fleet keeps none),
 --       `fair_share` ('' = no tag: no tenants file), `broker_list` (the message's), `backlog_list` (the broker list of
 --       the last priority step; '' = never backlogged), then job/create.lua's, each named with the prefix create:
