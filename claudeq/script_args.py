@@ -78,17 +78,33 @@ class ScriptArgs:
 
     def _spread(self, keys: bool) -> list[Any]:
         out: list[Any] = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name, is_key, only in _layout(type(self)):
+            value = getattr(self, name)
             if isinstance(value, ScriptArgs):
-                only, _ = f.metadata.get(_PART, (None, ""))
                 if only is None or (only == "keys") == keys:
-                    out.extend(value.keys() if keys else value.argv())
+                    out.extend(value._spread(keys))
                 continue
-            if bool(f.metadata.get(_KEY)) != keys:
+            if is_key != keys:
                 continue
             if isinstance(value, list | tuple):
                 out.extend(value)
             else:
                 out.append(value)
         return out
+
+
+#: Each class's fields as `_spread` walks them: (name, whether a KEY, which part of a nested `ScriptArgs` goes here).
+_Layout = tuple[tuple[str, bool, str | None], ...]
+_layouts: dict[type, _Layout] = {}
+
+
+def _layout(cls: type) -> _Layout:
+    """`cls`'s fields with what their metadata says, read once per class: the engine spreads a few script calls per
+    job, and `dataclasses.fields` with a metadata lookup per field was a sizeable share of its CPU
+    (docs/scaling.md#the-engines-redis-client)."""
+    layout = _layouts.get(cls)
+    if layout is None:
+        layout = _layouts[cls] = tuple(
+            (f.name, bool(f.metadata.get(_KEY)), f.metadata.get(_PART, (None, ""))[0]) for f in dataclasses.fields(cls)
+        )
+    return layout
