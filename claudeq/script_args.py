@@ -13,6 +13,7 @@ class, its script's header and its script's binder name the same arguments in th
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -78,17 +79,59 @@ class ScriptArgs:
 
     def _spread(self, keys: bool) -> list[Any]:
         out: list[Any] = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, ScriptArgs):
-                only, _ = f.metadata.get(_PART, (None, ""))
-                if only is None or (only == "keys") == keys:
-                    out.extend(value.keys() if keys else value.argv())
+        for name, is_key, only, scalar in _layout(type(self)):
+            if scalar:  # one value, of the kind the field is typed with
+                if is_key == keys:
+                    out.append(getattr(self, name))
                 continue
-            if bool(f.metadata.get(_KEY)) != keys:
+            value = getattr(self, name)
+            if isinstance(value, ScriptArgs):
+                if only is None or (only == "keys") == keys:
+                    out.extend(value._spread(keys))
+                continue
+            if is_key != keys:
                 continue
             if isinstance(value, list | tuple):
                 out.extend(value)
             else:
                 out.append(value)
         return out
+
+
+#: Each class's fields as `_spread` walks them: (name, whether a KEY, which part of a nested `ScriptArgs` goes here,
+#: whether the field is typed as one plain value: no list, no nested arguments to look for).
+_Layout = tuple[tuple[str, bool, str | None, bool], ...]
+_layouts: dict[type, _Layout] = {}
+#: The types of a field that holds one value.
+_SCALARS = (str, bytes, int, float, bool)
+
+
+def _layout(cls: type) -> _Layout:
+    """`cls`'s fields with what their metadata and types say, read once per class: the engine spreads ~15 argument
+    objects per job (CLAIM, START with its nested ACQUIRE and WRITE, FINISH with WRITE and SETTLE), and looking each
+    field's metadata up and its value's type over on every spread was a sizeable share of its calls per job
+    (docs/scaling.md#the-engines-redis-client)."""
+    layout = _layouts.get(cls)
+    if layout is None:
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # unresolvable annotations: every value's type is looked at, as it is given
+            hints = {}
+        layout = _layouts[cls] = tuple(
+            (
+                f.name,
+                bool(f.metadata.get(_KEY)),
+                f.metadata.get(_PART, (None, ""))[0],
+                _scalar(hints.get(f.name)),
+            )
+            for f in dataclasses.fields(cls)
+        )
+    return layout
+
+
+def _scalar(hint: Any) -> bool:
+    """Whether a field typed `hint` holds one plain value (`str`, `int`, … or a union of them, such as `Arg`)."""
+    if hint in _SCALARS:
+        return True
+    members = typing.get_args(hint)
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and all(m in _SCALARS for m in members)

@@ -137,6 +137,10 @@ class _Batch:
 
     def __init__(self, client: AsyncRedis) -> None:
         self.client = client
+        # What the client's encoder encodes text with (redis-py's ConnectionPool.get_encoder).
+        kwargs = client.connection_pool.connection_kwargs
+        self.encoding: str = kwargs.get("encoding", "utf-8")
+        self.encoding_errors: str = kwargs.get("encoding_errors", "strict")
         self.pending: list[tuple[Script, list[Any], list[Any], asyncio.Future[Any]]] = []
         self.sending: set[asyncio.Task[None]] = set()  # batches in flight (a task nobody holds may vanish)
 
@@ -187,13 +191,20 @@ class _Batch:
         if len(batch) == 1:
             script, keys, args, _ = batch[0]
             try:
-                return [await self.client.evalsha(script.sha, len(keys), *keys, *args)]
+                return [await self.client.evalsha(script.sha, len(keys), *self._encoded(keys), *self._encoded(args))]
             except ResponseError as exc:
                 return [exc]
         pipe = self.client.pipeline(transaction=False)
         for script, keys, args, _ in batch:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.evalsha(script.sha, len(keys), *self._encoded(keys), *self._encoded(args))
         return list(await pipe.execute(raise_on_error=False))
+
+    def _encoded(self, values: list[Any]) -> list[Any]:
+        """`values` with each text already bytes, as the client's encoder would make it (the rest it encodes
+        itself): redis-py's encoder asks every value's type four or five times, and a job's three scripts carry
+        ~120 values, most of them text (docs/scaling.md#the-engines-redis-client)."""
+        encoding, errors = self.encoding, self.encoding_errors
+        return [value.encode(encoding, errors) if type(value) is str else value for value in values]
 
 
 _batches: weakref.WeakKeyDictionary[AsyncRedis, _Batch] = weakref.WeakKeyDictionary()

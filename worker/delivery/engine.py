@@ -265,14 +265,12 @@ class Engine:
         self._deliveries[key] = delivery
         assert self._idle is not None
         self._idle.clear()
-        heartbeat = asyncio.create_task(self.lease.keep(delivery))
-        guard = asyncio.create_task(self.lease.guard(delivery))
+        watch = self.lease.watch(delivery)  # the heartbeat and the guard
         try:
             # The handler ends the delivery whatever happens (its slot given back, once): nothing here calls it again.
             return await self.handler.handle(delivery)
         finally:
-            heartbeat.cancel()
-            guard.cancel()
+            watch.stop()
             await self.writer.close(delivery)
             del self._deliveries[key]
             if not self._deliveries:

@@ -38,13 +38,13 @@ class LeaseKeeper:
         self.lease_ttl_s = lease_ttl_s
         self.heartbeat_s = heartbeat_s
 
-    async def keep(self, d: Delivery) -> None:
-        """Heartbeat `d` until cancelled, or until the lease is lost (which stops its run). Each renewal moves
-        `d.lease.until`, which `guard` watches without waiting on Redis."""
+    async def beats(self, d: Delivery, started: float) -> None:
+        """Heartbeat `d` (its first beat due now: the watch began at `started`) until cancelled, or until the lease is
+        lost (which stops its run). Each renewal moves `d.lease.until`, which the guard (`Watch.check_guard`) watches
+        without waiting on Redis."""
         ttl = self.lease_ttl_s
-        last_ok = time.monotonic()
+        last_ok = started
         while True:
-            await asyncio.sleep(self.heartbeat_s)
             try:
                 sent = time.monotonic()
                 slot = d.hold.slot
@@ -71,28 +71,67 @@ class LeaseKeeper:
                     d.lose()
                     return
                 log.warning("job %s: heartbeat failed (%s); retrying", d.job_id, type(exc).__name__)
+            await asyncio.sleep(self.heartbeat_s)
+
+    def watch(self, d: Delivery) -> Watch:
+        """Keep `d`'s lease (`beats`, every `heartbeat_s`) and guard it (`Watch.check_guard`) until the returned watch
+        is stopped, on the running loop, as timers: no task until the first heartbeat is due. Most runs of a busy
+        fleet end before it, and two tasks per delivery, each cancelled at its end, were a measurable share of the
+        engine's CPU per job (docs/scaling.md#the-engines-redis-client)."""
+        watch = Watch(d, self, time.monotonic())
+        loop = asyncio.get_running_loop()
+        watch.beat_timer = loop.call_later(self.heartbeat_s, watch.start_beats)
+        watch.check_guard()
+        return watch
 
     def margin_s(self) -> float:
         """How long before the lease could expire the guard stops the run: time to SIGKILL the run's processes, with
         room for a loaded machine, while leaving the heartbeats of a healthy worker several tries (15 s TTL: 3 s)."""
         return max(0.5, self.lease_ttl_s / 5)
 
-    async def guard(self, d: Delivery) -> None:
+
+class Watch:
+    """One delivery's lease, kept and guarded (`LeaseKeeper.watch`): the heartbeat's first wait and the guard's
+    waits are timers; the heartbeat becomes a task when its first beat is due."""
+
+    def __init__(self, d: Delivery, keeper: LeaseKeeper, started: float) -> None:
+        self.d = d
+        self.keeper = keeper
+        self.started = started
+        self.margin = keeper.margin_s()
+        self.beat_timer: asyncio.TimerHandle | None = None
+        self.beat_task: asyncio.Task[None] | None = None
+        self.guard_timer: asyncio.TimerHandle | None = None
+
+    def start_beats(self) -> None:
+        """The first heartbeat is due: from now on a task beats."""
+        self.beat_timer = None
+        self.beat_task = asyncio.get_running_loop().create_task(self.keeper.beats(self.d, self.started))
+
+    def check_guard(self) -> None:
         """Stop the run before its lease or account slot can expire, on this process's monotonic clock alone: a
         heartbeat stuck in a Redis call (a frozen network) cannot renew them, and cannot be relied on to notice.
         The delivery is then `lost`: it writes nothing and frees nothing (another worker may hold the job and the
-        slot by the time the lease is gone)."""
-        margin = self.margin_s()
-        while True:
-            left = d.lease.until - margin - time.monotonic()
-            if left <= 0:
-                if d.why != "lost":
-                    log.warning(
-                        "job %s: lease not renewed in time (Redis unreachable?); stopping the run %.1f s before it "
-                        "can expire",
-                        d.job_id,
-                        max(0.0, d.lease.until - time.monotonic()),
-                    )
-                    d.lose()
-                return
-            await asyncio.sleep(left)
+        slot by the time the lease is gone). Else look again when it could be."""
+        self.guard_timer = None
+        d = self.d
+        left = d.lease.until - self.margin - time.monotonic()
+        if left <= 0:
+            if d.why != "lost":
+                log.warning(
+                    "job %s: lease not renewed in time (Redis unreachable?); stopping the run %.1f s before it "
+                    "can expire",
+                    d.job_id,
+                    max(0.0, d.lease.until - time.monotonic()),
+                )
+                d.lose()
+            return
+        self.guard_timer = asyncio.get_running_loop().call_later(left, self.check_guard)
+
+    def stop(self) -> None:
+        """Stop keeping and guarding (the delivery ended)."""
+        for timer in (self.beat_timer, self.guard_timer):
+            if timer is not None:
+                timer.cancel()
+        if self.beat_task is not None:
+            self.beat_task.cancel()

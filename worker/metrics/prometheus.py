@@ -72,6 +72,9 @@ class WorkerMetrics:
         self.known_tools: frozenset[str] = BUILTIN_TOOLS | frozenset(mcp_tools)
         self._server: Any = None
         self._lock = threading.Lock()
+        #: Each labelled series' child, by (metric, label values): what `labels()` finds, without its checks and
+        #: lock on every count (a job counts ~16 series). As bounded as the series are (the labels are).
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._add_run_metrics(self.registry)
         self._add_tenant_metrics(self.registry)
         self._add_loop_metrics(self.registry)
@@ -186,21 +189,29 @@ class WorkerMetrics:
             registry=reg,
         )
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, found once per series."""
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     @_never_raise
     def job_finished(self, queue: str, status: str) -> None:
         """Count a job that reached a terminal status."""
-        self.jobs_finished.labels(token_label(queue), token_label(status)).inc()
+        self._child(self.jobs_finished, token_label(queue), token_label(status)).inc()
 
     @_never_raise
     def attempt(self, account: str, outcome: str) -> None:
         """Count one finished attempt."""
-        self.attempts.labels(token_label(account), token_label(outcome)).inc()
+        self._child(self.attempts, token_label(account), token_label(outcome)).inc()
 
     @_never_raise
     def run_duration(self, account: str, model: str, seconds: float) -> None:
         """Observe one attempt's run time."""
         if seconds >= 0:
-            self.run_duration_seconds.labels(token_label(account), model_label(model)).observe(seconds)
+            self._child(self.run_duration_seconds, token_label(account), model_label(model)).observe(seconds)
 
     @_never_raise
     def queue_wait(self, seconds: float) -> None:
@@ -210,12 +221,12 @@ class WorkerMetrics:
     @_never_raise
     def run_started(self, account: str) -> None:
         """A run began on `account` in this process."""
-        self.runs_in_progress.labels(token_label(account)).inc()
+        self._child(self.runs_in_progress, token_label(account)).inc()
 
     @_never_raise
     def run_ended(self, account: str) -> None:
         """A run on `account` in this process ended (pair of `run_started`)."""
-        self.runs_in_progress.labels(token_label(account)).dec()
+        self._child(self.runs_in_progress, token_label(account)).dec()
 
     @_never_raise
     def usage(self, account: str, usage: Usage) -> None:
@@ -242,13 +253,13 @@ class WorkerMetrics:
     def _add(self, account: str, model: str, tokens: dict[str, float], cost_usd: float) -> None:
         for kind, count in tokens.items():
             # Touch every type so each series exists from the first run (dashboards and alerts see a 0, not nothing).
-            self.tokens.labels(account, model, kind).inc(count)
-        self.cost_usd.labels(account, model).inc(cost_usd)
+            self._child(self.tokens, account, model, kind).inc(count)
+        self._child(self.cost_usd, account, model).inc(cost_usd)
 
     @_never_raise
     def tenant_run(self, tenant: str) -> None:
         """A run of `tenant` (a bounded label: claudeq.config.tenants.Tenants.label) started."""
-        self.tenant_runs.labels(token_label(tenant)).inc()
+        self._child(self.tenant_runs, token_label(tenant)).inc()
 
     @_never_raise
     def tenant_tokens(self, tenant: str, usage: Usage) -> None:
@@ -260,12 +271,12 @@ class WorkerMetrics:
             ("cacheRead", usage.cache_read_tokens),
             ("cacheCreation", usage.cache_creation_tokens),
         ):
-            self.tenant_tokens_total.labels(label, kind).inc(counter_value(count))
+            self._child(self.tenant_tokens_total, label, kind).inc(counter_value(count))
 
     @_never_raise
     def tenant_cost(self, tenant: str, cost_usd: float) -> None:
         """Add a finished attempt's cost to its tenant (touched even at 0, so the series exists)."""
-        self.tenant_cost_usd.labels(token_label(tenant)).inc(counter_value(cost_usd))
+        self._child(self.tenant_cost_usd, token_label(tenant)).inc(counter_value(cost_usd))
 
     @_never_raise
     def rate_limit_event(self, account: str, signal: RateLimitSignal) -> None:
@@ -273,9 +284,9 @@ class WorkerMetrics:
         acct = token_label(account)
         status = signal.status if signal.status in RATE_LIMIT_STATUSES else OTHER
         window = token_label(signal.window)
-        self.rate_limit_events.labels(acct, status, window).inc()
+        self._child(self.rate_limit_events, acct, status, window).inc()
         if signal.utilization is not None and signal.utilization >= 0:
-            self.account_utilization.labels(acct, window).set(signal.utilization)
+            self._child(self.account_utilization, acct, window).set(signal.utilization)
 
     @_never_raise
     def retry(self, reason: str) -> None:
@@ -285,7 +296,7 @@ class WorkerMetrics:
     @_never_raise
     def tool_call(self, tool: str) -> None:
         """Count one tool call."""
-        self.tool_calls.labels(tool_label(tool, self.known_tools)).inc()
+        self._child(self.tool_calls, tool_label(tool, self.known_tools)).inc()
 
     @_never_raise
     def passthrough_refusal(self, method: str, reason: str) -> None:
