@@ -246,13 +246,7 @@ class JobStore:
         per broker list (in submit order): about one command per job instead of five. A client the packed path
         cannot drive (fakeredis, wrappers) sends one SUBMIT per job in a MULTI/EXEC pipeline instead."""
         if not packed_capable(self.redis):
-
-            def queue(pipe: Any) -> None:
-                for record, broker, index in jobs:
-                    call = self.submit_call(record, now, broker, index)
-                    raw_reply(call, pipe)
-
-            return PipeCall(self.redis, queue, lambda replies: [create_reply(r) for r in replies], transaction=True)
+            return self._submit_each_call(jobs, now)
         # The scripts loaded first, on the same connection: the EVALSHAs after them find them even on a fresh Redis.
         scripted = [_scripted(record) for record, _, _ in jobs]
         commands = [pack_command("SCRIPT", "LOAD", scripts.SUBMIT)] if any(scripted) else []
@@ -294,16 +288,7 @@ class JobStore:
                     )
                     commands.append(pack_command("EVALSHA", self._tag.sha, len(tag.keys()), *tag.keys(), *tag.argv()))
             lists.setdefault(broker.queue_list, []).append(broker.message)
-        for name, added in members.items():  # one ZADD per sorted set; a tenant's job index trimmed as CREATE does
-            commands.append(pack_command("ZADD", name, *added))
-            if name in trimmed:
-                trim = scripts.TrimIndexArgs(
-                    index=name,
-                    job_key_prefix=self.keys.job(""),
-                    cutoff_ms=self._index_cutoff_ms(now),
-                    n=len(added),
-                )
-                commands.append(pack_command("EVAL", scripts.TRIM_INDEX, len(trim.keys()), *trim.keys(), *trim.argv()))
+        commands.extend(self._index_commands(members, trimmed, now))
         push()
         commands.append(pack_command("EXEC"))
 
@@ -318,6 +303,35 @@ class JobStore:
             ]
 
         return PackedCall(self.redis, commands, parse)
+
+    def _submit_each_call(
+        self, jobs: Sequence[tuple[JobRecord, BrokerMessage, ActiveIndex | None]], now: float
+    ) -> PipeCall[list[tuple[str, bool]]]:
+        """`submit_many_call` for a client the packed path cannot drive: one SUBMIT per job in a MULTI/EXEC."""
+
+        def queue(pipe: Any) -> None:
+            for record, broker, index in jobs:
+                raw_reply(self.submit_call(record, now, broker, index), pipe)
+
+        return PipeCall(self.redis, queue, lambda replies: [create_reply(r) for r in replies], transaction=True)
+
+    def _index_commands(
+        self, members: Mapping[str, list[str | int | float]], trimmed: set[str], now: float
+    ) -> list[bytes]:
+        """A chunk's sorted-set entries, one ZADD per set; a tenant's job index (`trimmed`) trimmed after its ZADD
+        as CREATE does."""
+        commands: list[bytes] = []
+        for name, added in members.items():
+            commands.append(pack_command("ZADD", name, *added))
+            if name in trimmed:
+                trim = scripts.TrimIndexArgs(
+                    index=name,
+                    job_key_prefix=self.keys.job(""),
+                    cutoff_ms=self._index_cutoff_ms(now),
+                    n=len(added),
+                )
+                commands.append(pack_command("EVAL", scripts.TRIM_INDEX, len(trim.keys()), *trim.keys(), *trim.argv()))
+        return commands
 
     def backlog_call(self, batch: Mapping[str, int], backlog: int) -> PipeCall[set[str]]:
         """The tenants of a batch's chunk (`batch`: tenant -> its jobs in the chunk) whose jobs not finished, the
