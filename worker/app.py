@@ -155,7 +155,9 @@ def build_runtime(cfg: Settings, worker_id: str | None = None) -> WorkerRuntime:
     accounts = AccountManager(cfg, client, Keys(cfg.key_prefix))
     accounts.use_async(loop_client)
     passthrough = (
-        PassThrough(accounts.record_response, refused=metrics.passthrough_refusal, prefixes=accounts.record_prefixes)
+        PassThrough(
+            accounts.signals.record_response, refused=metrics.passthrough_refusal, prefixes=accounts.record_prefixes
+        )
         if cfg.passthrough and fake_s is None
         else None
     )

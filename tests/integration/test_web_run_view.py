@@ -137,7 +137,9 @@ def test_the_fleet_pictures_draw_what_redis_counts(redis_url: str) -> None:
 
         keys, r = kit.settings_keys, kit.redis
         for _ in range(2):  # two warnings, as a run's stream reports them
-            kit.accounts.observe("acct-1", RateLimitSignal("allowed_warning", window="five_hour", utilization=0.9))
+            kit.accounts.signals.observe(
+                "acct-1", RateLimitSignal("allowed_warning", window="five_hour", utilization=0.9)
+            )
         now = time.time()
         r.zadd(keys.account_slots("acct-2"), {"a-run-in-flight": now + 600})  # one slot held until its expiry
         run(make_worker_store(kit.settings, r).sample_slots(["acct-1", "acct-2"], now))
@@ -208,8 +210,9 @@ def test_the_fleet_pictures_draw_what_redis_counts(redis_url: str) -> None:
 def test_the_fleet_page_says_deferred_once_and_no_unknown_allowed(kit: Fleet, http: TestClient) -> None:
     from claudeq.worker.run.outcome import RateLimitSignal
 
-    kit.accounts.observe("default", RateLimitSignal("allowed"))  # a signal naming no window, saying nothing more
-    kit.accounts.observe("default", RateLimitSignal("allowed", window="five_hour", utilization=0.25))
+    # a signal naming no window, saying nothing more
+    kit.accounts.signals.observe("default", RateLimitSignal("allowed"))
+    kit.accounts.signals.observe("default", RateLimitSignal("allowed", window="five_hour", utilization=0.25))
     assert set(kit.accounts.store.state("default").windows) == {"unknown", "five_hour"}
     page = http.get("/fleet")
     assert page.status_code == 200

@@ -83,16 +83,36 @@ class FakeRunner:
         return await self.scripts[len(self.requests) - 1](req, emit, cancel)
 
 
+class FakeSignals:
+    """The accounts' health signals in memory (AccountSignals): what was observed, cooled and disabled."""
+
+    def __init__(self) -> None:
+        self.cooled: dict[str, datetime] = {}
+        self.disabled: dict[str, str] = {}
+        self.observed: list[tuple[str, RateLimitSignal]] = []
+
+    def observe(self, account: str, signal: RateLimitSignal) -> None:
+        self.observed.append((account, signal))
+
+    def cool(self, account: str, until: datetime, reason: str) -> None:
+        self.cooled[account] = until
+
+    def disable(self, account: str, reason: str) -> None:
+        self.disabled[account] = reason
+
+
 class FakeAccounts:
-    """Slots per account in memory; cooling and disabled accounts are skipped."""
+    """Slots per account in memory; cooling and disabled accounts (its `signals`' records) are skipped."""
 
     def __init__(self, *accounts: AccountConfig, permanent: bool = False) -> None:
         self.accounts = list(accounts)
         self.permanent = permanent
         self.held: dict[str, str] = {}  # job id -> account
-        self.cooled: dict[str, datetime] = {}
-        self.disabled: dict[str, str] = {}
-        self.observed: list[tuple[str, RateLimitSignal]] = []
+        self.signals = FakeSignals()
+        # The signals' records, read here too (the fake's acquire skips what they cooled or disabled).
+        self.cooled = self.signals.cooled
+        self.disabled = self.signals.disabled
+        self.observed = self.signals.observed
         self.waiters: list[tuple[list[str], str]] = []
         self.tenant_waiters: list[tuple[str, str]] = []
         self.settled: list[tuple[str, float]] = []
@@ -159,15 +179,6 @@ class FakeAccounts:
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
         return None  # the fakes free slots through release and job_done, and count spend through settle
-
-    def observe(self, account: str, signal: RateLimitSignal) -> None:
-        self.observed.append((account, signal))
-
-    def cool(self, account: str, until: datetime, reason: str) -> None:
-        self.cooled[account] = until
-
-    def disable(self, account: str, reason: str) -> None:
-        self.disabled[account] = reason
 
 
 class FakeMetrics:

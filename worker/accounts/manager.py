@@ -1,10 +1,11 @@
-"""AccountManager: leases account slots for runs and turns rate-limit and auth signals into account state.
+"""AccountManager: leases account slots for runs; its `signals` part turns rate-limit and auth signals into state.
 
 What the engine calls (a run's `acquire`, `settle`, `release`, `job_done`; the waiting lines' `add_waiter`,
 `add_tenant_waiter`, `admit`, `fair_key`) is a coroutine for the engine loop: the stores' calls it makes
 (`AccountStore` / `TenantStore` `*_call`: a script call or a pipeline, claudeq/script_calls.py) go on the loop's
 async client (`use_async`). The rate-limit and auth signals (`observe`, `record_response`, `cool`, `disable`) are
-plain calls: the pass-through's threads make them as responses pass (the handler, on a Redis thread).
+plain calls on `AccountManager.signals` (worker/accounts/signals.py): the pass-through's threads make them as
+responses pass (the handler, on a Redis thread).
 State lives in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself
 is the pure `claudeq.worker.accounts.choice.choose`.
 """
@@ -22,11 +23,10 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from claudeq.accounts import AccountStore, Waiter, model_family, window_family
-from claudeq.errors import UnknownAccount
+from claudeq.accounts import AccountStore, Waiter, model_family
 from claudeq.keys import Keys, text
 from claudeq.lua.results import Slot
-from claudeq.models import AccountState, Attempt, JobSpec, Usage, WindowInfo
+from claudeq.models import AccountState, Attempt, JobSpec, Usage
 from claudeq.permissions import spec_models
 from claudeq.script_calls import AsyncCalls
 from claudeq.tenants import (
@@ -45,12 +45,11 @@ from claudeq.tenants import (
 from ...config.account_pool import AccountConfig, AccountPool
 from ...config.settings import Settings
 from ...config.tenants import TenantConfig
-from ..passthrough.limit_headers import TOKEN_WINDOWS, LimitFacts, LimitHint
 from ..passthrough.prefixes import Breakpoint
-from ..run.outcome import RateLimitSignal
 from ..store.job_store import START_LOST, AttemptStart, SlotRelease
 from .cache_affinity import CacheStore, digest_text, prefix_key
 from .choice import NO_PREFERENCE, AccountView, CachePreference, JobNeeds, NoAccount, choose, eligible, reason_for
+from .signals import AccountSignals
 from .waiting_line import PRIORITY_SPAN, tenant_rank
 
 __all__ = ["AccountManager", "NoAccount", "SlotLease"]
@@ -150,13 +149,8 @@ class AccountManager(AsyncCalls):
         if self.tenants.configured:
             # Producers without the tenants file index their jobs (under `default`) only in a fleet that uses them.
             redis.set(keys.tenants_in_use, "1")
-        #: The pass-through reads every response's headers: 429s are acted on there (`record_response`), so a
-        #: `rejected` RateLimitEvent without a reset adds nothing and must not cool or count a second time.
-        self.headers_seen = settings.passthrough
-        # account -> (tokens reset, requests remaining, tokens remaining) of its last token reading: the drop between
-        # two readings of one window, per request, estimates what one request takes.
-        self._last_tokens: dict[str, tuple[float, int, int]] = {}
-        self._tokens_per_request: dict[str, float] = {}
+        #: The accounts' health signals (rate limits, cooldowns, disabling) and their state read back.
+        self.signals = AccountSignals(settings, self.pool, self.store)
         self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
         #: The snapshot read in flight on the engine loop: the acquires that find the last one too old meanwhile
         #: share it instead of each reading its own (a burst of claims once read the accounts ~10 times a second).
@@ -726,176 +720,7 @@ class AccountManager(AsyncCalls):
         calls = [self.store.admit_call(account.name, self.settings.lease_ttl_s) for account in self.pool.accounts]
         return [job_id for admitted in await asyncio.gather(*map(self.send, calls)) for job_id in admitted]
 
-    # ---- signals ---------------------------------------------------------------------------------------------
-
-    def observe(self, account: str, signal: RateLimitSignal) -> None:
-        """Record a RateLimitEvent: rejected cools the account; a warning marks it; allowed clears the warning."""
-        if self.pool.get(account) is None:
-            log.warning("rate-limit signal for unknown account %s ignored", account)
-            return
-        now = time.time()
-        window = signal.window or "unknown"
-        self.store.record_window(
-            account,
-            window,
-            WindowInfo(
-                status=signal.status,
-                utilization=signal.utilization,
-                resets_at=signal.resets_at,
-                type=signal.window,
-                seen_at=_dt(now),
-            ),
-        )
-        if signal.status == "rejected":
-            if not self.headers_seen:
-                self.store.incr(account, "rejected")
-            if signal.resets_at is not None and signal.resets_at.timestamp() > now:
-                until = signal.resets_at
-                reason = f"rate limited on {window} until {until.isoformat()}"
-            elif self.headers_seen:
-                return  # the pass-through saw that 429 and cooled the account from what it said
-            else:
-                until = _dt(now + self.settings.rate_limit_cooldown_s)
-                reason = f"rate limited on {window} (no reset given); cooling {self.settings.rate_limit_cooldown_s:g} s"
-            # A model family's own window (seven_day_opus) holds back only that family's jobs on the account.
-            self._cool(account, until, reason, window_family(window))
-        elif signal.status == "allowed_warning":
-            self.store.incr(account, "warnings")
-            self.store.set_warning(account, window)
-        elif signal.status == "allowed":
-            self.store.clear_warning(account)
-
-    def record_response(self, account: str, facts: LimitFacts) -> LimitHint | None:
-        """Record the rate-limit facts of one response the pass-through forwarded for `account`.
-
-        Every response: its windows (utilization, remaining, reset) and the readings admission holds on. A 429:
-        cool the account until what the API said (`retry-after`, else the reset of what is exhausted), or, with no
-        hint at all, back off adaptively (short first, doubling while 429s repeat, `rate_limit_cooldown_s` at
-        most; a success starts it short again). Returns what was done about a 429 (None otherwise).
-        """
-        if self.pool.get(account) is None:
-            return None
-        success = 200 <= facts.status < 300
-        requests = _reading(facts, "requests")
-        tokens = self._tightest_tokens(facts)
-        if facts.windows or success:
-            self.store.record_limits(
-                account,
-                facts.windows,
-                requests=requests,
-                tokens=tokens,
-                tokens_per_request=self._estimate(account, requests, tokens),
-                success=success,
-            )
-        self._unified_state(account, facts)
-        readings = [
-            (name, info.utilization, info.resets_at.timestamp())
-            for name, info in facts.windows.items()
-            if info.utilization is not None and info.resets_at is not None
-        ]
-        if readings:
-            self.store.record_utilization(account, readings)
-        if not facts.rejected:
-            return None
-        self.store.incr(account, "rejected")
-        hint = facts.until()
-        if hint is not None:
-            until, said = hint
-            family = _rejected_family(facts)
-            scope = "" if family == "-" else f" ({family} jobs only)"
-            reason = f"429: {said}, cooling until {until.isoformat()}{scope}"
-            self._cool(account, until, reason, family)
-            return LimitHint(until, said)
-        base = min(self.settings.rate_limit_backoff_s, self.settings.rate_limit_cooldown_s)
-        until, n = self.store.backoff(
-            account, facts.seen_at, base, self.settings.rate_limit_cooldown_s, "429 without a hint: backing off"
-        )
-        wait = until.timestamp() - facts.seen_at
-        log.info("account %s: 429 without a hint (%d in a row); cooling %.1f s", account, n, wait)
-        return LimitHint(until, f"no hint: backoff {wait:.3g} s ({n} in a row)", adaptive=True)
-
-    def _unified_state(self, account: str, facts: LimitFacts) -> None:
-        # OAuth: warnings from the headers themselves, whether or not the CLI emits a RateLimitEvent for them.
-        if facts.unified_status is None or facts.rejected:
-            return
-        warned = [name for name, w in facts.windows.items() if w.status == "allowed_warning"]
-        if warned:
-            self.store.set_warning(account, warned[0])
-        elif facts.unified_status == "allowed":
-            self.store.clear_warning(account)
-
-    @staticmethod
-    def _tightest_tokens(facts: LimitFacts) -> tuple[int, float, int | None] | None:
-        readings = []
-        for name in TOKEN_WINDOWS:
-            info = facts.windows.get(name)
-            reading = _reading(facts, name)
-            if info is not None and reading is not None:
-                readings.append((reading[0] / info.limit if info.limit else 0.0, reading))
-        return min(readings)[1] if readings else None
-
-    def _estimate(
-        self,
-        account: str,
-        requests: tuple[int, float, int | None] | None,
-        tokens: tuple[int, float, int | None] | None,
-    ) -> float | None:
-        if tokens is None or requests is None:
-            return None
-        last = self._last_tokens.get(account)
-        self._last_tokens[account] = (tokens[1], requests[0], tokens[0])
-        if last is None or abs(last[0] - tokens[1]) > 0.5:
-            return None
-        spent_requests, spent_tokens = last[1] - requests[0], last[2] - tokens[0]
-        if spent_requests <= 0 or spent_tokens < 0:
-            return None
-        sample = spent_tokens / spent_requests
-        previous = self._tokens_per_request.get(account)
-        estimate = sample if previous is None else max(sample, 0.5 * previous + 0.5 * sample)
-        self._tokens_per_request[account] = estimate
-        return estimate
-
-    def cool(self, account: str, until: datetime, reason: str) -> None:
-        """Cool an account until `until` (e.g. a 429 on an API-key account, which sends no RateLimitEvent)."""
-        if self.pool.get(account) is None:
-            log.warning("cooldown for unknown account %s ignored", account)
-            return
-        self._cool(account, until, reason)
-
-    def default_cooldown_end(self) -> datetime:
-        """When a cooldown without a known reset ends if it started now."""
-        return _dt(time.time() + self.settings.rate_limit_cooldown_s)
-
-    def disable(self, account: str, reason: str) -> None:
-        """Disable the account (e.g. 401): no run goes there until an operator enables it."""
-        self.store.disable(account, reason)
-        log.warning("account %s disabled: %s", account, reason)
-
-    def enable(self, account: str) -> None:
-        """Enable a disabled account."""
-        self.store.enable(account)
-        log.info("account %s enabled", account)
-
-    def clear_cooldown(self, account: str) -> None:
-        """End the account's cooldown now."""
-        self.store.clear_cooldown(account)
-        log.info("account %s cooldown cleared", account)
-
-    def states(self) -> list[AccountState]:
-        """Every configured account's state, in pool order."""
-        return self.store.states()
-
-    def state(self, account: str) -> AccountState:
-        """One account's state; UnknownAccount if not configured."""
-        if self.pool.get(account) is None:
-            raise UnknownAccount(account)
-        return self.store.state(account)
-
     # ---- internals -------------------------------------------------------------------------------------------
-
-    def _cool(self, account: str, until: datetime, reason: str, family: str = "-") -> None:
-        if self.store.cool(account, until, reason, family):
-            log.info("account %s cooling until %s: %s", account, until.isoformat(), reason)
 
     def _snapshot_reusable(self, now: float, reuse: bool) -> bool:
         """Whether the accounts' last snapshot will do (`reuse`: one at most _VIEW_REUSE_S old)."""
@@ -923,23 +748,6 @@ def _with_reason(taken: SlotLease | NoAccount, key: str | None, warm: Collection
 def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:
     """A slot taken without tenant admission (no tenants file) counts as no tenant's run."""
     return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
-
-
-def _rejected_family(facts: LimitFacts) -> str:
-    """The model family a 429 is about: when every window the API reports rejected is one family's own
-    (seven_day_opus), only that family's jobs are held back; `-` (the whole account) otherwise."""
-    rejected = {window_family(name) for name, info in facts.windows.items() if info.status == "rejected"}
-    if len(rejected) == 1 and facts.retry_after_s is None:
-        return rejected.pop()
-    return "-"
-
-
-def _reading(facts: LimitFacts, window: str) -> tuple[int, float, int | None] | None:
-    """(remaining, reset epoch s, limit) of one family in a response, when remaining and reset were sent."""
-    info = facts.windows.get(window)
-    if info is None or info.remaining is None or info.resets_at is None:
-        return None
-    return info.remaining, info.resets_at.timestamp(), info.limit
 
 
 def _dt(epoch_s: float) -> datetime:

@@ -657,11 +657,11 @@ class DeliveryHandler:
     async def _apply_account_effects(self, account: AccountConfig, outcome: RunOutcome, decision: Decision) -> None:
         for signal in outcome.rate_limits:
             self.metrics.rate_limit_event(account.name, signal)
-            await _quiet(self.accounts.observe, account.name, signal)
+            await _quiet(self.accounts.signals.observe, account.name, signal)
         if decision.cool_until is not None:
-            await _quiet(self.accounts.cool, account.name, decision.cool_until, decision.detail)
-        if decision.disable_reason is not None:  # AccountManager.disable logs it
-            await _quiet(self.accounts.disable, account.name, decision.disable_reason)
+            await _quiet(self.accounts.signals.cool, account.name, decision.cool_until, decision.detail)
+        if decision.disable_reason is not None:  # AccountSignals.disable logs it
+            await _quiet(self.accounts.signals.disable, account.name, decision.disable_reason)
 
     async def _act(self, d: Delivery, decision: Decision) -> Step:
         if decision.action == "succeed":

@@ -22,10 +22,27 @@ from ..store.job_store import AttemptStart, SlotRelease
 Sender = Callable[[str, JobSpec | None], Awaitable[None]]
 
 
+class SignalsLike(Protocol):
+    """claudeq.worker.accounts.signals.AccountSignals as the handler uses it: the rate-limit and auth signals, plain
+    calls, which the pass-through's threads make too (the handler makes them on a Redis thread)."""
+
+    def observe(self, account: str, signal: RateLimitSignal) -> None:
+        """Record a rate-limit signal."""
+
+    def cool(self, account: str, until: datetime, reason: str) -> None:
+        """Cool the account (fleet-wide) until `until`."""
+
+    def disable(self, account: str, reason: str) -> None:
+        """Disable the account."""
+
+
 class AccountsLike(Protocol):
-    """claudeq.worker.accounts.manager.AccountManager as the engine uses it: coroutines on the engine loop, but the
-    rate-limit and auth signals (`observe`, `cool`, `disable`): plain calls, which the pass-through's threads make
-    too (the handler makes them on a Redis thread)."""
+    """claudeq.worker.accounts.manager.AccountManager as the engine uses it: coroutines on the engine loop; its
+    `signals` part takes the rate-limit and auth signals (SignalsLike)."""
+
+    @property
+    def signals(self) -> SignalsLike:
+        """The accounts' health signals (AccountManager.signals)."""
 
     async def acquire(
         self,
@@ -81,15 +98,6 @@ class AccountsLike(Protocol):
     ) -> SlotRelease | None:
         """What the job's terminal write may free (and count: `spent`) in its own script (None: `release`,
         `job_done` and `settle` do it)."""
-
-    def observe(self, account: str, signal: RateLimitSignal) -> None:
-        """Record a rate-limit signal."""
-
-    def cool(self, account: str, until: datetime, reason: str) -> None:
-        """Cool the account (fleet-wide) until `until`."""
-
-    def disable(self, account: str, reason: str) -> None:
-        """Disable the account."""
 
 
 class MetricsLike(Protocol):

@@ -3,7 +3,7 @@
 Why: the CLI does not hand response headers to the SDK, and the headers are where the API says how much is left
 (`anthropic-ratelimit-*`) and when to come back (`retry-after`). Standing in the request path, one process-wide
 server per worker reads them from every response, for every account kind, and hands them to the account state
-(`AccountManager.record_response`) on a recorder thread, so nothing in the stream waits for Redis.
+(`AccountSignals.record_response`) on a recorder thread, so nothing in the stream waits for Redis.
 
 It also keeps real tokens out of the runs: each run's CLI gets a stand-in credential of the same shape, valid only
 here and only while the run lasts (`open_run` / `close_run`); the real token is read from its source (environment

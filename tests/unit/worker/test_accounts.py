@@ -56,13 +56,13 @@ def test_repeated_acquire_returns_the_same_slot(manager: AccountManager) -> None
     first = lease(run(manager.acquire("j1", SPEC)))
     again = lease(run(manager.acquire("j1", SPEC)))
     assert again.account.name == first.account.name
-    assert sum(s.slots_in_use for s in manager.states()) == 1
+    assert sum(s.slots_in_use for s in manager.signals.states()) == 1
 
 
 def test_rejected_with_reset_cools_until_then_and_routes_elsewhere(manager: AccountManager) -> None:
     resets = datetime.now(UTC) + timedelta(seconds=40)
-    manager.observe("b", RateLimitSignal("rejected", resets, "five_hour"))
-    state = manager.state("b")
+    manager.signals.observe("b", RateLimitSignal("rejected", resets, "five_hour"))
+    state = manager.signals.state("b")
     assert state.state == "cooling"
     assert state.cooldown_until is not None
     assert abs((state.cooldown_until - resets).total_seconds()) < 0.01
@@ -78,7 +78,7 @@ def test_rejected_seen_by_a_second_manager_at_once(
     fake_settings: Settings, fake_redis: fakeredis.FakeRedis, manager: AccountManager
 ) -> None:
     other = AccountManager(fake_settings, fake_redis, Keys(fake_settings.key_prefix), manager.pool)
-    manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=40), "five_hour"))
+    manager.signals.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=40), "five_hour"))
     assert lease(run(other.acquire("j1", SPEC.model_copy(update={"account": None})))).account.name == "b"
     pinned = run(other.acquire("j2", JobSpec(prompt="x", account="a")))
     assert isinstance(pinned, NoAccount)
@@ -96,8 +96,8 @@ def direct_manager(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> 
 def test_rejected_without_reset_cools_for_the_default(direct_manager: AccountManager) -> None:
     manager = direct_manager
     before = datetime.now(UTC)
-    manager.observe("a", RateLimitSignal("rejected", None, None))
-    until = manager.state("a").cooldown_until
+    manager.signals.observe("a", RateLimitSignal("rejected", None, None))
+    until = manager.signals.state("a").cooldown_until
     assert until is not None
     expected = before + timedelta(seconds=manager.settings.rate_limit_cooldown_s)
     assert abs((until - expected).total_seconds()) < 2
@@ -105,55 +105,55 @@ def test_rejected_without_reset_cools_for_the_default(direct_manager: AccountMan
 
 def test_rejected_event_without_reset_leaves_the_cooldown_to_the_pass_through(manager: AccountManager) -> None:
     # The pass-through saw that 429's headers and cooled from them (or backed off): the event adds nothing.
-    manager.observe("a", RateLimitSignal("rejected", None, None))
-    assert manager.state("a").cooldown_until is None
-    assert manager.state("a").counters.get("rejected") is None
+    manager.signals.observe("a", RateLimitSignal("rejected", None, None))
+    assert manager.signals.state("a").cooldown_until is None
+    assert manager.signals.state("a").counters.get("rejected") is None
 
 
 def test_rejected_with_a_past_reset_uses_the_default(direct_manager: AccountManager) -> None:
     manager = direct_manager
-    manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) - timedelta(seconds=5), "five_hour"))
-    until = manager.state("a").cooldown_until
+    manager.signals.observe("a", RateLimitSignal("rejected", datetime.now(UTC) - timedelta(seconds=5), "five_hour"))
+    until = manager.signals.state("a").cooldown_until
     assert until is not None
     assert until > datetime.now(UTC) + timedelta(seconds=manager.settings.rate_limit_cooldown_s - 2)
 
 
 def test_warning_is_recorded_and_chosen_last_then_cleared(manager: AccountManager) -> None:
     resets = datetime.now(UTC) + timedelta(hours=2)
-    manager.observe("b", RateLimitSignal("allowed_warning", resets, "five_hour", 0.91))
-    state = manager.state("b")
+    manager.signals.observe("b", RateLimitSignal("allowed_warning", resets, "five_hour", 0.91))
+    state = manager.signals.state("b")
     assert state.state == "warning"
     assert state.windows["five_hour"].utilization == 0.91
     assert lease(run(manager.acquire("j1", SPEC))).account.name == "a"
-    manager.observe("b", RateLimitSignal("allowed", resets, "five_hour", 0.2))
-    state = manager.state("b")
+    manager.signals.observe("b", RateLimitSignal("allowed", resets, "five_hour", 0.2))
+    state = manager.signals.state("b")
     assert state.state == "ok"
     assert state.windows["five_hour"].utilization == 0.2
 
 
 def test_cool_for_an_api_key_429(manager: AccountManager) -> None:
-    manager.cool("a", manager.default_cooldown_end(), "429 on api_key account")
-    assert manager.state("a").state == "cooling"
-    assert manager.state("a").reason == "429 on api_key account"
+    manager.signals.cool("a", manager.signals.default_cooldown_end(), "429 on api_key account")
+    assert manager.signals.state("a").state == "cooling"
+    assert manager.signals.state("a").reason == "429 on api_key account"
 
 
 def test_disable_logs_and_blocks_until_enabled(manager: AccountManager, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="claudeq.accounts"):
-        manager.disable("a", "authentication failed (401)")
+        manager.signals.disable("a", "authentication failed (401)")
     assert "account a disabled: authentication failed (401)" in caplog.text
-    assert manager.state("a").state == "disabled"
+    assert manager.signals.state("a").state == "disabled"
     pinned = run(manager.acquire("j1", JobSpec(prompt="x", account="a")))
     assert isinstance(pinned, NoAccount)
     assert pinned.permanent
     assert "401" in pinned.reason
-    manager.enable("a")
+    manager.signals.enable("a")
     assert lease(run(manager.acquire("j1", JobSpec(prompt="x", account="a")))).account.name == "a"
 
 
 def test_clear_cooldown(manager: AccountManager) -> None:
-    manager.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=60), "five_hour"))
-    manager.clear_cooldown("a")
-    assert manager.state("a").state == "ok"
+    manager.signals.observe("a", RateLimitSignal("rejected", datetime.now(UTC) + timedelta(seconds=60), "five_hour"))
+    manager.signals.clear_cooldown("a")
+    assert manager.signals.state("a").state == "ok"
 
 
 def test_permanent_when_pinned_to_an_unknown_account(manager: AccountManager) -> None:
@@ -245,7 +245,7 @@ def test_racing_threads_never_exceed_max_concurrency(fake_settings: Settings, fa
         t.join()
     by_account = {name: sum(1 for x in got if x.account.name == name) for name in ("a", "b")}
     assert by_account == {"a": 2, "b": 3}
-    assert {s.name: s.slots_in_use for s in managers[0].states()} == {"a": 2, "b": 3}
+    assert {s.name: s.slots_in_use for s in managers[0].signals.states()} == {"a": 2, "b": 3}
 
 
 def test_an_acquire_reuses_a_fresh_read_of_the_accounts_but_never_says_no_from_it(
@@ -263,7 +263,7 @@ def test_an_acquire_reuses_a_fresh_read_of_the_accounts_but_never_says_no_from_i
     assert len(reads) == 1  # the second acquire chose from the first one's read
     assert {first.account.name, second.account.name} <= {"a", "b"}
     # Cooled meanwhile: the reused read still shows `b` open; the script refuses it and a fresh read routes away.
-    manager.cool("b", datetime.now(UTC) + timedelta(seconds=60), "test")
+    manager.signals.cool("b", datetime.now(UTC) + timedelta(seconds=60), "test")
     reads.clear()
     taken = run(manager.acquire("j3", SPEC))
     full = run(manager.acquire("j4", SPEC))

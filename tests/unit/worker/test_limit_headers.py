@@ -107,9 +107,9 @@ def manager(fake_settings: Settings, fake_redis: fakeredis.FakeRedis) -> Account
 
 def test_a_429_cools_until_retry_after_not_the_fixed_cooldown(manager: AccountManager) -> None:
     now = time.time()
-    hint = manager.record_response("a", parse([("retry-after", "3")], 429, now))
+    hint = manager.signals.record_response("a", parse([("retry-after", "3")], 429, now))
     assert hint is not None and not hint.adaptive
-    state = manager.state("a")
+    state = manager.signals.state("a")
     assert state.state == "cooling" and state.cooldown_until is not None
     assert state.cooldown_until.timestamp() == pytest.approx(now + 3, abs=0.01)
     assert state.counters["rejected"] == 1
@@ -119,24 +119,24 @@ def test_429s_without_a_hint_back_off_2_4_8_capped_and_a_success_starts_again_at
     waits = []
     for _ in range(4):
         now = time.time()
-        hint = manager.record_response("a", parse([], 429, now))
+        hint = manager.signals.record_response("a", parse([], 429, now))
         assert hint is not None and hint.adaptive
         waits.append(round(hint.until.timestamp() - now))
     assert waits == [2, 4, 8, 10]
-    manager.record_response("a", parse([], 200, time.time()))
-    hint = manager.record_response("a", parse([], 429, time.time() + 60))
+    manager.signals.record_response("a", parse([], 200, time.time()))
+    hint = manager.signals.record_response("a", parse([], 429, time.time() + 60))
     assert hint is not None and "1 in a row" in hint.reason
 
 
 def test_remaining_spoken_for_by_runs_in_flight_holds_the_account(manager: AccountManager) -> None:
     now = time.time()
-    manager.record_response("a", parse(api_key_headers(1, now + 20), 200, now))
+    manager.signals.record_response("a", parse(api_key_headers(1, now + 20), 200, now))
     first = run(manager.acquire("j1", SPEC.model_copy(update={"account": "a"})))
     assert isinstance(first, SlotLease)  # 1 left, nothing in flight
     held = run(manager.acquire("j2", SPEC.model_copy(update={"account": "a"})))
     assert isinstance(held, NoAccount) and held.cooldown  # the run in flight may take the last one
     assert "holding back" in held.reason
-    state = manager.state("a")
+    state = manager.signals.state("a")
     assert state.held_until is not None and state.held_until.timestamp() == pytest.approx(now + 20, abs=1)
     assert isinstance(run(manager.acquire("j3", SPEC)), SlotLease)  # unpinned: b has no reading, it takes it
     run(manager.release(first))
@@ -145,7 +145,7 @@ def test_remaining_spoken_for_by_runs_in_flight_holds_the_account(manager: Accou
 
 def test_remaining_0_holds_until_the_reset_then_the_limit_is_what_is_left(manager: AccountManager) -> None:
     now = time.time()
-    manager.record_response("a", parse(api_key_headers(0, now + 30, limit=1), 200, now))
+    manager.signals.record_response("a", parse(api_key_headers(0, now + 30, limit=1), 200, now))
     held = run(manager.acquire("j1", SPEC.model_copy(update={"account": "a"})))
     assert isinstance(held, NoAccount)
     assert held.ready_at.timestamp() == pytest.approx(now + 30, abs=0.01)
@@ -157,9 +157,10 @@ def test_remaining_0_holds_until_the_reset_then_the_limit_is_what_is_left(manage
 
 def test_a_stale_reading_of_an_older_window_does_not_overwrite_a_newer_one(manager: AccountManager) -> None:
     now = time.time()
-    manager.record_response("a", parse(api_key_headers(4, now + 40), 200, now))
-    manager.record_response("a", parse(api_key_headers(0, now + 10), 200, now))  # arrived late, older window
-    assert manager.state("a").held_until is None
-    manager.record_response("a", parse(api_key_headers(5, now + 40), 200, now))  # same window, larger: older too
+    manager.signals.record_response("a", parse(api_key_headers(4, now + 40), 200, now))
+    manager.signals.record_response("a", parse(api_key_headers(0, now + 10), 200, now))  # arrived late, older window
+    assert manager.signals.state("a").held_until is None
+    # the same window, larger: older too
+    manager.signals.record_response("a", parse(api_key_headers(5, now + 40), 200, now))
     raw = manager.store.redis.hget(manager.store.keys.account("a"), "rq_rem")
     assert raw == b"4"

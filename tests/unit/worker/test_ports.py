@@ -10,7 +10,7 @@ import pytest
 from claudeq.worker.delivery import ports
 from claudeq.worker.run.outcome import RunnerLike
 
-PROTOCOLS = (RunnerLike, ports.AccountsLike, ports.MetricsLike)
+PROTOCOLS = (RunnerLike, ports.AccountsLike, ports.SignalsLike, ports.MetricsLike)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
@@ -25,12 +25,14 @@ def test_no_protocol_method_takes_or_returns_any(protocol: type) -> None:
 
 def test_the_real_implementations_have_every_protocol_method() -> None:
     from claudeq.worker.accounts.manager import AccountManager
+    from claudeq.worker.accounts.signals import AccountSignals
     from claudeq.worker.metrics.prometheus import WorkerMetrics
     from claudeq.worker.run.runner import Runner
 
     for protocol, real in (
         (RunnerLike, Runner),
         (ports.AccountsLike, AccountManager),
+        (ports.SignalsLike, AccountSignals),
         (ports.MetricsLike, WorkerMetrics),
     ):
         wanted = {name: m for name, m in vars(protocol).items() if inspect.isfunction(m) and not name.startswith("_")}
