@@ -111,8 +111,8 @@ def test_waiting_counts_agree_when_the_producer_has_no_tenants_file(
     # Their records say they were indexed: a worker's terminal write takes them out (FINISH reads no index else).
     for handle in (done, cancelled, untagged):
         assert redis_client.hget(client.store.keys.job(handle.id), "indexed") == b"1"
-    run(manager.job_done("team-a", done.id))  # what a worker does once the job is terminal
-    run(manager.job_done("default", untagged.id))
+    run(manager.admission.job_done("team-a", done.id))  # what a worker does once the job is terminal
+    run(manager.admission.job_done("default", untagged.id))
     assert client.cancel(cancelled.id) == "cancelled"
     assert waiting() == {"default": 0, "team-a": 0}
     # Left: only the tenants' job indexes, which keep finished jobs too (their listings), no count.

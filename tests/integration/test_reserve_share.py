@@ -138,7 +138,7 @@ def test_a_flooding_tenant_leaves_its_share_of_slots_to_another_active_tenant(
     assert isinstance(ninth, NoAccount) and ninth.tenant == "a"
     for job_id in ("a9", "a10"):
         deferred(redis_client, keys, job_id, spec_a, tag=float(job_id[1:]))
-        run(m.add_tenant_waiter("a", job_id, float(job_id[1:])))
+        run(m.admission.add_tenant_waiter("a", job_id, float(job_id[1:])))
     # b becomes active: a's share is 6 of 8. Two of a's runs end; neither hands its slot to a's waiters.
     submitted(redis_client, keys, "b", "b1")
     submitted(redis_client, keys, "b", "b2")
@@ -155,7 +155,7 @@ def test_a_flooding_tenant_leaves_its_share_of_slots_to_another_active_tenant(
     # both its waiters go (the slots b left are free).
     for done in b_runs:
         run(m.release(done))
-        run(m.job_done("b", done.job_id))
+        run(m.admission.job_done("b", done.job_id))
     time.sleep(settings.tenants.share_idle_s + 0.1)
     woken = run(m.release(runs[2]))
     assert woken == ["a9", "a10"], woken
@@ -219,7 +219,7 @@ def test_a_tenant_that_held_anothers_share_lets_it_catch_up_then_takes_its_own_b
     runs = [lease(run(m.acquire(f"a{i}", spec_a))) for i in range(1, 9)]  # a alone: every slot
     for i in (9, 10, 11):
         deferred(redis_client, keys, f"a{i}", spec_a, tag=float(i))
-        run(m.add_tenant_waiter("a", f"a{i}", float(i)))
+        run(m.admission.add_tenant_waiter("a", f"a{i}", float(i)))
     # b becomes active while a holds all 8 slots: its first job waits in the accounts' lines.
     for i in range(1, 5):
         submitted(redis_client, keys, "b", f"b{i}")
@@ -296,13 +296,15 @@ def test_with_long_runs_a_slot_of_catch_up_repays_a_run_length_of_balance(
         submitted(redis_client, keys, "b", f"b{i}")
     for i in range(10):  # ten of a's runs that held their slots for a minute each end
         run(m.release(replace(lease(run(m.acquire(f"a{i % 8 + 1}", spec_a))), taken=time.monotonic() - 60)))
-    assert m.run_s > 50, m.run_s
+    assert m.admission.run_s > 50, m.admission.run_s
     fresh()
     now = time.time()
     redis_client.hset(keys.tenants_balance, mapping={"a": f"-12.0|{now}", "b": f"12.0|{now}"})
     b_runs = [lease(run(m.acquire(f"b{i}", spec_b))) for i in range(1, 4)]  # its share 2, owed 1 more
     fourth = run(m.acquire("b4", spec_b))
     assert isinstance(fourth, NoAccount) and fourth.tenant == "b", fourth
-    shown = {u.name: u.share_cap for u in TenantStore(redis_client, keys, settings.tenants).usage(slots=m.slots)}
+    shown = {
+        u.name: u.share_cap for u in TenantStore(redis_client, keys, settings.tenants).usage(slots=m.admission.slots)
+    }
     assert (shown["a"], shown["b"]) == (5, 3), shown
     assert len(b_runs) == 3

@@ -101,8 +101,27 @@ class FakeSignals:
         self.disabled[account] = reason
 
 
+class FakeAdmission:
+    """A tenant's runs' spend and end in memory (TenantAdmission): what was settled, done and deferred."""
+
+    def __init__(self) -> None:
+        self.tenant_waiters: list[tuple[str, str]] = []
+        self.settled: list[tuple[str, float]] = []
+        self.done: list[tuple[str, str]] = []
+
+    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+        self.tenant_waiters.append((tenant, job_id))
+
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        self.settled.append((lease.job_id, cost_usd))
+
+    async def job_done(self, tenant: str, job_id: str) -> None:
+        self.done.append((tenant, job_id))
+
+
 class FakeAccounts:
-    """Slots per account in memory; cooling and disabled accounts (its `signals`' records) are skipped."""
+    """Slots per account in memory; cooling and disabled accounts (its `signals`' records) are skipped; its
+    `admission` records a tenant's runs' spend and end."""
 
     def __init__(self, *accounts: AccountConfig, permanent: bool = False) -> None:
         self.accounts = list(accounts)
@@ -113,11 +132,13 @@ class FakeAccounts:
         self.cooled = self.signals.cooled
         self.disabled = self.signals.disabled
         self.observed = self.signals.observed
+        self.admission = FakeAdmission()
+        # The admission's records, read here too (as the tests read the accounts').
+        self.tenant_waiters = self.admission.tenant_waiters
+        self.settled = self.admission.settled
+        self.done = self.admission.done
         self.waiters: list[tuple[list[str], str]] = []
-        self.tenant_waiters: list[tuple[str, str]] = []
-        self.settled: list[tuple[str, float]] = []
         self.counted: list[tuple[str, Usage]] = []
-        self.done: list[tuple[str, str]] = []
         self.waiting_to_promote: list[str] = []
         self.released: list[str] = []
         self.lock = threading.Lock()
@@ -163,22 +184,13 @@ class FakeAccounts:
     async def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         return None
 
-    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
-        self.tenant_waiters.append((tenant, job_id))
-
-    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        self.settled.append((lease.job_id, cost_usd))
-
     async def count_tokens(self, account: str, usage: Usage) -> None:
         self.counted.append((account, usage))
-
-    async def job_done(self, tenant: str, job_id: str) -> None:
-        self.done.append((tenant, job_id))
 
     def slot_release(
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
-        return None  # the fakes free slots through release and job_done, and count spend through settle
+        return None  # the fakes free slots through release and job_done, and count spend through settle (the admission)
 
 
 class FakeMetrics:

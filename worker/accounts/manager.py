@@ -1,11 +1,12 @@
-"""AccountManager: leases account slots for runs; its `signals` part turns rate-limit and auth signals into state.
+"""AccountManager: leases account slots for runs; its parts admit a tenant's runs and turn signals into state.
 
-What the engine calls (a run's `acquire`, `settle`, `release`, `job_done`; the waiting lines' `add_waiter`,
-`add_tenant_waiter`, `admit`, `fair_key`) is a coroutine for the engine loop: the stores' calls it makes
-(`AccountStore` / `TenantStore` `*_call`: a script call or a pipeline, claudeq/script_calls.py) go on the loop's
-async client (`use_async`). The rate-limit and auth signals (`observe`, `record_response`, `cool`, `disable`) are
-plain calls on `AccountManager.signals` (worker/accounts/signals.py): the pass-through's threads make them as
-responses pass (the handler, on a Redis thread).
+What the engine calls (a run's `acquire`, `release`; the waiting lines' `add_waiter`, `admit`, `fair_key`) is a
+coroutine for the engine loop: the stores' calls it makes (`AccountStore` / `TenantStore` `*_call`: a script call or
+a pipeline, claudeq/script_calls.py) go on the loop's async client (`use_async`). A tenant's admission of a run and
+the spend it settles (`settle`, `job_done`, `add_tenant_waiter`) are coroutines of `AccountManager.admission`
+(worker/accounts/admission.py), sent through the manager's sender. The rate-limit and auth signals (`observe`,
+`record_response`, `cool`, `disable`) are plain calls on `AccountManager.signals` (worker/accounts/signals.py): the
+pass-through's threads make them as responses pass (the handler, on a Redis thread).
 State lives in Redis, so a cooldown one worker writes is seen by every worker at its next acquire; the choice itself
 is the pure `claudeq.worker.accounts.choice.choose`.
 """
@@ -29,24 +30,14 @@ from claudeq.lua.results import Slot
 from claudeq.models import AccountState, Attempt, JobSpec, Usage
 from claudeq.permissions import spec_models
 from claudeq.script_calls import AsyncCalls
-from claudeq.tenants import (
-    BALANCE_REPAY_S,
-    Admitted,
-    AtMax,
-    AttemptCost,
-    OverBudget,
-    Reserved,
-    SettleArgs,
-    TenantStore,
-    caught_up,
-    effective_cap,
-)
+from claudeq.tenants import OverBudget, Reserved, TenantStore
 
 from ...config.account_pool import AccountConfig, AccountPool
 from ...config.settings import Settings
 from ...config.tenants import TenantConfig
 from ..passthrough.prefixes import Breakpoint
 from ..store.job_store import START_LOST, AttemptStart, SlotRelease
+from .admission import TenantAdmission, over_budget
 from .cache_affinity import CacheStore, digest_text, prefix_key
 from .choice import NO_PREFERENCE, AccountView, CachePreference, JobNeeds, NoAccount, choose, eligible, reason_for
 from .signals import AccountSignals
@@ -125,7 +116,7 @@ class StartLost(Exception):
 
 @dataclass(frozen=True)
 class Spent:
-    """An attempt's cost not counted yet (AccountManager.settle): the job's terminal write counts it in its own
+    """An attempt's cost not counted yet (TenantAdmission.settle): the job's terminal write counts it in its own
     script when it can (`slot_release`)."""
 
     lease: SlotLease
@@ -151,17 +142,13 @@ class AccountManager(AsyncCalls):
             redis.set(keys.tenants_in_use, "1")
         #: The accounts' health signals (rate limits, cooldowns, disabling) and their state read back.
         self.signals = AccountSignals(settings, self.pool, self.store)
+        #: The tenants' admission of runs, their share of the fleet's slots and their spend.
+        slots = sum(a.max_concurrency for a in self.pool.accounts)
+        self.admission = TenantAdmission(settings, self.tenant_store, slots, self.send)
         self._snapshot: tuple[float, list[tuple[AccountState, datetime | None]]] | None = None  # (read at, states)
         #: The snapshot read in flight on the engine loop: the acquires that find the last one too old meanwhile
         #: share it instead of each reading its own (a burst of claims once read the accounts ~10 times a second).
         self._snapshot_read: asyncio.Future[list[tuple[AccountState, datetime | None]]] | None = None
-        #: The fleet's slots as this worker knows them (reserved fair share divides them among active tenants).
-        self.slots = sum(a.max_concurrency for a in self.pool.accounts)
-        # (read at, active tenants, their catch-up balances), reused like _snapshot
-        self._active: tuple[float, set[str], dict[str, float]] | None = None
-        #: How long a tenant's run holds its slot here (s; a moving average of the runs released): one slot of
-        #: catch-up repays about one run's length of balance (caught_up divides by at least BALANCE_REPAY_S).
-        self.run_s = BALANCE_REPAY_S
         #: Token counts of attempts that ended in this turn of the engine loop, by account (`count_tokens`), and the
         #: send that takes them.
         self._tokens: dict[str, dict[str, int]] = {}
@@ -206,13 +193,15 @@ class AccountManager(AsyncCalls):
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
             lease = await self._take_slot(ask)
             return _with_reason(_untenanted(lease), key, warm)
-        admission = await self._admit_run(tenant, job_id, spec)
+        admission = await self.admission.admit_run(tenant, job_id, spec.max_budget_usd, spec.model)
         if isinstance(admission, NoAccount):
+            # A slot the waiting line handed it goes back (the promoter's next pass hands it on).
+            await self._drop_slots(job_id)
             return admission
         admitted, cap = admission
         # `start` is for runs without a tenants file (see above): a tenant's run starts apart.
         lease = await self._take_slot(replace(ask, want=admitted.budget_usd, start=None))
-        await self._admitted(tenant, job_id, admitted, cap, lease, rank)
+        await self.admission.admitted(tenant, job_id, admitted, cap, lease, rank)
         return _with_reason(lease, key, warm)
 
     async def _warm(self, spec: JobSpec) -> tuple[str | None, dict[str, float]]:
@@ -249,91 +238,6 @@ class AccountManager(AsyncCalls):
         if self.pool.get(account) is not None:
             self.cache.record(account, key, found, now)
 
-    async def _admit_run(
-        self, tenant: TenantConfig, job_id: str, spec: JobSpec
-    ) -> tuple[Admitted, int | None] | NoAccount:
-        """A tenant's admission of one more run (its runs in flight, its share, its spend caps): what it may spend
-        and the cap on its runs now, or when to look again."""
-        share = await self._share(tenant)
-        cap = effective_cap(tenant, share)
-        now = time.time()
-        admitted = await self.send(
-            self.tenant_store.admit_call(
-                tenant, job_id, self.settings.lease_ttl_s, spec.max_budget_usd, now, model=spec.model, share=share
-            )
-        )
-        if isinstance(admitted, AtMax | Reserved):
-            if isinstance(admitted, AtMax) and cap == tenant.max_concurrency:
-                reason = f"tenant {tenant.name!r} has {cap} run(s) in flight (its max_concurrency)"
-            elif isinstance(admitted, AtMax):
-                reason = (
-                    f"tenant {tenant.name!r} holds {cap} slot(s), its share of the fleet's {self.slots} while other "
-                    "tenants are active (reserve_share)"
-                )
-            else:
-                reason = f"what tenant {tenant.name!r} has left per {admitted.window} is reserved by its runs in flight"
-            # Its next run's end promotes the job (tenant waiters); the slot expiry is the latest bound. A slot the
-            # waiting line handed it goes back (the promoter's next pass hands it on).
-            await self._drop_slots(job_id)
-            return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, [], tenant=tenant.name)
-        if isinstance(admitted, OverBudget):
-            await self._drop_slots(job_id)
-            return self._over_budget(f"tenant {tenant.name!r}", tenant, admitted)
-        return admitted, cap
-
-    async def _admitted(
-        self,
-        tenant: TenantConfig,
-        job_id: str,
-        admitted: Admitted,
-        cap: int | None,
-        lease: SlotLease | NoAccount,
-        rank: float | None,
-    ) -> None:
-        """A tenant's admitted run after its try for a slot: it keeps its place among the tenant's runs while it
-        waits in the accounts' lines, or gives it up; a slot taken with a smaller budget reserves that one."""
-        if isinstance(lease, NoAccount):
-            if cap is not None and lease.accounts and not lease.permanent:
-                # It waits in the accounts' lines: it keeps its place among its tenant's runs (until its slot expiry)
-                # so the tenant's jobs in line and in flight stay within its cap (max_concurrency, or its share cap
-                # under reserve_share). Otherwise a capped tenant's backlog queues in the lines past its cap, ahead
-                # of other tenants' later-tagged jobs, and takes the slots its cap was meant to leave free (then
-                # gives them back: it is at its cap).
-                await self.send(self.tenant_store.unreserve_call(tenant.name, job_id))
-            else:
-                await self.send(self.tenant_store.release_call(tenant, job_id, pop=False))
-            return
-        if lease.budget_usd is not None and lease.budget_usd != admitted.budget_usd:
-            await self.send(
-                self.tenant_store.set_reserved_call(tenant.name, job_id, lease.budget_usd, admitted.turn_usd)
-            )
-        if rank is not None:
-            # The fleet's virtual time moves on (with tenants the rank is the tag).
-            await self.send(self.tenant_store.advance_call(rank))
-
-    async def _share(self, tenant: TenantConfig) -> int | None:
-        """The tenant's share cap under reserved fair share (None: off, or no tenants file): its weighted share of
-        the fleet's slots among the tenants active now, moved by its catch-up balance (a slot more while owed, a slot
-        fewer while owing, per `run_s` of balance, rounded up; docs/architecture.md#fair-share). The active tenants
-        are read with one pipeline and the balances moved on with one script, or both taken from a read under
-        _VIEW_REUSE_S old (RESERVE re-checks the runs atomically; only which tenants are active and their balances
-        may be that old)."""
-        if not self.tenants.configured or not self.tenants.reserve_share:
-            return None
-        now = time.time()
-        read = self._active
-        if read is None or not 0 <= now - read[0] <= _VIEW_REUSE_S:
-            active = await self.send(self.tenant_store.active_call(now))
-            shares = {
-                name: cap
-                for name in sorted(active)
-                if (cap := self.tenants.share_cap(self.tenants.governing(name), active, self.slots)) is not None
-            }
-            read = (now, active, await self.send(self.tenant_store.balance_call(shares, now, self.run_s)))
-            self._active = read
-        share = self.tenants.share_cap(tenant, read[1], self.slots)
-        return None if share is None else caught_up(share, read[2].get(tenant.name, 0.0), self.run_s)
-
     async def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's key in the waiting line with tenants configured: its virtual finish tag (weighted fair queueing
         over tenants; issued once per job). None without a tenants file: the creation time orders."""
@@ -349,12 +253,6 @@ class AccountManager(AsyncCalls):
         slots = [self.store.keys.account_slots(name) for name in await self._held_by(job_id)]
         if slots:
             await self._pipe(lambda p: [p.zrem(key, job_id) for key in slots])
-
-    def _over_budget(self, who: str, tenant: TenantConfig, over: OverBudget) -> NoAccount:
-        reason = f"{who} is over its spend cap per {over.window} until {over.until.isoformat()}"
-        if tenant.on_budget == "fail":
-            return NoAccount(_dt(time.time()), reason, [], permanent=True, kind="budget_exceeded")
-        return NoAccount(over.until, reason, [])
 
     async def _take_slot(self, ask: SlotAsk) -> SlotLease | NoAccount:
         """Lease a slot on the best eligible account (preferring a warm one), or say when one may free: first a slot
@@ -457,7 +355,7 @@ class AccountManager(AsyncCalls):
             return NoAccount(_dt(now + self.settings.lease_ttl_s), reason, sorted(tries.reserved))
         if tries.over and not decision.permanent:
             first = min(tries.over.items(), key=lambda item: item[1].until)
-            return self._over_budget(f"account {first[0]!r}", ask.tenant, first[1])
+            return over_budget(f"account {first[0]!r}", ask.tenant, first[1])
         return decision
 
     def _not_taken(self, ask: SlotAsk, tries: _Tries) -> NoAccount:
@@ -556,11 +454,8 @@ class AccountManager(AsyncCalls):
     async def _release_tenant_run(self, lease: SlotLease, tenant_name: str) -> list[str]:
         """The tenant's side of a release: its run ends, and its waiter popped joins this account's line."""
         woken: list[str] = []
-        if self.tenants.reserve_share:
-            self.run_s += 0.2 * (time.monotonic() - lease.taken - self.run_s)
         tenant = self.tenants.governing(tenant_name)
-        share = await self._share(tenant)
-        popped = await self.send(self.tenant_store.release_call(tenant, lease.job_id, share=share))
+        popped = await self.admission.end_run(lease, tenant)
         for i, waiter in enumerate(popped):
             # The tenant's waiter joins this account's line at its own rank, holding its place among its
             # tenant's runs, before the slot is handed out: the slot goes to it when it ranks first (its
@@ -586,7 +481,7 @@ class AccountManager(AsyncCalls):
         if done is not None:
             return None
         handout = self.store.handout(lease.account.name, self.settings.lease_ttl_s, None)
-        settle = None if spent is None else self.settle_parts(spent.lease, spent.cost_usd, spent.turns)
+        settle = None if spent is None else self.admission.settle_parts(spent.lease, spent.cost_usd, spent.turns)
         return SlotRelease(handout, unindex if indexed else [], settle)
 
     async def _line_up(self, account: AccountConfig, tenant: TenantConfig, job_id: str) -> list[str] | None:
@@ -643,49 +538,6 @@ class AccountManager(AsyncCalls):
                     p.hincrby(keys.account(account), f"n:{name}", count)
 
         await self._pipe(queue)
-
-    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        """Count a finished attempt's real cost against its tenant's and its account's spend (and drop the budget
-        the run had reserved); learn what one turn of its model costs from it (`turns`: the turns it ran). A run
-        admitted as no tenant's (no tenants file) counts against its account alone. One call on the async client."""
-        call = self.tenant_store.settle_call(self._cost(lease, cost_usd, turns))
-        if call is not None:
-            await self.send(call)
-
-    def settle_parts(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> SettleArgs | None:
-        """`settle` as the `settle` Lua function's arguments, for a job's terminal write to run in its own script
-        (WorkerJobStore.finish_call); None when there is nothing to count."""
-        return self.tenant_store.settle_parts(self._cost(lease, cost_usd, turns))
-
-    @classmethod
-    def _cost(cls, lease: SlotLease, cost_usd: float, turns: int | None) -> AttemptCost:
-        """What the run on `lease` settles: its cost, against whose spend, and whether it reserved a budget."""
-        tenant, reserved = cls._settled(lease)
-        account = lease.account
-        return AttemptCost(tenant, account.name, lease.job_id, cost_usd, lease.model, turns, reserved, account.capped)
-
-    @staticmethod
-    def _settled(lease: SlotLease) -> tuple[str | None, bool]:
-        """Whose spend a run's cost counts against besides its account's (None: no tenant's; without a tenants file
-        `default`'s spend is the accounts' sum), and whether the run reserved a budget to drop: a tenant's run
-        started with one did (its tenant admission, and a capped account's); a run of no tenant only on a capped
-        account."""
-        if lease.tenant is None:
-            return None, lease.budget_usd is not None and lease.account.capped
-        return lease.tenant, lease.budget_usd is not None
-
-    async def job_done(self, tenant: str, job_id: str) -> None:
-        """The job finished: out of its tenant's active jobs (the waiting count of `claudeq tenants`), in one
-        pipeline on the async client."""
-        await self.send(self.tenant_store.unindex_call(tenant, job_id))
-
-    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
-        """A deferred job waits for one of its tenant's runs to end: the next such end promotes it."""
-        config = self.tenants.governing(tenant)
-        share = await self._share(config)
-        fallback_s = self.settings.waiter_fallback_s
-        if await self.send(self.tenant_store.wait_call(config, job_id, score, fallback_s=fallback_s, share=share)):
-            log.info("job %s: a run of tenant %s ended while it was being deferred; it is due now", job_id, tenant)
 
     async def add_waiter(
         self,

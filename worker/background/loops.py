@@ -198,7 +198,7 @@ class Loops:
         except Exception:
             spec = None
         try:
-            await self.engine.accounts.job_done(spec.tenant if spec else DEFAULT_TENANT, job_id)
+            await self.engine.accounts.admission.job_done(spec.tenant if spec else DEFAULT_TENANT, job_id)
         except Exception:
             log.exception("job %s: tenant bookkeeping failed", job_id)
         self.engine.metrics.job_finished((spec.queue if spec else None) or self.settings.queue, ended_as)
@@ -412,7 +412,7 @@ class Loops:
         """What follows the recovery of a job that ended it (poisoned, or cancelled by its flag), as for a job the
         handler finishes: out of its tenant's active jobs, the conversation's next turn, the metrics."""
         try:
-            await self.engine.accounts.job_done(record.spec.tenant, record.id)
+            await self.engine.accounts.admission.job_done(record.spec.tenant, record.id)
         except Exception:
             log.exception("job %s: tenant bookkeeping failed", record.id)
         self.engine.metrics.job_finished(record.spec.queue or self.settings.queue, status)

@@ -233,7 +233,7 @@ class Engine:
             error = JobError(kind="internal", message=f"the job record cannot be read: {exc.detail}")
             if await self.store.send(self.store.write_call(JobWrite(job_id, claim.fence, "failed", {"error": error}))):
                 try:  # out of its tenant's active jobs: the tenant its damaged spec still names, else `default`
-                    await self.accounts.job_done(_tenant_hint(claim.fields), job_id)
+                    await self.accounts.admission.job_done(_tenant_hint(claim.fields), job_id)
                 except Exception:
                     log.exception("job %s: tenant bookkeeping failed", job_id)
             return Delivered("failed")

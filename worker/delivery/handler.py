@@ -599,7 +599,7 @@ class DeliveryHandler:
         """Count the last attempt's cost if the job's terminal write did not (a failure is logged, never fatal)."""
         spent, d.hold.spent = d.hold.spent, None
         if spent is not None:
-            await _quietly(self.accounts.settle(spent.lease, spent.cost_usd, spent.turns), "settle")
+            await _quietly(self.accounts.admission.settle(spent.lease, spent.cost_usd, spent.turns), "settle")
 
     async def _release(self, d: Delivery) -> None:
         """Give back the delivery's slot, its attempt's spend counted first: the release drops the run's
@@ -739,7 +739,7 @@ class DeliveryHandler:
         """What follows a terminal write that landed (its slot already given back): the job out of its tenant's
         active jobs (unless the write did it: `unindexed`), the conversation's next turn, the metrics."""
         if not unindexed:
-            await _quietly(self.accounts.job_done(d.record.spec.tenant, d.job_id), "job_done")
+            await _quietly(self.accounts.admission.job_done(d.record.spec.tenant, d.job_id), "job_done")
         try:
             waiting = await self.sessions.finished(d.record, status, d.session_id)
         except Exception:
@@ -793,7 +793,7 @@ class DeliveryHandler:
                 admitted = []
             await self.dispatch.send_admitted(admitted)
         if tenant is not None:
-            await _quietly(self.accounts.add_tenant_waiter(tenant, d.job_id, among), "add_tenant_waiter")
+            await _quietly(self.accounts.admission.add_tenant_waiter(tenant, d.job_id, among), "add_tenant_waiter")
         log.info("job %s: deferred until %s (%s)", d.job_id, ready_at.isoformat(), reason)
         return "deferred"
 

@@ -36,13 +36,32 @@ class SignalsLike(Protocol):
         """Disable the account."""
 
 
+class AdmissionLike(Protocol):
+    """claudeq.worker.accounts.admission.TenantAdmission as the engine uses it: a tenant's runs' spend and end,
+    coroutines on the engine loop."""
+
+    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
+        """A deferred job waits for one of its tenant's runs to end."""
+
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        """Count a finished attempt's cost against its tenant's and account's spend."""
+
+    async def job_done(self, tenant: str, job_id: str) -> None:
+        """The job finished: out of its tenant's active jobs."""
+
+
 class AccountsLike(Protocol):
     """claudeq.worker.accounts.manager.AccountManager as the engine uses it: coroutines on the engine loop; its
-    `signals` part takes the rate-limit and auth signals (SignalsLike)."""
+    `signals` part takes the rate-limit and auth signals (SignalsLike), its `admission` part a tenant's runs' spend
+    and end (AdmissionLike)."""
 
     @property
     def signals(self) -> SignalsLike:
         """The accounts' health signals (AccountManager.signals)."""
+
+    @property
+    def admission(self) -> AdmissionLike:
+        """The tenants' admission and spend (AccountManager.admission)."""
 
     async def acquire(
         self,
@@ -81,23 +100,14 @@ class AccountsLike(Protocol):
     async def fair_key(self, job_id: str, spec: JobSpec) -> float | None:
         """The job's virtual finish tag in the waiting line (tenants configured), else None."""
 
-    async def add_tenant_waiter(self, tenant: str, job_id: str, score: float) -> None:
-        """A deferred job waits for one of its tenant's runs to end."""
-
     async def count_tokens(self, account: str, usage: Usage) -> None:
         """Add an attempt's input-side tokens to the account's counters (its prompt-cache hit ratio)."""
-
-    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        """Count a finished attempt's cost against its tenant's and account's spend."""
-
-    async def job_done(self, tenant: str, job_id: str) -> None:
-        """The job finished: out of its tenant's active jobs."""
 
     def slot_release(
         self, lease: SlotLease, tenant: str, *, indexed: bool = True, spent: Spent | None = None
     ) -> SlotRelease | None:
-        """What the job's terminal write may free (and count: `spent`) in its own script (None: `release`,
-        `job_done` and `settle` do it)."""
+        """What the job's terminal write may free (and count: `spent`) in its own script (None: `release` and the
+        admission's `job_done` and `settle` do it)."""
 
 
 class MetricsLike(Protocol):

@@ -119,9 +119,9 @@ def test_a_runs_slot_spend_release_and_unindex_go_on_the_async_client_without_a_
         lease = await accounts.acquire(job_id, JobSpec(prompt="hi"), holds=frozenset())
         assert isinstance(lease, SlotLease)
         held = store.redis.zscore(keys.account_slots("acct-a"), job_id) is not None
-        await accounts.settle(lease, 0.25, turns=2)
+        await accounts.admission.settle(lease, 0.25, turns=2)
         woken = await accounts.release(lease)
-        await accounts.job_done("default", job_id)
+        await accounts.admission.job_done("default", job_id)
         return lease, held, woken
 
     lease, held, woken = runtime.engine.call(a_run()).result(timeout=30)

@@ -169,8 +169,8 @@ def test_the_engine_ends_a_job_in_one_round_trip(runtime: WorkerRuntime, monkeyp
         separately.append("settle")
 
     monkeypatch.setattr(accounts, "release", release)
-    monkeypatch.setattr(accounts, "job_done", job_done)
-    monkeypatch.setattr(accounts, "settle", settle)
+    monkeypatch.setattr(accounts.admission, "job_done", job_done)
+    monkeypatch.setattr(accounts.admission, "settle", settle)
     delivered = runtime.engine.deliver_blocking(job_id)
 
     assert str(delivered) == "succeeded", delivered

@@ -24,6 +24,7 @@ from tests.conftest import make_settings
 from tests.support.aio import run
 from tests.support.engine_fakes import (
     FakeAccounts,
+    FakeAdmission,
     FakeMetrics,
     FakeRunner,
     blocking,
@@ -430,16 +431,25 @@ def test_a_delivery_claimed_as_shutdown_begins_is_requeued_without_running(make:
     assert h.sent == [job]
 
 
+class _OrderedAdmission(FakeAdmission):
+    """Records when attempts' spend is counted, in its accounts' log."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
+        self.log.append("settle")
+        await super().settle(lease, cost_usd, turns)
+
+
 class _OrderedAccounts(FakeAccounts):
     """Records the order in which attempts' spend is counted and slots are given back."""
 
     def __init__(self, *accounts: Any) -> None:
         super().__init__(*accounts)
         self.log: list[str] = []
-
-    async def settle(self, lease: SlotLease, cost_usd: float, turns: int | None = None) -> None:
-        self.log.append("settle")
-        await super().settle(lease, cost_usd, turns)
+        self.admission = _OrderedAdmission(self.log)
 
     async def release(self, lease: SlotLease) -> list[str]:
         self.log.append("release")

@@ -10,7 +10,7 @@ import pytest
 from claudeq.worker.delivery import ports
 from claudeq.worker.run.outcome import RunnerLike
 
-PROTOCOLS = (RunnerLike, ports.AccountsLike, ports.SignalsLike, ports.MetricsLike)
+PROTOCOLS = (RunnerLike, ports.AccountsLike, ports.SignalsLike, ports.AdmissionLike, ports.MetricsLike)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
@@ -24,6 +24,7 @@ def test_no_protocol_method_takes_or_returns_any(protocol: type) -> None:
 
 
 def test_the_real_implementations_have_every_protocol_method() -> None:
+    from claudeq.worker.accounts.admission import TenantAdmission
     from claudeq.worker.accounts.manager import AccountManager
     from claudeq.worker.accounts.signals import AccountSignals
     from claudeq.worker.metrics.prometheus import WorkerMetrics
@@ -33,6 +34,7 @@ def test_the_real_implementations_have_every_protocol_method() -> None:
         (RunnerLike, Runner),
         (ports.AccountsLike, AccountManager),
         (ports.SignalsLike, AccountSignals),
+        (ports.AdmissionLike, TenantAdmission),
         (ports.MetricsLike, WorkerMetrics),
     ):
         wanted = {name: m for name, m in vars(protocol).items() if inspect.isfunction(m) and not name.startswith("_")}

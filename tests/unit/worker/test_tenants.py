@@ -134,7 +134,7 @@ def test_a_tenant_at_max_concurrency_waits_and_a_release_promotes_its_waiter(
     keys = Keys(tenants_settings.key_prefix)
     fake_redis.hset(keys.job("j3"), "status", "deferred")
     fake_redis.zadd(keys.deferred, {"j3": time.time() + 60})
-    run(m.add_tenant_waiter("a", "j3", 1.0))
+    run(m.admission.add_tenant_waiter("a", "j3", 1.0))
     assert run(m.release(first)) == ["j3"]  # one of the tenant's runs ended: its waiter goes next
     assert isinstance(run(m.acquire("j3", spec)), SlotLease)
     # Another tenant is not held back by `a`'s cap.
@@ -153,7 +153,7 @@ def test_a_tenant_waiter_is_not_resent_every_lease_ttl_while_it_waits(
     fake_redis.hset(keys.job("j3"), "status", "deferred")
     fake_redis.zadd(keys.deferred, {"j3": at_max.ready_at.timestamp()})
     now = time.time()
-    run(m.add_tenant_waiter("a", "j3", 1.0))
+    run(m.admission.add_tenant_waiter("a", "j3", 1.0))
     # In the tenant's line, the end of one of its runs promotes it: its ready time is only the fallback, far out (a
     # re-send every lease TTL would send a whole backlog through the broker again and again).
     ready = fake_redis.zscore(keys.deferred, "j3")
@@ -250,7 +250,7 @@ def test_a_freed_slot_goes_to_the_capped_tenants_waiter_when_it_ranks_first(
     ]
     # a's next job waits for one of a's runs (its cap, 2); another tenant's job waits in x's line, ranked after it.
     _deferred(fake_redis, keys, "a3", spec_a, tag=1.0)
-    run(m.add_tenant_waiter("a", "a3", 1.0))
+    run(m.admission.add_tenant_waiter("a", "a3", 1.0))
     _deferred(fake_redis, keys, "d2", spec_d, tag=5.0)
     assert run(m.add_waiter(["x"], "d2", 5.0)) == []
     # a's run ends: its slot goes to a's waiter (ranked first), not to the job that happened to wait in the line.
@@ -271,7 +271,7 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     # What one turn costs is not known yet: the first run goes alone and teaches it.
     first_alone = run(m.acquire("j2", spec))
     assert isinstance(first_alone, NoAccount) and not first_alone.permanent and "reserved" in first_alone.reason
-    run(m.settle(one, 0.004, turns=1))
+    run(m.admission.settle(one, 0.004, turns=1))
     run(m.release(one))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.004)
     assert store.turn_cost("account", "y", "haiku") is None  # y has no spend cap: nothing reads it there
@@ -288,7 +288,7 @@ def test_spend_caps_defer_or_fail_per_on_budget_and_runs_get_what_is_left(
     assert store.spend("account", "y")[0] == pytest.approx(0.004)
     # Spent to within less than one turn of the cap: on_budget = "fail" fails the job as budget_exceeded.
     for done in (two, three):
-        run(m.settle(done, 0.021, turns=1))
+        run(m.admission.settle(done, 0.021, turns=1))
         run(m.release(done))
     assert store.turn_cost("tenant", "b", "haiku") == pytest.approx(0.021)
     refused = run(m.acquire("j5", spec))
@@ -342,7 +342,7 @@ def test_an_account_cap_clamps_the_run_budget(fake_settings: Settings, fake_redi
     assert first.budget_usd == pytest.approx(0.03)
     waits = run(m.acquire("j2", JobSpec(prompt="x", max_budget_usd=1.0)))  # all reserved: wait for the account's run
     assert isinstance(waits, NoAccount) and waits.accounts == ["p"] and not waits.permanent
-    run(m.settle(first, 0.01, turns=4))  # one turn: $0.0025
+    run(m.admission.settle(first, 0.01, turns=4))  # one turn: $0.0025
     run(m.release(first))
     # Runs without a budget of their own share what is left, less one turn, with the slots that may still start
     # beside them; each reserves its share and a turn.
@@ -399,9 +399,9 @@ def test_without_a_tenants_file_runs_are_not_indexed_per_tenant_and_spend_is_sti
     assert isinstance(lease, SlotLease) and lease.budget_usd is None and lease.tenant is None
     budgeted = run(accounts.acquire("j2", JobSpec(prompt="p", max_budget_usd=0.5)))
     assert isinstance(budgeted, SlotLease) and budgeted.budget_usd == 0.5  # the spec's own budget, as before
-    run(accounts.settle(lease, 0.25))
+    run(accounts.admission.settle(lease, 0.25))
     assert run(accounts.release(lease)) == []
-    run(accounts.job_done("default", "j1"))
+    run(accounts.admission.job_done("default", "j1"))
     for key in (keys.tenant_runs, keys.tenant_reserved, keys.tenant_jobs, keys.tenant_waiters):
         assert not fake_redis.exists(key("default"))
     assert accounts.tenant_store.spend("tenant", "default") == (0.25, 0.25)
@@ -426,7 +426,7 @@ def test_an_uncapped_tenant_in_a_tenants_file_is_counted_without_reserving(
     assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is not None
     assert not fake_redis.exists(keys.tenant_reserved("c"))
     assert accounts.tenant_store.usage()[0].in_flight == 1
-    run(accounts.settle(lease, 0.1))
+    run(accounts.admission.settle(lease, 0.1))
     run(accounts.release(lease))
     assert fake_redis.zscore(keys.tenant_runs("c"), "j1") is None
     assert accounts.tenant_store.spend("tenant", "c") == (0.1, 0.1)
