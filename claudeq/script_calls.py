@@ -224,7 +224,9 @@ class _Batch:
                 if type(value) is bytes
                 else value.encode(encoding, errors)
                 if type(value) is str
-                else bytes(encode(value))  # what redis-py makes of it: numbers as their repr, a bool refused
+                else b"%d" % value  # as redis-py's encoder writes an int (its repr), without its type checks
+                if type(value) is int
+                else bytes(encode(value))  # what redis-py makes of the rest: a float as its repr, a bool refused
                 for values in (keys, args)
                 for value in values
             ]
