@@ -13,6 +13,7 @@ class, its script's header and its script's binder name the same arguments in th
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from collections.abc import Callable
@@ -79,11 +80,12 @@ class ScriptArgs:
 
     def _spread(self, keys: bool) -> list[Any]:
         out: list[Any] = []
-        for name, is_key, only, scalar in _layout(type(self)):
-            if scalar:  # one value, of the kind the field is typed with
-                if is_key == keys:
-                    out.append(getattr(self, name))
+        for getter, nested in _plan(type(self), keys):
+            if getter is not None:  # a run of plain fields on this side, read in one call
+                out += getter(self)
                 continue
+            assert nested is not None
+            name, is_key, only = nested
             value = getattr(self, name)
             if isinstance(value, ScriptArgs):
                 if only is None or (only == "keys") == keys:
@@ -127,6 +129,43 @@ def _layout(cls: type) -> _Layout:
             for f in dataclasses.fields(cls)
         )
     return layout
+
+
+#: One step of `_spread` on one side: a getter of a run of plain fields of that side (a tuple of their values), or a
+#: field that may hold a list or nested arguments, looked at as it is given (name, whether a KEY, which part).
+_Step = tuple[Callable[[Any], tuple[Any, ...]] | None, tuple[str, bool, str | None] | None]
+_plans: dict[tuple[type, bool], tuple[_Step, ...]] = {}
+
+
+def _plan(cls: type, keys: bool) -> tuple[_Step, ...]:
+    """`_layout(cls)` as `_spread` walks it for KEYS (`keys`) or ARGV, made once per class and side: each run of
+    plain fields of that side is one `operator.attrgetter` call instead of a `getattr` per field (most classes are
+    one run), the fields of the other side are left out (docs/scaling.md#the-engines-redis-client)."""
+    plan = _plans.get((cls, keys))
+    if plan is None:
+        steps: list[_Step] = []
+        run: list[str] = []
+        for name, is_key, only, scalar in _layout(cls):
+            if scalar:
+                if is_key == keys:
+                    run.append(name)
+                continue
+            if run:
+                steps.append((_getter(run), None))
+                run = []
+            steps.append((None, (name, is_key, only)))
+        if run:
+            steps.append((_getter(run), None))
+        plan = _plans[(cls, keys)] = tuple(steps)
+    return plan
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The values of `names` of an object, as a tuple (attrgetter of one name gives the value alone)."""
+    if len(names) == 1:
+        one = operator.attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return operator.attrgetter(*names)
 
 
 def _scalar(hint: Any) -> bool:

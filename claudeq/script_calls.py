@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import hiredis
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.connection import AbstractConnection, Connection, UnixDomainSocketConnection
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -141,6 +143,13 @@ class _Batch:
         kwargs = client.connection_pool.connection_kwargs
         self.encoding: str = kwargs.get("encoding", "utf-8")
         self.encoding_errors: str = kwargs.get("encoding_errors", "strict")
+        self.encode = client.connection_pool.get_encoder().encode  # type: ignore[no-untyped-call]
+        #: A plain client (its own connections, EVALSHA's reply as Redis gives it): a batch goes as one payload
+        #: packed here (`_evalsha_packed`), not through redis-py's pipeline, which packs every argument in Python.
+        self.packed = (
+            issubclass(client.connection_pool.connection_class, (Connection, UnixDomainSocketConnection))
+            and "EVALSHA" not in client.response_callbacks
+        )
         self.pending: list[tuple[Script, list[Any], list[Any], asyncio.Future[Any]]] = []
         self.sending: set[asyncio.Task[None]] = set()  # batches in flight (a task nobody holds may vanish)
 
@@ -188,6 +197,8 @@ class _Batch:
                 future.set_result(reply)
 
     async def _evalsha(self, batch: list[tuple[Script, list[Any], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+        if self.packed:
+            return await self._evalsha_packed(batch)
         if len(batch) == 1:
             script, keys, args, _ = batch[0]
             try:
@@ -199,12 +210,61 @@ class _Batch:
             pipe.evalsha(script.sha, len(keys), *self._encoded(keys), *self._encoded(args))
         return list(await pipe.execute(raise_on_error=False))
 
+    async def _evalsha_packed(self, batch: list[tuple[Script, list[Any], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+        """The batch's EVALSHAs as one payload on one pooled connection, each reply (or error reply) in order: what
+        the pipeline does (the same bytes on the wire, the same retries, the connection dropped when a read fails),
+        with each command packed by hiredis in one call from arguments already bytes
+        (docs/scaling.md#the-engines-redis-client)."""
+        encoding, errors, encode = self.encoding, self.encoding_errors, self.encode
+        commands = []
+        for script, keys, args, _ in batch:
+            command = [b"EVALSHA", script.sha.encode(), b"%d" % len(keys)]
+            command += [
+                value
+                if type(value) is bytes
+                else value.encode(encoding, errors)
+                if type(value) is str
+                else b"%d" % value  # as redis-py's encoder writes an int (its repr), without its type checks
+                if type(value) is int
+                else bytes(encode(value))  # what redis-py makes of the rest: a float as its repr, a bool refused
+                for values in (keys, args)
+                for value in values
+            ]
+            commands.append(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]  # its stub: one item
+        payload = b"".join(commands)
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            replies: list[Any] = await conn.retry.call_with_retry(
+                lambda: _exchange(conn, payload, len(batch)), lambda _: conn.disconnect()
+            )
+        finally:
+            await pool.release(conn)
+        return replies
+
     def _encoded(self, values: list[Any]) -> list[Any]:
         """`values` with each text already bytes, as the client's encoder would make it (the rest it encodes
         itself): redis-py's encoder asks every value's type four or five times, and a job's three scripts carry
         ~120 values, most of them text (docs/scaling.md#the-engines-redis-client)."""
         encoding, errors = self.encoding, self.encoding_errors
         return [value.encode(encoding, errors) if type(value) is str else value for value in values]
+
+
+async def _exchange(conn: AbstractConnection, payload: bytes, count: int) -> list[Any]:
+    """Send `payload` (`count` commands) and read their replies in order, an error reply in its place; a read that
+    fails drops the connection (the rest of the replies are still on it), as redis-py's pipeline does."""
+    await conn.send_packed_command(payload)
+    replies: list[Any] = []
+    try:
+        for _ in range(count):
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+    return replies
 
 
 _batches: weakref.WeakKeyDictionary[AsyncRedis, _Batch] = weakref.WeakKeyDictionary()
