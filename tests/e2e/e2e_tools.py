@@ -21,11 +21,24 @@ async def add(args: dict[str, Any]) -> dict[str, Any]:
 
 @tool("where", "Report the files the worker process imported claudeq from", {})
 async def where(args: dict[str, Any]) -> dict[str, Any]:
-    """`where=<JSON>`: the files of WHERE_MODULES and the folders every other loaded claudeq module came from."""
+    """`where=<JSON>`: the files of WHERE_MODULES, and the folders on sys.path every loaded claudeq module came from.
+
+    A module `claudeq.a.b` in `<root>/claudeq/a/b.py` came from `<root>`: one folder whatever the number of modules
+    and however long the checkout's path, so the reply stays far inside the event's text limit."""
     files = {name: getattr(sys.modules.get(name), "__file__", None) for name in WHERE_MODULES}
-    loaded = [getattr(m, "__file__", None) for n, m in list(sys.modules.items()) if n.startswith("claudeq.")]
-    folders = sorted({os.path.dirname(f) for f in loaded if f})
-    return {"content": [{"type": "text", "text": "where=" + json.dumps({"files": files, "folders": folders})}]}
+    roots: set[str] = set()
+    loaded = 0
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not (name == "claudeq" or name.startswith("claudeq.")) or not file:
+            continue
+        loaded += 1
+        path = os.path.dirname(file) if os.path.basename(file) == "__init__.py" else file
+        for _ in name.split("."):
+            path = os.path.dirname(path)
+        roots.add(path)
+    reply = {"files": files, "roots": sorted(roots), "modules": loaded}
+    return {"content": [{"type": "text", "text": "where=" + json.dumps(reply)}]}
 
 
 TOOLS = [add, where]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -31,4 +32,6 @@ def test_worker_process_imports_claudeq_from_this_checkout(
     assert all(files[name] for name in WHERE_MODULES), files
     elsewhere = {name: path for name, path in files.items() if not under_root(path)}
     assert not elsewhere, f"the worker imported from outside {ROOT}: {elsewhere}"
-    assert found["folders"] and all(under_root(f) for f in found["folders"]), found["folders"]
+    # Every loaded claudeq module (dozens) came from this checkout's root, none from a copy or an installed package.
+    assert found["modules"] > len(WHERE_MODULES), found
+    assert [Path(r).resolve() for r in found["roots"]] == [ROOT], found["roots"]
