@@ -205,7 +205,10 @@ def test_200_jobs_through_a_primary_killed_mid_load_each_end_once(
     retried = sorted(i for i, r in records.items() if len(r.attempts) > 1)
     assert len(retried) <= 4 * len(accounts), retried
     assert all(i not in submitted_after_failover for i in retried), retried
+    # An account that took no request (cache affinity may keep every job on one) is absent from the stats.
+    seen = simulator.stats()["accounts"]
+    assert seen and set(seen) <= {a.name for a in accounts}, seen
     for account in accounts:
-        stats = simulator.stats()["accounts"][account.name]
-        assert stats["max_in_flight"] <= account.max_concurrency, (account.name, stats["max_in_flight"])
+        in_flight = seen.get(account.name, {"max_in_flight": 0})["max_in_flight"]
+        assert in_flight <= account.max_concurrency, (account.name, in_flight)
     assert running_again_s < DOWN_AFTER_MS / 1000 + 15
