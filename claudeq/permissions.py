@@ -104,9 +104,10 @@ def spec_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
                 " CLAUDEQ_QUEUE and CLAUDEQ_QUEUES)",
             )
         )
-    names = settings.accounts.names
-    if spec.account and names and spec.account not in names:
-        problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
+    if spec.account:  # the pool's names are listed only for a spec that names an account
+        names = settings.accounts.names
+        if names and spec.account not in names:
+            problems.append(("account", f"no account named {spec.account!r} (configured: {', '.join(names)})"))
     problems += tenant_problems(spec, settings)
     if spec.webhook is not None:
         wrong = webhook_problem(spec.webhook.url, settings.webhook_hosts, settings.webhook_ports)
@@ -177,11 +178,15 @@ CLAUDE_MODEL_ID = re.compile(
 def model_problems(spec: JobSpec, settings: Settings) -> list[tuple[str, str]]:
     """Models the fleet cannot run: neither one of the CLI's aliases, nor a Claude model id, nor one the operator
     lists (an account's or a tenant's `models`). Refused at submit rather than after the API's 404 on every try."""
-    listed = {m for account in settings.accounts.accounts for m in account.models}
-    listed |= {m for tenant in settings.tenants.tenants for m in tenant.models or []}
+    listed: set[str] | None = None  # the models the operator lists: gathered only for a model neither rule admits
     problems: list[tuple[str, str]] = []
     for field, model in spec_models(spec):
-        if model is None or model in CLI_MODEL_ALIASES or model in listed or CLAUDE_MODEL_ID.match(model.lower()):
+        if model is None or model in CLI_MODEL_ALIASES or CLAUDE_MODEL_ID.match(model.lower()):
+            continue
+        if listed is None:
+            listed = {m for account in settings.accounts.accounts for m in account.models}
+            listed |= {m for tenant in settings.tenants.tenants for m in tenant.models or []}
+        if model in listed:
             continue
         problems.append(
             (

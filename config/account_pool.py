@@ -133,8 +133,14 @@ class AccountPool(BaseModel):
         return self
 
     def get(self, name: str) -> AccountConfig | None:
-        """The account called `name`, if configured."""
-        return next((a for a in self.accounts if a.name == name), None)
+        """The account called `name`, if configured: looked up by name (the engine asks a few times per job, and the
+        signals on every response), in an index built once per list of accounts (a copy with other accounts gets
+        its own)."""
+        index = self.__dict__.get("_by_name")
+        if index is None or index[0] is not self.accounts:
+            index = (self.accounts, {a.name: a for a in self.accounts})
+            self.__dict__["_by_name"] = index  # not a field: neither dumped nor compared
+        return index[1].get(name)
 
     @property
     def names(self) -> list[str]:

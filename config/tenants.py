@@ -132,8 +132,14 @@ class Tenants(BaseModel):
         return [t.name for t in self.tenants]
 
     def get(self, name: str) -> TenantConfig | None:
-        """The tenant called `name`, if configured."""
-        return next((t for t in self.tenants if t.name == name), None)
+        """The tenant called `name`, if configured: looked up by name (the engine asks several times per job:
+        `governing`, `label`, `known`), in an index built once per list of tenants (a copy with other tenants gets
+        its own)."""
+        index = self.__dict__.get("_by_name")
+        if index is None or index[0] is not self.tenants:
+            index = (self.tenants, {t.name: t for t in self.tenants})
+            self.__dict__["_by_name"] = index  # not a field: neither dumped nor compared
+        return index[1].get(name)
 
     def known(self, name: str) -> bool:
         """Whether a job may name `name` as its tenant."""

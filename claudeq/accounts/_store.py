@@ -95,6 +95,19 @@ class Waiter:
     tenant_line: tuple[str, float] | None = None
 
 
+@dataclass(frozen=True)
+class _SlotParts:
+    """What an account's slot scripts (ACQUIRE, and the handout RELEASE, ADMIT and FINISH make) are given that never
+    changes for that account: its configuration, its slots and state keys, its waiting lines' keys, its ramp rate as
+    sent. Built once per account (`AccountStore._parts`): the engine takes and frees a slot per job."""
+
+    config: AccountConfig
+    slots: str
+    account: str
+    lines: tuple[str, ...]
+    ramp_rate: str
+
+
 class AccountStore:
     """Reads and writes account state and slots in Redis; every multi-step change is one Lua script."""
 
@@ -117,6 +130,8 @@ class AccountStore:
         self._backoff = client.register_script(account_scripts.BACKOFF)
         self._record_limits = client.register_script(account_scripts.RECORD_LIMITS)
         self._record_util = client.register_script(account_scripts.RECORD_UTIL)
+        self._slot_parts: dict[str, _SlotParts] = {}
+        self._job_key_prefix = keys.job("")
 
     def config(self, name: str) -> AccountConfig:
         """The configured account `name`; UnknownAccount otherwise."""
@@ -201,6 +216,17 @@ class AccountStore:
     def _lines(self, name: str) -> list[str]:
         return [self.keys.account_waiters(name, family) for family in FAMILIES]
 
+    def _parts(self, name: str) -> _SlotParts:
+        """The configured account `name`'s `_SlotParts` (UnknownAccount otherwise); built again should the pool
+        name another configuration for it."""
+        account = self.config(name)
+        parts = self._slot_parts.get(name)
+        if parts is None or parts.config is not account:
+            slots, state = self.keys.account_slots(name), self.keys.account(name)
+            parts = _SlotParts(account, slots, state, tuple(self._lines(name)), repr(account.ramp_starts_per_s))
+            self._slot_parts[name] = parts
+        return parts
+
     def _job_keys(self) -> list[str]:
         return [self.keys.deferred, self.keys.queued]
 
@@ -225,21 +251,21 @@ class AccountStore:
         `may_hold` False: the caller knows the job holds no slot here (the script skips looking for one). The
         worker makes it into a call that does more in the same script (its attempt start: WorkerJobStore.start_call).
         """
-        account = self.config(name)
+        parts = self._parts(name)
         now = time.time() if now is None else now
         return account_scripts.AcquireArgs(
-            slots=self.keys.account_slots(name),
-            account=self.keys.account(name),
-            lines=self._lines(name),
+            slots=parts.slots,
+            account=parts.account,
+            lines=parts.lines,
             job_id=job_id,
-            max_concurrency=account.max_concurrency,
+            max_concurrency=parts.config.max_concurrency,
             expiry_s=repr(now + ttl_s),
             now_s=repr(now),
             rank="" if rank is None else repr(rank),
-            job_key_prefix=self.keys.job(""),
+            job_key_prefix=self._job_key_prefix,
             family=FAMILIES.index(family) + 1,
             predictive="1" if self.predictive else "",
-            ramp_rate=repr(account.ramp_starts_per_s),
+            ramp_rate=parts.ramp_rate,
             jitter_s=self._jitter(),
             may_hold="1" if may_hold else "",
         ).call(self._acquire, int)
@@ -259,20 +285,20 @@ class AccountStore:
 
     def handout(self, name: str, ttl_s: float, now: float | None) -> account_scripts.AdmitArgs:
         """What hands `name`'s free slots to its waiters: ADMIT's arguments, which RELEASE and FINISH take too."""
-        account = self.config(name)
+        parts = self._parts(name)
         now = time.time() if now is None else now
         return account_scripts.AdmitArgs(
-            slots=self.keys.account_slots(name),
-            account=self.keys.account(name),
-            lines=self._lines(name),
+            slots=parts.slots,
+            account=parts.account,
+            lines=parts.lines,
             deferred=self.keys.deferred,
             queued=self.keys.queued,
-            job_key_prefix=self.keys.job(""),
+            job_key_prefix=self._job_key_prefix,
             now_s=repr(now),
-            max_concurrency=account.max_concurrency,
+            max_concurrency=parts.config.max_concurrency,
             expiry_s=repr(now + ttl_s),
             predictive="1" if self.predictive else "",
-            ramp_rate=repr(account.ramp_starts_per_s),
+            ramp_rate=parts.ramp_rate,
             jitter_s=self._jitter(),
         )
 

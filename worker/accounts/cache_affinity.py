@@ -31,6 +31,8 @@ MAX_PREFIXES = 512
 #: Files in a job's cwd that the CLI may load into its prompt.
 INSTRUCTION_FILES = ("CLAUDE.md", "CLAUDE.local.md", ".claude/CLAUDE.md")
 _MAX_INSTRUCTION_BYTES = 1 << 20
+#: `json.dumps(parts, sort_keys=True)`, with its encoder made once: dumps builds one per call when given an option.
+_dumps_sorted = json.JSONEncoder(sort_keys=True).encode
 
 
 def _file_digest(path: Path) -> str | None:
@@ -61,7 +63,7 @@ def prefix_key(spec: JobSpec, settings: Settings) -> str:
         "output_schema": spec.output_schema,  # the StructuredOutput tool is offered with it
         "files": files,
     }
-    return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(_dumps_sorted(parts).encode(), digest_size=16).hexdigest()
 
 
 class CacheStore:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,7 +76,9 @@ class SlotAsk:
     """One acquire's ask for a slot, as `_take_slot` and its parts read it: the job (its spec, and what the choice
     rule reads of it), the tenant whose run it is and the most the run may spend, then what `acquire` was given —
     the accounts not to take this time, the job's place in the waiting line, the accounts it may already hold a slot
-    on, the attempt to start with the slot — and its cache preference. Built once per acquire."""
+    on, the attempt to start with the slot — its cache preference, and what the lease says beyond the account: its
+    tenant (`lease_tenant`; None for a run admitted as no tenant's) and its prefix key. Built once per acquire; the
+    lease is built once, with all of it, when a slot is taken (`_take`)."""
 
     job_id: str
     spec: JobSpec
@@ -88,6 +90,8 @@ class SlotAsk:
     holds: Collection[str] | None = None
     start: AttemptStart | None = None
     cache: CachePreference = NO_PREFERENCE
+    lease_tenant: str | None = None
+    prefix_key: str | None = None
 
 
 @dataclass
@@ -149,6 +153,9 @@ class AccountManager(AsyncCalls):
         #: The snapshot read in flight on the engine loop: the acquires that find the last one too old meanwhile
         #: share it instead of each reading its own (a burst of claims once read the accounts ~10 times a second).
         self._snapshot_read: asyncio.Future[list[tuple[AccountState, datetime | None]]] | None = None
+        #: The chooser's views of the last snapshot read (`_views`): (its states, the accounts allowed, the views).
+        #: Every acquire that shares a read sees the same views; they are built once per read and allowed accounts.
+        self._last_views: tuple[object, object, list[AccountView]] | None = None
         #: Token counts of attempts that ended in this turn of the engine loop, by account (`count_tokens`), and the
         #: send that takes them.
         self._tokens: dict[str, dict[str, int]] = {}
@@ -187,12 +194,14 @@ class AccountManager(AsyncCalls):
         tenant = self.tenants.governing(spec.tenant)
         key, warm = await self._warm(spec)
         cache = CachePreference(warm, self.settings.cache_affinity_max_skew, warm_wait_until if warm else None)
-        ask = SlotAsk(job_id, spec, JobNeeds.of(spec), tenant, spec.max_budget_usd, exclude, rank, holds, start, cache)
         if not self.tenants.configured:
             # No tenants file: nothing caps a tenant, so no run is counted per tenant (`claudeq tenants` shows
             # `default` from the status counters); its spend is still tallied under `default` when the run settles.
-            lease = await self._take_slot(ask)
-            return _with_reason(_untenanted(lease), key, warm)
+            needs = JobNeeds.of(spec)
+            want = spec.max_budget_usd
+            return await self._take_slot(
+                SlotAsk(job_id, spec, needs, tenant, want, exclude, rank, holds, start, cache, None, key)
+            )
         admission = await self.admission.admit_run(tenant, job_id, spec.max_budget_usd, spec.model)
         if isinstance(admission, NoAccount):
             # A slot the waiting line handed it goes back (the promoter's next pass hands it on).
@@ -200,9 +209,13 @@ class AccountManager(AsyncCalls):
             return admission
         admitted, cap = admission
         # `start` is for runs without a tenants file (see above): a tenant's run starts apart.
-        lease = await self._take_slot(replace(ask, want=admitted.budget_usd, start=None))
+        want = admitted.budget_usd
+        ask = SlotAsk(
+            job_id, spec, JobNeeds.of(spec), tenant, want, exclude, rank, holds, None, cache, tenant.name, key
+        )
+        lease = await self._take_slot(ask)
         await self.admission.admitted(tenant, job_id, admitted, cap, lease, rank)
-        return _with_reason(lease, key, warm)
+        return lease
 
     async def _warm(self, spec: JobSpec) -> tuple[str | None, dict[str, float]]:
         """The job's prefix key and the accounts whose cache holds its system prefix now (docs/architecture.md
@@ -337,13 +350,13 @@ class AccountManager(AsyncCalls):
             raise StartLost(ask.job_id)
         if got != Slot.ACQUIRED:
             return got
-        lease = await self._budgeted(account, ask.job_id, ask.tenant, ask.want, ask.spec.model)
+        lease = await self._budgeted(ask, account, attempt)
         if isinstance(lease, OverBudget):
             tries.over[account.name] = lease
         elif isinstance(lease, Reserved):
             tries.reserved.add(account.name)
         else:
-            return lease if attempt is None else replace(lease, started=attempt)
+            return lease
         return got
 
     def _refused(self, ask: SlotAsk, tries: _Tries, decision: NoAccount, now: float) -> NoAccount:
@@ -411,19 +424,24 @@ class AccountManager(AsyncCalls):
         return await self.send(call if ask.start is None or attempt is None else ask.start.call(call, attempt))
 
     async def _budgeted(
-        self, account: AccountConfig, job_id: str, tenant: TenantConfig, want: float | None, model: str | None
+        self, ask: SlotAsk, account: AccountConfig, started: Attempt | None
     ) -> SlotLease | Reserved | OverBudget:
-        """The lease of a slot just taken on `account`, with the run's budget (no call at all for an account without
-        a spend cap); an account over its spend cap (or whose budget left is reserved by its runs in flight) gives
-        the slot back at once (no waiter was denied it: it was free)."""
-        if not account.capped:
-            return SlotLease(account, job_id, tenant.name, want, model)
-        reserved = await self.send(self.tenant_store.admit_account_call(account, job_id, want, model=model))
-        if isinstance(reserved, OverBudget | Reserved):
-            slots = self.store.keys.account_slots(account.name)
-            await self._pipe(lambda p: p.zrem(slots, job_id))
-            return reserved
-        return SlotLease(account, job_id, tenant.name, reserved.budget_usd, model)
+        """The lease of a slot just taken on `account` (`started`: the attempt its script started), with the run's
+        budget (no call at all for an account without a spend cap); an account over its spend cap (or whose budget
+        left is reserved by its runs in flight) gives the slot back at once (no waiter was denied it: it was free)."""
+        job_id, want, model = ask.job_id, ask.want, ask.spec.model
+        if account.capped:
+            reserved = await self.send(self.tenant_store.admit_account_call(account, job_id, want, model=model))
+            if isinstance(reserved, OverBudget | Reserved):
+                slots = self.store.keys.account_slots(account.name)
+                await self._pipe(lambda p: p.zrem(slots, job_id))
+                return reserved
+            want = reserved.budget_usd
+        # Why this account, and under which prefix key its requests are filed (docs/architecture.md#cache-affinity).
+        reason = reason_for(account.name, ask.cache.warm)
+        return SlotLease(
+            account, job_id, ask.lease_tenant, want, model, started=started, reason=reason, prefix_key=ask.prefix_key
+        )
 
     def refresh(self, lease: SlotLease, ttl_s: float) -> None:
         """Extend the slot's expiry and the run's place among its tenant's runs (called with the run's heartbeat)."""
@@ -580,26 +598,21 @@ class AccountManager(AsyncCalls):
         return reuse and read is not None and 0 <= now - read[0] <= _VIEW_REUSE_S
 
     def _views(self, allowed: list[str] | None = None) -> list[AccountView]:
-        """The accounts as the chooser sees them, from the last snapshot."""
+        """The accounts as the chooser sees them, from the last snapshot (the same list for every acquire that reads
+        that snapshot with the same allowed accounts: nothing changes it)."""
         assert self._snapshot is not None
-        by_name = {a.name: a for a in self.pool.accounts}
-        return [
-            AccountView(by_name[state.name], state, first_free)
-            for state, first_free in self._snapshot[1]
+        states = self._snapshot[1]
+        last = self._last_views
+        if last is not None and last[0] is states and last[1] is allowed:
+            return last[2]
+        config = self.pool.get
+        views = [
+            AccountView(config(state.name), state, first_free)  # type: ignore[arg-type]  # the pool's own accounts
+            for state, first_free in states
             if allowed is None or state.name in allowed
         ]
-
-
-def _with_reason(taken: SlotLease | NoAccount, key: str | None, warm: Collection[str]) -> SlotLease | NoAccount:
-    """The slot, saying why its account was chosen and under which prefix key its requests are filed."""
-    if isinstance(taken, NoAccount):
-        return taken
-    return replace(taken, reason=reason_for(taken.account.name, warm), prefix_key=key)
-
-
-def _untenanted(taken: SlotLease | NoAccount) -> SlotLease | NoAccount:
-    """A slot taken without tenant admission (no tenants file) counts as no tenant's run."""
-    return taken if isinstance(taken, NoAccount) else replace(taken, tenant=None)
+        self._last_views = (states, allowed, views)
+        return views
 
 
 def _dt(epoch_s: float) -> datetime:

@@ -22,7 +22,7 @@ Every run gets the RedisSessionStore, so its transcript is mirrored and any work
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -218,13 +218,11 @@ class SessionPlanner:
         # A job that never started a run (no attempt recorded: the attempt is written before its run starts) has no
         # session to continue: no need to read its events.
         plan = await self._continuation(record, store, project) if record.attempts else None
-        restarted_from: str | None = None
         if plan is None:
-            plan, base, restarted_from = await self._base_plan(record, store, project)
-            plan = replace(plan, base=base, restarted_from=restarted_from)
+            plan = await self._base_plan(record, store, project)
         if emit is not None:
-            if restarted_from is not None:
-                await emit(SessionRestarted(missing_session_id=restarted_from).event())
+            if plan.restarted_from is not None:
+                await emit(SessionRestarted(missing_session_id=plan.restarted_from).event())
             if plan.error is None:
                 planned = SessionPlanned(
                     mode=plan.mode, resume=plan.resume, fork=plan.fork, resume_at=plan.resume_at, base=plan.base
@@ -285,34 +283,33 @@ class SessionPlanner:
         base = record.session_plan.base if record.session_plan is not None else legacy
         return session_id or record.session_id, base
 
-    async def _base_plan(
-        self, record: JobRecord, store: RedisSessionStore, project: str
-    ) -> tuple[SessionPlan, str | None, str | None]:
-        """(plan, the entry resumed from, the missing session id when restarted) for a first try."""
+    async def _base_plan(self, record: JobRecord, store: RedisSessionStore, project: str) -> SessionPlan:
+        """The plan of a first try, with the entry it resumes from (`base`) and the missing session it replaces
+        (`restarted_from`, a restart), built once (no copy per job)."""
         spec = record.spec
         target = spec.resume
         assert self.conversations is not None and self.jobs is not None
         if spec.conversation:
             target = await self.jobs.send(self.conversations.latest_session_call(spec.conversation, spec.tenant))
         if target is None:
-            return SessionPlan(session_store=store, mode="new"), None, None
+            return SessionPlan(session_store=store, mode="new")
         # Sessions are their tenant's own: checked before anything is read or copied, let alone sent to the model.
         if not await self.jobs.send(self.conversations.may_resume_call(target, spec.tenant)):
             message = "resume: " + NOT_YOURS.format(session_id=target, tenant=spec.tenant)
-            return SessionPlan(error=JobError(kind="input", message=message)), None, None
+            return SessionPlan(error=JobError(kind="input", message=message))
         if not await self._present(store, target, project):
             if spec.on_missing_session == "restart":
-                return SessionPlan(session_store=store, mode="restart"), None, target
+                return SessionPlan(session_store=store, mode="restart", restarted_from=target)
             what = f"conversation {spec.conversation!r}'s session" if spec.conversation else "session"
             message = (
                 f"{what} {target} not found (expired or deleted); "
                 "submit with on_missing_session='restart' to start a new session instead"
             )
-            return SessionPlan(error=JobError(kind="input", message=message)), None, None
+            return SessionPlan(error=JobError(kind="input", message=message))
         entries = await store.load({"project_key": project, "session_id": target}) or []
         base = last_real_uuid([dict(e) for e in entries])
         mode: SessionMode = "fork" if spec.fork else "resume"
-        return SessionPlan(resume=target, fork=spec.fork, session_store=store, mode=mode), base, None
+        return SessionPlan(resume=target, fork=spec.fork, session_store=store, mode=mode, base=base)
 
     @staticmethod
     async def _present(store: RedisSessionStore, session_id: str, project: str) -> bool:
