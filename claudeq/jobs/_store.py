@@ -709,7 +709,9 @@ def _entry_key(entry_id: object) -> tuple[int, int]:
 
 #: The record field saying its compacted events moved to the transcript archive (claudeq/archive.py).
 ARCHIVED_FIELD = "archived"
-#: zlib level of a finished job's packed events: ~1 ms per 100 KB, a few hundred bytes fewer than level 6.
+#: zlib level of a finished job's packed events: ~1 ms per 100 KB, a few hundred bytes fewer than level 6. The
+#: settings measured against it (a smaller memLevel, levels 7 and 8) save no time on a job's events or pack other
+#: bytes: docs/performance.md#packing-a-jobs-events.
 EVENTS_ZLIB_LEVEL = 9
 
 
