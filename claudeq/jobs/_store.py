@@ -51,6 +51,7 @@ _JSON_FIELDS = (
     "workspace",
     "artifacts",
 )
+_JSON_FIELD_SET = frozenset(_JSON_FIELDS)
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id", "traceparent", "wait_reason")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
@@ -81,19 +82,6 @@ class JobFields(TypedDict, total=False):
     workspace: WorkspaceChange
     wait_reason: str
     artifacts: Artifacts
-
-
-def _encode(field: str, value: object) -> str:
-    if field in _JSON_FIELDS:
-        if value is None:
-            return ""
-        if isinstance(value, list):
-            return "[" + ",".join(compact_json(v) for v in value) + "]"
-        assert isinstance(value, BaseModel)
-        return compact_json(value)
-    if isinstance(value, datetime):
-        return stored_time(value)
-    return "" if value is None else str(value)
 
 
 def stored_time(value: datetime) -> str:
@@ -167,12 +155,27 @@ def _created_ms(record: JobRecord) -> int:
 
 def encode_fields(fields: Mapping[str, object]) -> list[str]:
     """Flatten record fields into Redis hash field/value pairs. A field with no value (None, an empty list) is left
-    out: the record reads it as absent either way, and a hash field costs memory."""
+    out: the record reads it as absent either way, and a hash field costs memory. (One loop, no call per field: the
+    engine loop encodes ~9 fields per job, docs/scaling.md#the-engines-redis-client.)"""
     out: list[str] = []
     for field, value in fields.items():
-        encoded = _encode(field, value)
-        if encoded and encoded != "[]":
-            out += [field, encoded]
+        if value is None:
+            continue
+        if field in _JSON_FIELD_SET:
+            if isinstance(value, list):
+                if not value:
+                    continue
+                encoded = "[" + ",".join([compact_json(v) for v in value]) + "]"
+            else:
+                assert isinstance(value, BaseModel)
+                encoded = compact_json(value)
+        elif isinstance(value, datetime):
+            encoded = stored_time(value)
+        else:
+            encoded = str(value)
+            if not encoded or encoded == "[]":
+                continue
+        out += [field, encoded]
     return out
 
 
