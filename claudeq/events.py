@@ -29,7 +29,10 @@ class EventData(BaseModel):
 
     def event(self, attempt: int | None = None, at: datetime | None = None) -> Event:
         """This data as an event (at `at`, else now), of attempt `attempt` when it belongs to one."""
-        data = self.model_dump(mode="json", exclude_unset=True)
+        # What model_dump(mode="json", exclude_unset=True) returns, from the serializer it calls, without its wrapper
+        # passing the other arguments at their defaults: a job's run emits ~8 events on the engine loop
+        # (docs/scaling.md#the-engines-redis-client).
+        data = self.__pydantic_serializer__.to_python(self, mode="json", exclude_unset=True)
         if at is None:
             return Event(type=self.event_type, attempt=attempt, data=data)
         return Event(type=self.event_type, attempt=attempt, data=data, at=at)

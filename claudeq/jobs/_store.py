@@ -51,6 +51,7 @@ _JSON_FIELDS = (
     "workspace",
     "artifacts",
 )
+_JSON_FIELD_SET = frozenset(_JSON_FIELDS)
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "ready_at")
 _STR_FIELDS = ("account", "worker", "session_id", "traceparent", "wait_reason")
 #: The record's field that says a cancel was asked for while the job ran (set by CANCEL, dropped when the job ends).
@@ -83,19 +84,6 @@ class JobFields(TypedDict, total=False):
     artifacts: Artifacts
 
 
-def _encode(field: str, value: object) -> str:
-    if field in _JSON_FIELDS:
-        if value is None:
-            return ""
-        if isinstance(value, list):
-            return "[" + ",".join(compact_json(v) for v in value) + "]"
-        assert isinstance(value, BaseModel)
-        return compact_json(value)
-    if isinstance(value, datetime):
-        return stored_time(value)
-    return "" if value is None else str(value)
-
-
 def stored_time(value: datetime) -> str:
     """A record's timestamp: ISO 8601, UTC written `Z` (`+00:00` makes the field outgrow a smaller allocation)."""
     text = value.isoformat()
@@ -104,19 +92,30 @@ def stored_time(value: datetime) -> str:
 
 def compact_json(model: BaseModel) -> str:
     """A stored document: compact JSON without the fields at their defaults (a spec is mostly defaults). It reads back
-    as the same model; records written with every field spelled out (older versions) read the same way."""
-    return model.model_dump_json(exclude_defaults=True)
+    as the same model; records written with every field spelled out (older versions) read the same way.
+
+    The model's serializer is called directly: what `model_dump_json(exclude_defaults=True)` calls, without its
+    wrapper passing fifteen arguments at their defaults (the engine loop encodes ~4 documents per job:
+    docs/scaling.md#the-engines-redis-client)."""
+    return model.__pydantic_serializer__.to_json(model, exclude_defaults=True).decode()
+
+
+#: What `encode_event` leaves out, by (no attempt, no data): constant sets, not one built per event.
+_EVENT_EXCLUDE: dict[tuple[bool, bool], set[str] | None] = {
+    (False, False): None,
+    (True, False): {"attempt"},
+    (False, True): {"data"},
+    (True, True): {"attempt", "data"},
+}
+_EVENT_SERIALIZER = Event.__pydantic_serializer__
 
 
 def encode_event(event: Event) -> str:
     """An event as stored (stream entry, compacted list): JSON without the fields at their defaults (no attempt, no
-    data), which read back as the same Event."""
-    exclude = set()
-    if event.attempt is None:
-        exclude.add("attempt")
-    if not event.data:
-        exclude.add("data")
-    return event.model_dump_json(exclude=exclude or None)
+    data), which read back as the same Event. As `event.model_dump_json(exclude=...)` writes it, by the serializer
+    that calls (`compact_json`): the engine loop encodes ~8 events per job."""
+    exclude = _EVENT_EXCLUDE[event.attempt is None, not event.data]
+    return _EVENT_SERIALIZER.to_json(event, exclude=exclude).decode()
 
 
 def _create_fields(record: JobRecord, indexed: bool = False) -> list[str]:
@@ -156,12 +155,27 @@ def _created_ms(record: JobRecord) -> int:
 
 def encode_fields(fields: Mapping[str, object]) -> list[str]:
     """Flatten record fields into Redis hash field/value pairs. A field with no value (None, an empty list) is left
-    out: the record reads it as absent either way, and a hash field costs memory."""
+    out: the record reads it as absent either way, and a hash field costs memory. (One loop, no call per field: the
+    engine loop encodes ~9 fields per job, docs/scaling.md#the-engines-redis-client.)"""
     out: list[str] = []
     for field, value in fields.items():
-        encoded = _encode(field, value)
-        if encoded and encoded != "[]":
-            out += [field, encoded]
+        if value is None:
+            continue
+        if field in _JSON_FIELD_SET:
+            if isinstance(value, list):
+                if not value:
+                    continue
+                encoded = "[" + ",".join([compact_json(v) for v in value]) + "]"
+            else:
+                assert isinstance(value, BaseModel)
+                encoded = compact_json(value)
+        elif isinstance(value, datetime):
+            encoded = stored_time(value)
+        else:
+            encoded = str(value)
+            if not encoded or encoded == "[]":
+                continue
+        out += [field, encoded]
     return out
 
 
@@ -698,7 +712,9 @@ def _entry_key(entry_id: object) -> tuple[int, int]:
 
 #: The record field saying its compacted events moved to the transcript archive (claudeq/archive.py).
 ARCHIVED_FIELD = "archived"
-#: zlib level of a finished job's packed events: ~1 ms per 100 KB, a few hundred bytes fewer than level 6.
+#: zlib level of a finished job's packed events: ~1 ms per 100 KB, a few hundred bytes fewer than level 6. The
+#: settings measured against it (a smaller memLevel, levels 7 and 8) save no time on a job's events or pack other
+#: bytes: docs/performance.md#packing-a-jobs-events.
 EVENTS_ZLIB_LEVEL = 9
 
 

@@ -141,6 +141,10 @@ CANCEL_ERROR = JobError(kind="cancelled", message="cancelled by request")
 #: The event a write to `queued` / `deferred` brings for its status: dropped when the write cancels the job instead.
 _STATUS_EVENT = {"queued": "requeued", "deferred": "deferred"}
 
+#: The compacted events' JSON as `json.dumps(entries, separators=(",", ":"), ensure_ascii=False)` writes it, with its
+#: encoder made once (json.dumps makes one per call given any option).
+_ENTRIES_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
 #: Send times come from different hosts' clocks: a head message up to this much younger still counts as maybe older.
 CLOCK_SLACK_S = 1.0
 #: START's answer when the slot was taken but the run's fence no longer holds the job.
@@ -375,7 +379,7 @@ class WorkerJobStore(AsyncCalls, JobStore):
             # What lib/pack_events.lua would make of them (no stream: ids from now_ms), packed: one field set by the
             # write instead of a read and a PACK_EVENTS call after it.
             entries = [[f"{now_ms}-{seq}", payload] for seq, payload in enumerate(payloads)]
-            packed = pack_events(json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode())
+            packed = pack_events(_ENTRIES_JSON.encode(entries).encode())
             if packed is not None:
                 flat += ["events", packed]
         return scripts.WriteArgs(
