@@ -221,9 +221,12 @@ class FencedWriter:
     def _schedule(self, d: Delivery) -> None:
         """Make sure a flush of the pending events comes within the wait that applies now (followed or not): a loop
         timer, which starts a task only if events still wait when it comes due (ScheduledFlush)."""
-        loop = asyncio.get_running_loop()
-        at = loop.time() + (self.linger_s if self._followed(d) else self.idle_linger_s)
+        followed = self._followed(d)
         flusher = d.events.flusher
+        if flusher is not None and not flusher.done() and not followed:
+            return  # one comes soon enough: any flush is set within `idle_linger_s` of its making (or is storing)
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (self.linger_s if followed else self.idle_linger_s)
         if flusher is not None and not flusher.done():
             if d.events.flush_at <= at:
                 return  # one comes soon enough (or is storing now, and looks again when done)
