@@ -201,10 +201,10 @@ class FencedWriter:
             return CANCELLED  # it landed, and the cancel flag turned it into the job's end
         return status is None or current == status
 
-    async def event(self, d: Delivery, event: Event) -> None:
+    def event(self, d: Delivery, event: Event) -> None:
         """Queue an event for the job's stream (numbered with the current attempt): stored within `linger_s`, with
         the events emitted meanwhile, or by the next fenced write; refused once the fence no longer holds the job
-        (which marks the delivery lost)."""
+        (which marks the delivery lost). Plain, not a coroutine: it never waits (a run emits several events)."""
         if d.lost:
             return
         if event.attempt is None and d.attempts:
