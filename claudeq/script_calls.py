@@ -12,6 +12,7 @@ the in-process testing kit) the same call goes on the store's sync client in a t
 from __future__ import annotations
 
 import asyncio
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.connection import AbstractConnection, Connection, UnixDomainSocketConnection
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from claudeq.resp import PackedCall
 
@@ -252,19 +254,80 @@ class _Batch:
 
 async def _exchange(conn: AbstractConnection, payload: bytes, count: int) -> list[Any]:
     """Send `payload` (`count` commands) and read their replies in order, an error reply in its place; a read that
-    fails drops the connection (the rest of the replies are still on it), as redis-py's pipeline does."""
+    fails drops the connection (the rest of the replies are still on it), as redis-py's pipeline does.
+
+    Each read may wait up to the connection's `socket_timeout` for its reply, as in redis-py's `read_response`, and
+    ends as it does when none comes (the connection dropped, redis' TimeoutError); but the batch's reads share one
+    loop timer, moved on only when it fires after a reply came, where `read_response` sets and cancels one per reply
+    (docs/scaling.md#the-engines-redis-client)."""
     await conn.send_packed_command(payload)
     replies: list[Any] = []
+    timeout = conn.socket_timeout
+    deadline = _ReadDeadline(timeout) if timeout else None
     try:
         for _ in range(count):
             try:
-                replies.append(await conn.read_response())
+                replies.append(await conn.read_response(timeout=math.inf))  # no timer of its own: `deadline`'s
             except ResponseError as exc:
                 replies.append(exc)
+            if deadline is not None:
+                deadline.last = deadline.loop.time()
+    except asyncio.CancelledError:
+        await conn.disconnect(nowait=True)
+        if deadline is not None and deadline.expired():
+            raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
+        raise
     except BaseException:
         await conn.disconnect(nowait=True)
         raise
+    finally:
+        if deadline is not None:
+            deadline.close()
     return replies
+
+
+class _ReadDeadline:
+    """The timeout of each read of an exchange (`timeout` from the last reply, or from the start), as one loop timer:
+    set for the first read's deadline, it looks when it fires whether a reply came since it was set, and if so sets
+    itself for the current read's deadline; else it cancels the task (`expired` then says the cancel was its own, as
+    asyncio.timeout tells its own cancel from another's)."""
+
+    __slots__ = ("armed", "cancelling", "fired", "handle", "last", "loop", "task", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.timeout = timeout
+        self.last = self.armed = self.loop.time()  # when the current read began (the last reply came)
+        self.cancelling = task.cancelling()
+        self.fired = False
+        self.handle: asyncio.TimerHandle | None = self.loop.call_at(self.armed + timeout, self._check)
+
+    def _check(self) -> None:
+        if self.last > self.armed:  # a reply came since: the current read's own deadline
+            self.armed = self.last
+            self.handle = self.loop.call_at(self.armed + self.timeout, self._check)
+            return
+        self.handle = None
+        self.fired = True
+        self.task.cancel()
+
+    def expired(self) -> bool:
+        """Whether the CancelledError being handled is this deadline's (and no one else's) cancel."""
+        if not self.fired:
+            return False
+        self.fired = False
+        return self.task.uncancel() <= self.cancelling
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        if self.fired:  # fired as the last reply came: take its cancel back, as asyncio.timeout does
+            self.fired = False
+            self.task.uncancel()
 
 
 _batches: weakref.WeakKeyDictionary[AsyncRedis, _Batch] = weakref.WeakKeyDictionary()

@@ -26,7 +26,7 @@ from claudeq.jobs import JobFields
 from claudeq.models import TERMINAL, Event, JobStatus, TerminalStatus
 
 from ..store.job_store import CANCELLED, Freed, JobWrite, SlotRelease, WorkerJobStore, Written
-from .state import Delivery
+from .state import Delivery, ScheduledFlush
 
 log = logging.getLogger("claudeq.engine")
 
@@ -201,10 +201,10 @@ class FencedWriter:
             return CANCELLED  # it landed, and the cancel flag turned it into the job's end
         return status is None or current == status
 
-    async def event(self, d: Delivery, event: Event) -> None:
+    def event(self, d: Delivery, event: Event) -> None:
         """Queue an event for the job's stream (numbered with the current attempt): stored within `linger_s`, with
         the events emitted meanwhile, or by the next fenced write; refused once the fence no longer holds the job
-        (which marks the delivery lost)."""
+        (which marks the delivery lost). Plain, not a coroutine: it never waits (a run emits several events)."""
         if d.lost:
             return
         if event.attempt is None and d.attempts:
@@ -219,24 +219,37 @@ class FencedWriter:
             self._schedule(d)
 
     def _schedule(self, d: Delivery) -> None:
-        """Make sure a flush of the pending events comes within the wait that applies now (followed or not)."""
-        delay = self.linger_s if self._followed(d) else self.idle_linger_s
-        at = time.monotonic() + delay
+        """Make sure a flush of the pending events comes within the wait that applies now (followed or not): a loop
+        timer, which starts a task only if events still wait when it comes due (ScheduledFlush)."""
+        followed = self._followed(d)
         flusher = d.events.flusher
+        if flusher is not None and not flusher.done() and not followed:
+            return  # one comes soon enough: any flush is set within `idle_linger_s` of its making (or is storing)
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (self.linger_s if followed else self.idle_linger_s)
         if flusher is not None and not flusher.done():
             if d.events.flush_at <= at:
                 return  # one comes soon enough (or is storing now, and looks again when done)
             # A follower arrived while the flush was set for later: a sooner one. The later one is left to run (it
             # may find nothing to store); close() stops it.
             d.events.later_flushers.add(flusher)
-            flusher.add_done_callback(d.events.later_flushers.discard)
         d.events.flush_at = at
-        d.events.flusher = asyncio.create_task(self._flush_later(d, delay))
+        d.events.flusher = flush = ScheduledFlush(at)
+        flush.timer = loop.call_at(at, self._due, d, flush)
 
-    async def _flush_later(self, d: Delivery, delay: float) -> None:
-        await asyncio.sleep(delay)
+    def _due(self, d: Delivery, flush: ScheduledFlush) -> None:
+        """`flush` came due: store what waits (a task), unless nothing does."""
+        if not d.events.pending or d.lost:
+            flush.ended = True
+            d.events.later_flushers.discard(flush)
+            return
+        flush.task = task = asyncio.get_running_loop().create_task(self._flush_due(d, flush))
+        if flush in d.events.later_flushers:
+            task.add_done_callback(lambda _: d.events.later_flushers.discard(flush))
+
+    async def _flush_due(self, d: Delivery, flush: ScheduledFlush) -> None:
         await self.flush(d)
-        if d.events.pending and not d.lost and d.events.flusher is asyncio.current_task():
+        if d.events.pending and not d.lost and d.events.flusher is flush:
             d.events.flusher = None  # events emitted while this flush stored the others: their own flush
             self._schedule(d)
 
@@ -258,8 +271,8 @@ class FencedWriter:
     async def close(self, d: Delivery) -> None:
         """The delivery ends: store what is still pending (refused if the job moved on) and stop its flush timer."""
         flusher, d.events.flusher = d.events.flusher, None
-        for task in [flusher, *d.events.later_flushers]:
-            if task is not None and not task.done():
-                task.cancel()
+        for flush in [flusher, *d.events.later_flushers]:
+            if flush is not None and not flush.done():
+                flush.cancel()
         if d.events.pending and not d.lost:
             await self.flush(d)

@@ -169,7 +169,7 @@ class DeliveryHandler:
     async def _handle(self, d: Delivery) -> Finish:
         spec = d.record.spec
         number = len(d.attempts) + 1
-        await self.event(d, Claimed(worker=self.worker_id, attempt=number).event(number))
+        self.writer.event(d, Claimed(worker=self.worker_id, attempt=number).event(number))
         if d.first_claim:  # once per job: a job deferred before its first attempt is claimed again later
             self.metrics.queue_wait(max(0.0, (utcnow() - d.record.created_at).total_seconds()))
         problems = run_problems(spec, self.settings)
@@ -228,7 +228,7 @@ class DeliveryHandler:
         retry = RetryScheduled(
             reason=step.reason, wait_s=round(wait_s, 3), next_attempt=len(d.attempts) + 1, in_place=in_place
         )
-        await self.event(d, retry.event())
+        self.writer.event(d, retry.event())
 
     async def _attempt(self, d: Delivery, max_attempts: int) -> Step:
         if d.why is None and self.closing():
@@ -498,7 +498,7 @@ class DeliveryHandler:
         await _quietly(self.accounts.count_tokens(account.name, outcome.result.usage), "count tokens")
         d.result = outcome.result
         d.session_id = outcome.session_id or d.session_id
-        await self.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
+        self.writer.event(d, AttemptFinished(outcome=decision.outcome, detail=decision.detail).event())
         return await self._act(d, decision)
 
     async def _park(self, d: Delivery, attempt: Attempt, outcome: RunOutcome, request: PendingApproval) -> Finish:
@@ -559,7 +559,7 @@ class DeliveryHandler:
             reason=decision.reason,
             decided_at=decision.at.isoformat(),
         )
-        await self.event(d, decided.event())
+        self.writer.event(d, decided.event())
         return True
 
     def _approval_gate(self, d: Delivery, spec: JobSpec, number: int) -> ApprovalGate | None:
@@ -815,7 +815,7 @@ class DeliveryHandler:
 
     async def event(self, d: Delivery, event: Event) -> None:
         """Store an event of the delivery (fenced: a lost delivery stores nothing)."""
-        await self.writer.event(d, event)
+        self.writer.event(d, event)
 
     def _emitter(self, d: Delivery, attempt: int) -> EventSink:
         """The runner's event sink: numbers events with the attempt and routes the ones metrics count."""
@@ -831,7 +831,7 @@ class DeliveryHandler:
             elif isinstance(data, SessionStarted) and data.session_id:
                 d.session_id = data.session_id
                 await self.sessions.claim(d.record.spec.tenant, d.session_id)
-            await self.event(d, event)
+            self.writer.event(d, event)
 
         return emit
 

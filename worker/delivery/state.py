@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from claudeq.models import FREE_OUTCOMES, Attempt, Event, JobRecord, JobResult, PendingApproval, Usage
 from claudeq.tracing import NO_SPAN, SpanLike
@@ -42,6 +43,53 @@ class Delivered:
         return Delivered("dropped", reason)
 
 
+class ScheduledFlush:
+    """One flush of a delivery's pending events set for `at` (the loop's clock): a loop timer until it is due, then
+    (only if events wait) the task that stores them. FencedWriter (delivery/fenced.py) makes and runs it; a run's
+    flushes mostly never come due (its status writes take the events first), and a timer costs the loop a fraction
+    of a task that sleeps (docs/scaling.md#the-engines-redis-client). Awaiting it waits for the flush to end."""
+
+    __slots__ = ("at", "ended", "task", "timer")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
+        #: Came due with nothing to store, or cancelled before it came due.
+        self.ended = False
+
+    def done(self) -> bool:
+        """Whether it has ended: came due with nothing to store, stored, or was cancelled."""
+        task = self.task
+        return task.done() if task is not None else self.ended
+
+    def cancelled(self) -> bool:
+        """Whether `cancel` stopped it (before it came due, or while it stored)."""
+        if self.task is not None:
+            return self.task.cancelled()
+        return self.timer is not None and self.timer.cancelled()
+
+    def cancel(self) -> None:
+        """Stop it: its timer if not due yet, else its storing task."""
+        if self.task is not None:
+            self.task.cancel()
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        self.ended = True
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Polls the clock rather than keep an asyncio.Event per flush: only a test awaits a flush.
+        while self.task is None and not self.ended:  # noqa: ASYNC110
+            await asyncio.sleep(max(0.0, self.at - loop.time()))
+        if self.task is not None:
+            await self.task
+
+
 @dataclass
 class EventBuffer:
     """A delivery's events on their way to Redis. Only FencedWriter (delivery/fenced.py) reads and writes it."""
@@ -56,10 +104,10 @@ class EventBuffer:
     pending: list[Event] = field(default_factory=list)
     #: Serialises the delivery's appends and writes, so its events reach Redis in the order they were emitted.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    flusher: asyncio.Task[None] | None = None  # the pending flush of `pending`, if one is scheduled
-    flush_at: float = 0.0  # when `flusher` stores the pending events (time.monotonic())
+    flusher: ScheduledFlush | None = None  # the pending flush of `pending`, if one is scheduled
+    flush_at: float = 0.0  # when `flusher` stores the pending events (the loop's clock: loop.time())
     #: Flushes set for later than a follower needs, left to run beside the sooner one (FencedWriter._schedule).
-    later_flushers: set[asyncio.Task[None]] = field(default_factory=set)
+    later_flushers: set[ScheduledFlush] = field(default_factory=set)
     #: Someone follows the job's events until then (time.monotonic()): its events are stored within 0.1 s.
     followed_until: float = 0.0
 

@@ -58,6 +58,9 @@ def _never_raise(method: Callable[P, R | None]) -> Callable[P, R | None]:
     return wrapper
 
 
+#: The `modelUsage` field of each token type, in TOKEN_TYPES' order (WorkerMetrics._usage_children).
+_USAGE_KEYS: tuple[str, ...] = tuple(TOKEN_TYPES.values())
+
 #: The end notifications a job may have (claudeq.models.NotificationTarget): the metrics' `target` label.
 NOTIFICATION_TARGETS = frozenset({"events", "webhook", "link", "link_error"})
 
@@ -75,6 +78,9 @@ class WorkerMetrics:
         #: Each labelled series' child, by (metric, label values): what `labels()` finds, without its checks and
         #: lock on every count (a job counts ~16 series). As bounded as the series are (the labels are).
         self._children: dict[tuple[Any, ...], Any] = {}
+        #: The usage series of each (account, model) and the token series of each tenant, as bounded as `_children`.
+        self._usage_series: dict[tuple[str, str], tuple[tuple[Any, ...], Any]] = {}
+        self._tenant_series: dict[str, tuple[Any, ...]] = {}
         self._add_run_metrics(self.registry)
         self._add_tenant_metrics(self.registry)
         self._add_loop_metrics(self.registry)
@@ -234,27 +240,33 @@ class WorkerMetrics:
         acct = token_label(account)
         if not usage.model_usage:
             # A run killed before its result may only have totals: count them under `other` rather than lose them.
-            totals = {
-                "input": usage.input_tokens,
-                "output": usage.output_tokens,
-                "cacheRead": usage.cache_read_tokens,
-                "cacheCreation": usage.cache_creation_tokens,
-            }
-            self._add(
-                acct, OTHER, {kind: counter_value(n) for kind, n in totals.items()}, counter_value(usage.cost_usd)
-            )
+            tokens, cost = self._usage_children(acct, OTHER)
+            for child, count in zip(
+                tokens,
+                (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_creation_tokens),
+                strict=True,
+            ):
+                child.inc(counter_value(count))
+            cost.inc(counter_value(usage.cost_usd))
             return
         for model_id, entry in usage.model_usage.items():
             if not isinstance(entry, dict):
                 continue
-            tokens = {kind: counter_value(entry.get(key)) for kind, key in TOKEN_TYPES.items()}
-            self._add(acct, canonical_model(model_id, entry), tokens, counter_value(entry.get("costUSD")))
+            tokens, cost = self._usage_children(acct, canonical_model(model_id, entry))
+            for child, key in zip(tokens, _USAGE_KEYS, strict=True):
+                # Every type touched, so each series exists from the first run (dashboards and alerts see a 0).
+                child.inc(counter_value(entry.get(key)))
+            cost.inc(counter_value(entry.get("costUSD")))
 
-    def _add(self, account: str, model: str, tokens: dict[str, float], cost_usd: float) -> None:
-        for kind, count in tokens.items():
-            # Touch every type so each series exists from the first run (dashboards and alerts see a 0, not nothing).
-            self._child(self.tokens, account, model, kind).inc(count)
-        self._child(self.cost_usd, account, model).inc(cost_usd)
+    def _usage_children(self, account: str, model: str) -> tuple[tuple[Any, ...], Any]:
+        """The `tokens` children of (`account`, `model`), one per type in TOKEN_TYPES' order, and its `cost_usd`
+        child: found once per pair (a job's usage touches five series of each model it used)."""
+        key = (account, model)
+        found = self._usage_series.get(key)
+        if found is None:
+            tokens = tuple(self._child(self.tokens, account, model, kind) for kind in TOKEN_TYPES)
+            found = self._usage_series[key] = (tokens, self._child(self.cost_usd, account, model))
+        return found
 
     @_never_raise
     def tenant_run(self, tenant: str) -> None:
@@ -265,13 +277,17 @@ class WorkerMetrics:
     def tenant_tokens(self, tenant: str, usage: Usage) -> None:
         """Add a finished attempt's tokens to its tenant, per type (every type touched, so each series exists)."""
         label = token_label(tenant)
-        for kind, count in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cacheRead", usage.cache_read_tokens),
-            ("cacheCreation", usage.cache_creation_tokens),
+        children = self._tenant_series.get(label)
+        if children is None:
+            children = self._tenant_series[label] = tuple(
+                self._child(self.tenant_tokens_total, label, kind) for kind in TOKEN_TYPES
+            )
+        for child, count in zip(
+            children,
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_creation_tokens),
+            strict=True,
         ):
-            self._child(self.tenant_tokens_total, label, kind).inc(counter_value(count))
+            child.inc(counter_value(count))
 
     @_never_raise
     def tenant_cost(self, tenant: str, cost_usd: float) -> None:

@@ -53,7 +53,7 @@ async def test_a_burst_of_events_costs_one_append(store: _CountingStore) -> None
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01)
     for kind in ("run_started", "session", "assistant_text"):
-        await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
+        writer.event(d, Event(type=kind))  # type: ignore[arg-type]
     assert d.events.flusher is not None
     await d.events.flusher
     assert store.appends == [3]
@@ -63,10 +63,10 @@ async def test_a_burst_of_events_costs_one_append(store: _CountingStore) -> None
 async def test_pending_events_ride_in_the_next_write_before_its_own_event(store: _CountingStore) -> None:
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=60)  # the linger never ends within the test
-    await writer.event(d, Event(type="claimed"))
+    writer.event(d, Event(type="claimed"))
     assert await writer.write(d, account="a")  # an attempt write: the event goes to the stream with it
-    await writer.event(d, Event(type="assistant_text"))
-    await writer.event(d, Event(type="result"))
+    writer.event(d, Event(type="assistant_text"))
+    writer.event(d, Event(type="result"))
     assert await writer.write(d, "succeeded", Event(type="succeeded"))
     await writer.close(d)
     assert store.appends == []
@@ -77,14 +77,14 @@ async def test_pending_events_ride_in_the_next_write_before_its_own_event(store:
 async def test_a_delivery_that_lost_its_job_stores_none_of_its_pending_events(store: _CountingStore) -> None:
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=60)
-    await writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
+    writer.event(d, Event(type="assistant_text", data={"text": "stale"}))
     store.redis.zadd(store.keys.running, {"j1": 0})
     assert await store.recover("j1", d.lease.fence, None)
     assert (await store.send(store.claim_call("j1", "w2", 30))).ok
     await writer.close(d)  # the pending event is refused: another worker owns the job
     assert d.lost
     assert "assistant_text" not in _types(store, "j1")
-    await writer.event(d, Event(type="result"))
+    writer.event(d, Event(type="result"))
     assert not d.events.pending  # nothing is even queued once lost
 
 
@@ -93,7 +93,7 @@ async def test_the_flush_and_a_write_never_reorder_events(store: _CountingStore)
     writer = FencedWriter(store, 30, linger_s=0)
     tasks: list[Any] = []
     for i in range(20):
-        await writer.event(d, Event(type="assistant_text", data={"i": i}))
+        writer.event(d, Event(type="assistant_text", data={"i": i}))
         if i % 7 == 0:
             tasks.append(asyncio.create_task(writer.write(d, account="a")))
         await asyncio.sleep(0)
@@ -108,10 +108,10 @@ async def test_nobody_following_a_short_run_stores_its_events_once_in_the_termin
 ) -> None:
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
-    await writer.event(d, Event(type="claimed"))
+    writer.event(d, Event(type="claimed"))
     assert await writer.write(d, hold_events=True, account="a")  # the attempt's start: events wait (no follower)
     for kind in ("run_started", "session"):
-        await writer.event(d, Event(type=kind))  # type: ignore[arg-type]
+        writer.event(d, Event(type=kind))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)  # well past the followed linger
     assert _types(store, "j1") == ["submitted"] and store.appends == []
     assert await writer.write(d, "succeeded", Event(type="succeeded"))
@@ -126,16 +126,16 @@ async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_one
 ) -> None:
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
-    await writer.event(d, Event(type="run_started"))
+    writer.event(d, Event(type="run_started"))
     await asyncio.sleep(0.05)
     assert _types(store, "j1") == ["submitted"]  # waiting: nobody follows
     writer.followed(d, hold_s=30)
     want = ["submitted", "run_started"]
     assert await eventually(lambda: _types(store, "j1"), want) == want
-    await writer.event(d, Event(type="session"))
+    writer.event(d, Event(type="session"))
     want = ["submitted", "run_started", "session"]
     assert await eventually(lambda: _types(store, "j1"), want) == want
-    await writer.event(d, Event(type="claimed"))
+    writer.event(d, Event(type="claimed"))
     assert await writer.write(d, hold_events=True, account="a")  # followed: the attempt's start takes what waits
     assert _types(store, "j1")[-1] == "claimed"
     assert store.appends == [1, 1]
@@ -148,12 +148,12 @@ async def test_a_follower_has_the_waiting_events_stored_at_once_and_the_next_one
 async def test_events_emitted_during_a_flush_get_their_own(store: _CountingStore) -> None:
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01)
-    await writer.event(d, Event(type="run_started"))
+    writer.event(d, Event(type="run_started"))
     first = d.events.flusher
     assert first is not None
     async with d.events.lock:  # the flush is storing (holds the lock) when the next event comes
         await asyncio.sleep(0.03)
-        await writer.event(d, Event(type="session"))
+        writer.event(d, Event(type="session"))
         assert d.events.flusher is first  # the storing flush looks again when done
     want = ["submitted", "run_started", "session"]
     assert await eventually(lambda: _types(store, "j1"), want) == want
@@ -164,7 +164,7 @@ async def test_a_write_between_attempts_stores_the_waiting_events(store: _Counti
     """The session planner reads the last attempt's `session` event from Redis before the next attempt."""
     d = await _delivery(store)
     writer = FencedWriter(store, 30, linger_s=0.01, idle_linger_s=60)
-    await writer.event(d, Event(type="session", data={"session_id": "s-1"}))
+    writer.event(d, Event(type="session", data={"session_id": "s-1"}))
     assert await writer.write(d, session_id="s-1")  # a retry's write: no hold
     assert _types(store, "j1") == ["submitted", "session"]
     await writer.close(d)
@@ -178,14 +178,14 @@ async def test_a_first_delivery_reads_no_stream_at_its_end_unless_its_events_wen
     quiet = await _delivery(store, "quiet")
     quiet.events.stream = False
     writer = FencedWriter(store, 30, linger_s=60)
-    await writer.event(quiet, Event(type="claimed"))
+    writer.event(quiet, Event(type="claimed"))
     assert await writer.write(quiet, "succeeded", Event(type="succeeded"))
     assert not quiet.events.stream and _types(store, "quiet") == ["submitted", "claimed", "succeeded"]
 
     flushed = await _delivery(store, "flushed")
     flushed.events.stream = False
     fast = FencedWriter(store, 30, linger_s=0.01)
-    await fast.event(flushed, Event(type="run_started"))
+    fast.event(flushed, Event(type="run_started"))
     assert flushed.events.flusher is not None
     await flushed.events.flusher  # an append: the stream exists now
     assert await fast.write(flushed, "succeeded", Event(type="succeeded"))
@@ -194,7 +194,7 @@ async def test_a_first_delivery_reads_no_stream_at_its_end_unless_its_events_wen
 
     written = await _delivery(store, "written")
     written.events.stream = False
-    await writer.event(written, Event(type="claimed"))
+    writer.event(written, Event(type="claimed"))
     assert await writer.write(written, account="a")  # an attempt write stores what waits: to the stream
     assert await writer.write(written, "succeeded", Event(type="succeeded"))
     assert _types(store, "written") == ["submitted", "claimed", "succeeded"]
