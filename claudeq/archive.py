@@ -15,6 +15,8 @@ docs/architecture.md#the-transcript-archive.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -352,6 +354,20 @@ RESULT_KEPT_CHARS = 512
 
 _archives: dict[str, SqlArchive] = {}
 _archives_lock = threading.Lock()
+
+
+def _close_archives() -> None:
+    """Close the process's archives on its way out (registered with atexit): left open, psycopg finds its connection
+    open when the interpreter drops it and warns on every exit."""
+    with _archives_lock:
+        archives = list(_archives.values())
+        _archives.clear()
+    for archive in archives:
+        with contextlib.suppress(Exception):  # exiting: a connection already broken has nothing left to close
+            archive.close()
+
+
+atexit.register(_close_archives)
 
 
 def open_archive(url: str | None) -> SqlArchive | None:

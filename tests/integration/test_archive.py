@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ from claudeq.transcripts import RedisSessionStore
 from claudeq.worker.store.job_store import JobWrite, make_worker_store
 from tests.support.aio import run
 from tests.support.archive import archive_url
+from tests.support.tree import tree_env
 
 pytestmark = pytest.mark.integration
 
@@ -301,3 +304,21 @@ def test_an_unreachable_archive_is_a_configuration_error_without_the_password() 
     with pytest.raises(ConfigError, match="archive_url: the archive cannot be opened") as raised:
         SqlArchive("postgresql://claudeq:hunter2-secret@127.0.0.1:1/nowhere?connect_timeout=2")
     assert "hunter2-secret" not in str(raised.value)
+
+
+def test_a_process_that_opened_the_postgresql_archive_exits_with_its_connection_closed() -> None:
+    """open_archive keeps one archive per URL for the process's life (a worker's, a producer's, a CLI's): the process
+    closes it on its way out rather than leave psycopg to find it open (a ResourceWarning on every exit)."""
+    url = archive_url("postgresql", Path("."))
+    code = f"from claudeq.archive import open_archive; print(open_archive({url!r}).kind)"
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=tree_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "postgresql"
+    assert "ResourceWarning" not in done.stderr, done.stderr
