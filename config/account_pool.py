@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from claudeq.errors import ConfigError
 
+from .named import by_name
+
 AccountKind = Literal["oauth", "api_key"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _WINDOW = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -136,11 +138,7 @@ class AccountPool(BaseModel):
         """The account called `name`, if configured: looked up by name (the engine asks a few times per job, and the
         signals on every response), in an index built once per list of accounts (a copy with other accounts gets
         its own)."""
-        index = self.__dict__.get("_by_name")
-        if index is None or index[0] is not self.accounts:
-            index = (self.accounts, {a.name: a for a in self.accounts})
-            self.__dict__["_by_name"] = index  # not a field: neither dumped nor compared
-        return index[1].get(name)
+        return by_name(self, self.accounts).get(name)
 
     @property
     def names(self) -> list[str]:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from claudeq.errors import ConfigError
 
 from .approval_rules import MAX_RULES, ApprovalRule
+from .named import by_name
 
 #: The tenant of a job that names none.
 DEFAULT_TENANT = "default"
@@ -135,11 +136,7 @@ class Tenants(BaseModel):
         """The tenant called `name`, if configured: looked up by name (the engine asks several times per job:
         `governing`, `label`, `known`), in an index built once per list of tenants (a copy with other tenants gets
         its own)."""
-        index = self.__dict__.get("_by_name")
-        if index is None or index[0] is not self.tenants:
-            index = (self.tenants, {t.name: t for t in self.tenants})
-            self.__dict__["_by_name"] = index  # not a field: neither dumped nor compared
-        return index[1].get(name)
+        return by_name(self, self.tenants).get(name)
 
     def known(self, name: str) -> bool:
         """Whether a job may name `name` as its tenant."""
